@@ -1,0 +1,1 @@
+"""Benchmarks, workloads, chaos and PySpark analysis."""

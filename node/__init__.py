@@ -1,0 +1,1 @@
+"""Brokers, the broker protocol, replication and controller cores, clients and the CLI."""

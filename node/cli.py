@@ -1,0 +1,34 @@
+"""``minikafka`` command line: one entry point, one subcommand per tool."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_shm_cleanup(args: argparse.Namespace) -> int:
+    from shm.names import cleanup_cluster, cluster_objects
+
+    names = cluster_objects(args.cluster_id)
+    removed = cleanup_cluster(args.cluster_id)
+    for name in names:
+        print(f"unlinked {name}")
+    print(f"{removed} shared-memory object(s) of cluster {args.cluster_id} removed")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    cleanup = sub.add_parser("shm-cleanup", help="unlink every /dev/shm object of a cluster")
+    cleanup.add_argument("cluster_id")
+    cleanup.set_defaults(func=_cmd_shm_cleanup)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Storage: record batches, segmented mmap'd logs, shared-memory indexes and board."""
