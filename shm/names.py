@@ -23,7 +23,7 @@ PREFIX = "mk-"
 SHM_DIR = "/dev/shm"
 NAME_BYTES_MAX = 240  # NAME_MAX is 255 on Linux; leave room for the leading '/'.
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9_]{1,40}$")
-_PART = re.compile(r"^[A-Za-z0-9_.]{1,80}$")
+_PART = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
 
 
 class SharedMemoryError(Exception):
@@ -38,12 +38,12 @@ def check_cluster_id(cluster_id: str) -> str:
 
 
 def shm_name(cluster_id: str, *parts: object) -> str:
-    """``/mk-<cluster>-<parts joined by '-'>``; parts are [A-Za-z0-9_.] only."""
+    """``/mk-<cluster>-<parts joined by '-'>``; parts are [A-Za-z0-9_.-] (Kafka topic characters)."""
     check_cluster_id(cluster_id)
     texts = [str(p) for p in parts]
     for text in texts:
         if not _PART.match(text):
-            raise ValueError(f"shared-memory name part {text!r} must be [A-Za-z0-9_.]")
+            raise ValueError(f"shared-memory name part {text!r} must be [A-Za-z0-9_.-] (1-120 chars)")
     name = "/" + PREFIX + cluster_id + "-" + "-".join(texts)
     if len(name) > NAME_BYTES_MAX:
         raise ValueError(f"shared-memory name too long ({len(name)} > {NAME_BYTES_MAX}): {name}")

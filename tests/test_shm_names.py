@@ -11,6 +11,7 @@ def test_names_carry_the_cluster_id_and_reject_separators():
         shm_name("c-1", "x")
     with pytest.raises(ValueError):
         shm_name("c1", "a/b")
+    assert shm_name("c1", "my-topic", 0) == "/mk-c1-my-topic-0"
 
 
 def test_create_attach_and_cleanup_roundtrip(cluster_id):
