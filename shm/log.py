@@ -234,7 +234,7 @@ class Log:
             if start == 0:
                 self._clear_indexes(segment)
             file_end = segment.file_bytes
-            result = segment.recover_from(start, BATCH_BYTES_MAX)
+            result = segment.recover_from(start, BATCH_BYTES_MAX, self._recovered_batch)
             report.segments_scanned += 1
             report.bytes_scanned += result.end_position - start
             report.batches_scanned += result.batches
@@ -242,12 +242,13 @@ class Log:
             if error is None and not last and result.end_position != file_end:
                 error = f"zero bytes at position {result.end_position} of a sealed segment"
             if error is not None:
-                cut = segment.nonzero_end(result.end_position) - result.end_position
+                dirty_end = segment.nonzero_end(result.end_position)
+                cut = dirty_end - result.end_position
                 for later in segments[i + 1:]:
                     cut += later.file_bytes
                     later.delete()
                 del segments[i + 1:]
-                segment.truncate_at(result.end_position)
+                segment.truncate_at(result.end_position, dirty_end)
                 truncation = Truncation(segment.path, result.end_position, segment.next_offset,
                                         cut, error)
                 report.truncations.append(truncation)
@@ -262,6 +263,11 @@ class Log:
         self.recovery_point = min(recovery_point, self.log_end_offset)
         if report.truncations:
             self._write_recovery_point()
+
+    def _recovered_batch(self, header: B.BatchHeader) -> None:
+        # As Kafka: epochs of recovered batches re-enter the cache (it may lag the log).
+        if header.partition_leader_epoch >= 0:
+            self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
     def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex]:
         indexes = []

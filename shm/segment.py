@@ -259,12 +259,13 @@ class Segment:
     def index_full(self) -> bool:
         return self.offset_index.full
 
-    def truncate_at(self, position: int) -> None:
-        """Drop every batch from ``position`` (a batch boundary, or size) on."""
+    def truncate_at(self, position: int, dirty_end: int = 0) -> None:
+        """Drop every batch from ``position`` (a batch boundary, or size) on; zero the
+        file up to ``dirty_end`` too when junk lies past the data (a torn tail)."""
         assert 0 <= position <= self.size_bytes
         if not self.active:
             self.activate()
-        self._zero_backwards(position, max(self.size_bytes, position))
+        self._zero_backwards(position, max(self.size_bytes, position, dirty_end))
         self.size_bytes = position
         self.flushed_bytes = min(self.flushed_bytes, position)
         self._cut_indexes_after(position)
@@ -328,7 +329,8 @@ class Segment:
         self.flushed_bytes = size_bytes
         return self._replay_tail_state()
 
-    def recover_from(self, start_position: int, max_batch_bytes: int) -> ScanResult:
+    def recover_from(self, start_position: int, max_batch_bytes: int,
+                     on_batch=None) -> ScanResult:
         """Verify every batch from ``start_position`` (a trusted batch boundary, whose
         indexes up to it are valid), re-indexing as it goes; stops at a zero prefix, the
         end of the file, or the first bad batch (whose position becomes the end)."""
@@ -359,6 +361,8 @@ class Segment:
             self.size_bytes = position + header.size_bytes
             self._note_batch(position, header.base_offset, header.next_offset,
                              header.max_timestamp)
+            if on_batch is not None:
+                on_batch(header)
             position = self.size_bytes
             batches += 1
         self.flushed_bytes = min(self.flushed_bytes, start_position)
