@@ -16,7 +16,9 @@ Rules and invariants:
   batch at ``position`` gets an offset-index entry when the index is empty or
   ``position - last indexed position >= index_interval_bytes``; at the same moment a
   time-index entry (max timestamp so far, relative offset) is added if the max grew.
-  Sealing adds a last time entry so the time index knows the segment's max timestamp.
+  Nothing else writes the time index, so cutting both indexes at a position and
+  replaying headers from the last offset entry (at most one interval) restores the
+  segment's state exactly, including its max timestamp.
 """
 from __future__ import annotations
 
@@ -114,9 +116,8 @@ class Segment:
         self.active = True
 
     def seal(self) -> None:
-        """Roll: last time entry, trim the file to its data, map read-only."""
+        """Roll: trim the file to its data, map read-only."""
         assert self.active
-        self._final_time_entry()
         self._unmap()
         os.ftruncate(self._fd, self.size_bytes)
         self.map_readonly()
@@ -132,7 +133,6 @@ class Segment:
 
     def trim_for_close(self) -> None:
         """Clean close of the active segment: the file holds only its data."""
-        self._final_time_entry()
         self._unmap()
         os.ftruncate(self._fd, self.size_bytes)
         self.active = False
@@ -245,15 +245,6 @@ class Segment:
             if self.max_timestamp > (last[0] if last else NO_TIMESTAMP) and \
                     (last is None or relative > last[1]):
                 self.time_index.append(self.max_timestamp, relative)
-
-    def _final_time_entry(self) -> None:
-        if self._last_batch_offset < 0 or self.time_index.full:
-            return
-        last = self.time_index.last()
-        relative = self._last_batch_offset - self.base_offset
-        if self.max_timestamp > (last[0] if last else NO_TIMESTAMP) and \
-                (last is None or relative > last[1]):
-            self.time_index.append(self.max_timestamp, relative)
 
     @property
     def index_full(self) -> bool:
