@@ -5,8 +5,9 @@ Rules and invariants:
   ``base_offset``, each next one at the previous one's next offset; ``next_offset`` is
   the offset after the last batch. Appends copy a whole batch into the map and only
   then advance ``size_bytes``, so nothing in this process reads a torn batch.
-- The active segment's file is preallocated (sparse, zero-filled by ftruncate) to
-  ``capacity_bytes`` and mapped read-write. Everything at and after the first batch
+- The active segment's file is preallocated to ``capacity_bytes`` (ftruncate: holes
+  read as zeros) and mapped; appends pwrite into it, reserving disk blocks ahead in
+  PREALLOCATE_CHUNK_BYTES steps, and the map sees them at once (one page cache). Everything at and after the first batch
   position whose 12-byte prefix is zero is zero: appends only extend the data, and
   truncation zeroes the cut region from its END backwards, so a crash in the middle of
   a truncation leaves a torn batch (found by its CRC) rather than a zero prefix with
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from shm import batch as B
 from shm.batch import CorruptRecordError
+from shm.config import PREALLOCATE_CHUNK_BYTES
 from shm.index import OffsetIndex, TimeIndex
 
 ZERO_PREFIX = bytes(B.LENGTH_OVERHEAD_BYTES)
@@ -70,6 +72,7 @@ class Segment:
         self._map: mmap.mmap | None = None
         self._last_indexed_position = -1
         self._last_batch_offset = -1
+        self._allocated_bytes = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -223,10 +226,28 @@ class Segment:
         size = header.size_bytes
         position = self.size_bytes
         assert position + size <= len(self._map), "segment capacity exceeded"
-        self._map[position:position + size] = buf
+        if position + size > self._allocated_bytes:
+            self._allocate_ahead(position + size)
+        # pwrite, not a store through the map: same page cache (the map sees it at
+        # once) without a page fault per 4 KiB; with blocks allocated ahead this runs
+        # at several times plain os.write speed on ext4.
+        written = os.pwrite(self._fd, buf, position)
+        if written != size:
+            raise OSError(f"short write to {self.path}: {written} of {size} bytes")
         self.size_bytes = position + size  # publish after the copy: no torn reads
         self._note_batch(position, header.base_offset, header.next_offset, header.max_timestamp)
         return position
+
+    def _allocate_ahead(self, needed: int) -> None:
+        """Reserve disk blocks in PREALLOCATE_CHUNK_BYTES steps (not the whole
+        segment: a thousand idle partitions must not reserve a TiB)."""
+        start = max(self._allocated_bytes, self.size_bytes)
+        end = min(len(self._map), max(needed, start + PREALLOCATE_CHUNK_BYTES))
+        try:
+            os.posix_fallocate(self._fd, start, end - start)
+        except OSError:
+            pass  # a file system without it: pwrite allocates as it goes
+        self._allocated_bytes = end
 
     def _note_batch(self, position: int, base_offset: int, next_offset: int,
                     max_timestamp: int) -> None:
