@@ -53,13 +53,22 @@ def make_machine(cluster_id: str):
 
         # ------------------------------------------------------------ writes
 
-        @rule(values=values_strategy, bump_epoch=st.booleans())
-        def append_as_leader(self, values, bump_epoch):
+        @rule(batches=st.lists(values_strategy, min_size=1, max_size=8),
+              bump_epoch=st.booleans(), together=st.booleans())
+        def append_as_leader(self, batches, bump_epoch, together):
+            """One append per batch, or all batches in one region (one append call)."""
             self.epoch += bump_epoch
-            info = self.log.append_as_leader(B.build_batch(values, timestamps_ms=1), self.epoch)
-            assert (info.first_offset, info.last_offset) == (self.leo, self.leo + len(values) - 1)
-            self.batches.append((self.leo, values))
-            self.leo += len(values)
+            encoded = [B.build_batch(values, timestamps_ms=1) for values in batches]
+            calls = [b"".join(encoded)] if together else encoded
+            expected_first = self.leo
+            for buf in calls:
+                info = self.log.append_as_leader(bytearray(buf), self.epoch)
+                assert info.first_offset == expected_first
+                expected_first = info.last_offset + 1
+            for values in batches:
+                self.batches.append((self.leo, values))
+                self.leo += len(values)
+            assert info.last_offset == self.leo - 1
 
         @rule(values=values_strategy, gap=st.sampled_from([0, 0, 0, 1, -1]))
         def append_as_follower(self, values, gap):
@@ -96,8 +105,10 @@ def make_machine(cluster_id: str):
             self.leo = kept[-1][0] + len(kept[-1][1]) if kept else self.start
             self.batches = kept
 
-        @rule(offset=st.integers(0, 400))
-        def truncate_fully_and_start_at(self, offset):
+        @rule(offset=st.integers(0, 400), rarely=st.integers(0, 3))
+        def truncate_fully_and_start_at(self, offset, rarely):
+            if rarely:
+                return
             self.log.truncate_fully_and_start_at(offset, now=0)
             self.batches, self.start, self.leo = [], offset, offset
 
@@ -204,5 +215,5 @@ def make_machine(cluster_id: str):
 def test_log_matches_model(cluster_id):
     machine = make_machine(cluster_id)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=25, stateful_step_count=30, deadline=None,
+        max_examples=60, stateful_step_count=40, deadline=None,
         suppress_health_check=list(HealthCheck)))
