@@ -323,8 +323,7 @@ class Log:
         header walk. False if even the walk fails (then the segment is verified)."""
         size = segment.file_bytes
         segment._cut_indexes_after(size)
-        last = segment.offset_index.last()
-        if last is not None and not segment.index_matches(segment.base_offset + last[0], last[1]):
+        if not segment.indexes_valid():
             self._clear_indexes(segment)
         if segment.offset_index.count == 0 and size > 0:
             self.recovery.indexes_rebuilt += 1
@@ -335,7 +334,7 @@ class Log:
         if the index entry checks out; else the segment's start."""
         segment._cut_indexes_after(segment.file_bytes)
         offset, position = segment.offset_index.lookup(recovery_point)
-        if position > 0 and segment.index_matches(offset, position):
+        if position > 0 and segment.indexes_valid():
             return position
         if segment.offset_index.count > 0 or segment.file_bytes > 0:
             self.recovery.indexes_rebuilt += 1

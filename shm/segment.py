@@ -27,6 +27,8 @@ import mmap
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from shm import batch as B
 from shm.batch import CorruptRecordError
 from shm.config import PREALLOCATE_CHUNK_BYTES
@@ -394,6 +396,31 @@ class Segment:
                 return low + len(data.rstrip(b"\0"))
             position = low
         return start
+
+    def indexes_valid(self) -> bool:
+        """Every offset-index entry points at a batch header carrying its offset, and
+        every time-index entry names an indexed batch. Vectorized: a 1 GiB segment's
+        quarter million entries check in milliseconds."""
+        count = self.offset_index.count
+        if count == 0:
+            return self.time_index.count == 0
+        if self._map is None:
+            return False
+        keys = self.offset_index._keys[:count]
+        positions = self.offset_index._values[:count]
+        if int(positions[-1]) + B.HEADER_BYTES > len(self._map):
+            return False
+        data = np.frombuffer(self._map, dtype=np.uint8)
+        try:
+            gathered = data[positions[:, None] + np.arange(8)]
+            base_offsets = np.ascontiguousarray(gathered).view("<i8").ravel()
+            ok = bool(np.array_equal(base_offsets, keys + self.base_offset))
+        finally:
+            del data
+        time_count = self.time_index.count
+        if ok and time_count:
+            ok = bool(np.isin(self.time_index._values[:time_count], keys).all())
+        return ok
 
     def index_matches(self, index_offset: int, position: int) -> bool:
         """Does a batch with base offset ``index_offset`` start at ``position``?"""

@@ -125,7 +125,7 @@ def test_garbage_in_a_reattached_index_is_detected_and_rebuilt(tmp_path, cluster
     log.abandon()
     name = index_name(cluster_id, 0, "orders", 2, first.base_offset, KIND_OFFSET)
     index = OffsetIndex.attach(name, first.base_offset)
-    index._values[index.count - 1] += 3  # points inside a batch now
+    index._values[index.count // 2] += 3  # a middle entry points inside a batch now
     index.close()
     log = open_log(tmp_path, cluster_id)
     try:
