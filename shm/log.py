@@ -59,6 +59,8 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from shm import batch as B
 from shm.batch import CorruptRecordError
 from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
@@ -482,6 +484,28 @@ class Log:
             end = segment.end_of_batches_within(position, max_bytes, max_offset)
             return segment.view(position, end)
         return memoryview(b"")
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """ListOffsets by time: the first offset whose record timestamp is >=
+        ``timestamp_ms``; None if every record is older. Uses each segment's max
+        timestamp, then its time index, then walks at most one index interval."""
+        self._ensure_open()
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            start = max(segment.time_index.scan_start(timestamp_ms), segment.base_offset)
+            position = segment.position_of(min(start, segment.next_offset - 1))
+            while position is not None and position < segment.size_bytes:
+                header = B.read_header(segment.view(position, segment.size_bytes))
+                if header.max_timestamp >= timestamp_ms:
+                    deltas = np.frombuffer(segment.view(position, position + header.size_bytes),
+                                           dtype="<i4", count=header.record_count,
+                                           offset=B.HEADER_BYTES)
+                    first = int(np.argmax(deltas.astype(np.int64) + header.base_timestamp
+                                          >= timestamp_ms))
+                    return header.base_offset + first
+                position += header.size_bytes
+        return None
 
     # ================================================================ roll / flush
 

@@ -250,3 +250,25 @@ def test_flush_policy_by_messages_advances_and_checkpoints_the_recovery_point(tm
         assert text == "0\n1\norders 2 15\n"
     finally:
         log.delete()
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after_it(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    try:
+        fill(log, 150)  # batch b holds offsets [5b, 5b+5), all with timestamp 5b
+        leo = log.log_end_offset
+        log.append_as_leader(B.build_batch([b"a", b"b", b"c"], timestamps_ms=[leo + 10, leo + 30,
+                                                                            leo + 20]), 3)
+        assert len(log.segments) > 2
+        assert log.offset_for_timestamp(0) == 0
+        assert log.offset_for_timestamp(1) == 5
+        assert log.offset_for_timestamp(400) == 400
+        assert log.offset_for_timestamp(401) == 405
+        assert log.offset_for_timestamp(leo + 11) == leo + 1
+        assert log.offset_for_timestamp(leo + 21) == leo + 1
+        assert log.offset_for_timestamp(leo + 31) is None
+        log.close()
+        log = open_log(tmp_path, cluster_id)
+        assert log.offset_for_timestamp(401) == 405
+    finally:
+        log.delete()
