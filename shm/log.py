@@ -27,7 +27,9 @@ Shared memory (see ``shm/index.py`` for the object layout): per segment
 Another process attaches them with ``OffsetIndex.attach_readonly(cluster_id,
 broker_id, topic, partition, base_offset)`` (``TimeIndex`` likewise); they live while
 the log is open (and after a crash, until the log is reopened or ``cleanup_cluster``)
-and are unlinked by ``close()``. A reader finds a batch: pick the segment file with
+and are unlinked by ``close()``. A new segment's index objects are created before its
+``.log`` file, so a reader that sees the file finds the index (possibly still empty:
+then it scans from position 0). A reader finds a batch: pick the segment file with
 the largest base offset <= target, ``OffsetIndex.lookup(target)`` -> (offset,
 position), then walk batch headers (size = batch_length + 12) from that position.
 
@@ -226,10 +228,12 @@ class Log:
         first_scanned = bisect.bisect_right(bases, recovery_point) - 1
         segments = []
         for base in bases:
-            offset_index, time_index = self._open_indexes(base, reattach)
-            segments.append(Segment.open(self.directory, base, self.config.segment_bytes,
-                                         offset_index, time_index,
-                                         self.config.index_interval_bytes, now))
+            offset_index, time_index, from_files = self._open_indexes(base, reattach)
+            segment = Segment.open(self.directory, base, self.config.segment_bytes,
+                                   offset_index, time_index, self.config.index_interval_bytes,
+                                   now)
+            segment.indexes_dirty = not from_files  # cuts and appends set it again
+            segments.append(segment)
         # Below the recovery point: sealed, flushed, trusted (indexes validated).
         for i in range(first_scanned):
             segment = segments[i]
@@ -286,8 +290,9 @@ class Log:
         if header.partition_leader_epoch >= 0:
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
-    def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex]:
-        indexes = []
+    def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex, bool]:
+        """(offset index, time index, both loaded from their files)."""
+        indexes, loaded = [], 0
         stem = os.path.join(self.directory, f"{base:020d}")
         for cls, kind, suffix in ((OffsetIndex, KIND_OFFSET, ".index"),
                                   (TimeIndex, KIND_TIME, ".timeindex")):
@@ -307,10 +312,11 @@ class Log:
                         keys, values = cls.read_file(stem + suffix, base)
                         index.load(keys, values)
                         self.recovery.indexes_loaded += 1
+                        loaded += 1
                     except IndexCorruptError:
                         index.truncate_to_count(0)
             indexes.append(index)
-        return indexes[0], indexes[1]
+        return indexes[0], indexes[1], loaded == 2
 
     def _index_entries_max(self) -> int:
         by_segment = self.config.segment_bytes // self.config.index_interval_bytes + 2
@@ -319,6 +325,7 @@ class Log:
     def _clear_indexes(self, segment: Segment) -> None:
         segment.offset_index.truncate_to_count(0)
         segment.time_index.truncate_to_count(0)
+        segment.indexes_dirty = True
 
     def _trust(self, segment: Segment) -> bool:
         """Accept a sealed segment below the recovery point; rebuild bad indexes by a

@@ -75,6 +75,9 @@ class Segment:
         self._last_indexed_position = -1
         self._last_batch_offset = -1
         self._allocated_bytes = 0
+        # False only while the .index/.timeindex files match the shared indexes, so a
+        # clean close rewrites (and fsyncs) only what changed.
+        self.indexes_dirty = True
 
     # ------------------------------------------------------------ lifecycle
 
@@ -128,6 +131,9 @@ class Segment:
         self.map_readonly()
 
     def persist_indexes(self) -> None:
+        if not self.indexes_dirty:
+            return
+        self.indexes_dirty = False
         stem = os.path.join(self.directory, f"{self.base_offset:020d}")
         self.offset_index.persist(stem + ".index")
         self.time_index.persist(stem + ".timeindex")
@@ -263,6 +269,7 @@ class Segment:
                 position - self._last_indexed_position >= self.index_interval_bytes:
             relative = base_offset - self.base_offset
             self.offset_index.append(relative, position)
+            self.indexes_dirty = True
             self._last_indexed_position = position
             last = self.time_index.last()
             if self.max_timestamp > (last[0] if last else NO_TIMESTAMP) and \
@@ -298,10 +305,14 @@ class Segment:
         """Keep offset entries of batches before ``position`` and time entries up to them."""
         values = self.offset_index.values
         keep = int(values.searchsorted(position, side="left"))
+        if keep < len(values):
+            self.indexes_dirty = True
         self.offset_index.truncate_to_count(keep)
         last = self.offset_index.last()
         last_relative = last[0] if last else -1
         time_keep = int(self.time_index.values.searchsorted(last_relative, side="right"))
+        if time_keep < self.time_index.count:
+            self.indexes_dirty = True
         self.time_index.truncate_to_count(time_keep)
 
     def _replay_tail_state(self) -> bool:
