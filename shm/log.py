@@ -277,7 +277,20 @@ class Log:
                                "on): %s", self.directory, cut, truncation.position,
                                truncation.file, truncation.offset, error)
                 break
-        for segment in segments:
+        for i, segment in enumerate(segments):
+            if self.segments and segment.base_offset != self.log_end_offset:
+                # A missing segment file: offsets must stay contiguous, so the log ends
+                # where the gap starts.
+                error = (f"segment {segment_file_name(segment.base_offset)} starts at "
+                         f"{segment.base_offset}, the log before it ends at "
+                         f"{self.log_end_offset}")
+                cut = sum(later.size_bytes for later in segments[i:])
+                for later in segments[i:]:
+                    later.delete()
+                report.truncations.append(
+                    Truncation(segment.path, 0, self.log_end_offset, cut, error))
+                logger.warning("recovery of %s cut %d bytes: %s", self.directory, cut, error)
+                break
             self._add_segment(segment)
         if not self.segments[-1].active:
             self.segments[-1].activate()

@@ -272,3 +272,21 @@ def test_offset_for_timestamp_finds_the_first_record_at_or_after_it(tmp_path, cl
         assert log.offset_for_timestamp(401) == 405
     finally:
         log.delete()
+
+
+def test_a_missing_segment_file_ends_the_log_at_the_gap(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    fill(log, 200)
+    assert len(log.segments) >= 4
+    second, third = log.segments[1], log.segments[2]
+    gap_offset, gap_path = second.base_offset, second.path
+    log.close()
+    os.unlink(gap_path)
+    log = open_log(tmp_path, cluster_id)
+    try:
+        (cut,) = log.recovery.truncations
+        assert cut.offset == gap_offset and cut.file == third.path and "starts at" in cut.reason
+        assert log.log_end_offset == gap_offset and len(log.segments) == 1
+        assert all_values(log) == [b"v%d" % o for o in range(gap_offset)]
+    finally:
+        log.delete()
