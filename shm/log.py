@@ -344,7 +344,7 @@ class Log:
         """Accept a sealed segment below the recovery point; rebuild bad indexes by a
         header walk. False if even the walk fails (then the segment is verified)."""
         size = segment.file_bytes
-        segment._cut_indexes_after(size)
+        segment.cut_indexes_after(size)
         if not segment.indexes_valid():
             self._clear_indexes(segment)
         if segment.offset_index.count == 0 and size > 0:
@@ -354,7 +354,7 @@ class Log:
     def _scan_start(self, segment: Segment, recovery_point: int) -> int:
         """Where verification starts: the indexed batch at or below the recovery point,
         if the index entry checks out; else the segment's start."""
-        segment._cut_indexes_after(segment.file_bytes)
+        segment.cut_indexes_after(segment.file_bytes)
         offset, position = segment.offset_index.lookup(recovery_point)
         if position > 0 and segment.indexes_valid():
             return position
@@ -696,12 +696,7 @@ class Log:
     def abandon(self) -> None:
         """Drop this object as a SIGKILL would (tests): no trim, no persist, no unlink."""
         for segment in self.segments:
-            segment._unmap()
-            if segment._fd >= 0:
-                os.close(segment._fd)
-                segment._fd = -1
-            segment.offset_index.close()
-            segment.time_index.close()
+            segment.abandon()
         self._closed = True
 
     def delete(self) -> None:

@@ -158,6 +158,16 @@ class Segment:
                 index.unlink()
             index.close()
 
+    def abandon(self) -> None:
+        """Let go of the file and the shared indexes as a killed process would: no trim,
+        no persist, no unlink (tests simulate SIGKILL with it)."""
+        self._unmap()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
     def delete(self) -> None:
         """Remove the file, the index files and the shared-memory indexes."""
         self.close(unlink_indexes=True)
@@ -289,7 +299,7 @@ class Segment:
         self._zero_backwards(position, max(self.size_bytes, position, dirty_end))
         self.size_bytes = position
         self.flushed_bytes = min(self.flushed_bytes, position)
-        self._cut_indexes_after(position)
+        self.cut_indexes_after(position)
         landed = self._replay_tail_state()
         assert landed, "truncation position is not a batch boundary"
 
@@ -301,7 +311,7 @@ class Segment:
             self._map[low:position] = zero[:position - low]
             position = low
 
-    def _cut_indexes_after(self, position: int) -> None:
+    def cut_indexes_after(self, position: int) -> None:
         """Keep offset entries of batches before ``position`` and time entries up to them."""
         values = self.offset_index.values
         keep = int(values.searchsorted(position, side="left"))
@@ -360,10 +370,10 @@ class Segment:
         indexes up to it are valid), re-indexing as it goes; stops at a zero prefix, the
         end of the file, or the first bad batch (whose position becomes the end)."""
         self.size_bytes = start_position
-        self._cut_indexes_after(start_position)
+        self.cut_indexes_after(start_position)
         if not self._replay_tail_state():
             self.size_bytes = 0  # the trusted prefix is not: verify the whole segment
-            self._cut_indexes_after(0)
+            self.cut_indexes_after(0)
             self._replay_tail_state()
             start_position = 0
         end = len(self._map) if self._map is not None else 0
@@ -432,13 +442,3 @@ class Segment:
         if ok and time_count:
             ok = bool(np.isin(self.time_index._values[:time_count], keys).all())
         return ok
-
-    def index_matches(self, index_offset: int, position: int) -> bool:
-        """Does a batch with base offset ``index_offset`` start at ``position``?"""
-        if self._map is None or position + B.HEADER_BYTES > len(self._map):
-            return False
-        try:
-            header = B.read_header(self._map, position)
-        except CorruptRecordError:
-            return False
-        return header.base_offset == index_offset
