@@ -182,6 +182,7 @@ class Log:
             if name.endswith(".tmp"):
                 os.unlink(os.path.join(log.directory, name))
         now = now_ms() if now is None else now
+        log._last_flush_ms = now
         log.leader_epoch_cache = LeaderEpochCache(
             os.path.join(log.directory, LEADER_EPOCH_CHECKPOINT), lambda: log.log_end_offset)
         bases = sorted(int(n[:-4]) for n in os.listdir(log.directory)

@@ -171,16 +171,27 @@ def make_machine(cluster_id: str):
 
         # ------------------------------------------------------------ reads
 
-        @rule(data=st.data(), max_bytes=st.integers(0, 1500))
-        def read(self, data, max_bytes):
+        @rule(data=st.data(), max_bytes=st.integers(0, 1500), bounded=st.booleans())
+        def read(self, data, max_bytes, bounded):
             offset = data.draw(st.integers(self.start, self.leo))
-            view = self.log.read(offset, max_bytes)
-            if offset == self.leo:
+            # max_offset as a consumer's HW: a batch boundary (or the LEO).
+            bound = None
+            if bounded:
+                bound = data.draw(st.sampled_from([b for b, _ in self.batches] + [self.leo]))
+            view = self.log.read(offset, max_bytes, max_offset=bound)
+            if offset == self.leo or (bound is not None and offset >= bound):
                 assert len(view) == 0
                 return
             parsed = B.parse_batches(view)
+            if bound is not None and not parsed:
+                holder = max(b for b, _ in self.batches if b <= offset)
+                assert holder + len(dict(self.batches)[holder]) > bound
+                return
             assert parsed, "a read below the LEO returns at least one batch"
             assert len(view) <= max_bytes or len(parsed) == 1
+            if bound is not None:
+                last = parsed[-1]
+                assert last.base_offset + last.record_count <= bound
             expected = {b: v for b, v in self.batches}
             first = parsed[0].base_offset
             assert first <= offset < first + parsed[0].record_count

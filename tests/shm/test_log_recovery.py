@@ -290,3 +290,18 @@ def test_a_missing_segment_file_ends_the_log_at_the_gap(tmp_path, cluster_id):
         assert all_values(log) == [b"v%d" % o for o in range(gap_offset)]
     finally:
         log.delete()
+
+
+def test_roll_ms_and_flush_interval_ms_are_honoured(tmp_path, cluster_id):
+    config = LogConfig(segment_bytes=1 << 16, roll_ms=1000, flush_interval_ms=500)
+    log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now=0)
+    try:
+        log.append_as_leader(B.build_batch([b"a"]), 1, now=0)
+        assert log.recovery_point == 0 and not log.flush_if_due(now=499)
+        assert log.flush_if_due(now=500) and log.recovery_point == 1
+        log.append_as_leader(B.build_batch([b"b"]), 1, now=999)
+        assert len(log.segments) == 1
+        log.append_as_leader(B.build_batch([b"c"]), 1, now=1000)  # segment is 1000 ms old
+        assert [s.base_offset for s in log.segments] == [0, 2]
+    finally:
+        log.delete()
