@@ -139,7 +139,7 @@ class RecoveryReport:
         return bool(self.truncations)
 
 
-def now_ms() -> int:
+def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -165,7 +165,7 @@ class Log:
         self._hw_file = OffsetCheckpointFile(os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT))
         self.leader_epoch_cache: LeaderEpochCache | None = None
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = wall_clock_ms()
         self._closed = False
 
     # ================================================================ open / recovery
@@ -173,7 +173,7 @@ class Log:
     @classmethod
     def open(cls, data_dir: str, topic: str, partition: int, config: LogConfig | None = None,
              *, cluster_id: str, broker_id: int = 0, reattach_indexes: bool = True,
-             now: int | None = None) -> "Log":
+             now_ms: int | None = None) -> "Log":
         """Open (creating if needed) and recover. ``log.recovery`` says what happened."""
         started = time.perf_counter()
         log = cls(data_dir, topic, partition, config or LogConfig(), cluster_id, broker_id)
@@ -181,8 +181,8 @@ class Log:
         for name in os.listdir(log.directory):
             if name.endswith(".tmp"):
                 os.unlink(os.path.join(log.directory, name))
-        now = now_ms() if now is None else now
-        log._last_flush_ms = now
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        log._last_flush_ms = now_ms
         log.leader_epoch_cache = LeaderEpochCache(
             os.path.join(log.directory, LEADER_EPOCH_CHECKPOINT), lambda: log.log_end_offset)
         bases = sorted(int(n[:-4]) for n in os.listdir(log.directory)
@@ -191,9 +191,9 @@ class Log:
             raise LogError(f"{log.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
         log._unlink_orphan_indexes(bases)
         if not bases:
-            log._add_segment(log._new_segment(0, now))
+            log._add_segment(log._new_segment(0, now_ms))
         else:
-            log._recover(bases, reattach_indexes, now)
+            log._recover(bases, reattach_indexes, now_ms)
         log.high_watermark = min(max(log._read_checkpoint(log._hw_file), log.log_start_offset),
                                  log.log_end_offset)
         log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
@@ -222,7 +222,7 @@ class Log:
             logger.warning("%s; treating it as 0 (recover everything)", e)
             return 0
 
-    def _recover(self, bases: list[int], reattach: bool, now: int) -> None:
+    def _recover(self, bases: list[int], reattach: bool, now_ms: int) -> None:
         report = self.recovery
         recovery_point = max(self._read_checkpoint(self._recovery_file), bases[0])
         report.recovery_point = recovery_point
@@ -232,7 +232,7 @@ class Log:
             offset_index, time_index, from_files = self._open_indexes(base, reattach)
             segment = Segment.open(self.directory, base, self.config.segment_bytes,
                                    offset_index, time_index, self.config.index_interval_bytes,
-                                   now)
+                                   now_ms)
             segment.indexes_dirty = not from_files  # cuts and appends set it again
             segments.append(segment)
         # Below the recovery point: sealed, flushed, trusted (indexes validated).
@@ -398,7 +398,8 @@ class Log:
 
     # ================================================================ append
 
-    def append_as_leader(self, records, leader_epoch: int, *, now: int | None = None) -> AppendInfo:
+    def append_as_leader(self, records, leader_epoch: int, *,
+                         now_ms: int | None = None) -> AppendInfo:
         """Assign offsets from the LEO: stamp base_offset and the leader epoch in place
         (``records`` must be writable: one or more whole batches), then append."""
         self._ensure_open()
@@ -416,9 +417,9 @@ class Log:
                 header, base_offset=next_offset, partition_leader_epoch=leader_epoch)))
             next_offset += header.record_count
         self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
-        return self._append(view, stamped, now)
+        return self._append(view, stamped, now_ms)
 
-    def append_as_follower(self, records, *, now: int | None = None) -> AppendInfo:
+    def append_as_follower(self, records, *, now_ms: int | None = None) -> AppendInfo:
         """Append batches with the offsets they carry; they must continue the LEO."""
         self._ensure_open()
         view = memoryview(records).cast("B")
@@ -434,7 +435,7 @@ class Log:
         for _, header in batches:
             if header.partition_leader_epoch >= 0:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        return self._append(view, batches, now)
+        return self._append(view, batches, now_ms)
 
     def _check_records(self, view: memoryview) -> list[tuple[int, B.BatchHeader]]:
         limit = self.config.message_max_bytes
@@ -458,16 +459,16 @@ class Log:
             raise CorruptRecordError("no record batch in an append")
         return batches
 
-    def _append(self, view: memoryview, batches, now: int | None) -> AppendInfo:
-        now = now_ms() if now is None else now
+    def _append(self, view: memoryview, batches, now_ms: int | None) -> AppendInfo:
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
         records = 0
         for position, header in batches:
             segment = self.active_segment
             if segment.size_bytes > 0 and (
                     segment.size_bytes + header.size_bytes > self.config.segment_bytes
                     or segment.index_full
-                    or now - segment.created_ms >= self.config.roll_ms):
-                self.roll(now=now)
+                    or now_ms - segment.created_ms >= self.config.roll_ms):
+                self.roll(now_ms=now_ms)
                 segment = self.active_segment
             segment.append(view[position:position + header.size_bytes], header)
             records += header.record_count
@@ -476,8 +477,8 @@ class Log:
         assert info.last_offset - info.first_offset + 1 == records
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_interval_messages or \
-                now - self._last_flush_ms >= self.config.flush_interval_ms:
-            self.flush(now=now)
+                now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+            self.flush(now_ms=now_ms)
         return info
 
     # ================================================================ read
@@ -530,27 +531,27 @@ class Log:
 
     # ================================================================ roll / flush
 
-    def roll(self, *, now: int | None = None) -> None:
+    def roll(self, *, now_ms: int | None = None) -> None:
         """Seal the active segment (trim, persist indexes, flush) and start a new one."""
         self._ensure_open()
-        now = now_ms() if now is None else now
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
         segment = self.active_segment
         if segment.size_bytes == 0:
             return
         segment.seal()
         segment.persist_indexes()
-        self._add_segment(self._new_segment(self.log_end_offset, now))
+        self._add_segment(self._new_segment(self.log_end_offset, now_ms))
         fsync_dir(self.directory)
-        self.flush(now=now)
+        self.flush(now_ms=now_ms)
 
-    def _new_segment(self, base_offset: int, now: int) -> Segment:
+    def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
         indexes = []
         for cls, kind in ((OffsetIndex, KIND_OFFSET), (TimeIndex, KIND_TIME)):
             name = index_name(self.cluster_id, self.broker_id, self.topic, self.partition,
                               base_offset, kind)
             indexes.append(cls.create(name, base_offset, self._index_entries_max()))
         return Segment.create(self.directory, base_offset, self.config.segment_bytes,
-                              indexes[0], indexes[1], self.config.index_interval_bytes, now)
+                              indexes[0], indexes[1], self.config.index_interval_bytes, now_ms)
 
     def _add_segment(self, segment: Segment) -> None:
         if self.segments:
@@ -561,22 +562,24 @@ class Log:
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
 
-    def flush(self, *, now: int | None = None) -> None:
+    def flush(self, *, now_ms: int | None = None) -> None:
         """fsync everything up to the LEO and checkpoint it as the recovery point."""
         self._ensure_open()
-        for segment in self.segments[max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1):]:
+        first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        for segment in self.segments[first:]:
             if segment.flushed_bytes < segment.size_bytes:
                 segment.flush()
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms() if now is None else now
+        self._last_flush_ms = wall_clock_ms() if now_ms is None else now_ms
         self._write_recovery_point()
 
-    def flush_if_due(self, *, now: int | None = None) -> bool:
+    def flush_if_due(self, *, now_ms: int | None = None) -> bool:
         """The broker's periodic check of log.flush.interval.ms (appends check it too)."""
-        now = now_ms() if now is None else now
-        if self._unflushed_messages and now - self._last_flush_ms >= self.config.flush_interval_ms:
-            self.flush(now=now)
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        due = now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+        if self._unflushed_messages and due:
+            self.flush(now_ms=now_ms)
             return True
         return False
 
@@ -619,7 +622,7 @@ class Log:
         self._after_truncation()
         return True
 
-    def truncate_fully_and_start_at(self, offset: int, *, now: int | None = None) -> None:
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
         """Delete every segment and restart empty at ``offset`` (a follower far behind)."""
         self._ensure_open()
         if offset < 0:
@@ -627,7 +630,7 @@ class Log:
         for segment in reversed(self.segments):
             segment.delete()
         self.segments, self._bases = [], []
-        self._add_segment(self._new_segment(offset, now_ms() if now is None else now))
+        self._add_segment(self._new_segment(offset, wall_clock_ms() if now_ms is None else now_ms))
         fsync_dir(self.directory)
         self.high_watermark = offset
         self.recovery_point = offset
@@ -645,11 +648,11 @@ class Log:
 
     # ================================================================ retention
 
-    def delete_old_segments(self, *, now: int | None = None) -> int:
+    def delete_old_segments(self, *, now_ms: int | None = None) -> int:
         """Retention (log.retention.ms / log.retention.bytes): delete whole segments
         from the start, only below the HW, never the active one. Returns how many."""
         self._ensure_open()
-        now = now_ms() if now is None else now
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         total = self.size_bytes
         deleted = 0
@@ -658,7 +661,7 @@ class Log:
             if first.next_offset > self.high_watermark:
                 break
             expired = retention_ms >= 0 and first.max_timestamp >= 0 and \
-                now - first.max_timestamp > retention_ms
+                now_ms - first.max_timestamp > retention_ms
             too_big = retention_bytes >= 0 and total - first.size_bytes >= retention_bytes
             if not (expired or too_big):
                 break

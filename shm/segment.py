@@ -3,12 +3,13 @@
 Rules and invariants:
 - Bytes [0, size_bytes) are whole, valid, contiguous batches: the first starts at
   ``base_offset``, each next one at the previous one's next offset; ``next_offset`` is
-  the offset after the last batch. Appends copy a whole batch into the map and only
-  then advance ``size_bytes``, so nothing in this process reads a torn batch.
+  the offset after the last batch. Appends write a whole batch and only then advance
+  ``size_bytes``, so nothing in this process reads a torn batch.
 - The active segment's file is preallocated to ``capacity_bytes`` (ftruncate: holes
   read as zeros) and mapped; appends pwrite into it, reserving disk blocks ahead in
-  PREALLOCATE_CHUNK_BYTES steps, and the map sees them at once (one page cache). Everything at and after the first batch
-  position whose 12-byte prefix is zero is zero: appends only extend the data, and
+  PREALLOCATE_CHUNK_BYTES steps, and the map sees them at once (one page cache).
+- Everything at and after the first batch position whose 12-byte prefix is zero is
+  zero: appends only extend the data, and
   truncation zeroes the cut region from its END backwards, so a crash in the middle of
   a truncation leaves a torn batch (found by its CRC) rather than a zero prefix with
   stale batches behind it. Recovery therefore treats a zero prefix as the end.
@@ -197,7 +198,8 @@ class Segment:
     def peek(self, position: int) -> tuple[int, int, int]:
         """(base_offset, size_bytes, next_offset) of the trusted batch at ``position``."""
         base_offset, batch_length = B.PREFIX.unpack_from(self._map, position)
-        last_delta = B.LAST_OFFSET_DELTA.unpack_from(self._map, position + B.LAST_OFFSET_DELTA_POSITION)[0]
+        last_delta = B.LAST_OFFSET_DELTA.unpack_from(
+            self._map, position + B.LAST_OFFSET_DELTA_POSITION)[0]
         return base_offset, batch_length + B.LENGTH_OVERHEAD_BYTES, base_offset + last_delta + 1
 
     def position_of(self, offset: int) -> int | None:

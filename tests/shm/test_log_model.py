@@ -42,7 +42,7 @@ def make_machine(cluster_id: str):
 
         def _open(self, reattach: bool = True) -> Log:
             return Log.open(self.data_dir, "topic", 3, CONFIG, cluster_id=cluster_id,
-                            broker_id=self.broker_id, reattach_indexes=reattach, now=0)
+                            broker_id=self.broker_id, reattach_indexes=reattach, now_ms=0)
 
         def teardown(self):
             if hasattr(self, "log"):
@@ -86,11 +86,11 @@ def make_machine(cluster_id: str):
 
         @rule()
         def roll(self):
-            self.log.roll(now=0)
+            self.log.roll(now_ms=0)
 
         @rule()
         def flush(self):
-            self.log.flush(now=0)
+            self.log.flush(now_ms=0)
 
         @rule(data=st.data())
         def truncate_to(self, data):
@@ -109,7 +109,7 @@ def make_machine(cluster_id: str):
         def truncate_fully_and_start_at(self, offset, rarely):
             if rarely:
                 return
-            self.log.truncate_fully_and_start_at(offset, now=0)
+            self.log.truncate_fully_and_start_at(offset, now_ms=0)
             self.batches, self.start, self.leo = [], offset, offset
 
         @rule(data=st.data())
@@ -117,7 +117,7 @@ def make_machine(cluster_id: str):
             hw = data.draw(st.integers(self.start, self.leo))
             self.log.update_high_watermark(hw)
             size_before = self.log.size_bytes
-            self.log.delete_old_segments(now=0)
+            self.log.delete_old_segments(now_ms=0)
             new_start = self.log.log_start_offset
             assert self.start <= new_start <= max(hw, self.start)
             if new_start > self.start:

@@ -201,16 +201,16 @@ def test_retention_by_bytes_and_time_moves_log_start_by_whole_segments(tmp_path,
     log = open_log(tmp_path, cluster_id, config)
     try:
         fill(log, 200)
-        assert log.delete_old_segments(now=0) == 0, "nothing below the HW yet"
+        assert log.delete_old_segments(now_ms=0) == 0, "nothing below the HW yet"
         log.update_high_watermark(log.log_end_offset)
-        assert log.delete_old_segments(now=0) > 0
+        assert log.delete_old_segments(now_ms=0) > 0
         assert log.size_bytes - log.segments[0].size_bytes < 20000
         assert log.log_start_offset == log.segments[0].base_offset > 0
         assert log.leader_epoch_cache.entries[0].start_offset == log.log_start_offset
         with pytest.raises(OffsetOutOfRangeError):
             log.read(log.log_start_offset - 1, 100)
-        # By time: every sealed segment's newest record is older than 1 s at now=10**9.
-        log.delete_old_segments(now=10**9)
+        # By time: every sealed segment's newest record is older than 1 s at now_ms=10**9.
+        log.delete_old_segments(now_ms=10**9)
         assert len(log.segments) == 1 and log.log_start_offset == log.active_segment.base_offset
     finally:
         log.delete()
@@ -294,14 +294,14 @@ def test_a_missing_segment_file_ends_the_log_at_the_gap(tmp_path, cluster_id):
 
 def test_roll_ms_and_flush_interval_ms_are_honoured(tmp_path, cluster_id):
     config = LogConfig(segment_bytes=1 << 16, roll_ms=1000, flush_interval_ms=500)
-    log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now=0)
+    log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=0)
     try:
-        log.append_as_leader(B.build_batch([b"a"]), 1, now=0)
-        assert log.recovery_point == 0 and not log.flush_if_due(now=499)
-        assert log.flush_if_due(now=500) and log.recovery_point == 1
-        log.append_as_leader(B.build_batch([b"b"]), 1, now=999)
+        log.append_as_leader(B.build_batch([b"a"]), 1, now_ms=0)
+        assert log.recovery_point == 0 and not log.flush_if_due(now_ms=499)
+        assert log.flush_if_due(now_ms=500) and log.recovery_point == 1
+        log.append_as_leader(B.build_batch([b"b"]), 1, now_ms=999)
         assert len(log.segments) == 1
-        log.append_as_leader(B.build_batch([b"c"]), 1, now=1000)  # segment is 1000 ms old
+        log.append_as_leader(B.build_batch([b"c"]), 1, now_ms=1000)  # segment is 1000 ms old
         assert [s.base_offset for s in log.segments] == [0, 2]
     finally:
         log.delete()
