@@ -487,7 +487,9 @@ class Log:
              ) -> memoryview:
         """Whole batches from the one holding ``start_offset``: at most ``max_bytes``
         but at least one batch (as Kafka), none ending above ``max_offset`` (e.g. the HW).
-        A zero-copy read-only view of one segment; empty at the LEO."""
+        A zero-copy read-only view of one segment; empty at the LEO. The bytes stay
+        valid until this range is truncated (they then read as zeros) - copy them to
+        keep them longer; a deleted segment's view stays readable (the map lives on)."""
         self._ensure_open()
         if not self.log_start_offset <= start_offset <= self.log_end_offset:
             raise OffsetOutOfRangeError(
