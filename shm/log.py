@@ -10,6 +10,7 @@ On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
         00000000000000000000.timeindex  time index (same)
         00000000000000004711.log        next segment, named by its base offset
         leader-epoch-checkpoint         epoch -> start offset
+        .lock                           flock'd by the one Log that has it open
 
 - Segment files are named by base offset (``%020d.log``); the segment with the highest
   base offset is the active one. Its file is preallocated (sparse, zero-filled) to
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import fcntl
 import logging
 import os
 import re
@@ -77,6 +79,7 @@ from shm.segment import Segment, segment_file_name
 logger = logging.getLogger("shm.log")
 
 BATCHES_PER_APPEND_MAX = 100_000
+LOCK_FILE = ".lock"
 _INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
 
 
@@ -167,6 +170,7 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
+        self._lock_fd = -1
 
     # ================================================================ open / recovery
 
@@ -178,30 +182,59 @@ class Log:
         started = time.perf_counter()
         log = cls(data_dir, topic, partition, config or LogConfig(), cluster_id, broker_id)
         os.makedirs(log.directory, exist_ok=True)
-        for name in os.listdir(log.directory):
+        log._lock()
+        try:
+            log._load(reattach_indexes, wall_clock_ms() if now_ms is None else now_ms)
+        except BaseException:
+            log.abandon()  # drop maps, descriptors and the lock; leave files for a retry
+            raise
+        log.recovery.elapsed_s = time.perf_counter() - started
+        return log
+
+    def _load(self, reattach_indexes: bool, now_ms: int) -> None:
+        for name in os.listdir(self.directory):
             if name.endswith(".tmp"):
-                os.unlink(os.path.join(log.directory, name))
-        now_ms = wall_clock_ms() if now_ms is None else now_ms
-        log._last_flush_ms = now_ms
-        log.leader_epoch_cache = LeaderEpochCache(
-            os.path.join(log.directory, LEADER_EPOCH_CHECKPOINT), lambda: log.log_end_offset)
-        bases = sorted(int(n[:-4]) for n in os.listdir(log.directory)
+                os.unlink(os.path.join(self.directory, name))
+        self._last_flush_ms = now_ms
+        epoch_path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)
+        try:
+            self.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: self.log_end_offset)
+        except CheckpointError as e:
+            logger.warning("%s; starting with an empty leader epoch cache", e)
+            os.unlink(epoch_path)
+            self.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: self.log_end_offset)
+        bases = sorted(int(n[:-4]) for n in os.listdir(self.directory)
                        if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
         if len(bases) > SEGMENTS_PER_LOG_MAX:
-            raise LogError(f"{log.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
-        log._unlink_orphan_indexes(bases)
+            raise LogError(f"{self.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
+        self._unlink_orphan_indexes(bases)
         if not bases:
-            log._add_segment(log._new_segment(0, now_ms))
+            self._add_segment(self._new_segment(0, now_ms))
         else:
-            log._recover(bases, reattach_indexes, now_ms)
-        log.high_watermark = min(max(log._read_checkpoint(log._hw_file), log.log_start_offset),
-                                 log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
-        log.recovery.log_end_offset = log.log_end_offset
-        log.recovery.elapsed_s = time.perf_counter() - started
-        log.check()
-        return log
+            self._recover(bases, reattach_indexes, now_ms)
+        self.high_watermark = min(max(self._read_checkpoint(self._hw_file),
+                                      self.log_start_offset), self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.recovery.log_end_offset = self.log_end_offset
+        self.check()
+
+    def _lock(self) -> None:
+        """One writer per partition directory (Kafka locks its log dirs the same way);
+        the kernel drops the lock when the process dies."""
+        self._lock_fd = os.open(os.path.join(self.directory, LOCK_FILE),
+                                os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise LogError(f"{self.directory} is open in another Log (its {LOCK_FILE} is held)")
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = -1
 
     def _unlink_orphan_indexes(self, bases: list[int]) -> None:
         """Shared memory of segments that are gone (a crash between deleting a segment's
@@ -698,12 +731,14 @@ class Log:
         for segment in self.segments:
             segment.close(unlink_indexes=True)
         self._closed = True
+        self._unlock()
 
     def abandon(self) -> None:
         """Drop this object as a SIGKILL would (tests): no trim, no persist, no unlink."""
         for segment in self.segments:
             segment.abandon()
         self._closed = True
+        self._unlock()
 
     def delete(self) -> None:
         """Remove the partition directory, its shared memory and its checkpoint entries."""
@@ -716,3 +751,4 @@ class Log:
             except CheckpointError:
                 pass
         self._closed = True
+        self._unlock()

@@ -305,3 +305,15 @@ def test_roll_ms_and_flush_interval_ms_are_honoured(tmp_path, cluster_id):
         assert [s.base_offset for s in log.segments] == [0, 2]
     finally:
         log.delete()
+
+
+def test_a_partition_directory_has_one_writer(tmp_path, cluster_id):
+    from shm.log import LogError
+    log = open_log(tmp_path, cluster_id)
+    try:
+        with pytest.raises(LogError, match="another Log"):
+            open_log(tmp_path, cluster_id)
+    finally:
+        log.close()
+    log = open_log(tmp_path, cluster_id)  # released by close
+    log.delete()
