@@ -42,7 +42,8 @@ Rules and invariants:
   ``read`` never returns a torn batch; views are read-only.
 - Default flush policy: never fsync on append (acks come from the page cache and
   durability from replication, as Kafka). ``flush()`` fsyncs and advances the
-  recovery point, which is checkpointed; a roll flushes the sealed segment, as Kafka.
+  recovery point, which is checkpointed; a roll flushes the sealed segment in a
+  background thread and then advances the recovery point, as Kafka.
 - Recovery (``Log.open`` after an unclean shutdown) trusts everything below the
   recovery point and verifies CRC and structure from there on, so its cost is the
   unflushed tail. It cuts a torn or corrupt tail and reports each cut
@@ -61,6 +62,7 @@ import os
 import re
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,6 +144,34 @@ class RecoveryReport:
         return bool(self.truncations)
 
 
+@dataclass
+class _RollFlush:
+    future: Future
+    offset: int  # the recovery point once the fsyncs are done
+    segments: list[tuple[Segment, int]]  # (segment, bytes covered)
+
+
+_flusher_pool: ThreadPoolExecutor | None = None
+
+
+def _flusher() -> ThreadPoolExecutor:
+    """One background thread per process for roll flushes (os.fsync drops the GIL)."""
+    global _flusher_pool
+    if _flusher_pool is None:
+        _flusher_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mk-roll-flush")
+    return _flusher_pool
+
+
+def _fsync_and_close(descriptors: list[int]) -> None:
+    # Duplicated descriptors: the log may close or delete the segment meanwhile.
+    try:
+        for fd in descriptors:
+            os.fsync(fd)
+    finally:
+        for fd in descriptors:
+            os.close(fd)
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -171,6 +201,7 @@ class Log:
         self._last_flush_ms = wall_clock_ms()
         self._closed = False
         self._lock_fd = -1
+        self._roll_flush: _RollFlush | None = None
 
     # ================================================================ open / recovery
 
@@ -494,6 +525,7 @@ class Log:
 
     def _append(self, view: memoryview, batches, now_ms: int | None) -> AppendInfo:
         now_ms = wall_clock_ms() if now_ms is None else now_ms
+        self._poll_roll_flush(wait=False)
         records = 0
         for position, header in batches:
             segment = self.active_segment
@@ -573,11 +605,33 @@ class Log:
         segment = self.active_segment
         if segment.size_bytes == 0:
             return
+        self._poll_roll_flush(wait=True)  # at most one in flight
         segment.seal()
         segment.persist_indexes()
         self._add_segment(self._new_segment(self.log_end_offset, now_ms))
         fsync_dir(self.directory)
-        self.flush(now_ms=now_ms)
+        # As Kafka: the sealed segments are fsynced in the background and the recovery
+        # point moves to the new segment once that is done (seen by the next append,
+        # flush or flush_if_due), so a roll does not stall appends behind an fsync.
+        first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        pending = [(s, s.size_bytes) for s in self.segments[first:-1]
+                   if s.flushed_bytes < s.size_bytes]
+        descriptors = [s.dup_fd() for s, _ in pending]
+        self._roll_flush = _RollFlush(_flusher().submit(_fsync_and_close, descriptors),
+                                      self.active_segment.base_offset, pending)
+
+    def _poll_roll_flush(self, *, wait: bool) -> None:
+        """Apply a finished background roll flush (or wait for it)."""
+        roll_flush = self._roll_flush
+        if roll_flush is None or not (wait or roll_flush.future.done()):
+            return
+        self._roll_flush = None
+        roll_flush.future.result()  # an fsync error surfaces here, as a storage error
+        for segment, size_bytes in roll_flush.segments:
+            segment.flushed_bytes = max(segment.flushed_bytes, size_bytes)
+        if self.recovery_point < roll_flush.offset <= self.log_end_offset:
+            self.recovery_point = roll_flush.offset
+            self._write_recovery_point()
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
         indexes = []
@@ -600,6 +654,7 @@ class Log:
     def flush(self, *, now_ms: int | None = None) -> None:
         """fsync everything up to the LEO and checkpoint it as the recovery point."""
         self._ensure_open()
+        self._poll_roll_flush(wait=True)
         first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         for segment in self.segments[first:]:
             if segment.flushed_bytes < segment.size_bytes:
@@ -612,6 +667,7 @@ class Log:
     def flush_if_due(self, *, now_ms: int | None = None) -> bool:
         """The broker's periodic check of log.flush.interval.ms (appends check it too)."""
         now_ms = wall_clock_ms() if now_ms is None else now_ms
+        self._poll_roll_flush(wait=False)
         due = now_ms - self._last_flush_ms >= self.config.flush_interval_ms
         if self._unflushed_messages and due:
             self.flush(now_ms=now_ms)
@@ -662,6 +718,7 @@ class Log:
         self._ensure_open()
         if offset < 0:
             raise ValueError(f"truncate_fully_and_start_at({offset})")
+        self._roll_flush = None
         for segment in reversed(self.segments):
             segment.delete()
         self.segments, self._bases = [], []
@@ -674,6 +731,7 @@ class Log:
         self.check()
 
     def _after_truncation(self) -> None:
+        self._roll_flush = None  # its offset may now name different data: forget it
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         if self.recovery_point > self.log_end_offset:
@@ -720,6 +778,7 @@ class Log:
         checkpoints, unlink this log's shared memory."""
         if self._closed:
             return
+        self._poll_roll_flush(wait=True)
         self.active_segment.trim_for_close()
         for segment in self.segments:
             if segment.flushed_bytes < segment.size_bytes or segment is self.segments[-1]:

@@ -139,6 +139,10 @@ class Segment:
         self.offset_index.persist(stem + ".index")
         self.time_index.persist(stem + ".timeindex")
 
+    def dup_fd(self) -> int:
+        """A descriptor of the file for a background fsync (the caller closes it)."""
+        return os.dup(self._fd)
+
     def flush(self) -> None:
         os.fsync(self._fd)
         self.flushed_bytes = self.size_bytes

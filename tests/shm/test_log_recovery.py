@@ -317,3 +317,23 @@ def test_a_partition_directory_has_one_writer(tmp_path, cluster_id):
         log.close()
     log = open_log(tmp_path, cluster_id)  # released by close
     log.delete()
+
+
+def test_a_roll_flushes_in_the_background_then_moves_the_recovery_point(tmp_path, cluster_id):
+    import time
+    log = open_log(tmp_path, cluster_id, LogConfig(segment_bytes=1 << 16))
+    try:
+        fill(log, 20)
+        log.roll()
+        new_base = log.active_segment.base_offset
+        assert new_base == 100 and log.recovery_point == 0
+        deadline = time.monotonic() + 30
+        while log.recovery_point != new_base:  # applied when the log next looks
+            assert time.monotonic() < deadline, "the roll flush never completed"
+            log.flush_if_due()
+            time.sleep(0.001)
+        text = open(os.path.join(str(tmp_path), "recovery-point-offset-checkpoint")).read()
+        assert text.endswith("orders 2 100\n")
+        assert log.segments[0].flushed_bytes == log.segments[0].size_bytes
+    finally:
+        log.delete()
