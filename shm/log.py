@@ -16,7 +16,9 @@ On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
   base offset is the active one. Its file is preallocated (sparse, zero-filled) to
   ``log.segment.bytes`` and mmap'd; bytes after the last batch are zero. Every other
   segment's file is trimmed to its data. So a reader mapping a segment must stop at
-  the first 12-byte zero prefix or at an offset it knows is written (HW).
+  an offset it knows is written (HW) or at the first 12-byte zero prefix, and must
+  never touch bytes past the file's current size: a roll trims the file it mapped at
+  full capacity, and touching a page past the end of a file is SIGBUS.
 - The log start offset is the base offset of the first segment; retention deletes
   whole segments, never the active one.
 
