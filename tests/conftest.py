@@ -1,8 +1,11 @@
 """Suite-wide guards: unique cluster ids, and nothing may leak into /dev/shm.
 
-Each test that touches shared memory takes the ``cluster_id`` fixture; after the test
-every object of that cluster must be gone. At the end of the run the controller process
-also fails the run if any ``mk-*`` object appeared during it and is still there.
+Every cluster id a test uses starts with ``t<SESSION>`` (``new_cluster_id()`` or the
+``cluster_id`` fixture), where SESSION is unique to this pytest run and inherited by the
+xdist workers and by child processes through ``MK_TEST_SESSION``. After a test every
+object of its cluster must be gone, and at the end of the run the controller fails the
+run if any object of this run's clusters is still in /dev/shm. Objects of other runs
+(a concurrent pytest, a user's live cluster) are never looked at or touched.
 """
 from __future__ import annotations
 
@@ -13,24 +16,27 @@ import pytest
 
 from shm.names import PREFIX, SHM_DIR, cleanup_cluster, cluster_objects
 
+SESSION = os.environ.setdefault("MK_TEST_SESSION", uuid.uuid4().hex[:8])
+
+
+def new_cluster_id() -> str:
+    """A cluster id unique to this call and owned by this test run."""
+    return "t" + SESSION + uuid.uuid4().hex[:8]
+
 
 def _shm_entries() -> set[str]:
+    head = PREFIX + "t" + SESSION
     try:
-        return {e for e in os.listdir(SHM_DIR) if e.startswith(PREFIX)}
+        return {e for e in os.listdir(SHM_DIR) if e.startswith(head)}
     except FileNotFoundError:
         return set()
-
-
-def pytest_configure(config):
-    if not hasattr(config, "workerinput"):  # controller (or a run without xdist)
-        config._mk_shm_before = _shm_entries()
 
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput"):
         return
-    leaked = sorted(_shm_entries() - getattr(config, "_mk_shm_before", set()))
+    leaked = sorted(_shm_entries())
     if leaked:
         for entry in leaked:
             try:
@@ -44,7 +50,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture
 def cluster_id() -> str:
     """A cluster id unique to this test; fails the test if its shm objects outlive it."""
-    cid = "t" + uuid.uuid4().hex[:12]
+    cid = new_cluster_id()
     yield cid
     leaked = cluster_objects(cid)
     if leaked:
