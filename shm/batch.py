@@ -1,0 +1,438 @@
+"""Record batch codec: Kafka v2 header, columnar (Arrow binary layout) body. Sans-I/O.
+
+Layout (all little-endian; HEADER_BYTES = 61, exactly Kafka v2's header fields):
+
+    offset  field                   type
+    0       base_offset             i64   stamped by the leader in place
+    8       batch_length            i32   bytes AFTER this field (total - 12), as Kafka
+    12      partition_leader_epoch  i32   stamped by the leader in place
+    16      magic                   i8    always 2
+    17      crc                     u32   CRC-32C of bytes [21, end): attributes..end
+    21      attributes              i16   see ATTR_* below
+    23      last_offset_delta       i32   record_count - 1
+    27      base_timestamp          i64   ms
+    35      max_timestamp           i64   ms, = base_timestamp + max(timestamp_delta)
+    43      producer_id             i64   -1 if none
+    51      producer_epoch          i16   -1 if none
+    53      base_sequence           i32   -1 if none
+    57      record_count            i32   n, 1 <= n <= BATCH_RECORDS_MAX
+    61      body
+
+Body (Arrow binary layout, so a batch becomes pyarrow arrays without copying payloads):
+
+    timestamp_delta i32[n] | key_offsets i32[n+1] | value_offsets i32[n+1] |
+    key bytes | value bytes | [key validity bitmap] | [value validity bitmap]
+
+Rules:
+- Offsets arrays start at 0, never decrease, and end at the length of their bytes
+  section; the body length is exactly the sum of its sections.
+- Null keys/values: decided once, by flag + Arrow validity bitmap. If attribute bit
+  ATTR_KEY_NULLS (0x100) is set, a key validity bitmap of ceil(n/8) bytes follows the
+  value bytes (Arrow bit order: bit i of byte i//8, LSB first; 1 = present, 0 = null);
+  likewise ATTR_VALUE_NULLS (0x200) for values, after the key bitmap. A null entry has
+  zero length in its offsets array. Without the flag every entry is present (an empty
+  key is b"", not null) and no bitmap is stored - the common case costs nothing.
+- Compression, transactional and control bits (Kafka's low bits) are not supported:
+  any attribute bit other than the two above makes the batch corrupt.
+- The CRC starts at ``attributes``, so ``stamp()`` (base_offset, partition_leader_epoch)
+  never changes it: brokers never re-encode a batch.
+- Every decoding failure (truncated, oversized, corrupt) raises exactly one
+  ``CorruptRecordError``; nothing else escapes the parser (checked by a fuzz test).
+- The body arrays are not necessarily aligned (61-byte header, batches packed back to
+  back); numpy and pyarrow read unaligned i32 buffers correctly.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+from crc32c import crc32c
+
+from shm.config import BATCH_BYTES_MAX, BATCH_RECORDS_MAX
+
+MAGIC = 2
+HEADER = struct.Struct("<qiibIhiqqqhii")
+HEADER_BYTES = HEADER.size
+LENGTH_OVERHEAD_BYTES = 12  # base_offset + batch_length: not counted in batch_length
+CRC_START = 21
+BASE_OFFSET = struct.Struct("<q")
+LEADER_EPOCH = struct.Struct("<i")
+LEADER_EPOCH_POSITION = 12
+PREFIX = struct.Struct("<qi")  # base_offset, batch_length: enough to walk a region
+CRC = struct.Struct("<I")
+CRC_POSITION = 17
+
+ATTR_KEY_NULLS = 0x100
+ATTR_VALUE_NULLS = 0x200
+ATTR_KNOWN = ATTR_KEY_NULLS | ATTR_VALUE_NULLS
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+assert HEADER_BYTES == 61
+assert HEADER_BYTES + 4 + 8 <= BATCH_BYTES_MAX
+
+
+class CorruptRecordError(Exception):
+    """A buffer is not a valid record batch (truncated, oversized or corrupt).
+
+    ``position`` is where the bad batch starts within the buffer that was walked.
+    """
+
+    def __init__(self, message: str, position: int = 0) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size_bytes(self) -> int:
+        """Total bytes of the batch, header included."""
+        return self.batch_length + LENGTH_OVERHEAD_BYTES
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+@dataclass(frozen=True)
+class RecordBatch:
+    """A parsed batch. ``keys``/``values`` are pyarrow BinaryArrays viewing the buffer."""
+
+    header: BatchHeader
+    timestamp_deltas: np.ndarray
+    keys: pa.Array
+    values: pa.Array
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def record_count(self) -> int:
+        return self.header.record_count
+
+    @property
+    def size_bytes(self) -> int:
+        return self.header.size_bytes
+
+    @property
+    def timestamps(self) -> np.ndarray:
+        return self.timestamp_deltas.astype(np.int64) + self.header.base_timestamp
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.arange(self.header.base_offset, self.header.next_offset, dtype=np.int64)
+
+    def records(self) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        """(offset, timestamp, key, value) per record: per-record Python work, for tests."""
+        return list(zip(self.offsets.tolist(), self.timestamps.tolist(),
+                        self.keys.to_pylist(), self.values.to_pylist()))
+
+
+# ---------------------------------------------------------------- building
+
+def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
+                partition_leader_epoch: int = -1, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH,
+                base_sequence: int = NO_SEQUENCE) -> bytearray:
+    """Encode one batch; returns a writable bytearray (so the leader can ``stamp`` it).
+
+    ``values`` / ``keys``: a list of bytes-or-None, a pyarrow Binary/LargeBinary array,
+    or a 2-D uint8 numpy array (one fixed-size record per row). ``keys=None`` means
+    every key is null. ``timestamps_ms``: None (now), an int (all the same), or a
+    sequence / numpy array of n ints. Arrays are encoded without per-record Python work.
+    """
+    value_col = _column(values, "values")
+    n = value_col.count
+    if not 1 <= n <= BATCH_RECORDS_MAX:
+        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {n}")
+    key_col = _null_column(n) if keys is None else _column(keys, "keys")
+    if key_col.count != n:
+        raise ValueError(f"{key_col.count} keys for {n} values")
+    timestamps = _timestamps(timestamps_ms, n)
+    base_timestamp = int(timestamps.min())
+    deltas = timestamps - base_timestamp
+    if int(deltas.max()) > 2**31 - 1:
+        raise ValueError("timestamps in one batch must span less than 2**31 ms")
+    attributes = (ATTR_KEY_NULLS if key_col.validity is not None else 0) | \
+                 (ATTR_VALUE_NULLS if value_col.validity is not None else 0)
+    parts = [deltas.astype("<i4"), key_col.offsets, value_col.offsets, key_col.data,
+             value_col.data]
+    parts += [c.validity for c in (key_col, value_col) if c.validity is not None]
+    body_bytes = sum(p.nbytes for p in parts)
+    total_bytes = HEADER_BYTES + body_bytes
+    if total_bytes > BATCH_BYTES_MAX:
+        raise ValueError(f"batch of {total_bytes} bytes exceeds {BATCH_BYTES_MAX}")
+    buf = bytearray(total_bytes)
+    position = HEADER_BYTES
+    for part in parts:
+        size = part.nbytes
+        buf[position:position + size] = memoryview(np.ascontiguousarray(part)).cast("B")
+        position += size
+    assert position == total_bytes
+    HEADER.pack_into(buf, 0, base_offset, total_bytes - LENGTH_OVERHEAD_BYTES,
+                     partition_leader_epoch, MAGIC, 0, attributes, n - 1, base_timestamp,
+                     base_timestamp + int(deltas.max()), producer_id, producer_epoch,
+                     base_sequence, n)
+    CRC.pack_into(buf, CRC_POSITION, crc32c(memoryview(buf)[CRC_START:]))
+    return buf
+
+
+@dataclass
+class _Column:
+    count: int
+    offsets: np.ndarray  # "<i4", count + 1, starting at 0
+    data: np.ndarray  # uint8
+    validity: np.ndarray | None  # packed uint8 bitmap, or None when nothing is null
+
+
+def _null_column(n: int) -> _Column:
+    return _Column(n, np.zeros(n + 1, "<i4"), np.zeros(0, np.uint8),
+                   np.zeros((n + 7) // 8, np.uint8))
+
+
+def _column(items, what: str) -> _Column:
+    if isinstance(items, np.ndarray):
+        if items.ndim != 2 or items.dtype != np.uint8:
+            raise ValueError(f"{what}: a numpy column must be 2-D uint8 (one row per record)")
+        n, width = items.shape
+        offsets = (np.arange(n + 1, dtype=np.int64) * width)
+        if offsets[-1] > BATCH_BYTES_MAX:
+            raise ValueError(f"{what}: {offsets[-1]} bytes exceed {BATCH_BYTES_MAX}")
+        return _Column(n, offsets.astype("<i4"), items.reshape(-1), None)
+    if isinstance(items, pa.ChunkedArray):
+        items = items.combine_chunks()
+    if not isinstance(items, pa.Array):
+        items = pa.array(list(items), type=pa.binary())  # one C pass over the list
+    if pa.types.is_large_binary(items.type) or pa.types.is_string(items.type) \
+            or pa.types.is_large_string(items.type):
+        items = items.cast(pa.binary())
+    if not pa.types.is_binary(items.type):
+        raise ValueError(f"{what}: expected binary values, got {items.type}")
+    return _arrow_column(items)
+
+
+def _arrow_column(array: pa.Array) -> _Column:
+    n = len(array)
+    validity = None
+    if array.null_count:
+        # Our rule: a null slot has zero length. Foreign arrays may not follow it, so
+        # keep only the present values (one C pass) and re-spread their lengths.
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+        present = _arrow_column(array.filter(array.is_valid()))
+        lengths = np.zeros(n, np.int64)
+        lengths[valid] = np.diff(present.offsets)
+        offsets = np.concatenate(([0], np.cumsum(lengths))).astype("<i4")
+        return _Column(n, offsets, present.data, np.packbits(valid, bitorder="little"))
+    _, offsets_buf, data_buf = array.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype="<i4")[array.offset:array.offset + n + 1]
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buf, dtype=np.uint8)[start:end] if data_buf is not None \
+        else np.zeros(0, np.uint8)
+    return _Column(n, (offsets - start).astype("<i4"), data, validity)
+
+
+def _timestamps(timestamps_ms, n: int) -> np.ndarray:
+    if timestamps_ms is None:
+        return np.full(n, int(time.time() * 1000), dtype=np.int64)
+    if isinstance(timestamps_ms, (int, np.integer)):
+        return np.full(n, int(timestamps_ms), dtype=np.int64)
+    array = np.asarray(timestamps_ms, dtype=np.int64)
+    if array.shape != (n,):
+        raise ValueError(f"{array.shape} timestamps for {n} records")
+    return array
+
+
+# ---------------------------------------------------------------- stamping
+
+def stamp(buf, base_offset: int, partition_leader_epoch: int) -> None:
+    """Set base_offset and partition_leader_epoch in place (the CRC does not cover them)."""
+    BASE_OFFSET.pack_into(buf, 0, base_offset)
+    LEADER_EPOCH.pack_into(buf, LEADER_EPOCH_POSITION, partition_leader_epoch)
+
+
+# ---------------------------------------------------------------- parsing
+
+def read_header(buf, position: int = 0, *,
+                max_bytes: int = BATCH_BYTES_MAX) -> BatchHeader:
+    """Decode and check the fixed header at ``position`` (no CRC, no body checks).
+
+    Checks that the whole batch fits in ``buf`` and in ``max_bytes``.
+    """
+    available = len(buf) - position
+    if available < HEADER_BYTES:
+        raise CorruptRecordError(
+            f"truncated batch at position {position}: {available} bytes, "
+            f"a header needs {HEADER_BYTES}", position)
+    header = BatchHeader(*HEADER.unpack_from(buf, position))
+    size = header.size_bytes
+    if header.batch_length < HEADER_BYTES - LENGTH_OVERHEAD_BYTES:
+        raise CorruptRecordError(
+            f"batch at position {position} has batch_length {header.batch_length}, "
+            f"below the header's {HEADER_BYTES - LENGTH_OVERHEAD_BYTES}", position)
+    if size > max_bytes:
+        raise CorruptRecordError(
+            f"batch at position {position} is {size} bytes, over the limit of "
+            f"{max_bytes} (message.max.bytes)", position)
+    if size > available:
+        raise CorruptRecordError(
+            f"truncated batch at position {position}: needs {size} bytes, "
+            f"{available} present", position)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"batch at position {position} has magic {header.magic}, expected {MAGIC}",
+            position)
+    if header.attributes & ~ATTR_KNOWN:
+        raise CorruptRecordError(
+            f"batch at position {position} has unsupported attributes "
+            f"{header.attributes:#x}", position)
+    if not 1 <= header.record_count <= BATCH_RECORDS_MAX:
+        raise CorruptRecordError(
+            f"batch at position {position} has record_count {header.record_count}",
+            position)
+    if header.last_offset_delta != header.record_count - 1:
+        raise CorruptRecordError(
+            f"batch at position {position} has last_offset_delta "
+            f"{header.last_offset_delta} for {header.record_count} records", position)
+    if header.base_offset < 0:
+        raise CorruptRecordError(
+            f"batch at position {position} has negative base_offset "
+            f"{header.base_offset}", position)
+    return header
+
+
+def crc_of(buf, position: int, header: BatchHeader) -> int:
+    return crc32c(memoryview(buf)[position + CRC_START:position + header.size_bytes])
+
+
+def _layout(buf, position: int, header: BatchHeader):
+    """Check the body's structure; returns the numpy views and section positions."""
+    n = header.record_count
+    view = memoryview(buf)[position:position + header.size_bytes]
+    bitmap_bytes = (n + 7) // 8
+    bitmaps = bool(header.attributes & ATTR_KEY_NULLS) + bool(header.attributes & ATTR_VALUE_NULLS)
+    fixed = HEADER_BYTES + 4 * n + 8 * (n + 1) + bitmaps * bitmap_bytes
+    if fixed > header.size_bytes:
+        raise CorruptRecordError(
+            f"batch at position {position}: {n} records need at least {fixed} bytes, "
+            f"batch has {header.size_bytes}", position)
+    p = HEADER_BYTES
+    deltas = np.frombuffer(view, dtype="<i4", count=n, offset=p)
+    p += 4 * n
+    key_offsets = np.frombuffer(view, dtype="<i4", count=n + 1, offset=p)
+    p += 4 * (n + 1)
+    value_offsets = np.frombuffer(view, dtype="<i4", count=n + 1, offset=p)
+    p += 4 * (n + 1)
+    key_bytes, value_bytes = int(key_offsets[-1]), int(value_offsets[-1])
+    if key_bytes < 0 or value_bytes < 0 or \
+            fixed + key_bytes + value_bytes != header.size_bytes:
+        raise CorruptRecordError(
+            f"batch at position {position}: key/value sections ({key_bytes}, "
+            f"{value_bytes} bytes) do not add up to batch size {header.size_bytes}",
+            position)
+    for name, offs in (("key", key_offsets), ("value", value_offsets)):
+        if offs[0] != 0 or (n and bool((np.diff(offs) < 0).any())):
+            raise CorruptRecordError(
+                f"batch at position {position}: {name} offsets are not monotonic from 0",
+                position)
+    if n and (int(deltas.min()) < 0 or
+              header.base_timestamp + int(deltas.max()) != header.max_timestamp):
+        raise CorruptRecordError(
+            f"batch at position {position}: timestamp deltas do not match "
+            f"max_timestamp {header.max_timestamp}", position)
+    return view, deltas, key_offsets, value_offsets, p, key_bytes, value_bytes, bitmap_bytes
+
+
+def check_batch(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
+                verify_crc: bool = True) -> BatchHeader:
+    """Full validation of the batch at ``position`` without building arrays."""
+    header = read_header(buf, position, max_bytes=max_bytes)
+    if verify_crc:
+        actual = crc_of(buf, position, header)
+        if actual != header.crc:
+            raise CorruptRecordError(
+                f"batch at position {position} (base offset {header.base_offset}) fails "
+                f"its CRC: stored {header.crc:#010x}, computed {actual:#010x}", position)
+    _layout(buf, position, header)
+    return header
+
+
+def parse_batch(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
+                verify_crc: bool = True) -> RecordBatch:
+    """Parse the batch at ``position``; bytes after it are ignored. Zero-copy views."""
+    header = check_batch(buf, position, max_bytes=max_bytes, verify_crc=verify_crc)
+    view, deltas, key_offsets, value_offsets, p, key_bytes, value_bytes, bitmap_bytes = \
+        _layout(buf, position, header)
+    n = header.record_count
+    key_data = view[p:p + key_bytes]
+    p += key_bytes
+    value_data = view[p:p + value_bytes]
+    p += value_bytes
+    key_validity = value_validity = None
+    if header.attributes & ATTR_KEY_NULLS:
+        key_validity = view[p:p + bitmap_bytes]
+        p += bitmap_bytes
+    if header.attributes & ATTR_VALUE_NULLS:
+        value_validity = view[p:p + bitmap_bytes]
+        p += bitmap_bytes
+    assert p == header.size_bytes
+    keys = _arrow(n, key_validity, view, key_offsets, key_data)
+    values = _arrow(n, value_validity, view, value_offsets, value_data)
+    return RecordBatch(header, deltas, keys, values)
+
+
+def _arrow(n, validity, view, offsets: np.ndarray, data) -> pa.Array:
+    validity_buf = None if validity is None else pa.py_buffer(validity)
+    return pa.Array.from_buffers(pa.binary(), n,
+                                 [validity_buf, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def iter_batches(buf, *, max_bytes: int = BATCH_BYTES_MAX,
+                 verify_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+    """Walk concatenated batches: yields (position, header) for each, checked fully.
+
+    The region must hold whole batches only; anything else raises CorruptRecordError
+    with the position of the first bad batch.
+    """
+    position = 0
+    end = len(buf)
+    while position < end:
+        header = check_batch(buf, position, max_bytes=max_bytes, verify_crc=verify_crc)
+        yield position, header
+        position += header.size_bytes
+
+
+def parse_batches(buf, *, max_bytes: int = BATCH_BYTES_MAX) -> list[RecordBatch]:
+    return [parse_batch(buf, position, max_bytes=max_bytes)
+            for position, _ in iter_batches(buf, max_bytes=max_bytes, verify_crc=False)]
+
+
+def build_simple(values: Sequence[bytes | None], keys=None, timestamp_ms: int = 0,
+                 **kwargs) -> bytearray:
+    """Convenience for tests and tools: a batch with one timestamp."""
+    return build_batch(values, keys, timestamp_ms, **kwargs)
