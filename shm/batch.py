@@ -63,6 +63,8 @@ BASE_OFFSET = struct.Struct("<q")
 LEADER_EPOCH = struct.Struct("<i")
 LEADER_EPOCH_POSITION = 12
 PREFIX = struct.Struct("<qi")  # base_offset, batch_length: enough to walk a region
+LAST_OFFSET_DELTA = struct.Struct("<i")
+LAST_OFFSET_DELTA_POSITION = 23
 CRC = struct.Struct("<I")
 CRC_POSITION = 17
 

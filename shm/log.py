@@ -1,0 +1,645 @@
+"""A partition replica's log: segments on disk, indexes in shared memory, crash recovery.
+
+On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
+
+    <data_dir>/recovery-point-offset-checkpoint    Kafka text format, all partitions
+    <data_dir>/replication-offset-checkpoint       high watermarks, same format
+    <data_dir>/<topic>-<partition>/
+        00000000000000000000.log        segment: whole record batches back to back
+        00000000000000000000.index      offset index (written on roll and clean close)
+        00000000000000000000.timeindex  time index (same)
+        00000000000000004711.log        next segment, named by its base offset
+        leader-epoch-checkpoint         epoch -> start offset
+
+- Segment files are named by base offset (``%020d.log``); the segment with the highest
+  base offset is the active one. Its file is preallocated (sparse, zero-filled) to
+  ``log.segment.bytes`` and mmap'd; bytes after the last batch are zero. Every other
+  segment's file is trimmed to its data. So a reader mapping a segment must stop at
+  the first 12-byte zero prefix or at an offset it knows is written (HW).
+- The log start offset is the base offset of the first segment; retention deletes
+  whole segments, never the active one.
+
+Shared memory (see ``shm/index.py`` for the object layout): per segment
+
+    /mk-<cluster_id>-b<broker_id>-<topic>-<partition>-<segment base offset>-idx
+    /mk-<cluster_id>-b<broker_id>-<topic>-<partition>-<segment base offset>-tidx
+
+Another process attaches them with ``OffsetIndex.attach_readonly(cluster_id,
+broker_id, topic, partition, base_offset)`` (``TimeIndex`` likewise); they live while
+the log is open (and after a crash, until the log is reopened or ``cleanup_cluster``)
+and are unlinked by ``close()``. A reader finds a batch: pick the segment file with
+the largest base offset <= target, ``OffsetIndex.lookup(target)`` -> (offset,
+position), then walk batch headers (size = batch_length + 12) from that position.
+
+Rules and invariants:
+- log_start_offset <= high_watermark <= log_end_offset; recovery_point <= LEO.
+- Offsets are contiguous: each batch starts at the previous batch's next offset, each
+  segment at the previous segment's next offset.
+- Appends are whole-batch copies published by advancing the segment size, so
+  ``read`` never returns a torn batch; views are read-only.
+- Default flush policy: never fsync on append (acks come from the page cache and
+  durability from replication, as Kafka). ``flush()`` fsyncs and advances the
+  recovery point, which is checkpointed; a roll flushes the sealed segment, as Kafka.
+- Recovery (``Log.open`` after an unclean shutdown) trusts everything below the
+  recovery point and verifies CRC and structure from there on, so its cost is the
+  unflushed tail. It cuts a torn or corrupt tail and reports each cut
+  (``RecoveryReport.truncations``, and a warning on the ``shm.log`` logger).
+- Indexes: ``reattach_indexes=True`` (default) reattaches shared memory left by the
+  previous incarnation, or loads the ``.index`` files, validating entries against the
+  segments; anything invalid is rebuilt. ``reattach_indexes=False`` rebuilds all.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from shm import batch as B
+from shm.batch import CorruptRecordError
+from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
+                            REPLICATION_OFFSET_CHECKPOINT, CheckpointError, LeaderEpochCache,
+                            OffsetCheckpointFile, fsync_dir)
+from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX, LogConfig
+from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
+                       index_name)
+from shm.names import check_cluster_id
+from shm.segment import Segment, segment_file_name
+
+logger = logging.getLogger("shm.log")
+
+BATCHES_PER_APPEND_MAX = 100_000
+
+
+class LogError(Exception):
+    kafka_error = "UNKNOWN_SERVER_ERROR"
+
+
+class OffsetOutOfRangeError(LogError):
+    kafka_error = "OFFSET_OUT_OF_RANGE"
+
+
+class RecordTooLargeError(LogError):
+    kafka_error = "MESSAGE_TOO_LARGE"
+
+
+class UnexpectedAppendOffsetError(LogError):
+    """A follower append that does not start at (or is not contiguous with) the LEO."""
+
+    kafka_error = "UNKNOWN_SERVER_ERROR"
+
+
+class LogClosedError(LogError):
+    kafka_error = "KAFKA_STORAGE_ERROR"
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    record_count: int
+    batch_count: int
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What recovery cut: ``bytes`` from ``position`` of ``file`` (offset ``offset`` on)."""
+
+    file: str
+    position: int
+    offset: int
+    bytes: int
+    reason: str
+
+
+@dataclass
+class RecoveryReport:
+    recovery_point: int = 0
+    log_end_offset: int = 0
+    segments_scanned: int = 0
+    bytes_scanned: int = 0
+    batches_scanned: int = 0
+    indexes_reattached: int = 0
+    indexes_loaded: int = 0
+    indexes_rebuilt: int = 0
+    truncations: list[Truncation] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.truncations)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    """One partition replica's log. Open with ``Log.open``; single writer."""
+
+    def __init__(self, data_dir: str, topic: str, partition: int, config: LogConfig,
+                 cluster_id: str, broker_id: int) -> None:
+        self.data_dir = data_dir
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.cluster_id = check_cluster_id(cluster_id)
+        self.broker_id = broker_id
+        self.directory = os.path.join(data_dir, f"{topic}-{partition}")
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self.recovery = RecoveryReport()
+        self._recovery_file = OffsetCheckpointFile(
+            os.path.join(data_dir, RECOVERY_POINT_OFFSET_CHECKPOINT))
+        self._hw_file = OffsetCheckpointFile(os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT))
+        self.leader_epoch_cache: LeaderEpochCache | None = None
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self._closed = False
+
+    # ================================================================ open / recovery
+
+    @classmethod
+    def open(cls, data_dir: str, topic: str, partition: int, config: LogConfig | None = None,
+             *, cluster_id: str, broker_id: int = 0, reattach_indexes: bool = True,
+             now: int | None = None) -> "Log":
+        """Open (creating if needed) and recover. ``log.recovery`` says what happened."""
+        started = time.perf_counter()
+        log = cls(data_dir, topic, partition, config or LogConfig(), cluster_id, broker_id)
+        os.makedirs(log.directory, exist_ok=True)
+        for name in os.listdir(log.directory):
+            if name.endswith(".tmp"):
+                os.unlink(os.path.join(log.directory, name))
+        now = now_ms() if now is None else now
+        log.leader_epoch_cache = LeaderEpochCache(
+            os.path.join(log.directory, LEADER_EPOCH_CHECKPOINT), lambda: log.log_end_offset)
+        bases = sorted(int(n[:-4]) for n in os.listdir(log.directory)
+                       if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
+        if len(bases) > SEGMENTS_PER_LOG_MAX:
+            raise LogError(f"{log.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
+        if not bases:
+            log._add_segment(log._new_segment(0, now))
+        else:
+            log._recover(bases, reattach_indexes, now)
+        log.high_watermark = min(max(log._read_checkpoint(log._hw_file), log.log_start_offset),
+                                 log.log_end_offset)
+        log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
+        log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
+        log.recovery.log_end_offset = log.log_end_offset
+        log.recovery.elapsed_s = time.perf_counter() - started
+        log.check()
+        return log
+
+    def _read_checkpoint(self, file: OffsetCheckpointFile) -> int:
+        try:
+            return file.read().get((self.topic, self.partition), 0)
+        except CheckpointError as e:
+            logger.warning("%s; treating it as 0 (recover everything)", e)
+            return 0
+
+    def _recover(self, bases: list[int], reattach: bool, now: int) -> None:
+        report = self.recovery
+        recovery_point = max(self._read_checkpoint(self._recovery_file), bases[0])
+        report.recovery_point = recovery_point
+        first_scanned = bisect.bisect_right(bases, recovery_point) - 1
+        segments = []
+        for base in bases:
+            offset_index, time_index = self._open_indexes(base, reattach)
+            segments.append(Segment.open(self.directory, base, self.config.segment_bytes,
+                                         offset_index, time_index,
+                                         self.config.index_interval_bytes, now))
+        # Below the recovery point: sealed, flushed, trusted (indexes validated).
+        for i in range(first_scanned):
+            segment = segments[i]
+            segment.map_readonly()
+            if not self._trust(segment):
+                first_scanned = i  # damaged below the recovery point: verify it too
+                recovery_point = segment.base_offset
+                break
+        for i in range(first_scanned, len(segments)):
+            segment = segments[i]
+            last = i == len(segments) - 1
+            if last:
+                segment.activate()
+            else:
+                segment.map_readonly()
+            start = 0
+            if i == first_scanned:
+                start = self._scan_start(segment, recovery_point)
+            if start == 0:
+                self._clear_indexes(segment)
+            file_end = segment.file_bytes
+            result = segment.recover_from(start, BATCH_BYTES_MAX)
+            report.segments_scanned += 1
+            report.bytes_scanned += result.end_position - start
+            report.batches_scanned += result.batches
+            error = result.error
+            if error is None and not last and result.end_position != file_end:
+                error = f"zero bytes at position {result.end_position} of a sealed segment"
+            if error is not None:
+                cut = segment.nonzero_end(result.end_position) - result.end_position
+                for later in segments[i + 1:]:
+                    cut += later.file_bytes
+                    later.delete()
+                del segments[i + 1:]
+                segment.truncate_at(result.end_position)
+                truncation = Truncation(segment.path, result.end_position, segment.next_offset,
+                                        cut, error)
+                report.truncations.append(truncation)
+                logger.warning("recovery of %s cut %d bytes at position %d of %s (offset %d "
+                               "on): %s", self.directory, cut, truncation.position,
+                               truncation.file, truncation.offset, error)
+                break
+        for segment in segments:
+            self._add_segment(segment)
+        if not self.segments[-1].active:
+            self.segments[-1].activate()
+        self.recovery_point = min(recovery_point, self.log_end_offset)
+        if report.truncations:
+            self._write_recovery_point()
+
+    def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex]:
+        indexes = []
+        stem = os.path.join(self.directory, f"{base:020d}")
+        for cls, kind, suffix in ((OffsetIndex, KIND_OFFSET, ".index"),
+                                  (TimeIndex, KIND_TIME, ".timeindex")):
+            name = index_name(self.cluster_id, self.broker_id, self.topic, self.partition,
+                              base, kind)
+            index = None
+            if reattach:
+                try:
+                    index = cls.attach(name, base)
+                    self.recovery.indexes_reattached += 1
+                except IndexCorruptError:
+                    index = None
+            if index is None:
+                index = cls.create(name, base, self._index_entries_max())
+                if reattach:
+                    try:
+                        keys, values = cls.read_file(stem + suffix, base)
+                        index.load(keys, values)
+                        self.recovery.indexes_loaded += 1
+                    except IndexCorruptError:
+                        index.truncate_to_count(0)
+            indexes.append(index)
+        return indexes[0], indexes[1]
+
+    def _index_entries_max(self) -> int:
+        by_segment = self.config.segment_bytes // self.config.index_interval_bytes + 2
+        return max(2, min(self.config.index_entries_max, by_segment))
+
+    def _clear_indexes(self, segment: Segment) -> None:
+        segment.offset_index.truncate_to_count(0)
+        segment.time_index.truncate_to_count(0)
+
+    def _trust(self, segment: Segment) -> bool:
+        """Accept a sealed segment below the recovery point; rebuild bad indexes by a
+        header walk. False if even the walk fails (then the segment is verified)."""
+        size = segment.file_bytes
+        segment._cut_indexes_after(size)
+        last = segment.offset_index.last()
+        if last is not None and not segment.index_matches(segment.base_offset + last[0], last[1]):
+            self._clear_indexes(segment)
+        if segment.offset_index.count == 0 and size > 0:
+            self.recovery.indexes_rebuilt += 1
+        return segment.trust(size)
+
+    def _scan_start(self, segment: Segment, recovery_point: int) -> int:
+        """Where verification starts: the indexed batch at or below the recovery point,
+        if the index entry checks out; else the segment's start."""
+        segment._cut_indexes_after(segment.file_bytes)
+        offset, position = segment.offset_index.lookup(recovery_point)
+        if position > 0 and segment.index_matches(offset, position):
+            return position
+        if segment.offset_index.count > 0 or segment.file_bytes > 0:
+            self.recovery.indexes_rebuilt += 1
+        return 0
+
+    # ================================================================ state
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def active_segment(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+    def check(self) -> None:
+        """Assert the invariants (cheap enough for tests and after recovery)."""
+        assert self.segments and self.segments[-1].active
+        assert self.log_start_offset <= self.high_watermark <= self.log_end_offset, \
+            (self.log_start_offset, self.high_watermark, self.log_end_offset)
+        assert self.recovery_point <= self.log_end_offset
+        for a, b in zip(self.segments, self.segments[1:]):
+            assert a.next_offset == b.base_offset, (a.base_offset, a.next_offset, b.base_offset)
+            assert not a.active
+        assert self._bases == [s.base_offset for s in self.segments]
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    # ================================================================ append
+
+    def append_as_leader(self, records, leader_epoch: int, *, now: int | None = None) -> AppendInfo:
+        """Assign offsets from the LEO: stamp base_offset and the leader epoch in place
+        (``records`` must be writable: one or more whole batches), then append."""
+        self._ensure_open()
+        view = memoryview(records).cast("B")
+        if view.readonly:
+            raise ValueError("append_as_leader stamps offsets in place: pass a writable buffer")
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch {leader_epoch} must be >= 0")
+        batches = self._check_records(view)
+        next_offset = self.log_end_offset
+        stamped = []
+        for position, header in batches:
+            B.stamp(view[position:position + header.size_bytes], next_offset, leader_epoch)
+            stamped.append((position, dataclasses.replace(
+                header, base_offset=next_offset, partition_leader_epoch=leader_epoch)))
+            next_offset += header.record_count
+        self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
+        return self._append(view, stamped, now)
+
+    def append_as_follower(self, records, *, now: int | None = None) -> AppendInfo:
+        """Append batches with the offsets they carry; they must continue the LEO."""
+        self._ensure_open()
+        view = memoryview(records).cast("B")
+        batches = self._check_records(view)
+        expected = self.log_end_offset
+        for position, header in batches:
+            if header.base_offset != expected:
+                raise UnexpectedAppendOffsetError(
+                    f"{self.topic}-{self.partition}: follower batch at position {position} "
+                    f"starts at offset {header.base_offset}, expected {expected} (LEO "
+                    f"{self.log_end_offset})")
+            expected = header.next_offset
+        for _, header in batches:
+            if header.partition_leader_epoch >= 0:
+                self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        return self._append(view, batches, now)
+
+    def _check_records(self, view: memoryview) -> list[tuple[int, B.BatchHeader]]:
+        limit = self.config.message_max_bytes
+        batches, position = [], 0
+        while position < len(view):
+            if len(batches) >= BATCHES_PER_APPEND_MAX:
+                raise RecordTooLargeError(f"more than {BATCHES_PER_APPEND_MAX} batches")
+            if len(view) - position >= B.PREFIX.size:
+                size = B.PREFIX.unpack_from(view, position)[1] + B.LENGTH_OVERHEAD_BYTES
+                if size > limit:
+                    raise RecordTooLargeError(
+                        f"batch of {size} bytes exceeds message.max.bytes={limit}")
+                if size > self.config.segment_bytes:
+                    raise RecordTooLargeError(
+                        f"batch of {size} bytes exceeds log.segment.bytes="
+                        f"{self.config.segment_bytes}")
+            header = B.check_batch(view, position, max_bytes=limit)
+            batches.append((position, header))
+            position += header.size_bytes
+        if not batches:
+            raise CorruptRecordError("no record batch in an append")
+        return batches
+
+    def _append(self, view: memoryview, batches, now: int | None) -> AppendInfo:
+        now = now_ms() if now is None else now
+        records = 0
+        for position, header in batches:
+            segment = self.active_segment
+            if segment.size_bytes > 0 and (
+                    segment.size_bytes + header.size_bytes > self.config.segment_bytes
+                    or segment.index_full
+                    or now - segment.created_ms >= self.config.roll_ms):
+                self.roll(now=now)
+                segment = self.active_segment
+            segment.append(view[position:position + header.size_bytes], header)
+            records += header.record_count
+        first = batches[0][1].base_offset
+        info = AppendInfo(first, self.log_end_offset - 1, records, len(batches))
+        assert info.last_offset - info.first_offset + 1 == records
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_interval_messages or \
+                now - self._last_flush_ms >= self.config.flush_interval_ms:
+            self.flush(now=now)
+        return info
+
+    # ================================================================ read
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None
+             ) -> memoryview:
+        """Whole batches from the one holding ``start_offset``: at most ``max_bytes``
+        but at least one batch (as Kafka), none ending above ``max_offset`` (e.g. the HW).
+        A zero-copy read-only view of one segment; empty at the LEO."""
+        self._ensure_open()
+        if not self.log_start_offset <= start_offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.topic}-{self.partition}: offset {start_offset} is outside "
+                f"[{self.log_start_offset}, {self.log_end_offset}]")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes {max_bytes} < 0")
+        if start_offset == self.log_end_offset or \
+                (max_offset is not None and start_offset >= max_offset):
+            return memoryview(b"")
+        i = bisect.bisect_right(self._bases, start_offset) - 1
+        for segment in self.segments[i:]:
+            position = segment.position_of(start_offset)
+            if position is None:
+                continue
+            end = segment.end_of_batches_within(position, max_bytes, max_offset)
+            return segment.view(position, end)
+        return memoryview(b"")
+
+    # ================================================================ roll / flush
+
+    def roll(self, *, now: int | None = None) -> None:
+        """Seal the active segment (trim, persist indexes, flush) and start a new one."""
+        self._ensure_open()
+        now = now_ms() if now is None else now
+        segment = self.active_segment
+        if segment.size_bytes == 0:
+            return
+        segment.seal()
+        segment.persist_indexes()
+        self._add_segment(self._new_segment(self.log_end_offset, now))
+        fsync_dir(self.directory)
+        self.flush(now=now)
+
+    def _new_segment(self, base_offset: int, now: int) -> Segment:
+        indexes = []
+        for cls, kind in ((OffsetIndex, KIND_OFFSET), (TimeIndex, KIND_TIME)):
+            name = index_name(self.cluster_id, self.broker_id, self.topic, self.partition,
+                              base_offset, kind)
+            indexes.append(cls.create(name, base_offset, self._index_entries_max()))
+        return Segment.create(self.directory, base_offset, self.config.segment_bytes,
+                              indexes[0], indexes[1], self.config.index_interval_bytes, now)
+
+    def _add_segment(self, segment: Segment) -> None:
+        if self.segments:
+            assert segment.base_offset == self.log_end_offset
+            assert not self.segments[-1].active
+        if len(self.segments) >= SEGMENTS_PER_LOG_MAX:
+            raise LogError(f"{self.directory}: more than {SEGMENTS_PER_LOG_MAX} segments")
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    def flush(self, *, now: int | None = None) -> None:
+        """fsync everything up to the LEO and checkpoint it as the recovery point."""
+        self._ensure_open()
+        for segment in self.segments[max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1):]:
+            if segment.flushed_bytes < segment.size_bytes:
+                segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms() if now is None else now
+        self._write_recovery_point()
+
+    def _write_recovery_point(self) -> None:
+        self._recovery_file.update(self.topic, self.partition, self.recovery_point)
+
+    # ================================================================ high watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW, clamped to [log start, LEO]; returns the value set."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def checkpoint_high_watermark(self) -> None:
+        self._hw_file.update(self.topic, self.partition, self.high_watermark)
+
+    # ================================================================ truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch holding an offset >= ``offset`` (whole batches: the LEO
+        becomes the base of the batch holding ``offset``). Below the log start the log
+        is emptied and restarts at ``offset``, as Kafka. True if anything was removed."""
+        self._ensure_open()
+        if offset < 0:
+            raise ValueError(f"truncate_to({offset})")
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        i = bisect.bisect_right(self._bases, offset) - 1
+        segment = self.segments[i]
+        position = segment.position_of(offset)
+        assert position is not None
+        for later in reversed(self.segments[i + 1:]):
+            later.delete()
+        del self.segments[i + 1:]
+        del self._bases[i + 1:]
+        segment.truncate_at(position)
+        self._after_truncation()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, *, now: int | None = None) -> None:
+        """Delete every segment and restart empty at ``offset`` (a follower far behind)."""
+        self._ensure_open()
+        if offset < 0:
+            raise ValueError(f"truncate_fully_and_start_at({offset})")
+        for segment in reversed(self.segments):
+            segment.delete()
+        self.segments, self._bases = [], []
+        self._add_segment(self._new_segment(offset, now_ms() if now is None else now))
+        fsync_dir(self.directory)
+        self.high_watermark = offset
+        self.recovery_point = offset
+        self.leader_epoch_cache.clear()
+        self._write_recovery_point()
+        self.check()
+
+    def _after_truncation(self) -> None:
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        if self.recovery_point > self.log_end_offset:
+            self.recovery_point = self.log_end_offset
+            self._write_recovery_point()
+        self.check()
+
+    # ================================================================ retention
+
+    def delete_old_segments(self, *, now: int | None = None) -> int:
+        """Retention (log.retention.ms / log.retention.bytes): delete whole segments
+        from the start, only below the HW, never the active one. Returns how many."""
+        self._ensure_open()
+        now = now_ms() if now is None else now
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        total = self.size_bytes
+        deleted = 0
+        while len(self.segments) > 1:
+            first = self.segments[0]
+            if first.next_offset > self.high_watermark:
+                break
+            expired = retention_ms >= 0 and first.max_timestamp >= 0 and \
+                now - first.max_timestamp > retention_ms
+            too_big = retention_bytes >= 0 and total - first.size_bytes >= retention_bytes
+            if not (expired or too_big):
+                break
+            total -= first.size_bytes
+            first.delete()
+            del self.segments[0]
+            del self._bases[0]
+            deleted += 1
+        if deleted:
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+            if self.recovery_point < self.log_start_offset:
+                self.recovery_point = self.log_start_offset
+                self._write_recovery_point()
+            self.check()
+        return deleted
+
+    # ================================================================ close / delete
+
+    def close(self) -> None:
+        """Clean shutdown: trim the active segment, fsync, persist indexes and
+        checkpoints, unlink this log's shared memory."""
+        if self._closed:
+            return
+        self.active_segment.trim_for_close()
+        for segment in self.segments:
+            if segment.flushed_bytes < segment.size_bytes or segment is self.segments[-1]:
+                segment.flush()
+            segment.persist_indexes()
+        self.recovery_point = self.log_end_offset
+        self._write_recovery_point()
+        self.checkpoint_high_watermark()
+        for segment in self.segments:
+            segment.close(unlink_indexes=True)
+        self._closed = True
+
+    def abandon(self) -> None:
+        """Drop this object as a SIGKILL would (tests): no trim, no persist, no unlink."""
+        for segment in self.segments:
+            segment._unmap()
+            if segment._fd >= 0:
+                os.close(segment._fd)
+                segment._fd = -1
+            segment.offset_index.close()
+            segment.time_index.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Remove the partition directory, its shared memory and its checkpoint entries."""
+        for segment in self.segments:
+            segment.close(unlink_indexes=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        for file in (self._recovery_file, self._hw_file):
+            try:
+                file.update(self.topic, self.partition, None)
+            except CheckpointError:
+                pass
+        self._closed = True

@@ -1,0 +1,390 @@
+"""One log segment: a ``%020d.log`` file of whole record batches, mmap'd, plus its indexes.
+
+Rules and invariants:
+- Bytes [0, size_bytes) are whole, valid, contiguous batches: the first starts at
+  ``base_offset``, each next one at the previous one's next offset; ``next_offset`` is
+  the offset after the last batch. Appends copy a whole batch into the map and only
+  then advance ``size_bytes``, so nothing in this process reads a torn batch.
+- The active segment's file is preallocated (sparse, zero-filled by ftruncate) to
+  ``capacity_bytes`` and mapped read-write. Everything at and after the first batch
+  position whose 12-byte prefix is zero is zero: appends only extend the data, and
+  truncation zeroes the cut region from its END backwards, so a crash in the middle of
+  a truncation leaves a torn batch (found by its CRC) rather than a zero prefix with
+  stale batches behind it. Recovery therefore treats a zero prefix as the end.
+- A sealed (rolled) segment's file is trimmed to ``size_bytes`` and mapped read-only.
+- Index rule (same at append and at recovery, so a rebuild reproduces the index): the
+  batch at ``position`` gets an offset-index entry when the index is empty or
+  ``position - last indexed position >= index_interval_bytes``; at the same moment a
+  time-index entry (max timestamp so far, relative offset) is added if the max grew.
+  Sealing adds a last time entry so the time index knows the segment's max timestamp.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+
+from shm import batch as B
+from shm.batch import CorruptRecordError
+from shm.index import OffsetIndex, TimeIndex
+
+ZERO_PREFIX = bytes(B.LENGTH_OVERHEAD_BYTES)
+_ZERO_CHUNK = bytes(1 << 20)
+NO_TIMESTAMP = -1
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}.log"
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """Outcome of scanning a segment region during recovery."""
+
+    end_position: int
+    next_offset: int
+    batches: int
+    error: str | None  # None: stopped at a zero prefix or the end of the file
+
+
+class Segment:
+    def __init__(self, directory: str, base_offset: int, fd: int, capacity_bytes: int,
+                 offset_index: OffsetIndex, time_index: TimeIndex,
+                 index_interval_bytes: int, created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.path = os.path.join(directory, segment_file_name(base_offset))
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.size_bytes = 0
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.capacity_bytes = capacity_bytes
+        self.active = False
+        self.flushed_bytes = 0
+        self._fd = fd
+        self._map: mmap.mmap | None = None
+        self._last_indexed_position = -1
+        self._last_batch_offset = -1
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, capacity_bytes: int,
+               offset_index: OffsetIndex, time_index: TimeIndex, index_interval_bytes: int,
+               now_ms: int) -> "Segment":
+        """A new, empty, active segment (the file must not exist)."""
+        path = os.path.join(directory, segment_file_name(base_offset))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        segment = cls(directory, base_offset, fd, capacity_bytes, offset_index, time_index,
+                      index_interval_bytes, now_ms)
+        segment.activate()
+        return segment
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, capacity_bytes: int,
+             offset_index: OffsetIndex, time_index: TimeIndex, index_interval_bytes: int,
+             now_ms: int) -> "Segment":
+        """An existing file, not yet mapped; the caller recovers or trusts it."""
+        path = os.path.join(directory, segment_file_name(base_offset))
+        fd = os.open(path, os.O_RDWR)
+        return cls(directory, base_offset, fd, capacity_bytes, offset_index, time_index,
+                   index_interval_bytes, now_ms)
+
+    @property
+    def file_bytes(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def map_readonly(self) -> None:
+        """Map the file as it is (a sealed segment trusted below the recovery point)."""
+        self._unmap()
+        size = self.file_bytes
+        self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else None
+        self.active = False
+
+    def activate(self) -> None:
+        """Preallocate to capacity (zero-filled) and map read-write: appends go here."""
+        self._unmap()
+        size = max(self.capacity_bytes, self.file_bytes)
+        if self.file_bytes < size:
+            os.ftruncate(self._fd, size)
+        self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_WRITE)
+        self.active = True
+
+    def seal(self) -> None:
+        """Roll: last time entry, trim the file to its data, map read-only."""
+        assert self.active
+        self._final_time_entry()
+        self._unmap()
+        os.ftruncate(self._fd, self.size_bytes)
+        self.map_readonly()
+
+    def persist_indexes(self) -> None:
+        stem = os.path.join(self.directory, f"{self.base_offset:020d}")
+        self.offset_index.persist(stem + ".index")
+        self.time_index.persist(stem + ".timeindex")
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.flushed_bytes = self.size_bytes
+
+    def trim_for_close(self) -> None:
+        """Clean close of the active segment: the file holds only its data."""
+        self._final_time_entry()
+        self._unmap()
+        os.ftruncate(self._fd, self.size_bytes)
+        self.active = False
+
+    def close(self, unlink_indexes: bool) -> None:
+        self._unmap()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        for index in (self.offset_index, self.time_index):
+            if unlink_indexes:
+                index.unlink()
+            index.close()
+
+    def delete(self) -> None:
+        """Remove the file, the index files and the shared-memory indexes."""
+        self.close(unlink_indexes=True)
+        stem = os.path.join(self.directory, f"{self.base_offset:020d}")
+        for path in (self.path, stem + ".index", stem + ".timeindex"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _unmap(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # a reader still holds a view; the map goes with the last view
+            self._map = None
+
+    # ------------------------------------------------------------ reading
+
+    def view(self, start: int, end: int) -> memoryview:
+        assert 0 <= start <= end <= self.size_bytes, (start, end, self.size_bytes)
+        if start == end:
+            return memoryview(b"")
+        return memoryview(self._map).toreadonly()[start:end]
+
+    def peek(self, position: int) -> tuple[int, int, int]:
+        """(base_offset, size_bytes, next_offset) of the trusted batch at ``position``."""
+        base_offset, batch_length = B.PREFIX.unpack_from(self._map, position)
+        last_delta = B.LAST_OFFSET_DELTA.unpack_from(self._map, position + B.LAST_OFFSET_DELTA_POSITION)[0]
+        return base_offset, batch_length + B.LENGTH_OVERHEAD_BYTES, base_offset + last_delta + 1
+
+    def position_of(self, offset: int) -> int | None:
+        """Position of the batch holding ``offset``; None if the segment ends before it."""
+        if offset >= self.next_offset:
+            return None
+        _, position = self.offset_index.lookup(offset)
+        while position < self.size_bytes:
+            _, size, next_offset = self.peek(position)
+            if next_offset > offset:
+                return position
+            position += size
+        return None
+
+    def end_of_batches_within(self, position: int, limit_bytes: int,
+                              max_offset: int | None = None) -> int:
+        """End of the run of whole batches from ``position`` that fits in ``limit_bytes``
+        (at least one batch, as Kafka) and ends at or below ``max_offset`` (exclusive)."""
+        target = position + limit_bytes
+        end = position
+        # Jump with the index over batches that surely fit, then walk headers.
+        count = self.offset_index.count
+        values = self.offset_index._values[:count]
+        i = int(values.searchsorted(target, side="right")) - 1
+        if i >= 0 and int(values[i]) > position:
+            jump_offset = self.base_offset + int(self.offset_index._keys[i])
+            if max_offset is None or jump_offset <= max_offset:
+                end = int(values[i])
+        while end < self.size_bytes:
+            _, size, next_offset = self.peek(end)
+            if max_offset is not None and next_offset > max_offset:
+                break
+            if end > position and end + size > target:
+                break
+            end += size
+        return end
+
+    # ------------------------------------------------------------ writing
+
+    def append(self, buf, header: B.BatchHeader) -> int:
+        """Copy one checked batch to the end; returns its position."""
+        assert self.active
+        assert header.base_offset == self.next_offset, (header.base_offset, self.next_offset)
+        size = header.size_bytes
+        position = self.size_bytes
+        assert position + size <= len(self._map), "segment capacity exceeded"
+        self._map[position:position + size] = buf
+        self.size_bytes = position + size  # publish after the copy: no torn reads
+        self._note_batch(position, header.base_offset, header.next_offset, header.max_timestamp)
+        return position
+
+    def _note_batch(self, position: int, base_offset: int, next_offset: int,
+                    max_timestamp: int) -> None:
+        self.next_offset = next_offset
+        self._last_batch_offset = base_offset
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        if self.offset_index.full:
+            return  # the log rolls before appending to a full index; recovery tolerates it
+        if self._last_indexed_position < 0 or \
+                position - self._last_indexed_position >= self.index_interval_bytes:
+            relative = base_offset - self.base_offset
+            self.offset_index.append(relative, position)
+            self._last_indexed_position = position
+            last = self.time_index.last()
+            if self.max_timestamp > (last[0] if last else NO_TIMESTAMP) and \
+                    (last is None or relative > last[1]):
+                self.time_index.append(self.max_timestamp, relative)
+
+    def _final_time_entry(self) -> None:
+        if self._last_batch_offset < 0 or self.time_index.full:
+            return
+        last = self.time_index.last()
+        relative = self._last_batch_offset - self.base_offset
+        if self.max_timestamp > (last[0] if last else NO_TIMESTAMP) and \
+                (last is None or relative > last[1]):
+            self.time_index.append(self.max_timestamp, relative)
+
+    @property
+    def index_full(self) -> bool:
+        return self.offset_index.full
+
+    def truncate_at(self, position: int) -> None:
+        """Drop every batch from ``position`` (a batch boundary, or size) on."""
+        assert 0 <= position <= self.size_bytes
+        if not self.active:
+            self.activate()
+        self._zero_backwards(position, max(self.size_bytes, position))
+        self.size_bytes = position
+        self.flushed_bytes = min(self.flushed_bytes, position)
+        self._cut_indexes_after(position)
+        landed = self._replay_tail_state()
+        assert landed, "truncation position is not a batch boundary"
+
+    def _zero_backwards(self, start: int, end: int) -> None:
+        zero = memoryview(_ZERO_CHUNK)
+        position = end
+        while position > start:
+            low = max(start, position - len(_ZERO_CHUNK))
+            self._map[low:position] = zero[:position - low]
+            position = low
+
+    def _cut_indexes_after(self, position: int) -> None:
+        """Keep offset entries of batches before ``position`` and time entries up to them."""
+        values = self.offset_index.values
+        keep = int(values.searchsorted(position, side="left"))
+        self.offset_index.truncate_to_count(keep)
+        last = self.offset_index.last()
+        last_relative = last[0] if last else -1
+        time_keep = int(self.time_index.values.searchsorted(last_relative, side="right"))
+        self.time_index.truncate_to_count(time_keep)
+
+    def _replay_tail_state(self) -> bool:
+        """Rebuild next_offset / max_timestamp / last batch (and any index entries the
+        rule calls for) by walking headers from the last index entry to size_bytes.
+        Costs at most one index interval unless the index is empty (a rebuild).
+        False if the walk does not land exactly on size_bytes (a damaged segment)."""
+        last = self.offset_index.last()
+        time_last = self.time_index.last()
+        self.max_timestamp = time_last[0] if time_last else NO_TIMESTAMP
+        self.next_offset = self.base_offset
+        self._last_batch_offset = -1
+        self._last_indexed_position = -1
+        position = 0
+        if last is not None:
+            self.next_offset = self.base_offset + last[0]
+            position = last[1]
+            self._last_indexed_position = position
+        header_struct, overhead = B.HEADER, B.LENGTH_OVERHEAD_BYTES
+        while position < self.size_bytes:
+            if position + B.HEADER_BYTES > self.size_bytes:
+                return False
+            header = header_struct.unpack_from(self._map, position)
+            base_offset, size = header[0], header[1] + overhead
+            if size < B.HEADER_BYTES or position + size > self.size_bytes or \
+                    base_offset != self.next_offset or header[6] < 0:
+                return False
+            self._note_batch(position, base_offset, base_offset + header[6] + 1, header[8])
+            position += size
+        return True
+
+    # ------------------------------------------------------------ recovery
+
+    def trust(self, size_bytes: int) -> bool:
+        """A sealed segment below the recovery point: its data is [0, size_bytes).
+        Walks headers from the last index entry (all of them if the index is empty,
+        rebuilding it); False if they do not add up."""
+        self.size_bytes = size_bytes
+        self.flushed_bytes = size_bytes
+        return self._replay_tail_state()
+
+    def recover_from(self, start_position: int, max_batch_bytes: int) -> ScanResult:
+        """Verify every batch from ``start_position`` (a trusted batch boundary, whose
+        indexes up to it are valid), re-indexing as it goes; stops at a zero prefix, the
+        end of the file, or the first bad batch (whose position becomes the end)."""
+        self.size_bytes = start_position
+        self._cut_indexes_after(start_position)
+        if not self._replay_tail_state():
+            self.size_bytes = 0  # the trusted prefix is not: verify the whole segment
+            self._cut_indexes_after(0)
+            self._replay_tail_state()
+            start_position = 0
+        end = len(self._map) if self._map is not None else 0
+        position, batches, error = start_position, 0, None
+        while position < end:
+            if end - position >= len(ZERO_PREFIX):
+                if self._map[position:position + len(ZERO_PREFIX)] == ZERO_PREFIX:
+                    break
+            elif self._map[position:end] == ZERO_PREFIX[:end - position]:
+                break
+            try:
+                header = B.check_batch(self._map, position, max_bytes=max_batch_bytes)
+            except CorruptRecordError as e:
+                error = str(e)
+                break
+            if header.base_offset != self.next_offset:
+                error = (f"batch at position {position} has base offset "
+                         f"{header.base_offset}, expected {self.next_offset}")
+                break
+            self.size_bytes = position + header.size_bytes
+            self._note_batch(position, header.base_offset, header.next_offset,
+                             header.max_timestamp)
+            position = self.size_bytes
+            batches += 1
+        self.flushed_bytes = min(self.flushed_bytes, start_position)
+        return ScanResult(position, self.next_offset, batches, error)
+
+    def nonzero_end(self, start: int) -> int:
+        """End of the non-zero bytes after ``start`` (what a truncation throws away)."""
+        if self._map is None:
+            return start
+        end = len(self._map)
+        chunk = len(_ZERO_CHUNK)
+        position = end
+        while position > start:
+            low = max(start, position - chunk)
+            if self._map[low:position] != _ZERO_CHUNK[:position - low]:
+                data = bytes(self._map[low:position])
+                return low + len(data.rstrip(b"\0"))
+            position = low
+        return start
+
+    def index_matches(self, index_offset: int, position: int) -> bool:
+        """Does a batch with base offset ``index_offset`` start at ``position``?"""
+        if self._map is None or position + B.HEADER_BYTES > len(self._map):
+            return False
+        try:
+            header = B.read_header(self._map, position)
+        except CorruptRecordError:
+            return False
+        return header.base_offset == index_offset
