@@ -64,6 +64,7 @@ def _records_per_batch() -> int:
 RECORDS_PER_BATCH = _records_per_batch()
 POOL_BATCHES_MAX = 16
 READ_MAX_BYTES = 8 * MIB
+WRITE_ROUNDS = 16
 PAGE_BYTES = 4096
 CHILD_TIMEOUT_S = 600
 TOPIC = "bench"
@@ -172,31 +173,46 @@ def open_log(root: str, cluster_id: str, *, reattach_indexes: bool = True, **con
 
 # ---------------------------------------------------------------- measurements
 
-def measure_os_write(path: str, pool: list[bytearray], batch_count: int) -> tuple[int, float]:
+def _os_write_all(fd: int, view: memoryview) -> int:
+    written = 0
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+        written += n
+    return written
+
+
+def measure_writes(path: str, log, pool: list[bytearray], batch_count: int
+                   ) -> tuple[int, float, int, float]:
+    """(os.write bytes, seconds, append bytes, seconds) for the same batches.
+
+    The two are interleaved in rounds, alternating which goes first, so both see the
+    same machine (other processes' load, dirty-page writeback of earlier rounds)
+    rather than one of them always writing into the other's dirty pages.
+    """
+    rounds = max(1, min(WRITE_ROUNDS, batch_count))
+    per_round = -(-batch_count // rounds)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    written = appended = 0
+    os_write_s = append_s = 0.0
     try:
-        written = 0
-        start = time.perf_counter()
-        for i in range(batch_count):
-            view = memoryview(pool[i % len(pool)])
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-                written += n
-        elapsed = time.perf_counter() - start
+        for r in range(rounds):
+            batches = range(r * per_round, min(batch_count, (r + 1) * per_round))
+            for step in ((0, 1) if r % 2 == 0 else (1, 0)):
+                start = time.perf_counter()
+                if step == 0:
+                    for i in batches:
+                        written += _os_write_all(fd, memoryview(pool[i % len(pool)]))
+                    os_write_s += time.perf_counter() - start
+                else:
+                    for i in batches:
+                        batch = pool[i % len(pool)]
+                        log.append_as_leader(batch, 0)
+                        appended += len(batch)
+                    append_s += time.perf_counter() - start
     finally:
         os.close(fd)
-    return written, elapsed
-
-
-def measure_append(log, pool: list[bytearray], batch_count: int) -> tuple[int, float]:
-    appended = 0
-    start = time.perf_counter()
-    for i in range(batch_count):
-        batch = pool[i % len(pool)]
-        log.append_as_leader(batch, 0)
-        appended += len(batch)
-    return appended, time.perf_counter() - start
+    return written, os_write_s, appended, append_s
 
 
 def measure_read(log, end_offset: int) -> tuple[int, float]:
@@ -291,12 +307,11 @@ def run(size_mb: int, base_dir: str | None, verify_crc: bool = False) -> dict:
     cluster_ids = [cluster_id]
     log = board = None
     try:
-        written, os_write_s = measure_os_write(os.path.join(root, "os-write.bin"), pool,
-                                               batch_count)
-        os.unlink(os.path.join(root, "os-write.bin"))
-
         log = open_log(root, cluster_id)
-        appended, append_s = measure_append(log, pool, batch_count)
+        os_write_path = os.path.join(root, "os-write.bin")
+        written, os_write_s, appended, append_s = measure_writes(os_write_path, log, pool,
+                                                                 batch_count)
+        os.unlink(os_write_path)
         assert appended == written, (appended, written)
         end_offset = log.log_end_offset
         assert end_offset == batch_count * RECORDS_PER_BATCH, end_offset
