@@ -47,26 +47,34 @@ from shm.index import IndexCorruptError, OffsetIndex
 READ_ATTEMPTS_MAX = 200
 READ_SPINS = 10                   # attempts before backing off
 READ_BACKOFF_S = 0.001            # between later attempts: the broker may be descheduled
-SEGMENTS_MAPPED_MAX = 64          # mappings kept open per reader (least recently used go)
+SEGMENTS_MAPPED_MAX = 64          # mappings kept open per reader (the oldest go first)
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 # base_offset i64, batch_length i32, partition_leader_epoch i32, magic i8: enough to walk.
 _WALK = struct.Struct("<qiib")
 
 
 class LocalReadError(Exception):
-    """Base class for LocalReader errors."""
+    """Base class for LocalReader errors; ``kafka_error`` is Kafka's name for it."""
+
+    kafka_error = "UNKNOWN_SERVER_ERROR"
 
 
 class OffsetOutOfRangeError(LocalReadError):
-    """Kafka's OFFSET_OUT_OF_RANGE: the offset is below log start or above the LEO."""
+    """The offset is below the log start offset or above the LEO."""
+
+    kafka_error = "OFFSET_OUT_OF_RANGE"
 
 
 class UnknownTopicOrPartitionError(LocalReadError):
-    """Kafka's UNKNOWN_TOPIC_OR_PARTITION: the broker does not publish this replica."""
+    """The broker publishes no replica of this partition on its board."""
+
+    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class ReadRetriesExhaustedError(LocalReadError):
     """The partition kept changing under the reader (truncation, leader changes)."""
+
+    kafka_error = "REQUEST_TIMED_OUT"
 
 
 @dataclass(frozen=True)
