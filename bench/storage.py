@@ -123,10 +123,20 @@ def walk(view, verify_crc: bool = False) -> tuple[int, int, int]:
 
 # ---------------------------------------------------------------- processes
 
+# Children die with the benchmark even if it is SIGKILLed (Linux PR_SET_PDEATHSIG).
+_CHILD_PREAMBLE = """
+import ctypes, signal
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
+except (OSError, AttributeError):
+    pass
+"""
+
+
 def _spawn(code: str, *args: str) -> subprocess.Popen:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-c", code, *args], env=env,
+    return subprocess.Popen([sys.executable, "-c", _CHILD_PREAMBLE + code, *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -136,7 +146,7 @@ def _line(proc: subprocess.Popen, timeout_s: float = CHILD_TIMEOUT_S) -> str:
     if not line:
         proc.kill()
         _, err = proc.communicate(timeout=30)
-        raise RuntimeError(f"child {proc.args[2][:40]!r} failed: {err.strip()[-2000:]}")
+        raise RuntimeError(f"benchmark child process failed: {err.strip()[-2000:]}")
     return line.strip()
 
 
@@ -256,7 +266,7 @@ for root, cid in ((root_a, cid_a), (root_b, cid_b)):
         log.append_as_leader(pool[i % len(pool)], 0)
     log.flush()  # a running broker's recovery point is near its end
 print("ready", flush=True)
-time.sleep(3600)  # until SIGKILL
+time.sleep(600)  # until SIGKILL
 """
 
 REOPEN_CHILD = """

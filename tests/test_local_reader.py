@@ -93,6 +93,7 @@ def test_reads_whole_batches_across_segments_and_stops_below_the_hw(writer, clus
             offset = check_batches(read, offset)
             reads += 1
         assert offset == hw and reads > 10
+        assert reader._index._attached, "positions came from the shared-memory index"
         assert reader.read(hw, 1 << 20).batches == []          # at the HW: nothing yet
         assert reader.read(hw + 1, 1 << 20).batches == []      # in (HW, LEO]: nothing
         with pytest.raises(OffsetOutOfRangeError):
@@ -147,6 +148,18 @@ def test_a_segment_replaced_under_the_same_name_is_mapped_again(writer, cluster_
             writer.append(4)
         assert log.segments[1].base_offset == second
         assert check_batches(reader.read(second, 1 << 20), second) == log.high_watermark
+
+
+def test_without_its_shared_memory_index_a_segment_is_scanned_from_its_start(
+        writer, cluster_id, tmp_path):
+    for i in range(40):
+        writer.append(2)
+    for segment in writer.log.segments:
+        segment.offset_index.unlink()  # as if /dev/shm had been cleared
+    with LocalReader(cluster_id, 0, str(tmp_path), TOPIC, 0) as reader:
+        middle = writer.log.high_watermark // 2 + 1
+        assert check_batches(reader.read(middle, 1 << 20), middle) == writer.log.high_watermark
+        assert not reader._index._attached
 
 
 def test_missing_board_or_partition_is_a_clear_error(cluster_id, tmp_path):
