@@ -30,6 +30,9 @@ INDEX_ENTRY_BYTES = 16
 INDEX_ENTRIES_MAX = 1 << 22
 # Segments one log may hold open at once (each holds a file descriptor and a map).
 SEGMENTS_PER_LOG_MAX = 100_000
+# The active segment reserves disk blocks ahead of its data in steps of this size
+# (posix_fallocate): appends into allocated blocks are much faster than into holes.
+PREALLOCATE_CHUNK_BYTES = 32 * 1024 * 1024
 # Checkpoint files are read whole; refuse absurd ones.
 CHECKPOINT_BYTES_MAX = 64 * 1024 * 1024
 

@@ -54,6 +54,7 @@ import bisect
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -66,12 +67,13 @@ from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECK
 from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX, LogConfig
 from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
                        index_name)
-from shm.names import check_cluster_id
+from shm.names import check_cluster_id, cluster_objects, unlink
 from shm.segment import Segment, segment_file_name
 
 logger = logging.getLogger("shm.log")
 
 BATCHES_PER_APPEND_MAX = 100_000
+_INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
 
 
 class LogError(Exception):
@@ -182,6 +184,7 @@ class Log:
                        if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
         if len(bases) > SEGMENTS_PER_LOG_MAX:
             raise LogError(f"{log.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
+        log._unlink_orphan_indexes(bases)
         if not bases:
             log._add_segment(log._new_segment(0, now))
         else:
@@ -194,6 +197,18 @@ class Log:
         log.recovery.elapsed_s = time.perf_counter() - started
         log.check()
         return log
+
+    def _unlink_orphan_indexes(self, bases: list[int]) -> None:
+        """Shared memory of segments that are gone (a crash between deleting a segment's
+        file and its indexes, or the reverse) would leak until ``cluster down``."""
+        head = index_name(self.cluster_id, self.broker_id, self.topic, self.partition, 0,
+                          KIND_OFFSET)[:-len("0-idx")]
+        wanted = set(bases)
+        for name in cluster_objects(self.cluster_id):
+            rest = name[len(head):] if name.startswith(head) else ""
+            match = _INDEX_SUFFIX.match(rest)
+            if match and int(match.group(1)) not in wanted:
+                unlink(name)
 
     def _read_checkpoint(self, file: OffsetCheckpointFile) -> int:
         try:
@@ -234,7 +249,7 @@ class Log:
             if start == 0:
                 self._clear_indexes(segment)
             file_end = segment.file_bytes
-            result = segment.recover_from(start, BATCH_BYTES_MAX)
+            result = segment.recover_from(start, BATCH_BYTES_MAX, self._recovered_batch)
             report.segments_scanned += 1
             report.bytes_scanned += result.end_position - start
             report.batches_scanned += result.batches
@@ -242,12 +257,13 @@ class Log:
             if error is None and not last and result.end_position != file_end:
                 error = f"zero bytes at position {result.end_position} of a sealed segment"
             if error is not None:
-                cut = segment.nonzero_end(result.end_position) - result.end_position
+                dirty_end = segment.nonzero_end(result.end_position)
+                cut = dirty_end - result.end_position
                 for later in segments[i + 1:]:
                     cut += later.file_bytes
                     later.delete()
                 del segments[i + 1:]
-                segment.truncate_at(result.end_position)
+                segment.truncate_at(result.end_position, dirty_end)
                 truncation = Truncation(segment.path, result.end_position, segment.next_offset,
                                         cut, error)
                 report.truncations.append(truncation)
@@ -262,6 +278,11 @@ class Log:
         self.recovery_point = min(recovery_point, self.log_end_offset)
         if report.truncations:
             self._write_recovery_point()
+
+    def _recovered_batch(self, header: B.BatchHeader) -> None:
+        # As Kafka: epochs of recovered batches re-enter the cache (it may lag the log).
+        if header.partition_leader_epoch >= 0:
+            self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
     def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex]:
         indexes = []
@@ -506,6 +527,14 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms() if now is None else now
         self._write_recovery_point()
+
+    def flush_if_due(self, *, now: int | None = None) -> bool:
+        """The broker's periodic check of log.flush.interval.ms (appends check it too)."""
+        now = now_ms() if now is None else now
+        if self._unflushed_messages and now - self._last_flush_ms >= self.config.flush_interval_ms:
+            self.flush(now=now)
+            return True
+        return False
 
     def _write_recovery_point(self) -> None:
         self._recovery_file.update(self.topic, self.partition, self.recovery_point)

@@ -1,0 +1,252 @@
+"""Recovery, index reattach and the on-disk/shared-memory contract readers rely on."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from shm import batch as B
+from shm.config import LogConfig
+from shm.index import OffsetIndex, TimeIndex, index_name, KIND_OFFSET
+from shm.log import Log, OffsetOutOfRangeError, RecordTooLargeError
+from shm.names import cluster_objects, exists
+
+CONFIG = LogConfig(segment_bytes=8192, index_interval_bytes=256)
+
+
+def open_log(tmp_path, cluster_id, config=CONFIG, **kwargs) -> Log:
+    return Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, **kwargs)
+
+
+def fill(log: Log, batches: int, records: int = 5) -> list[int]:
+    """Append batches whose values name their offset; returns each batch's base offset."""
+    bases = []
+    for _ in range(batches):
+        leo = log.log_end_offset
+        info = log.append_as_leader(
+            B.build_batch([b"v%d" % (leo + i) for i in range(records)], timestamps_ms=leo), 3)
+        bases.append(info.first_offset)
+    return bases
+
+
+def all_values(log: Log) -> list[bytes]:
+    out, offset = [], log.log_start_offset
+    while offset < log.log_end_offset:
+        for batch in B.parse_batches(log.read(offset, 1 << 20)):
+            out += batch.values.to_pylist()
+            offset = batch.header.next_offset
+    return out
+
+
+def test_byte_flip_in_the_middle_truncates_at_that_batch_and_says_so(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    bases = fill(log, 40)
+    segment = log.active_segment
+    # The middle batch of the active segment (unflushed: after the recovery point).
+    positions = [p for p, _ in B.iter_batches(segment.view(0, segment.size_bytes))]
+    victim_position = positions[len(positions) // 2]
+    victim_offset = B.read_header(segment._map, victim_position).base_offset
+    victim_end = victim_position + B.read_header(segment._map, victim_position).size_bytes
+    nonzero_cut = len(bytes(segment.view(victim_position, segment.size_bytes)).rstrip(b"\0"))
+    path = segment.path
+    log.abandon()  # as SIGKILL
+    with open(path, "r+b") as f:
+        f.seek(victim_position + (victim_end - victim_position) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x5A]))
+    log = open_log(tmp_path, cluster_id)
+    try:
+        (cut,) = log.recovery.truncations
+        assert (cut.file, cut.position, cut.offset) == (path, victim_position, victim_offset)
+        assert cut.bytes == nonzero_cut  # trailing zero bytes look like preallocation
+        assert "CRC" in cut.reason
+        assert log.log_end_offset == victim_offset
+        assert all_values(log) == [b"v%d" % o for o in range(victim_offset)]
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(victim_offset + 1, 100)
+        # The log goes on from the cut: new data lands where the corrupt batch was.
+        fill(log, 3)
+        assert all_values(log) == [b"v%d" % o for o in range(log.log_end_offset)]
+        assert victim_offset in bases
+    finally:
+        log.delete()
+
+
+def test_recovery_scans_only_from_the_recovery_point(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id, LogConfig(segment_bytes=1 << 20,
+                                                   index_interval_bytes=4096))
+    fill(log, 2000)
+    log.flush()
+    fill(log, 10)
+    unflushed_bytes = log.active_segment.size_bytes - log.active_segment.flushed_bytes
+    log.abandon()
+    log = open_log(tmp_path, cluster_id, LogConfig(segment_bytes=1 << 20,
+                                                   index_interval_bytes=4096))
+    try:
+        report = log.recovery
+        assert report.indexes_reattached == 2 and report.indexes_rebuilt == 0
+        assert report.batches_scanned <= 10 + 4096 // 100
+        assert report.bytes_scanned <= unflushed_bytes + 4096 + 200
+        assert log.log_end_offset == 2010 * 5
+    finally:
+        log.delete()
+
+
+@pytest.mark.parametrize("reattach", [True, False])
+def test_reopen_after_kill_rebuilds_or_reattaches_identical_indexes(tmp_path, cluster_id, reattach):
+    log = open_log(tmp_path, cluster_id)
+    fill(log, 150)
+    before = [(s.base_offset, s.offset_index.keys.copy(), s.offset_index.values.copy(),
+               s.time_index.keys.copy()) for s in log.segments]
+    log.abandon()
+    log = open_log(tmp_path, cluster_id, reattach_indexes=reattach)
+    try:
+        after = [(s.base_offset, s.offset_index.keys.copy(), s.offset_index.values.copy(),
+                  s.time_index.keys.copy()) for s in log.segments]
+        assert len(before) == len(after) > 2
+        for (b0, k0, v0, t0), (b1, k1, v1, t1) in zip(before, after):
+            assert b0 == b1 and np.array_equal(k0, k1) and np.array_equal(v0, v1)
+            assert np.array_equal(t0, t1)
+        if not reattach:
+            assert log.recovery.indexes_reattached == 0
+    finally:
+        log.delete()
+
+
+def test_garbage_in_a_reattached_index_is_detected_and_rebuilt(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    fill(log, 150)
+    first = log.segments[0]
+    good = first.offset_index.values.copy()
+    log.abandon()
+    name = index_name(cluster_id, 0, "orders", 2, first.base_offset, KIND_OFFSET)
+    index = OffsetIndex.attach(name, first.base_offset)
+    index._values[index.count - 1] += 3  # points inside a batch now
+    index.close()
+    log = open_log(tmp_path, cluster_id)
+    try:
+        assert log.recovery.indexes_rebuilt >= 1
+        assert np.array_equal(log.segments[0].offset_index.values, good)
+        assert all_values(log) == [b"v%d" % o for o in range(log.log_end_offset)]
+    finally:
+        log.delete()
+
+
+def test_clean_close_persists_index_files_and_unlinks_shared_memory(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    fill(log, 150)
+    directory = log.directory
+    log.close()
+    assert cluster_objects(cluster_id) == []
+    names = sorted(os.listdir(directory))
+    assert "leader-epoch-checkpoint" in names
+    logs = [n for n in names if n.endswith(".log")]
+    assert len(logs) > 2 and all(len(n) == 24 for n in logs)
+    for n in logs:
+        assert n[:-4] + ".index" in names and n[:-4] + ".timeindex" in names
+    assert os.path.getsize(os.path.join(directory, logs[-1])) < CONFIG.segment_bytes  # trimmed
+    log = open_log(tmp_path, cluster_id)
+    try:
+        assert not log.recovery.truncated and log.recovery.indexes_loaded > 0
+        assert all_values(log) == [b"v%d" % o for o in range(log.log_end_offset)]
+        assert os.path.getsize(log.active_segment.path) == CONFIG.segment_bytes  # preallocated
+    finally:
+        log.delete()
+    assert cluster_objects(cluster_id) == []
+    assert not os.path.exists(directory)
+
+
+READER = r"""
+import sys, mmap, os, struct
+from shm.index import OffsetIndex
+cluster_id, directory, base, target = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+index = OffsetIndex.attach_readonly(cluster_id, 0, "orders", 2, base)
+offset, position = index.lookup(target)
+with open(os.path.join(directory, "%020d.log" % base), "rb") as f:
+    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    while True:
+        base_offset, length = struct.unpack_from("<qi", data, position)
+        last_delta = struct.unpack_from("<i", data, position + 23)[0]
+        if base_offset + last_delta >= target:
+            break
+        position += length + 12
+    print(base_offset, position)
+"""
+
+
+def test_another_process_finds_a_batch_with_the_shared_index(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    try:
+        fill(log, 150)
+        segment = log.segments[1]
+        target = segment.base_offset + 17
+        expected_position = segment.position_of(target)
+        out = subprocess.run([sys.executable, "-c", READER, cluster_id, log.directory,
+                              str(segment.base_offset), str(target)],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        base_offset, position = map(int, out.split())
+        assert position == expected_position
+        assert base_offset <= target < base_offset + 5
+    finally:
+        log.delete()
+
+
+def test_retention_by_bytes_and_time_moves_log_start_by_whole_segments(tmp_path, cluster_id):
+    config = LogConfig(segment_bytes=8192, index_interval_bytes=256, retention_bytes=20000,
+                       retention_ms=1000)
+    log = open_log(tmp_path, cluster_id, config)
+    try:
+        fill(log, 200)
+        assert log.delete_old_segments(now=0) == 0, "nothing below the HW yet"
+        log.update_high_watermark(log.log_end_offset)
+        assert log.delete_old_segments(now=0) > 0
+        assert log.size_bytes - log.segments[0].size_bytes < 20000
+        assert log.log_start_offset == log.segments[0].base_offset > 0
+        assert log.leader_epoch_cache.entries[0].start_offset == log.log_start_offset
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(log.log_start_offset - 1, 100)
+        # By time: every sealed segment's newest record is older than 1 s at now=10**9.
+        log.delete_old_segments(now=10**9)
+        assert len(log.segments) == 1 and log.log_start_offset == log.active_segment.base_offset
+    finally:
+        log.delete()
+
+
+def test_read_respects_max_bytes_max_offset_and_returns_one_big_batch(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    try:
+        fill(log, 10)
+        view = log.read(7, 1)
+        (batch,) = B.parse_batches(view)
+        assert batch.base_offset == 5, "the batch holding offset 7"
+        assert view.readonly
+        assert [b.base_offset for b in B.parse_batches(log.read(0, 10**6, max_offset=20))] == \
+            [0, 5, 10, 15]
+        assert len(log.read(20, 100, max_offset=20)) == 0
+        with pytest.raises(RecordTooLargeError):
+            log.append_as_leader(B.build_batch([b"x" * 9000]), 3)
+        with pytest.raises(B.CorruptRecordError):
+            bad = B.build_batch([b"abc"])
+            bad[-1] ^= 1
+            log.append_as_leader(bad, 3)
+    finally:
+        log.delete()
+
+
+def test_flush_policy_by_messages_advances_and_checkpoints_the_recovery_point(tmp_path,
+                                                                              cluster_id):
+    log = open_log(tmp_path, cluster_id, LogConfig(segment_bytes=1 << 16,
+                                                   flush_interval_messages=12))
+    try:
+        fill(log, 2)  # 10 records: below the interval
+        assert log.recovery_point == 0
+        fill(log, 1)  # 15 records
+        assert log.recovery_point == 15
+        text = open(os.path.join(str(tmp_path), "recovery-point-offset-checkpoint")).read()
+        assert text == "0\n1\norders 2 15\n"
+    finally:
+        log.delete()
