@@ -1,1 +1,14 @@
-"""Storage: record batches, segmented mmap'd logs, shared-memory indexes and board."""
+"""Storage: record batches, segmented mmap'd logs, shared-memory indexes and board.
+
+- ``shm.batch``: the record-batch codec (Kafka v2 header, Arrow columnar body, CRC-32C);
+  ``build_batch``, ``parse_batch``, ``iter_batches``, ``stamp``, ``CorruptRecordError``.
+- ``shm.log``: ``Log`` - one partition replica's log (append as leader / follower, read,
+  roll, truncate, retention, flush, crash recovery); its docstring is the on-disk and
+  shared-memory layout that readers in other processes rely on.
+- ``shm.segment``: one segment file and its indexes (used by ``Log``).
+- ``shm.index``: ``OffsetIndex`` / ``TimeIndex`` in POSIX shared memory
+  (``attach_readonly`` for other processes).
+- ``shm.checkpoint``: Kafka's checkpoint files and the ``LeaderEpochCache``.
+- ``shm.config``: ``LogConfig`` (Kafka's ``log.*`` keys) and every storage limit.
+- ``shm.names``: shared-memory naming and ``cleanup_cluster``.
+"""

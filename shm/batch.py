@@ -434,7 +434,3 @@ def parse_batches(buf, *, max_bytes: int = BATCH_BYTES_MAX) -> list[RecordBatch]
             for position, _ in iter_batches(buf, max_bytes=max_bytes, verify_crc=False)]
 
 
-def build_simple(values: Sequence[bytes | None], keys=None, timestamp_ms: int = 0,
-                 **kwargs) -> bytearray:
-    """Convenience for tests and tools: a batch with one timestamp."""
-    return build_batch(values, keys, timestamp_ms, **kwargs)

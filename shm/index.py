@@ -155,7 +155,8 @@ class SparseIndex:
         """Structure: count in bounds, keys and values strictly increasing, non-negative."""
         count = int(self._header[S_COUNT])
         if not 0 <= count <= self.entries_max:
-            raise IndexCorruptError(f"index {self.name}: count {count} outside [0, {self.entries_max}]")
+            raise IndexCorruptError(
+                f"index {self.name}: count {count} outside [0, {self.entries_max}]")
         keys, values = self._keys[:count], self._values[:count]
         if count and (int(keys[0]) < 0 or int(values[0]) < 0 or
                       bool((np.diff(keys) <= 0).any()) or bool((np.diff(values) <= 0).any())):

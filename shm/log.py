@@ -10,12 +10,15 @@ On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
         00000000000000000000.timeindex  time index (same)
         00000000000000004711.log        next segment, named by its base offset
         leader-epoch-checkpoint         epoch -> start offset
+        .lock                           flock'd by the one Log that has it open
 
 - Segment files are named by base offset (``%020d.log``); the segment with the highest
   base offset is the active one. Its file is preallocated (sparse, zero-filled) to
   ``log.segment.bytes`` and mmap'd; bytes after the last batch are zero. Every other
   segment's file is trimmed to its data. So a reader mapping a segment must stop at
-  the first 12-byte zero prefix or at an offset it knows is written (HW).
+  an offset it knows is written (HW) or at the first 12-byte zero prefix, and must
+  never touch bytes past the file's current size: a roll trims the file it mapped at
+  full capacity, and touching a page past the end of a file is SIGBUS.
 - The log start offset is the base offset of the first segment; retention deletes
   whole segments, never the active one.
 
@@ -27,7 +30,9 @@ Shared memory (see ``shm/index.py`` for the object layout): per segment
 Another process attaches them with ``OffsetIndex.attach_readonly(cluster_id,
 broker_id, topic, partition, base_offset)`` (``TimeIndex`` likewise); they live while
 the log is open (and after a crash, until the log is reopened or ``cleanup_cluster``)
-and are unlinked by ``close()``. A reader finds a batch: pick the segment file with
+and are unlinked by ``close()``. A new segment's index objects are created before its
+``.log`` file, so a reader that sees the file finds the index (possibly still empty:
+then it scans from position 0). A reader finds a batch: pick the segment file with
 the largest base offset <= target, ``OffsetIndex.lookup(target)`` -> (offset,
 position), then walk batch headers (size = batch_length + 12) from that position.
 
@@ -39,7 +44,8 @@ Rules and invariants:
   ``read`` never returns a torn batch; views are read-only.
 - Default flush policy: never fsync on append (acks come from the page cache and
   durability from replication, as Kafka). ``flush()`` fsyncs and advances the
-  recovery point, which is checkpointed; a roll flushes the sealed segment, as Kafka.
+  recovery point, which is checkpointed; a roll flushes the sealed segment in a
+  background thread and then advances the recovery point, as Kafka.
 - Recovery (``Log.open`` after an unclean shutdown) trusts everything below the
   recovery point and verifies CRC and structure from there on, so its cost is the
   unflushed tail. It cuts a torn or corrupt tail and reports each cut
@@ -52,12 +58,16 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import fcntl
 import logging
 import os
 import re
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from shm import batch as B
 from shm.batch import CorruptRecordError
@@ -73,6 +83,7 @@ from shm.segment import Segment, segment_file_name
 logger = logging.getLogger("shm.log")
 
 BATCHES_PER_APPEND_MAX = 100_000
+LOCK_FILE = ".lock"
 _INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
 
 
@@ -135,7 +146,35 @@ class RecoveryReport:
         return bool(self.truncations)
 
 
-def now_ms() -> int:
+@dataclass
+class _RollFlush:
+    future: Future
+    offset: int  # the recovery point once the fsyncs are done
+    segments: list[tuple[Segment, int]]  # (segment, bytes covered)
+
+
+_flusher_pool: ThreadPoolExecutor | None = None
+
+
+def _flusher() -> ThreadPoolExecutor:
+    """One background thread per process for roll flushes (os.fsync drops the GIL)."""
+    global _flusher_pool
+    if _flusher_pool is None:
+        _flusher_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mk-roll-flush")
+    return _flusher_pool
+
+
+def _fsync_and_close(descriptors: list[int]) -> None:
+    # Duplicated descriptors: the log may close or delete the segment meanwhile.
+    try:
+        for fd in descriptors:
+            os.fsync(fd)
+    finally:
+        for fd in descriptors:
+            os.close(fd)
+
+
+def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -161,42 +200,74 @@ class Log:
         self._hw_file = OffsetCheckpointFile(os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT))
         self.leader_epoch_cache: LeaderEpochCache | None = None
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = wall_clock_ms()
         self._closed = False
+        self._lock_fd = -1
+        self._roll_flush: _RollFlush | None = None
 
     # ================================================================ open / recovery
 
     @classmethod
     def open(cls, data_dir: str, topic: str, partition: int, config: LogConfig | None = None,
              *, cluster_id: str, broker_id: int = 0, reattach_indexes: bool = True,
-             now: int | None = None) -> "Log":
+             now_ms: int | None = None) -> "Log":
         """Open (creating if needed) and recover. ``log.recovery`` says what happened."""
         started = time.perf_counter()
         log = cls(data_dir, topic, partition, config or LogConfig(), cluster_id, broker_id)
         os.makedirs(log.directory, exist_ok=True)
-        for name in os.listdir(log.directory):
+        log._lock()
+        try:
+            log._load(reattach_indexes, wall_clock_ms() if now_ms is None else now_ms)
+        except BaseException:
+            log.abandon()  # drop maps, descriptors and the lock; leave files for a retry
+            raise
+        log.recovery.elapsed_s = time.perf_counter() - started
+        return log
+
+    def _load(self, reattach_indexes: bool, now_ms: int) -> None:
+        for name in os.listdir(self.directory):
             if name.endswith(".tmp"):
-                os.unlink(os.path.join(log.directory, name))
-        now = now_ms() if now is None else now
-        log.leader_epoch_cache = LeaderEpochCache(
-            os.path.join(log.directory, LEADER_EPOCH_CHECKPOINT), lambda: log.log_end_offset)
-        bases = sorted(int(n[:-4]) for n in os.listdir(log.directory)
+                os.unlink(os.path.join(self.directory, name))
+        self._last_flush_ms = now_ms
+        epoch_path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)
+        try:
+            self.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: self.log_end_offset)
+        except CheckpointError as e:
+            logger.warning("%s; starting with an empty leader epoch cache", e)
+            os.unlink(epoch_path)
+            self.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: self.log_end_offset)
+        bases = sorted(int(n[:-4]) for n in os.listdir(self.directory)
                        if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
         if len(bases) > SEGMENTS_PER_LOG_MAX:
-            raise LogError(f"{log.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
-        log._unlink_orphan_indexes(bases)
+            raise LogError(f"{self.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
+        self._unlink_orphan_indexes(bases)
         if not bases:
-            log._add_segment(log._new_segment(0, now))
+            self._add_segment(self._new_segment(0, now_ms))
         else:
-            log._recover(bases, reattach_indexes, now)
-        log.high_watermark = min(max(log._read_checkpoint(log._hw_file), log.log_start_offset),
-                                 log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
-        log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
-        log.recovery.log_end_offset = log.log_end_offset
-        log.recovery.elapsed_s = time.perf_counter() - started
-        log.check()
-        return log
+            self._recover(bases, reattach_indexes, now_ms)
+        self.high_watermark = min(max(self._read_checkpoint(self._hw_file),
+                                      self.log_start_offset), self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.recovery.log_end_offset = self.log_end_offset
+        self.check()
+
+    def _lock(self) -> None:
+        """One writer per partition directory (Kafka locks its log dirs the same way);
+        the kernel drops the lock when the process dies."""
+        self._lock_fd = os.open(os.path.join(self.directory, LOCK_FILE),
+                                os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise LogError(f"{self.directory} is open in another Log (its {LOCK_FILE} is held)")
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = -1
 
     def _unlink_orphan_indexes(self, bases: list[int]) -> None:
         """Shared memory of segments that are gone (a crash between deleting a segment's
@@ -217,17 +288,19 @@ class Log:
             logger.warning("%s; treating it as 0 (recover everything)", e)
             return 0
 
-    def _recover(self, bases: list[int], reattach: bool, now: int) -> None:
+    def _recover(self, bases: list[int], reattach: bool, now_ms: int) -> None:
         report = self.recovery
         recovery_point = max(self._read_checkpoint(self._recovery_file), bases[0])
         report.recovery_point = recovery_point
         first_scanned = bisect.bisect_right(bases, recovery_point) - 1
         segments = []
         for base in bases:
-            offset_index, time_index = self._open_indexes(base, reattach)
-            segments.append(Segment.open(self.directory, base, self.config.segment_bytes,
-                                         offset_index, time_index,
-                                         self.config.index_interval_bytes, now))
+            offset_index, time_index, from_files = self._open_indexes(base, reattach)
+            segment = Segment.open(self.directory, base, self.config.segment_bytes,
+                                   offset_index, time_index, self.config.index_interval_bytes,
+                                   now_ms)
+            segment.indexes_dirty = not from_files  # cuts and appends set it again
+            segments.append(segment)
         # Below the recovery point: sealed, flushed, trusted (indexes validated).
         for i in range(first_scanned):
             segment = segments[i]
@@ -271,7 +344,20 @@ class Log:
                                "on): %s", self.directory, cut, truncation.position,
                                truncation.file, truncation.offset, error)
                 break
-        for segment in segments:
+        for i, segment in enumerate(segments):
+            if self.segments and segment.base_offset != self.log_end_offset:
+                # A missing segment file: offsets must stay contiguous, so the log ends
+                # where the gap starts.
+                error = (f"segment {segment_file_name(segment.base_offset)} starts at "
+                         f"{segment.base_offset}, the log before it ends at "
+                         f"{self.log_end_offset}")
+                cut = sum(later.size_bytes for later in segments[i:])
+                for later in segments[i:]:
+                    later.delete()
+                report.truncations.append(
+                    Truncation(segment.path, 0, self.log_end_offset, cut, error))
+                logger.warning("recovery of %s cut %d bytes: %s", self.directory, cut, error)
+                break
             self._add_segment(segment)
         if not self.segments[-1].active:
             self.segments[-1].activate()
@@ -284,8 +370,9 @@ class Log:
         if header.partition_leader_epoch >= 0:
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
-    def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex]:
-        indexes = []
+    def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex, bool]:
+        """(offset index, time index, both loaded from their files)."""
+        indexes, loaded = [], 0
         stem = os.path.join(self.directory, f"{base:020d}")
         for cls, kind, suffix in ((OffsetIndex, KIND_OFFSET, ".index"),
                                   (TimeIndex, KIND_TIME, ".timeindex")):
@@ -305,10 +392,11 @@ class Log:
                         keys, values = cls.read_file(stem + suffix, base)
                         index.load(keys, values)
                         self.recovery.indexes_loaded += 1
+                        loaded += 1
                     except IndexCorruptError:
                         index.truncate_to_count(0)
             indexes.append(index)
-        return indexes[0], indexes[1]
+        return indexes[0], indexes[1], loaded == 2
 
     def _index_entries_max(self) -> int:
         by_segment = self.config.segment_bytes // self.config.index_interval_bytes + 2
@@ -317,14 +405,14 @@ class Log:
     def _clear_indexes(self, segment: Segment) -> None:
         segment.offset_index.truncate_to_count(0)
         segment.time_index.truncate_to_count(0)
+        segment.indexes_dirty = True
 
     def _trust(self, segment: Segment) -> bool:
         """Accept a sealed segment below the recovery point; rebuild bad indexes by a
         header walk. False if even the walk fails (then the segment is verified)."""
         size = segment.file_bytes
-        segment._cut_indexes_after(size)
-        last = segment.offset_index.last()
-        if last is not None and not segment.index_matches(segment.base_offset + last[0], last[1]):
+        segment.cut_indexes_after(size)
+        if not segment.indexes_valid():
             self._clear_indexes(segment)
         if segment.offset_index.count == 0 and size > 0:
             self.recovery.indexes_rebuilt += 1
@@ -333,9 +421,9 @@ class Log:
     def _scan_start(self, segment: Segment, recovery_point: int) -> int:
         """Where verification starts: the indexed batch at or below the recovery point,
         if the index entry checks out; else the segment's start."""
-        segment._cut_indexes_after(segment.file_bytes)
+        segment.cut_indexes_after(segment.file_bytes)
         offset, position = segment.offset_index.lookup(recovery_point)
-        if position > 0 and segment.index_matches(offset, position):
+        if position > 0 and segment.indexes_valid():
             return position
         if segment.offset_index.count > 0 or segment.file_bytes > 0:
             self.recovery.indexes_rebuilt += 1
@@ -376,7 +464,8 @@ class Log:
 
     # ================================================================ append
 
-    def append_as_leader(self, records, leader_epoch: int, *, now: int | None = None) -> AppendInfo:
+    def append_as_leader(self, records, leader_epoch: int, *,
+                         now_ms: int | None = None) -> AppendInfo:
         """Assign offsets from the LEO: stamp base_offset and the leader epoch in place
         (``records`` must be writable: one or more whole batches), then append."""
         self._ensure_open()
@@ -394,9 +483,9 @@ class Log:
                 header, base_offset=next_offset, partition_leader_epoch=leader_epoch)))
             next_offset += header.record_count
         self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
-        return self._append(view, stamped, now)
+        return self._append(view, stamped, now_ms)
 
-    def append_as_follower(self, records, *, now: int | None = None) -> AppendInfo:
+    def append_as_follower(self, records, *, now_ms: int | None = None) -> AppendInfo:
         """Append batches with the offsets they carry; they must continue the LEO."""
         self._ensure_open()
         view = memoryview(records).cast("B")
@@ -412,7 +501,7 @@ class Log:
         for _, header in batches:
             if header.partition_leader_epoch >= 0:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        return self._append(view, batches, now)
+        return self._append(view, batches, now_ms)
 
     def _check_records(self, view: memoryview) -> list[tuple[int, B.BatchHeader]]:
         limit = self.config.message_max_bytes
@@ -436,16 +525,17 @@ class Log:
             raise CorruptRecordError("no record batch in an append")
         return batches
 
-    def _append(self, view: memoryview, batches, now: int | None) -> AppendInfo:
-        now = now_ms() if now is None else now
+    def _append(self, view: memoryview, batches, now_ms: int | None) -> AppendInfo:
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        self._poll_roll_flush(wait=False)
         records = 0
         for position, header in batches:
             segment = self.active_segment
             if segment.size_bytes > 0 and (
                     segment.size_bytes + header.size_bytes > self.config.segment_bytes
                     or segment.index_full
-                    or now - segment.created_ms >= self.config.roll_ms):
-                self.roll(now=now)
+                    or now_ms - segment.created_ms >= self.config.roll_ms):
+                self.roll(now_ms=now_ms)
                 segment = self.active_segment
             segment.append(view[position:position + header.size_bytes], header)
             records += header.record_count
@@ -454,8 +544,8 @@ class Log:
         assert info.last_offset - info.first_offset + 1 == records
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_interval_messages or \
-                now - self._last_flush_ms >= self.config.flush_interval_ms:
-            self.flush(now=now)
+                now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+            self.flush(now_ms=now_ms)
         return info
 
     # ================================================================ read
@@ -464,7 +554,9 @@ class Log:
              ) -> memoryview:
         """Whole batches from the one holding ``start_offset``: at most ``max_bytes``
         but at least one batch (as Kafka), none ending above ``max_offset`` (e.g. the HW).
-        A zero-copy read-only view of one segment; empty at the LEO."""
+        A zero-copy read-only view of one segment; empty at the LEO. The bytes stay
+        valid until this range is truncated (they then read as zeros) - copy them to
+        keep them longer; a deleted segment's view stays readable (the map lives on)."""
         self._ensure_open()
         if not self.log_start_offset <= start_offset <= self.log_end_offset:
             raise OffsetOutOfRangeError(
@@ -484,29 +576,73 @@ class Log:
             return segment.view(position, end)
         return memoryview(b"")
 
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """ListOffsets by time: the first offset whose record timestamp is >=
+        ``timestamp_ms``; None if every record is older. Uses each segment's max
+        timestamp, then its time index, then walks at most one index interval."""
+        self._ensure_open()
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            start = max(segment.time_index.scan_start(timestamp_ms), segment.base_offset)
+            position = segment.position_of(min(start, segment.next_offset - 1))
+            while position is not None and position < segment.size_bytes:
+                header = B.read_header(segment.view(position, segment.size_bytes))
+                if header.max_timestamp >= timestamp_ms:
+                    deltas = np.frombuffer(segment.view(position, position + header.size_bytes),
+                                           dtype="<i4", count=header.record_count,
+                                           offset=B.HEADER_BYTES)
+                    first = int(np.argmax(deltas.astype(np.int64) + header.base_timestamp
+                                          >= timestamp_ms))
+                    return header.base_offset + first
+                position += header.size_bytes
+        return None
+
     # ================================================================ roll / flush
 
-    def roll(self, *, now: int | None = None) -> None:
+    def roll(self, *, now_ms: int | None = None) -> None:
         """Seal the active segment (trim, persist indexes, flush) and start a new one."""
         self._ensure_open()
-        now = now_ms() if now is None else now
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
         segment = self.active_segment
         if segment.size_bytes == 0:
             return
+        self._poll_roll_flush(wait=True)  # at most one in flight
         segment.seal()
         segment.persist_indexes()
-        self._add_segment(self._new_segment(self.log_end_offset, now))
+        self._add_segment(self._new_segment(self.log_end_offset, now_ms))
         fsync_dir(self.directory)
-        self.flush(now=now)
+        # As Kafka: the sealed segments are fsynced in the background and the recovery
+        # point moves to the new segment once that is done (seen by the next append,
+        # flush or flush_if_due), so a roll does not stall appends behind an fsync.
+        first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        pending = [(s, s.size_bytes) for s in self.segments[first:-1]
+                   if s.flushed_bytes < s.size_bytes]
+        descriptors = [s.dup_fd() for s, _ in pending]
+        self._roll_flush = _RollFlush(_flusher().submit(_fsync_and_close, descriptors),
+                                      self.active_segment.base_offset, pending)
 
-    def _new_segment(self, base_offset: int, now: int) -> Segment:
+    def _poll_roll_flush(self, *, wait: bool) -> None:
+        """Apply a finished background roll flush (or wait for it)."""
+        roll_flush = self._roll_flush
+        if roll_flush is None or not (wait or roll_flush.future.done()):
+            return
+        self._roll_flush = None
+        roll_flush.future.result()  # an fsync error surfaces here, as a storage error
+        for segment, size_bytes in roll_flush.segments:
+            segment.flushed_bytes = max(segment.flushed_bytes, size_bytes)
+        if self.recovery_point < roll_flush.offset <= self.log_end_offset:
+            self.recovery_point = roll_flush.offset
+            self._write_recovery_point()
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
         indexes = []
         for cls, kind in ((OffsetIndex, KIND_OFFSET), (TimeIndex, KIND_TIME)):
             name = index_name(self.cluster_id, self.broker_id, self.topic, self.partition,
                               base_offset, kind)
             indexes.append(cls.create(name, base_offset, self._index_entries_max()))
         return Segment.create(self.directory, base_offset, self.config.segment_bytes,
-                              indexes[0], indexes[1], self.config.index_interval_bytes, now)
+                              indexes[0], indexes[1], self.config.index_interval_bytes, now_ms)
 
     def _add_segment(self, segment: Segment) -> None:
         if self.segments:
@@ -517,22 +653,26 @@ class Log:
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
 
-    def flush(self, *, now: int | None = None) -> None:
+    def flush(self, *, now_ms: int | None = None) -> None:
         """fsync everything up to the LEO and checkpoint it as the recovery point."""
         self._ensure_open()
-        for segment in self.segments[max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1):]:
+        self._poll_roll_flush(wait=True)
+        first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        for segment in self.segments[first:]:
             if segment.flushed_bytes < segment.size_bytes:
                 segment.flush()
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms() if now is None else now
+        self._last_flush_ms = wall_clock_ms() if now_ms is None else now_ms
         self._write_recovery_point()
 
-    def flush_if_due(self, *, now: int | None = None) -> bool:
+    def flush_if_due(self, *, now_ms: int | None = None) -> bool:
         """The broker's periodic check of log.flush.interval.ms (appends check it too)."""
-        now = now_ms() if now is None else now
-        if self._unflushed_messages and now - self._last_flush_ms >= self.config.flush_interval_ms:
-            self.flush(now=now)
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        self._poll_roll_flush(wait=False)
+        due = now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+        if self._unflushed_messages and due:
+            self.flush(now_ms=now_ms)
             return True
         return False
 
@@ -575,15 +715,16 @@ class Log:
         self._after_truncation()
         return True
 
-    def truncate_fully_and_start_at(self, offset: int, *, now: int | None = None) -> None:
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
         """Delete every segment and restart empty at ``offset`` (a follower far behind)."""
         self._ensure_open()
         if offset < 0:
             raise ValueError(f"truncate_fully_and_start_at({offset})")
+        self._roll_flush = None
         for segment in reversed(self.segments):
             segment.delete()
         self.segments, self._bases = [], []
-        self._add_segment(self._new_segment(offset, now_ms() if now is None else now))
+        self._add_segment(self._new_segment(offset, wall_clock_ms() if now_ms is None else now_ms))
         fsync_dir(self.directory)
         self.high_watermark = offset
         self.recovery_point = offset
@@ -592,6 +733,7 @@ class Log:
         self.check()
 
     def _after_truncation(self) -> None:
+        self._roll_flush = None  # its offset may now name different data: forget it
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         if self.recovery_point > self.log_end_offset:
@@ -601,11 +743,11 @@ class Log:
 
     # ================================================================ retention
 
-    def delete_old_segments(self, *, now: int | None = None) -> int:
+    def delete_old_segments(self, *, now_ms: int | None = None) -> int:
         """Retention (log.retention.ms / log.retention.bytes): delete whole segments
         from the start, only below the HW, never the active one. Returns how many."""
         self._ensure_open()
-        now = now_ms() if now is None else now
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         total = self.size_bytes
         deleted = 0
@@ -614,7 +756,7 @@ class Log:
             if first.next_offset > self.high_watermark:
                 break
             expired = retention_ms >= 0 and first.max_timestamp >= 0 and \
-                now - first.max_timestamp > retention_ms
+                now_ms - first.max_timestamp > retention_ms
             too_big = retention_bytes >= 0 and total - first.size_bytes >= retention_bytes
             if not (expired or too_big):
                 break
@@ -638,6 +780,7 @@ class Log:
         checkpoints, unlink this log's shared memory."""
         if self._closed:
             return
+        self._poll_roll_flush(wait=True)
         self.active_segment.trim_for_close()
         for segment in self.segments:
             if segment.flushed_bytes < segment.size_bytes or segment is self.segments[-1]:
@@ -649,17 +792,14 @@ class Log:
         for segment in self.segments:
             segment.close(unlink_indexes=True)
         self._closed = True
+        self._unlock()
 
     def abandon(self) -> None:
         """Drop this object as a SIGKILL would (tests): no trim, no persist, no unlink."""
         for segment in self.segments:
-            segment._unmap()
-            if segment._fd >= 0:
-                os.close(segment._fd)
-                segment._fd = -1
-            segment.offset_index.close()
-            segment.time_index.close()
+            segment.abandon()
         self._closed = True
+        self._unlock()
 
     def delete(self) -> None:
         """Remove the partition directory, its shared memory and its checkpoint entries."""
@@ -672,3 +812,4 @@ class Log:
             except CheckpointError:
                 pass
         self._closed = True
+        self._unlock()

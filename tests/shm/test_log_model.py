@@ -42,7 +42,7 @@ def make_machine(cluster_id: str):
 
         def _open(self, reattach: bool = True) -> Log:
             return Log.open(self.data_dir, "topic", 3, CONFIG, cluster_id=cluster_id,
-                            broker_id=self.broker_id, reattach_indexes=reattach, now=0)
+                            broker_id=self.broker_id, reattach_indexes=reattach, now_ms=0)
 
         def teardown(self):
             if hasattr(self, "log"):
@@ -86,11 +86,11 @@ def make_machine(cluster_id: str):
 
         @rule()
         def roll(self):
-            self.log.roll(now=0)
+            self.log.roll(now_ms=0)
 
         @rule()
         def flush(self):
-            self.log.flush(now=0)
+            self.log.flush(now_ms=0)
 
         @rule(data=st.data())
         def truncate_to(self, data):
@@ -109,7 +109,7 @@ def make_machine(cluster_id: str):
         def truncate_fully_and_start_at(self, offset, rarely):
             if rarely:
                 return
-            self.log.truncate_fully_and_start_at(offset, now=0)
+            self.log.truncate_fully_and_start_at(offset, now_ms=0)
             self.batches, self.start, self.leo = [], offset, offset
 
         @rule(data=st.data())
@@ -117,7 +117,7 @@ def make_machine(cluster_id: str):
             hw = data.draw(st.integers(self.start, self.leo))
             self.log.update_high_watermark(hw)
             size_before = self.log.size_bytes
-            self.log.delete_old_segments(now=0)
+            self.log.delete_old_segments(now_ms=0)
             new_start = self.log.log_start_offset
             assert self.start <= new_start <= max(hw, self.start)
             if new_start > self.start:
@@ -171,16 +171,27 @@ def make_machine(cluster_id: str):
 
         # ------------------------------------------------------------ reads
 
-        @rule(data=st.data(), max_bytes=st.integers(0, 1500))
-        def read(self, data, max_bytes):
+        @rule(data=st.data(), max_bytes=st.integers(0, 1500), bounded=st.booleans())
+        def read(self, data, max_bytes, bounded):
             offset = data.draw(st.integers(self.start, self.leo))
-            view = self.log.read(offset, max_bytes)
-            if offset == self.leo:
+            # max_offset as a consumer's HW: a batch boundary (or the LEO).
+            bound = None
+            if bounded:
+                bound = data.draw(st.sampled_from([b for b, _ in self.batches] + [self.leo]))
+            view = self.log.read(offset, max_bytes, max_offset=bound)
+            if offset == self.leo or (bound is not None and offset >= bound):
                 assert len(view) == 0
                 return
             parsed = B.parse_batches(view)
+            if bound is not None and not parsed:
+                holder = max(b for b, _ in self.batches if b <= offset)
+                assert holder + len(dict(self.batches)[holder]) > bound
+                return
             assert parsed, "a read below the LEO returns at least one batch"
             assert len(view) <= max_bytes or len(parsed) == 1
+            if bound is not None:
+                last = parsed[-1]
+                assert last.base_offset + last.record_count <= bound
             expected = {b: v for b, v in self.batches}
             first = parsed[0].base_offset
             assert first <= offset < first + parsed[0].record_count

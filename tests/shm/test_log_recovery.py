@@ -125,7 +125,7 @@ def test_garbage_in_a_reattached_index_is_detected_and_rebuilt(tmp_path, cluster
     log.abandon()
     name = index_name(cluster_id, 0, "orders", 2, first.base_offset, KIND_OFFSET)
     index = OffsetIndex.attach(name, first.base_offset)
-    index._values[index.count - 1] += 3  # points inside a batch now
+    index._values[index.count // 2] += 3  # a middle entry points inside a batch now
     index.close()
     log = open_log(tmp_path, cluster_id)
     try:
@@ -201,16 +201,16 @@ def test_retention_by_bytes_and_time_moves_log_start_by_whole_segments(tmp_path,
     log = open_log(tmp_path, cluster_id, config)
     try:
         fill(log, 200)
-        assert log.delete_old_segments(now=0) == 0, "nothing below the HW yet"
+        assert log.delete_old_segments(now_ms=0) == 0, "nothing below the HW yet"
         log.update_high_watermark(log.log_end_offset)
-        assert log.delete_old_segments(now=0) > 0
+        assert log.delete_old_segments(now_ms=0) > 0
         assert log.size_bytes - log.segments[0].size_bytes < 20000
         assert log.log_start_offset == log.segments[0].base_offset > 0
         assert log.leader_epoch_cache.entries[0].start_offset == log.log_start_offset
         with pytest.raises(OffsetOutOfRangeError):
             log.read(log.log_start_offset - 1, 100)
-        # By time: every sealed segment's newest record is older than 1 s at now=10**9.
-        log.delete_old_segments(now=10**9)
+        # By time: every sealed segment's newest record is older than 1 s at now_ms=10**9.
+        log.delete_old_segments(now_ms=10**9)
         assert len(log.segments) == 1 and log.log_start_offset == log.active_segment.base_offset
     finally:
         log.delete()
@@ -248,5 +248,92 @@ def test_flush_policy_by_messages_advances_and_checkpoints_the_recovery_point(tm
         assert log.recovery_point == 15
         text = open(os.path.join(str(tmp_path), "recovery-point-offset-checkpoint")).read()
         assert text == "0\n1\norders 2 15\n"
+    finally:
+        log.delete()
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after_it(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    try:
+        fill(log, 150)  # batch b holds offsets [5b, 5b+5), all with timestamp 5b
+        leo = log.log_end_offset
+        log.append_as_leader(B.build_batch([b"a", b"b", b"c"], timestamps_ms=[leo + 10, leo + 30,
+                                                                            leo + 20]), 3)
+        assert len(log.segments) > 2
+        assert log.offset_for_timestamp(0) == 0
+        assert log.offset_for_timestamp(1) == 5
+        assert log.offset_for_timestamp(400) == 400
+        assert log.offset_for_timestamp(401) == 405
+        assert log.offset_for_timestamp(leo + 11) == leo + 1
+        assert log.offset_for_timestamp(leo + 21) == leo + 1
+        assert log.offset_for_timestamp(leo + 31) is None
+        log.close()
+        log = open_log(tmp_path, cluster_id)
+        assert log.offset_for_timestamp(401) == 405
+    finally:
+        log.delete()
+
+
+def test_a_missing_segment_file_ends_the_log_at_the_gap(tmp_path, cluster_id):
+    log = open_log(tmp_path, cluster_id)
+    fill(log, 200)
+    assert len(log.segments) >= 4
+    second, third = log.segments[1], log.segments[2]
+    gap_offset, gap_path = second.base_offset, second.path
+    log.close()
+    os.unlink(gap_path)
+    log = open_log(tmp_path, cluster_id)
+    try:
+        (cut,) = log.recovery.truncations
+        assert cut.offset == gap_offset and cut.file == third.path and "starts at" in cut.reason
+        assert log.log_end_offset == gap_offset and len(log.segments) == 1
+        assert all_values(log) == [b"v%d" % o for o in range(gap_offset)]
+    finally:
+        log.delete()
+
+
+def test_roll_ms_and_flush_interval_ms_are_honoured(tmp_path, cluster_id):
+    config = LogConfig(segment_bytes=1 << 16, roll_ms=1000, flush_interval_ms=500)
+    log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=0)
+    try:
+        log.append_as_leader(B.build_batch([b"a"]), 1, now_ms=0)
+        assert log.recovery_point == 0 and not log.flush_if_due(now_ms=499)
+        assert log.flush_if_due(now_ms=500) and log.recovery_point == 1
+        log.append_as_leader(B.build_batch([b"b"]), 1, now_ms=999)
+        assert len(log.segments) == 1
+        log.append_as_leader(B.build_batch([b"c"]), 1, now_ms=1000)  # segment is 1000 ms old
+        assert [s.base_offset for s in log.segments] == [0, 2]
+    finally:
+        log.delete()
+
+
+def test_a_partition_directory_has_one_writer(tmp_path, cluster_id):
+    from shm.log import LogError
+    log = open_log(tmp_path, cluster_id)
+    try:
+        with pytest.raises(LogError, match="another Log"):
+            open_log(tmp_path, cluster_id)
+    finally:
+        log.close()
+    log = open_log(tmp_path, cluster_id)  # released by close
+    log.delete()
+
+
+def test_a_roll_flushes_in_the_background_then_moves_the_recovery_point(tmp_path, cluster_id):
+    import time
+    log = open_log(tmp_path, cluster_id, LogConfig(segment_bytes=1 << 16))
+    try:
+        fill(log, 20)
+        log.roll()
+        new_base = log.active_segment.base_offset
+        assert new_base == 100 and log.recovery_point == 0
+        deadline = time.monotonic() + 30
+        while log.recovery_point != new_base:  # applied when the log next looks
+            assert time.monotonic() < deadline, "the roll flush never completed"
+            log.flush_if_due()
+            time.sleep(0.001)
+        text = open(os.path.join(str(tmp_path), "recovery-point-offset-checkpoint")).read()
+        assert text.endswith("orders 2 100\n")
+        assert log.segments[0].flushed_bytes == log.segments[0].size_bytes
     finally:
         log.delete()
