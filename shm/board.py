@@ -1,0 +1,537 @@
+"""Replica-state board: one shared-memory table per broker, read by anyone on the host.
+
+The broker publishes, per partition replica it hosts, what the rest of the host may want
+to know without asking it: role, leader epoch, leader id, LEO, HW, log start offset, ISR
+and (on a leader) when each follower last caught up. Readers are LocalReaders (they read
+below HW straight from the segment files), the dashboard and the chaos checker.
+
+Rules and invariants:
+- One writer: the broker process that created the board (its pid is in the header).
+  Any number of readers in other processes map it read-only.
+- Every row is written under a seqlock. The writer makes the row's sequence odd, writes
+  the body, then makes the sequence even again (one higher than before the write). A
+  reader copies the row and accepts the copy only if the sequence was even and the same
+  before and after the copy, and equal to the sequence inside the copy. Otherwise it
+  retries, a bounded number of times, then raises ``BoardReadError``.
+- Why a torn row cannot be returned: (1) Every store the writer makes is a call into
+  numpy's C code that completes before the next bytecode runs, and all of them go
+  through the same shared mapping, so the interpreter issues them in program order; on
+  x86-64 (TSO) stores become visible to other cores in program order and loads are not
+  reordered with other loads, which is exactly what a seqlock needs. The sequence is an
+  aligned 8-byte word, which x86-64 reads and writes in one piece. (2) As a second line,
+  independent of the memory model, each row carries a CRC-32C of its body computed
+  before the write; a copy whose CRC does not match is treated like a torn copy. A row
+  whose sequence stays odd (the writer was killed mid-write) or whose CRC never matches
+  raises ``BoardReadError`` after the retries; it is never returned.
+- ``log_start_offset <= high_watermark <= log_end_offset`` on every published row, the
+  ISR and follower lists have at most ``REPLICAS_MAX`` distinct broker ids, topic names
+  are Kafka's (``[A-Za-z0-9._-]``, at most ``TOPIC_BYTES_MAX`` bytes). All limits live in
+  the block below.
+- Rows never move while they exist: a partition keeps its slot until ``remove``; a freed
+  slot may be reused, so readers check the key of every row they read.
+- The header's ``generation`` grows by one on every publish or remove, so a reader can
+  poll one word to learn whether anything changed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import crc32c
+import numpy as np
+
+from shm.names import SharedArray, SharedMemoryError, exists, shm_name
+from shm.names import unlink as unlink_shm
+
+# ---- limits (all of them, and how they relate) ----------------------------------------
+PARTITIONS_MAX = 16_384          # rows per board (partition replicas hosted by one broker)
+REPLICAS_MAX = 16                # broker ids in an ISR, followers tracked by a leader
+TOPIC_BYTES_MAX = 249            # Kafka's limit on a topic name
+READ_SPINS = 64                  # attempts before a reader starts backing off
+READ_ATTEMPTS_MAX = 20_000       # attempts per row before BoardReadError
+READ_BACKOFF_S = 0.000_05        # between attempts after READ_SPINS (about 1 s in total)
+assert REPLICAS_MAX <= 255       # counts are stored as uint8
+assert TOPIC_BYTES_MAX <= 255
+assert READ_SPINS < READ_ATTEMPTS_MAX
+
+MAGIC = 0x444B424D               # b"MBKD" little-endian: minikafka board
+VERSION = 1
+CACHE_LINE_BYTES = 64
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class Role(enum.IntEnum):
+    LEADER = 1
+    FOLLOWER = 2
+    OFFLINE = 3
+
+
+_ROLE_FREE = 0  # encoded role of a slot that holds no partition
+
+
+class BoardError(SharedMemoryError):
+    """Base class for board errors."""
+
+
+class BoardNotFoundError(BoardError):
+    """No board exists for this cluster id and broker id."""
+
+
+class BoardReadError(BoardError):
+    """A row could not be read consistently within the retry bound."""
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+def _padded(dtype: np.dtype, itemsize: int) -> np.dtype:
+    names = list(dtype.names)
+    return np.dtype({"names": names,
+                     "formats": [dtype.fields[n][0] for n in names],
+                     "offsets": [dtype.fields[n][1] for n in names],
+                     "itemsize": itemsize})
+
+
+_HEADER_FIELDS = np.dtype([
+    ("magic", "<u4"), ("version", "<u4"), ("capacity", "<u4"), ("row_count", "<u4"),
+    ("row_bytes", "<u4"), ("broker_id", "<i4"), ("writer_pid", "<i8"), ("generation", "<u8"),
+], align=True)
+HEADER_DTYPE = _padded(_HEADER_FIELDS, _round_up(_HEADER_FIELDS.itemsize, CACHE_LINE_BYTES))
+
+_ROW_FIELDS = np.dtype([
+    ("seq", "<u8"),                  # seqlock word: odd while the writer is inside the row
+    ("crc", "<u4"),                  # CRC-32C of bytes [CRC_START_BYTES, itemsize)
+    ("partition", "<i4"),
+    ("role", "i1"),
+    ("isr_count", "u1"),
+    ("follower_count", "u1"),
+    ("leader_epoch", "<i4"),
+    ("leader_id", "<i4"),
+    ("log_end_offset", "<i8"),
+    ("high_watermark", "<i8"),
+    ("log_start_offset", "<i8"),
+    ("isr", "<i4", (REPLICAS_MAX,)),
+    ("follower_ids", "<i4", (REPLICAS_MAX,)),
+    ("last_caught_up_ms", "<i8", (REPLICAS_MAX,)),
+    ("topic", f"S{TOPIC_BYTES_MAX}"),
+], align=True)
+ROW_DTYPE = _padded(_ROW_FIELDS, _round_up(_ROW_FIELDS.itemsize, CACHE_LINE_BYTES))
+SEQ_BYTES = 8
+CRC_START_BYTES = ROW_DTYPE.fields["crc"][1] + 4
+assert ROW_DTYPE.fields["seq"][1] == 0 and ROW_DTYPE.fields["crc"][1] == SEQ_BYTES
+assert HEADER_DTYPE.itemsize % 8 == 0 and ROW_DTYPE.itemsize % 8 == 0  # seq stays aligned
+
+
+def board_name(cluster_id: str, broker_id: int) -> str:
+    return shm_name(cluster_id, f"b{int(broker_id)}", "board")
+
+
+def board_bytes(capacity: int) -> int:
+    return HEADER_DTYPE.itemsize + capacity * ROW_DTYPE.itemsize
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """One partition replica as its broker last published it."""
+
+    topic: str
+    partition: int
+    role: Role = Role.OFFLINE
+    leader_epoch: int = -1
+    leader_id: int = -1
+    log_end_offset: int = 0
+    high_watermark: int = 0
+    log_start_offset: int = 0
+    isr: tuple[int, ...] = ()
+    # Leader's view: (follower broker id, last time it caught up to the LEO, ms) pairs.
+    last_caught_up_ms: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self):
+        topic_bytes = self.topic.encode("ascii", "replace")
+        if not _TOPIC.match(self.topic) or len(topic_bytes) > TOPIC_BYTES_MAX:
+            raise ValueError(f"topic {self.topic!r} must be 1-{TOPIC_BYTES_MAX} chars of [A-Za-z0-9._-]")
+        if not 0 <= self.partition < 2**31:
+            raise ValueError(f"partition {self.partition} out of range")
+        object.__setattr__(self, "role", Role(self.role))
+        if not 0 <= self.log_start_offset <= self.high_watermark <= self.log_end_offset:
+            raise ValueError(
+                f"{self.topic}-{self.partition}: need 0 <= log_start_offset ({self.log_start_offset})"
+                f" <= high_watermark ({self.high_watermark}) <= log_end_offset ({self.log_end_offset})")
+        isr = tuple(int(b) for b in self.isr)
+        if len(isr) > REPLICAS_MAX or len(set(isr)) != len(isr):
+            raise ValueError(f"isr {isr} must be at most {REPLICAS_MAX} distinct broker ids")
+        object.__setattr__(self, "isr", isr)
+        pairs = self.last_caught_up_ms
+        pairs = pairs.items() if isinstance(pairs, Mapping) else pairs
+        pairs = tuple(sorted((int(b), int(ms)) for b, ms in pairs))
+        ids = [b for b, _ in pairs]
+        if len(pairs) > REPLICAS_MAX or len(set(ids)) != len(ids):
+            raise ValueError(f"last_caught_up_ms must name at most {REPLICAS_MAX} distinct followers")
+        object.__setattr__(self, "last_caught_up_ms", pairs)
+
+    def caught_up_ms(self, broker_id: int) -> int | None:
+        for b, ms in self.last_caught_up_ms:
+            if b == broker_id:
+                return ms
+        return None
+
+
+def _encode(state: ReplicaState, out: np.ndarray) -> None:
+    """Fill the one-row array ``out`` (seq and crc excepted) from ``state``."""
+    out[...] = 0
+    row = out[0]
+    row["partition"] = state.partition
+    row["role"] = int(state.role)
+    row["leader_epoch"] = state.leader_epoch
+    row["leader_id"] = state.leader_id
+    row["log_end_offset"] = state.log_end_offset
+    row["high_watermark"] = state.high_watermark
+    row["log_start_offset"] = state.log_start_offset
+    row["isr_count"] = len(state.isr)
+    row["isr"][:len(state.isr)] = state.isr
+    row["follower_count"] = len(state.last_caught_up_ms)
+    for i, (b, ms) in enumerate(state.last_caught_up_ms):
+        row["follower_ids"][i] = b
+        row["last_caught_up_ms"][i] = ms
+    row["topic"] = state.topic.encode("ascii")
+
+
+def _decode(row: np.void) -> ReplicaState:
+    isr_count = int(row["isr_count"])
+    follower_count = int(row["follower_count"])
+    if isr_count > REPLICAS_MAX or follower_count > REPLICAS_MAX:
+        raise ValueError(f"row has counts {isr_count}/{follower_count} above {REPLICAS_MAX}")
+    return ReplicaState(
+        topic=row["topic"].decode("ascii"),
+        partition=int(row["partition"]),
+        role=Role(int(row["role"])),
+        leader_epoch=int(row["leader_epoch"]),
+        leader_id=int(row["leader_id"]),
+        log_end_offset=int(row["log_end_offset"]),
+        high_watermark=int(row["high_watermark"]),
+        log_start_offset=int(row["log_start_offset"]),
+        isr=tuple(int(b) for b in row["isr"][:isr_count]),
+        last_caught_up_ms=tuple(
+            (int(b), int(ms)) for b, ms in zip(row["follower_ids"][:follower_count],
+                                               row["last_caught_up_ms"][:follower_count])),
+    )
+
+
+class _Mapped:
+    """Views over one board object: header, rows as records, raw row bytes, seq words."""
+
+    def __init__(self, shared: SharedArray, capacity: int):
+        raw = shared.array
+        self.shared = shared
+        self.header = raw[:HEADER_DTYPE.itemsize].view(HEADER_DTYPE)
+        row_bytes = raw[HEADER_DTYPE.itemsize:board_bytes(capacity)]
+        self.raw = row_bytes.reshape(capacity, ROW_DTYPE.itemsize)
+        # The seq word of each row, as an aligned uint64 view into the same mapping.
+        self.seq = row_bytes.view("<u8").reshape(capacity, ROW_DTYPE.itemsize // 8)[:, 0]
+
+    def close(self) -> None:
+        self.header = self.raw = self.seq = None
+        self.shared.close()
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ReplicaStateBoard:
+    """The writer side; only the broker process that created it may publish."""
+
+    def __init__(self, name: str, mapped: _Mapped, capacity: int):
+        self.name = name
+        self.capacity = capacity
+        self._m = mapped
+        self._slots: dict[tuple[str, int], int] = {}
+        self._states: dict[tuple[str, int], ReplicaState] = {}
+        self._free: list[int] = []
+        self._scratch = np.zeros(1, ROW_DTYPE)
+        self._scratch_bytes = self._scratch.view(np.uint8)
+        self._pid = os.getpid()
+
+    @classmethod
+    def create(cls, cluster_id: str, broker_id: int, capacity: int = 1024, *,
+               replace_stale: bool = True) -> "ReplicaStateBoard":
+        """Create the board of ``broker_id``.
+
+        If a board exists whose writer pid is dead (the broker was SIGKILLed) and
+        ``replace_stale`` is set, it is unlinked and replaced; a board whose writer is
+        alive is never taken over.
+        """
+        if not 1 <= capacity <= PARTITIONS_MAX:
+            raise ValueError(f"capacity {capacity} must be 1..{PARTITIONS_MAX}")
+        name = board_name(cluster_id, broker_id)
+        if exists(name) and replace_stale:
+            stale_pid = _stale_writer_pid(name)
+            if stale_pid is not None and not _pid_alive(stale_pid):
+                unlink_shm(name)
+        shared = SharedArray.create(name, board_bytes(capacity), np.uint8)
+        mapped = _Mapped(shared, capacity)
+        h = mapped.header[0]
+        h["version"] = VERSION
+        h["capacity"] = capacity
+        h["row_count"] = 0
+        h["row_bytes"] = ROW_DTYPE.itemsize
+        h["broker_id"] = broker_id
+        h["writer_pid"] = os.getpid()
+        h["generation"] = 0
+        h["magic"] = MAGIC  # last: a reader that sees the magic sees a complete header
+        return cls(name, mapped, capacity)
+
+    # ---- writer API ------------------------------------------------------------------
+
+    def publish(self, topic: str, partition: int, **fields) -> ReplicaState:
+        """Set fields of a partition replica's row (others keep their last value)."""
+        self._check_writer()
+        key = (topic, int(partition))
+        old = self._states.get(key)
+        state = (dataclasses.replace(old, **fields) if old is not None
+                 else ReplicaState(topic, int(partition), **fields))
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._allocate(key)
+        _encode(state, self._scratch)
+        self._write(slot)
+        self._states[key] = state
+        self._bump_generation()
+        return state
+
+    def remove(self, topic: str, partition: int) -> bool:
+        self._check_writer()
+        key = (topic, int(partition))
+        slot = self._slots.pop(key, None)
+        if slot is None:
+            return False
+        del self._states[key]
+        self._scratch[...] = 0
+        self._scratch[0]["role"] = _ROLE_FREE
+        self._write(slot)
+        self._free.append(slot)
+        self._free.sort(reverse=True)  # reuse the lowest slot first
+        self._bump_generation()
+        return True
+
+    def get(self, topic: str, partition: int) -> ReplicaState | None:
+        return self._states.get((topic, int(partition)))
+
+    def close(self, unlink: bool = True) -> None:
+        if self._m is None:
+            return
+        self._m.close()
+        self._m = None
+        if unlink:
+            unlink_shm(self.name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _check_writer(self) -> None:
+        if self._m is None:
+            raise BoardError(f"board {self.name} is closed")
+        if os.getpid() != self._pid:
+            raise BoardError(f"board {self.name} is written by pid {self._pid}, not {os.getpid()}")
+
+    def _allocate(self, key: tuple[str, int]) -> int:
+        if self._free:
+            slot = self._free.pop()
+        else:
+            slot = int(self._m.header[0]["row_count"])
+            if slot >= self.capacity:
+                raise BoardError(f"board {self.name} is full ({self.capacity} partition replicas)")
+        self._slots[key] = slot
+        return slot
+
+    def _write(self, slot: int) -> None:
+        """Seqlock write of the row encoded in ``self._scratch`` into ``slot``."""
+        m = self._m
+        seq = int(m.seq[slot])
+        assert seq % 2 == 0, f"row {slot} of {self.name} was left mid-write"
+        record = self._scratch[0]
+        record["seq"] = seq + 1
+        record["crc"] = crc32c.crc32c(self._scratch_bytes[CRC_START_BYTES:])
+        m.seq[slot] = seq + 1                                 # 1. odd: readers back off
+        m.raw[slot, SEQ_BYTES:] = self._scratch_bytes[SEQ_BYTES:]  # 2. crc and body
+        m.seq[slot] = seq + 2                                 # 3. even again: row is whole
+        if slot >= int(m.header[0]["row_count"]):
+            # Readers scan [0, row_count); grow it only once the row is whole.
+            m.header[0]["row_count"] = slot + 1
+
+    def _bump_generation(self) -> None:
+        h = self._m.header[0]
+        h["generation"] = int(h["generation"]) + 1
+
+
+def _stale_writer_pid(name: str) -> int | None:
+    try:
+        shared = SharedArray.attach(name, np.uint8, readonly=True)
+    except SharedMemoryError:
+        return None
+    try:
+        if shared.array.size < HEADER_DTYPE.itemsize:
+            return 0
+        header = shared.array[:HEADER_DTYPE.itemsize].view(HEADER_DTYPE)[0]
+        return int(header["writer_pid"])
+    finally:
+        header = None
+        shared.close()
+
+
+class BoardReader:
+    """A read-only view of one broker's board, from any process on the host."""
+
+    def __init__(self, name: str, mapped: _Mapped, capacity: int, read_attempts_max: int):
+        self.name = name
+        self.capacity = capacity
+        self.read_attempts_max = read_attempts_max
+        self.retries = 0  # copies thrown away because they overlapped a write
+        self._m = mapped
+        self._slots: dict[tuple[str, int], int] = {}
+
+    @classmethod
+    def open(cls, cluster_id: str, broker_id: int, *,
+             read_attempts_max: int = READ_ATTEMPTS_MAX) -> "BoardReader":
+        name = board_name(cluster_id, broker_id)
+        try:
+            shared = SharedArray.attach(name, np.uint8, readonly=True)
+        except SharedMemoryError as e:
+            raise BoardNotFoundError(
+                f"no replica-state board for broker {broker_id} of cluster {cluster_id}"
+                f" ({name} does not exist; is the broker running?)") from e
+        try:
+            size = shared.array.size
+            if size < HEADER_DTYPE.itemsize:
+                raise BoardError(f"board {name} is {size} bytes, smaller than its header")
+            h = shared.array[:HEADER_DTYPE.itemsize].view(HEADER_DTYPE)[0]
+            magic, version = int(h["magic"]), int(h["version"])
+            capacity, row_bytes = int(h["capacity"]), int(h["row_bytes"])
+            if magic != MAGIC:
+                raise BoardError(f"board {name} is not initialised (magic {magic:#x})")
+            if version != VERSION or row_bytes != ROW_DTYPE.itemsize:
+                raise BoardError(f"board {name} has version {version}, row size {row_bytes};"
+                                 f" this reader knows {VERSION}, {ROW_DTYPE.itemsize}")
+            if not 1 <= capacity <= PARTITIONS_MAX or board_bytes(capacity) > size:
+                raise BoardError(f"board {name} claims capacity {capacity} but has {size} bytes")
+            del h
+            return cls(name, _Mapped(shared, capacity), capacity, read_attempts_max)
+        except BaseException:
+            shared.close()
+            raise
+
+    @property
+    def generation(self) -> int:
+        return int(self._m.header[0]["generation"])
+
+    @property
+    def writer_pid(self) -> int:
+        return int(self._m.header[0]["writer_pid"])
+
+    def writer_alive(self) -> bool:
+        return _pid_alive(self.writer_pid)
+
+    def snapshot(self) -> list[ReplicaState]:
+        """Every partition replica on the board, each row read consistently.
+
+        Rows are consistent one by one (each is a seqlock read); the list as a whole
+        is not one atomic picture of the board, like Kafka's own metadata caches.
+        """
+        states = []
+        slots = {}
+        for slot in range(self._row_count()):
+            state = self._read_row(slot)
+            if state is not None:
+                states.append(state)
+                slots[(state.topic, state.partition)] = slot
+        self._slots = slots
+        states.sort(key=lambda s: (s.topic, s.partition))
+        return states
+
+    def get(self, topic: str, partition: int) -> ReplicaState | None:
+        key = (topic, int(partition))
+        slot = self._slots.get(key)
+        if slot is not None:
+            state = self._read_row(slot)
+            if state is not None and (state.topic, state.partition) == key:
+                return state
+        self.snapshot()  # the slot moved or is new: rescan once
+        slot = self._slots.get(key)
+        if slot is None:
+            return None
+        state = self._read_row(slot)
+        return state if state is not None and (state.topic, state.partition) == key else None
+
+    def close(self) -> None:
+        if self._m is not None:
+            self._m.close()
+            self._m = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _row_count(self) -> int:
+        if self._m is None:
+            raise BoardError(f"board reader for {self.name} is closed")
+        return min(int(self._m.header[0]["row_count"]), self.capacity)
+
+    def _read_row(self, slot: int) -> ReplicaState | None:
+        """Seqlock read of one row: None for a free slot, else a consistent copy."""
+        m = self._m
+        why = "no attempt"
+        for attempt in range(self.read_attempts_max):
+            if attempt >= READ_SPINS:
+                time.sleep(READ_BACKOFF_S)
+            before = int(m.seq[slot])
+            if before & 1:
+                why = f"sequence {before} stayed odd (writer pid {self.writer_pid} mid-write"\
+                      f"{'' if self.writer_alive() else ', and it is dead'})"
+                self.retries += 1
+                continue
+            copy = m.raw[slot].copy()
+            after = int(m.seq[slot])
+            record = copy.view(ROW_DTYPE)[0]
+            if before != after or int(record["seq"]) != before:
+                why = f"row kept changing (sequence {before} -> {after})"
+                self.retries += 1
+                continue
+            if before == 0:
+                return None  # never written
+            if crc32c.crc32c(copy[CRC_START_BYTES:]) != int(record["crc"]):
+                why = f"checksum mismatch at sequence {before}"
+                self.retries += 1
+                continue
+            if int(record["role"]) == _ROLE_FREE:
+                return None
+            try:
+                return _decode(record)
+            except (ValueError, UnicodeDecodeError) as e:
+                why = f"row does not decode: {e}"
+                self.retries += 1
+        raise BoardReadError(f"row {slot} of board {self.name} not readable after"
+                             f" {self.read_attempts_max} attempts: {why}")
