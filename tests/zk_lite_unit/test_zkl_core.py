@@ -80,7 +80,8 @@ def test_create_error_codes_in_zookeepers_order(driver):
     assert c.create("/a/") is not None
     c.create("/x")
     assert c.create("/x/") == errors.BADARGUMENTS  # full validation after the parent check
-    assert c.create("/x/./y") == errors.BADARGUMENTS
+    assert c.create("/x/.") == errors.BADARGUMENTS
+    assert c.create("/x/./y") == errors.NONODE  # parent "/x/." is looked up first
     assert c.create("/x") == errors.NODEEXISTS
     assert c.create("/e", flags=1) == "/e"
     assert c.create("/e/child") == errors.NOCHILDRENFOREPHEMERALS
