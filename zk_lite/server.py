@@ -96,7 +96,7 @@ class ZkConnection(asyncio.Protocol):
                     core._close_conn(state)
             else:
                 self.transport.abort()
-        server.schedule_flush()
+        server.after_input()
 
 
 class ZkServer:
@@ -133,6 +133,14 @@ class ZkServer:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
+
+    def after_input(self) -> None:
+        """Reads that wait for nothing go out now; anything behind a txn waits for
+        the end of the loop turn, so all txns of the turn share one fsync."""
+        if self.core.txns or self._inflight or self._pending_txns:
+            self.schedule_flush()
+        else:
+            self._flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
