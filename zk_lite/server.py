@@ -90,13 +90,18 @@ class ZkConnection(asyncio.Protocol):
                 core.receive(self, xid, opcode, body[8:], now)
         except jute.ProtocolError as exc:
             log.warning("bad input from %s: %s; closing connection", self.peer, exc)
-            if self.bound:
-                state = core.conns.get(self)
-                if state is not None:
-                    core._close_conn(state)
-            else:
-                self.transport.abort()
+            self._drop(core)
+        except Exception:  # a bug must cost one connection, never the server
+            log.exception("internal error on a request from %s; closing connection", self.peer)
+            self._drop(core)
         server.after_input()
+
+    def _drop(self, core) -> None:
+        state = core.conns.get(self) if self.bound else None
+        if state is not None:
+            core.close_conn(state)
+        else:
+            self.transport.abort()
 
 
 class ZkServer:

@@ -460,3 +460,31 @@ def test_same_inputs_give_the_same_outputs():
         return d.txns, d.logs
 
     assert run() == run()
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SEEDS = [jute.encode_record(r) for r in (
+    jute.CreateRequest("/h", b"x", OPEN, 1), jute.SetDataRequest("/h", b"", -1),
+    jute.SetACLRequest("/h", [(31, "digest", "a:b")], -1), jute.SetWatches2(0, ["/h"], [], ["/"], ["/"], ["/h"]),
+    jute.AuthPacket(0, "digest", b"u:p"), jute.AddWatchRequest("/", 1))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(jute.REQUEST_RECORDS) + [14, 22, 10, 99]),
+                          st.one_of(st.binary(max_size=60), st.sampled_from(_SEEDS))),
+                min_size=1, max_size=12))
+def test_fuzz_core_never_raises_and_sends_only_known_codes(requests):
+    d = Driver()
+    c = d.connect()
+    c.create("/h")
+    for xid, (opcode, body) in enumerate(requests, start=1):
+        if c.closed:
+            c = d.connect()
+        d.core.receive(c.key, xid, opcode, body, d.now)
+        d.drain()
+        for frame in c.inbox:
+            if len(frame) >= 16:
+                assert jute.REPLY_HEADER.unpack_from(frame)[2] in errors.NAMES
+        c.inbox.clear()

@@ -1,6 +1,7 @@
 """Smoke tests of the real ``python -m zk_lite`` process through kazoo and raw sockets."""
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -153,3 +154,34 @@ def test_session_log_lines_and_sigterm_shutdown(zk_process):
     wait_for(lambda: any("opened" in l for l in server.stderr_lines)
              and any("closed" in l for l in server.stderr_lines))
     assert server.terminate() == 0
+
+
+def test_random_and_mutated_frames_never_stop_the_server(server, zk):
+    import random
+
+    rng = random.Random(1234)
+    valid = [jute.encode_request(1, op, rec)[4:] for op, rec in [
+        (1, jute.CreateRequest("/f", b"x", [(31, "world", "anyone")], 3)),
+        (5, jute.SetDataRequest("/f", b"y", -1)),
+        (14, [(1, jute.CreateRequest("/g", b"", [(31, "world", "anyone")], 0)),
+              (2, jute.DeleteRequest("/g", -1))]),
+        (101, jute.SetWatches(0, ["/a"], ["/b"], ["/c"])),
+        (7, jute.SetACLRequest("/f", [(31, "ip", "127.0.0.1")], -1)),
+        (100, jute.AuthPacket(0, "digest", b"a:b")),
+    ]]
+    for round_ in range(int(os.environ.get("ZKL_FUZZ_ROUNDS", "30"))):
+        with _raw(server) as s:
+            _handshake(s)
+            for _ in range(20):
+                body = bytearray(rng.choice(valid))
+                for _ in range(rng.randint(0, 3)):
+                    body[rng.randrange(len(body))] = rng.randrange(256)
+                if rng.random() < 0.2:
+                    body = bytearray(rng.randbytes(rng.randint(0, 40)))
+                try:
+                    s.sendall(struct.pack("!i", len(body)) + bytes(body))
+                except OSError:  # the server closed this connection: allowed
+                    break
+        assert zk.exists("/") is not None  # the well-behaved client keeps working
+    assert not any("internal error" in line for line in server.stderr_lines), \
+        [l for l in server.stderr_lines if "Traceback" in l or "Error" in l][:5]
