@@ -156,7 +156,15 @@ class Store:
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, snap_bytes: bytes, zxid: int) -> None:
-        """Write a snapshot of state at ``zxid``, start a new log, prune what it replaces."""
+        """Start a new log after ``zxid``, then write the snapshot and prune (synchronous)."""
+        self.open_log(zxid + 1)
+        self.write_snapshot(snap_bytes, zxid)
+
+    def write_snapshot(self, snap_bytes: bytes, zxid: int) -> None:
+        """Make the snapshot of state at ``zxid`` durable, then delete older snapshots and
+        every log that starts at or below ``zxid`` (their txns are all in the snapshot,
+        because the caller rotated the log at exactly that point). May run in another
+        thread than ``append``: it never touches the log being appended to."""
         name = f"{_SNAP_PREFIX}{zxid:016x}"
         tmp = os.path.join(self.dir, name + ".tmp")
         with open(tmp, "wb") as f:
@@ -166,12 +174,11 @@ class Store:
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.dir, name))
         _fsync_dir(self.dir)
-        self.open_log(zxid + 1)
-        for _, old in self._names(_SNAP_PREFIX):
-            if old != name:
+        for old_zxid, old in self._names(_SNAP_PREFIX):
+            if old_zxid < zxid:
                 os.unlink(os.path.join(self.dir, old))
-        for _, old in self._names(_LOG_PREFIX):
-            if old != self._log_name:
+        for start, old in self._names(_LOG_PREFIX):
+            if start <= zxid:
                 os.unlink(os.path.join(self.dir, old))
         _fsync_dir(self.dir)
 
