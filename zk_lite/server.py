@@ -108,7 +108,7 @@ class ZkServer:
     def __init__(self, args):
         self.args = args
         self.tick_ms = args.tick_time
-        self.max_frame_bytes = args.jute_maxbuffer + 1024  # headers on top of the payload cap
+        self.max_frame_bytes = args.jute_maxbuffer  # as the Java server: the whole frame
         self.max_output_bytes = args.max_output_bytes
         self.snap_count = args.snap_count
         self.connections: set[ZkConnection] = set()
