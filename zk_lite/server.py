@@ -24,6 +24,9 @@ from .core import Core
 log = logging.getLogger("zk_lite")
 
 VERSION = "3.8.6-zk_lite, built on 2026-01-01 00:00 UTC"
+#: ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout: a connection that has not completed
+#: its handshake by then is closed.
+SESSIONLESS_CONNECTION_TIMEOUT_S = 10.0
 FOUR_LETTER_WORDS = {b"ruok", b"isro", b"srvr", b"stat", b"mntr", b"cons", b"envi", b"conf",
                      b"wchs", b"dirs"}
 _HEADER = jute.REQUEST_HEADER
@@ -50,6 +53,13 @@ class ZkConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else "?"
         self.server.connections.add(self)
+        self.server.loop.call_later(SESSIONLESS_CONNECTION_TIMEOUT_S, self._handshake_deadline)
+
+    def _handshake_deadline(self) -> None:
+        if not self.bound and not self.transport.is_closing():
+            log.warning("connection from %s sent no handshake within %.0f s; closing",
+                        self.peer, SESSIONLESS_CONNECTION_TIMEOUT_S)
+            self.transport.abort()
 
     def connection_lost(self, exc) -> None:
         server = self.server
