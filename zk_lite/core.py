@@ -116,6 +116,7 @@ class Core:
             12: self._op_get_children2, 13: self._op_check, 14: self._op_multi,
             16: self._op_reconfig, 17: self._op_check_watches, 18: self._op_remove_watches,
             22: self._op_multi_read, 100: self._op_auth, 101: self._op_set_watches,
+            102: self._op_sasl,
             103: self._op_get_ephemerals, 104: self._op_get_all_children_number,
             105: self._op_set_watches, 106: self._op_add_watch, 107: self._op_who_am_i,
             -11: self._op_close_session,
@@ -477,6 +478,8 @@ class Core:
         return b""
 
     def _op_multi(self, conn, sess, xid, opcode, ops, now_ms):
+        if any(op_type in jute.MULTI_READ_OPS for op_type, _ in ops):
+            raise ZkError(errors.MARSHALLINGERROR)  # ZooKeeper refuses mixed multis so
         tree = self.tree
         zxid = tree.zxid + 1
         undo: list = []
@@ -495,8 +498,8 @@ class Core:
                     op = self._prep_delete(conn, req)
                 elif op_type == 5:
                     op = self._prep_set_data(conn, req)
-                else:  # a read op inside a write multi
-                    raise ZkError(errors.BADARGUMENTS)
+                else:
+                    raise AssertionError(op_type)
                 tree.apply(zxid, now_ms, op, events, undo)
                 subops.append(op)
                 path = op[1]
@@ -575,6 +578,8 @@ class Core:
         return jute.encode_string(req.path)
 
     def _op_multi_read(self, conn, sess, xid, opcode, ops, now_ms):
+        if any(op_type not in jute.MULTI_READ_OPS for op_type, _ in ops):
+            raise ZkError(errors.MARSHALLINGERROR)
         results = []
         for op_type, req in ops:
             try:
@@ -587,7 +592,7 @@ class Core:
                     self._require(node.acl, READ, conn)
                     results.append((8, 0, jute.GetChildrenResponse(sorted(node.children))))
                 else:
-                    raise ZkError(errors.BADARGUMENTS)
+                    raise AssertionError(op_type)
             except ZkError as exc:
                 results.append((-1, exc.code, None))
         return jute.encode_multi_response(results)
@@ -637,6 +642,12 @@ class Core:
         self.out.append((conn.key, jute.reply_frame(xid, 0, 0)))
         return None
 
+    def _op_sasl(self, conn, sess, xid, opcode, req, now_ms):
+        # No SASL is configured: like ZooKeeper, answer with an empty (null) token.
+        self.packets_sent += 1
+        self.out.append((conn.key, jute.reply_frame(xid, 0, 0, b"\xff\xff\xff\xff")))
+        return None
+
     # ------------------------------------------------------------------ watch management
     def _op_set_watches(self, conn, sess, xid, opcode, req, now_ms):
         rel = req.relativeZxid
@@ -676,8 +687,8 @@ class Core:
             self._watch(self.pers_w, conn.pers_w, req.path, conn)
         elif req.mode == 1:
             self._watch(self.rec_w, conn.rec_w, req.path, conn)
-        else:
-            raise ZkError(errors.BADARGUMENTS)
+        else:  # ZooKeeper fails to map the mode while decoding
+            raise ZkError(errors.MARSHALLINGERROR)
         return _EMPTY_ERR_BODY
 
     def _watch_tables(self, conn, watcher_type: int):

@@ -488,3 +488,19 @@ def test_fuzz_core_never_raises_and_sends_only_known_codes(requests):
             if len(frame) >= 16:
                 assert jute.REPLY_HEADER.unpack_from(frame)[2] in errors.NAMES
         c.inbox.clear()
+
+
+def test_mixed_read_write_multis_and_bad_addwatch_mode_are_marshalling_errors(driver):
+    c = driver.connect()
+    assert c.call(14, [(4, jute.GetDataRequest("/", False))])[0] == errors.MARSHALLINGERROR
+    assert c.call(22, [(2, jute.DeleteRequest("/x", -1))])[0] == errors.MARSHALLINGERROR
+    assert c.call(106, jute.AddWatchRequest("/", 7))[0] == errors.MARSHALLINGERROR
+    err, body, _ = c.call(22, [(4, jute.GetDataRequest("/", False)), (8, jute.GetChildrenRequest("/nope", False))])
+    assert err == 0
+    assert [(t, e) for t, e, _ in jute.decode_multi_response(body)] == [(4, 0), (-1, errors.NONODE)]
+
+
+def test_sasl_without_configuration_answers_a_null_token(driver):
+    c = driver.connect()
+    err, body, zxid = c.call(102, jute.GetSASLRequest(b"tok"))
+    assert (err, body, zxid) == (0, b"\xff\xff\xff\xff", 0) and not c.closed
