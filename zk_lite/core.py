@@ -366,7 +366,9 @@ class Core:
 
     # ------------------------------------------------------------------ validation
     def _node_or_nonode(self, path):
-        node = self.tree.nodes.get(path)
+        if path is None:  # the Java server fails on a null path while processing
+            raise ZkError(errors.MARSHALLINGERROR)
+        node = self.tree.nodes.get(path or "/")  # ZooKeeper's tree also maps "" to the root
         if node is None:
             raise ZkError(errors.NONODE)
         return node
@@ -379,8 +381,10 @@ class Core:
         flags = req.flags
         if not 0 <= flags <= 6:
             raise ZkError(errors.BADARGUMENTS)
-        if flags >= 5 or opcode == 21:  # TTL nodes: extended types are disabled
+        if flags >= 5:  # TTL nodes: extended types are disabled, as by default in 3.8
             raise ZkError(errors.UNIMPLEMENTED)
+        if opcode == 21 and req.ttl >= 0:  # a TTL for a mode that has none
+            raise ZkError(errors.BADARGUMENTS)
         path = req.path
         if path is None:
             raise ZkError(errors.BADARGUMENTS)
@@ -530,9 +534,11 @@ class Core:
     # ------------------------------------------------------------------ read ops
     def _op_exists(self, conn, sess, xid, opcode, req, now_ms):
         path = req.path
-        if path is None or "\0" in path:
+        if path is None:
+            raise ZkError(errors.MARSHALLINGERROR)
+        if "\0" in path:
             raise ZkError(errors.BADARGUMENTS)
-        node = self.tree.nodes.get(path)
+        node = self.tree.nodes.get(path or "/")
         if node is not None:
             self._require(node.acl, READ, conn)
         if req.watch:
@@ -699,8 +705,8 @@ class Core:
                   5: [(self.rec_w, conn.rec_w)]}
         if watcher_type == 3:
             return tables[1] + tables[2][:1] + tables[5]
-        if watcher_type not in tables:
-            raise ZkError(errors.BADARGUMENTS)
+        if watcher_type not in tables:  # ZooKeeper cannot map it while decoding
+            raise ZkError(errors.MARSHALLINGERROR)
         return tables[watcher_type]
 
     def _op_check_watches(self, conn, sess, xid, opcode, req, now_ms):

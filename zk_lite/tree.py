@@ -132,8 +132,9 @@ def _valid_digest_id(ident) -> bool:
 
 
 def _ip_network(ident):
+    """An ``a.b.c.d`` or ``a.b.c.d/bits`` ACL id (ZooKeeper 3.8 rejects IPv6 ids)."""
     try:
-        return ipaddress.ip_network(ident, strict=False)
+        return ipaddress.IPv4Network(ident, strict=False)
     except (ValueError, TypeError):
         return None
 

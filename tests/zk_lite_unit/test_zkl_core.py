@@ -504,3 +504,13 @@ def test_sasl_without_configuration_answers_a_null_token(driver):
     c = driver.connect()
     err, body, zxid = c.call(102, jute.GetSASLRequest(b"tok"))
     assert (err, body, zxid) == (0, b"\xff\xff\xff\xff", 0) and not c.closed
+
+
+def test_null_and_empty_paths_and_odd_arguments_as_zookeeper_3_8(driver):
+    c = driver.connect()
+    assert c.exists("").numChildren == 1  # "" names the root in ZooKeeper's tree
+    assert c.call(3, jute.ExistsRequest(None, False))[0] == errors.MARSHALLINGERROR
+    assert c.get(None) == errors.MARSHALLINGERROR
+    assert c.call(21, jute.CreateTTLRequest("/t", b"", OPEN, 0, 100))[0] == errors.BADARGUMENTS
+    assert c.create("/v6", acl=[(31, "ip", "::1")]) == errors.INVALIDACL
+    assert c.call(18, jute.RemoveWatchesRequest("/", 9))[0] == errors.MARSHALLINGERROR
