@@ -514,3 +514,17 @@ def test_null_and_empty_paths_and_odd_arguments_as_zookeeper_3_8(driver):
     assert c.call(21, jute.CreateTTLRequest("/t", b"", OPEN, 0, 100))[0] == errors.BADARGUMENTS
     assert c.create("/v6", acl=[(31, "ip", "::1")]) == errors.INVALIDACL
     assert c.call(18, jute.RemoveWatchesRequest("/", 9))[0] == errors.MARSHALLINGERROR
+
+
+def test_a_one_shot_watch_replaces_a_persistent_one_on_the_same_path_as_in_3_8(driver):
+    """ZooKeeper 3.8 keeps one mode per (table, path, watcher): `addWatch -m
+    PERSISTENT_RECURSIVE /a` then `get -w /a` leaves a one-shot data watch."""
+    c = driver.connect()
+    writer = driver.connect()
+    c.call(106, jute.AddWatchRequest("/a", 1))
+    assert c.exists("/a", watch=True) == errors.NONODE
+    writer.create("/a")
+    writer.create("/a/b")  # the data-table entry for /a was one-shot: no NodeCreated /a/b
+    assert c.take_events() == [(CREATED, "/a")]
+    assert c.call(18, jute.RemoveWatchesRequest("/a", 2))[0] == errors.NOWATCHER
+    assert c.call(17, jute.CheckWatchesRequest("/a", 1))[0] == 0  # child table: still recursive
