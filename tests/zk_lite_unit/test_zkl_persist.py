@@ -147,13 +147,29 @@ def test_restart_after_sigkill_keeps_acknowledged_writes_and_sessions(zk_process
                 return
             i += 1
 
+    def pipelined_writer():  # many creates in flight: exercises group commit
+        batch = 0
+        while not stop.is_set():
+            pending = [(f"/w/p{batch:04d}-{i:03d}", zk.create_async(f"/w/p{batch:04d}-{i:03d}", b"y"))
+                       for i in range(50)]
+            for path, result in pending:
+                try:
+                    result.get(timeout=10)
+                except Exception:
+                    return
+                acked.append(path)
+            batch += 1
+
     t = threading.Thread(target=writer, daemon=True)
+    t2 = threading.Thread(target=pipelined_writer, daemon=True)
     t.start()
-    wait_for(lambda: len(acked) >= 200, timeout_s=30)
+    t2.start()
+    wait_for(lambda: len(acked) >= 600, timeout_s=30)
     before_kill = zk.exists("/w").pzxid
     server.kill()  # SIGKILL under load
     stop.set()
     t.join(15)
+    t2.join(15)
     owner.stop()
     zk.stop()
     owner.close()
