@@ -225,3 +225,62 @@ def test_clean_stop_flushes_and_restores(zk_process, tmp_path):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
+    """The shell's ordering rule, checked without sockets: fsync, then the frames."""
+    import asyncio
+
+    from zk_lite import jute
+    from zk_lite.server import ZkServer, build_parser
+
+    server = ZkServer(build_parser().parse_args(["--data-dir", str(tmp_path / "d"), "--port", "0"]))
+    loop = asyncio.new_event_loop()
+    server.loop = loop
+    trace = []
+    real_append = server.store.append
+    server.store.append = lambda data: (real_append(data), trace.append("fsync"))
+
+    class Transport:
+        def write(self, data):
+            is_connect = len(data) == 4 + 37  # the ConnectResponse
+            trace.append(("write", "connect" if is_connect else jute.REPLY_HEADER.unpack_from(data, 4)[0]))
+
+        def is_closing(self):
+            return False
+
+        def get_write_buffer_size(self):
+            return 0
+
+        def close(self):
+            trace.append("close")
+
+    class Conn:
+        transport = Transport()
+        peer = "127.0.0.1"
+
+    conn = Conn()
+    try:
+        now = 1_000_000
+        server.core.connect(conn, jute.encode_connect_request(
+            jute.ConnectRequest(0, 0, 10000, 0, b"\0" * 16))[4:], now)
+        server.after_input()
+        assert trace == []  # createSession is not durable yet: nothing may be sent
+        server._flush()
+        assert trace == ["fsync", ("write", "connect")]
+        trace.clear()
+        create = jute.encode_record(jute.CreateRequest("/x", b"", [(31, "world", "anyone")], 0))
+        server.core.receive(conn, 1, 1, create, now)
+        server.core.receive(conn, 2, 4, jute.encode_record(jute.GetDataRequest("/x", False)), now)
+        server.after_input()
+        assert trace == []
+        server._flush()
+        assert trace == ["fsync", ("write", 1)]  # both replies in one write, after the fsync
+        trace.clear()
+        server.core.receive(conn, 3, 3, jute.encode_record(jute.ExistsRequest("/x", False)), now)
+        server.after_input()
+        assert trace == [("write", 3)]  # a read behind no txn goes out at once
+    finally:
+        server.executor.shutdown()
+        server.store.close()
+        loop.close()
