@@ -32,8 +32,14 @@ FOUR_LETTER_WORDS = {b"ruok", b"isro", b"srvr", b"stat", b"mntr", b"cons", b"env
 _HEADER = jute.REQUEST_HEADER
 
 
+_BOOT_WALL_MS = int(time.time() * 1000)
+_BOOT_MONOTONIC_NS = time.monotonic_ns()
+
+
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    """Wall-clock ms at startup advanced by the monotonic clock: ctime/mtime look like
+    wall time, and a clock step (NTP, suspend) cannot expire every session at once."""
+    return _BOOT_WALL_MS + (time.monotonic_ns() - _BOOT_MONOTONIC_NS) // 1_000_000
 
 
 class ZkConnection(asyncio.Protocol):
