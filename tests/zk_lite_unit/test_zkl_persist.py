@@ -258,6 +258,7 @@ def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
     class Conn:
         transport = Transport()
         peer = "127.0.0.1"
+        sent = 0
 
     conn = Conn()
     try:
