@@ -285,3 +285,15 @@ def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
         server.executor.shutdown()
         server.store.close()
         loop.close()
+
+
+def test_half_written_snapshot_is_ignored_and_removed(tmp_path):
+    d = _run_some_txns()
+    store = persist.Store(str(tmp_path), log=lambda m: None, preallocate_bytes=0)
+    store.open_log(1)
+    store.append(persist.encode_txns(d.txns))
+    store.close()
+    (tmp_path / "snapshot.00000000000000ff.tmp").write_bytes(b"partial")
+    tree = persist.Store(str(tmp_path), log=lambda m: None).load()
+    assert _tree_dump(tree) == _tree_dump(d.core.tree)
+    assert not list(tmp_path.glob("*.tmp"))
