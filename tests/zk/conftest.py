@@ -90,3 +90,21 @@ def make_client(chroot_hosts):
 @pytest.fixture
 def zk(make_client) -> KazooClient:
     return make_client()
+
+
+@pytest.fixture
+def spawn_worker(chroot_hosts):
+    """``spawn_worker(role, **args)`` -> a zkworker process in this test's namespace."""
+    from .workers import Worker
+
+    started: list[Worker] = []
+
+    def spawn(role: str, **args) -> Worker:
+        args.setdefault("hosts", chroot_hosts)
+        worker = Worker(role, **args)
+        started.append(worker)
+        return worker
+
+    yield spawn
+    for worker in started:
+        worker.kill()

@@ -26,11 +26,13 @@ class EventLog:
 
     def __init__(self):
         self.events = []
+        self.times = []  # time.monotonic() of each event's arrival
         self._cond = threading.Condition()
 
     def __call__(self, event) -> None:
         with self._cond:
             self.events.append(event)
+            self.times.append(time.monotonic())
             self._cond.notify_all()
 
     def wait(self, count: int = 1, timeout_s: float = 10.0) -> list:
