@@ -16,12 +16,23 @@ def _cmd_shm_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_zk(args: argparse.Namespace) -> int:
+    from zk_lite.server import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     cleanup = sub.add_parser("shm-cleanup", help="unlink every /dev/shm object of a cluster")
     cleanup.add_argument("cluster_id")
     cleanup.set_defaults(func=_cmd_shm_cleanup)
+    from zk_lite.server import build_parser as zk_parser
+
+    zk = sub.add_parser("zk", help="run zk_lite, the ZooKeeper-compatible coordinator")
+    zk_parser(zk)
+    zk.set_defaults(func=_cmd_zk)
     return parser
 
 

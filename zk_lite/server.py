@@ -1,0 +1,347 @@
+"""The zk_lite process: an asyncio TCP shell around the pure core.
+
+Per event-loop turn: every readable connection's frames go through the core
+synchronously (FIFO per connection); at the end of the turn the txns the core produced
+are handed to one writer thread (one write + one fdatasync for the whole batch) and the
+frames produced in that turn are released only once that batch is durable. Frames of
+later turns queue behind an in-flight fsync, so no client ever sees state that is not
+yet durable, and replies stay in order on every connection.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+import sys
+import time
+
+from . import jute, persist
+from .core import Core
+
+log = logging.getLogger("zk_lite")
+
+VERSION = "3.8.6-zk_lite, built on 2026-01-01 00:00 UTC"
+FOUR_LETTER_WORDS = {b"ruok", b"isro", b"srvr", b"stat", b"mntr", b"cons", b"envi", b"conf",
+                     b"wchs", b"dirs"}
+_HEADER = jute.REQUEST_HEADER
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ZkConnection(asyncio.Protocol):
+    __slots__ = ("server", "transport", "reader", "peer", "bound", "started_ms", "received")
+
+    def __init__(self, server: "ZkServer"):
+        self.server = server
+        self.transport = None
+        self.reader = jute.FrameReader(server.max_frame_bytes)
+        self.peer = "?"
+        self.bound = False
+        self.started_ms = _now_ms()
+        self.received = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if peer else "?"
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        server = self.server
+        server.connections.discard(self)
+        if self.bound:
+            server.core.disconnect(self, _now_ms())
+            server.schedule_flush()
+
+    def data_received(self, data: bytes) -> None:
+        server = self.server
+        core = server.core
+        reader = self.reader
+        reader.feed(data)
+        now = _now_ms()
+        try:
+            if not self.bound:
+                if reader.buffered_bytes < 4:
+                    return
+                head = reader.peek(4)
+                if head in FOUR_LETTER_WORDS:
+                    self.transport.write(server.four_letter(head))
+                    self.transport.close()
+                    return
+                body = reader.next_frame()
+                if body is None:
+                    return
+                self.bound = True
+                core.connect(self, body, now, self.peer)
+            conn_state = core.conns.get(self)
+            while conn_state is not None and not conn_state.closed:
+                body = reader.next_frame()
+                if body is None:
+                    break
+                if len(body) < 8:
+                    raise jute.ProtocolError(f"frame of {len(body)} bytes has no request header")
+                xid, opcode = _HEADER.unpack_from(body)
+                self.received += 1
+                core.receive(self, xid, opcode, body[8:], now)
+        except jute.ProtocolError as exc:
+            log.warning("bad input from %s: %s; closing connection", self.peer, exc)
+            if self.bound:
+                state = core.conns.get(self)
+                if state is not None:
+                    core._close_conn(state)
+            else:
+                self.transport.abort()
+        server.schedule_flush()
+
+
+class ZkServer:
+    def __init__(self, args):
+        self.args = args
+        self.tick_ms = args.tick_time
+        self.max_frame_bytes = args.jute_maxbuffer + 1024  # headers on top of the payload cap
+        self.max_output_bytes = args.max_output_bytes
+        self.snap_count = args.snap_count
+        self.connections: set[ZkConnection] = set()
+        self.store = persist.Store(args.data_dir, log=lambda m: log.info("%s", m))
+        tree = self.store.load()
+        self.core = Core(tree, secret=os.urandom(32), tick_ms=self.tick_ms,
+                         min_session_timeout_ms=args.min_session_timeout,
+                         max_session_timeout_ms=args.max_session_timeout,
+                         super_digest=args.super_digest)
+        now = _now_ms()
+        self.core.start(now, epoch=now // 1000)
+        # Fresh snapshot at start: records the new epoch and makes the next restore fast.
+        self.store.snapshot(persist.snapshot_bytes(self.core.tree), self.core.tree.zxid)
+        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="zk-log")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._flush_scheduled = False
+        self._inflight = False
+        self._pending_txns: list = []
+        self._pending_out: list = []
+        self._since_snapshot = 0
+        self._stopping: asyncio.Event | None = None
+        self._fatal: BaseException | None = None
+        self.started_ms = now
+
+    # ------------------------------------------------------------------ pipeline
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        txns, out, logs = self.core.take()
+        for line in logs:
+            log.info("%s", line)
+        if txns:
+            self._pending_txns.extend(txns)
+        if out:
+            self._pending_out.extend(out)
+        if self._inflight:
+            return
+        if self._pending_txns:
+            self._start_sync()
+        elif self._pending_out:
+            out, self._pending_out = self._pending_out, []
+            self._release(out)
+
+    def _start_sync(self) -> None:
+        txns, out = self._pending_txns, self._pending_out
+        self._pending_txns, self._pending_out = [], []
+        self._inflight = True
+        self._since_snapshot += len(txns)
+        data = persist.encode_txns(txns)
+        snap = None
+        if self._since_snapshot >= self.snap_count:
+            self._since_snapshot = 0
+            snap = (persist.snapshot_bytes(self.core.tree), self.core.tree.zxid)
+        fut = self.loop.run_in_executor(self.executor, self._write, data, snap)
+        fut.add_done_callback(lambda f: self._synced(f, out))
+
+    def _write(self, data: bytes, snap) -> None:
+        self.store.append(data)
+        if snap is not None:
+            self.store.snapshot(*snap)
+
+    def _synced(self, fut, out) -> None:
+        self._inflight = False
+        exc = fut.exception()
+        if exc is not None:
+            # Durability is gone: never acknowledge anything again.
+            log.error("transaction log write failed: %r; shutting down", exc)
+            self._fatal = exc
+            for conn in list(self.connections):
+                conn.transport.abort()
+            self._stopping.set()
+            return
+        self._release(out)
+        if self._pending_txns:
+            self._start_sync()
+        elif self._pending_out:
+            out, self._pending_out = self._pending_out, []
+            self._release(out)
+
+    def _release(self, out) -> None:
+        by_conn: dict = {}
+        for conn, frame in out:
+            frames = by_conn.get(conn)
+            if frames is None:
+                by_conn[conn] = [frame]
+            else:
+                frames.append(frame)
+        for conn, frames in by_conn.items():
+            transport = conn.transport
+            if transport is None or transport.is_closing():
+                continue
+            close = None in frames
+            if close:
+                frames = frames[:frames.index(None)]
+            if frames:
+                transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            if close:
+                transport.close()
+            elif transport.get_write_buffer_size() > self.max_output_bytes:
+                log.warning("client %s is not reading (over %d bytes queued); dropping it",
+                            conn.peer, self.max_output_bytes)
+                transport.abort()
+
+    # ------------------------------------------------------------------ ticks
+    async def _ticker(self) -> None:
+        tick = self.tick_ms
+        while True:
+            now = _now_ms()
+            await asyncio.sleep(((now // tick + 1) * tick - now) / 1000)
+            self.core.tick(_now_ms())
+            self.schedule_flush()
+
+    # ------------------------------------------------------------------ 4lw
+    def four_letter(self, word: bytes) -> bytes:
+        core = self.core
+        if word == b"ruok":
+            return b"imok"
+        if word == b"isro":
+            return b"rw"
+        stats = [
+            f"Latency min/avg/max: 0/0.0/0",
+            f"Received: {core.packets_received}",
+            f"Sent: {core.packets_sent}",
+            f"Connections: {len(self.connections)}",
+            "Outstanding: 0",
+            f"Zxid: 0x{core.tree.zxid:x}",
+            "Mode: standalone",
+            f"Node count: {core.node_count()}",
+        ]
+        if word == b"srvr":
+            return ("\n".join([f"Zookeeper version: {VERSION}"] + stats) + "\n").encode()
+        cons = [f" /{c.peer}:0[1](queued=0,recved={c.received},sent=0)" for c in self.connections]
+        if word == b"stat":
+            lines = [f"Zookeeper version: {VERSION}", "Clients:"] + cons + [""] + stats
+            return ("\n".join(lines) + "\n").encode()
+        if word == b"cons":
+            return ("\n".join(cons) + "\n\n").encode()
+        if word == b"mntr":
+            pairs = [
+                ("zk_version", VERSION), ("zk_server_state", "standalone"),
+                ("zk_avg_latency", 0), ("zk_max_latency", 0), ("zk_min_latency", 0),
+                ("zk_packets_received", core.packets_received),
+                ("zk_packets_sent", core.packets_sent),
+                ("zk_num_alive_connections", len(self.connections)),
+                ("zk_outstanding_requests", 0), ("zk_znode_count", core.node_count()),
+                ("zk_watch_count", core.watch_count()),
+                ("zk_ephemerals_count", sum(len(v) for v in core.tree.ephemerals.values())),
+                ("zk_approximate_data_size",
+                 sum(len(n.data or b"") + len(p) for p, n in core.tree.nodes.items())),
+                ("zk_open_file_descriptor_count", len(os.listdir("/proc/self/fd"))
+                 if os.path.isdir("/proc/self/fd") else 0),
+                ("zk_global_sessions", len(core.sessions)),
+            ]
+            return "".join(f"{k}\t{v}\n" for k, v in pairs).encode()
+        if word == b"envi":
+            lines = ["Environment:", f"zookeeper.version={VERSION}",
+                     f"host.name={self.args.host}", f"java.version=none (zk_lite, Python {sys.version.split()[0]})",
+                     f"os.name={os.uname().sysname}", f"user.dir={os.getcwd()}"]
+            return ("\n".join(lines) + "\n").encode()
+        if word == b"conf":
+            lines = [f"clientPort={self.port}", f"dataDir={self.args.data_dir}",
+                     f"tickTime={self.tick_ms}", f"maxClientCnxns=0",
+                     f"minSessionTimeout={core.min_timeout_ms}",
+                     f"maxSessionTimeout={core.max_timeout_ms}", "serverId=0"]
+            return ("\n".join(lines) + "\n").encode()
+        if word == b"wchs":
+            return (f"{len(self.connections)} connections watching "
+                    f"{len(core.data_w) + len(core.child_w)} paths\n"
+                    f"Total watches:{core.watch_count()}\n").encode()
+        if word == b"dirs":
+            return f"datadir_size: 0\nlogdir_size: 0\n".encode()
+        return b""
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        server = await self.loop.create_server(lambda: ZkConnection(self), self.args.host,
+                                               self.args.port, reuse_address=True)
+        self.port = server.sockets[0].getsockname()[1]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self._stopping.set)
+        ticker = asyncio.create_task(self._ticker())
+        print(f"zk_lite listening on {self.args.host}:{self.port}", flush=True)
+        log.info("serving %s with data dir %s (tickTime %d ms, zxid 0x%x)",
+                 f"{self.args.host}:{self.port}", self.args.data_dir, self.tick_ms,
+                 self.core.tree.zxid)
+        await self._stopping.wait()
+        log.info("shutting down")
+        ticker.cancel()
+        server.close()
+        # Let in-flight and pending txns reach the log, then release their replies.
+        while self._inflight or self._pending_txns or self._flush_scheduled:
+            await asyncio.sleep(0.005)
+            if self._fatal is not None:
+                break
+        for conn in list(self.connections):
+            conn.transport.close()
+        await asyncio.sleep(0)
+        self.executor.shutdown(wait=True)
+        self.store.close()
+        log.info("stopped")
+        return 1 if self._fatal is not None else 0
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(
+        prog="python -m zk_lite",
+        description="single-node ZooKeeper-wire-compatible coordinator")
+    parser.add_argument("--port", type=int, default=2181, help="client port (0 = pick a free one)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    parser.add_argument("--data-dir", required=True, help="directory for txn logs and snapshots")
+    parser.add_argument("--tick-time", type=int, default=2000, help="tickTime in ms")
+    parser.add_argument("--min-session-timeout", type=int, default=None,
+                        help="ms; default 2 x tickTime")
+    parser.add_argument("--max-session-timeout", type=int, default=None,
+                        help="ms; default 20 x tickTime")
+    parser.add_argument("--snap-count", type=int, default=100000,
+                        help="txns between snapshots (ZooKeeper's snapCount)")
+    parser.add_argument("--jute-maxbuffer", type=int, default=jute.MAX_BUFFER_BYTES,
+                        help="largest request payload in bytes (jute.maxbuffer)")
+    parser.add_argument("--max-output-bytes", type=int, default=16 * 1024 * 1024,
+                        help="drop a client that lets this many reply bytes pile up")
+    parser.add_argument("--super-digest", default=None,
+                        help="user:base64(sha1(user:password)) that authenticates as super")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s zk_lite %(levelname)s %(message)s")
+    server = ZkServer(args)
+    return asyncio.run(server.run())
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
