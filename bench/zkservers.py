@@ -47,16 +47,11 @@ def zookeeper_missing_reason() -> str | None:
     return None
 
 
-def zk_lite_missing_reason() -> str | None:
-    """Why zk_lite cannot be started here, or None when it can."""
-    if not (REPO_ROOT / "zk_lite" / "__main__.py").is_file():
-        return "zk_lite has not landed yet (zk_lite/__main__.py missing)"
-    return None
-
-
 def missing_reason(kind: str) -> str | None:
+    """Why a server of `kind` cannot be started here, or None. zk_lite is part of
+    this repository and is always expected to start."""
     assert kind in KINDS, kind
-    return zk_lite_missing_reason() if kind == "zk_lite" else zookeeper_missing_reason()
+    return None if kind == "zk_lite" else zookeeper_missing_reason()
 
 
 def free_port() -> int:

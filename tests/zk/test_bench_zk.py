@@ -9,15 +9,11 @@ import pytest
 
 from bench.zk import FIGURES
 
-from .servers import missing_reason
 from .workers import REPO_ROOT
 
 
 @pytest.mark.slow
 def test_bench_zk_prints_positive_figures():
-    reason = missing_reason("zk_lite")
-    if reason:
-        pytest.skip(reason)
     run = subprocess.run([sys.executable, "-m", "bench.zk", "--ops", "200"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]

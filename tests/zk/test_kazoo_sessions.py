@@ -190,3 +190,21 @@ def test_dropped_connection_loses_its_watches_but_not_its_session(zk, zk_server,
         second.sock.close()
     drain_callbacks(zk)
     assert log.kinds() == []
+
+
+@pytest.mark.parametrize("requested_ms, expected_ticks", [(100, 2), (3000, 12), (600_000, 20)])
+def test_session_timeout_is_clamped_to_two_and_twenty_ticks(zk_server, requested_ms, expected_ticks):
+    session = _raw_session(zk_server, timeout_ms=requested_ms)
+    try:
+        assert session.timeout_ms == expected_ticks * DEFAULT_TICK_TIME_MS
+        assert session.session_id != 0 and len(session.password) == 16
+    finally:
+        session.close_session()
+
+
+def test_resume_of_unknown_session_is_answered_expired(zk_server):
+    session = _raw_session(zk_server, session_id=0x1234_5678_9ABC, password=bytes(16))
+    try:
+        assert (session.timeout_ms, session.session_id) == (0, 0)
+    finally:
+        session.sock.close()
