@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from .util import wait_until
+
+pytestmark = pytest.mark.slow
 
 PROCESSES = 3
 WORKER_TIMEOUT_S = 60

@@ -147,7 +147,7 @@ def test_oversized_length_prefix_closes_that_connection(zk_server, zk):
         sock = _throw(address, payload)
         if sock is not None:
             try:
-                assert _closes_within(sock, timeout_s=10), "connection left open after an oversized frame"
+                assert _closes_within(sock, timeout_s=5), "connection left open after an oversized frame"
             finally:
                 sock.close()
     zk.create("/still-fine")

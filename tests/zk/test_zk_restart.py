@@ -19,6 +19,8 @@ from .conftest import CONNECT_TIMEOUT_S
 from .servers import missing_reason, start
 from .util import EventLog, wait_until
 
+pytestmark = pytest.mark.slow
+
 TICK_TIME_MS = 250
 SESSION_TIMEOUT_S = 4.0
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1, "max_delay": 0.1}
