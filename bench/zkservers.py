@@ -9,7 +9,8 @@ benchmark (``bench.zk``)::
     handle.restart()    # same data dir, same port
     handle.close()      # stop the process and delete the temp dir
 
-Readiness is the four-letter word ``ruok`` answered with ``imok``. Every process is
+Readiness is the four-letter word ``ruok`` answered with ``imok``, then one session
+opened and closed. Every process is
 started in its own process group and is killed by ``close()``; callers put ``close()``
 in a ``finally`` or a fixture teardown.
 """
@@ -19,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -74,6 +76,33 @@ def four_letter(host: str, port: int, word: bytes, timeout_s: float = four_lette
                 break
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def accepts_sessions(host: str, port: int, timeout_s: float = four_letter_timeout_s) -> bool:
+    """Open and close one session with a raw handshake.
+
+    A real ZooKeeper answers ``ruok`` before it serves sessions (it closes early
+    connections with "ZooKeeperServer not running"); this is the real readiness test.
+    """
+    connect = struct.pack("!iqiqi", 0, 0, 10_000, 0, 16) + bytes(16) + b"\x00"
+    close = struct.pack("!ii", 1, -11)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(struct.pack("!i", len(connect)) + connect)
+            reply = b""
+            while len(reply) < 4 + 8:
+                chunk = sock.recv(64)
+                if not chunk:
+                    return False
+                reply += chunk
+            _, _, negotiated_timeout_ms = struct.unpack_from("!iii", reply)
+            if negotiated_timeout_ms <= 0:
+                return False
+            sock.sendall(struct.pack("!i", len(close)) + close)
+            return True
+    except OSError:
+        return False
 
 
 class ServerHandle:
@@ -134,9 +163,11 @@ class ServerHandle:
 
     def is_ready(self) -> bool:
         try:
-            return four_letter(self.host, self.port, b"ruok") == b"imok"
+            if four_letter(self.host, self.port, b"ruok") != b"imok":
+                return False
         except OSError:
             return False
+        return accepts_sessions(self.host, self.port)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import AuthFailedError, NoAuthError
 from kazoo.security import (
     CREATOR_ALL_ACL,
     OPEN_ACL_UNSAFE,
@@ -105,3 +105,28 @@ def test_watch_events_are_not_sent_to_watchers_who_lost_read(zk, make_client):
     owner.set("/w", b"1")  # the watcher can no longer read /w
     drain_callbacks(zk)
     assert log.kinds() == []
+
+
+def test_ip_acl_matches_the_peer_address(zk):
+    zk.create("/loopback", b"ok", acl=[make_acl("ip", "127.0.0.1", all=True)])
+    assert zk.get("/loopback")[0] == b"ok"
+    zk.create("/subnet", b"ok", acl=[make_acl("ip", "127.0.0.0/8", all=True)])
+    assert zk.get("/subnet")[0] == b"ok"
+    zk.create("/elsewhere", acl=[make_acl("ip", "10.1.2.3", all=True)])
+    with pytest.raises(NoAuthError):
+        zk.get("/elsewhere")
+
+
+def test_unknown_auth_scheme_fails_auth(make_client):
+    client = make_client()
+    with pytest.raises(AuthFailedError):
+        client.add_auth("no-such-scheme", "whatever")
+
+
+def test_get_acls_needs_read_or_admin(zk, make_client):
+    owner = make_client(auth_data=[("digest", "alice:secret")])
+    owner.create("/admin-only", acl=[make_digest_acl("alice", "secret", admin=True)])
+    owner.create("/nothing", acl=[make_digest_acl("alice", "secret", write=True)])
+    assert len(owner.get_acls("/admin-only")[0]) == 1
+    with pytest.raises(NoAuthError):
+        zk.get_acls("/nothing")

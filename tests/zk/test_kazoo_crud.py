@@ -198,3 +198,26 @@ def test_sequential_counters_are_per_parent(zk):
     assert zk.create("/one/x", sequence=True) == "/one/x0000000000"
     assert zk.create("/one/x", sequence=True) == "/one/x0000000001"
     assert zk.create("/two/x", sequence=True) == "/two/x0000000000"
+
+
+def test_large_value_round_trips(zk):
+    value = bytes(range(256)) * 3900  # 998,400 bytes: under jute.maxbuffer with headers
+    zk.create("/large", value)
+    assert zk.get("/large") == (value, zk.exists("/large"))
+    assert zk.exists("/large").dataLength == len(value)
+
+
+def test_many_children_are_all_listed(zk):
+    zk.create("/many")
+    transaction = zk.transaction()
+    for i in range(500):
+        transaction.create(f"/many/c{i:04d}")
+    assert len(transaction.commit()) == 500
+    assert sorted(zk.get_children("/many")) == [f"c{i:04d}" for i in range(500)]
+    assert zk.exists("/many").numChildren == 500
+
+
+def test_check_in_transaction_on_missing_node_is_no_node(zk):
+    transaction = zk.transaction()
+    transaction.check("/missing", 0)
+    assert isinstance(transaction.commit()[0], NoNodeError)
