@@ -258,6 +258,10 @@ class Core:
         self.packets_sent += 1
         self.out.append((key, jute.reply_frame(xid, self.tree.zxid, err, body)))
 
+    def close_conn(self, conn: Conn) -> None:
+        """Drop a connection (its session lives on): e.g. the shell saw bad framing."""
+        self._close_conn(conn)
+
     def _close_conn(self, conn: Conn) -> None:
         if not conn.closed:
             self._drop_conn_state(conn)

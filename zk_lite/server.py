@@ -90,13 +90,18 @@ class ZkConnection(asyncio.Protocol):
                 core.receive(self, xid, opcode, body[8:], now)
         except jute.ProtocolError as exc:
             log.warning("bad input from %s: %s; closing connection", self.peer, exc)
-            if self.bound:
-                state = core.conns.get(self)
-                if state is not None:
-                    core._close_conn(state)
-            else:
-                self.transport.abort()
-        server.schedule_flush()
+            self._drop(core)
+        except Exception:  # a bug must cost one connection, never the server
+            log.exception("internal error on a request from %s; closing connection", self.peer)
+            self._drop(core)
+        server.after_input()
+
+    def _drop(self, core) -> None:
+        state = core.conns.get(self) if self.bound else None
+        if state is not None:
+            core.close_conn(state)
+        else:
+            self.transport.abort()
 
 
 class ZkServer:
@@ -133,6 +138,14 @@ class ZkServer:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
+
+    def after_input(self) -> None:
+        """Reads that wait for nothing go out now; anything behind a txn waits for
+        the end of the loop turn, so all txns of the turn share one fsync."""
+        if self.core.txns or self._inflight or self._pending_txns:
+            self.schedule_flush()
+        else:
+            self._flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
