@@ -148,3 +148,26 @@ class RawSession:
             self.call(OP_CLOSE)
         finally:
             self.sock.close()
+
+
+OP_CREATE = 1
+OP_DELETE = 2
+OP_SET_DATA = 5
+OPEN_ACL = struct.pack("!ii", 1, 31) + ustring("world") + ustring("anyone")  # vector of one ACL
+
+
+def create_request(path: str, data: bytes, flags: int = 0) -> bytes:
+    return ustring(path) + buffer(data) + OPEN_ACL + struct.pack("!i", flags)
+
+
+def set_data_request(path: str, data: bytes, version: int = -1) -> bytes:
+    return ustring(path) + buffer(data) + struct.pack("!i", version)
+
+
+def delete_request(path: str, version: int = -1) -> bytes:
+    return ustring(path) + struct.pack("!i", version)
+
+
+def read_buffer(body: bytes, offset: int = 0) -> bytes | None:
+    (length,) = struct.unpack_from("!i", body, offset)
+    return None if length < 0 else body[offset + 4:offset + 4 + length]

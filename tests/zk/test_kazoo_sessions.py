@@ -15,6 +15,7 @@ from kazoo.protocol.states import EventType, KazooState
 
 from .conftest import CONNECT_TIMEOUT_S, DEFAULT_TICK_TIME_MS
 from .jute_client import OP_EXISTS, OP_GET_CHILDREN, OP_GET_DATA, Event, RawSession, path_and_watch
+from .tcp_proxy import TcpProxy
 from .util import EventLog, wait_until
 
 SESSION_TIMEOUT_S = 2.0
@@ -24,6 +25,7 @@ EARLY_TOLERANCE_S = 0.05
 
 NODE_CREATED, NODE_DELETED, NODE_DATA_CHANGED, NODE_CHILDREN_CHANGED = 1, 2, 3, 4
 NO_NODE = -101
+FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1, "max_delay": 0.1}
 
 
 def test_ephemeral_removed_on_stop(zk, make_client):
@@ -207,3 +209,30 @@ def test_resume_of_unknown_session_is_answered_expired(zk_server):
         assert (session.timeout_ms, session.session_id) == (0, 0)
     finally:
         session.sock.close()
+
+
+def test_kazoo_keeps_its_session_across_a_dropped_connection(zk, zk_server, chroot_hosts):
+    host, port = zk_server.hosts.split(":")
+    proxy = TcpProxy((host, int(port))).start()
+    client = KazooClient(hosts=f"127.0.0.1:{proxy.port}/{chroot_hosts.split('/', 1)[1]}",
+                         timeout=5.0, connection_retry=FAST_RECONNECT)
+    states = []
+    client.add_listener(states.append)
+    try:
+        client.start(timeout=CONNECT_TIMEOUT_S)
+        session_id = client.client_id[0]
+        client.create("/eph", ephemeral=True)
+        proxy.cut()
+        wait_until(lambda: KazooState.SUSPENDED in states, timeout_s=10, what="SUSPENDED")
+        zk.create("/while-away")
+        proxy.start()
+        wait_until(lambda: client.connected, timeout_s=10, what="reconnected")
+        assert client.client_id[0] == session_id
+        assert KazooState.LOST not in states
+        assert client.exists("/eph").ephemeralOwner == session_id
+        assert client.exists("/while-away") is not None
+    finally:
+        client.stop()
+        client.close()
+        proxy.close()
+    assert zk.exists("/eph") is None

@@ -8,7 +8,12 @@ really missing and not just late.
 """
 from __future__ import annotations
 
+import threading
+
+import pytest
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType
+from kazoo.security import make_acl
 
 from .util import EventLog, drain_callbacks
 
@@ -179,3 +184,51 @@ def test_ephemeral_removal_on_close_fires_watches(zk, make_client):
     drain_callbacks(zk)
     assert data_log.kinds() == [(EventType.DELETED, "/eph")]
     assert child_log.kinds() == [(EventType.CHILD, "/dir")]
+
+
+def test_failed_reads_register_no_watch(zk, make_client):
+    writer = make_client()
+    data_log, child_log = EventLog(), EventLog()
+    with pytest.raises(NoNodeError):
+        zk.get("/absent", watch=data_log)
+    with pytest.raises(NoNodeError):
+        zk.get_children("/absent", watch=child_log)
+    writer.create("/absent/child", makepath=True)
+    writer.set("/absent", b"x")
+    drain_callbacks(zk)
+    assert data_log.kinds() == [] and child_log.kinds() == []
+
+
+def test_set_acls_fires_no_watch(zk, make_client):
+    writer = make_client()
+    zk.create("/acl")
+    log = EventLog()
+    zk.get("/acl", watch=log)
+    writer.set_acls("/acl", [make_acl("world", "anyone", all=True)])
+    drain_callbacks(zk)
+    assert log.kinds() == []
+    writer.set("/acl", b"x")  # the watch is still armed
+    log.wait(1)
+    assert log.kinds() == [(EventType.CHANGED, "/acl")]
+
+
+def test_kazoo_data_watch_recipe_follows_every_change(zk, make_client):
+    writer = make_client()
+    zk.create("/dw", b"0")
+    seen = []
+    condition = threading.Condition()
+
+    @zk.DataWatch("/dw")
+    def on_change(data, stat):
+        with condition:
+            seen.append(data)
+            condition.notify_all()
+
+    for i in range(1, 6):
+        writer.set("/dw", str(i).encode())
+        with condition:  # wait for each value before the next change: none is skipped
+            assert condition.wait_for(lambda: seen and seen[-1] == str(i).encode(), timeout=10), seen
+    writer.delete("/dw")
+    with condition:
+        assert condition.wait_for(lambda: seen[-1] is None, timeout=10), seen
+    assert seen == [b"0", b"1", b"2", b"3", b"4", b"5", None]

@@ -2,10 +2,28 @@
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
+from kazoo.protocol.states import EventType
 
-from .jute_client import OP_GET_DATA, Event, RawSession, buffer, path_and_watch, ustring
+from .jute_client import (
+    OP_CREATE,
+    OP_DELETE,
+    OP_EXISTS,
+    OP_GET_DATA,
+    OP_SET_DATA,
+    Event,
+    RawSession,
+    buffer,
+    create_request,
+    delete_request,
+    path_and_watch,
+    read_buffer,
+    set_data_request,
+    ustring,
+)
+from .util import EventLog
 
 OP_PING, OP_AUTH = 11, 100
 XID_PING, XID_AUTH = -2, -4
@@ -102,3 +120,75 @@ def test_close_session_is_answered_then_the_connection_closed(zk_server):
         assert resumed.timeout_ms == 0  # a closed session cannot be resumed
     finally:
         resumed.sock.close()
+
+
+def test_pipelined_requests_are_answered_in_order_and_see_earlier_writes(zk, zk_server):
+    root = _root(zk)
+    session = _raw(zk_server)
+    requests = [
+        (OP_CREATE, create_request(f"{root}/a", b"one")),
+        (OP_GET_DATA, path_and_watch(f"{root}/a", False)),
+        (OP_SET_DATA, set_data_request(f"{root}/a", b"two")),
+        (OP_GET_DATA, path_and_watch(f"{root}/a", False)),
+        (OP_SET_DATA, set_data_request(f"{root}/a", b"three", version=0)),  # BadVersion: it is 1
+        (OP_GET_DATA, path_and_watch(f"{root}/a", False)),
+        (OP_DELETE, delete_request(f"{root}/a")),
+        (OP_EXISTS, path_and_watch(f"{root}/a", False)),
+    ] * 5
+    try:
+        frames = b"".join(
+            struct.pack("!i", 8 + len(body)) + struct.pack("!ii", xid, opcode) + body
+            for xid, (opcode, body) in enumerate(requests, start=1))
+        session.sock.sendall(frames)  # all at once: the server sees them pipelined
+        replies = [session.read_reply() for _ in requests]
+    finally:
+        session.close_session()
+    assert [r.xid for r in replies] == list(range(1, len(requests) + 1))
+    zxids = [r.zxid for r in replies]
+    assert zxids == sorted(zxids), "reply zxids went backwards"
+    for round_start in range(0, len(requests), 8):
+        created, got1, set1, got2, bad_set, got3, deleted, exists = replies[round_start:round_start + 8]
+        assert created.err == 0 and got1.err == 0 and read_buffer(got1.body) == b"one"
+        assert set1.err == 0 and read_buffer(got2.body) == b"two"
+        assert bad_set.err == -103 and read_buffer(got3.body) == b"two"
+        assert deleted.err == 0 and exists.err == -101
+
+
+def test_silent_session_expires_and_its_connection_is_closed(zk, zk_server):
+    root = _root(zk)
+    session = _raw(zk_server, timeout_ms=500)  # the minimum for the tick: 2 x 250 ms
+    assert session.timeout_ms == 500
+    reply, _ = session.call(OP_CREATE, create_request(f"{root}/eph", b"", flags=1))
+    assert reply.err == 0
+    heard_at = time.monotonic()
+    log = EventLog()
+    assert zk.exists("/eph", watch=log) is not None
+    try:
+        session.sock.settimeout(10)
+        assert session.sock.recv(1) == b"", "the server sent something to an expiring session"
+        closed_at = time.monotonic()
+    finally:
+        session.sock.close()
+    log.wait(1, timeout_s=10)
+    assert log.kinds() == [(EventType.DELETED, "/eph")]
+    assert 0.5 - 0.05 <= closed_at - heard_at <= 0.5 + 0.25 + 1.5
+    resumed = _raw(zk_server, session_id=session.session_id, password=session.password)
+    try:
+        assert resumed.timeout_ms == 0
+    finally:
+        resumed.sock.close()
+
+
+def test_pings_keep_a_session_alive_past_its_timeout(zk, zk_server):
+    root = _root(zk)
+    session = _raw(zk_server, timeout_ms=500)
+    try:
+        assert session.call(OP_CREATE, create_request(f"{root}/eph", b"", flags=1))[0].err == 0
+        deadline = time.monotonic() + 2.0  # four session timeouts
+        while time.monotonic() < deadline:
+            time.sleep(0.1)  # well inside the 500 ms timeout: this is the heartbeat
+            assert _send_special(session, XID_PING, OP_PING).err == 0
+        assert zk.exists("/eph").ephemeralOwner == session.session_id
+    finally:
+        session.close_session()
+    assert zk.exists("/eph") is None
