@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 PROBE_SOURCE = Path(__file__).with_name("java") / "WatchProbe.java"
+API_PROBE_SOURCE = Path(__file__).with_name("java") / "ApiProbe.java"
 JAVA_TIMEOUT_S = 60
 
 
@@ -55,9 +56,9 @@ def test_zkcli_commands(zk, chroot_hosts):
 class Probe:
     """WatchProbe.java running, its stdout lines in a queue."""
 
-    def __init__(self, hosts: str):
+    def __init__(self, hosts: str, source: Path = PROBE_SOURCE):
         self.proc = subprocess.Popen(
-            ["java", "-cp", ZOOKEEPER_JAR, str(PROBE_SOURCE), hosts], stdin=subprocess.PIPE,
+            ["java", "-cp", ZOOKEEPER_JAR, str(source), hosts], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
@@ -116,3 +117,89 @@ def test_java_client_rearms_watches_with_set_watches_after_reconnect(zk, zk_serv
     finally:
         probe.kill()
         proxy.close()
+
+
+class ApiProbe(Probe):
+    """ApiProbe.java: one command in, one OK/ERR line out (events may come in between)."""
+
+    def __init__(self, hosts: str):
+        super().__init__(hosts, source=API_PROBE_SOURCE)
+        self.wait_for(lambda line: line == "READY")
+        self.events: list[str] = []
+
+    def run(self, command: str) -> str:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self.wait_for(lambda line: True)
+            if line.startswith("EVENT "):
+                self.events.append(line)
+            else:
+                return line
+
+    def wait_events(self, count: int) -> list[str]:
+        while len(self.events) < count:
+            self.events.append(self.wait_for(lambda line: line.startswith("EVENT ")))
+        return self.events
+
+
+def test_java_persistent_recursive_watch_sees_the_whole_subtree(zk, chroot_hosts):
+    zk.create("/r")
+    probe = ApiProbe(chroot_hosts)
+    try:
+        assert probe.run("addWatch /r recursive") == "OK"
+        zk.create("/r/a")
+        zk.set("/r/a", b"1")
+        zk.create("/r/a/b")
+        zk.set("/r/a", b"2")  # still armed: persistent watches are not one-shot
+        zk.delete("/r/a/b")
+        assert probe.wait_events(5) == [
+            "EVENT NodeCreated /r/a", "EVENT NodeDataChanged /r/a", "EVENT NodeCreated /r/a/b",
+            "EVENT NodeDataChanged /r/a", "EVENT NodeDeleted /r/a/b"]  # no NodeChildrenChanged
+        assert probe.run("quit") == "OK closed"
+    finally:
+        probe.kill()
+
+
+def test_java_persistent_watch_fires_every_time_on_its_node(zk, chroot_hosts):
+    zk.create("/p")
+    probe = ApiProbe(chroot_hosts)
+    try:
+        assert probe.run("addWatch /p plain") == "OK"
+        zk.set("/p", b"1")
+        zk.set("/p", b"2")
+        zk.create("/p/c")
+        zk.create("/p/c/deeper")  # not its node nor a child: nothing
+        zk.set("/p/c", b"x")  # a child's data: nothing
+        zk.delete("/p/c/deeper")
+        zk.delete("/p/c")
+        assert probe.wait_events(4) == [
+            "EVENT NodeDataChanged /p", "EVENT NodeDataChanged /p",
+            "EVENT NodeChildrenChanged /p", "EVENT NodeChildrenChanged /p"]
+        assert probe.run("allChildren /p") == "OK 0"  # a round trip: no late extra events
+        assert len(probe.events) == 4
+        assert probe.run("quit") == "OK closed"
+    finally:
+        probe.kill()
+
+
+def test_java_whoami_ephemerals_children_count_and_create2(zk, chroot_hosts):
+    zk.create("/tree/a/b", makepath=True)
+    zk.create("/tree/c")
+    hosts, chroot = chroot_hosts.split("/", 1)
+    tree = f"/{chroot}/tree"
+    probe = ApiProbe(hosts)  # no chroot: 3.8.0 answers getEphemerals under a chroot with []
+    try:
+        assert probe.run("whoAmI") == "OK ip:127.0.0.1"
+        assert probe.run("addAuth digest alice:secret") == "OK"
+        assert probe.run("whoAmI") == "OK digest:alice,ip:127.0.0.1"
+        assert probe.run(f"allChildren {tree}") == "OK 3"
+        assert probe.run(f"createEphemeral /{chroot}/e1") == f"OK /{chroot}/e1"
+        assert probe.run(f"createEphemeral {tree}/e2") == f"OK {tree}/e2"
+        assert probe.run(f"getEphemerals {tree}") == f"OK {tree}/e2"
+        assert probe.run(f"getEphemerals /{chroot}") == f"OK /{chroot}/e1,{tree}/e2"
+        assert probe.run(f"create2 {tree}/s- hello") == f"OK {tree}/s-0000000003 0 5 true"
+        assert probe.run("quit") == "OK closed"
+        assert zk.exists("/e1") is None
+    finally:
+        probe.kill()
