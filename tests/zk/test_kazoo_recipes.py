@@ -96,7 +96,8 @@ def test_barrier_releases_all_waiting_processes_when_removed(zk, spawn_worker):
 
 def test_party_members_from_several_processes(zk, spawn_worker):
     party = zk.Party("/party", "observer-does-not-join")
-    workers = [spawn_worker("party", path="/party", id=f"member-{i}") for i in range(PROCESSES)]
+    workers = [spawn_worker("party", path="/party", id=f"member-{i}", timeout_s=2.0)
+               for i in range(PROCESSES)]
     for worker in workers:
         assert "joined" in worker.next_message(WORKER_TIMEOUT_S)
     assert sorted(party) == [f"member-{i}" for i in range(PROCESSES)]
