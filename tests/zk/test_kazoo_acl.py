@@ -130,3 +130,20 @@ def test_get_acls_needs_read_or_admin(zk, make_client):
     assert len(owner.get_acls("/admin-only")[0]) == 1
     with pytest.raises(NoAuthError):
         zk.get_acls("/nothing")
+
+
+def test_creator_acl_gets_one_entry_per_authenticated_digest(make_client):
+    owner = make_client(auth_data=[("digest", "alice:secret"), ("digest", "bob:pw")])
+    owner.create("/ours", acl=CREATOR_ALL_ACL)
+    ids = sorted((a.perms, a.id.scheme, a.id.id) for a in owner.get_acls("/ours")[0])
+    assert ids == [(31, "digest", make_digest_acl_credential("alice", "secret")),
+                   (31, "digest", make_digest_acl_credential("bob", "pw"))]
+
+
+def test_get_acls_without_admin_masks_digest_hashes(zk, make_client):
+    owner = make_client(auth_data=[("digest", "alice:secret")])
+    owner.create("/masked", acl=secure_acl())
+    seen = sorted((a.perms, a.id.scheme, a.id.id) for a in zk.get_acls("/masked")[0])
+    assert seen == [(1, "world", "anyone"), (31, "digest", "alice:x")]
+    full = sorted((a.perms, a.id.scheme, a.id.id) for a in owner.get_acls("/masked")[0])
+    assert (31, "digest", make_digest_acl_credential("alice", "secret")) in full

@@ -10,10 +10,12 @@ from kazoo.exceptions import (
     BadArgumentsError,
     BadVersionError,
     InvalidACLError,
+    NoAuthError,
     NoChildrenForEphemeralsError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    ReconfigDisabledError,
 )
 from kazoo.security import CREATOR_ALL_ACL, make_acl
 
@@ -221,3 +223,31 @@ def test_check_in_transaction_on_missing_node_is_no_node(zk):
     transaction = zk.transaction()
     transaction.check("/missing", 0)
     assert isinstance(transaction.commit()[0], NoNodeError)
+
+
+def test_system_tree_of_a_standalone_server(make_client):
+    root_client = make_client(chroot=False)
+    data, stat = root_client.get("/zookeeper/config")
+    assert data == b"" and stat.aversion == -1 and stat.czxid == 0
+    acls = root_client.get_acls("/zookeeper/config")[0]
+    assert [(a.perms, a.id.scheme, a.id.id) for a in acls] == [(1, "world", "anyone")]
+    with pytest.raises(NoAuthError):
+        root_client.set("/zookeeper/config", b"x")
+    assert {"config", "quota"} <= set(root_client.get_children("/zookeeper"))
+    root = root_client.exists("/")
+    assert root.czxid == 0 and root.ctime == 0 and root.numChildren >= 2
+
+
+def test_reconfig_is_disabled_on_a_standalone_server(zk):
+    with pytest.raises(ReconfigDisabledError):
+        zk.reconfig(joining=None, leaving="2", new_members=None)
+
+
+def test_sync_returns_the_path(zk):
+    zk.create("/synced")
+    assert zk.sync("/synced") == "/synced"
+
+
+def test_server_version_is_a_3_x_release(zk):
+    version = zk.server_version()
+    assert version[0] == 3 and version >= (3, 5)

@@ -30,3 +30,11 @@ def test_stat_lists_clients(zk):
 
 def test_isro_answers_rw(zk):
     assert zk.command(b"isro") == "rw"
+
+
+def test_cons_lists_each_connection_with_its_peer_port_and_session(zk):
+    local_port = zk._connection._socket.getsockname()[1]  # kazoo keeps no public handle
+    text = zk.command(b"cons")
+    lines = [line for line in text.splitlines() if f"/127.0.0.1:{local_port}[" in line]
+    assert len(lines) == 1, text
+    assert f"sid=0x{zk.client_id[0]:x}" in lines[0], text
