@@ -5,6 +5,9 @@ Files in the data directory:
 * ``log.<first zxid, 16 hex>``: records ``u32 length | u32 crc32(payload) | payload``,
   payload = ``marshal((zxid, time_ms, op))`` (ops as in tree.py). A batch of records is
   written with one ``write`` and made durable with one ``fdatasync`` (group commit).
+  Like ZooKeeper, the file is preallocated with zeros in ``preallocate_bytes`` chunks, so
+  an fdatasync only flushes data blocks and never waits for a journal commit of the
+  file size; a zero length marks the end of the records.
 * ``snapshot.<zxid, 16 hex>``: ``u32 crc32 | marshal(Tree.to_snapshot())``, written to a
   temp file, fsync'd, renamed into place, and the directory fsync'd.
 
@@ -70,12 +73,15 @@ def _fsync_dir(path: str) -> None:
 class Store:
     """The files of one data directory. Not thread-safe: use it from one thread."""
 
-    def __init__(self, data_dir: str, log=print):
+    def __init__(self, data_dir: str, log=print, preallocate_bytes: int = 16 << 20):
         self.dir = data_dir
         self.log = log
+        self.preallocate_bytes = preallocate_bytes
         os.makedirs(data_dir, exist_ok=True)
         self._fd: int | None = None
         self._log_name: str | None = None
+        self._offset = 0
+        self._allocated = 0
 
     def _names(self, prefix: str) -> list[tuple[int, str]]:
         out = []
@@ -119,7 +125,7 @@ class Store:
                 if zxid > tree.zxid:
                     tree.apply(zxid, time_ms, op, [])
                     replayed += 1
-            if valid_end < len(data):
+            if valid_end < len(data) and data.count(0, valid_end) != len(data) - valid_end:
                 self.log(f"truncating torn tail of {name}: {len(data) - valid_end} bytes "
                          f"at offset {valid_end}")
                 with open(path, "r+b") as f:
@@ -134,17 +140,33 @@ class Store:
     def open_log(self, first_zxid: int) -> None:
         self.close()
         name = f"{_LOG_PREFIX}{first_zxid:016x}"
-        self._fd = os.open(os.path.join(self.dir, name),
-                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(os.path.join(self.dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                           0o644)
         self._log_name = name
+        self._offset = 0
+        self._allocated = 0
+        if self.preallocate_bytes:
+            self._extend(self.preallocate_bytes)
         _fsync_dir(self.dir)
+
+    def _extend(self, nbytes: int) -> None:
+        zeros = bytes(min(nbytes, 1 << 20))
+        end = self._allocated + nbytes
+        pos = self._allocated
+        while pos < end:
+            pos += os.pwrite(self._fd, zeros[:end - pos], pos)
+        self._allocated = end
+        os.fsync(self._fd)  # the new size is metadata: make it durable once, here
 
     def append(self, data: bytes) -> None:
         """Write a batch of encoded records and make it durable."""
         assert self._fd is not None, "open_log first"
+        if self.preallocate_bytes and self._offset + len(data) > self._allocated:
+            self._extend(max(self.preallocate_bytes, len(data)))
         view = memoryview(data)
         while view:
-            written = os.write(self._fd, view)
+            written = os.pwrite(self._fd, view, self._offset)
+            self._offset += written
             view = view[written:]
         os.fdatasync(self._fd)
 
@@ -156,7 +178,15 @@ class Store:
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, snap_bytes: bytes, zxid: int) -> None:
-        """Write a snapshot of state at ``zxid``, start a new log, prune what it replaces."""
+        """Start a new log after ``zxid``, then write the snapshot and prune (synchronous)."""
+        self.open_log(zxid + 1)
+        self.write_snapshot(snap_bytes, zxid)
+
+    def write_snapshot(self, snap_bytes: bytes, zxid: int) -> None:
+        """Make the snapshot of state at ``zxid`` durable, then delete older snapshots and
+        every log that starts at or below ``zxid`` (their txns are all in the snapshot,
+        because the caller rotated the log at exactly that point). May run in another
+        thread than ``append``: it never touches the log being appended to."""
         name = f"{_SNAP_PREFIX}{zxid:016x}"
         tmp = os.path.join(self.dir, name + ".tmp")
         with open(tmp, "wb") as f:
@@ -166,12 +196,11 @@ class Store:
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.dir, name))
         _fsync_dir(self.dir)
-        self.open_log(zxid + 1)
-        for _, old in self._names(_SNAP_PREFIX):
-            if old != name:
+        for old_zxid, old in self._names(_SNAP_PREFIX):
+            if old_zxid < zxid:
                 os.unlink(os.path.join(self.dir, old))
-        for _, old in self._names(_LOG_PREFIX):
-            if old != self._log_name:
+        for start, old in self._names(_LOG_PREFIX):
+            if start <= zxid:
                 os.unlink(os.path.join(self.dir, old))
         _fsync_dir(self.dir)
 

@@ -49,7 +49,7 @@ def test_log_replay_rebuilds_the_same_tree(tmp_path):
 def test_torn_tail_record_is_truncated_and_logged(tmp_path, damage):
     d = _run_some_txns()
     good, last = d.txns[:-1], d.txns[-1:]
-    store = persist.Store(str(tmp_path), log=lambda m: None)
+    store = persist.Store(str(tmp_path), log=lambda m: None, preallocate_bytes=0)
     store.open_log(1)
     store.append(persist.encode_txns(good))
     store.close()
@@ -70,6 +70,32 @@ def test_torn_tail_record_is_truncated_and_logged(tmp_path, damage):
     assert any("torn tail" in m for m in messages)
     assert tree.zxid == good[-1][0]
     assert "/a/s-0000000000" in tree.nodes  # the lost txn was the delete
+
+
+def test_preallocated_log_zero_padding_is_not_a_torn_tail(tmp_path):
+    d = _run_some_txns()
+    store = persist.Store(str(tmp_path), log=lambda m: None, preallocate_bytes=4096)
+    store.open_log(1)
+    for txn in d.txns:  # crosses the first 4 KiB chunk: the file is extended
+        store.append(persist.encode_txns([txn]))
+    store.append(persist.encode_txns([(d.core.tree.zxid + 1, 0, ("c", "/big", b"z" * 5000, OPEN_ACL, 0))]))
+    store.close()
+    path = os.path.join(tmp_path, _logs(tmp_path)[0])
+    size = os.path.getsize(path)
+    assert size > 4096  # the second append outgrew the first chunk
+    messages = []
+    tree = persist.Store(str(tmp_path), log=messages.append).load()
+    assert not any("torn" in m for m in messages) and os.path.getsize(path) == size
+    assert tree.nodes["/big"].data == b"z" * 5000
+    # a record torn inside the preallocated zeros is found and cut off
+    with open(path, "r+b") as f:
+        data = f.read()
+        end = data.rstrip(b"\0")
+        f.seek(len(end) - 3)
+        f.write(b"\0\0\0")
+    messages = []
+    tree = persist.Store(str(tmp_path), log=messages.append).load()
+    assert any("torn tail" in m for m in messages) and "/big" not in tree.nodes
 
 
 def test_snapshot_then_log_restores_and_prunes_old_files(tmp_path):
