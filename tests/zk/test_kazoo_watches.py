@@ -232,3 +232,27 @@ def test_kazoo_data_watch_recipe_follows_every_change(zk, make_client):
     with condition:
         assert condition.wait_for(lambda: seen[-1] is None, timeout=10), seen
     assert seen == [b"0", b"1", b"2", b"3", b"4", b"5", None]
+
+
+def test_children_watch_recipe_on_many_clients_converges(zk, make_client):
+    zk.create("/fan")
+    watchers = [make_client() for _ in range(8)]
+    latest: dict[int, list] = {}
+    condition = threading.Condition()
+    for n, client in enumerate(watchers):
+        def record(children, n=n):
+            with condition:
+                latest[n] = sorted(children)
+                condition.notify_all()
+        client.ChildrenWatch("/fan", record)
+    transaction = zk.transaction()
+    for i in range(40):
+        transaction.create(f"/fan/c{i:02d}")
+    transaction.commit()
+    for i in range(40, 60):
+        zk.create(f"/fan/c{i:02d}")
+    expected = [f"c{i:02d}" for i in range(60)]
+    with condition:
+        assert condition.wait_for(
+            lambda: len(latest) == len(watchers) and all(v == expected for v in latest.values()),
+            timeout=20), {n: len(v) for n, v in latest.items()}
