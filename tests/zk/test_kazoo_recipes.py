@@ -106,3 +106,29 @@ def test_party_members_from_several_processes(zk, spawn_worker):
     assert sorted(party) == ["member-1", "member-2"]
     workers[1].kill()  # SIGKILL: leaves when its session expires
     wait_until(lambda: sorted(party) == ["member-2"], timeout_s=20, what="killed member gone")
+
+
+def test_semaphore_admits_at_most_max_leases_processes(zk, spawn_worker):
+    workers = [spawn_worker("semaphore", path="/sem", id=f"w{i}", max_leases=2, rounds=3, hold_ms=30)
+               for i in range(PROCESSES + 1)]
+    intervals = [tuple(i) for w in workers for i in w.result(WORKER_TIMEOUT_S)["intervals"]]
+    assert len(intervals) == (PROCESSES + 1) * 3
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
+                    key=lambda e: (e[0], e[1]))  # at equal times, releases first
+    holders = peak = 0
+    for _, delta in events:
+        holders += delta
+        peak = max(peak, holders)
+    assert peak <= 2, f"{peak} processes held a 2-lease semaphore at once"
+
+
+def test_locking_queue_items_are_consumed_exactly_once(zk, spawn_worker):
+    queue = zk.LockingQueue("/lqueue")
+    items = [f"item-{i}" for i in range(20)]
+    for item in items:
+        queue.put(item.encode())
+    workers = [spawn_worker("locking_queue_consume", path="/lqueue", idle_timeout_s=1.0)
+               for _ in range(PROCESSES)]
+    consumed = [item for w in workers for item in w.result(WORKER_TIMEOUT_S)["items"]]
+    assert sorted(consumed) == sorted(items)
+    assert len(zk.LockingQueue("/lqueue")) == 0

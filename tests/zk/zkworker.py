@@ -76,6 +76,30 @@ def role_queue_consume(client: KazooClient, args: dict) -> None:
     emit(items=items)
 
 
+def role_semaphore(client: KazooClient, args: dict) -> None:
+    semaphore = client.Semaphore(args["path"], args["id"], max_leases=args["max_leases"])
+    intervals = []
+    for _ in range(args["rounds"]):
+        with semaphore:
+            start = time.monotonic()
+            time.sleep(args["hold_ms"] / 1000)
+            intervals.append((start, time.monotonic()))
+    emit(intervals=intervals)
+
+
+def role_locking_queue_consume(client: KazooClient, args: dict) -> None:
+    """Take items until the queue stays empty for a moment; consume() each one."""
+    queue = client.LockingQueue(args["path"])
+    items = []
+    while True:
+        item = queue.get(timeout=args["idle_timeout_s"])
+        if item is None:
+            break
+        items.append(item.decode())
+        assert queue.consume()
+    emit(items=items)
+
+
 def role_double_barrier(client: KazooClient, args: dict) -> None:
     barrier = client.DoubleBarrier(args["path"], args["members"], identifier=args["id"])
     arrived = time.monotonic()
