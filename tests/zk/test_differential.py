@@ -1,5 +1,8 @@
 """The same seeded random kazoo session against zk_lite and a real ZooKeeper: identical traces.
 
+A trace holds each request's result and the watch events a second client (watching
+every path, re-arming after each event) received because of it.
+
 Every result is normalised so that only what ZooKeeper defines remains: stat fields as
 they are, except zxids (replaced by the order in which the trace first shows them;
 ZooKeeper also spends zxids on failed writes, which no stat shows) and times (dropped).
@@ -13,11 +16,12 @@ import uuid
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from .conftest import CONNECT_TIMEOUT_S, DEFAULT_TICK_TIME_MS
 from .servers import KINDS, missing_reason
+from .util import drain_callbacks
 
 SEEDS = [int(s) for s in os.environ.get("ZK_DIFF_SEEDS", "1,2,3,4").split(",")]
 OPS_PER_SEED = 250
@@ -85,23 +89,68 @@ def random_op(rng: random.Random):
     return f"transaction {subops}", transaction
 
 
+WATCHED_PATHS = [p for p in PATHS if not p.endswith("-")]
+
+
+class WatchRecorder:
+    """A second client keeping a data and a child watch armed on every watched path."""
+
+    def __init__(self, client: KazooClient):
+        self.client = client
+        self.events: list[tuple] = []
+        self.armed: set[tuple[str, str]] = set()
+        # One stable callback per (table, path): kazoo keeps watchers in sets.
+        self.callbacks = {(table, path): self._callback(table, path)
+                          for table in ("data", "child") for path in WATCHED_PATHS}
+
+    def _callback(self, table: str, path: str):
+        def on_event(event):
+            self.events.append((table, event.type, event.path))
+            self.armed.discard((table, path))
+        return on_event
+
+    def arm(self) -> None:
+        for path in WATCHED_PATHS:
+            if ("data", path) not in self.armed:
+                self.client.exists(path, watch=self.callbacks[("data", path)])
+                self.armed.add(("data", path))
+            if ("child", path) not in self.armed:
+                try:
+                    self.client.get_children(path, watch=self.callbacks[("child", path)])
+                    self.armed.add(("child", path))
+                except NoNodeError:
+                    pass  # a failed read registers nothing
+
+    def take(self) -> list[tuple]:
+        drain_callbacks(self.client)
+        events, self.events = sorted(self.events), []
+        return events
+
+
 def trace(hosts: str, seed: int) -> list:
     rng = random.Random(seed)
     normalise = Normaliser()
     client = KazooClient(hosts=hosts, timeout=5.0)
     client.start(timeout=CONNECT_TIMEOUT_S)
+    watcher = KazooClient(hosts=hosts, timeout=5.0)
+    watcher.start(timeout=CONNECT_TIMEOUT_S)
+    recorder = WatchRecorder(watcher)
     lines = []
     try:
         for _ in range(OPS_PER_SEED):
+            recorder.arm()
             description, op = random_op(rng)
             try:
                 result = op(client)
             except KazooException as error:
                 result = error
-            lines.append((description, normalise(result)))
+            lines.append((description, normalise(result), recorder.take()))
+        client.stop()  # the session's ephemerals go, with their watches
+        lines.append(("close session", None, recorder.take()))
     finally:
-        client.stop()
-        client.close()
+        for each in (client, watcher):
+            each.stop()
+            each.close()
     return lines
 
 
@@ -129,5 +178,6 @@ def test_random_session_gives_the_same_trace_on_both_servers(both_servers, seed)
     reference = trace(both_servers["zookeeper"], seed)
     ours = trace(both_servers["zk_lite"], seed)
     for step, (expected, got) in enumerate(zip(reference, ours)):
-        assert got == expected, f"seed {seed}, step {step}: {expected[0]}\n zookeeper: {expected[1]}\n zk_lite:   {got[1]}"
-    assert len(ours) == len(reference) == OPS_PER_SEED
+        assert got == expected, (f"seed {seed}, step {step}: {expected[0]}\n"
+                                 f" zookeeper: {expected[1:]}\n zk_lite:   {got[1:]}")
+    assert len(ours) == len(reference) == OPS_PER_SEED + 1
