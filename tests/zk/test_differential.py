@@ -18,6 +18,14 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import (
+    ACL,
+    CREATOR_ALL_ACL,
+    OPEN_ACL_UNSAFE,
+    READ_ACL_UNSAFE,
+    make_acl,
+    make_digest_acl,
+)
 
 from .conftest import CONNECT_TIMEOUT_S, DEFAULT_TICK_TIME_MS
 from .servers import KINDS, missing_reason
@@ -40,13 +48,27 @@ class Normaliser:
             return ("stat", self.zxid(value.czxid), self.zxid(value.mzxid), self.zxid(value.pzxid),
                     value.version, value.cversion, value.aversion, value.ephemeralOwner != 0,
                     value.dataLength, value.numChildren)
+        if isinstance(value, ACL):
+            return ("acl", value.perms, value.id.scheme, value.id.id)
         if isinstance(value, KazooException):
             return ("error", type(value).__name__)
         if isinstance(value, (list, tuple)):
             items = [self(v) for v in value]
-            return ("list", *(sorted(items, key=repr) if isinstance(value, list)
-                              and all(isinstance(v, str) for v in value) else items))
+            unordered = isinstance(value, list) and all(isinstance(v, (str, ACL)) for v in value)
+            return ("list", *(sorted(items, key=repr) if unordered else items))
         return value
+
+
+AUTH = [("digest", "alice:secret")]  # both clients: every ACL below leaves them READ
+ACL_CHOICES = {
+    "open": OPEN_ACL_UNSAFE,
+    "world-read": READ_ACL_UNSAFE,
+    "alice-all": [make_digest_acl("alice", "secret", all=True)],
+    "alice-read-write": [make_digest_acl("alice", "secret", read=True, write=True)],
+    "creator": CREATOR_ALL_ACL,
+    "alice-admin+world-read": [make_digest_acl("alice", "secret", admin=True),
+                               make_acl("world", "anyone", read=True)],
+}
 
 
 def random_op(rng: random.Random):
@@ -54,8 +76,8 @@ def random_op(rng: random.Random):
     path = rng.choice(PATHS)
     data = rng.choice([b"", b"x", b"hello", None])
     version = rng.choice([-1, -1, -1, 0, 1, 2])
-    kind = rng.choices(["create", "delete", "set", "get", "children", "exists", "transaction"],
-                       weights=[3, 3, 2, 1, 1, 1, 2])[0]
+    kind = rng.choices(["create", "delete", "set", "get", "children", "exists", "transaction",
+                        "set_acls", "get_acls"], weights=[3, 3, 2, 1, 1, 1, 2, 1, 1])[0]
     if kind == "create":
         ephemeral, sequence = rng.random() < 0.2, path.endswith("-") or rng.random() < 0.1
         return (f"create {path} {data} e={ephemeral} s={sequence}",
@@ -70,6 +92,11 @@ def random_op(rng: random.Random):
         return f"children {path}", lambda c: c.get_children(path, include_data=True)
     if kind == "exists":
         return f"exists {path}", lambda c: c.exists(path)
+    if kind == "set_acls":
+        name = rng.choice(sorted(ACL_CHOICES))
+        return f"set_acls {path} {name} v={version}", lambda c: c.set_acls(path, ACL_CHOICES[name], version)
+    if kind == "get_acls":
+        return f"get_acls {path}", lambda c: c.get_acls(path)
     subops = [(rng.choice(["create", "delete", "set", "check"]), rng.choice(PATHS), rng.choice([-1, 0, 1]))
               for _ in range(rng.randrange(1, 4))]
 
@@ -130,9 +157,9 @@ class WatchRecorder:
 def trace(hosts: str, seed: int) -> list:
     rng = random.Random(seed)
     normalise = Normaliser()
-    client = KazooClient(hosts=hosts, timeout=5.0)
+    client = KazooClient(hosts=hosts, timeout=5.0, auth_data=AUTH)
     client.start(timeout=CONNECT_TIMEOUT_S)
-    watcher = KazooClient(hosts=hosts, timeout=5.0)
+    watcher = KazooClient(hosts=hosts, timeout=5.0, auth_data=AUTH)
     watcher.start(timeout=CONNECT_TIMEOUT_S)
     recorder = WatchRecorder(watcher)
     lines = []
