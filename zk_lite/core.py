@@ -37,6 +37,7 @@ import hmac
 
 from . import errors, jute
 from .errors import ZkError
+from .watches import PERSISTENT, RECURSIVE, WatchTable
 from .tree import (ADMIN, CONTAINER_OWNER, CREATE, DELETE, NODE_CHILDREN_CHANGED,
                    NODE_CREATED, NODE_DATA_CHANGED, NODE_DELETED, OPEN_ACL, READ,
                    SPECIAL_PATHS, WRITE, Tree, check_acl, digest, fixup_acl, parent_of,
@@ -49,18 +50,13 @@ _EMPTY_ERR_BODY = b"\x00\x00\x00\x00"  # ErrorResponse(0), the addWatch reply bo
 class Conn:
     """Per-connection state: the bound session, auth ids and this connection's watches."""
 
-    __slots__ = ("key", "peer", "sid", "auth", "data_w", "child_w", "pers_w", "rec_w",
-                 "closed")
+    __slots__ = ("key", "peer", "sid", "auth", "closed")
 
     def __init__(self, key, peer: str):
         self.key = key
         self.peer = peer
         self.sid = 0
         self.auth: list[tuple[str, str]] = [("ip", peer)]
-        self.data_w: set[str] = set()
-        self.child_w: set[str] = set()
-        self.pers_w: set[str] = set()
-        self.rec_w: set[str] = set()
         self.closed = False
 
 
@@ -100,10 +96,8 @@ class Core:
         # state
         self.conns: dict = {}
         self.sessions: dict[int, Session] = {}
-        self.data_w: dict[str, dict[Conn, None]] = {}
-        self.child_w: dict[str, dict[Conn, None]] = {}
-        self.pers_w: dict[str, dict[Conn, None]] = {}
-        self.rec_w: dict[str, dict[Conn, None]] = {}
+        self.data_watches = WatchTable()
+        self.child_watches = WatchTable()
         self.packets_received = 0
         self.packets_sent = 0
         for sid, (passwd, timeout_ms) in self.tree.sessions.items():
@@ -116,6 +110,7 @@ class Core:
             12: self._op_get_children2, 13: self._op_check, 14: self._op_multi,
             16: self._op_reconfig, 17: self._op_check_watches, 18: self._op_remove_watches,
             22: self._op_multi_read, 100: self._op_auth, 101: self._op_set_watches,
+            102: self._op_sasl,
             103: self._op_get_ephemerals, 104: self._op_get_all_children_number,
             105: self._op_set_watches, 106: self._op_add_watch, 107: self._op_who_am_i,
             -11: self._op_close_session,
@@ -269,15 +264,8 @@ class Core:
 
     def _drop_conn_state(self, conn: Conn) -> None:
         conn.closed = True
-        for table, paths in ((self.data_w, conn.data_w), (self.child_w, conn.child_w),
-                             (self.pers_w, conn.pers_w), (self.rec_w, conn.rec_w)):
-            for path in paths:
-                watchers = table.get(path)
-                if watchers is not None:
-                    watchers.pop(conn, None)
-                    if not watchers:
-                        del table[path]
-            paths.clear()
+        self.data_watches.remove_watcher(conn)
+        self.child_watches.remove_watcher(conn)
         sess = self.sessions.get(conn.sid)
         if sess is not None and sess.conn is conn:
             sess.conn = None
@@ -307,40 +295,13 @@ class Core:
     def _fire(self, events) -> None:
         out = self.out
         for etype, path, acl in events:
-            targets: dict[Conn, None] = {}
             if etype == NODE_CHILDREN_CHANGED:
-                one_shot = self.child_w.pop(path, None)
-                if one_shot:
-                    for c in one_shot:
-                        c.child_w.discard(path)
-                    targets.update(one_shot)
-                pers = self.pers_w.get(path)
-                if pers:
-                    targets.update(pers)
+                targets = self.child_watches.trigger(path, etype)
+            elif etype == NODE_DELETED:
+                targets = self.data_watches.trigger(path, etype)
+                targets.update(self.child_watches.trigger(path, etype, targets))
             else:
-                one_shot = self.data_w.pop(path, None)
-                if one_shot:
-                    for c in one_shot:
-                        c.data_w.discard(path)
-                    targets.update(one_shot)
-                if etype == NODE_DELETED:
-                    one_shot = self.child_w.pop(path, None)
-                    if one_shot:
-                        for c in one_shot:
-                            c.child_w.discard(path)
-                        targets.update(one_shot)
-                pers = self.pers_w.get(path)
-                if pers:
-                    targets.update(pers)
-                if self.rec_w:
-                    p = path
-                    while True:
-                        rec = self.rec_w.get(p)
-                        if rec:
-                            targets.update(rec)
-                        if p == "/":
-                            break
-                        p = parent_of(p)
+                targets = self.data_watches.trigger(path, etype)
             if not targets:
                 continue
             frame = jute.notification_frame(etype, path)
@@ -352,20 +313,14 @@ class Core:
                     self.packets_sent += 1
                     out.append((c.key, frame))
 
-    def _watch(self, table: dict, conn_paths: set, path: str, conn: Conn) -> None:
-        watchers = table.get(path)
-        if watchers is None:
-            table[path] = {conn: None}
-        else:
-            watchers[conn] = None
-        conn_paths.add(path)
-
     def _notify(self, conn: Conn, etype: int, path: str) -> None:
         self._send(conn.key, jute.notification_frame(etype, path))
 
     # ------------------------------------------------------------------ validation
     def _node_or_nonode(self, path):
-        node = self.tree.nodes.get(path)
+        if path is None:  # the Java server fails on a null path while processing
+            raise ZkError(errors.MARSHALLINGERROR)
+        node = self.tree.nodes.get(path or "/")  # ZooKeeper's tree also maps "" to the root
         if node is None:
             raise ZkError(errors.NONODE)
         return node
@@ -378,8 +333,10 @@ class Core:
         flags = req.flags
         if not 0 <= flags <= 6:
             raise ZkError(errors.BADARGUMENTS)
-        if flags >= 5 or opcode == 21:  # TTL nodes: extended types are disabled
+        if flags >= 5:  # TTL nodes: extended types are disabled, as by default in 3.8
             raise ZkError(errors.UNIMPLEMENTED)
+        if opcode == 21 and req.ttl >= 0:  # a TTL for a mode that has none
+            raise ZkError(errors.BADARGUMENTS)
         path = req.path
         if path is None:
             raise ZkError(errors.BADARGUMENTS)
@@ -477,6 +434,8 @@ class Core:
         return b""
 
     def _op_multi(self, conn, sess, xid, opcode, ops, now_ms):
+        if any(op_type in jute.MULTI_READ_OPS for op_type, _ in ops):
+            raise ZkError(errors.MARSHALLINGERROR)  # ZooKeeper refuses mixed multis so
         tree = self.tree
         zxid = tree.zxid + 1
         undo: list = []
@@ -495,8 +454,8 @@ class Core:
                     op = self._prep_delete(conn, req)
                 elif op_type == 5:
                     op = self._prep_set_data(conn, req)
-                else:  # a read op inside a write multi
-                    raise ZkError(errors.BADARGUMENTS)
+                else:
+                    raise AssertionError(op_type)
                 tree.apply(zxid, now_ms, op, events, undo)
                 subops.append(op)
                 path = op[1]
@@ -527,13 +486,15 @@ class Core:
     # ------------------------------------------------------------------ read ops
     def _op_exists(self, conn, sess, xid, opcode, req, now_ms):
         path = req.path
-        if path is None or "\0" in path:
+        if path is None:
+            raise ZkError(errors.MARSHALLINGERROR)
+        if "\0" in path:
             raise ZkError(errors.BADARGUMENTS)
-        node = self.tree.nodes.get(path)
+        node = self.tree.nodes.get(path or "/")
         if node is not None:
             self._require(node.acl, READ, conn)
         if req.watch:
-            self._watch(self.data_w, conn.data_w, path, conn)
+            self.data_watches.add(path, conn)
         if node is None:
             raise ZkError(errors.NONODE)
         return jute.encode_stat(node.stat())
@@ -543,7 +504,7 @@ class Core:
         node = self._node_or_nonode(path)
         self._require(node.acl, READ, conn)
         if req.watch:
-            self._watch(self.data_w, conn.data_w, path, conn)
+            self.data_watches.add(path, conn)
         return jute.encode_buffer(node.data) + jute.encode_stat(node.stat())
 
     def _children(self, conn, req):
@@ -551,7 +512,7 @@ class Core:
         node = self._node_or_nonode(path)
         self._require(node.acl, READ, conn)
         if req.watch:
-            self._watch(self.child_w, conn.child_w, path, conn)
+            self.child_watches.add(path, conn)
         return node
 
     def _op_get_children(self, conn, sess, xid, opcode, req, now_ms):
@@ -575,6 +536,8 @@ class Core:
         return jute.encode_string(req.path)
 
     def _op_multi_read(self, conn, sess, xid, opcode, ops, now_ms):
+        if any(op_type not in jute.MULTI_READ_OPS for op_type, _ in ops):
+            raise ZkError(errors.MARSHALLINGERROR)
         results = []
         for op_type, req in ops:
             try:
@@ -587,7 +550,7 @@ class Core:
                     self._require(node.acl, READ, conn)
                     results.append((8, 0, jute.GetChildrenResponse(sorted(node.children))))
                 else:
-                    raise ZkError(errors.BADARGUMENTS)
+                    raise AssertionError(op_type)
             except ZkError as exc:
                 results.append((-1, exc.code, None))
         return jute.encode_multi_response(results)
@@ -637,6 +600,12 @@ class Core:
         self.out.append((conn.key, jute.reply_frame(xid, 0, 0)))
         return None
 
+    def _op_sasl(self, conn, sess, xid, opcode, req, now_ms):
+        # No SASL is configured: like ZooKeeper, answer with an empty (null) token.
+        self.packets_sent += 1
+        self.out.append((conn.key, jute.reply_frame(xid, 0, 0, b"\xff\xff\xff\xff")))
+        return None
+
     # ------------------------------------------------------------------ watch management
     def _op_set_watches(self, conn, sess, xid, opcode, req, now_ms):
         rel = req.relativeZxid
@@ -648,10 +617,10 @@ class Core:
             elif node.mzxid > rel:
                 self._notify(conn, NODE_DATA_CHANGED, path)
             else:
-                self._watch(self.data_w, conn.data_w, path, conn)
+                self.data_watches.add(path, conn)
         for path in req.existWatches:
             if nodes.get(path) is None:
-                self._watch(self.data_w, conn.data_w, path, conn)
+                self.data_watches.add(path, conn)
             else:
                 self._notify(conn, NODE_CREATED, path)
         for path in req.childWatches:
@@ -661,55 +630,50 @@ class Core:
             elif node.pzxid > rel:
                 self._notify(conn, NODE_CHILDREN_CHANGED, path)
             else:
-                self._watch(self.child_w, conn.child_w, path, conn)
+                self.child_watches.add(path, conn)
         if opcode == 105:
             for path in req.persistentWatches:
-                self._watch(self.pers_w, conn.pers_w, path, conn)
+                self.data_watches.add(path, conn, PERSISTENT)
+                self.child_watches.add(path, conn, PERSISTENT)
             for path in req.persistentRecursiveWatches:
-                self._watch(self.rec_w, conn.rec_w, path, conn)
+                self.data_watches.add(path, conn, RECURSIVE)
+                self.child_watches.add(path, conn, RECURSIVE)
         return b""
 
     def _op_add_watch(self, conn, sess, xid, opcode, req, now_ms):
         if req.path is None or "\0" in req.path:
             raise ZkError(errors.BADARGUMENTS)
-        if req.mode == 0:
-            self._watch(self.pers_w, conn.pers_w, req.path, conn)
-        elif req.mode == 1:
-            self._watch(self.rec_w, conn.rec_w, req.path, conn)
-        else:
-            raise ZkError(errors.BADARGUMENTS)
+        if req.mode not in (0, 1):  # ZooKeeper fails to map the mode while decoding
+            raise ZkError(errors.MARSHALLINGERROR)
+        mode = PERSISTENT if req.mode == 0 else RECURSIVE
+        self.data_watches.add(req.path, conn, mode)
+        self.child_watches.add(req.path, conn, mode)
         return _EMPTY_ERR_BODY
 
-    def _watch_tables(self, conn, watcher_type: int):
-        tables = {1: [(self.child_w, conn.child_w), (self.pers_w, conn.pers_w)],
-                  2: [(self.data_w, conn.data_w), (self.pers_w, conn.pers_w),
-                      (self.rec_w, conn.rec_w)],
-                  4: [(self.pers_w, conn.pers_w)],
-                  5: [(self.rec_w, conn.rec_w)]}
+    def _watch_targets(self, watcher_type: int):
+        """WatcherType -> [(table, mode filter)]: 1 Children, 2 Data, 3 Any,
+        4 Persistent, 5 PersistentRecursive."""
+        both = (self.child_watches, self.data_watches)
+        if watcher_type == 1:
+            return [(self.child_watches, None)]
+        if watcher_type == 2:
+            return [(self.data_watches, None)]
         if watcher_type == 3:
-            return tables[1] + tables[2][:1] + tables[5]
-        if watcher_type not in tables:
-            raise ZkError(errors.BADARGUMENTS)
-        return tables[watcher_type]
+            return [(t, None) for t in both]
+        if watcher_type == 4:
+            return [(t, PERSISTENT) for t in both]
+        if watcher_type == 5:
+            return [(t, RECURSIVE) for t in both]
+        raise ZkError(errors.MARSHALLINGERROR)  # ZooKeeper cannot map it while decoding
 
     def _op_check_watches(self, conn, sess, xid, opcode, req, now_ms):
-        for _table, paths in self._watch_tables(conn, req.type):
-            if req.path in paths:
-                return b""
+        if any(t.contains(req.path, conn, m) for t, m in self._watch_targets(req.type)):
+            return b""
         raise ZkError(errors.NOWATCHER)
 
     def _op_remove_watches(self, conn, sess, xid, opcode, req, now_ms):
-        found = False
-        for table, paths in self._watch_tables(conn, req.type):
-            if req.path in paths:
-                found = True
-                paths.discard(req.path)
-                watchers = table.get(req.path)
-                if watchers is not None:
-                    watchers.pop(conn, None)
-                    if not watchers:
-                        del table[req.path]
-        if not found:
+        removed = [t.remove(req.path, conn, m) for t, m in self._watch_targets(req.type)]
+        if not any(removed):
             raise ZkError(errors.NOWATCHER)
         return b""
 
@@ -718,5 +682,7 @@ class Core:
         return len(self.tree.nodes)
 
     def watch_count(self) -> int:
-        return sum(len(w) for t in (self.data_w, self.child_w, self.pers_w, self.rec_w)
-                   for w in t.values())
+        return self.data_watches.count() + self.child_watches.count()
+
+    def watched_path_count(self) -> int:
+        return len(self.data_watches.by_path) + len(self.child_watches.by_path)

@@ -288,7 +288,7 @@ class ZkServer:
             return ("\n".join(lines) + "\n").encode()
         if word == b"wchs":
             return (f"{len(self.connections)} connections watching "
-                    f"{len(core.data_w) + len(core.child_w)} paths\n"
+                    f"{core.watched_path_count()} paths\n"
                     f"Total watches:{core.watch_count()}\n").encode()
         if word == b"dirs":
             return f"datadir_size: 0\nlogdir_size: 0\n".encode()

@@ -132,8 +132,9 @@ def _valid_digest_id(ident) -> bool:
 
 
 def _ip_network(ident):
+    """An ``a.b.c.d`` or ``a.b.c.d/bits`` ACL id (ZooKeeper 3.8 rejects IPv6 ids)."""
     try:
-        return ipaddress.ip_network(ident, strict=False)
+        return ipaddress.IPv4Network(ident, strict=False)
     except (ValueError, TypeError):
         return None
 
@@ -338,6 +339,27 @@ class Tree:
                     if node.owner == CONTAINER_OWNER:
                         self.containers.add(path)
         undo.clear()
+
+    def check_invariants(self) -> None:
+        """Assert the structural invariants (tests and the fuzzer call this)."""
+        ephemerals: dict[int, set[str]] = {}
+        containers = set()
+        for path, node in self.nodes.items():
+            assert max(node.czxid, node.mzxid, node.pzxid) <= self.zxid, path
+            if path != "/":
+                parent = self.nodes.get(parent_of(path))
+                assert parent is not None, f"{path} has no parent"
+                assert path.rsplit("/", 1)[1] in parent.children, path
+                assert parent.owner <= 0, f"{path} is the child of an ephemeral"
+            for child in node.children:
+                assert (path.rstrip("/") + "/" + child) in self.nodes, (path, child)
+            if node.owner > 0:
+                ephemerals.setdefault(node.owner, set()).add(path)
+                assert node.owner in self.sessions, f"{path} outlived session {node.owner:#x}"
+            elif node.owner == CONTAINER_OWNER:
+                containers.add(path)
+        assert {k: v for k, v in self.ephemerals.items() if v} == ephemerals
+        assert self.containers == containers
 
     # -- snapshots (builtin types only, for marshal)
     def to_snapshot(self) -> tuple:

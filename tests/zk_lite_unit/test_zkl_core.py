@@ -320,6 +320,7 @@ def test_multi_failure_encoding_and_nothing_applied(driver):
     assert c.exists("/m").version == 0 and c.exists("/m").cversion == 0
     assert len(driver.txns) == txns_before
     assert c.take_events() == []
+    driver.core.tree.check_invariants()
 
 
 def test_multi_success_is_one_txn_and_sees_earlier_ops(driver):
@@ -376,6 +377,7 @@ def test_session_expires_at_tick_granularity_and_removes_ephemerals(driver):
     assert watcher.take_events() == [(DELETED, "/eph")]
     assert watcher.exists("/eph") == errors.NONODE
     assert any("expired" in line for line in driver.logs)
+    driver.core.tree.check_invariants()
 
 
 def test_every_packet_touches_the_session(driver):
@@ -488,3 +490,72 @@ def test_fuzz_core_never_raises_and_sends_only_known_codes(requests):
             if len(frame) >= 16:
                 assert jute.REPLY_HEADER.unpack_from(frame)[2] in errors.NAMES
         c.inbox.clear()
+        d.core.tree.check_invariants()
+
+
+def test_mixed_read_write_multis_and_bad_addwatch_mode_are_marshalling_errors(driver):
+    c = driver.connect()
+    assert c.call(14, [(4, jute.GetDataRequest("/", False))])[0] == errors.MARSHALLINGERROR
+    assert c.call(22, [(2, jute.DeleteRequest("/x", -1))])[0] == errors.MARSHALLINGERROR
+    assert c.call(106, jute.AddWatchRequest("/", 7))[0] == errors.MARSHALLINGERROR
+    err, body, _ = c.call(22, [(4, jute.GetDataRequest("/", False)), (8, jute.GetChildrenRequest("/nope", False))])
+    assert err == 0
+    assert [(t, e) for t, e, _ in jute.decode_multi_response(body)] == [(4, 0), (-1, errors.NONODE)]
+
+
+def test_sasl_without_configuration_answers_a_null_token(driver):
+    c = driver.connect()
+    err, body, zxid = c.call(102, jute.GetSASLRequest(b"tok"))
+    assert (err, body, zxid) == (0, b"\xff\xff\xff\xff", 0) and not c.closed
+
+
+def test_null_and_empty_paths_and_odd_arguments_as_zookeeper_3_8(driver):
+    c = driver.connect()
+    assert c.exists("").numChildren == 1  # "" names the root in ZooKeeper's tree
+    assert c.call(3, jute.ExistsRequest(None, False))[0] == errors.MARSHALLINGERROR
+    assert c.get(None) == errors.MARSHALLINGERROR
+    assert c.call(21, jute.CreateTTLRequest("/t", b"", OPEN, 0, 100))[0] == errors.BADARGUMENTS
+    assert c.create("/v6", acl=[(31, "ip", "::1")]) == errors.INVALIDACL
+    assert c.call(18, jute.RemoveWatchesRequest("/", 9))[0] == errors.MARSHALLINGERROR
+
+
+def test_a_one_shot_watch_replaces_a_persistent_one_on_the_same_path_as_in_3_8(driver):
+    """ZooKeeper 3.8 keeps one mode per (table, path, watcher): `addWatch -m
+    PERSISTENT_RECURSIVE /a` then `get -w /a` leaves a one-shot data watch."""
+    c = driver.connect()
+    writer = driver.connect()
+    c.call(106, jute.AddWatchRequest("/a", 1))
+    assert c.exists("/a", watch=True) == errors.NONODE
+    writer.create("/a")
+    writer.create("/a/b")  # the data-table entry for /a was one-shot: no NodeCreated /a/b
+    assert c.take_events() == [(CREATED, "/a")]
+    assert c.call(18, jute.RemoveWatchesRequest("/a", 2))[0] == errors.NOWATCHER
+    assert c.call(17, jute.CheckWatchesRequest("/a", 1))[0] == 0  # child table: still recursive
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["create", "eph", "seq", "delete", "set", "multi", "close"]),
+                          st.sampled_from(["/a", "/a/b", "/b", "/a/b/c", "/e"])), max_size=25))
+def test_random_valid_operations_keep_the_tree_invariants(steps):
+    d = Driver()
+    c = d.connect()
+    for action, path in steps:
+        if c.closed:
+            c = d.connect()
+        if action == "create":
+            c.create(path)
+        elif action == "eph":
+            c.create(path, flags=1)
+        elif action == "seq":
+            c.create(path, flags=3)
+        elif action == "delete":
+            c.delete(path)
+        elif action == "set":
+            c.set(path, b"x")
+        elif action == "multi":
+            c.call(14, [(1, jute.CreateRequest(path, b"", OPEN, 0)),
+                        (1, jute.CreateRequest(path + "/k", b"", OPEN, 1)),
+                        (2, jute.DeleteRequest(path + "/k", -1))])
+        else:
+            c.call(-11, None)
+        d.core.tree.check_invariants()

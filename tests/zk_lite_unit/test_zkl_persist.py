@@ -39,6 +39,7 @@ def test_log_replay_rebuilds_the_same_tree(tmp_path):
     store.append(persist.encode_txns(d.txns))
     store.close()
     restored = persist.Store(str(tmp_path), log=lambda m: None).load()
+    restored.check_invariants()
     assert _tree_dump(restored) == _tree_dump(d.core.tree)
     assert restored.zxid == d.core.tree.zxid
     assert restored.sessions == d.core.tree.sessions
