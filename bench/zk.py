@@ -7,6 +7,9 @@ Prints one JSON line per server (stdout; progress goes to stderr):
     server, create_per_s, get_per_s, set_per_s, get_async_pipelined_per_s,
     watch_fire_ms_p50, watch_fire_ms_p99, ephemeral_gone_after_kill_s
 
+(ephemeral_gone_after_kill_s: owners with a 4 s session SIGKILLed, time until a watcher
+sees NodeDeleted; the median of three owners killed together.)
+
 and with --compare-zookeeper a last line ``{"server": "ratio", ...}`` holding
 zk_lite / ZooKeeper for every figure (throughputs: higher is better; latencies and the
 expiry time: lower is better). Both servers run with the same durability (fsync before
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -35,6 +39,7 @@ WARMUP_OPS = 200
 WATCH_SAMPLES_MAX = 500
 PIPELINE_WINDOW = 1000  # outstanding async gets at most
 EXPIRY_WAIT_MAX_S = 30.0
+EXPIRY_SAMPLES = 3
 FIGURES = ("create_per_s", "get_per_s", "set_per_s", "get_async_pipelined_per_s",
            "watch_fire_ms_p50", "watch_fire_ms_p99", "ephemeral_gone_after_kill_s")
 
@@ -107,34 +112,44 @@ def run_ephemeral_owner(hosts: str, path: str) -> None:
 
 
 def measure_ephemeral_expiry(watcher: KazooClient, hosts: str) -> dict:
-    path = "/bench/owned"
-    owner = subprocess.Popen(
+    """Median over EXPIRY_SAMPLES owners killed together (expiry is tick-aligned, so one
+    sample alone mostly measures where in the tick the kill fell)."""
+    paths = [f"/bench/owned-{n}" for n in range(EXPIRY_SAMPLES)]
+    owners = [subprocess.Popen(
         [sys.executable, "-m", "bench.zk", "--ephemeral-owner", hosts, path],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        for path in paths]
     try:
-        line = owner.stdout.readline()
-        if line.strip() != "ready":
-            raise RuntimeError(f"ephemeral owner failed: {line!r}")
-        gone = threading.Event()
-        gone_at = []
+        for owner in owners:
+            line = owner.stdout.readline()
+            if line.strip() != "ready":
+                raise RuntimeError(f"ephemeral owner failed: {line!r}")
+        gone_at: dict[str, float] = {}
+        all_gone = threading.Event()
 
-        def on_event(event):
-            gone_at.append(time.perf_counter())
-            gone.set()
+        def watch(path):
+            def on_event(event):
+                gone_at[path] = time.perf_counter()
+                if len(gone_at) == len(paths):
+                    all_gone.set()
+            return on_event
 
-        if watcher.exists(path, watch=on_event) is None:
-            raise RuntimeError("ephemeral missing before the kill")
+        for path in paths:
+            if watcher.exists(path, watch=watch(path)) is None:
+                raise RuntimeError(f"{path} missing before the kill")
         killed_at = time.perf_counter()
-        os.killpg(owner.pid, signal.SIGKILL)
-        if not gone.wait(EXPIRY_WAIT_MAX_S):
-            raise RuntimeError(f"ephemeral still there {EXPIRY_WAIT_MAX_S} s after its owner died")
-        return {"ephemeral_gone_after_kill_s": gone_at[0] - killed_at}
-    finally:
-        if owner.poll() is None:
+        for owner in owners:
             os.killpg(owner.pid, signal.SIGKILL)
-        owner.wait()
-        owner.stdin.close()
-        owner.stdout.close()
+        if not all_gone.wait(EXPIRY_WAIT_MAX_S):
+            raise RuntimeError(f"ephemerals still there {EXPIRY_WAIT_MAX_S} s after their owners died")
+        return {"ephemeral_gone_after_kill_s": statistics.median(t - killed_at for t in gone_at.values())}
+    finally:
+        for owner in owners:
+            if owner.poll() is None:
+                os.killpg(owner.pid, signal.SIGKILL)
+            owner.wait()
+            owner.stdin.close()
+            owner.stdout.close()
 
 
 def bench_server(kind: str, ops: int) -> dict:
