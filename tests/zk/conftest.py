@@ -14,8 +14,10 @@ from kazoo.client import KazooClient
 
 from .servers import KINDS, ServerPool, missing_reason
 
-DEFAULT_TICK_TIME_MS = 250  # session timeouts may then be 0.5 s .. 5 s
-CLIENT_TIMEOUT_S = 5.0  # the largest the default tick allows, so loaded CI stays connected
+DEFAULT_TICK_TIME_MS = 500  # session timeouts may then be 1 s .. 10 s
+# The largest the tick allows: kazoo drops a connection whose ping is not answered
+# within about a third of this, which a loaded 2-core CI box must never cause.
+CLIENT_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 15.0
 
 

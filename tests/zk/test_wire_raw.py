@@ -23,6 +23,7 @@ from .jute_client import (
     set_data_request,
     ustring,
 )
+from .conftest import DEFAULT_TICK_TIME_MS
 from .util import EventLog
 
 OP_PING, OP_AUTH = 11, 100
@@ -156,8 +157,9 @@ def test_pipelined_requests_are_answered_in_order_and_see_earlier_writes(zk, zk_
 
 def test_silent_session_expires_and_its_connection_is_closed(zk, zk_server):
     root = _root(zk)
-    session = _raw(zk_server, timeout_ms=500)  # the minimum for the tick: 2 x 250 ms
-    assert session.timeout_ms == 500
+    timeout_ms = 2 * DEFAULT_TICK_TIME_MS  # the minimum
+    session = _raw(zk_server, timeout_ms=timeout_ms)
+    assert session.timeout_ms == timeout_ms
     reply, _ = session.call(OP_CREATE, create_request(f"{root}/eph", b"", flags=1))
     assert reply.err == 0
     heard_at = time.monotonic()
@@ -171,7 +173,8 @@ def test_silent_session_expires_and_its_connection_is_closed(zk, zk_server):
         session.sock.close()
     log.wait(1, timeout_s=10)
     assert log.kinds() == [(EventType.DELETED, "/eph")]
-    assert 0.5 - 0.05 <= closed_at - heard_at <= 0.5 + 0.25 + 1.5
+    timeout_s, tick_s = timeout_ms / 1000, DEFAULT_TICK_TIME_MS / 1000
+    assert timeout_s - 0.05 <= closed_at - heard_at <= timeout_s + tick_s + 1.5
     resumed = _raw(zk_server, session_id=session.session_id, password=session.password)
     try:
         assert resumed.timeout_ms == 0
@@ -181,12 +184,12 @@ def test_silent_session_expires_and_its_connection_is_closed(zk, zk_server):
 
 def test_pings_keep_a_session_alive_past_its_timeout(zk, zk_server):
     root = _root(zk)
-    session = _raw(zk_server, timeout_ms=1000)
+    session = _raw(zk_server, timeout_ms=4 * DEFAULT_TICK_TIME_MS)
     try:
         assert session.call(OP_CREATE, create_request(f"{root}/eph", b"", flags=1))[0].err == 0
-        deadline = time.monotonic() + 2.5  # two and a half session timeouts
+        deadline = time.monotonic() + 1.5 * 4 * DEFAULT_TICK_TIME_MS / 1000  # 1.5 timeouts
         while time.monotonic() < deadline:
-            time.sleep(0.1)  # well inside the 1 s timeout: this is the heartbeat
+            time.sleep(0.1)  # well inside the timeout: this is the heartbeat
             assert _send_special(session, XID_PING, OP_PING).err == 0
         assert zk.exists("/eph").ephemeralOwner == session.session_id
     finally:

@@ -62,7 +62,7 @@ def _address(zk_server) -> tuple[str, int]:
 
 
 def _valid_connect() -> bytes:
-    return frame(connect_request(timeout_ms=500))  # the minimum: these sessions expire fast
+    return frame(connect_request(timeout_ms=500))  # clamped up to the minimum: expires fast
 
 
 def _request(xid: int, opcode: int, body: bytes = b"") -> bytes:

@@ -86,16 +86,24 @@ class AsyncWriter(Writer):
                 return
             batch = [(i, self.client.create_async(f"/acked/{self.name_of(i)}", str(i).encode()))
                      for i in range(first, first + self.window)]
-            failed = False
             for i, result in batch:
-                try:
-                    result.get(timeout=30)
-                    self.acked.append(i)
-                except KazooException:
-                    self.in_doubt.append(i)
-                    failed = True
-            if failed:
-                return
+                if not self._wait(result):
+                    self.in_doubt.extend(j for j, _ in batch if j >= i)
+                    return
+                self.acked.append(i)
+
+    def _wait(self, result) -> bool:
+        """True once acknowledged; False on an error, or when the test stops us while
+        the request still waits (kazoo holds unsent requests across a disconnect)."""
+        while True:
+            try:
+                result.get(timeout=0.1)
+                return True
+            except self.client.handler.timeout_exception:
+                if self.stop_requested.is_set():
+                    return False
+            except KazooException:
+                return False
 
 
 def test_every_acknowledged_write_survives_kill_9(server):
@@ -114,6 +122,9 @@ def test_every_acknowledged_write_survives_kill_9(server):
         server.kill()
         for writer in writers:
             writer.stop_requested.set()
+        # Requests kazoo had not sent yet wait for a reconnect; stop() fails them.
+        writer_client.stop()
+        for writer in writers:
             writer.join(timeout=30)
             assert not writer.is_alive()
     finally:
