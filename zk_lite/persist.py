@@ -95,6 +95,9 @@ class Store:
 
     # ------------------------------------------------------------------ restore
     def load(self) -> Tree:
+        for name in os.listdir(self.dir):
+            if name.endswith(".tmp"):  # a snapshot that was never renamed into place
+                os.unlink(os.path.join(self.dir, name))
         tree = None
         for zxid, name in reversed(self._names(_SNAP_PREFIX)):
             with open(os.path.join(self.dir, name), "rb") as f:

@@ -32,18 +32,27 @@ FOUR_LETTER_WORDS = {b"ruok", b"isro", b"srvr", b"stat", b"mntr", b"cons", b"env
 _HEADER = jute.REQUEST_HEADER
 
 
+_BOOT_WALL_MS = int(time.time() * 1000)
+_BOOT_MONOTONIC_NS = time.monotonic_ns()
+
+
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    """Wall-clock ms at startup advanced by the monotonic clock: ctime/mtime look like
+    wall time, and a clock step (NTP, suspend) cannot expire every session at once."""
+    return _BOOT_WALL_MS + (time.monotonic_ns() - _BOOT_MONOTONIC_NS) // 1_000_000
 
 
 class ZkConnection(asyncio.Protocol):
-    __slots__ = ("server", "transport", "reader", "peer", "bound", "started_ms", "received")
+    __slots__ = ("server", "transport", "reader", "peer", "peer_port", "bound", "started_ms",
+                 "received", "sent")
 
     def __init__(self, server: "ZkServer"):
         self.server = server
         self.transport = None
         self.reader = jute.FrameReader(server.max_frame_bytes)
         self.peer = "?"
+        self.peer_port = 0
+        self.sent = 0
         self.bound = False
         self.started_ms = _now_ms()
         self.received = 0
@@ -52,6 +61,7 @@ class ZkConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else "?"
+        self.peer_port = peer[1] if peer else 0
         self.server.connections.add(self)
         self.server.loop.call_later(SESSIONLESS_CONNECTION_TIMEOUT_S, self._handshake_deadline)
 
@@ -216,6 +226,7 @@ class ZkServer:
             if close:
                 frames = frames[:frames.index(None)]
             if frames:
+                conn.sent += len(frames)
                 transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
             if close:
                 transport.close()
@@ -252,7 +263,7 @@ class ZkServer:
         ]
         if word == b"srvr":
             return ("\n".join([f"Zookeeper version: {VERSION}"] + stats) + "\n").encode()
-        cons = [f" /{c.peer}:0[1](queued=0,recved={c.received},sent=0)" for c in self.connections]
+        cons = [self._cons_line(c) for c in self.connections]
         if word == b"stat":
             lines = [f"Zookeeper version: {VERSION}", "Clients:"] + cons + [""] + stats
             return ("\n".join(lines) + "\n").encode()
@@ -293,6 +304,15 @@ class ZkServer:
         if word == b"dirs":
             return f"datadir_size: 0\nlogdir_size: 0\n".encode()
         return b""
+
+    def _cons_line(self, conn: ZkConnection) -> str:
+        state = self.core.conns.get(conn)
+        sess = self.core.sessions.get(state.sid) if state is not None else None
+        line = f" /{conn.peer}:{conn.peer_port}[1](queued=0,recved={conn.received},sent={conn.sent}"
+        if sess is not None:
+            line += (f",sid=0x{sess.sid:x},lop=NA,est={conn.started_ms},to={sess.timeout_ms}"
+                     f",lzxid=0x{self.core.tree.zxid:x},llat=0,minlat=0,avglat=0,maxlat=0")
+        return line + ")"
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:

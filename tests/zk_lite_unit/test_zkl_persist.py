@@ -147,13 +147,29 @@ def test_restart_after_sigkill_keeps_acknowledged_writes_and_sessions(zk_process
                 return
             i += 1
 
+    def pipelined_writer():  # many creates in flight: exercises group commit
+        batch = 0
+        while not stop.is_set():
+            pending = [(f"/w/p{batch:04d}-{i:03d}", zk.create_async(f"/w/p{batch:04d}-{i:03d}", b"y"))
+                       for i in range(50)]
+            for path, result in pending:
+                try:
+                    result.get(timeout=10)
+                except Exception:
+                    return
+                acked.append(path)
+            batch += 1
+
     t = threading.Thread(target=writer, daemon=True)
+    t2 = threading.Thread(target=pipelined_writer, daemon=True)
     t.start()
-    wait_for(lambda: len(acked) >= 200, timeout_s=30)
+    t2.start()
+    wait_for(lambda: len(acked) >= 600, timeout_s=30)
     before_kill = zk.exists("/w").pzxid
     server.kill()  # SIGKILL under load
     stop.set()
     t.join(15)
+    t2.join(15)
     owner.stop()
     zk.stop()
     owner.close()
@@ -209,3 +225,75 @@ def test_clean_stop_flushes_and_restores(zk_process, tmp_path):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
+    """The shell's ordering rule, checked without sockets: fsync, then the frames."""
+    import asyncio
+
+    from zk_lite import jute
+    from zk_lite.server import ZkServer, build_parser
+
+    server = ZkServer(build_parser().parse_args(["--data-dir", str(tmp_path / "d"), "--port", "0"]))
+    loop = asyncio.new_event_loop()
+    server.loop = loop
+    trace = []
+    real_append = server.store.append
+    server.store.append = lambda data: (real_append(data), trace.append("fsync"))
+
+    class Transport:
+        def write(self, data):
+            is_connect = len(data) == 4 + 37  # the ConnectResponse
+            trace.append(("write", "connect" if is_connect else jute.REPLY_HEADER.unpack_from(data, 4)[0]))
+
+        def is_closing(self):
+            return False
+
+        def get_write_buffer_size(self):
+            return 0
+
+        def close(self):
+            trace.append("close")
+
+    class Conn:
+        transport = Transport()
+        peer = "127.0.0.1"
+        sent = 0
+
+    conn = Conn()
+    try:
+        now = 1_000_000
+        server.core.connect(conn, jute.encode_connect_request(
+            jute.ConnectRequest(0, 0, 10000, 0, b"\0" * 16))[4:], now)
+        server.after_input()
+        assert trace == []  # createSession is not durable yet: nothing may be sent
+        server._flush()
+        assert trace == ["fsync", ("write", "connect")]
+        trace.clear()
+        create = jute.encode_record(jute.CreateRequest("/x", b"", [(31, "world", "anyone")], 0))
+        server.core.receive(conn, 1, 1, create, now)
+        server.core.receive(conn, 2, 4, jute.encode_record(jute.GetDataRequest("/x", False)), now)
+        server.after_input()
+        assert trace == []
+        server._flush()
+        assert trace == ["fsync", ("write", 1)]  # both replies in one write, after the fsync
+        trace.clear()
+        server.core.receive(conn, 3, 3, jute.encode_record(jute.ExistsRequest("/x", False)), now)
+        server.after_input()
+        assert trace == [("write", 3)]  # a read behind no txn goes out at once
+    finally:
+        server.executor.shutdown()
+        server.store.close()
+        loop.close()
+
+
+def test_half_written_snapshot_is_ignored_and_removed(tmp_path):
+    d = _run_some_txns()
+    store = persist.Store(str(tmp_path), log=lambda m: None, preallocate_bytes=0)
+    store.open_log(1)
+    store.append(persist.encode_txns(d.txns))
+    store.close()
+    (tmp_path / "snapshot.00000000000000ff.tmp").write_bytes(b"partial")
+    tree = persist.Store(str(tmp_path), log=lambda m: None).load()
+    assert _tree_dump(tree) == _tree_dump(d.core.tree)
+    assert not list(tmp_path.glob("*.tmp"))

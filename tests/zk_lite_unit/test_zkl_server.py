@@ -185,3 +185,10 @@ def test_random_and_mutated_frames_never_stop_the_server(server, zk):
         assert zk.exists("/") is not None  # the well-behaved client keeps working
     assert not any("internal error" in line for line in server.stderr_lines), \
         [l for l in server.stderr_lines if "Traceback" in l or "Error" in l][:5]
+
+
+def test_cons_lists_the_connection_with_its_port_and_session(zk):
+    local_port = zk._connection._socket.getsockname()[1]
+    text = zk.command(b"cons")
+    lines = [line for line in text.splitlines() if f"/127.0.0.1:{local_port}[" in line]
+    assert len(lines) == 1 and f"sid=0x{zk.client_id[0]:x}" in lines[0], text
