@@ -636,7 +636,8 @@ class Log:
             if segment.size_bytes > 0 and (
                     segment.size_bytes + header.size_bytes > self.config.segment_bytes
                     or segment.index_full
-                    or now_ms - segment.created_ms >= self.config.roll_ms):
+                    or segment.time_waited_for_roll_ms(now_ms, header.max_timestamp)
+                    > self.config.roll_ms):
                 self.roll(now_ms=now_ms)
                 segment = self.active_segment
             segment.append(view[position:position + header.size_bytes], header)

@@ -77,6 +77,7 @@ class Segment:
         self.active = False
         self.flushed_bytes = 0
         self.deleted = False  # renamed to .log.deleted: no longer part of the log
+        self._first_batch_max_timestamp: int | None = None  # read lazily, as Kafka
         self._fd = fd
         self._map: mmap.mmap | None = None
         self._last_indexed_position = -1
@@ -314,6 +315,24 @@ class Segment:
                     (last is None or relative > last[1]):
                 self.time_index.append(self.max_timestamp, relative)
 
+    def first_batch_max_timestamp(self) -> int:
+        """Max timestamp of the first batch (NO_TIMESTAMP if none): log.roll.ms counts
+        from it, as Kafka's rollingBasedTimestamp; read from the file on first use."""
+        if self.size_bytes == 0:
+            return NO_TIMESTAMP
+        if self._first_batch_max_timestamp is None:
+            self._first_batch_max_timestamp = B.read_header(self._map, 0).max_timestamp
+        return self._first_batch_max_timestamp
+
+    def time_waited_for_roll_ms(self, now_ms: int, batch_max_timestamp: int) -> int:
+        """As Kafka: the new batch's max timestamp minus the first batch's, or, when the
+        first batch has no timestamp, the wall-clock time since this segment was
+        created (or opened by recovery)."""
+        first = self.first_batch_max_timestamp()
+        if first >= 0:
+            return batch_max_timestamp - first
+        return now_ms - self.created_ms
+
     @property
     def index_full(self) -> bool:
         return self.offset_index.full
@@ -326,6 +345,7 @@ class Segment:
             self.activate()
         self._zero_backwards(position, max(self.size_bytes, position, dirty_end))
         self.size_bytes = position
+        self._first_batch_max_timestamp = None
         self.flushed_bytes = min(self.flushed_bytes, position)
         self.cut_indexes_after(position)
         landed = self._replay_tail_state()
