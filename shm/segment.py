@@ -185,7 +185,10 @@ class Segment:
         segment out of the log in one atomic step (recovery removes such files). The
         caller fsyncs the directory to make a group of these durable at once."""
         if not self.deleted:
-            os.rename(self.path, self.path + DELETED_SUFFIX)
+            try:
+                os.rename(self.path, self.path + DELETED_SUFFIX)
+            except FileNotFoundError:
+                pass  # already gone (the partition directory was removed)
             self.deleted = True
 
     def delete(self) -> None:

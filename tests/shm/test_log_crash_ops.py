@@ -35,7 +35,7 @@ from crash_ops_child import CRASH_STATUS
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "crash_ops_child.py")
 ENV = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-SEED = 20261122
+SEED = int(os.environ.get("MK_CRASH_SEED", "20261122"))  # a failure names its seed
 ROUNDS = 10
 # Operations whose crash points all come after their write-ahead record (the
 # truncation intent, the log start checkpoint): recovery must complete them.
@@ -93,6 +93,7 @@ def test_sigkill_at_random_moments_of_truncation_retention_and_roll_recovers_bef
     # The kills must land in more than plain appends for this test to mean anything.
     assert sum(interrupted_ops.values()) == ROUNDS
     assert len(interrupted_ops) >= 2, interrupted_ops
+    print("interrupted:", dict(interrupted_ops))
 
 
 class Zygote:
