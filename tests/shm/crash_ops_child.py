@@ -47,7 +47,7 @@ def run_scripted(data_dir: str, cluster_id: str, journal_path: str, point: str,
         segment._ZERO_CHUNK = bytes(256)  # truncations zero in several steps
         faults.hook = hook
 
-    journal = crash_ops.Journal(journal_path)
+    journal = crash_ops.Journal(journal_path, fsync=False)
     log = crash_ops.open_log(data_dir, cluster_id)
     crash_ops.scripted(crash_ops.Driver(log, journal, 0), arm)
     journal.write("counts", json.dumps(counts, separators=(",", ":")))
