@@ -157,6 +157,8 @@ class RecoveryReport:
     indexes_loaded: int = 0
     indexes_rebuilt: int = 0
     truncations: list[Truncation] = field(default_factory=list)
+    # Operations a crash interrupted and recovery finished, e.g. "truncate_to(264)".
+    completed_operations: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     @property
@@ -285,6 +287,7 @@ class Log:
                 self._start_at(intent[1])
             logger.warning("recovery of %s finished an interrupted %s(%d)", self.directory,
                            intent[0], intent[1])
+            self.recovery.completed_operations.append(f"{intent[0]}({intent[1]})")
             self._intent.remove()
         self.recovery.log_end_offset = self.log_end_offset
         self.check()
@@ -365,6 +368,7 @@ class Log:
             for base in bases[:first]:
                 self._delete_segment_files(base)
             fsync_dir(self.directory)
+            self.recovery.completed_operations.append(f"delete_old_segments({log_start})")
             logger.warning("recovery of %s deleted %d segment(s) below the checkpointed log "
                            "start offset %d (retention interrupted)", self.directory, first,
                            log_start)
@@ -887,7 +891,11 @@ class Log:
 
     def _after_truncation(self) -> None:
         self._roll_flush = None  # its offset may now name different data: forget it
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        if self.high_watermark > self.log_end_offset:
+            # Lower the checkpoint too: otherwise, after new appends at these offsets
+            # and a crash, the old HW would cover records no replica has confirmed.
+            self.high_watermark = self.log_end_offset
+            self.checkpoint_high_watermark()
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         if self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset

@@ -128,7 +128,7 @@ def recover_and_check(data_dir: str, journal: str, cluster_id: str, context: str
         got = check_recovery(log, candidates, interrupted, context)
     finally:
         log.delete()
-    return got, candidates, interrupted
+    return got, candidates, interrupted, log.recovery
 
 
 @pytest.mark.slow
@@ -153,14 +153,16 @@ def test_crash_at_every_step_of_truncation_retention_and_roll_recovers_before_or
                 data_dir, journal = str(tmp_path / case), str(tmp_path / f"{case}.journal")
                 assert zygote.run(data_dir, journal, point, hit) == CRASH_STATUS, case
                 context = f"crash at pass {hit} of {passes} through {point}"
-                got, candidates, interrupted = recover_and_check(data_dir, journal,
-                                                                 cluster_id, context)
+                got, candidates, interrupted, report = recover_and_check(
+                    data_dir, journal, cluster_id, context)
                 operation = point.split(":")[0]
                 if operation in COMPLETED_BY_RECOVERY:
                     assert interrupted.split()[0] == operation, (context, interrupted)
                     assert got != candidates[0], \
                         f"{context}: recovery did not finish the {interrupted} whose " \
                         f"intent was durable"
+                if operation in {"truncate_to", "truncate_fully"}:
+                    assert report.completed_operations, (context, report)
                 elif operation == "roll":
                     assert interrupted.split()[0] in {"roll", "append"}, (context, interrupted)
                 cases += 1

@@ -52,6 +52,7 @@ def test_retention_cut_short_with_a_gap_at_the_front_recovers_from_the_checkpoin
     log = open_log(tmp_path, cluster_id)
     try:
         assert not log.recovery.truncations, log.recovery.truncations
+        assert log.recovery.completed_operations == [f"delete_old_segments({bases[3]})"]
         assert (log.log_start_offset, log.log_end_offset) == (bases[3], leo)
         assert values(log) == [b"%d" % o for o in range(bases[3], leo)]
         assert sorted(n for n in os.listdir(log.directory) if n.endswith(".log")) == \
@@ -138,3 +139,23 @@ def test_a_malformed_truncation_intent_refuses_to_open(tmp_path, cluster_id):
     os.unlink(os.path.join(log.directory, TRUNCATION_INTENT))
     log = open_log(tmp_path, cluster_id)
     log.delete()
+
+
+def test_truncation_below_the_high_watermark_lowers_its_checkpoint(tmp_path, cluster_id):
+    """Otherwise new appends at the truncated offsets and a crash would bring back the
+    old HW over records that no replica has confirmed."""
+    log = open_log(tmp_path, cluster_id)
+    fill_segments(log, 2)
+    log.update_high_watermark(log.log_end_offset)
+    log.checkpoint_high_watermark()
+    cut = log.log_end_offset // 2
+    log.truncate_to(cut)
+    new_leo = log.log_end_offset
+    assert log.high_watermark == new_leo <= cut
+    fill_segments(log, 3)  # new data at the truncated offsets, never replicated
+    log.abandon()
+    log = open_log(tmp_path, cluster_id)
+    try:
+        assert log.high_watermark <= new_leo < log.log_end_offset
+    finally:
+        log.delete()
