@@ -11,4 +11,5 @@
 - ``shm.checkpoint``: Kafka's checkpoint files and the ``LeaderEpochCache``.
 - ``shm.config``: ``LogConfig`` (Kafka's ``log.*`` keys) and every storage limit.
 - ``shm.names``: shared-memory naming and ``cleanup_cluster``.
+- ``shm.faults``: named crash points inside truncation, retention and roll (tests).
 """

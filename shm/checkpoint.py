@@ -4,8 +4,15 @@ Files (text, as Kafka):
 - ``replication-offset-checkpoint`` (high watermarks) and
   ``recovery-point-offset-checkpoint`` in the data directory, one per broker data dir:
   ``0\\n<count>\\n<topic> <partition> <offset>\\n...``.
+- ``log-start-offset-checkpoint`` in the data directory, same format: a durable lower
+  bound of each log's start offset, written BEFORE retention deletes a segment (Kafka
+  has the file; we write it first so that a deleted segment can never come back).
 - ``leader-epoch-checkpoint`` in each partition directory:
   ``0\\n<count>\\n<epoch> <start_offset>\\n...``.
+- ``truncation-intent`` in a partition directory while a truncation is under way:
+  ``0\\n1\\n<truncate_to|truncate_fully_and_start_at> <offset>\\n``. Written (durably)
+  before the first file changes and removed after the last, so recovery can finish a
+  truncation that a crash interrupted.
 
 Rules:
 - Writes are atomic: write ``<name>.tmp``, fsync it, rename over the file, fsync the
@@ -30,6 +37,8 @@ UNDEFINED_EPOCH_OFFSET = -1
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_OFFSET_CHECKPOINT = "recovery-point-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+TRUNCATION_INTENT = "truncation-intent"
 
 
 class CheckpointError(Exception):
@@ -122,6 +131,38 @@ class OffsetCheckpointFile:
         else:
             offsets[(topic, partition)] = offset
         self.write(offsets)
+
+
+class TruncationIntent:
+    """The one truncation a partition directory may have under way (write-ahead)."""
+
+    KINDS = ("truncate_to", "truncate_fully_and_start_at")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> tuple[str, int] | None:
+        lines = _read_lines(self.path, 2)
+        if not lines:
+            return None
+        if len(lines) != 1 or lines[0][0] not in self.KINDS:
+            raise CheckpointError(f"{self.path}: expected one of {self.KINDS}: {lines}")
+        offset = _int(self.path, lines[0][1])
+        if offset < 0:
+            raise CheckpointError(f"{self.path}: negative offset {offset}")
+        return lines[0][0], offset
+
+    def write(self, kind: str, offset: int) -> None:
+        assert kind in self.KINDS and offset >= 0, (kind, offset)
+        write_atomically(self.path, f"{VERSION}\n1\n{kind} {offset}\n")
+
+    def remove(self) -> None:
+        """Durably: once this returns, recovery will not redo the truncation."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return
+        fsync_dir(os.path.dirname(self.path) or ".")
 
 
 @dataclass(frozen=True)

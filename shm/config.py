@@ -59,8 +59,10 @@ class LogConfig:
 
     - ``segment_bytes`` (log.segment.bytes, bytes, default 1 GiB): roll when the active
       segment would exceed it; the active segment file is preallocated to this size.
-    - ``roll_ms`` (log.roll.ms, ms, default 7 days): roll when the active segment's
-      first batch is older than this (wall clock of the append).
+    - ``roll_ms`` (log.roll.ms, ms, default 7 days): roll before an append whose batch
+      max timestamp is more than this after the active segment's first batch's max
+      timestamp (as Kafka; no jitter); if that first batch has no timestamp (-1), when
+      the segment was created (or reopened) more than this long ago by the wall clock.
     - ``index_interval_bytes`` (log.index.interval.bytes, bytes, default 4096): one
       sparse index entry per this many bytes of log.
     - ``index_size_max_bytes`` (log.index.size.max.bytes, bytes, default 10 MiB): the

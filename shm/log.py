@@ -4,12 +4,15 @@ On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
 
     <data_dir>/recovery-point-offset-checkpoint    Kafka text format, all partitions
     <data_dir>/replication-offset-checkpoint       high watermarks, same format
+    <data_dir>/log-start-offset-checkpoint         durable lower bound of each log start
     <data_dir>/<topic>-<partition>/
         00000000000000000000.log        segment: whole record batches back to back
         00000000000000000000.index      offset index (written on roll and clean close)
         00000000000000000000.timeindex  time index (same)
         00000000000000004711.log        next segment, named by its base offset
         leader-epoch-checkpoint         epoch -> start offset
+        truncation-intent               only while a truncation is under way
+        *.log.deleted                   a segment being deleted (not part of the log)
         .lock                           flock'd by the one Log that has it open
 
 - Segment files are named by base offset (``%020d.log``); the segment with the highest
@@ -50,6 +53,16 @@ Rules and invariants:
   recovery point and verifies CRC and structure from there on, so its cost is the
   unflushed tail. It cuts a torn or corrupt tail and reports each cut
   (``RecoveryReport.truncations``, and a warning on the ``shm.log`` logger).
+- Multi-step changes of the segment set are crash-safe (SIGKILL at any point, and
+  power loss for what they made durable): ``truncate_to`` and
+  ``truncate_fully_and_start_at`` first write a ``truncation-intent`` durably, and
+  recovery finishes an interrupted one; retention first checkpoints the new log start
+  offset, and recovery deletes every segment below it. Segments are deleted by renaming
+  to ``.log.deleted`` (from the end for truncation, so a crash leaves a prefix), one
+  directory fsync, then unlinking; recovery removes ``.deleted`` and orphan index
+  files. A roll creates the new segment only after sealing the old one, so any crash
+  leaves either the old active segment or an empty new one after it.
+  ``shm.faults`` names every intermediate step; the crash tests die at each.
 - Indexes: ``reattach_indexes=True`` (default) reattaches shared memory left by the
   previous incarnation, or loads the ``.index`` files, validating entries against the
   segments; anything invalid is rebuilt. ``reattach_indexes=False`` rebuilds all.
@@ -70,21 +83,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shm import batch as B
+from shm import faults
 from shm.batch import CorruptRecordError
-from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
-                            REPLICATION_OFFSET_CHECKPOINT, CheckpointError, LeaderEpochCache,
-                            OffsetCheckpointFile, fsync_dir)
+from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                            RECOVERY_POINT_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+                            TRUNCATION_INTENT, CheckpointError, LeaderEpochCache,
+                            OffsetCheckpointFile, TruncationIntent, fsync_dir)
 from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX, LogConfig
 from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
                        index_name)
 from shm.names import check_cluster_id, cluster_objects, unlink
-from shm.segment import Segment, segment_file_name
+from shm.segment import DELETED_SUFFIX, Segment, segment_file_name
 
 logger = logging.getLogger("shm.log")
 
 BATCHES_PER_APPEND_MAX = 100_000
 LOCK_FILE = ".lock"
 _INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
+_INDEX_FILE = re.compile(r"^(\d{20})\.(index|timeindex)$")
+TRUNCATE_TO = "truncate_to"
+TRUNCATE_FULLY = "truncate_fully_and_start_at"
 
 
 class LogError(Exception):
@@ -139,6 +157,8 @@ class RecoveryReport:
     indexes_loaded: int = 0
     indexes_rebuilt: int = 0
     truncations: list[Truncation] = field(default_factory=list)
+    # Operations a crash interrupted and recovery finished, e.g. "truncate_to(264)".
+    completed_operations: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     @property
@@ -198,6 +218,9 @@ class Log:
         self._recovery_file = OffsetCheckpointFile(
             os.path.join(data_dir, RECOVERY_POINT_OFFSET_CHECKPOINT))
         self._hw_file = OffsetCheckpointFile(os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT))
+        self._log_start_file = OffsetCheckpointFile(
+            os.path.join(data_dir, LOG_START_OFFSET_CHECKPOINT))
+        self._intent = TruncationIntent(os.path.join(self.directory, TRUNCATION_INTENT))
         self.leader_epoch_cache: LeaderEpochCache | None = None
         self._unflushed_messages = 0
         self._last_flush_ms = wall_clock_ms()
@@ -226,8 +249,8 @@ class Log:
 
     def _load(self, reattach_indexes: bool, now_ms: int) -> None:
         for name in os.listdir(self.directory):
-            if name.endswith(".tmp"):
-                os.unlink(os.path.join(self.directory, name))
+            if name.endswith(".tmp") or name.endswith(DELETED_SUFFIX):
+                os.unlink(os.path.join(self.directory, name))  # half-written or deleted
         self._last_flush_ms = now_ms
         epoch_path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)
         try:
@@ -236,19 +259,36 @@ class Log:
             logger.warning("%s; starting with an empty leader epoch cache", e)
             os.unlink(epoch_path)
             self.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: self.log_end_offset)
-        bases = sorted(int(n[:-4]) for n in os.listdir(self.directory)
-                       if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
+        intent = self._read_intent()
+        if intent is not None and intent[0] == TRUNCATE_FULLY:
+            self._redo_truncate_fully_files(intent[1])
+        bases = self._segment_bases()
         if len(bases) > SEGMENTS_PER_LOG_MAX:
             raise LogError(f"{self.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
+        bases = self._delete_below_log_start(bases)
+        self._unlink_stray_index_files(bases)
         self._unlink_orphan_indexes(bases)
         if not bases:
-            self._add_segment(self._new_segment(0, now_ms))
+            start = self._read_checkpoint(self._log_start_file)
+            self._add_segment(self._new_segment(start, now_ms))
+            fsync_dir(self.directory)
+            self.recovery_point = start
         else:
             self._recover(bases, reattach_indexes, now_ms)
         self.high_watermark = min(max(self._read_checkpoint(self._hw_file),
                                       self.log_start_offset), self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        if intent is not None:
+            # Finish what the crash interrupted, then forget it.
+            if intent[0] == TRUNCATE_TO:
+                self._truncate_to(intent[1])
+            else:
+                self._start_at(intent[1])
+            logger.warning("recovery of %s finished an interrupted %s(%d)", self.directory,
+                           intent[0], intent[1])
+            self.recovery.completed_operations.append(f"{intent[0]}({intent[1]})")
+            self._intent.remove()
         self.recovery.log_end_offset = self.log_end_offset
         self.check()
 
@@ -281,6 +321,71 @@ class Log:
             if match and int(match.group(1)) not in wanted:
                 unlink(name)
 
+    def _segment_bases(self) -> list[int]:
+        return sorted(int(n[:-4]) for n in os.listdir(self.directory)
+                      if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
+
+    def _read_intent(self) -> tuple[str, int] | None:
+        try:
+            return self._intent.read()
+        except CheckpointError as e:
+            # Written atomically, so not a crash artifact: guessing could resurrect data.
+            raise LogError(f"{e}; refusing to open {self.directory}") from e
+
+    def _delete_segment_files(self, base: int) -> None:
+        """Recovery's deletion of a segment it never opened: .log first (renamed, so a
+        crash here leaves a .deleted file, not a segment without its start)."""
+        stem = os.path.join(self.directory, f"{base:020d}")
+        try:
+            os.rename(stem + ".log", stem + ".log" + DELETED_SUFFIX)
+        except FileNotFoundError:
+            pass
+        for path in (stem + ".index", stem + ".timeindex", stem + ".log" + DELETED_SUFFIX):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _redo_truncate_fully_files(self, offset: int) -> None:
+        """A crash interrupted truncate_fully_and_start_at(offset) after its intent was
+        durable: every segment file goes (the new one, if created, is still empty: no
+        append runs while the intent exists); the caller creates the segment at
+        ``offset`` (from the log start checkpoint) and ``_start_at`` does the rest."""
+        for base in self._segment_bases():
+            self._delete_segment_files(base)
+        fsync_dir(self.directory)
+        self._log_start_file.update(self.topic, self.partition, offset)
+
+    def _delete_below_log_start(self, bases: list[int]) -> list[int]:
+        """Finish a retention that a crash interrupted: the new log start offset was
+        checkpointed before any file went, so every segment that ends at or below it
+        (the next segment starts at or below it) is deleted; returns the bases kept."""
+        log_start = self._read_checkpoint(self._log_start_file)
+        first = 0
+        while first + 1 < len(bases) and bases[first + 1] <= log_start:
+            first += 1
+        if first:
+            for base in bases[:first]:
+                self._delete_segment_files(base)
+            fsync_dir(self.directory)
+            self.recovery.completed_operations.append(f"delete_old_segments({log_start})")
+            logger.warning("recovery of %s deleted %d segment(s) below the checkpointed log "
+                           "start offset %d (retention interrupted)", self.directory, first,
+                           log_start)
+        if bases[first:] and bases[first] < log_start:
+            logger.warning("%s: log start offset %d is inside segment %d", self.directory,
+                           log_start, bases[first])
+        return bases[first:]
+
+    def _unlink_stray_index_files(self, bases: list[int]) -> None:
+        """Index files of deleted segments (a crash between a deletion's unlinks) must not
+        be loaded if a segment with that base offset appears again."""
+        wanted = set(bases)
+        for name in os.listdir(self.directory):
+            match = _INDEX_FILE.match(name)
+            if match and int(match.group(1)) not in wanted:
+                os.unlink(os.path.join(self.directory, name))
+
     def _read_checkpoint(self, file: OffsetCheckpointFile) -> int:
         try:
             return file.read().get((self.topic, self.partition), 0)
@@ -290,7 +395,8 @@ class Log:
 
     def _recover(self, bases: list[int], reattach: bool, now_ms: int) -> None:
         report = self.recovery
-        recovery_point = max(self._read_checkpoint(self._recovery_file), bases[0])
+        checkpointed = self._read_checkpoint(self._recovery_file)
+        recovery_point = max(checkpointed, bases[0])
         report.recovery_point = recovery_point
         first_scanned = bisect.bisect_right(bases, recovery_point) - 1
         segments = []
@@ -332,7 +438,7 @@ class Log:
             if error is not None:
                 dirty_end = segment.nonzero_end(result.end_position)
                 cut = dirty_end - result.end_position
-                for later in segments[i + 1:]:
+                for later in reversed(segments[i + 1:]):  # a crash leaves a prefix
                     cut += later.file_bytes
                     later.delete()
                 del segments[i + 1:]
@@ -352,7 +458,7 @@ class Log:
                          f"{segment.base_offset}, the log before it ends at "
                          f"{self.log_end_offset}")
                 cut = sum(later.size_bytes for later in segments[i:])
-                for later in segments[i:]:
+                for later in reversed(segments[i:]):
                     later.delete()
                 report.truncations.append(
                     Truncation(segment.path, 0, self.log_end_offset, cut, error))
@@ -362,8 +468,8 @@ class Log:
         if not self.segments[-1].active:
             self.segments[-1].activate()
         self.recovery_point = min(recovery_point, self.log_end_offset)
-        if report.truncations:
-            self._write_recovery_point()
+        if report.truncations or checkpointed > self.log_end_offset:
+            self._write_recovery_point()  # never leave a checkpoint above the LEO
 
     def _recovered_batch(self, header: B.BatchHeader) -> None:
         # As Kafka: epochs of recovered batches re-enter the cache (it may lag the log).
@@ -534,7 +640,8 @@ class Log:
             if segment.size_bytes > 0 and (
                     segment.size_bytes + header.size_bytes > self.config.segment_bytes
                     or segment.index_full
-                    or now_ms - segment.created_ms >= self.config.roll_ms):
+                    or segment.time_waited_for_roll_ms(now_ms, header.max_timestamp)
+                    > self.config.roll_ms):
                 self.roll(now_ms=now_ms)
                 segment = self.active_segment
             segment.append(view[position:position + header.size_bytes], header)
@@ -609,9 +716,13 @@ class Log:
             return
         self._poll_roll_flush(wait=True)  # at most one in flight
         segment.seal()
+        faults.point("roll:sealed")
         segment.persist_indexes()
+        faults.point("roll:indexes-persisted")
         self._add_segment(self._new_segment(self.log_end_offset, now_ms))
+        faults.point("roll:segment-created")
         fsync_dir(self.directory)
+        faults.point("roll:directory-synced")
         # As Kafka: the sealed segments are fsynced in the background and the recovery
         # point moves to the new segment once that is done (seen by the next append,
         # flush or flush_if_due), so a roll does not stall appends behind an fsync.
@@ -694,7 +805,10 @@ class Log:
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch holding an offset >= ``offset`` (whole batches: the LEO
         becomes the base of the batch holding ``offset``). Below the log start the log
-        is emptied and restarts at ``offset``, as Kafka. True if anything was removed."""
+        is emptied and restarts at ``offset``, as Kafka. True if anything was removed.
+
+        Crash-safe: the intent is made durable first and recovery redoes the rest, so a
+        crash leaves the log untruncated (intent not yet durable) or truncated."""
         self._ensure_open()
         if offset < 0:
             raise ValueError(f"truncate_to({offset})")
@@ -703,38 +817,85 @@ class Log:
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
+        self._intent.write(TRUNCATE_TO, offset)
+        faults.point("truncate_to:intent-written")
+        self._truncate_to(offset)
+        self._intent.remove()
+        return True
+
+    def _truncate_to(self, offset: int) -> None:
+        """The steps of ``truncate_to``, also run by recovery to finish one (idempotent)."""
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            return
         i = bisect.bisect_right(self._bases, offset) - 1
         segment = self.segments[i]
         position = segment.position_of(offset)
         assert position is not None
-        for later in reversed(self.segments[i + 1:]):
-            later.delete()
+        later = self.segments[i + 1:]
+        for victim in reversed(later):  # from the end: a crash leaves a prefix of the log
+            victim.mark_deleted()
+            faults.point("truncate_to:segment-renamed")
+        if later:
+            fsync_dir(self.directory)
+            faults.point("truncate_to:segments-renamed-durable")
+        for victim in later:
+            victim.delete()
+            faults.point("truncate_to:segment-deleted")
         del self.segments[i + 1:]
         del self._bases[i + 1:]
         segment.truncate_at(position)
+        faults.point("truncate_to:tail-cut")
+        # Durable before the intent goes: after a power loss the cut must not come back.
+        segment.flush()
+        faults.point("truncate_to:tail-flushed")
         self._after_truncation()
-        return True
+        faults.point("truncate_to:checkpoints-written")
 
     def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
-        """Delete every segment and restart empty at ``offset`` (a follower far behind)."""
+        """Delete every segment and restart empty at ``offset`` (a follower far behind).
+
+        Crash-safe: the intent is made durable first; from then on recovery deletes
+        every segment and restarts at ``offset`` (no old segment can come back)."""
         self._ensure_open()
         if offset < 0:
             raise ValueError(f"truncate_fully_and_start_at({offset})")
+        self._intent.write(TRUNCATE_FULLY, offset)
+        faults.point("truncate_fully:intent-written")
         self._roll_flush = None
         for segment in reversed(self.segments):
+            segment.mark_deleted()
+            faults.point("truncate_fully:segment-renamed")
+        fsync_dir(self.directory)
+        faults.point("truncate_fully:segments-renamed-durable")
+        for segment in self.segments:
             segment.delete()
+            faults.point("truncate_fully:segment-deleted")
         self.segments, self._bases = [], []
         self._add_segment(self._new_segment(offset, wall_clock_ms() if now_ms is None else now_ms))
         fsync_dir(self.directory)
+        faults.point("truncate_fully:segment-created")
+        self._start_at(offset)
+        faults.point("truncate_fully:checkpoints-written")
+        self._intent.remove()
+        self.check()
+
+    def _start_at(self, offset: int) -> None:
+        """The checkpoints of an empty log restarted at ``offset`` (its only segment)."""
+        assert self.log_start_offset == self.log_end_offset == offset
         self.high_watermark = offset
         self.recovery_point = offset
         self.leader_epoch_cache.clear()
         self._write_recovery_point()
-        self.check()
+        self._log_start_file.update(self.topic, self.partition, offset)
+        self.checkpoint_high_watermark()
 
     def _after_truncation(self) -> None:
         self._roll_flush = None  # its offset may now name different data: forget it
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        if self.high_watermark > self.log_end_offset:
+            # Lower the checkpoint too: otherwise, after new appends at these offsets
+            # and a crash, the old HW would cover records no replica has confirmed.
+            self.high_watermark = self.log_end_offset
+            self.checkpoint_high_watermark()
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         if self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
@@ -750,9 +911,9 @@ class Log:
         now_ms = wall_clock_ms() if now_ms is None else now_ms
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         total = self.size_bytes
-        deleted = 0
-        while len(self.segments) > 1:
-            first = self.segments[0]
+        victims = 0
+        while victims < len(self.segments) - 1:
+            first = self.segments[victims]
             if first.next_offset > self.high_watermark:
                 break
             expired = retention_ms >= 0 and first.max_timestamp >= 0 and \
@@ -761,17 +922,32 @@ class Log:
             if not (expired or too_big):
                 break
             total -= first.size_bytes
-            first.delete()
-            del self.segments[0]
-            del self._bases[0]
-            deleted += 1
-        if deleted:
-            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-            if self.recovery_point < self.log_start_offset:
-                self.recovery_point = self.log_start_offset
-                self._write_recovery_point()
-            self.check()
-        return deleted
+            victims += 1
+        if victims:
+            self._delete_first_segments(victims)
+        return victims
+
+    def _delete_first_segments(self, count: int) -> None:
+        """Crash-safe: the new log start offset is durable before any file goes (Kafka's
+        log-start-offset-checkpoint), and recovery deletes every segment below it."""
+        victims = self.segments[:count]
+        self._log_start_file.update(self.topic, self.partition, self.segments[count].base_offset)
+        faults.point("retention:log-start-written")
+        for victim in victims:
+            victim.mark_deleted()
+            faults.point("retention:segment-renamed")
+        fsync_dir(self.directory)
+        faults.point("retention:segments-renamed-durable")
+        for victim in victims:
+            victim.delete()
+            faults.point("retention:segment-deleted")
+        del self.segments[:count]
+        del self._bases[:count]
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        if self.recovery_point < self.log_start_offset:
+            self.recovery_point = self.log_start_offset
+            self._write_recovery_point()
+        self.check()
 
     # ================================================================ close / delete
 
@@ -806,7 +982,7 @@ class Log:
         for segment in self.segments:
             segment.close(unlink_indexes=True)
         shutil.rmtree(self.directory, ignore_errors=True)
-        for file in (self._recovery_file, self._hw_file):
+        for file in (self._recovery_file, self._hw_file, self._log_start_file):
             try:
                 file.update(self.topic, self.partition, None)
             except CheckpointError:

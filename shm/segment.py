@@ -13,6 +13,9 @@ Rules and invariants:
   truncation zeroes the cut region from its END backwards, so a crash in the middle of
   a truncation leaves a torn batch (found by its CRC) rather than a zero prefix with
   stale batches behind it. Recovery therefore treats a zero prefix as the end.
+- Deletion renames ``%020d.log`` to ``%020d.log.deleted`` first (one atomic step takes
+  the segment out of the log as recovery sees it), then unlinks the indexes and the
+  file; recovery removes leftover ``.deleted`` files and index files without a log.
 - A sealed (rolled) segment's file is trimmed to ``size_bytes`` and mapped read-only.
 - Index rule (same at append and at recovery, so a rebuild reproduces the index): the
   batch at ``position`` gets an offset-index entry when the index is empty or
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shm import batch as B
+from shm import faults
 from shm.batch import CorruptRecordError
 from shm.config import PREALLOCATE_CHUNK_BYTES
 from shm.index import OffsetIndex, TimeIndex
@@ -38,6 +42,7 @@ from shm.index import OffsetIndex, TimeIndex
 ZERO_PREFIX = bytes(B.LENGTH_OVERHEAD_BYTES)
 _ZERO_CHUNK = bytes(1 << 20)
 NO_TIMESTAMP = -1
+DELETED_SUFFIX = ".deleted"
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -71,6 +76,8 @@ class Segment:
         self.capacity_bytes = capacity_bytes
         self.active = False
         self.flushed_bytes = 0
+        self.deleted = False  # renamed to .log.deleted: no longer part of the log
+        self._first_batch_max_timestamp: int | None = None  # read lazily, as Kafka
         self._fd = fd
         self._map: mmap.mmap | None = None
         self._last_indexed_position = -1
@@ -173,15 +180,34 @@ class Segment:
         self.offset_index.close()
         self.time_index.close()
 
+    def mark_deleted(self) -> None:
+        """First step of a deletion: rename the file to ``.log.deleted``, which takes the
+        segment out of the log in one atomic step (recovery removes such files). The
+        caller fsyncs the directory to make a group of these durable at once."""
+        if not self.deleted:
+            try:
+                os.rename(self.path, self.path + DELETED_SUFFIX)
+            except FileNotFoundError:
+                pass  # already gone (the partition directory was removed)
+            self.deleted = True
+
     def delete(self) -> None:
-        """Remove the file, the index files and the shared-memory indexes."""
+        """Remove the file, the index files and the shared-memory indexes (renaming the
+        file to ``.log.deleted`` first if the caller has not)."""
+        self.mark_deleted()
         self.close(unlink_indexes=True)
+        faults.point("segment-delete:shm-unlinked")
         stem = os.path.join(self.directory, f"{self.base_offset:020d}")
-        for path in (self.path, stem + ".index", stem + ".timeindex"):
+        for path in (stem + ".index", stem + ".timeindex"):
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        faults.point("segment-delete:index-files-unlinked")
+        try:
+            os.unlink(self.path + DELETED_SUFFIX)
+        except FileNotFoundError:
+            pass
 
     def _unmap(self) -> None:
         if self._map is not None:
@@ -292,6 +318,24 @@ class Segment:
                     (last is None or relative > last[1]):
                 self.time_index.append(self.max_timestamp, relative)
 
+    def first_batch_max_timestamp(self) -> int:
+        """Max timestamp of the first batch (NO_TIMESTAMP if none): log.roll.ms counts
+        from it, as Kafka's rollingBasedTimestamp; read from the file on first use."""
+        if self.size_bytes == 0:
+            return NO_TIMESTAMP
+        if self._first_batch_max_timestamp is None:
+            self._first_batch_max_timestamp = B.read_header(self._map, 0).max_timestamp
+        return self._first_batch_max_timestamp
+
+    def time_waited_for_roll_ms(self, now_ms: int, batch_max_timestamp: int) -> int:
+        """As Kafka: the new batch's max timestamp minus the first batch's, or, when the
+        first batch has no timestamp, the wall-clock time since this segment was
+        created (or opened by recovery)."""
+        first = self.first_batch_max_timestamp()
+        if first >= 0:
+            return batch_max_timestamp - first
+        return now_ms - self.created_ms
+
     @property
     def index_full(self) -> bool:
         return self.offset_index.full
@@ -304,6 +348,7 @@ class Segment:
             self.activate()
         self._zero_backwards(position, max(self.size_bytes, position, dirty_end))
         self.size_bytes = position
+        self._first_batch_max_timestamp = None
         self.flushed_bytes = min(self.flushed_bytes, position)
         self.cut_indexes_after(position)
         landed = self._replay_tail_state()
@@ -316,6 +361,7 @@ class Segment:
             low = max(start, position - len(_ZERO_CHUNK))
             self._map[low:position] = zero[:position - low]
             position = low
+            faults.point("segment-truncate:zeroed-chunk")
 
     def cut_indexes_after(self, position: int) -> None:
         """Keep offset entries of batches before ``position`` and time entries up to them."""

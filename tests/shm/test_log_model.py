@@ -152,6 +152,7 @@ def make_machine(cluster_id: str):
                 return
             cut = data.draw(st.integers(1, room))
             segment._map[position:position + cut] = bytes(buf[:cut])  # a write torn by the kill
+            fits = position + len(buf) <= len(segment._map)  # else it cannot be whole
             self.log.abandon()
             self.log = self._open()
             report = self.log.recovery
@@ -159,7 +160,7 @@ def make_machine(cluster_id: str):
             if not any(torn[:B.LENGTH_OVERHEAD_BYTES]):
                 assert not report.truncated, "a zero prefix is the end of the log"
                 return
-            if not any(buf[cut:]):  # the bytes not written were zeros anyway: it is whole
+            if not any(buf[cut:]) and fits:  # the bytes not written were zeros anyway
                 assert not report.truncated, report
                 self.batches.append((self.leo, values))
                 self.leo += len(values)

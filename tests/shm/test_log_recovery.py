@@ -293,16 +293,42 @@ def test_a_missing_segment_file_ends_the_log_at_the_gap(tmp_path, cluster_id):
 
 
 def test_roll_ms_and_flush_interval_ms_are_honoured(tmp_path, cluster_id):
+    """Batches without timestamps: log.roll.ms counts from the segment's creation."""
     config = LogConfig(segment_bytes=1 << 16, roll_ms=1000, flush_interval_ms=500)
     log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=0)
     try:
-        log.append_as_leader(B.build_batch([b"a"]), 1, now_ms=0)
+        log.append_as_leader(B.build_batch([b"a"], timestamps_ms=-1), 1, now_ms=0)
         assert log.recovery_point == 0 and not log.flush_if_due(now_ms=499)
         assert log.flush_if_due(now_ms=500) and log.recovery_point == 1
-        log.append_as_leader(B.build_batch([b"b"]), 1, now_ms=999)
+        log.append_as_leader(B.build_batch([b"b"], timestamps_ms=-1), 1, now_ms=1000)
         assert len(log.segments) == 1
-        log.append_as_leader(B.build_batch([b"c"]), 1, now_ms=1000)  # segment is 1000 ms old
+        log.append_as_leader(B.build_batch([b"c"], timestamps_ms=-1), 1, now_ms=1001)
         assert [s.base_offset for s in log.segments] == [0, 2]
+    finally:
+        log.delete()
+
+
+def test_roll_ms_counts_from_the_first_batch_timestamp_not_the_wall_clock(tmp_path, cluster_id):
+    """As Kafka: roll when a batch's max timestamp is more than log.roll.ms after the
+    active segment's first batch's; the segment's age by the wall clock does not count,
+    and a reopen (new creation time) does not restart the count."""
+    config = LogConfig(segment_bytes=1 << 16, roll_ms=1000)
+    log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=0)
+    log.append_as_leader(B.build_batch([b"a"], timestamps_ms=50_000), 1, now_ms=0)
+    log.append_as_leader(B.build_batch([b"b"], timestamps_ms=51_000), 1, now_ms=10**9)
+    assert len(log.segments) == 1, "1000 ms apart is not more than log.roll.ms"
+    log.close()
+    log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=10**9)
+    try:
+        log.append_as_leader(B.build_batch([b"c", b"c"], timestamps_ms=[51_000, 51_001]), 1,
+                             now_ms=10**9)
+        assert [s.base_offset for s in log.segments] == [0, 2]
+        log.append_as_leader(B.build_batch([b"d"], timestamps_ms=52_001), 1, now_ms=10**9)
+        assert len(log.segments) == 2, "the new segment counts from its own first batch"
+        log.truncate_to(2)  # empties the active segment: its first batch is gone
+        log.append_as_leader(B.build_batch([b"e"], timestamps_ms=60_000), 1, now_ms=10**9)
+        log.append_as_leader(B.build_batch([b"f"], timestamps_ms=60_500), 1, now_ms=10**9)
+        assert len(log.segments) == 2
     finally:
         log.delete()
 
