@@ -76,6 +76,37 @@ def test_byte_flip_in_the_middle_truncates_at_that_batch_and_says_so(tmp_path, c
         log.delete()
 
 
+def test_a_cut_zeroes_stale_bytes_past_a_zero_gap_in_a_large_preallocated_segment(
+        tmp_path, cluster_id):
+    # Recovery only scans the extents that hold data (SEEK_DATA); bytes written far past
+    # the end of the valid batches, after a run of zeros, must still be found and zeroed,
+    # or they would later be read as a batch.
+    config = LogConfig(segment_bytes=64 * 1024 * 1024, index_interval_bytes=256)
+    log = open_log(tmp_path, cluster_id, config)
+    fill(log, 10)
+    end = log.active_segment.size_bytes
+    path = log.active_segment.path
+    log.abandon()  # as SIGKILL
+    stale_at = 40 * 1024 * 1024
+    with open(path, "r+b") as f:
+        f.seek(end)
+        f.write(b"\x07" * 100)  # a torn batch right after the last good one
+        f.seek(stale_at)
+        f.write(b"stale bytes from a torn write")
+    log = open_log(tmp_path, cluster_id, config)
+    try:
+        (cut,) = log.recovery.truncations
+        assert cut.position == end
+        assert cut.bytes == stale_at + len(b"stale bytes from a torn write") - end
+        with open(path, "rb") as f:
+            f.seek(end)
+            assert f.read(stale_at + 4096 - end).count(0) == stale_at + 4096 - end
+        fill(log, 2)
+        assert all_values(log) == [b"v%d" % o for o in range(log.log_end_offset)]
+    finally:
+        log.delete()
+
+
 def test_recovery_scans_only_from_the_recovery_point(tmp_path, cluster_id):
     log = open_log(tmp_path, cluster_id, LogConfig(segment_bytes=1 << 20,
                                                    index_interval_bytes=4096))
