@@ -55,18 +55,25 @@ def wait_for(predicate, what: str, timeout_s: float = WAIT_S_MAX, interval_s: fl
 def run_broker_registration(zk_hosts: str, broker_id: int) -> int:
     """A broker's coordinator duties only: register, and contend for /controller."""
     from kazoo.client import KazooClient
-    from kazoo.exceptions import BadVersionError, NodeExistsError
+    from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
 
     zk = KazooClient(hosts=zk_hosts, timeout=SESSION_TIMEOUT_S)
     zk.start(timeout=10)
     zk.create(f"/brokers/ids/{broker_id}", ephemeral=True, makepath=True, value=json.dumps(
         {"version": 5, "host": "127.0.0.1", "port": 9092 + broker_id,
          "timestamp": str(int(time.time() * 1000))}).encode())
-    elected = threading.Event()
+    elected, stopping = threading.Event(), threading.Event()
 
     def try_elect(_event=None) -> None:
-        if elected.is_set():
-            return
+        try:
+            elect()
+        except KazooException:
+            if not stopping.is_set():  # losing the session while stopping is expected
+                raise
+
+    def elect() -> None:
+        if elected.is_set() or stopping.is_set():
+            return  # a broker on its way down does not take over the controller
         try:
             zk.create("/controller", ephemeral=True, value=json.dumps(
                 {"version": 1, "brokerid": broker_id,
@@ -89,6 +96,7 @@ def run_broker_registration(zk_hosts: str, broker_id: int) -> int:
 
     try_elect()
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    stopping.set()
     zk.stop()
     zk.close()
     return 0
@@ -272,8 +280,6 @@ def story(run_dir: str | None = None) -> int:
     try:
         act_coordinator(run_dir, procs)
         act_storage(run_dir, cluster_id, procs)
-        say("done")
-        return 0
     finally:
         for proc in reversed(procs):  # brokers before the coordinator they talk to
             if proc.poll() is None:
@@ -284,6 +290,8 @@ def story(run_dir: str | None = None) -> int:
                 proc.kill()
                 proc.wait()
         cleanup_cluster(cluster_id)
+    say("done: every process stopped, shared memory removed")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

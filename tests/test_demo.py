@@ -24,6 +24,6 @@ def test_demo_moves_the_controller_and_recovers_the_log(tmp_path):
     assert re.search(r"read [1-9]\d* records below HW", out), out
     assert ("recovery cut" in out) or ("below the recovery point" in out) or (
         "active segment is empty" in out), out
-    assert out.rstrip().endswith("done"), out
+    assert out.rstrip().endswith("done: every process stopped, shared memory removed"), out
     after = {e for e in os.listdir(SHM_DIR) if e.startswith(PREFIX + "demo")}
     assert after <= before, f"the demo left shared memory behind: {sorted(after - before)}"
