@@ -183,6 +183,13 @@ def ratios(ours: dict, theirs: dict) -> dict:
     return {"server": "ratio", **{key: ours[key] / theirs[key] for key in FIGURES}}
 
 
+def _rounded(figures: dict) -> dict:
+    """Rates to 0.1/s, times and ratios to 3 decimals: what the noise allows."""
+    return {key: (round(value, 1) if key.endswith("_per_s") and figures.get("server") != "ratio"
+                  else round(value, 3)) if isinstance(value, float) else value
+            for key, value in figures.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.zk", description=__doc__.split("\n")[0])
     parser.add_argument("--compare-zookeeper", action="store_true",
@@ -204,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for kind in kinds:
         results[kind] = bench_server(kind, args.ops)
-        print(json.dumps(results[kind]), flush=True)
+        print(json.dumps(_rounded(results[kind])), flush=True)
     if args.compare_zookeeper:
-        print(json.dumps(ratios(results["zk_lite"], results["zookeeper"])), flush=True)
+        print(json.dumps(_rounded(ratios(results["zk_lite"], results["zookeeper"]))), flush=True)
     return 0
 
 
