@@ -42,6 +42,8 @@ from shm.batch import (HEADER_BYTES, LAST_OFFSET_DELTA, LAST_OFFSET_DELTA_POSITI
                        LENGTH_OVERHEAD_BYTES, MAGIC, CorruptRecordError, check_batch)
 from shm.board import BoardReader
 from shm.config import BATCH_BYTES_MAX
+from shm.errors import (LocalReadError, OffsetOutOfRangeError,  # noqa: F401
+                        ReadRetriesExhaustedError, UnknownTopicOrPartitionError)
 from shm.index import IndexCorruptError, OffsetIndex
 
 READ_ATTEMPTS_MAX = 200
@@ -51,30 +53,6 @@ SEGMENTS_MAPPED_MAX = 64          # mappings kept open per reader (the oldest go
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 # base_offset i64, batch_length i32, partition_leader_epoch i32, magic i8: enough to walk.
 _WALK = struct.Struct("<qiib")
-
-
-class LocalReadError(Exception):
-    """Base class for LocalReader errors; ``kafka_error`` is Kafka's name for it."""
-
-    kafka_error = "UNKNOWN_SERVER_ERROR"
-
-
-class OffsetOutOfRangeError(LocalReadError):
-    """The offset is below the log start offset or above the LEO."""
-
-    kafka_error = "OFFSET_OUT_OF_RANGE"
-
-
-class UnknownTopicOrPartitionError(LocalReadError):
-    """The broker publishes no replica of this partition on its board."""
-
-    kafka_error = "UNKNOWN_TOPIC_OR_PARTITION"
-
-
-class ReadRetriesExhaustedError(LocalReadError):
-    """The partition kept changing under the reader (truncation, leader changes)."""
-
-    kafka_error = "REQUEST_TIMED_OUT"
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,8 @@ from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
                             TRUNCATION_INTENT, CheckpointError, LeaderEpochCache,
                             OffsetCheckpointFile, TruncationIntent, fsync_dir)
 from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX, LogConfig
+from shm.errors import (LogClosedError, LogError, OffsetOutOfRangeError,  # noqa: F401
+                        RecordTooLargeError, UnexpectedAppendOffsetError)
 from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
                        index_name)
 from shm.names import check_cluster_id, cluster_objects, unlink
@@ -103,28 +105,6 @@ _INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
 _INDEX_FILE = re.compile(r"^(\d{20})\.(index|timeindex)$")
 TRUNCATE_TO = "truncate_to"
 TRUNCATE_FULLY = "truncate_fully_and_start_at"
-
-
-class LogError(Exception):
-    kafka_error = "UNKNOWN_SERVER_ERROR"
-
-
-class OffsetOutOfRangeError(LogError):
-    kafka_error = "OFFSET_OUT_OF_RANGE"
-
-
-class RecordTooLargeError(LogError):
-    kafka_error = "MESSAGE_TOO_LARGE"
-
-
-class UnexpectedAppendOffsetError(LogError):
-    """A follower append that does not start at (or is not contiguous with) the LEO."""
-
-    kafka_error = "UNKNOWN_SERVER_ERROR"
-
-
-class LogClosedError(LogError):
-    kafka_error = "KAFKA_STORAGE_ERROR"
 
 
 @dataclass(frozen=True)
