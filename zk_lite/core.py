@@ -381,23 +381,22 @@ class Core:
         return ("d", path)
 
     def _prep_set_data(self, conn: Conn, req) -> tuple:
-        path = req.path
-        if not valid_path(path):
-            raise ZkError(errors.BADARGUMENTS)
-        node = self._node_or_nonode(path)
-        self._require(node.acl, WRITE, conn)
-        if req.version != -1 and req.version != node.version:
-            raise ZkError(errors.BADVERSION)
-        return ("s", path, req.data)
+        self._versioned_node(conn, req.path, req.version, WRITE)
+        return ("s", req.path, req.data)
 
     def _check_version(self, conn: Conn, req) -> None:
-        path = req.path
+        self._versioned_node(conn, req.path, req.version, READ)
+
+    def _versioned_node(self, conn: Conn, path: str, version: int, perm: int):
+        """setData / check: path valid (-8) -> node exists (-101) -> ``perm`` (-102) ->
+        version (-103; -1 matches any), ZooKeeper's order (ZK_PROTOCOL.md 5.2)."""
         if not valid_path(path):
             raise ZkError(errors.BADARGUMENTS)
         node = self._node_or_nonode(path)
-        self._require(node.acl, READ, conn)
-        if req.version != -1 and req.version != node.version:
+        self._require(node.acl, perm, conn)
+        if version != -1 and version != node.version:
             raise ZkError(errors.BADVERSION)
+        return node
 
     # ------------------------------------------------------------------ write ops
     def _op_create(self, conn, sess, xid, opcode, req, now_ms):
