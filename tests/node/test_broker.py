@@ -37,3 +37,187 @@ def test_produce_acks_1_then_fetch_reads_it_back(single):
     head, records = single.fetch(0, TOPIC, 0, 0)
     assert head[2] == 0 and head[3] == 4  # HW = LEO with a single replica
     assert records == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+
+
+def test_acks_0_gets_no_response_and_the_records_are_appended(single):
+    single.produce(0, TOPIC, 0, [b"x"] * 5, acks=0)
+    single.produce(0, TOPIC, 0, [b"y"], acks=0)
+    wait_for(lambda: single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 6,
+             "both acks=0 batches appended")
+    # No response was queued for them: the next request's answer is the first to arrive.
+    entry = single.produce(0, TOPIC, 0, [b"z"], acks=1)
+    assert entry[3] == 6
+    assert not single.channel(0).socket.poll(200)
+
+
+def test_acks_all_with_a_single_replica_completes_at_once(single):
+    entry = single.produce(0, TOPIC, 1, [b"v"] * 10, acks=-1)
+    assert entry[2] == 0 and entry[3] == 0
+    entry = single.produce(0, TOPIC, 1, [b"w"], acks=-1)
+    assert entry[2:4] == [0, 10]
+
+
+def test_produce_to_an_unknown_partition_is_refused(single):
+    assert single.produce(0, TOPIC, 7, [b"v"])[2] == E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+    assert single.produce(0, "nope", 0, [b"v"])[2] == E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_multi_partition_produce_is_answered_once_with_every_partition(single):
+    from shm import batch as B
+    body = {"acks": -1, "timeout_ms": 5000,
+            "partitions": [[TOPIC, 0], [TOPIC, 1], [TOPIC, 9]]}
+    frames = [B.build_batch([b"a", b"b"]), B.build_batch([b"c"]), B.build_batch([b"d"])]
+    response = single.request(0, P.ApiKey.PRODUCE, body, frames)
+    results = {(t, p): (err, base) for t, p, err, base, _, _ in response.body["partitions"]}
+    assert results == {(TOPIC, 0): (0, 0), (TOPIC, 1): (0, 0),
+                       (TOPIC, 9): (E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), -1)}
+    assert not single.channel(0).socket.poll(200)
+
+
+def test_long_poll_fetch_returns_when_data_arrives(single):
+    from node.net import Channel
+    consumer = Channel(single.brokers[0].endpoint, client_id="consumer")
+    try:
+        body = {"replica_id": -1, "max_wait_ms": 10_000, "min_bytes": 1, "max_bytes": 1 << 20,
+                "partitions": [[TOPIC, 0, 0, -1, 1 << 20]]}
+        started = time.monotonic()
+        consumer.send(P.ApiKey.FETCH, body)
+        assert not consumer.socket.poll(300), "the fetch must be parked while there is no data"
+        single.produce(0, TOPIC, 0, [b"hello"], acks=1)
+        assert consumer.socket.poll(5000)
+        response = consumer.receive_ready()[0]
+        assert time.monotonic() - started < 5
+        entry = response.body["partitions"][0]
+        assert entry[2] == 0 and entry[3] == 1 and len(response.frames[0].bytes) > 0
+    finally:
+        consumer.close()
+
+
+def test_long_poll_fetch_returns_empty_after_max_wait(single):
+    started = time.monotonic()
+    entry, records = single.fetch(0, TOPIC, 0, 0, max_wait_ms=400)
+    elapsed = time.monotonic() - started
+    assert entry[2] == 0 and records == []
+    assert 0.35 <= elapsed < 3, elapsed
+
+
+def test_fetch_beyond_the_log_end_is_out_of_range(single):
+    single.produce(0, TOPIC, 0, [b"a"])
+    entry, _ = single.fetch(0, TOPIC, 0, 5)
+    assert entry[2] == E.code_of("OFFSET_OUT_OF_RANGE")
+
+
+def test_list_offsets_earliest_and_latest(single):
+    assert single.list_offset(0, TOPIC, 0, P.EARLIEST_TIMESTAMP)[2:] == [0, -1, 0]
+    assert single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[2:] == [0, -1, 0]
+    single.produce(0, TOPIC, 0, [b"a"] * 7)
+    assert single.list_offset(0, TOPIC, 0, P.EARLIEST_TIMESTAMP)[4] == 0
+    assert single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 7
+    assert single.list_offset(0, TOPIC, 5, P.LATEST_TIMESTAMP)[2] == \
+        E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_metadata_comes_from_update_metadata(single):
+    body = single.request(0, P.ApiKey.METADATA, {"topics": None}).body
+    assert body["controller_id"] == single.controller_id
+    assert body["brokers"] == [[0, "127.0.0.1", single.brokers[0].port, None]]
+    [[name, error, partitions]] = body["topics"]
+    assert (name, error) == (TOPIC, 0)
+    assert partitions == [[0, 0, 0, 0, [0], [0], []], [1, 0, 0, 0, [0], [0], []]]
+    body = single.request(0, P.ApiKey.METADATA, {"topics": ["nope"]}).body
+    assert body["topics"] == [["nope", E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), []]]
+
+
+def test_stale_controller_epoch_is_refused(single):
+    stale = E.code_of("STALE_CONTROLLER_EPOCH")
+    single.controller_epoch = 5
+    assert single.send_update_metadata()[0]["error"] == 0
+    assert single.send_update_metadata(epoch=4)[0]["error"] == stale
+    assert single.send_leader_and_isr(TOPIC, [0], epoch=3)[0]["error"] == stale
+    body = {"controller_id": 1, "controller_epoch": 2, "delete_partitions": False,
+            "partitions": [[TOPIC, 0, -1]]}
+    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body["error"] == stale
+    assert "STALE_CONTROLLER_EPOCH" in single.brokers[0].log()
+    # The partitions are untouched: still leader.
+    assert single.produce(0, TOPIC, 0, [b"a"])[2] == 0
+
+
+def test_malformed_requests_get_invalid_request_and_the_broker_keeps_serving(single):
+    import msgpack
+    channel = single.channel(0)
+    invalid = E.code_of("INVALID_REQUEST")
+    # A body that is not msgpack, with a readable header.
+    channel.socket.send_multipart([msgpack.packb([0, 0, 4242, "evil"]), b"\xc1\xc1\xc1"])
+    # A produce whose fields have the wrong types.
+    channel.socket.send_multipart([msgpack.packb([0, 0, 4243, "evil"]),
+                                   msgpack.packb({"acks": "all", "partitions": 3})])
+    # A fetch with missing fields.
+    channel.socket.send_multipart([msgpack.packb([1, 0, 4244, "evil"]), msgpack.packb({})])
+    # An unknown api key.
+    channel.socket.send_multipart([msgpack.packb([999, 0, 4245, "evil"]), msgpack.packb({})])
+    # Garbage with no readable correlation id: dropped.
+    channel.socket.send_multipart([b"\x00\xff garbage"])
+    channel.socket.send_multipart([b"\x93", b"x", b"y"])
+    answers = {}
+    while len(answers) < 4:
+        assert channel.socket.poll(5000)
+        frames = channel.socket.recv_multipart()
+        response = P.decode_response(frames)
+        answers[response.correlation_id] = response.body
+    assert {cid: body["error"] for cid, body in answers.items()} == \
+        dict.fromkeys((4242, 4243, 4244, 4245), invalid)
+    # Corrupt batch: CRC mismatch -> CORRUPT_MESSAGE.
+    from shm import batch as B
+    batch = B.build_batch([b"payload"] * 3)
+    batch[-1] ^= 0xFF
+    body = {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]}
+    entry = single.request(0, P.ApiKey.PRODUCE, body, [batch]).body["partitions"][0]
+    assert entry[2] == E.code_of("CORRUPT_MESSAGE")
+    # A produce with a wrong number of batch frames.
+    response = single.request(0, P.ApiKey.PRODUCE, body, [])
+    assert response.body["error"] == invalid
+    assert single.brokers[0].alive
+    assert single.produce(0, TOPIC, 0, [b"still here"])[2:4] == [0, 0]
+
+
+def test_oversized_batch_is_refused_with_message_too_large(tmp_path, cluster_id):
+    cluster = Cluster(tmp_path, cluster_id)
+    try:
+        cluster.add_broker(0, message_max_bytes=4096)
+        cluster.create_topic(TOPIC, {0: [0]})
+        entry = cluster.produce(0, TOPIC, 0, [b"x" * 5000])
+        assert entry[2] == E.code_of("MESSAGE_TOO_LARGE")
+        assert cluster.produce(0, TOPIC, 0, [b"x" * 100])[2:4] == [0, 0]
+    finally:
+        cluster.close()
+
+
+def test_follower_fetch_on_a_leader_with_a_stale_epoch_is_fenced(single):
+    entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=5)
+    assert entry[2] == E.code_of("UNKNOWN_LEADER_EPOCH")
+    single.elect(TOPIC, 0, 0, [0])
+    entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=0)
+    assert entry[2] == E.code_of("FENCED_LEADER_EPOCH")
+    entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=1)
+    assert entry[2] == 0
+
+
+def test_stop_replica_with_delete_removes_the_log(single):
+    single.produce(0, TOPIC, 1, [b"a"])
+    body = {"controller_id": 1, "controller_epoch": single.controller_epoch,
+            "delete_partitions": True, "partitions": [[TOPIC, 1, -1]]}
+    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body == \
+        {"error": 0, "partitions": [[TOPIC, 1, 0]]}
+    assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
+    assert single.produce(0, TOPIC, 1, [b"a"])[2] == E.code_of("NOT_LEADER_OR_FOLLOWER")
+
+
+def test_sigterm_exits_0_and_a_restart_reopens_the_log(single):
+    single.produce(0, TOPIC, 0, [b"a", b"b"])
+    assert single.brokers[0].stop() == 0
+    single.brokers[0].start(single.zk)
+    single.send_leader_and_isr(TOPIC, [0, 1])
+    # The leader epoch is unchanged, so the restarted broker accepts it (fresh core).
+    wait_for(lambda: single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 2, "reopened")
+    _, records = single.fetch(0, TOPIC, 0, 0)
+    assert [v for _, v in records] == [b"a", b"b"]
