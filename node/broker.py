@@ -353,11 +353,13 @@ class Broker:
         return self._exit_code
 
     def _after_iteration(self) -> None:
-        self.fetchers.maybe_fetch()
+        # Publish before fetching: a follower's next fetch (which lets the leader
+        # acknowledge) then never overtakes its board row.
         if self._dirty:
             for part in self._dirty:
                 self._publish(part)
             self._dirty.clear()
+        self.fetchers.maybe_fetch()
 
     def mark_dirty(self, part: Partition) -> None:
         self._dirty.add(part)

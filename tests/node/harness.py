@@ -206,14 +206,16 @@ class Cluster:
                 out[broker_id] = self.request(broker_id, P.ApiKey.LEADER_AND_ISR, body).body
         return out
 
-    def elect(self, topic: str, partition: int, leader: int, isr: list[int]) -> None:
+    def elect(self, topic: str, partition: int, leader: int, isr: list[int],
+              to: list[int] | None = None) -> None:
         """Move leadership as a controller would: bump the epoch, write, tell replicas."""
         old = self.partition_state(topic, partition)
         state = Z.PartitionState(leader, old.leader_epoch + 1, tuple(isr), self.controller_epoch)
         self.zk.set(Z.partition_state_path(topic, partition), Z.encode_partition_state(state),
                     version=old.zk_version)
-        self.send_leader_and_isr(topic, [partition])
-        self.send_update_metadata()
+        self.send_leader_and_isr(topic, [partition], to=to)
+        if to is None:
+            self.send_update_metadata()
 
     def update_metadata_body(self, epoch: int | None = None) -> dict:
         partitions = []
