@@ -8,7 +8,6 @@ partition-state znodes and sends LeaderAndIsr / UpdateMetadata / StopReplica wit
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -72,6 +71,10 @@ class BrokerProcess:
         return f"tcp://127.0.0.1:{self.port}"
 
     def start(self, zk: KazooClient | None = None) -> "BrokerProcess":
+        """Start the process; with ``zk``, wait until it registered (a new session's
+        /brokers/ids/N, not a previous incarnation's that has yet to expire)."""
+        old = zk.exists(Z.broker_path(self.broker_id)) if zk is not None else None
+        self._old_owner = old.ephemeralOwner if old is not None else None
         write_properties(str(self.config_path), self.props)
         log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
@@ -90,11 +93,7 @@ class BrokerProcess:
             raise RuntimeError(f"broker {self.broker_id} exited with {self.process.returncode}"
                                f":\n{self.log()}")
         stat = zk.exists(Z.broker_path(self.broker_id))
-        return stat is not None and stat.ephemeralOwner != 0 and self._registered_by_me(zk)
-
-    def _registered_by_me(self, zk: KazooClient) -> bool:
-        data, _ = zk.get(Z.broker_path(self.broker_id))
-        return json.loads(data)["port"] == self.port
+        return stat is not None and stat.ephemeralOwner not in (0, self._old_owner)
 
     def log(self) -> str:
         try:

@@ -221,3 +221,42 @@ def test_sigterm_exits_0_and_a_restart_reopens_the_log(single):
     wait_for(lambda: single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 2, "reopened")
     _, records = single.fetch(0, TOPIC, 0, 0)
     assert [v for _, v in records] == [b"a", b"b"]
+
+
+def test_invalid_configuration_exits_2_naming_the_key(tmp_path, cluster_id):
+    import subprocess
+    import sys
+    path = tmp_path / "server.properties"
+    path.write_text("broker.id=1\nzookeeper.connect=127.0.0.1:1\nreplica.lag.time.max=5\n")
+    done = subprocess.run([sys.executable, "-m", "node.broker", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "replica.lag.time.max: unknown configuration key" in done.stderr
+
+
+def test_sigkill_then_restart_waits_for_the_old_registration_and_keeps_the_data(single):
+    import signal as S
+    single.produce(0, TOPIC, 0, [b"a", b"b", b"c"])
+    single.brokers[0].signal(S.SIGKILL)
+    single.brokers[0].process.wait()
+    single.brokers[0].killed = True
+    started = time.monotonic()
+    single.brokers[0].start(single.zk)
+    # The previous session's ephemeral registration had to expire first.
+    assert "waiting for it to expire" in single.brokers[0].log()
+    assert time.monotonic() - started < 20
+    single.send_leader_and_isr(TOPIC, [0, 1])
+    _, records = single.fetch(0, TOPIC, 0, 0)
+    assert [v for _, v in records] == [b"a", b"b", b"c"]
+    assert single.produce(0, TOPIC, 0, [b"d"])[2:4] == [0, 3]
+
+
+def test_topic_config_overrides_min_insync_replicas(cluster):
+    from node import zkdata as Z
+    cluster.zk.create(Z.topic_config_path("strict"),
+                      Z.encode_topic_config({"min.insync.replicas": "2"}), makepath=True)
+    cluster.add_broker(0)
+    cluster.create_topic("strict", {0: [0]})
+    assert cluster.produce(0, "strict", 0, [b"x"], acks=-1)[2] == \
+        E.code_of("NOT_ENOUGH_REPLICAS")
+    assert cluster.produce(0, "strict", 0, [b"x"], acks=1)[2] == 0
