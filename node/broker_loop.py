@@ -50,8 +50,12 @@ class EventLoop:
         self._timer_ids = itertools.count()
         self._cancelled: set[int] = set()
         self.stopped = False
-        # Called after every iteration (the broker publishes dirty board rows there).
+        # Called after every iteration.
         self.after_iteration: Callable[[], None] = lambda: None
+        # Deferred work done when nothing is ready (the broker's board rows): ``idle``
+        # runs when ``has_idle_work()`` and a zero-timeout poll finds nothing.
+        self.has_idle_work: Callable[[], bool] = lambda: False
+        self.idle: Callable[[], None] = lambda: None
 
     # ---- thread-safe -------------------------------------------------------------------
 
@@ -94,7 +98,15 @@ class EventLoop:
             timeout = 0
         elif self._timers:
             timeout = max(0, min(timeout, self._timers[0][0] - now_ms()))
-        ready = self.poller.poll(timeout)
+        ready = None
+        if timeout and self.has_idle_work():
+            ready = self.poller.poll(0)
+            if not ready:
+                self.idle()
+                if self._posted:
+                    timeout = 0
+        if not ready:
+            ready = self.poller.poll(timeout)
         for socket, _ in ready:
             if socket == self._wake_r:
                 try:
