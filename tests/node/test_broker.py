@@ -260,3 +260,20 @@ def test_topic_config_overrides_min_insync_replicas(cluster):
     assert cluster.produce(0, "strict", 0, [b"x"], acks=-1)[2] == \
         E.code_of("NOT_ENOUGH_REPLICAS")
     assert cluster.produce(0, "strict", 0, [b"x"], acks=1)[2] == 0
+
+
+def test_a_broker_paused_past_its_session_registers_again(single):
+    import signal as S
+    from node import zkdata as Z
+    broker = single.brokers[0]
+    owner = single.zk.exists(Z.broker_path(0)).ephemeralOwner
+    broker.signal(S.SIGSTOP)
+    try:
+        wait_for(lambda: single.zk.exists(Z.broker_path(0)) is None,
+                 "the paused broker's session expired", timeout_s=20)
+    finally:
+        broker.signal(S.SIGCONT)
+    stat = wait_for(lambda: single.zk.exists(Z.broker_path(0)), "registered again", 20)
+    assert stat.ephemeralOwner != owner
+    assert "registering again" in broker.log()
+    assert single.produce(0, TOPIC, 0, [b"after"])[2] == 0
