@@ -59,9 +59,17 @@ class ReplicaFetcherManager:
     # ---- membership ----------------------------------------------------------------------
 
     def follow(self, key: tuple[str, int], leader: int) -> None:
+        """Fetch ``key`` from ``leader`` (after a LeaderAndIsr). An outstanding fetch to
+        that leader is abandoned, so the partition's new state is fetched at once instead
+        of after the leader's long poll (and a restarted leader that lost the request
+        does not stall its followers until the request times out)."""
         self.unfollow(key)
         if leader >= 0:
             self.following.setdefault(leader, set()).add(key)
+            session = self.sessions.get(leader)
+            if session is not None and session.correlation_id is not None:
+                self.outbound.cancel(session.endpoint, session.correlation_id)
+                session.correlation_id = None
 
     def unfollow(self, key: tuple[str, int]) -> None:
         for leader, keys in list(self.following.items()):

@@ -167,3 +167,37 @@ def test_leader_epoch_truncation_drops_the_unreplicated_tail_of_a_deposed_leader
     cluster.elect(TOPIC, 0, 1, [1])  # tell broker 0 it follows (epoch 2)
     wait_for(lambda: replica_offsets(cluster, 0) == (2, 2), "old leader truncated and caught up")
     assert "truncating to 1" in cluster.brokers[0].log()
+
+
+def test_one_fetch_session_per_leader_carries_every_followed_partition(cluster):
+    start_brokers(cluster, 2)
+    assignment = {p: [p % 2, (p + 1) % 2] for p in range(6)}
+    cluster.create_topic(TOPIC, assignment)
+    for p in range(6):
+        leader = assignment[p][0]
+        for i in range(p + 1):
+            assert cluster.produce(leader, TOPIC, p, [b"%d-%d" % (p, i)], acks=-1)[2:4] == [0, i]
+    for p in range(6):
+        follower = assignment[p][1]
+        wait_for(lambda: (board_row(cluster, follower, TOPIC, p).log_end_offset,
+                          board_row(cluster, follower, TOPIC, p).high_watermark) == (p + 1, p + 1),
+                 f"partition {p} replicated")
+        _, records = cluster.fetch(assignment[p][0], TOPIC, p, 0)
+        assert [v for _, v in records] == [b"%d-%d" % (p, i) for i in range(p + 1)]
+
+
+def test_high_watermark_mode_truncates_a_new_follower_to_its_high_watermark(cluster):
+    start_brokers(cluster, 2, replication_truncation_mode="high-watermark")
+    cluster.create_topic(TOPIC, {0: [0, 1]})
+    assert cluster.produce(0, TOPIC, 0, [b"committed"], acks=-1)[2] == 0
+    wait_for(lambda: replica_offsets(cluster, 1) == (1, 1), "follower caught up")
+    body = {"controller_id": cluster.controller_id, "controller_epoch": cluster.controller_epoch,
+            "delete_partitions": False, "partitions": [[TOPIC, 0, -1]]}
+    assert cluster.request(1, P.ApiKey.STOP_REPLICA, body).body["error"] == 0
+    assert cluster.produce(0, TOPIC, 0, [b"unreplicated"], acks=1)[2:4] == [0, 1]
+    cluster.elect(TOPIC, 0, 1, [1], to=[1])
+    cluster.elect(TOPIC, 0, 1, [1])
+    # Broker 0 cut its log to its HW (1) without asking the leader, then caught up.
+    wait_for(lambda: replica_offsets(cluster, 0) == (1, 1), "deposed leader truncated")
+    assert "truncating to 1" in cluster.brokers[0].log()
+    assert "OFFSET_FOR_LEADER_EPOCH" not in cluster.brokers[0].log()
