@@ -653,7 +653,8 @@ class Broker:
         self._parked_count += 1
         fetch.timer = self.loop.call_later(max_wait_ms, lambda: self._complete_parked(fetch))
 
-    def _complete_parked(self, fetch: _ParkedFetch) -> None:
+    def _complete_parked(self, fetch: _ParkedFetch, read=None) -> None:
+        """Answer a parked fetch (with ``read``, a ``_read_fetch`` result just made)."""
         if fetch.done:
             return
         fetch.done = True
@@ -665,7 +666,7 @@ class Broker:
                 waiting.discard(fetch)
                 if not waiting:
                     del self._parked[(topic, partition)]
-        results, frames, _, _ = self._read_fetch(fetch)
+        results, frames, _, _ = read if read is not None else self._read_fetch(fetch)
         self._reply(fetch.identity, fetch.correlation_id, P.ApiKey.FETCH,
                     {"partitions": results}, frames)
 
@@ -677,9 +678,9 @@ class Broker:
         for fetch in list(waiting):
             if fetch.replica_id >= 0 and not leo_moved:
                 continue  # as Kafka's DelayedFetch: an HW move alone brings a follower nothing
-            _, _, size, errors = self._read_fetch(fetch)
-            if size >= fetch.min_bytes or errors:
-                self._complete_parked(fetch)
+            read = self._read_fetch(fetch)
+            if read[2] >= fetch.min_bytes or read[3]:
+                self._complete_parked(fetch, read)
 
     def _release_parked(self, key: tuple[str, int]) -> None:
         """A partition changed leadership: answer every fetch parked on it now."""

@@ -201,3 +201,20 @@ def test_high_watermark_mode_truncates_a_new_follower_to_its_high_watermark(clus
     wait_for(lambda: replica_offsets(cluster, 0) == (1, 1), "deposed leader truncated")
     assert "truncating to 1" in cluster.brokers[0].log()
     assert "OFFSET_FOR_LEADER_EPOCH" not in cluster.brokers[0].log()
+
+
+def test_a_high_watermark_move_alone_does_not_complete_a_parked_follower_fetch(cluster):
+    """Kafka's DelayedFetch: the follower learns the new HW only with its next fetch
+    response (new data or replica.fetch.wait.max.ms later); this lag is what the
+    pre-KIP-101 HW-truncation loss needs."""
+    start_brokers(cluster, 2, replica_fetch_wait_max_ms=1500, replica_lag_time_max_ms=30_000)
+    cluster.create_topic(TOPIC, {0: [0, 1]})
+    wait_for(lambda: replica_offsets(cluster, 1) == (0, 0), "follower ready")
+    assert cluster.produce(0, TOPIC, 0, [b"x"], acks=-1)[2] == 0
+    acked = time.monotonic()
+    assert replica_offsets(cluster, 0) == (1, 1) or wait_for(
+        lambda: replica_offsets(cluster, 0) == (1, 1), "leader HW", timeout_s=1)
+    wait_for(lambda: replica_offsets(cluster, 1)[0] == 1, "follower has the record", 1)
+    assert replica_offsets(cluster, 1) == (1, 0), "the follower's HW moved with no new data"
+    wait_for(lambda: replica_offsets(cluster, 1) == (1, 1), "follower HW after the wait", 5)
+    assert time.monotonic() - acked >= 1.0
