@@ -27,6 +27,7 @@ TICK_INTERVAL_MS = 50
 FLUSH_CHECK_INTERVAL_MS = 1000
 # Waiting for a previous session's /brokers/ids/N to expire, in session timeouts.
 OLD_REGISTRATION_WAIT_SESSIONS = 3
+OLD_REGISTRATION_POLL_S = 0.1
 ZK_START_TIMEOUT_S = 30.0
 ZK_OP_TIMEOUT_S = 10.0
 

@@ -31,7 +31,7 @@ from shm.batch import CorruptRecordError
 from shm.errors import LogError
 
 if TYPE_CHECKING:
-    from node.broker import Broker, Partition
+    from node.broker_replicas import Partition, ReplicaManager
 
 logger = logging.getLogger("node.broker")
 _REQUEST_TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
@@ -48,10 +48,10 @@ class _Session:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, broker: "Broker", outbound: Outbound) -> None:
-        self.broker = broker
+    def __init__(self, replicas: "ReplicaManager", outbound: Outbound) -> None:
+        self.replicas = replicas
         self.outbound = outbound
-        self.config = broker.config
+        self.config = replicas.config
         self.sessions: dict[int, _Session] = {}
         # leader id -> partition keys this broker follows from it
         self.following: dict[int, set[tuple[str, int]]] = {}
@@ -85,7 +85,7 @@ class ReplicaFetcherManager:
             self.outbound.cancel(session.endpoint, session.correlation_id)
 
     def _session(self, leader: int) -> _Session | None:
-        endpoint = self.broker.endpoint_of(leader)
+        endpoint = self.replicas.endpoint_of(leader)
         if endpoint is None:
             return None
         session = self.sessions.get(leader)
@@ -109,7 +109,7 @@ class ReplicaFetcherManager:
                 continue
             entries, sent = [], {}
             for key in keys:
-                part = self.broker.partitions.get(key)
+                part = self.replicas.partitions.get(key)
                 if part is None or now < part.fetch_backoff_until_ms:
                     continue
                 state = part.core.fetch_state(part.view)
@@ -120,7 +120,7 @@ class ReplicaFetcherManager:
                 sent[key] = (state.leader_epoch, state.fetch_offset)
             if not entries:
                 continue
-            body = {"replica_id": self.broker.broker_id,
+            body = {"replica_id": self.replicas.broker_id,
                     "max_wait_ms": self.config.replica_fetch_wait_max_ms,
                     "min_bytes": self.config.replica_fetch_min_bytes,
                     "max_bytes": self.config.replica_fetch_response_max_bytes,
@@ -154,7 +154,7 @@ class ReplicaFetcherManager:
         for i, (topic, partition, error, hw, log_start, leo) in enumerate(entries):
             key = (topic, partition)
             expected = session.sent.get(key)
-            part = self.broker.partitions.get(key)
+            part = self.replicas.partitions.get(key)
             if expected is None or part is None:
                 continue
             state = part.core.fetch_state(part.view)
@@ -174,22 +174,22 @@ class ReplicaFetcherManager:
             effects = part.core.on_fetch_response(
                 error=error, leader_high_watermark=hw, leader_log_start_offset=log_start,
                 leader_log_end_offset=leo, now_ms=now, log=part.view)
-            self.broker.apply_effects(part, effects)
+            self.replicas.apply_effects(part, effects)
             if error:
                 logger.info("%s-%d: fetch from broker %d: %s", topic, partition,
                             session.leader, E.name_of(error))
                 part.fetch_backoff_until_ms = now + self.config.replica_fetch_backoff_ms
-            self.broker.mark_dirty(part)
+            self.replicas.mark_dirty(part)
 
     # ---- OffsetForLeaderEpoch ----------------------------------------------------------------
 
     def send_offset_for_leader_epoch(self, part: "Partition",
                                      effect: SendOffsetForLeaderEpoch) -> None:
         key = (part.topic, part.partition)
-        endpoint = self.broker.endpoint_of(effect.leader)
+        endpoint = self.replicas.endpoint_of(effect.leader)
 
         def answer(response: P.Response | None) -> None:
-            if self.broker.partitions.get(key) is not part:
+            if self.replicas.partitions.get(key) is not part:
                 return
             error, epoch, end_offset = _REQUEST_TIMED_OUT, P.UNDEFINED_EPOCH, \
                 P.UNDEFINED_EPOCH_OFFSET
@@ -202,13 +202,13 @@ class ReplicaFetcherManager:
             effects = part.core.on_offset_for_leader_epoch(
                 error=error, leader_epoch=epoch, end_offset=end_offset, now_ms=now_ms(),
                 log=part.view)
-            self.broker.apply_effects(part, effects)
-            self.broker.mark_dirty(part)
+            self.replicas.apply_effects(part, effects)
+            self.replicas.mark_dirty(part)
 
         if endpoint is None:
-            self.broker.loop.post(lambda: answer(None))
+            self.replicas.loop.post(lambda: answer(None))
             return
-        body = {"replica_id": self.broker.broker_id,
+        body = {"replica_id": self.replicas.broker_id,
                 "partitions": [[part.topic, part.partition, effect.current_leader_epoch,
                                 effect.leader_epoch]]}
         self.outbound.send(endpoint, P.ApiKey.OFFSET_FOR_LEADER_EPOCH, body, answer)
