@@ -250,6 +250,8 @@ class ReplicaManager:
             return INVALID_REQUEST
         part = self.partitions.get((topic, partition))
         if part is None:
+            if delete:
+                self._delete_stray_log(topic, partition)
             return NONE
         if 0 <= leader_epoch < part.core.leader_epoch:
             return FENCED_LEADER_EPOCH
@@ -264,6 +266,19 @@ class ReplicaManager:
             if self.board is not None:
                 self.board.remove(topic, partition)
         return NONE
+
+    def _delete_stray_log(self, topic: str, partition: int) -> None:
+        """A deleted partition this incarnation never opened (the broker was down when
+        the topic was deleted): its directory must go too."""
+        for d in self.config.log_dirs:
+            if os.path.isdir(os.path.join(d, f"{topic}-{partition}")):
+                try:
+                    Log.open(d, topic, partition, self.config.log_config,
+                             cluster_id=self.cluster_id, broker_id=self.broker_id).delete()
+                    logger.info("%s-%d: deleted a stray log in %s", topic, partition, d)
+                except Exception as e:
+                    logger.error("%s-%d: cannot delete the stray log in %s: %s", topic,
+                                 partition, d, e)
 
     def _partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))

@@ -277,3 +277,14 @@ def test_a_broker_paused_past_its_session_registers_again(single):
     assert stat.ephemeralOwner != owner
     assert "registering again" in broker.log()
     assert single.produce(0, TOPIC, 0, [b"after"])[2] == 0
+
+
+def test_stop_replica_with_delete_removes_a_log_this_incarnation_never_opened(single):
+    single.produce(0, TOPIC, 1, [b"a"])
+    assert single.brokers[0].stop() == 0
+    single.brokers[0].start(single.zk)
+    body = {"controller_id": 1, "controller_epoch": single.controller_epoch,
+            "delete_partitions": True, "partitions": [[TOPIC, 1, -1]]}
+    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body["partitions"] == [[TOPIC, 1, 0]]
+    assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
+    assert (single.brokers[0].dir / "logs" / f"{TOPIC}-0").exists()
