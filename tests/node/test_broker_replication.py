@@ -218,3 +218,20 @@ def test_a_high_watermark_move_alone_does_not_complete_a_parked_follower_fetch(c
     assert replica_offsets(cluster, 1) == (1, 0), "the follower's HW moved with no new data"
     wait_for(lambda: replica_offsets(cluster, 1) == (1, 1), "follower HW after the wait", 5)
     assert time.monotonic() - acked >= 1.0
+
+
+def test_sigkilled_follower_is_dropped_and_after_a_restart_catches_up_and_rejoins(cluster):
+    start_brokers(cluster, 3)
+    cluster.create_topic(TOPIC, {0: [0, 1, 2]})
+    for i in range(5):
+        assert cluster.produce(0, TOPIC, 0, [b"a%d" % i], acks=-1)[2] == 0
+    cluster.brokers[2].kill()
+    for i in range(5):
+        assert cluster.produce(0, TOPIC, 0, [b"b%d" % i], acks=-1)[2] == 0
+    assert cluster.partition_state(TOPIC, 0).isr == (0, 1)
+    cluster.brokers[2].start(cluster.zk)
+    cluster.send_leader_and_isr(TOPIC, [0], to=[2])
+    wait_for(lambda: cluster.partition_state(TOPIC, 0).isr == (0, 1, 2), "rejoined", 20)
+    wait_for(lambda: replica_offsets(cluster, 2) == (10, 10), "caught up")
+    _, records = cluster.fetch(0, TOPIC, 0, 0)
+    assert len(records) == 10
