@@ -293,3 +293,18 @@ def test_stop_replica_with_delete_removes_a_log_this_incarnation_never_opened(si
     assert single.request(0, P.ApiKey.STOP_REPLICA, body).body["partitions"] == [[TOPIC, 1, 0]]
     assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
     assert (single.brokers[0].dir / "logs" / f"{TOPIC}-0").exists()
+
+
+def test_high_watermarks_are_checkpointed_periodically(tmp_path, cluster_id):
+    from shm.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+    cluster = Cluster(tmp_path, cluster_id)
+    try:
+        broker = cluster.add_broker(0, replica_high_watermark_checkpoint_interval_ms=200)
+        cluster.create_topic(TOPIC, {0: [0], 1: [0]})
+        cluster.produce(0, TOPIC, 0, [b"a"] * 3)
+        cluster.produce(0, TOPIC, 1, [b"a"] * 5)
+        path = broker.dir / "logs" / REPLICATION_OFFSET_CHECKPOINT
+        wait_for(lambda: path.exists() and OffsetCheckpointFile(str(path)).read() ==
+                 {(TOPIC, 0): 3, (TOPIC, 1): 5}, "both HWs checkpointed", 10)
+    finally:
+        cluster.close()
