@@ -655,9 +655,11 @@ class Broker:
         """Ask the controller to move our leaderships away; keep serving meanwhile."""
         endpoint = None
         try:
-            data, _ = self.zk.get(Z.CONTROLLER)
+            # Bounded: the loop keeps serving while the coordinator is slow or away.
+            data, _ = self.zk.get_async(Z.CONTROLLER).get(timeout=L.ZK_OP_TIMEOUT_S)
             controller_id = Z.decode_controller(data)
-            info, _ = self.zk.get(Z.broker_path(controller_id))
+            info, _ = self.zk.get_async(Z.broker_path(controller_id)).get(
+                timeout=L.ZK_OP_TIMEOUT_S)
             endpoint = Z.decode_broker(controller_id, info).endpoint
         except Exception as e:
             logger.warning("controlled shutdown: no controller found (%s)", e)

@@ -32,6 +32,7 @@ from typing import Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
+from node import broker_limits as L
 from node import errors as E
 from node import zkdata as Z
 from node.broker_loop import EventLoop, now_ms
@@ -303,7 +304,9 @@ class ReplicaManager:
 
     def _topic_overrides(self, topic: str) -> dict[str, str]:
         try:
-            data, _ = self.zk.get(Z.topic_config_path(topic))
+            # Bounded: a slow coordinator must not stall the loop for long.
+            data, _ = self.zk.get_async(Z.topic_config_path(topic)).get(
+                timeout=L.ZK_OP_TIMEOUT_S)
             return Z.decode_topic_config(topic, data)
         except NoNodeError:
             return {}
