@@ -44,6 +44,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -553,6 +554,7 @@ class Broker:
     def _handle_leader_and_isr(self, identity: bytes, request: P.Request) -> None:
         body = request.body
         entries = P.entries(body, "partitions", 8)
+        _check_partitions(entries)
         live = P.field(body, "live_leaders", list, optional=True, default=[])
         for entry in entries:
             _check_partition_state(entry[2:8])
@@ -587,6 +589,7 @@ class Broker:
                     (b[3] is None or isinstance(b[3], str))):
                 raise P.ProtocolError("brokers entries are [id, host, port, rack|None]")
         entries = P.entries(body, "partitions", 8)
+        _check_partitions(entries)
         for entry in entries:
             _check_partition_state(entry[2:8])
             if not isinstance(entry[7], list) or not all(isinstance(x, int) for x in entry[7]):
@@ -602,6 +605,7 @@ class Broker:
         body = request.body
         delete = P.field(body, "delete_partitions", bool)
         entries = P.entries(body, "partitions", 3)
+        _check_partitions(entries)
         if self._fenced(request):
             self._reply(identity, request.correlation_id, request.api_key,
                         {"error": STALE_CONTROLLER_EPOCH, "partitions": []})
@@ -719,6 +723,18 @@ class Broker:
             logger.warning("closing the coordinator session: %s", e)
         self.loop.close()
         logger.info("broker %d stopped", self.broker_id)
+
+
+_LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,%d}$" % P.TOPIC_NAME_CHARS_MAX)
+
+
+def _check_partitions(entries: list) -> None:
+    """Controller requests name directories and shared memory: Kafka's legal topic names
+    and non-negative partitions only (a name like ``../x`` must never reach a path)."""
+    for entry in entries:
+        topic, partition = entry[0], entry[1]
+        if not _LEGAL_TOPIC.match(topic) or topic in (".", "..") or partition < 0:
+            raise P.ProtocolError(f"illegal topic-partition {topic!r}-{partition}")
 
 
 def _check_partition_state(fields: list) -> None:

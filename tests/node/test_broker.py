@@ -173,6 +173,11 @@ def test_malformed_requests_get_invalid_request_and_the_broker_keeps_serving(sin
     body = {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]}
     entry = single.request(0, P.ApiKey.PRODUCE, body, [batch]).body["partitions"][0]
     assert entry[2] == E.code_of("CORRUPT_MESSAGE")
+    # A controller request naming a path outside the log dir.
+    bad = {"controller_id": 1, "controller_epoch": single.controller_epoch,
+           "partitions": [["../../escape", 0, 0, 9, [0], 0, [0], True]], "live_leaders": []}
+    assert single.request(0, P.ApiKey.LEADER_AND_ISR, bad).body["error"] == invalid
+    assert not (single.brokers[0].dir / "escape-0").exists()
     # A produce with a wrong number of batch frames.
     response = single.request(0, P.ApiKey.PRODUCE, body, [])
     assert response.body["error"] == invalid
