@@ -313,3 +313,41 @@ def test_high_watermarks_are_checkpointed_periodically(tmp_path, cluster_id):
                  {(TOPIC, 0): 3, (TOPIC, 1): 5}, "both HWs checkpointed", 10)
     finally:
         cluster.close()
+
+
+def test_fuzzed_requests_never_stop_the_broker(single):
+    """Seeded random bodies for every API (wrong types, wrong arities, odd values): each
+    gets an answer or is dropped, and the broker keeps serving."""
+    import random
+
+    import msgpack
+    rng = random.Random(20261122)
+    atoms = [None, True, -1, 0, 1, 2**40, -2**40, 3.5, "", "x", TOPIC, b"\x00", [], {},
+             [TOPIC, 0], [[TOPIC, 0]], [[TOPIC, 0, 0, -1, 100]], [["", -1]]]
+
+    def value(depth=0):
+        if depth < 2 and rng.random() < 0.3:
+            return [value(depth + 1) for _ in range(rng.randint(0, 9))]
+        return rng.choice(atoms)
+
+    fields = ["acks", "timeout_ms", "partitions", "replica_id", "max_wait_ms", "min_bytes",
+              "max_bytes", "topics", "controller_id", "controller_epoch", "live_leaders",
+              "brokers", "delete_partitions", "broker_id", "broker_epoch"]
+    channel = single.channel(0)
+    keys = [k.value for k in P.ApiKey if k not in (P.ApiKey.CONTROLLED_SHUTDOWN,)] + [99]
+    for i in range(400):
+        api_key = rng.choice(keys)
+        body = {f: value() for f in rng.sample(fields, rng.randint(0, len(fields)))}
+        if api_key in (P.ApiKey.FETCH,):
+            body["max_wait_ms"] = 0  # never park: every request is answered at once
+        frames = [msgpack.packb([api_key, 0, 10_000 + i, "fuzz"]), msgpack.packb(body)]
+        frames += [rng.randbytes(rng.randint(0, 80)) for _ in range(rng.randint(0, 2))]
+        channel.socket.send_multipart(frames)
+    answered = 0
+    while channel.socket.poll(2000):
+        channel.socket.recv_multipart()
+        answered += 1
+    assert answered > 300  # acks=0 produces are not answered
+    assert single.brokers[0].alive
+    assert "Traceback" not in single.brokers[0].log()
+    assert single.produce(0, TOPIC, 0, [b"alive"], acks=1)[2] == 0
