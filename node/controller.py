@@ -1062,6 +1062,13 @@ class Controller:
                 finished.append(tp)
                 continue
             self._start_reassignment(tp, target, current)
+        # An entry that vanished from the znode while its partition moves is a
+        # cancellation: the partition goes back to its original replicas.
+        for tp in sorted(set(self.reassigning) - set(self.reassign_znode)):
+            move = self.reassigning[tp]
+            if not move.completing and move.target != move.original:
+                self._log("INFO", f"reassignment of {tp[0]}-{tp[1]} cancelled")
+                self._start_reassignment(tp, move.original, move)
         if finished:
             self._remove_reassignment_entries(finished)
 
@@ -1194,7 +1201,7 @@ class Controller:
         self._zk([ZkSetData(Z.topic_path(topic), data, self.topic_versions.get(topic, -1))],
                  on_done)
 
-    def _remove_reassignment_entries(self, tps: list[TopicPartition], attempt: int = 1) -> None:
+    def _remove_reassignment_entries(self, tps: list[TopicPartition]) -> None:
         for tp in tps:
             self.reassign_znode.pop(tp, None)
         if self.reassign_znode_version < 0:
@@ -1213,20 +1220,16 @@ class Controller:
                 self.reassign_znode_version = result.version if self.reassign_znode else -1
             elif result.error == "NoNode":
                 self.reassign_znode_version = -1
-            elif result.error == "BadVersion" and attempt < STATE_WRITE_ATTEMPTS_MAX:
-                # New requests arrived meanwhile: start them, then drop ours again.
-                if result.current_data is None:
-                    self.reassign_znode_version = -1
-                    return
+            elif result.error == "BadVersion" and result.current_data is not None:
+                # New requests arrived meanwhile: take the znode as it is now; the
+                # finished entries (target == replicas) are dropped from it again.
                 try:
                     moves = Z.decode_reassignment(result.current_data)
                 except Z.ZkDataError as e:
                     self._log("ERROR", str(e))
                     return
-                done = [tp for tp in tps if tp in moves and tp not in self.reassigning]
                 self._on_reassignment_requested(
                     ReassignmentRequested(moves, result.current_version))
-                self._remove_reassignment_entries(done, attempt + 1)
             else:
                 self._log("ERROR", f"/admin/reassign_partitions not updated ({result.error})")
 

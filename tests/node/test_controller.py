@@ -585,3 +585,19 @@ def test_config_is_read_from_a_broker_config_by_kafka_names():
     cfg = C.ControllerConfig.from_broker_config(Cfg())
     assert cfg.unclean_leader_election_enable and cfg.leader_imbalance_check_interval_seconds == 7
     assert cfg.auto_leader_rebalance_enable is True
+
+
+def test_removing_an_entry_from_the_reassignment_znode_cancels_it():
+    h = Harness()
+    h.add_topic("t", {0: [0, 1]})
+    h.start([B0, B1, B2])
+    _reassign(h, {("t", 0): [1, 2]})
+    assert h.core.assignments["t"][0] == (1, 2, 0)
+    h.clear()
+    h.zk.nodes.pop(Z.REASSIGN_PARTITIONS)
+    h.run(C.ReassignmentRequested({}, -1))
+    assert ("t", 0) not in h.core.reassigning
+    assert Z.decode_assignment("t", h.zk.get(Z.topic_path("t"))[0]) == {0: [0, 1]}
+    assert 2 not in state(h).isr and state(h).leader == 0
+    stop = h.requests(ApiKey.STOP_REPLICA, 2)
+    assert stop and stop[0].body["delete_partitions"] is True
