@@ -237,3 +237,59 @@ def test_election_znode_decoding():
     assert got.zk_version == 3
     with pytest.raises(Z.ZkDataError):
         decode_election(b"[1]")
+
+
+def _admin(zk, api_key, body):
+    from node.admin import handle_admin_request
+    return handle_admin_request(api_key, body, zk=zk, config=StandInConfig())
+
+
+def test_admin_requests_drive_the_controller_create_reassign_elect_delete(nodes, make_client):
+    a = nodes(0)
+    sessions = [make_client(), make_client()]
+    for i, s in zip((1, 2), sessions):
+        register_broker(s, i)
+    admin = make_client()
+    a.runner.start()
+    wait_for(lambda: a.runner.active, pumps(a))
+    resp = _admin(admin, ApiKey.CREATE_TOPICS, {
+        "topics": [["x", 3, 2, None, {}]], "timeout_ms": 1000, "validate_only": False})
+    assert resp["topics"][0][1] == 0
+    wait_for(lambda: all(read_state(admin, "x", p) for p in range(3)), pumps(a))
+    assert [read_state(admin, "x", p).leader for p in range(3)] == [0, 1, 2]
+
+    # More partitions: the controller initializes the new one.
+    _admin(admin, ApiKey.CREATE_PARTITIONS, {"topics": [["x", 4, None]], "timeout_ms": 1})
+    wait_for(lambda: read_state(admin, "x", 3), pumps(a), what="state of the new partition")
+
+    # Reassign x-0 from [0, 1] to [2, 1]; the leader (0) reports 2 in the ISR.
+    _admin(admin, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+        "partitions": [["x", 0, [2, 1]]], "timeout_ms": 1})
+    wait_for(lambda: Z.decode_assignment("x", admin.get(Z.topic_path("x"))[0])[0] == [2, 1, 0],
+             pumps(a), what="RS = TRS + ORS")
+    s = read_state(admin, "x", 0)
+    admin.set(Z.partition_state_path("x", 0), Z.encode_partition_state(
+        Z.PartitionState(s.leader, s.leader_epoch, s.isr + (2,), s.controller_epoch)),
+        version=s.zk_version)
+    admin.create(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([("x", 0)]), sequence=True)
+    wait_for(lambda: Z.decode_assignment("x", admin.get(Z.topic_path("x"))[0])[0] == [2, 1],
+             pumps(a), what="reassignment completes")
+    wait_for(lambda: admin.exists(Z.REASSIGN_PARTITIONS) is None, pumps(a))
+    s = read_state(admin, "x", 0)
+    assert s.leader in (2, 1) and set(s.isr) <= {1, 2}
+    assert _admin(admin, ApiKey.LIST_PARTITION_REASSIGNMENTS, {"partitions": None}) == \
+        {"error": 0, "partitions": []}
+
+    # Preferred election for everything: x-0's preferred replica is now 2.
+    _admin(admin, ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": None,
+                                         "timeout_ms": 1})
+    wait_for(lambda: admin.exists(Z.PREFERRED_REPLICA_ELECTION) is None, pumps(a))
+    assert read_state(admin, "x", 0).leader == 2
+
+    # Delete: every replica confirms (the test's send answers), then the znodes go.
+    _admin(admin, ApiKey.DELETE_TOPICS, {"topics": ["x"], "timeout_ms": 1})
+    wait_for(lambda: admin.exists(Z.topic_path("x")) is None, pumps(a), what="deletion")
+    wait_for(lambda: admin.exists(Z.delete_topic_path("x")) is None, pumps(a))
+    assert admin.exists(Z.topic_config_path("x")) is None
+    stops = [b for _, b in a.requests(ApiKey.STOP_REPLICA) if b["delete_partitions"]]
+    assert stops
