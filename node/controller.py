@@ -361,8 +361,9 @@ def elect_reassigned(target: tuple[int, ...], state: PartitionState, live: set[i
 
 @dataclass
 class _Reassignment:
-    original: tuple[int, ...]
+    original: tuple[int, ...]    # RS when this (possibly replacing) reassignment began
     target: tuple[int, ...]
+    cancel_target: tuple[int, ...] = ()   # the replicas before the first reassignment
     completing: bool = False     # the final state write is in flight
 
     @property
@@ -1066,9 +1067,9 @@ class Controller:
         # cancellation: the partition goes back to its original replicas.
         for tp in sorted(set(self.reassigning) - set(self.reassign_znode)):
             move = self.reassigning[tp]
-            if not move.completing and move.target != move.original:
+            if not move.completing and move.target != move.cancel_target:
                 self._log("INFO", f"reassignment of {tp[0]}-{tp[1]} cancelled")
-                self._start_reassignment(tp, move.original, move)
+                self._start_reassignment(tp, move.cancel_target, move)
         if finished:
             self._remove_reassignment_entries(finished)
 
@@ -1088,21 +1089,22 @@ class Controller:
 
     def _start_reassignment(self, tp: TopicPartition, target: tuple[int, ...],
                             previous: _Reassignment | None) -> None:
-        original = previous.original if previous is not None else self._replicas(tp)
-        move = _Reassignment(original=tuple(original), target=tuple(target))
+        # A replaced (or cancelled) reassignment starts from the current replica set, so
+        # no replica leaves it (and the ISR) before the new target is in sync; Kafka
+        # stops the replaced one's new replicas at once (its step U3), here they go with
+        # the other removed replicas at completion.
+        original = self._replicas(tp)
+        move = _Reassignment(original=tuple(original), target=tuple(target),
+                             cancel_target=previous.cancel_target if previous is not None
+                             else tuple(original))
         self.reassigning[tp] = move
         self._log("INFO", f"reassigning {tp[0]}-{tp[1]}: {list(original)} -> {list(target)} "
                           f"(adding {list(move.adding)}, removing {list(move.removing)})")
-        stale = []
-        if previous is not None:   # U3: replicas the replaced reassignment was adding
-            stale = [r for r in previous.adding if r not in move.full]
         self.assignments[tp[0]][tp[1]] = move.full
 
         def after_topic_written() -> None:
             if tp not in self.reassigning:
                 return
-            for r in stale:
-                self._send_stop_replica(r, [tp], delete=True)
 
             def decide(tp_):
                 state = self.states[tp_]

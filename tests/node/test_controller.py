@@ -290,12 +290,24 @@ def test_failover_rebuilds_state_elects_for_dead_leaders_and_tells_every_replica
 
 def test_failover_resumes_pending_admin_work():
     h = three_brokers(assignment={0: [1, 0, 2]})
+    h.brokers_changed([B0, B2])                # 1 dies: 0 leads
+    h.brokers_changed([B0, broker(1, 300), B2])
+    h.isr_changed("t", 0, [0, 2, 1])           # 1 caught up
+    assert state(h).leader == 0
     h2 = Harness(broker_id=2, epoch=2)
     h2.zk = h.zk
     h2.zk.put(Z.PREFERRED_REPLICA_ELECTION, Z.encode_partition_list([("t", 0)]))
-    h2.start([B0, B1, B2], election=C.ElectionRequested((("t", 0),), "preferred", 0))
-    assert state(h2).leader == 1              # already preferred: nothing to do
+    h2.start([B0, broker(1, 300), B2],
+             election=C.ElectionRequested((("t", 0),), "preferred", 0))
+    assert state(h2).leader == 1 and state(h2).controller_epoch == 2
     assert h2.zk.get(Z.PREFERRED_REPLICA_ELECTION) is None
+
+
+def test_failover_initializes_partitions_the_old_controller_never_did():
+    h = Harness(epoch=4)
+    h.add_topic("t", {0: [1, 2]})              # written by an admin; no state yet
+    h.start([B0, B1, B2])
+    assert state(h) == Z.PartitionState(1, 0, (1, 2), 4, 0)
 
 
 # ------------------------------------------------------------------ preferred election
