@@ -25,7 +25,10 @@ Rules (Kafka ZK mode, DESIGN.md "Replication"):
   the ISR: leader stays if in TRS, else the first live ISR replica of TRS; RS = TRS,
   ISR = ISR ∩ TRS, leader_epoch + 1 (Kafka's steps B3 and B4 in one write);
   StopReplica(delete) to RR; write the topic znode; drop the entry from
-  ``/admin/reassign_partitions`` (the znode is deleted when empty).
+  ``/admin/reassign_partitions`` (the znode is deleted when empty). A new target for a
+  moving partition starts from the current RS (nothing leaves RS, or the ISR, before
+  the new target is in sync); an entry removed from the znode cancels: the partition
+  moves back to the replicas it had before its first reassignment.
 - Controlled shutdown: leadership moves to the first replica (assignment order) that is
   alive, in the ISR and not shutting down; the broker leaves the ISR of partitions it
   follows; the answer lists the partitions it still leads.

@@ -42,6 +42,8 @@ log = logging.getLogger("minikafka.controller")
 EPOCH_BUMP_ATTEMPTS_MAX = 10
 EVENTS_PER_RUN_MAX = 100_000          # effects loop guard: a core bug must not spin forever
 TREE_NODES_MAX = 100_000              # recursive delete bound
+READ_PIPELINE_MAX = 1_000             # coordinator reads in flight at once on failover
+INTERNAL_ERROR_PAUSE_MS = 5_000       # before competing again after a controller bug
 
 _ERROR_NAMES = {BadVersionError: "BadVersion", NoNodeError: "NoNode",
                 NodeExistsError: "NodeExists", NotEmptyError: "NotEmpty"}
@@ -65,6 +67,7 @@ class ControllerRunner:
         self._started = False
         self._stopped = False
         self._want_election = False
+        self._elect_not_before_ms = 0
         self._watched_topics: set[str] = set()
         self._watchers: dict = {}
         self._replies: dict[int, Callable[[dict], None]] = {}
@@ -96,7 +99,7 @@ class ControllerRunner:
     def tick(self, now_ms: int) -> None:
         if self._stopped:
             return
-        if self._want_election and not self.active:
+        if self._want_election and not self.active and now_ms >= self._elect_not_before_ms:
             self._elect()
         if self.active:
             self._run(C.Tick(now_ms))
@@ -213,12 +216,7 @@ class ControllerRunner:
         brokers = self._read_brokers()
         topics = tuple(t for t in (self._read_topic(name) for name in self._topic_names())
                        if t is not None)
-        states = {}
-        for topic in topics:
-            for p in sorted(topic.assignment):
-                state = self._read_state(topic.name, p)
-                if state is not None:
-                    states[(topic.name, p)] = state
+        states = self._read_states([(t.name, p) for t in topics for p in sorted(t.assignment)])
         moves, moves_version = self._read_reassignments()
         election = self._read_election()
         deleting = self._read_deletions()
@@ -342,15 +340,22 @@ class ControllerRunner:
             log.error("%s", e)
             return {}
 
-    def _read_state(self, topic: str, partition: int) -> Z.PartitionState | None:
-        try:
-            data, stat = self.zk.get(Z.partition_state_path(topic, partition))
-            return Z.decode_partition_state(data, stat.version, f"{topic}-{partition} state")
-        except NoNodeError:
-            return None
-        except Z.ZkDataError as e:
-            log.error("%s", e)
-            return None
+    def _read_states(self, partitions: list[tuple[str, int]]) -> dict:
+        """Partition states, read pipelined (thousands of partitions on failover)."""
+        states = {}
+        for start in range(0, len(partitions), READ_PIPELINE_MAX):
+            chunk = partitions[start:start + READ_PIPELINE_MAX]
+            pending = [(tp, self.zk.get_async(Z.partition_state_path(*tp))) for tp in chunk]
+            for tp, result in pending:
+                try:
+                    data, stat = result.get()
+                    states[tp] = Z.decode_partition_state(data, stat.version,
+                                                          f"{tp[0]}-{tp[1]} state")
+                except NoNodeError:
+                    continue
+                except Z.ZkDataError as e:
+                    log.error("%s", e)
+        return states
 
     def _read_reassignments(self) -> tuple[dict, int]:
         watch = self._watcher("reassign", self._on_reassignments_changed)
@@ -447,8 +452,8 @@ class ControllerRunner:
     def _on_isr_notifications(self) -> None:
         partitions = self._drain_isr_notifications()
         if partitions:
-            states = {(t, p): self._read_state(t, p) for t, p in partitions}
-            self._run(C.IsrChanged(states))
+            states = self._read_states(partitions)
+            self._run(C.IsrChanged({tp: states.get(tp) for tp in partitions}))
 
     # ---------------------------------------------------------------- effects
 
@@ -465,7 +470,18 @@ class ControllerRunner:
                 steps += 1
                 assert steps <= EVENTS_PER_RUN_MAX, "controller effects loop does not settle"
                 core = self._core
-                for effect in core.step(self._queue.popleft()):
+                event = self._queue.popleft()
+                try:
+                    effects = core.step(event)
+                except Exception:
+                    # A controller bug must not take the broker down: log it, resign, and
+                    # let an election (after a pause) rebuild the state from scratch.
+                    log.exception("controller failed on %r", event)
+                    self._resign("internal error")
+                    self._want_election = not self._stopped
+                    self._elect_not_before_ms = self._now_ms() + INTERNAL_ERROR_PAUSE_MS
+                    break
+                for effect in effects:
                     self._perform(effect)
                     if self._core is not core:
                         break
