@@ -293,3 +293,27 @@ def test_admin_requests_drive_the_controller_create_reassign_elect_delete(nodes,
     assert admin.exists(Z.topic_config_path("x")) is None
     stops = [b for _, b in a.requests(ApiKey.STOP_REPLICA) if b["delete_partitions"]]
     assert stops
+
+
+def test_topic_config_override_enables_unclean_election_of_an_offline_partition(
+        nodes, make_client):
+    a = nodes(0)
+    admin = make_client()
+    b_session = make_client()
+    register_broker(b_session, 1)
+    a.runner.start()
+    wait_for(lambda: a.runner.active, pumps(a))
+    create_topic(admin, "t", {0: [1, 0]})
+    wait_for(lambda: read_state(admin, "t", 0), pumps(a))
+    s = read_state(admin, "t", 0)
+    admin.set(Z.partition_state_path("t", 0), Z.encode_partition_state(
+        Z.PartitionState(1, s.leader_epoch, (1,), s.controller_epoch)), version=s.zk_version)
+    admin.create(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([("t", 0)]), sequence=True)
+    wait_for(lambda: admin.get_children(Z.ISR_CHANGE_NOTIFICATION) == [], pumps(a))
+    b_session.stop()
+    wait_for(lambda: read_state(admin, "t", 0).leader == -1, pumps(a), what="offline")
+    _, stat = admin.get(Z.topic_config_path("t"))
+    admin.set(Z.topic_config_path("t"), Z.encode_topic_config(
+        {"unclean.leader.election.enable": "true"}), version=stat.version)
+    wait_for(lambda: read_state(admin, "t", 0).leader == 0, pumps(a), what="unclean election")
+    assert read_state(admin, "t", 0).isr == (0,)
