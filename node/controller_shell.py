@@ -30,7 +30,6 @@ from collections.abc import Callable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError,
                               NoNodeError, NotEmptyError, RolledBackError)
-from kazoo.protocol.states import EventType
 
 from node import controller as C
 from node import errors as E
