@@ -73,6 +73,13 @@ Effects, to be performed in the order given:
 A state-changing decision is always written first (ZkOps) and sent to brokers only from
 the step that handles its ZkOpsDone, so brokers never hear of a state the coordinator
 does not hold.
+
+Driving it without a coordinator (a simulator): keep a dict path -> (data, version),
+answer each ZkOps op by op as ZooKeeper would (``tests/node/controller_harness.py``
+does, and shows the loop), deliver SendRequests to simulated brokers in order per
+broker, and feed BrokersChanged / IsrChanged / Tick as the simulated world changes.
+Everything the core emits is sorted (brokers, topics, partitions), so one seed gives
+one trace.
 """
 from __future__ import annotations
 
