@@ -302,3 +302,34 @@ def test_describe_configs_overrides_over_broker_defaults(cluster):
     assert values["unclean.leader.election.enable"] == "true"
     assert values["segment.bytes"] == str(1024 ** 3)
     assert missing == ["zz", E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), {}]
+
+
+# kazoo's connection thread draws from the global `random` (ping jitter) while
+# hypothesis generates, which hypothesis reports as if a strategy had used it.
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+def test_garbage_bodies_either_answer_or_raise_protocol_error(cluster):
+    """h11's rule: any input gives an answer or the protocol error, nothing else."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 5), st.text(max_size=3),
+                        st.sampled_from(["t", "x", "r"]))
+    values = st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+        max_leaves=12)
+    keys = st.sampled_from(["topics", "partitions", "election_type", "timeout_ms",
+                            "validate_only", "x"])
+    bodies = st.dictionaries(keys, values, max_size=4)
+    create(cluster, "t", assignment={0: [0, 1]})
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(api_key=st.sampled_from(sorted(ADMIN_API_KEYS)), body=bodies)
+    def check(api_key, body):
+        try:
+            resp = call(cluster, api_key, body)
+        except ProtocolError:
+            return
+        assert isinstance(resp, dict)
+
+    check()
