@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 from kazoo.client import KazooClient
 
+from bench.zkservers import KINDS, missing_reason
 from bench.zkservers import start as start_zk
 from node import zkdata as Z
 
@@ -34,9 +35,13 @@ class StandInConfig:
     min_insync_replicas: int = 1
 
 
-@pytest.fixture(scope="module")
-def zk_server():
-    handle = start_zk("zk_lite", tick_time_ms=500)
+@pytest.fixture(scope="module", params=KINDS)
+def zk_server(request):
+    """zk_lite, and a real Apache ZooKeeper 3.8 (the reference) when installed."""
+    reason = missing_reason(request.param)
+    if reason:
+        pytest.skip(reason)
+    handle = start_zk(request.param, tick_time_ms=500)
     try:
         yield handle
     finally:
