@@ -33,6 +33,7 @@ class World:
         self.h.add_topic("b", {0: [3, 0], 1: [0, 1]})
         self.h.start(self.brokers())
         self.late: list = []          # IsrChanged events not delivered yet
+        self.topic_count = 0
         self.isr_written: dict = {}
         self.leaders_by_epoch: dict = {}
 
@@ -91,6 +92,47 @@ class World:
         if self.late:
             self.h.run(self.late.pop(0))
 
+    def failover(self):
+        """The controller dies; another broker's new core rebuilds from the coordinator."""
+        self.h.epoch += 1
+        self.h.core = C.Controller(self.rng.choice(sorted(self.live)), self.h.core.config)
+        found = self.h.zk.get(Z.REASSIGN_PARTITIONS)
+        moves = {} if found is None else Z.decode_reassignment(found[0])
+        deleting = tuple(sorted(p.rsplit("/", 1)[1] for p in self.h.zk.nodes
+                                if p.startswith(Z.DELETE_TOPICS + "/")))
+        self.h.start(self.brokers(), now_ms=self.now_ms, reassignments=moves,
+                     reassignments_zk_version=-1 if found is None else found[1],
+                     topics_to_delete=deleting)
+
+    def create_topic(self):
+        self.topic_count += 1
+        name = f"n{self.topic_count}"
+        rf = self.rng.randint(1, 3)
+        parts = self.rng.randint(1, 3)
+        self.h.add_topic(name, {p: self.rng.sample(BROKERS, rf) for p in range(parts)})
+        self.h.run(C.TopicChanged(self.h.topic_snapshot(name)))
+
+    def add_partition(self):
+        topics = sorted(t for t in self.h.core.assignments if t not in self.h.core.deleting)
+        if not topics:
+            return
+        name = self.rng.choice(topics)
+        current = Z.decode_assignment(name, self.h.zk.get(Z.topic_path(name))[0])
+        rf = len(current[0])
+        current[len(current)] = self.rng.sample(BROKERS, rf)
+        raw = Z._load(self.h.zk.get(Z.topic_path(name))[0], name)
+        raw["partitions"] = {str(p): r for p, r in current.items()}
+        self.h.zk.put(Z.topic_path(name), Z._dump(raw))
+        self.h.run(C.TopicChanged(self.h.topic_snapshot(name)))
+
+    def delete_topic(self):
+        topics = sorted(t for t in self.h.core.assignments if t.startswith("n"))
+        if not topics:
+            return
+        name = self.rng.choice(topics)
+        self.h.zk.put(Z.delete_topic_path(name), b"")
+        self.h.run(C.TopicDeletionRequested((name,)))
+
     def elect(self):
         kind = self.rng.choice(["preferred", "unclean"])
         self.unclean_requested = kind == "unclean"
@@ -116,14 +158,44 @@ class World:
     def step(self):
         action = self.rng.choices(
             [self.kill, self.restart, self.leader_changes_isr, self.elect, self.shutdown,
-             self.reassign, self.tick, self.silent_isr_change, self.deliver_late],
-            weights=[3, 3, 6, 1, 1, 1, 2, 2, 2])[0]
+             self.reassign, self.tick, self.silent_isr_change, self.deliver_late,
+             self.failover, self.create_topic, self.add_partition, self.delete_topic],
+            weights=[3, 3, 6, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1])[0]
         before = {tp: self.h.zk.state(*tp) for tp in self.partitions()}
         sent_before = len(self.h.sent)
         self.unclean_requested = False
         self.isr_written: dict = {}   # ISRs leaders wrote during this step
         action()
         self.check(before, self.h.sent[sent_before:])
+
+    def settle(self):
+        """Everyone back (brokers in controlled shutdown bounced), every notification
+        delivered, every follower caught up: all work must then finish."""
+        while self.late:
+            self.deliver_late()
+        for b in sorted(self.h.core.shutting_down):
+            self.live.discard(b)
+        self.h.brokers_changed(self.brokers())
+        for b in BROKERS:
+            if b not in self.live:
+                self.epochs[b] += 1000
+                self.live.add(b)
+        self.h.brokers_changed(self.brokers())
+        for _ in range(3):
+            for tp in self.partitions():
+                if tp not in self.h.core.states:     # deleted meanwhile
+                    continue
+                s = self.h.zk.state(*tp)
+                replicas = self.h.core.assignments[tp[0]][tp[1]]
+                missing = [r for r in replicas if r not in s.isr]
+                if s.leader in self.live and missing:
+                    self.h.isr_changed(tp[0], tp[1], list(s.isr) + missing)
+        core = self.h.core
+        for tp in self.partitions():
+            assert self.h.zk.state(*tp).leader != -1, (tp, "still offline")
+        assert not core.reassigning and self.h.zk.get(Z.REASSIGN_PARTITIONS) is None
+        assert not core.deleting and not core.uninitialized
+        assert not [p for p in self.h.zk.nodes if p.startswith(Z.DELETE_TOPICS + "/")]
 
     # -- invariants
     def check(self, before, sent):
@@ -149,7 +221,7 @@ class World:
                     # Clean elections only pick a replica that was in the ISR.
                     assert s.leader in set(old.isr) | self.isr_written.get(tp, set()), \
                         (tp, old, s)
-            if s.leader != -1:
+            if s.leader != -1 and tp[0] not in core.deleting:   # deletion freezes a topic
                 assert s.leader in self.live, (tp, s, self.live)
         for req in sent:
             assert req.broker_id in self.live
@@ -173,6 +245,7 @@ def test_random_event_sequences_keep_the_invariants(unclean):
         try:
             for _ in range(STEPS):
                 world.step()
+            world.settle()
         except AssertionError as e:
             raise AssertionError(f"seed {seed} (unclean={unclean}): {e}\n"
                                  f"{world.h.log_text()[-3000:]}") from e
