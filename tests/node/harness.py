@@ -133,9 +133,15 @@ class BrokerProcess:
 
 
 class Cluster:
-    """zk_lite + brokers + a test-side controller; ``close()`` kills everything."""
+    """zk_lite + brokers + a test-side controller; ``close()`` kills everything.
 
-    def __init__(self, base_dir: Path, cluster_id: str, tick_time_ms: int = 200) -> None:
+    With ``test_controller`` (the default) this process holds ``/controller`` (as broker
+    id ``controller_id``) for the whole test, so no broker's ControllerRunner wins the
+    election and the test drives the brokers itself; without it the brokers elect a
+    real controller among themselves."""
+
+    def __init__(self, base_dir: Path, cluster_id: str, tick_time_ms: int = 200,
+                 test_controller: bool = True) -> None:
         self.base_dir = base_dir
         self.cluster_id = cluster_id
         self.zk_server = zkservers.start("zk_lite", tick_time_ms=tick_time_ms)
@@ -145,6 +151,10 @@ class Cluster:
         self.channels: dict[int, Channel] = {}
         self.controller_epoch = 1
         self.controller_id = 100
+        if test_controller:
+            self.zk.create(Z.CONTROLLER_EPOCH, Z.encode_controller_epoch(self.controller_epoch))
+            self.zk.create(Z.CONTROLLER, Z.encode_controller(self.controller_id),
+                           ephemeral=True)
 
     def add_broker(self, broker_id: int, start: bool = True, **overrides) -> BrokerProcess:
         props = {k.replace("_", "."): v for k, v in overrides.items()}

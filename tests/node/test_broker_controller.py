@@ -20,7 +20,7 @@ TOPIC = "ctl"
 
 @pytest.fixture
 def cluster(tmp_path, cluster_id):
-    c = Cluster(tmp_path, cluster_id)
+    c = Cluster(tmp_path, cluster_id, test_controller=False)
     try:
         for i in range(3):
             c.add_broker(i, min_insync_replicas=2, replica_lag_time_max_ms=2000,
