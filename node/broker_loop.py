@@ -5,6 +5,8 @@
   function, and a byte on a pipe wakes the poller; the loop runs posted functions in
   order.
 - Timers (``call_later``) run on the loop; ``every`` repeats.
+- An event that raises is logged and the loop goes on (a failed assertion, a broken
+  invariant, stops the process instead).
 - ``Outbound`` is a pool of request channels (one ``node.net.Channel`` per endpoint)
   whose responses and timeouts become callbacks on the loop: ``on_response(Response)``
   or ``on_response(None)`` after the timeout or when the request could not be sent.
@@ -102,7 +104,7 @@ class EventLoop:
         if timeout and self.has_idle_work():
             ready = self.poller.poll(0)
             if not ready:
-                self.idle()
+                self._call(self.idle)
                 if self._posted:
                     timeout = 0
         if not ready:
@@ -116,13 +118,25 @@ class EventLoop:
                 continue
             handler = self._handlers.get(socket)
             if handler is not None:
-                handler()
+                self._call(handler)
         for _ in range(POSTED_PER_ITERATION_MAX):
             if not self._posted:
                 break
-            self._posted.popleft()()
+            self._call(self._posted.popleft())
         self._run_timers()
-        self.after_iteration()
+        self._call(self.after_iteration)
+
+    @staticmethod
+    def _call(fn: Callable[[], None]) -> None:
+        """Run one event. An error in one (a disk error in a truncation, a bug in a
+        callback) is logged and the loop goes on serving; a failed assertion is a broken
+        invariant and stops the process loudly."""
+        try:
+            fn()
+        except AssertionError:
+            raise
+        except Exception:
+            logger.exception("event %r failed; the broker keeps serving", fn)
 
     def _run_timers(self) -> None:
         now = now_ms()
@@ -133,7 +147,7 @@ class EventLoop:
             if timer_id in self._cancelled:
                 self._cancelled.discard(timer_id)
                 continue
-            fn()
+            self._call(fn)
 
     def close(self) -> None:
         for fd in (self._wake_r, self._wake_w):
@@ -194,7 +208,7 @@ class Outbound:
         for response in channel.receive_ready():
             entry = self._pending.pop((endpoint, response.correlation_id), None)
             if entry is not None:
-                entry[1](response)
+                EventLoop._call(lambda cb=entry[1], r=response: cb(r))
 
     def expire(self, now: int) -> None:
         """Time out overdue requests (call from a timer)."""
@@ -204,7 +218,7 @@ class Outbound:
             channel = self.channels.get(key[0])
             if channel is not None:
                 channel.forget(key[1])
-            callback(None)
+            EventLoop._call(lambda cb=callback: cb(None))
 
     def close_channel(self, endpoint: str) -> None:
         channel = self.channels.pop(endpoint, None)
