@@ -650,8 +650,9 @@ class Broker:
             return
         self._shutting_down = True
         logger.info("broker %d shutting down", self.broker_id)
-        if self.config.controlled_shutdown_enable and self.router is not None:
-            self._controlled_shutdown(self.config.controlled_shutdown_max_retries)
+        attempts = self.config.controlled_shutdown_max_retries  # Kafka: attempts in all
+        if self.config.controlled_shutdown_enable and attempts > 0 and self.router is not None:
+            self._controlled_shutdown(attempts - 1)
         else:
             self._stop = True
 
