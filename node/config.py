@@ -232,11 +232,11 @@ class BrokerConfig:
     log_config: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
-        if self.replica_fetch_wait_max_ms >= self.replica_lag_time_max_ms:
+        if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
             # Kafka's rule: otherwise a caught-up follower parked in a long poll looks lagging.
             raise ConfigError(
-                f"replica.fetch.wait.max.ms ({self.replica_fetch_wait_max_ms}) must be less "
-                f"than replica.lag.time.max.ms ({self.replica_lag_time_max_ms})")
+                f"replica.fetch.wait.max.ms ({self.replica_fetch_wait_max_ms}) must be at most "
+                f"replica.lag.time.max.ms ({self.replica_lag_time_max_ms})")
         if self.replica_fetch_max_bytes < 64:
             raise ConfigError("replica.fetch.max.bytes must be at least 64")
 

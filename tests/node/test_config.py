@@ -82,7 +82,7 @@ def test_kafka_coarse_retention_keys_and_precedence():
     ("log.segment.bytes", "10", "log.segment.bytes=10 is outside"),
     ("log.retention.ms", "soon", "log.retention.ms: expected an integer"),
     ("zookeeper.connect", "nohostport", "zookeeper.connect: expected host:port"),
-    ("replica.fetch.wait.max.ms", "40000", "replica.fetch.wait.max.ms (40000) must be less"),
+    ("replica.fetch.wait.max.ms", "40000", "replica.fetch.wait.max.ms (40000) must be at most"),
 ])
 def test_unknown_or_invalid_keys_name_the_key(key, value, fragment):
     with pytest.raises(ConfigError) as info:
