@@ -285,9 +285,14 @@ class Broker:
     # ================================================================ requests
 
     def _on_listener_readable(self) -> None:
+        router = self.router
         for _ in range(L.RECEIVE_BATCH_MAX):
+            # Ask before receiving: ending the batch on zmq.Again costs an exception per
+            # wake-up, and a wake-up usually brings one request.
+            if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return
             try:
-                frames = self.router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                frames = router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             if len(frames) >= 2:
