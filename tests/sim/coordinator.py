@@ -35,6 +35,7 @@ class SimCoordinator:
         self._zxid = 0
         self.sessions: dict[int, Session] = {}
         self._notification_seq = 0
+        self._states: dict[str, tuple] = {}     # path -> (data, version, decoded)
         self.zk.put(Z.CONTROLLER_EPOCH, Z.encode_controller_epoch(0))
 
     # ---------------------------------------------------------------- sessions
@@ -152,8 +153,15 @@ class SimCoordinator:
     # ---------------------------------------------------------------- partition state
 
     def state(self, topic: str, partition: int) -> Z.PartitionState | None:
-        node = self.zk.get(Z.partition_state_path(topic, partition))
-        return None if node is None else Z.decode_partition_state(node[0], node[1])
+        path = Z.partition_state_path(topic, partition)
+        node = self.zk.nodes.get(path)
+        if node is None:
+            return None
+        cached = self._states.get(path)
+        if cached is None or cached[0] is not node[0] or cached[1] != node[1]:
+            cached = self._states[path] = (node[0], node[1],
+                                           Z.decode_partition_state(node[0], node[1]))
+        return cached[2]
 
     def write_isr(self, sid: int, topic: str, partition: int, state: Z.PartitionState
                   ) -> tuple[bool, Z.PartitionState | None]:
