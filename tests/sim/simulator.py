@@ -140,6 +140,7 @@ class Channel:
     """A FIFO connection: messages after one held are held behind it."""
     last_ms: int = 0
     held: deque = field(default_factory=deque)
+    closed: bool = False
 
 
 class Sim:
@@ -284,10 +285,10 @@ class Sim:
 
     def _channel_flush(self, channel: Channel) -> None:
         while channel.held:
-            deliver, args = channel.held[0]
+            deliver, args = channel.held.popleft()
             if deliver(*args) is False:
+                channel.held.appendleft((deliver, args))
                 return
-            channel.held.popleft()
 
     # ------------------------------------------------------------------ coordinator link
 
@@ -514,7 +515,7 @@ class Sim:
             self._note(f"b{broker.broker_id} stops being controller: {reason}")
         broker.controller = None
         for key in [k for k in self.channels if k[0] == broker.term]:
-            del self.channels[key]
+            self._close_channel(key)
         broker.term = 0
 
     def _controller_step(self, broker: Broker, event) -> None:
@@ -550,25 +551,31 @@ class Sim:
         if broker.controller is core:
             # Kafka drops a broker's channel (and its queued requests) when it dies.
             for key in [k for k in self.channels if k[0] == term and k[1] not in core.brokers]:
-                del self.channels[key]
+                self._close_channel(key)
+
+    def _close_channel(self, key) -> None:
+        """What was handed to the connection is on its way; what it held is dropped."""
+        channel = self.channels.pop(key)
+        channel.closed = True
+        channel.held.clear()
 
     def _controller_send(self, broker: Broker, term: int, e: C.SendRequest) -> None:
         key = (term, e.broker_id)
         channel = self.channels.setdefault(key, Channel())
         message = ("Controller", broker.broker_id, broker.incarnation, term, e.api_key, e.body,
                    e.tag)
-        self._channel_send(channel, self._controller_arrive, key, message)
+        self._channel_send(channel, self._controller_arrive, key, channel, message)
 
-    def _controller_arrive(self, key, message: tuple):
-        if key not in self.channels:
-            return None                 # closed: the requests go with it
+    def _controller_arrive(self, key, channel: Channel, message: tuple):
         src = self.brokers[message[1]]
         if src.incarnation != message[2]:
-            del self.channels[key]      # the controller's process died
+            if not channel.closed:
+                self._close_channel(key)    # the controller's process died
             return None
         dst = self.brokers[key[1]]
         if src.isolated or not dst.up or dst.isolated:
-            return False                # TCP retransmits; reconnects and resends
+            # TCP retransmits; reconnects and resends while the channel is open.
+            return None if channel.closed else False
         self._to_broker(dst, message[1], message)
         return None
 
