@@ -310,8 +310,9 @@ class Sim:
     def _zk_arrive(self, sid: int, message: tuple):
         session = self.zk.sessions[sid]
         broker = self.brokers[session.broker_id]
-        if broker.incarnation != session.incarnation or not broker.up:
-            return None                      # the process is gone: so is the connection
+        if broker.incarnation != session.incarnation or not broker.up or \
+                broker.session != sid:
+            return None          # the process or its connection is gone (a new session)
         if broker.isolated:
             return False if self.zk.alive(sid) else None    # held until reconnection
         self._to_broker(broker, "zk", message)

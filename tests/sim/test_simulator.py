@@ -27,7 +27,7 @@ CHUNK = 100
 def config_for(seed: int, **overrides) -> SimConfig:
     """Vary the environment by seed as well as the schedule."""
     r = random.Random(seed * 7919)
-    settings = dict(duration_ms=2_500, heal_ms=2_000,
+    settings = dict(duration_ms=2_200, heal_ms=1_500,
                     concurrent_faults_max=r.choice([1, 1, 2]),
                     drop_probability=r.choice([0.0, 0.01, 0.05]),
                     delay_ms=r.choice([(1, 5), (1, 15), (1, 40)]),
