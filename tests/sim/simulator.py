@@ -539,6 +539,9 @@ class Sim:
                 elif isinstance(e, C.SendRequest):
                     self._controller_send(broker, term, e)
                 elif isinstance(e, C.LogLine):
+                    if " leader_epoch " in e.message:    # "<reason>: t-0 leader ..."
+                        reason = "state writes: " + e.message.split(":")[0]
+                        self.stats[reason] = self.stats.get(reason, 0) + 1
                     if e.level != "INFO" or "leader" in e.message:
                         self._note(f"controller b{broker.broker_id}/{epoch}: {e.message}")
                 elif isinstance(e, C.Resign):
