@@ -65,7 +65,6 @@ from tests.sim.coordinator import SimCoordinator
 from tests.sim.memlog import MemLog
 
 TOPIC = "t"
-PARTITION = 0
 NONE = 0
 TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
 NOT_LEADER = E.code_of("NOT_LEADER_OR_FOLLOWER")
@@ -81,6 +80,7 @@ class InvariantViolation(AssertionError):
 @dataclass
 class SimConfig:
     brokers: int = 3
+    partitions: int = 1             # of topic t; replicas placed as DESIGN.md says
     min_insync_replicas: int = 2
     unclean_leader_election: bool = False
     truncation_mode: TruncationMode = TruncationMode.LEADER_EPOCH
@@ -107,22 +107,30 @@ class SimConfig:
 
 
 @dataclass
-class Broker:
-    broker_id: int
-    incarnation: int
+class Replica:
+    """One partition on one broker: the real core, its log, and the shell's state."""
+    partition: int
     core: ReplicaCore
     log: MemLog
-    session: int = 0
-    up: bool = True
-    paused: bool = False
-    isolated: bool = False          # cut off from everyone, coordinator included
     checkpointed_hw: int = 0
     fetch_in_flight: int | None = None   # request id
     epoch_request_in_flight: int | None = None
     isr_write_in_flight: int | None = None   # request id of the WriteIsr awaited
     parked_fetches: list = field(default_factory=list)
-    backlog: list = field(default_factory=list)   # messages held while paused
     last_leader_hw: dict = field(default_factory=dict)   # epoch -> HW as leader
+    partition_controller_epoch: int = 0   # of the LeaderAndIsr the core applied
+
+
+@dataclass
+class Broker:
+    broker_id: int
+    incarnation: int
+    parts: dict[int, Replica]
+    session: int = 0
+    up: bool = True
+    paused: bool = False
+    isolated: bool = False          # cut off from everyone, coordinator included
+    backlog: list = field(default_factory=list)   # messages held while paused
     # Coordinator client and controller shell.
     registered: bool = False        # /brokers/ids/N created in the current session
     register_in_flight: bool = False
@@ -132,7 +140,15 @@ class Broker:
     term: int = 0                   # the running controller core's id (0: none)
     epoch_zk_version: int = -1
     controller_epoch: int = 0       # highest controller epoch seen (ReplicaManager's)
-    partition_controller_epoch: int = 0   # of the LeaderAndIsr the replica core applied
+
+    @property
+    def core(self) -> ReplicaCore:
+        """Partition 0's (the single-partition view the scripted tests use)."""
+        return self.parts[0].core
+
+    @property
+    def log(self) -> MemLog:
+        return self.parts[0].log
 
 
 @dataclass
@@ -155,8 +171,14 @@ class Sim:
         self._incarnations = 0
         c = self.config
         self.replicas = tuple(range(c.brokers))
+        self.partitions = tuple(range(c.partitions))
+        # DESIGN.md placement: partition p's j-th replica on broker (p + j) % n.
+        self.assignment = {p: tuple((p + j) % c.brokers for j in range(c.brokers))
+                           for p in self.partitions}
         self.zk = SimCoordinator()
-        self.brokers = {b: self._new_broker(b, MemLog()) for b in self.replicas}
+        self.brokers = {b: self._new_broker(b, {p: MemLog() for p in self.partitions})
+                        for b in self.replicas}
+        self._next_partition = 0
         self.controller_config = C.ControllerConfig(
             unclean_leader_election_enable=c.unclean_leader_election,
             auto_leader_rebalance_enable=c.auto_leader_rebalance,
@@ -185,12 +207,14 @@ class Sim:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _new_broker(self, broker_id: int, log: MemLog) -> Broker:
+    def _new_broker(self, broker_id: int, logs: dict[int, MemLog]) -> Broker:
         c = self.config
-        core = ReplicaCore(TOPIC, PARTITION, broker_id, ReplicationConfig(
-            c.replica_lag_time_max_ms, c.min_insync_replicas, c.truncation_mode))
+        config = ReplicationConfig(c.replica_lag_time_max_ms, c.min_insync_replicas,
+                                   c.truncation_mode)
         self._incarnations += 1
-        broker = Broker(broker_id, self._incarnations, core, log)
+        broker = Broker(broker_id, self._incarnations, {
+            p: Replica(p, ReplicaCore(TOPIC, p, broker_id, config), log)
+            for p, log in logs.items()})
         broker.session = self.zk.open_session(broker_id, broker.incarnation, self.now)
         return broker
 
@@ -234,15 +258,18 @@ class Sim:
 
     @property
     def state(self) -> dict:
-        """The partition state znode (leader, leader_epoch, isr, version), or {}."""
-        s = self.zk.state(TOPIC, PARTITION)
+        """Partition 0's state znode (leader, leader_epoch, isr, version), or {}."""
+        return self.partition_state(0)
+
+    def partition_state(self, p: int) -> dict:
+        s = self.zk.state(TOPIC, p)
         if s is None:
             return {}
         return {"leader": s.leader, "leader_epoch": s.leader_epoch, "isr": s.isr,
                 "controller_epoch": s.controller_epoch, "version": s.zk_version}
 
-    def current_leader(self) -> int:
-        s = self.zk.state(TOPIC, PARTITION)
+    def current_leader(self, p: int = 0) -> int:
+        s = self.zk.state(TOPIC, p)
         return -1 if s is None else s.leader
 
     # ------------------------------------------------------------------ datagrams
@@ -349,8 +376,9 @@ class Sim:
                 if epoch != current:
                     self._fail(f"a write of controller epoch {epoch} landed under {current}")
                 for op, r in zip(ops.ops, results):
-                    if r.error is None and op.path == Z.partition_state_path(TOPIC, PARTITION):
-                        self._check_state_written(f"controller epoch {epoch}")
+                    if r.error is None and op.path.endswith("/state"):
+                        self._check_state_written(int(op.path.split("/")[5]),
+                                                  f"controller epoch {epoch}")
             if any(r.error in ("Fenced", "SessionExpiredError") for r in results):
                 self.stats["zombie_writes_refused"] += 1
                 self._note(f"zk: controller epoch {epoch} (b{broker_id}) refused: "
@@ -359,20 +387,21 @@ class Sim:
                 self.stats["controller_version_conflicts"] += 1
             self._zk_push(sid, ("ZkOpsDone", term, C.ZkOpsDone(ops.op_id, results)))
         elif kind == "WriteIsr":
-            _, rid, e, controller_epoch = message
-            ok, current = self.zk.write_isr(sid, TOPIC, PARTITION, Z.PartitionState(
+            _, p, rid, e, controller_epoch = message
+            ok, current = self.zk.write_isr(sid, TOPIC, p, Z.PartitionState(
                 broker_id, e.leader_epoch, tuple(e.isr), controller_epoch, e.zk_version))
             self.stats["isr_writes"] += 1
             if ok:
-                self._note(f"zk: b{broker_id} ISR -> {list(e.isr)} v{current.zk_version}")
-                self._check_state_written(f"leader b{broker_id}", writer=broker_id,
+                self._note(f"zk: b{broker_id} ISR of t-{p} -> {list(e.isr)} "
+                           f"v{current.zk_version}")
+                self._check_state_written(p, f"leader b{broker_id}", writer=broker_id,
                                           leader_epoch=e.leader_epoch)
                 self._watch_isr_change()
             else:
                 self.stats["isr_write_conflicts"] += 1
-                self._note(f"zk: b{broker_id} ISR write {list(e.isr)} at v{e.zk_version} "
-                           f"refused")
-            self._zk_push(sid, ("IsrWritten", rid, ok, current))
+                self._note(f"zk: b{broker_id} ISR write t-{p} {list(e.isr)} at "
+                           f"v{e.zk_version} refused")
+            self._zk_push(sid, ("IsrWritten", p, rid, ok, current))
         else:
             raise AssertionError(message)
 
@@ -401,13 +430,14 @@ class Sim:
     def _create_topic(self) -> None:
         """An admin creates the topic: the controller's topic watch fires."""
         path = Z.topic_path(TOPIC)
-        self.zk.zk.put(path, Z.encode_assignment({PARTITION: list(self.replicas)}))
-        self._note(f"zk: topic {TOPIC} created, replicas {list(self.replicas)}")
+        self.zk.zk.put(path, Z.encode_assignment({p: list(r) for p, r in
+                                                  self.assignment.items()}))
+        self._note(f"zk: topic {TOPIC} created, replicas {self.assignment}")
         sid = self._controller_session()
         if sid is not None:
             data, version = self.zk.zk.get(path)
             self._zk_push(sid, ("Watch", C.TopicChanged(C.TopicSnapshot(
-                TOPIC, {PARTITION: self.replicas}, version))))
+                TOPIC, dict(self.assignment), version))))
 
     def _expire_sessions(self) -> None:
         for session, gone in self.zk.expire_due(self.now, self.config.session_timeout_ms):
@@ -440,10 +470,11 @@ class Sim:
         broker.registered = broker.register_in_flight = broker.election_in_flight = False
         broker.want_election = True
         self._end_controller(broker, "coordinator session lost")
-        if broker.isr_write_in_flight is not None:   # its answer is lost with the connection
-            broker.isr_write_in_flight = None
-            self._perform(broker, broker.core.on_isr_written(False, now_ms=self.now,
-                                                             log=broker.log))
+        for r in broker.parts.values():
+            if r.isr_write_in_flight is not None:   # its answer is lost with the connection
+                r.isr_write_in_flight = None
+                self._perform(broker, r, r.core.on_isr_written(False, now_ms=self.now,
+                                                               log=r.log))
 
     def _zk_message(self, broker: Broker, message: tuple) -> None:
         kind = message[0]
@@ -472,21 +503,22 @@ class Sim:
             if broker.term == term and broker.controller is not None:
                 self._controller_step(broker, done)
         elif kind == "IsrWritten":
-            _, rid, ok, current = message
-            if broker.isr_write_in_flight != rid:
+            _, p, rid, ok, current = message
+            r = broker.parts[p]
+            if r.isr_write_in_flight != rid:
                 return          # the answer to a write the core has since forgotten
-            broker.isr_write_in_flight = None
-            core = broker.core
+            r.isr_write_in_flight = None
+            core = r.core
             if ok:
                 effects = core.on_isr_written(True, zk_version=current.zk_version,
-                                              now_ms=self.now, log=broker.log)
+                                              now_ms=self.now, log=r.log)
             elif current is not None:
                 effects = core.on_isr_written(
                     False, isr=current.isr, leader_epoch=current.leader_epoch,
-                    zk_version=current.zk_version, now_ms=self.now, log=broker.log)
+                    zk_version=current.zk_version, now_ms=self.now, log=r.log)
             else:
-                effects = core.on_isr_written(False, now_ms=self.now, log=broker.log)
-            self._perform(broker, effects)
+                effects = core.on_isr_written(False, now_ms=self.now, log=r.log)
+            self._perform(broker, r, effects)
         else:
             raise AssertionError(message)
 
@@ -601,136 +633,146 @@ class Sim:
             self._fail(f"controller epoch {epoch} acted ({what}) by core {self.terms.get(term)}"
                        f", not by its winner {self.term_of_epoch.get(epoch)}")
 
-    def _check_state_written(self, by: str, writer: int | None = None,
+    def _check_state_written(self, p: int, by: str, writer: int | None = None,
                              leader_epoch: int | None = None) -> None:
-        s = self.zk.state(TOPIC, PARTITION)
+        s = self.zk.state(TOPIC, p)
         if writer is not None and (s.leader != writer or s.leader_epoch != leader_epoch):
             self._fail(f"{by}: ISR write accepted for a state it does not lead: {s}")
         if s.leader >= 0:
-            known = self.leaders_by_epoch.setdefault(s.leader_epoch, s.leader)
+            known = self.leaders_by_epoch.setdefault((p, s.leader_epoch), s.leader)
             if known != s.leader:
-                self._fail(f"two leaders in leader epoch {s.leader_epoch}: {known} and "
+                self._fail(f"t-{p}: two leaders in leader epoch {s.leader_epoch}: {known} and "
                            f"{s.leader} (written by {by})")
             if s.leader not in s.isr:
-                self._fail(f"leader {s.leader} not in ISR {s.isr} (written by {by})")
-        if not s.isr or not set(s.isr) <= set(self.replicas):
-            self._fail(f"ISR {s.isr} not within replicas (written by {by})")
-        self._note(f"zk: state leader={s.leader} epoch={s.leader_epoch} isr={list(s.isr)} "
+                self._fail(f"t-{p}: leader {s.leader} not in ISR {s.isr} (written by {by})")
+        if not s.isr or not set(s.isr) <= set(self.assignment[p]):
+            self._fail(f"t-{p}: ISR {s.isr} not within replicas (written by {by})")
+        self._note(f"zk: t-{p} leader={s.leader} epoch={s.leader_epoch} isr={list(s.isr)} "
                    f"v{s.zk_version} by {by}")
 
     # ------------------------------------------------------------------ effects
 
-    def _perform(self, broker: Broker, effects) -> None:
+    def _perform(self, broker: Broker, r: Replica, effects) -> None:
+        log = r.log
         for e in effects:
-            log = broker.log
             if isinstance(e, Truncate):
                 log.truncate_to(e.offset)
-                self._note(f"b{broker.broker_id} truncate to {e.offset}")
+                self._note(f"b{broker.broker_id} t-{r.partition} truncate to {e.offset}")
             elif isinstance(e, TruncateFully):
                 log.truncate_fully(e.offset)
             elif isinstance(e, AssignEpoch):
                 log.assign_epoch(e.leader_epoch, e.start_offset)
             elif isinstance(e, SetHighWatermark):
                 if e.offset > log.log_end_offset:
-                    self._fail(f"b{broker.broker_id} HW {e.offset} > LEO {log.log_end_offset}")
-                if broker.core.role is Role.LEADER:
-                    epoch = broker.core.leader_epoch
-                    if e.offset < broker.last_leader_hw.get(epoch, -1):
-                        self._fail(f"b{broker.broker_id} leader HW moved back to {e.offset}")
-                    broker.last_leader_hw[epoch] = e.offset
+                    self._fail(f"b{broker.broker_id} t-{r.partition} HW {e.offset} > LEO "
+                               f"{log.log_end_offset}")
+                if r.core.role is Role.LEADER:
+                    epoch = r.core.leader_epoch
+                    if e.offset < r.last_leader_hw.get(epoch, -1):
+                        self._fail(f"b{broker.broker_id} t-{r.partition} leader HW moved back "
+                                   f"to {e.offset}")
+                    r.last_leader_hw[epoch] = e.offset
                 log.set_hw(e.offset)
             elif isinstance(e, WriteIsr):
-                self._write_isr(broker, e)
+                self._write_isr(broker, r, e)
             elif isinstance(e, SendOffsetForLeaderEpoch):
                 rid = self._id()
-                broker.epoch_request_in_flight = rid
+                r.epoch_request_in_flight = rid
                 self.send(broker.broker_id, e.leader,
-                          ("OFLE", rid, e.current_leader_epoch, e.leader_epoch))
+                          ("OFLE", r.partition, rid, e.current_leader_epoch, e.leader_epoch))
                 self._at(self.now + self.config.request_timeout_ms, self._epoch_timeout,
-                         broker.broker_id, rid)
+                         broker.broker_id, r.partition, rid)
             elif isinstance(e, CompleteProduce):
-                self.send(broker.broker_id, "client", ("ProduceResp", e.request_id, e.error,
-                                                       e.base_offset))
+                self.send(broker.broker_id, "client", ("ProduceResp", r.partition,
+                                                       e.request_id, e.error, e.base_offset))
             else:
                 raise AssertionError(e)
-        broker.core.check_invariants(broker.log)
-        self._maybe_complete_parked(broker)
-        self._maybe_fetch(broker)
+        r.core.check_invariants(log)
+        if r.parked_fetches:
+            self._maybe_complete_parked(broker, r)
+        if r.fetch_in_flight is None:
+            self._maybe_fetch(broker, r)
 
-    def _write_isr(self, broker: Broker, e: WriteIsr) -> None:
+    def _write_isr(self, broker: Broker, r: Replica, e: WriteIsr) -> None:
         """Through the coordinator, conditional on the version (it races the
         controller's writes); a cut-off leader gets ConnectionLoss at once."""
         rid = self._id()
-        if self._zk_request(broker, ("WriteIsr", rid, e, broker.partition_controller_epoch)):
-            broker.isr_write_in_flight = rid
+        if self._zk_request(broker, ("WriteIsr", r.partition, rid, e,
+                                     r.partition_controller_epoch)):
+            r.isr_write_in_flight = rid
             return
-        self._perform(broker, broker.core.on_isr_written(False, now_ms=self.now,
-                                                         log=broker.log))
+        self._perform(broker, r, r.core.on_isr_written(False, now_ms=self.now, log=r.log))
 
     # ------------------------------------------------------------------ broker behaviour
 
-    def _maybe_fetch(self, broker: Broker) -> None:
-        if not broker.up or broker.paused or broker.fetch_in_flight is not None:
+    def _maybe_fetch(self, broker: Broker, r: Replica) -> None:
+        if not broker.up or broker.paused or r.fetch_in_flight is not None:
             return
-        state = broker.core.fetch_state(broker.log)
+        state = r.core.fetch_state(r.log)
         if state is None:
             return
         rid = self._id()
-        broker.fetch_in_flight = rid
+        r.fetch_in_flight = rid
         self.send(broker.broker_id, state.leader,
-                  ("Fetch", rid, state.fetch_offset, state.leader_epoch))
+                  ("Fetch", r.partition, rid, state.fetch_offset, state.leader_epoch))
         self._at(self.now + self.config.request_timeout_ms, self._fetch_timeout,
-                 broker.broker_id, rid)
+                 broker.broker_id, r.partition, rid)
 
-    def _fetch_timeout(self, broker_id: int, rid: int) -> None:
+    def _fetch_timeout(self, broker_id: int, p: int, rid: int) -> None:
         broker = self.brokers[broker_id]
-        if broker.fetch_in_flight == rid:
-            broker.fetch_in_flight = None
-            self._maybe_fetch(broker)
+        r = broker.parts[p]
+        if r.fetch_in_flight == rid:
+            r.fetch_in_flight = None
+            self._maybe_fetch(broker, r)
 
-    def _epoch_timeout(self, broker_id: int, rid: int) -> None:
+    def _epoch_timeout(self, broker_id: int, p: int, rid: int) -> None:
         broker = self.brokers[broker_id]
-        if broker.up and not broker.paused and broker.epoch_request_in_flight == rid:
-            broker.epoch_request_in_flight = None
-            self._perform(broker, broker.core.on_offset_for_leader_epoch(
-                error=TIMED_OUT, leader_epoch=-1, end_offset=-1, now_ms=self.now, log=broker.log))
+        r = broker.parts[p]
+        if broker.up and not broker.paused and r.epoch_request_in_flight == rid:
+            r.epoch_request_in_flight = None
+            self._perform(broker, r, r.core.on_offset_for_leader_epoch(
+                error=TIMED_OUT, leader_epoch=-1, end_offset=-1, now_ms=self.now, log=r.log))
 
     def _broker_receive(self, broker: Broker, src, message: tuple) -> None:
         kind = message[0]
-        core, log = broker.core, broker.log
         if src == "zk":
             self._zk_message(broker, message)
-        elif kind == "Controller":
+            return
+        if kind == "Controller":
             self._controller_request(broker, message)
-        elif kind == "Produce":
-            _, rid, values, acks = message
-            error = core.check_produce(acks)
-            if error:
-                self.send(broker.broker_id, src, ("ProduceResp", rid, error, -1))
-                return
-            first, last = log.append_as_leader(values, core.leader_epoch)
-            self._perform(broker, core.on_leader_append(rid, acks, first, last,
-                                                        self.config.produce_timeout_ms,
-                                                        self.now, log))
-        elif kind == "Fetch":
-            self._leader_fetch(broker, src, message)
-        elif kind == "FetchResp":
-            self._follower_fetch_response(broker, message)
-        elif kind == "OFLE":
-            _, rid, current_epoch, requested = message
-            answer = core.answer_offset_for_leader_epoch(current_epoch, requested, log)
-            self.send(broker.broker_id, src, ("OFLEResp", rid) + answer)
-        elif kind == "OFLEResp":
-            _, rid, error, epoch, end_offset = message
-            if broker.epoch_request_in_flight != rid:
-                return
-            broker.epoch_request_in_flight = None
-            self._perform(broker, core.on_offset_for_leader_epoch(
-                error=error, leader_epoch=epoch, end_offset=end_offset, now_ms=self.now, log=log))
-        elif kind == "ControllerResp":
+            return
+        if kind == "ControllerResp":
             _, term, tag, body = message
             if broker.term == term and broker.controller is not None:
                 self._controller_step(broker, C.BrokerResponse(tag, body))
+            return
+        r = broker.parts[message[1]]
+        core, log = r.core, r.log
+        if kind == "Produce":
+            _, p, rid, values, acks = message
+            error = core.check_produce(acks)
+            if error:
+                self.send(broker.broker_id, src, ("ProduceResp", p, rid, error, -1))
+                return
+            first, last = log.append_as_leader(values, core.leader_epoch)
+            self._perform(broker, r, core.on_leader_append(rid, acks, first, last,
+                                                           self.config.produce_timeout_ms,
+                                                           self.now, log))
+        elif kind == "Fetch":
+            self._leader_fetch(broker, r, src, message)
+        elif kind == "FetchResp":
+            self._follower_fetch_response(broker, r, message)
+        elif kind == "OFLE":
+            _, p, rid, current_epoch, requested = message
+            answer = core.answer_offset_for_leader_epoch(current_epoch, requested, log)
+            self.send(broker.broker_id, src, ("OFLEResp", p, rid) + answer)
+        elif kind == "OFLEResp":
+            _, p, rid, error, epoch, end_offset = message
+            if r.epoch_request_in_flight != rid:
+                return
+            r.epoch_request_in_flight = None
+            self._perform(broker, r, core.on_offset_for_leader_epoch(
+                error=error, leader_epoch=epoch, end_offset=end_offset, now_ms=self.now, log=log))
         else:
             raise AssertionError(message)
 
@@ -755,7 +797,8 @@ class Sim:
                 results.append([entry[0], entry[1], self._leader_and_isr(broker, entry, epoch)])
         elif api_key == ApiKey.STOP_REPLICA:
             for t, p, _ in body["partitions"]:
-                self._perform(broker, broker.core.stop(self.now))
+                r = broker.parts[p]
+                self._perform(broker, r, r.core.stop(self.now))
                 results.append([t, p, NONE])
         self._controller_answer(broker, src, term, tag, {"error": NONE, "partitions": results})
 
@@ -774,12 +817,13 @@ class Sim:
 
     def _leader_and_isr(self, broker: Broker, entry: list, controller_epoch: int) -> int:
         topic, partition, leader, epoch, isr, version, replicas = entry[:7]
-        assert (topic, partition) == (TOPIC, PARTITION), entry
-        core, log = broker.core, broker.log
+        assert topic == TOPIC and partition in broker.parts, entry
+        r = broker.parts[partition]
+        core, log = r.core, r.log
         error = core.check_leader_and_isr(epoch)
         if error:
             return error
-        broker.partition_controller_epoch = controller_epoch
+        r.partition_controller_epoch = controller_epoch
         if leader == broker.broker_id:
             effects = core.become_leader(leader_epoch=epoch, isr=isr, replicas=replicas,
                                          zk_version=version, now_ms=self.now, log=log)
@@ -787,78 +831,81 @@ class Sim:
             effects = core.become_follower(leader=leader, leader_epoch=epoch, isr=isr,
                                            replicas=replicas, zk_version=version,
                                            now_ms=self.now, log=log)
-            broker.fetch_in_flight = None
-        broker.isr_write_in_flight = None
-        self._note(f"b{broker.broker_id} LeaderAndIsr leader={leader} epoch={epoch} "
-                   f"isr={list(isr)} LEO={log.log_end_offset} HW={log.hw}")
-        self._perform(broker, effects)
+            r.fetch_in_flight = None
+        r.isr_write_in_flight = None
+        self._note(f"b{broker.broker_id} LeaderAndIsr t-{partition} leader={leader} "
+                   f"epoch={epoch} isr={list(isr)} LEO={log.log_end_offset} HW={log.hw}")
+        self._perform(broker, r, effects)
         return NONE
 
-    def _leader_fetch(self, broker: Broker, src: int, message: tuple, parked: bool = False
-                      ) -> None:
-        _, rid, fetch_offset, epoch = message
-        core, log = broker.core, broker.log
+    def _leader_fetch(self, broker: Broker, r: Replica, src: int, message: tuple,
+                      parked: bool = False) -> None:
+        _, p, rid, fetch_offset, epoch = message
+        core, log = r.core, r.log
         error = core.check_fetch_epoch(epoch) or (0 if core.role is Role.LEADER else NOT_LEADER)
         if not error and not log.log_start_offset <= fetch_offset <= log.log_end_offset:
             error = OUT_OF_RANGE
         if error:
-            self.send(broker.broker_id, src, ("FetchResp", rid, error, [], fetch_offset, log.hw,
-                                              log.log_start_offset, log.log_end_offset))
+            self.send(broker.broker_id, src, ("FetchResp", p, rid, error, [], fetch_offset,
+                                              log.hw, log.log_start_offset,
+                                              log.log_end_offset))
             return
         if not parked:
-            self._perform(broker, core.on_follower_fetch(src, fetch_offset, self.now, log))
+            self._perform(broker, r, core.on_follower_fetch(src, fetch_offset, self.now, log))
         entries = log.read(fetch_offset, 8)
         if not entries and not parked:
             # Long poll: only new data or the wait completes it (a HW change does not).
-            broker.parked_fetches.append((src, message, self.now + self.config.fetch_max_wait_ms))
+            r.parked_fetches.append((src, message, self.now + self.config.fetch_max_wait_ms))
             self._at(self.now + self.config.fetch_max_wait_ms, self._expire_parked,
-                     broker.broker_id)
+                     broker.broker_id, p)
             return
-        self.send(broker.broker_id, src, ("FetchResp", rid, NONE, list(entries), fetch_offset,
-                                          log.hw, log.log_start_offset, log.log_end_offset))
+        self.send(broker.broker_id, src, ("FetchResp", p, rid, NONE, list(entries),
+                                          fetch_offset, log.hw, log.log_start_offset,
+                                          log.log_end_offset))
 
-    def _maybe_complete_parked(self, broker: Broker) -> None:
-        if not broker.parked_fetches:
-            return
+    def _maybe_complete_parked(self, broker: Broker, r: Replica) -> None:
         still = []
-        for src, message, deadline in broker.parked_fetches:
-            if broker.log.log_end_offset > message[2] or broker.core.role is not Role.LEADER:
-                self._leader_fetch(broker, src, message, parked=True)
+        for src, message, deadline in r.parked_fetches:
+            if r.log.log_end_offset > message[3] or r.core.role is not Role.LEADER:
+                self._leader_fetch(broker, r, src, message, parked=True)
             else:
                 still.append((src, message, deadline))
-        broker.parked_fetches = still
+        r.parked_fetches = still
 
-    def _expire_parked(self, broker_id: int) -> None:
+    def _expire_parked(self, broker_id: int, p: int) -> None:
         broker = self.brokers[broker_id]
         if not broker.up or broker.paused:
             return
-        due = [p for p in broker.parked_fetches if p[2] <= self.now]
-        broker.parked_fetches = [p for p in broker.parked_fetches if p[2] > self.now]
+        r = broker.parts[p]
+        due = [x for x in r.parked_fetches if x[2] <= self.now]
+        r.parked_fetches = [x for x in r.parked_fetches if x[2] > self.now]
         for src, message, _ in due:
-            self._leader_fetch(broker, src, message, parked=True)
+            self._leader_fetch(broker, r, src, message, parked=True)
 
-    def _follower_fetch_response(self, broker: Broker, message: tuple) -> None:
-        _, rid, error, entries, first, hw, start, leo = message
-        if broker.fetch_in_flight != rid:
+    def _follower_fetch_response(self, broker: Broker, r: Replica, message: tuple) -> None:
+        _, p, rid, error, entries, first, hw, start, leo = message
+        if r.fetch_in_flight != rid:
             return
-        broker.fetch_in_flight = None
-        core, log = broker.core, broker.log
+        r.fetch_in_flight = None
+        core, log = r.core, r.log
         if error == NONE and entries:
             if core.fetch_state(log) is None or first != log.log_end_offset:
-                self._maybe_fetch(broker)
+                self._maybe_fetch(broker, r)
                 return  # stale: we truncated or changed role meanwhile
             log.append_as_follower(entries, first)
-        self._perform(broker, core.on_fetch_response(
+        self._perform(broker, r, core.on_fetch_response(
             error=error, leader_high_watermark=hw, leader_log_start_offset=start,
             leader_log_end_offset=leo, now_ms=self.now, log=log))
 
     def _tick(self) -> None:
         self._flush_channels()
+        checkpoint = self.now % self.config.hw_checkpoint_interval_ms < self.config.tick_ms
         for broker in self.brokers.values():
             if broker.up and not broker.paused:
-                self._perform(broker, broker.core.tick(self.now, broker.log))
-                if self.now % self.config.hw_checkpoint_interval_ms < self.config.tick_ms:
-                    broker.checkpointed_hw = broker.log.hw
+                for r in broker.parts.values():
+                    self._perform(broker, r, r.core.tick(self.now, r.log))
+                    if checkpoint:
+                        r.checkpointed_hw = r.log.hw
                 if not broker.isolated:
                     self._zk_client(broker)
                 if broker.controller is not None:
@@ -870,34 +917,42 @@ class Sim:
     # ------------------------------------------------------------------ client
 
     def _produce(self) -> None:
-        leader = self.current_leader()
+        """acks=all batches of 1-3 records, round robin over the partitions, to the
+        leader the coordinator names."""
+        p = self._next_partition
+        self._next_partition = (p + 1) % len(self.partitions)
+        leader = self.current_leader(p)
         if leader >= 0 and self.now < self.config.duration_ms + self.config.heal_ms // 2:
             rid = self._id()
             values = [f"v{self.next_value + i}" for i in range(self.random.randint(1, 3))]
             self.next_value += len(values)
             self.in_flight_produce[rid] = values
-            self.send("client", leader, ("Produce", rid, values, -1))
+            self.send("client", leader, ("Produce", p, rid, values, -1))
         self._at(self.now + self.config.produce_interval_ms, self._produce)
 
     def _client_receive(self, message: tuple) -> None:
-        kind, rid, error, base_offset = message
+        kind, p, rid, error, base_offset = message
         values = self.in_flight_produce.pop(rid, None)
         if values is not None and error == NONE:
             for i, v in enumerate(values):
-                self.acked[v] = base_offset + i
+                self.acked[v] = (p, base_offset + i)
 
     def _consume(self) -> None:
         """A consumer reads from whoever is leader now, below its HW only."""
-        leader = self.current_leader()
-        if leader >= 0:
+        for p in self.partitions:
+            leader = self.current_leader(p)
+            if leader < 0:
+                continue
             broker = self.brokers[leader]
-            if broker.up and not broker.isolated and broker.core.role is Role.LEADER:
-                log = broker.log
+            r = broker.parts[p]
+            if broker.up and not broker.isolated and r.core.role is Role.LEADER:
+                log = r.log
                 for offset in range(max(log.log_start_offset, log.hw - 20), log.hw):
                     _, value = log.value_at(offset)
-                    seen = self.consumed.setdefault(offset, value)
+                    seen = self.consumed.setdefault((p, offset), value)
                     if seen != value:
-                        self._violation(f"consumer saw {seen} then {value} at offset {offset}")
+                        self._violation(f"consumer saw {seen} then {value} at offset {offset} "
+                                        f"of t-{p}")
         self._at(self.now + 50, self._consume)
 
     # ------------------------------------------------------------------ faults
@@ -959,13 +1014,15 @@ class Sim:
 
     def _restart(self, b: int) -> None:
         old = self.brokers[b]
-        log = old.log
-        log.hw = min(old.checkpointed_hw, log.log_end_offset)   # HW from its checkpoint
-        self.brokers[b] = broker = self._new_broker(b, log)
-        broker.checkpointed_hw = log.hw
+        for r in old.parts.values():
+            r.log.hw = min(r.checkpointed_hw, r.log.log_end_offset)   # from its checkpoint
+        self.brokers[b] = broker = self._new_broker(b, {p: r.log for p, r in old.parts.items()})
+        for r in broker.parts.values():
+            r.checkpointed_hw = r.log.hw
         self.faulty.discard(b)
-        self._note(f"b{b} restarted LEO={log.log_end_offset} HW={log.hw} "
-                   f"session {broker.session}")
+        self._note(f"b{b} restarted " + " ".join(
+            f"t-{p} LEO={r.log.log_end_offset} HW={r.log.hw}" for p, r in broker.parts.items())
+            + f" session {broker.session}")
 
     def _resume(self, b: int) -> None:
         broker = self.brokers[b]
@@ -977,34 +1034,40 @@ class Sim:
         for src, message in backlog:
             if broker.up and not broker.paused:
                 self._broker_receive(broker, src, message)
-        self._expire_parked(b)
-        if broker.epoch_request_in_flight is not None:
-            self._at(self.now + self.config.request_timeout_ms, self._epoch_timeout, b,
-                     broker.epoch_request_in_flight)
-        self._maybe_fetch(broker)
+        for p, r in broker.parts.items():
+            self._expire_parked(b, p)
+            if r.epoch_request_in_flight is not None:
+                self._at(self.now + self.config.request_timeout_ms, self._epoch_timeout, b, p,
+                         r.epoch_request_in_flight)
+            self._maybe_fetch(broker, r)
 
     def _heal(self, b: int) -> None:
-        self.brokers[b].isolated = False
+        broker = self.brokers[b]
+        broker.isolated = False
         self.faulty.discard(b)
         self._flush_channels()     # TCP retransmits at once; the zk session check follows
-        self._maybe_fetch(self.brokers[b])
+        for r in broker.parts.values():
+            self._maybe_fetch(broker, r)
 
     # ------------------------------------------------------------------ checks
 
     def _check_log_matching(self) -> None:
         bs = [x for x in self.brokers.values()]
-        for i, a in enumerate(bs):
-            for b in bs[i + 1:]:
-                low = max(a.log.log_start_offset, b.log.log_start_offset)
-                high = min(a.log.hw, b.log.hw)
-                first = max(low, high - 30)
-                if first >= high or a.log.entries[first - a.log.start:high - a.log.start] == \
-                        b.log.entries[first - b.log.start:high - b.log.start]:
-                    continue
-                for offset in range(first, high):
-                    if a.log.value_at(offset) != b.log.value_at(offset):
-                        self._violation(f"LogMatching: b{a.broker_id} and b{b.broker_id} differ at "
-                                        f"{offset} below HWs {a.log.hw}/{b.log.hw}")
+        for p in self.partitions:
+            for i, a in enumerate(bs):
+                for b in bs[i + 1:]:
+                    la, lb = a.parts[p].log, b.parts[p].log
+                    low = max(la.log_start_offset, lb.log_start_offset)
+                    high = min(la.hw, lb.hw)
+                    first = max(low, high - 30)
+                    if first >= high or la.entries[first - la.start:high - la.start] == \
+                            lb.entries[first - lb.start:high - lb.start]:
+                        continue
+                    for offset in range(first, high):
+                        if la.value_at(offset) != lb.value_at(offset):
+                            self._violation(f"LogMatching: b{a.broker_id} and b{b.broker_id} "
+                                            f"differ at t-{p} offset {offset} below HWs "
+                                            f"{la.hw}/{lb.hw}")
 
     def run(self) -> "Sim":
         c = self.config
@@ -1028,17 +1091,16 @@ class Sim:
             self._fail(f"{type(e).__name__}: {e}")
         return self
 
-    def lost(self) -> dict[object, int]:
-        """Acknowledged records not at their offset in the leader's log."""
-        leader = self.current_leader()
-        if leader < 0:
-            return dict(self.acked)
-        log = self.brokers[leader].log
+    def lost(self) -> dict[object, tuple[int, int]]:
+        """Acknowledged records not at their offset in their partition leader's log:
+        value -> (partition, offset)."""
         lost = {}
-        for value, offset in self.acked.items():
-            if not (log.log_start_offset <= offset < log.log_end_offset) or \
+        for value, (p, offset) in self.acked.items():
+            leader = self.current_leader(p)
+            log = self.brokers[leader].parts[p].log if leader >= 0 else None
+            if log is None or not (log.log_start_offset <= offset < log.log_end_offset) or \
                     log.value_at(offset)[1] != value:
-                lost[value] = offset
+                lost[value] = (p, offset)
         return lost
 
     def check_no_committed_record_lost(self) -> None:
