@@ -2,8 +2,9 @@
 
 One seed decides everything: message delays (which reorders them), drops, broker
 crashes, pauses and restarts, isolation, and when the client produces. Three simulated
-brokers each run the real ``node.replication.ReplicaCore`` for partition t-0 on a
-``MemLog``; the controller is the real ``node.controller.Controller`` core, run by
+brokers each run the real ``node.replication.ReplicaCore`` for every partition of topic
+t (``SimConfig.partitions``, replicas placed as DESIGN.md says, so preferred leaders
+differ) on a ``MemLog``; the controller is the real ``node.controller.Controller`` core, run by
 whichever broker won ``/controller`` in the simulated coordinator
 (``tests.sim.coordinator``: znodes with versions, sessions whose expiry the simulator
 decides, ephemerals, fenced controller ops). Nothing is modelled twice: elections,

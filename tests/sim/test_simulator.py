@@ -27,7 +27,7 @@ CHUNK = 100
 def config_for(seed: int, **overrides) -> SimConfig:
     """Vary the environment by seed as well as the schedule."""
     r = random.Random(seed * 7919)
-    settings = dict(duration_ms=2_200, heal_ms=1_500,
+    settings = dict(duration_ms=2_000, heal_ms=1_500, partitions=r.choice([1, 1, 2, 3]),
                     concurrent_faults_max=r.choice([1, 1, 2]),
                     drop_probability=r.choice([0.0, 0.01, 0.05]),
                     delay_ms=r.choice([(1, 5), (1, 15), (1, 40)]),
@@ -120,7 +120,7 @@ def test_leader_isr_writes_race_the_controller_through_the_coordinator():
     same znode version: some of each lose the race and re-read."""
     totals = {"isr_writes": 0, "isr_write_conflicts": 0, "controller_epochs": 0}
     for seed in range(40):
-        sim = run_checked(seed, config_for(seed))
+        sim = run_checked(seed, config_for(seed, partitions=3))
         for key in totals:
             totals[key] += sim.stats[key]
     assert totals["isr_writes"] > 100 and totals["isr_write_conflicts"] > 0, totals
