@@ -904,7 +904,9 @@ class Sim:
         for broker in self.brokers.values():
             if broker.up and not broker.paused:
                 for r in broker.parts.values():
-                    self._perform(broker, r, r.core.tick(self.now, r.log))
+                    effects = r.core.tick(self.now, r.log)
+                    if effects:
+                        self._perform(broker, r, effects)
                     if checkpoint:
                         r.checkpointed_hw = r.log.hw
                 if not broker.isolated:

@@ -32,7 +32,7 @@ def config_for(seed: int, **overrides) -> SimConfig:
                     drop_probability=r.choice([0.0, 0.01, 0.05]),
                     delay_ms=r.choice([(1, 5), (1, 15), (1, 40)]),
                     fault_interval_ms=r.choice([(100, 400), (150, 900)]),
-                    produce_interval_ms=r.choice([3, 7]),
+                    produce_interval_ms=r.choice([4, 8]),
                     auto_leader_rebalance=r.random() < 0.3)
     settings.update(overrides)
     return SimConfig(**settings)
