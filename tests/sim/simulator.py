@@ -382,6 +382,8 @@ class Sim:
                                                   f"controller epoch {epoch}")
             if any(r.error in ("Fenced", "SessionExpiredError") for r in results):
                 self.stats["zombie_writes_refused"] += 1
+                key = "zombie_writes_" + results[0].error
+                self.stats[key] = self.stats.get(key, 0) + 1
                 self._note(f"zk: controller epoch {epoch} (b{broker_id}) refused: "
                            f"{results[0].error}")
             if any(r.error == "BadVersion" for r in results):

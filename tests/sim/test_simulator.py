@@ -16,7 +16,9 @@ import random
 
 import pytest
 
-from node.replication import TruncationMode
+from node.replication import (ReplicaCore, ReplicationConfig, SendOffsetForLeaderEpoch,
+                              Truncate, TruncationMode)
+from tests.sim.memlog import MemLog
 from tests.sim.simulator import InvariantViolation, Sim, SimConfig
 
 SEEDS = int(os.environ.get("MK_SIM_SEEDS", "2000"))
@@ -165,3 +167,66 @@ def test_the_same_seed_gives_the_same_run():
     a, b = Sim(7, config_for(7)).run(), Sim(7, config_for(7)).run()
     assert a.acked == b.acked and a.trace == b.trace and a.state == b.state
     assert a.stats == b.stats
+
+
+# ------------------------------------------------------------------ found by the simulator
+
+KIP279_SEED = 2727      # config_for(2727): two partitions, t-1 diverges at offset 12
+
+
+def _follower_truncation_point(follower_log: MemLog, leader_log: MemLog) -> int:
+    """Make a follower of epoch 3 out of ``follower_log``, answer its
+    OffsetForLeaderEpoch requests from ``leader_log`` (as the leader's core does) until
+    it fetches, and return the offset it starts fetching from."""
+    leader = ReplicaCore("t", 1, 1, ReplicationConfig(300, 2))
+    leader.become_leader(leader_epoch=3, isr=(1,), replicas=(1, 2, 0), zk_version=4,
+                         now_ms=0, log=leader_log)
+    follower = ReplicaCore("t", 1, 0, ReplicationConfig(300, 2))
+    effects = follower.become_follower(leader=1, leader_epoch=3, isr=(1,), replicas=(1, 2, 0),
+                                       zk_version=4, now_ms=0, log=follower_log)
+    for _ in range(10):
+        requests = [e for e in effects if isinstance(e, SendOffsetForLeaderEpoch)]
+        for e in effects:
+            if isinstance(e, Truncate):
+                follower_log.truncate_to(e.offset)
+        if follower.fetch_state(follower_log) is not None:
+            return follower.fetch_state(follower_log).fetch_offset
+        assert len(requests) == 1, effects
+        error, epoch, end = leader.answer_offset_for_leader_epoch(
+            requests[0].current_leader_epoch, requests[0].leader_epoch, leader_log)
+        effects = follower.on_offset_for_leader_epoch(error=error, leader_epoch=epoch,
+                                                      end_offset=end, now_ms=0,
+                                                      log=follower_log)
+    raise AssertionError("the follower never fetches")
+
+
+@pytest.mark.xfail(strict=True, reason="node.replication: KIP-279 negotiation missing: a "
+                   "follower that lacks the epoch the leader answers with truncates once to "
+                   "its own end offset of an older epoch and keeps a divergent suffix")
+def test_kip279_follower_without_the_leaders_epoch_negotiates_further():
+    """The simulator's seed 2727, reduced to the two cores. Epoch 0 leader wrote 0..18
+    (the follower, broker 0, got them all; broker 2 only 0..11); broker 2 led epoch 1 and
+    wrote new records from 12; broker 0 was elected for epoch 2 while down and became its
+    leader on restart (AssignEpoch(2, 19)) without writing; now broker 1 (epochs 0, 1, 3)
+    leads epoch 3. Broker 0 asks for the end of its epoch 2, the leader answers epoch 1
+    ending at 25; broker 0 has no epoch 1 and its end offset for it (epoch 0's) is 19, so
+    it truncates to 19 and fetches, keeping its epoch-0 records 12..18 where the leader
+    has epoch 1's. Kafka (AbstractFetcherThread.getOffsetTruncationState) truncates to
+    19 only as an intermediate step and asks again with epoch 0: end offset 12."""
+    follower_log, leader_log = MemLog(), MemLog()
+    follower_log.append_as_leader([f"a{i}" for i in range(19)], 0)
+    follower_log.assign_epoch(2, 19)
+    follower_log.set_hw(12)
+    leader_log.append_as_leader([f"a{i}" for i in range(12)], 0)
+    leader_log.append_as_leader([f"b{i}" for i in range(12, 25)], 1)
+    leader_log.assign_epoch(3, 25)
+    leader_log.set_hw(12)
+    start = _follower_truncation_point(follower_log, leader_log)
+    assert follower_log.entries[:start] == leader_log.entries[:start]
+    assert start == 12
+
+
+@pytest.mark.xfail(strict=True, reason="the KIP-279 divergence above, as the simulator "
+                   "found it")
+def test_seed_2727_keeps_the_logs_matching():
+    run_checked(KIP279_SEED, config_for(KIP279_SEED))
