@@ -134,6 +134,7 @@ class Broker:
     backlog: list = field(default_factory=list)   # messages held while paused
     # Coordinator client and controller shell.
     registered: bool = False        # /brokers/ids/N created in the current session
+    session_replaced: bool = False  # the client has a new session; the shell not told yet
     register_in_flight: bool = False
     want_election: bool = True
     election_in_flight: bool = False
@@ -456,7 +457,7 @@ class Sim:
     def _zk_client(self, broker: Broker) -> None:
         """Every tick of a running, connected broker: heartbeat, or find the session
         expired (a new one), then register and compete for /controller as needed."""
-        if not self.zk.alive(broker.session):
+        if broker.session_replaced or not self.zk.alive(broker.session):
             self._session_lost(broker)
         self.zk.heartbeat(broker.session, self.now)
         if not broker.registered and not broker.register_in_flight:
@@ -467,9 +468,19 @@ class Sim:
             if broker.election_in_flight:
                 broker.want_election = False
 
-    def _session_lost(self, broker: Broker) -> None:
+    def _replace_session(self, broker: Broker) -> None:
+        """The coordinator client reconnects and finds its session expired: it opens a
+        new one at once; the shell hears of it (``_session_lost``) after whatever the
+        broker had already received."""
+        if broker.session_replaced or self.zk.alive(broker.session):
+            return
         self._note(f"b{broker.broker_id}: coordinator session {broker.session} expired")
         broker.session = self.zk.open_session(broker.broker_id, broker.incarnation, self.now)
+        broker.session_replaced = True
+
+    def _session_lost(self, broker: Broker) -> None:
+        self._replace_session(broker)
+        broker.session_replaced = False
         broker.registered = broker.register_in_flight = broker.election_in_flight = False
         broker.want_election = True
         self._end_controller(broker, "coordinator session lost")
@@ -1035,6 +1046,7 @@ class Sim:
         self.faulty.discard(b)
         # The buffered messages first (what the peers sent before they gave up on it),
         # then the coordinator client finds out about its session on the next tick.
+        self._replace_session(broker)
         backlog, broker.backlog = broker.backlog, []
         for src, message in backlog:
             if broker.up and not broker.paused:

@@ -113,8 +113,36 @@ def test_controller_failover_elects_a_higher_epoch_and_the_old_one_is_fenced(fau
         refused += sim.stats["stale_controller_refused"]
         by_epoch = {epoch: b for b, epoch in sim.terms.values()}
         assert by_epoch[2] != by_epoch[1], by_epoch
-    if fault != "crash":
+    if fault == "pause":
         assert refused > 0, "a zombie controller's requests reach brokers and are refused"
+
+
+def test_a_paused_controller_resumes_as_a_zombie_whose_writes_are_fenced():
+    """A follower dies just before the controller is paused: the BrokersChanged event
+    waits in the paused controller's socket. When it resumes (its session gone, a newer
+    controller in charge), its core acts on it: UpdateMetadata that brokers refuse, and
+    a state write that the coordinator fences (the /controller_epoch version check, on
+    the new session its client opened)."""
+    totals: dict[str, int] = {}
+    for seed in range(20):
+        sim = Sim(seed, config_for(seed, random_faults=False, drop_probability=0.0,
+                                   auto_leader_rebalance=False, partitions=3))
+
+        def crash_a_follower(sim=sim):
+            controller = sim.zk.sessions[sim.zk.controller_owner()].broker_id
+            other = (controller + 1) % len(sim.brokers)
+            sim._note(f"script: crash b{other}")
+            sim._act("crash", other)
+            sim._at(sim.now + 800, sim._act, "restart", other)
+        sim._at(700, crash_a_follower)
+        sim.script_controller(750, "pause", 1000)
+        sim.run()
+        sim.check_no_committed_record_lost()
+        assert not sim.violations
+        for key, value in sim.stats.items():
+            totals[key] = totals.get(key, 0) + value
+    assert totals.get("zombie_writes_Fenced", 0) > 0, totals
+    assert totals["stale_controller_refused"] > 0, totals
 
 
 def test_leader_isr_writes_race_the_controller_through_the_coordinator():
