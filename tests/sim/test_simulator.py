@@ -236,11 +236,11 @@ def _follower_truncation_point(follower_log: MemLog, leader_log: MemLog) -> int:
 def test_kip279_follower_without_the_leaders_epoch_negotiates_further():
     """Found by the simulator: seed 2727 of the main test at commit 2488fac (two
     partitions; t-1's replicas 0 and 1 differ at offset 12 below both HWs, 25), reduced
-    to the two cores (seed numbers move whenever the simulator draws differently). Epoch 0 leader wrote 0..18
-    (the follower, broker 0, got them all; broker 2 only 0..11); broker 2 led epoch 1 and
-    wrote new records from 12; broker 0 was elected for epoch 2 while down and became its
-    leader on restart (AssignEpoch(2, 19)) without writing; now broker 1 (epochs 0, 1, 3)
-    leads epoch 3. Broker 0 asks for the end of its epoch 2, the leader answers epoch 1
+    to the two cores (seed numbers move whenever the simulator draws differently).
+    Epoch 0's leader wrote 0..18 (the follower, broker 0, got them all; broker 2 only
+    0..11); broker 2 led epoch 1 and wrote new records from 12; broker 0 was elected for
+    epoch 2 while down and became its leader on restart (AssignEpoch(2, 19)) without
+    writing; now broker 1 (epochs 0, 1, 3) leads epoch 3. Broker 0 asks for the end of its epoch 2, the leader answers epoch 1
     ending at 25; broker 0 has no epoch 1 and its end offset for it (epoch 0's) is 19, so
     it truncates to 19 and fetches, keeping its epoch-0 records 12..18 where the leader
     has epoch 1's. Kafka (AbstractFetcherThread.getOffsetTruncationState) truncates to
