@@ -11,8 +11,8 @@ line. ``MK_SIM_SEEDS`` sets how many seeds the main test runs (default 2000);
 
 Found so far: a controller decision in flight while brokers came back left a partition
 offline (fixed in node.controller, tests/node/test_controller.py); a follower lacking the
-epoch its leader answers with kept a divergent suffix (KIP-279; strict xfail below until
-node.replication negotiates further).
+epoch its leader answers with kept a divergent suffix (KIP-279: node.replication now asks
+again for its own older epoch, as Kafka's fetcher does).
 """
 from __future__ import annotations
 
@@ -230,9 +230,6 @@ def _follower_truncation_point(follower_log: MemLog, leader_log: MemLog) -> int:
     raise AssertionError("the follower never fetches")
 
 
-@pytest.mark.xfail(strict=True, reason="node.replication: KIP-279 negotiation missing: a "
-                   "follower that lacks the epoch the leader answers with truncates once to "
-                   "its own end offset of an older epoch and keeps a divergent suffix")
 def test_kip279_follower_without_the_leaders_epoch_negotiates_further():
     """Found by the simulator: seed 2727 of the main test at commit 2488fac (two
     partitions; t-1's replicas 0 and 1 differ at offset 12 below both HWs, 25), reduced
