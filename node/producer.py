@@ -46,7 +46,7 @@ from node.client import (METADATA_STALE_CODES, BatchMetadata, ClusterMetadata,
                          KafkaTimeoutError, Network, RecordMetadata, error, parse_bootstrap,
                          parse_metadata)
 from node.partitioner import StickyPartitioner, partition_for_key
-from shm.batch import build_batch
+from shm.batch import build_batch, read_header
 
 log = logging.getLogger("minikafka.producer")
 
@@ -370,6 +370,23 @@ class Producer:
             batches.append(_Batch(tp, data, count_i, result, now_s))
         self._enqueue_batches(topic, batches, n)
         return [FutureBatchMetadata(b.result, 0, self._done) for b in batches]
+
+    def send_batch(self, topic: str, partition: int, batch) -> FutureBatchMetadata:
+        """Send one prebuilt record batch (``shm.batch.build_batch`` output) as is.
+        The broker stamps its own copy, so the same batch may be sent many times."""
+        if self._closed:
+            raise RuntimeError("send_batch() on a closed producer")
+        header = read_header(batch)
+        if header.size_bytes != len(batch):
+            raise ValueError(f"expected exactly one batch of {header.size_bytes} bytes, "
+                             f"got {len(batch)}")
+        tp = (topic, int(partition))
+        result = _Result(*tp)
+        result.record_count = header.record_count
+        result.timestamp = header.base_timestamp
+        item = _Batch(tp, batch, header.record_count, result, time.monotonic())
+        self._enqueue_batches(topic, [item], header.record_count)
+        return FutureBatchMetadata(result, 0, self._done)
 
     def _send_many_keyed(self, topic, values, keys, timestamp_ms) -> list[FutureBatchMetadata]:
         count, _ = self._partitions_of(topic)
