@@ -206,6 +206,7 @@ class Network:
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.poller = zmq.Poller()
         self.extra_fds: list[int] = []
+        self.backlog: list[Completion] = []  # completions a blocking call set aside
         self.closed = False
         context()  # make sure the process-wide context exists in this thread too
 
@@ -263,7 +264,10 @@ class Network:
     def poll(self, timeout_ms: float) -> tuple[list[Completion], set[int]]:
         """Wait up to ``timeout_ms`` for responses; returns the completions and the
         extra fds (``register_fd``) that are readable."""
-        out: list[Completion] = []
+        out: list[Completion] = self.backlog
+        self.backlog = []
+        if out:
+            timeout_ms = 0
         deadline = self.next_deadline_s()
         if deadline is not None:
             timeout_ms = min(timeout_ms, max(0.0, (deadline - time.monotonic()) * 1000))
@@ -309,16 +313,29 @@ class Network:
     def request(self, endpoint: str, api_key: int, body: dict, frames=(), *,
                 timeout_ms: int | None = None) -> P.Response:
         """Blocking request; raises the KafkaError of a network failure or timeout.
-        Responses to other requests that arrive meanwhile are dropped."""
+        Completions of other requests that arrive meanwhile are kept for ``poll``."""
         marker = object()
         self.send(endpoint, api_key, body, frames, context=marker, timeout_ms=timeout_ms)
         while True:
-            completions, _ = self.poll(100)
-            for c in completions:
+            found = None
+            for c in self._poll_aside(100):
                 if c.context is marker:
-                    if c.response is None:
-                        raise error(c.error_code, c.error_message)
-                    return c.response
+                    found = c
+                else:
+                    self.backlog.append(c)
+            if found is not None:
+                if found.response is None:
+                    raise error(found.error_code, found.error_message)
+                return found.response
+
+    def _poll_aside(self, timeout_ms: float) -> list[Completion]:
+        """Poll without consuming the backlog (for the blocking calls)."""
+        saved, self.backlog = self.backlog, []
+        try:
+            completions, _ = self.poll(timeout_ms)
+        finally:
+            self.backlog = saved + self.backlog
+        return completions
 
     def request_first(self, endpoints: list[str], api_key: int, body: dict, *,
                       timeout_ms: int | None = None) -> tuple[str, P.Response]:
@@ -332,9 +349,9 @@ class Network:
         last: Completion | None = None
         try:
             while pending:
-                completions, _ = self.poll(100)
-                for c in completions:
+                for c in self._poll_aside(100):
                     if c.context not in pending:
+                        self.backlog.append(c)
                         continue
                     del pending[c.context]
                     if c.response is not None:

@@ -19,8 +19,8 @@ Process states, as ``status`` prints them: ``alive`` (running), ``stopped`` (SIG
 SIGCONT resumes it) and ``dead`` (not running: killed, exited, or never started).
 
 ``down`` stops the brokers first (SIGCONT, then SIGTERM so they shut down in a
-controlled way; SIGKILL after a grace period), then zk_lite, and removes the cluster's
-shared memory (``shm.names.cleanup_cluster``). The data stays in D: ``up`` on the same
+controlled way; SIGKILL after a grace period; the controller last), then zk_lite, and
+removes the cluster's shared memory (``shm.names.cleanup_cluster``). The data stays in D: ``up`` on the same
 directory starts the same cluster again.
 
 The Python API (``Cluster``) is what tests use; the CLI (``minikafka cluster ...``) is a
@@ -554,21 +554,38 @@ class Cluster:
         return pid
 
     def down(self, grace_s: float = STOP_GRACE_S) -> int:
-        """Stop every process (brokers first, then zk_lite) and remove the cluster's
-        shared memory; returns how many shared-memory objects were removed."""
+        """Stop every process and remove the cluster's shared memory; returns how many
+        shared-memory objects were removed.
+
+        Order: the brokers that are not the controller (in parallel: CONT, TERM), so
+        the controller is there to move their leaderships in a controlled shutdown;
+        then the controller; then zk_lite. Whatever outlives ``grace_s`` after its
+        TERM is SIGKILLed."""
+        try:
+            controller = self.controller_id() if self._zk_process_alive() else None
+        except ClusterError:
+            controller = None
         self._close_zk()
         brokers = [self.processes[str(b)] for b in self.broker_ids]
-        for p in brokers:  # CONT + TERM to all first: they shut down in parallel
-            if p.signal(signals.SIGCONT):
-                p.signal(signals.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for p in brokers:
-            if not p.wait_dead(max(0.0, deadline - time.monotonic())):
-                p.kill_now()
-            p.forget()
+        last = [p for b, p in zip(self.broker_ids, brokers) if b == controller]
+        first = [p for p in brokers if p not in last]
+        for group in (first, last):
+            self._stop_together(group, grace_s)
         if "zk" in self.processes:
             self.processes["zk"].stop(grace_s)
         return cleanup_cluster(self.cluster_id)
+
+    @staticmethod
+    def _stop_together(processes: list[Process], grace_s: float) -> None:
+        for p in processes:
+            if p.signal(signals.SIGCONT):
+                p.signal(signals.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in processes:
+            if not p.wait_dead(max(0.0, deadline - time.monotonic())):
+                log.warning("%s did not stop within %.0f s of SIGTERM: SIGKILL", p.name, grace_s)
+                p.kill_now()
+            p.forget()
 
     def close(self) -> None:
         """Drop the ZooKeeper client; the processes keep running."""
