@@ -34,6 +34,7 @@ import collections
 import itertools
 import logging
 import os
+import struct
 import threading
 import time
 
@@ -46,7 +47,12 @@ from node.client import (METADATA_STALE_CODES, BatchMetadata, ClusterMetadata,
                          KafkaTimeoutError, Network, RecordMetadata, error, parse_bootstrap,
                          parse_metadata)
 from node.partitioner import StickyPartitioner, partition_for_key
-from shm.batch import build_batch, read_header
+from crc32c import crc32c
+
+from shm.batch import (ATTR_KEY_NULLS, CRC, CRC_POSITION, CRC_START, HEADER, HEADER_BYTES,
+                       LENGTH_OVERHEAD_BYTES, MAGIC, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+                       NO_SEQUENCE, build_batch, read_header)
+from shm.config import BATCH_BYTES_MAX
 
 log = logging.getLogger("minikafka.producer")
 
@@ -202,6 +208,49 @@ def _as_bytes(value, what: str) -> bytes:
     raise TypeError(f"{what} must be bytes or str, got {type(value).__name__}")
 
 
+SMALL_BATCH_RECORDS_MAX = 256  # below this, plain struct packing beats numpy/pyarrow
+
+
+def encode_small_batch(values: list, keys: list | None, timestamps) -> bytearray | None:
+    """``shm.batch.build_batch`` for a few records, byte for byte, without numpy or
+    pyarrow (their fixed cost dominates a one-record batch: ~50 us vs ~8 us). Returns
+    None when the input needs the general encoder (null values, mixed null keys)."""
+    n = len(values)
+    if not 1 <= n <= SMALL_BATCH_RECORDS_MAX or None in values:
+        return None
+    if isinstance(timestamps, int):
+        base_timestamp = max_timestamp = timestamps
+        deltas = bytes(4 * n)
+    else:
+        base_timestamp, max_timestamp = min(timestamps), max(timestamps)
+        if max_timestamp - base_timestamp > 2**31 - 1:
+            return None
+        deltas = struct.pack(f"<{n}i", *[t - base_timestamp for t in timestamps])
+    attributes = 0
+    if keys is None:
+        key_offsets, key_data, key_bitmap = bytes(4 * (n + 1)), b"", bytes((n + 7) // 8)
+        attributes |= ATTR_KEY_NULLS
+    else:
+        if None in keys:
+            return None
+        key_offsets = struct.pack(f"<{n + 1}i", *itertools.accumulate(map(len, keys),
+                                                                        initial=0))
+        key_data, key_bitmap = b"".join(keys), b""
+    value_offsets = struct.pack(f"<{n + 1}i", *itertools.accumulate(map(len, values),
+                                                                      initial=0))
+    body = b"".join((deltas, key_offsets, value_offsets, key_data, *values, key_bitmap))
+    total = HEADER_BYTES + len(body)
+    if total > BATCH_BYTES_MAX:
+        return None
+    buf = bytearray(total)
+    buf[HEADER_BYTES:] = body
+    HEADER.pack_into(buf, 0, 0, total - LENGTH_OVERHEAD_BYTES, -1, MAGIC, 0, attributes,
+                     n - 1, base_timestamp, max_timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+                     NO_SEQUENCE, n)
+    CRC.pack_into(buf, CRC_POSITION, crc32c(memoryview(buf)[CRC_START:]))
+    return buf
+
+
 def _encode(buf: _Open) -> _Batch:
     """Encode an open buffer into one record batch (in the I/O thread)."""
     now_ms = int(time.time() * 1000)
@@ -209,7 +258,10 @@ def _encode(buf: _Open) -> _Batch:
     if buf.has_timestamps:
         timestamps = [now_ms if t is None else t for t in buf.timestamps]
         buf.result.timestamps = timestamps
-    data = build_batch(buf.values, buf.keys if buf.has_keys else None, timestamps)
+    keys = buf.keys if buf.has_keys else None
+    data = encode_small_batch(buf.values, keys, timestamps)
+    if data is None:
+        data = build_batch(buf.values, keys, timestamps)
     buf.result.record_count = len(buf.values)
     buf.result.timestamp = now_ms if not buf.has_timestamps else min(timestamps)
     return _Batch(buf.tp, data, len(buf.values), buf.result, buf.created_s)
