@@ -260,7 +260,8 @@ class Cluster:
            broker_config: dict[int, dict] | None = None, wait: bool = True,
            ready_timeout_s: float = READY_TIMEOUT_S) -> "Cluster":
         """Create (or restart, if ``directory`` already holds a stopped cluster) and
-        start a cluster; waits until every broker is registered and answers Metadata."""
+        start a cluster; waits until every broker is registered, a controller is
+        elected and every broker's Metadata answer names all brokers."""
         directory = Path(directory)
         if (directory / CLUSTER_FILE).exists():
             cluster = cls.open(directory)
@@ -419,17 +420,19 @@ class Cluster:
         except NoNodeError:
             return []
 
-    def broker_answers_metadata(self, broker_id: int) -> bool:
+    def broker_metadata(self, broker_id: int) -> tuple[list[int], int] | None:
+        """(broker ids, controller id) from broker ``broker_id``'s Metadata answer, or
+        None if it does not answer."""
         from node import protocol as P
         from node.net import Channel, ChannelError
 
         channel = Channel(f"tcp://{self.broker_address(broker_id)}", client_id="supervisor")
         try:
-            response = channel.request(P.ApiKey.METADATA, {"topics": []},
-                                       timeout_ms=METADATA_TIMEOUT_MS)
-            return isinstance(response.body.get("brokers"), list)
-        except ChannelError:
-            return False
+            body = channel.request(P.ApiKey.METADATA, {"topics": []},
+                                   timeout_ms=METADATA_TIMEOUT_MS).body
+            return sorted(int(b[0]) for b in body["brokers"]), int(body.get("controller_id", -1))
+        except (ChannelError, KeyError, TypeError, ValueError, IndexError):
+            return None
         finally:
             channel.close()
 
@@ -461,18 +464,26 @@ class Cluster:
 
         self.wait_for(ready, timeout_s, f"ZooKeeper at {self.zookeeper}")
 
-    def wait_broker_ready(self, broker_id: int, timeout_s: float = READY_TIMEOUT_S) -> None:
+    def wait_broker_ready(self, broker_id: int, timeout_s: float = READY_TIMEOUT_S,
+                          peers: list[int] | None = None) -> None:
+        """Until broker ``broker_id`` is registered and its Metadata answer names a
+        controller and every broker of ``peers`` (itself by default): the controller
+        has told it about the cluster (UpdateMetadata)."""
         process = self.processes[str(broker_id)]
+        expected = set(peers or [broker_id])
 
         def ready() -> bool:
             self._check_started(process)
             try:
-                return broker_id in self.registered_brokers() and \
-                    self.broker_answers_metadata(broker_id)
+                if broker_id not in self.registered_brokers():
+                    return False
             except ClusterError:
                 return False
+            answer = self.broker_metadata(broker_id)
+            return answer is not None and expected <= set(answer[0]) and answer[1] >= 0
 
-        self.wait_for(ready, timeout_s, f"broker {broker_id} to register and answer Metadata")
+        self.wait_for(ready, timeout_s, f"broker {broker_id} to register and to learn "
+                                        f"of the controller and brokers {sorted(expected)}")
 
     def _start_all(self, ready_timeout_s: float | None) -> None:
         zk = self.processes.get("zk")
@@ -487,7 +498,8 @@ class Cluster:
         if ready_timeout_s is not None:
             deadline = time.monotonic() + ready_timeout_s
             for broker_id in self.broker_ids:
-                self.wait_broker_ready(broker_id, max(1.0, deadline - time.monotonic()))
+                self.wait_broker_ready(broker_id, max(1.0, deadline - time.monotonic()),
+                                       peers=self.broker_ids)
 
     # ------------------------------------------------------------- operations
     def status(self) -> list[ProcessStatus]:
