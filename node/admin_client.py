@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from node import errors as E
 from node import protocol as P
 from node.client import (BrokerMetadata, KafkaTimeoutError, MetadataFetcher, Network,
-                         PartitionMetadata, error, parse_bootstrap)
+                         PartitionMetadata, error, parse_bootstrap, parse_metadata)
 
 ELECTION_TYPES = {"preferred": P.ELECTION_PREFERRED, "unclean": P.ELECTION_UNCLEAN}
 WAIT_INTERVAL_S = 0.05
@@ -80,8 +80,8 @@ class Admin:
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      config: dict | None = None, replica_assignment: dict | None = None,
                      timeout_ms: int = 30_000, wait: bool = True) -> None:
-        """Create a topic; with ``wait``, returns once every partition has a leader in
-        metadata. ``replica_assignment``: {partition: [broker ids]} (overrides the counts)."""
+        """Create a topic; with ``wait``, returns once every broker's metadata shows a
+        leader for every partition. ``replica_assignment``: {partition: [broker ids]} (overrides the counts)."""
         assignment = None
         if replica_assignment is not None:
             assignment = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
@@ -95,12 +95,31 @@ class Admin:
             self.wait_for(lambda: self._all_led(name), timeout_ms,
                           f"every partition of {name} to have a leader")
 
+    def _each_broker_metadata(self, topics: list[str] | None) -> list:
+        """The Metadata answer of every live broker (brokers answer from their own
+        cache, filled by the controller's UpdateMetadata, so they may differ briefly)."""
+        md = self._metadata([])
+        out = []
+        for broker_id in sorted(md.brokers):
+            try:
+                response = self.net.request(md.endpoint(broker_id), P.ApiKey.METADATA,
+                                            {"topics": topics},
+                                            timeout_ms=min(self.request_timeout_ms, 5000))
+                out.append(parse_metadata(response.body))
+            except (E.KafkaError, P.ProtocolError):
+                return []
+        return out
+
     def _all_led(self, topic: str) -> bool:
-        try:
-            parts = self._metadata([topic]).topics.get(topic)
-        except E.KafkaError:
-            return False
-        return bool(parts) and all(p.leader >= 0 for p in parts.values())
+        """Every broker knows the topic and a leader for each of its partitions."""
+        answers = self._each_broker_metadata([topic])
+        return bool(answers) and all(
+            bool(md.topics.get(topic)) and all(p.leader >= 0 for p in md.topics[topic].values())
+            for md in answers)
+
+    def _gone_everywhere(self, topic: str) -> bool:
+        answers = self._each_broker_metadata([topic])
+        return bool(answers) and all(topic not in md.topics for md in answers)
 
     def create_partitions(self, name: str, total: int, assignment: dict | None = None,
                           timeout_ms: int = 30_000) -> None:
@@ -116,8 +135,8 @@ class Admin:
                                  timeout_ms + 5000)
         self._raise_entries(response.get("topics", []), "delete topic")
         if wait:
-            self.wait_for(lambda: name not in self.list_topics(), timeout_ms,
-                          f"topic {name} to disappear from metadata")
+            self.wait_for(lambda: self._gone_everywhere(name), timeout_ms,
+                          f"topic {name} to disappear from every broker's metadata")
 
     def list_topics(self) -> list[str]:
         return sorted(self._metadata(None).topics)

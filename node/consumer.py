@@ -254,8 +254,10 @@ class Consumer:
             remaining_ms = (deadline - time.monotonic()) * 1000
             if remaining_ms <= 0:
                 return False
-            wait_ms = min(remaining_ms, 100 if (self._metadata_wanted or self._pending_resets())
-                          else remaining_ms)
+            now = time.monotonic()
+            busy = self._metadata_wanted or self._pending_resets() or any(
+                s.paused_until_s > now for s in self._states.values())
+            wait_ms = min(remaining_ms, 100) if busy else remaining_ms
             completions, _ = self.net.poll(wait_ms)
             for c in completions:
                 self._on_fetch(c)

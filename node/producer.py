@@ -343,6 +343,11 @@ class Producer:
             count, available = self._partitions_of(topic)
             if key is not None:
                 partition = partition_for_key(key, count)
+        else:
+            count = self._metadata.partition_count(topic)
+            if count is not None and not 0 <= partition < count:
+                raise ValueError(f"partition {partition} of {topic} does not exist "
+                                 f"({count} partitions)")
         with self._lock:
             if partition is None:
                 partition = self._sticky.partition(topic, count, available)
