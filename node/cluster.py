@@ -550,12 +550,15 @@ class Cluster:
 
     def start(self, ident, *, wait: bool = True,
               ready_timeout_s: float = READY_TIMEOUT_S) -> int:
-        """Start a dead process again with the same config, port and data."""
+        """Start a dead process again with the same config, port and data (a
+        SIGSTOPped one is resumed with SIGCONT)."""
         process = self.process(ident)
+        if process.state() == "stopped":  # SIGSTOPped: starting it means resuming it
+            pid = process.pid()
+            process.signal(signals.SIGCONT)
+            return pid
         if process.pid() is not None:
-            raise ClusterError(f"{process.name} is already running (pid {process.pid()})"
-                               + (" but stopped: send CONT" if process.state() == "stopped"
-                                  else ""))
+            raise ClusterError(f"{process.name} is already running (pid {process.pid()})")
         process.forget()
         pid = process.start()
         if wait:

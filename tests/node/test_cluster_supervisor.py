@@ -51,6 +51,10 @@ def test_stop_cont_kill_start_cycle(zk_cluster):
     assert zk_cluster.wait_for(lambda: zk_cluster.status()[0].state == "stopped", 10)
     zk_cluster.kill("zk", "CONT")
     assert zk_cluster.wait_for(lambda: zk_cluster.status()[0].state == "alive", 10)
+    zk_cluster.kill("zk", "STOP")
+    assert zk_cluster.wait_for(lambda: zk_cluster.status()[0].state == "stopped", 10)
+    assert zk_cluster.start("zk") == first  # starting a paused process resumes it
+    assert zk_cluster.wait_for(lambda: zk_cluster.status()[0].state == "alive", 10)
     zk_cluster.kill("zk", "KILL")
     assert gone(first)
     assert zk_cluster.status()[0].state == "dead" and zk_cluster.status()[0].pid is None
