@@ -399,26 +399,33 @@ class Cluster:
                 pass
             self._zk = None
 
-    def controller_id(self) -> int | None:
-        from kazoo.exceptions import NoNodeError
+    def _zk_call(self, fn, default):
+        """Run ``fn(client)``; a missing znode gives ``default``, a lost connection a
+        ClusterError (and a fresh client next time)."""
+        from kazoo.exceptions import KazooException, NoNodeError
 
-        from node.zkdata import CONTROLLER, ZkDataError, decode_controller
+        from node.zkdata import ZkDataError
 
         try:
-            data, _ = self.zk().get(CONTROLLER)
-            return decode_controller(data)
+            return fn(self.zk())
         except (NoNodeError, ZkDataError):
-            return None
+            return default
+        except (KazooException, TimeoutError) as e:
+            self._close_zk()
+            raise ClusterError(f"ZooKeeper at {self.zookeeper} did not answer "
+                               f"({type(e).__name__})") from None
+
+    def controller_id(self) -> int | None:
+        """The broker id in /controller, None if no controller is elected."""
+        from node.zkdata import CONTROLLER, decode_controller
+
+        return self._zk_call(lambda zk: decode_controller(zk.get(CONTROLLER)[0]), None)
 
     def registered_brokers(self) -> list[int]:
-        from kazoo.exceptions import NoNodeError
-
         from node.zkdata import BROKER_IDS
 
-        try:
-            return sorted(int(c) for c in self.zk().get_children(BROKER_IDS) if c.isdigit())
-        except NoNodeError:
-            return []
+        return self._zk_call(lambda zk: sorted(
+            int(c) for c in zk.get_children(BROKER_IDS) if c.isdigit()), [])
 
     def broker_metadata(self, broker_id: int) -> tuple[list[int], int] | None:
         """(broker ids, controller id) from broker ``broker_id``'s Metadata answer, or
