@@ -145,3 +145,20 @@ def test_cli_unknown_id_is_one_line(zk_cluster):
     result = cli("kill", "--dir", str(zk_cluster.dir), "9")
     assert result.returncode == 1 and "unknown process id '9'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_external_zookeeper_is_used_and_not_managed(tmp_path, cluster_id):
+    from bench import zkservers
+
+    server = zkservers.start("zk_lite")
+    try:
+        with Cluster.up(tmp_path / "c", brokers=0, cluster_id=cluster_id,
+                        zookeeper=server.hosts) as cluster:
+            assert cluster.zookeeper == server.hosts and "zk" not in cluster.processes
+            assert cluster.status() == []
+            assert cluster.controller_id() is None
+            with pytest.raises(ClusterError, match="external"):
+                cluster.kill("zk")
+        assert server.alive()  # down leaves an external ZooKeeper alone
+    finally:
+        server.close()
