@@ -421,6 +421,17 @@ class Cluster:
 
         return self._zk_call(lambda zk: decode_controller(zk.get(CONTROLLER)[0]), None)
 
+    def partition_state(self, topic: str, partition: int):
+        """The partition-state znode (``node.zkdata.PartitionState``: leader,
+        leader_epoch, isr, controller_epoch, zk_version), None if absent."""
+        from node.zkdata import decode_partition_state, partition_state_path
+
+        def read(zk):
+            data, stat = zk.get(partition_state_path(topic, partition))
+            return decode_partition_state(data, stat.version)
+
+        return self._zk_call(read, None)
+
     def registered_brokers(self) -> list[int]:
         from node.zkdata import BROKER_IDS
 
