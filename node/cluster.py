@@ -47,7 +47,7 @@ CLUSTER_FILE = "cluster.json"
 HOST = "127.0.0.1"
 ZK_TICK_TIME_MS = 500  # lets brokers ask for session timeouts down to 1 s
 READY_TIMEOUT_S = 90.0
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 30.0  # > controlled.shutdown.max.retries x retry.backoff.ms (3 x 5 s)
 KILL_WAIT_S = 10.0
 ZK_CONNECT_TIMEOUT_S = 5.0
 METADATA_TIMEOUT_MS = 2000
@@ -593,7 +593,10 @@ class Cluster:
         Order: the brokers that are not the controller (in parallel: CONT, TERM), so
         the controller is there to move their leaderships in a controlled shutdown;
         then the controller; then zk_lite. Whatever outlives ``grace_s`` after its
-        TERM is SIGKILLed."""
+        TERM is SIGKILLed. The last broker standing cannot move its leaderships
+        anywhere, so (as in Kafka) its controlled shutdown retries
+        ``controlled.shutdown.max.retries`` times ``controlled.shutdown.retry.backoff.ms``
+        before it stops; a small ``grace_s`` cuts that short with SIGKILL."""
         try:
             controller = self.controller_id() if self._zk_process_alive() else None
         except ClusterError:

@@ -27,7 +27,7 @@ def cluster(tmp_path_factory):
     try:
         yield cluster
     finally:
-        cluster.down(grace_s=10)
+        cluster.down(grace_s=5)
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def fresh(tmp_path):
     try:
         yield cluster
     finally:
-        cluster.down(grace_s=10)
+        cluster.down(grace_s=5)
 
 
 def leader_of(admin, topic, partition=0):

@@ -44,7 +44,7 @@ def test_up_kill_controller_start_down_leaves_nothing(tmp_path, cluster_id):
         assert cluster.registered_brokers() == [0, 1, 2]
         cluster.kill(2 if old != 2 else 1, "STOP")
     finally:
-        cluster.down(grace_s=10)
+        cluster.down(grace_s=5)
     for pid in pids:
         assert gone(pid)
     assert cluster_objects(cluster_id) == []
@@ -69,6 +69,6 @@ def test_cli_up_status_down_with_brokers(tmp_path, cluster_id):
         assert "controller" in status.stdout
         assert cli("kill", "--dir", d, "1", "--signal", "TERM").returncode == 0
     finally:
-        down = cli("down", "--dir", d)
+        down = cli("down", "--dir", d, "--grace", "5")
     assert down.returncode == 0, down.stderr
     assert cluster_objects(cluster_id) == []
