@@ -79,7 +79,7 @@ class FetchedBatch:
 
 class _PartitionState:
     __slots__ = ("tp", "position", "fetch_offset", "reset", "buffered", "buffered_bytes",
-                 "paused_until_s", "high_watermark")
+                 "paused_until_s", "paused_epoch", "high_watermark")
 
     def __init__(self, tp: TopicPartition, reset: str):
         self.tp = tp
@@ -89,6 +89,7 @@ class _PartitionState:
         self.buffered: collections.deque = collections.deque()  # FetchedBatch
         self.buffered_bytes = 0
         self.paused_until_s = 0.0
+        self.paused_epoch = -1  # leader epoch when a leadership error paused it
         self.high_watermark = -1
 
     def seek(self, offset: int) -> None:
@@ -113,7 +114,8 @@ class Consumer:
                  fetch_max_bytes: int = FETCH_MAX_BYTES,
                  max_partition_fetch_bytes: int = 1024 * 1024, max_poll_records: int = 500,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
-                 check_crcs: bool = True, client_id: str | None = None):
+                 metadata_backoff_ms: int | None = None, check_crcs: bool = True,
+                 client_id: str | None = None):
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, "
                              f"got {auto_offset_reset!r}")
@@ -127,6 +129,8 @@ class Consumer:
         self.max_poll_records = max_poll_records
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
+        self.metadata_backoff_s = (retry_backoff_ms if metadata_backoff_ms is None
+                                   else metadata_backoff_ms) / 1000
         self.check_crcs = check_crcs
         self.net = Network(self.client_id, request_timeout_ms)
         self.meta = MetadataFetcher(self.net, self.bootstrap, request_timeout_ms)
@@ -270,7 +274,7 @@ class Consumer:
         now = time.monotonic()
         if not self._states or not self._metadata_wanted or now < self._metadata_next_s:
             return
-        self._metadata_next_s = now + self.retry_backoff_s
+        self._metadata_next_s = now + self.metadata_backoff_s
         topics = sorted({tp.topic for tp in self._states})
         timeout_ms = int(max(100.0, min(self.request_timeout_ms, (deadline - now) * 1000)))
         try:
@@ -279,6 +283,11 @@ class Consumer:
             log.debug("metadata refresh failed: %s", e)
             return
         self._metadata_wanted = any(md.leader_endpoint(*tp) is None for tp in self._states)
+        for tp, state in self._states.items():  # a newer leader: no need to wait more
+            pm = md.partition(*tp)
+            if state.paused_until_s > now and pm is not None and pm.leader >= 0 and \
+                    state.paused_epoch >= 0 and pm.leader_epoch > state.paused_epoch:
+                state.paused_until_s = 0.0
 
     def _leader(self, tp: TopicPartition) -> tuple[str | None, int]:
         pm = self.meta.current.partition(*tp)
@@ -431,6 +440,7 @@ class Consumer:
             state = self._states.get(tp)
             if state is not None:
                 state.paused_until_s = until
+                _, state.paused_epoch = self._leader(tp)
         if metadata:
             self._metadata_wanted = True
 

@@ -187,7 +187,7 @@ class _Batch:
     """One encoded record batch on its way to the leader."""
 
     __slots__ = ("tp", "data", "record_count", "result", "created_s", "attempts", "ready_s",
-                 "last_error")
+                 "last_error", "sent_epoch")
 
     def __init__(self, tp, data, record_count: int, result: _Result, created_s: float):
         self.tp = tp
@@ -198,6 +198,7 @@ class _Batch:
         self.attempts = 0
         self.ready_s = 0.0
         self.last_error: BaseException | None = None
+        self.sent_epoch = -1  # the leader epoch (from metadata) of its last attempt
 
 
 def _as_bytes(value, what: str) -> bytes:
@@ -282,6 +283,7 @@ class Producer:
                  retry_backoff_ms: int = 100, max_block_ms: int = 60_000,
                  max_request_size: int = 16 * 1024 * 1024,
                  metadata_max_age_ms: int = METADATA_MAX_AGE_MS,
+                 metadata_backoff_ms: int | None = None,
                  client_id: str | None = None, partitioner_seed: int | None = None):
         self.acks = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}.get(acks)
         if self.acks is None:
@@ -301,6 +303,9 @@ class Producer:
         self.max_block_s = max_block_ms / 1000
         self.max_request_size = max_request_size
         self.metadata_max_age_s = metadata_max_age_ms / 1000
+        # Minimum time between metadata refreshes (Kafka uses retry.backoff.ms for it).
+        self.metadata_backoff_s = (retry_backoff_ms if metadata_backoff_ms is None
+                                   else metadata_backoff_ms) / 1000
 
         # Shared between send() and the I/O thread, under _lock.
         self._lock = threading.Lock()
@@ -691,7 +696,7 @@ class _Sender:
             cid = self.net.send(endpoint, P.ApiKey.METADATA, {"topics": topics},
                                 context=marker, timeout_ms=p.request_timeout_ms)
             self.metadata_requests[marker] = (endpoint, cid)
-        self.metadata_next_s = now + p.retry_backoff_s
+        self.metadata_next_s = now + p.metadata_backoff_s
 
     def on_metadata(self, completion) -> None:
         p = self.p
@@ -710,6 +715,7 @@ class _Sender:
             p._metadata_wanted = True
             return
         p._metadata = p._metadata.merged(fresh)
+        self.release_moved(p._metadata)
         self.metadata_refreshed_s = time.monotonic()
         with p._lock:
             missing = any(p._metadata.partition_count(t) is None for t in p._topics)
@@ -717,6 +723,20 @@ class _Sender:
             p._metadata_wanted = True
         with p._metadata_changed:
             p._metadata_changed.notify_all()
+
+    def release_moved(self, md: ClusterMetadata) -> None:
+        """Batches backing off after a leadership error go at once when metadata shows
+        a newer leader epoch: the backoff was for stale metadata, and it is fresh now."""
+        for tp, queue in self.queues.items():
+            if not queue or queue[0].ready_s == 0:
+                continue
+            pm = md.partition(*tp)
+            if pm is None or pm.leader < 0:
+                continue
+            for batch in queue:
+                if batch.sent_epoch >= 0 and pm.leader_epoch > batch.sent_epoch and \
+                        getattr(batch.last_error, "code", None) in METADATA_STALE_CODES:
+                    batch.ready_s = 0.0
 
     # -- sending
     def send_ready(self, now: float) -> None:
@@ -750,6 +770,9 @@ class _Sender:
                 batches.append(batch)
             if not batches:
                 continue
+            pm = p._metadata.partition(*tp)
+            for batch in batches:
+                batch.sent_epoch = pm.leader_epoch if pm is not None else -1
             entries.append([tp[0], tp[1]])
             frames.append(batches[0].data if len(batches) == 1 else
                           b"".join(b.data for b in batches))

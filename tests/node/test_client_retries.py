@@ -236,3 +236,48 @@ def test_poll_max_records_keeps_the_rest_for_the_next_poll(scripted):
             rest += c.poll(100)
     assert [r.offset for r in first] == [0, 1, 2, 3]
     assert [r.offset for r in rest] == list(range(4, 10))
+
+
+def test_a_newer_leader_epoch_ends_the_backoff_early(scripted):
+    state = {"produces": 0}
+    holder = {}
+
+    def handle(request):
+        state["produces"] += 1
+        if state["produces"] == 1:
+            holder["broker"].leader_epoch += 1  # leadership moved (to the same address)
+            return produce_answer(request, NOT_LEADER)
+        return produce_answer(request, 0, base_offset=5)
+
+    broker = holder["broker"] = scripted(handle)
+    with Producer(broker.bootstrap, acks="all", retry_backoff_ms=3000,
+                  metadata_backoff_ms=10) as producer:
+        producer.send("t", b"warm-up-metadata", partition=0)  # not awaited
+        started = time.monotonic()
+        meta = producer.send("t", b"x", partition=0).get(10)
+        assert time.monotonic() - started < 2.5  # not the 3 s backoff
+    assert meta.offset >= 5
+
+
+def test_consumer_resumes_at_once_when_the_leader_epoch_moves(scripted):
+    log = make_log([[b"a"]])
+    errors = [FENCED_LEADER_EPOCH]
+    holder = {}
+    inner = fetch_handler(log, errors)
+
+    def handle(request):
+        if request.api_key == P.ApiKey.FETCH and errors:
+            holder["broker"].leader_epoch += 1
+        return inner(request)
+
+    broker = holder["broker"] = scripted(handle)
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                  retry_backoff_ms=3000, metadata_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        consumer.position(("t", 0))
+        started = time.monotonic()
+        got = []
+        while not got and time.monotonic() - started < 10:
+            got = consumer.poll(100)
+        assert [r.value for r in got] == [b"a"]
+        assert time.monotonic() - started < 2.5
