@@ -42,6 +42,10 @@ log = logging.getLogger("minikafka.consumer")
 
 OFFSET_OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
 FETCH_MAX_BYTES = 50 * 1024 * 1024  # fetch.max.bytes
+# A fetch unanswered this long after its max wait makes the consumer check metadata:
+# if the leader moved, the partition is fetched from the new leader without waiting
+# for the request timeout of the old one (a SIGSTOPped broker keeps its connection).
+FETCH_SUSPECT_MS = 1000
 _client_ids = itertools.count(1)
 
 
@@ -135,10 +139,12 @@ class Consumer:
         self.net = Network(self.client_id, request_timeout_ms)
         self.meta = MetadataFetcher(self.net, self.bootstrap, request_timeout_ms)
         self._states: dict[TopicPartition, _PartitionState] = {}
-        self._fetches: dict[str, dict] = {}  # leader endpoint -> {tp: fetch_offset}
+        # leader endpoint -> ({tp: fetch_offset asked}, monotonic time sent)
+        self._fetches: dict[str, tuple[dict, float]] = {}
         self._metadata_wanted = True
         self._metadata_next_s = 0.0
         self._rotation = 0
+        self._fetch_suspect_s = (fetch_max_wait_ms + FETCH_SUSPECT_MS) / 1000
         self._closed = False
 
     # ------------------------------------------------------------- assignment
@@ -259,6 +265,8 @@ class Consumer:
             if remaining_ms <= 0:
                 return False
             now = time.monotonic()
+            if any(now - sent_s > self._fetch_suspect_s for _, sent_s in self._fetches.values()):
+                self._metadata_wanted = True  # a silent leader (paused?): did it move?
             busy = self._metadata_wanted or self._pending_resets() or any(
                 s.paused_until_s > now for s in self._states.values())
             wait_ms = min(remaining_ms, 100) if busy else remaining_ms
@@ -365,6 +373,8 @@ class Consumer:
     def _send_fetches(self) -> None:
         now = time.monotonic()
         by_leader: dict[str, list] = collections.defaultdict(list)
+        in_flight = {tp: endpoint for endpoint, (asked, _) in self._fetches.items()
+                     for tp in asked}
         for tp, state in self._states.items():
             if state.reset is not None or state.fetch_offset is None or \
                     state.paused_until_s > now or \
@@ -374,7 +384,7 @@ class Consumer:
             if endpoint is None:
                 self._metadata_wanted = True
                 continue
-            if endpoint in self._fetches:
+            if endpoint in self._fetches or in_flight.get(tp) == endpoint:
                 continue
             by_leader[endpoint].append((tp, state, epoch))
         for endpoint, items in by_leader.items():
@@ -390,11 +400,12 @@ class Consumer:
             except E.KafkaError:
                 self._metadata_wanted = True
                 continue
-            self._fetches[endpoint] = asked
+            self._fetches[endpoint] = (asked, time.monotonic())
 
     def _on_fetch(self, c) -> None:
         endpoint, asked = c.context
-        self._fetches.pop(endpoint, None)
+        if self._fetches.get(endpoint, (None,))[0] is asked:
+            del self._fetches[endpoint]
         if c.response is None:
             self._backoff(asked, metadata=True)
             return

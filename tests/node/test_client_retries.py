@@ -29,9 +29,10 @@ class ScriptedBroker:
     """Answers Metadata itself (one topic "t", one partition, led by this broker) and
     hands every other request to ``handler(request) -> (body, frames) | None``."""
 
-    def __init__(self, handler, leader_epoch: int = 3):
+    def __init__(self, handler, leader_epoch: int = 3, view: dict | None = None):
         self.handler = handler
         self.leader_epoch = leader_epoch
+        self.view = view  # shared {"port": leader port, "epoch": n}, else itself
         self.requests: list[P.Request] = []
         self.sock = context().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -55,9 +56,10 @@ class ScriptedBroker:
             request = P.decode_request(frames[1:])
             self.requests.append(request)
             if request.api_key == P.ApiKey.METADATA:
-                answer = ({"brokers": [[0, "127.0.0.1", self.port, None]], "controller_id": 0,
-                           "topics": [["t", 0, [[0, 0, 0, self.leader_epoch, [0], [0], []]]]]},
-                          ())
+                port = self.view["port"] if self.view else self.port
+                epoch = self.view["epoch"] if self.view else self.leader_epoch
+                answer = ({"brokers": [[0, "127.0.0.1", port, None]], "controller_id": 0,
+                           "topics": [["t", 0, [[0, 0, 0, epoch, [0], [0], []]]]]}, ())
             else:
                 answer = self.handler(request)
             if answer is not None:
@@ -281,3 +283,25 @@ def test_consumer_resumes_at_once_when_the_leader_epoch_moves(scripted):
             got = consumer.poll(100)
         assert [r.value for r in got] == [b"a"]
         assert time.monotonic() - started < 2.5
+
+
+def test_consumer_leaves_a_silent_leader_when_metadata_names_another(scripted):
+    """A SIGSTOPped leader keeps its TCP connection: its fetch hangs. After the fetch's
+    max wait (+1 s) the consumer checks metadata and reads from the new leader."""
+    view = {}
+    silent = scripted(lambda r: None, view=view)  # answers Metadata only
+    log = make_log([[b"a"], [b"b"]])
+    serving = scripted(fetch_handler(log, []), view=view)
+    view.update(port=silent.port, epoch=3)
+    with Consumer(silent.bootstrap, fetch_max_wait_ms=50, request_timeout_ms=30_000,
+                  retry_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        consumer.seek(("t", 0), 0)
+        assert consumer.poll(200) == []  # the fetch to the silent leader is in flight
+        view.update(port=serving.port, epoch=4)
+        started = time.monotonic()
+        got = []
+        while len(got) < 2 and time.monotonic() - started < 20:
+            got += consumer.poll(100)
+        assert [r.value for r in got] == [b"a", b"b"]
+        assert time.monotonic() - started < 5  # not the 30 s request timeout
