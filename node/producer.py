@@ -59,6 +59,9 @@ log = logging.getLogger("minikafka.producer")
 RECORD_OVERHEAD_BYTES = 12  # timestamp delta + key offset + value offset per record
 REQUEST_TIMEOUT_SLACK_MS = 2000  # the broker answers REQUEST_TIMED_OUT before we give up
 IDLE_POLL_MS = 1000
+# A Produce unanswered this long makes the producer check whether its leader moved.
+PRODUCE_SUSPECT_MS = 1000
+NOT_LEADER_OR_FOLLOWER = E.code_of("NOT_LEADER_OR_FOLLOWER")
 METADATA_MAX_AGE_MS = 300_000
 _client_ids = itertools.count(1)
 
@@ -591,6 +594,8 @@ class _Sender:
         self.metadata_requests: dict[object, tuple[str, int]] = {}
         self.metadata_next_s = 0.0
         self.metadata_refreshed_s = 0.0
+        self.produce_in_flight: dict[int, tuple] = {}  # id(context) -> (endpoint, cid, context, sent_s)
+        self.suspect_next_s = 0.0
 
     # -- one turn of the loop
     def turn(self) -> None:
@@ -598,6 +603,7 @@ class _Sender:
         now = time.monotonic()
         self.drain(now)
         self.expire(now)
+        self.check_suspects(now)
         self.maybe_request_metadata(now)
         self.send_ready(now)
         timeout_ms = self.poll_timeout_ms(time.monotonic())
@@ -667,6 +673,9 @@ class _Sender:
                 wake_s = min(wake_s, max(queue[0].ready_s, now + 0.001))
         if self.metadata_due() and not self.metadata_requests:
             wake_s = min(wake_s, self.metadata_next_s)
+        if self.produce_in_flight:
+            oldest_s = min(sent_s for _, _, _, sent_s in self.produce_in_flight.values())
+            wake_s = min(wake_s, max(oldest_s + PRODUCE_SUSPECT_MS / 1000, self.suspect_next_s))
         return max(0.0, (wake_s - now) * 1000)
 
     # -- metadata
@@ -715,6 +724,7 @@ class _Sender:
             p._metadata_wanted = True
             return
         p._metadata = p._metadata.merged(fresh)
+        self.abandon_moved(p._metadata, time.monotonic())
         self.release_moved(p._metadata)
         self.metadata_refreshed_s = time.monotonic()
         with p._lock:
@@ -782,8 +792,8 @@ class _Sender:
         body = {"acks": p.acks, "timeout_ms": p.request_timeout_ms, "partitions": entries}
         context = ("produce", sent)
         try:
-            self.net.send(endpoint, P.ApiKey.PRODUCE, body, frames, context=context,
-                          expect_response=p.acks != 0)
+            cid = self.net.send(endpoint, P.ApiKey.PRODUCE, body, frames, context=context,
+                                expect_response=p.acks != 0)
         except E.KafkaError as e:
             for tp, batches in sent:
                 self.retry_or_fail(tp, batches, e, now)
@@ -795,6 +805,39 @@ class _Sender:
             self.notify()
         else:
             self.muted.update(tp for tp, _ in sent)
+            self.produce_in_flight[id(context)] = (endpoint, cid, context, now)
+
+    def check_suspects(self, now: float) -> None:
+        """A Produce unanswered for PRODUCE_SUSPECT_MS asks for metadata (at most once
+        per PRODUCE_SUSPECT_MS): if its leader moved, ``abandon_moved`` retries it."""
+        if now < self.suspect_next_s:
+            return
+        if any(now - sent_s > PRODUCE_SUSPECT_MS / 1000
+               for _, _, _, sent_s in self.produce_in_flight.values()):
+            self.p._metadata_wanted = True
+            self.suspect_next_s = now + PRODUCE_SUSPECT_MS / 1000
+
+    def abandon_moved(self, md: ClusterMetadata, now: float) -> None:
+        """Give up on in-flight requests whose every partition has a newer leader epoch
+        in fresh metadata (the old leader is paused or partitioned: its answer would
+        only come after the request timeout). Retried like a NOT_LEADER_OR_FOLLOWER;
+        a late answer is dropped."""
+        for key, (endpoint, cid, context, _) in list(self.produce_in_flight.items()):
+            sent = context[1]
+            moved = all(
+                (pm := md.partition(*tp)) is not None and pm.leader >= 0 and
+                pm.leader_epoch > batches[0].sent_epoch >= 0 for tp, batches in sent)
+            if not moved:
+                continue
+            del self.produce_in_flight[key]
+            self.net.cancel(endpoint, cid)
+            e = error(NOT_LEADER_OR_FOLLOWER, f"{endpoint} did not answer and is no longer "
+                                              f"the leader")
+            for tp, batches in sent:
+                self.muted.discard(tp)
+                self.retry_or_fail(tp, batches, e, now)
+                for batch in batches:
+                    batch.ready_s = 0.0
 
     # -- completions
     def complete(self, completion) -> None:
@@ -807,6 +850,7 @@ class _Sender:
 
     def on_produce(self, completion) -> None:
         now = time.monotonic()
+        self.produce_in_flight.pop(id(completion.context), None)
         sent = completion.context[1]
         for tp, _ in sent:
             self.muted.discard(tp)
@@ -896,6 +940,7 @@ class _Sender:
                     for batch in batches:
                         self.fail(batch, e)
         self.net.in_flight.clear()
+        self.produce_in_flight.clear()
         self.notify()
         with p._metadata_changed:
             p._metadata_changed.notify_all()

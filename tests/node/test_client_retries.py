@@ -305,3 +305,23 @@ def test_consumer_leaves_a_silent_leader_when_metadata_names_another(scripted):
             got += consumer.poll(100)
         assert [r.value for r in got] == [b"a", b"b"]
         assert time.monotonic() - started < 5  # not the 30 s request timeout
+
+
+def test_producer_leaves_a_silent_leader_when_metadata_names_another(scripted):
+    """A Produce to a paused leader is abandoned (and retried at the new leader) once
+    metadata shows a newer leader epoch, long before the request timeout."""
+    view = {}
+    silent = scripted(lambda r: None, view=view)
+    serving = scripted(lambda r: produce_answer(r, 0, base_offset=11), view=view)
+    view.update(port=silent.port, epoch=3)
+    with Producer(silent.bootstrap, acks="all", request_timeout_ms=30_000,
+                  retry_backoff_ms=10) as producer:
+        future = producer.send("t", b"x", partition=0)
+        deadline = time.monotonic() + 10
+        while silent.count(P.ApiKey.PRODUCE) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        view.update(port=serving.port, epoch=4)
+        started = time.monotonic()
+        assert future.get(20).offset == 11
+        assert time.monotonic() - started < 5  # not the 30 s request timeout
+    assert serving.count(P.ApiKey.PRODUCE) == 1
