@@ -21,6 +21,12 @@ Theory of operation (Kafka's RecordAccumulator + Sender, simplified):
   connection, ...) put the batches back at the front of their partition's queue after
   ``retry_backoff_ms`` and refresh metadata, up to ``retries`` attempts and within
   ``delivery_timeout_ms`` of the batch's creation; then the last error completes them.
+- A lost connection fails its requests at once (``node.client.Network``). A leader
+  that keeps its connection but does not answer (SIGSTOP, a partition) is suspected
+  after 1 s: metadata is checked, and if every partition of the request has a newer
+  leader epoch, the request is abandoned and retried at the new leader instead of
+  waiting for ``request_timeout_ms``. Backoffs after leadership errors end as soon as
+  fresh metadata shows a newer leader epoch.
 - acks=0: nothing comes back; futures complete when the request is handed to ZeroMQ,
   with offset -1 (as Kafka).
 
