@@ -375,20 +375,34 @@ class Cluster:
 
     # ------------------------------------------------------------- ZooKeeper view
     def zk(self):
-        """A connected kazoo client (lazy, reused; closed by ``down``/``close``)."""
+        """The supervisor's kazoo client: created on first use and kept until
+        ``down``/``close`` (it reconnects by itself, so a reference stays valid across
+        a ZooKeeper restart). Raises ClusterError if ZooKeeper cannot be reached."""
         from kazoo.client import KazooClient
+        from kazoo.retry import KazooRetry
 
-        if self._zk is None or not self._zk.connected:
-            if self._zk is not None:
-                self._close_zk()
-            client = KazooClient(hosts=self.zookeeper, timeout=ZK_CONNECT_TIMEOUT_S)
+        if self._zk is None:
+            client = KazooClient(hosts=self.zookeeper, timeout=ZK_CONNECT_TIMEOUT_S,
+                                 connection_retry=KazooRetry(max_tries=-1, delay=0.1,
+                                                             max_delay=1.0))
             try:
                 client.start(timeout=ZK_CONNECT_TIMEOUT_S)
             except Exception:
+                client.stop()
                 client.close()
                 raise ClusterError(f"cannot reach ZooKeeper at {self.zookeeper}") from None
             self._zk = client
         return self._zk
+
+    def _connected_zk(self):
+        """The client once it is connected (waits up to ZK_CONNECT_TIMEOUT_S)."""
+        client = self.zk()
+        deadline = time.monotonic() + ZK_CONNECT_TIMEOUT_S
+        while not client.connected:
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"cannot reach ZooKeeper at {self.zookeeper}")
+            time.sleep(POLL_INTERVAL_S)
+        return client
 
     def _close_zk(self) -> None:
         if self._zk is not None:
@@ -401,17 +415,16 @@ class Cluster:
 
     def _zk_call(self, fn, default):
         """Run ``fn(client)``; a missing znode gives ``default``, a lost connection a
-        ClusterError (and a fresh client next time)."""
+        ClusterError (the client keeps reconnecting in the background)."""
         from kazoo.exceptions import KazooException, NoNodeError
 
         from node.zkdata import ZkDataError
 
         try:
-            return fn(self.zk())
+            return fn(self._connected_zk())
         except (NoNodeError, ZkDataError):
             return default
         except (KazooException, TimeoutError) as e:
-            self._close_zk()
             raise ClusterError(f"ZooKeeper at {self.zookeeper} did not answer "
                                f"({type(e).__name__})") from None
 
