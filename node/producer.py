@@ -421,7 +421,8 @@ class Producer:
         if targets is None:
             count, available = self._partitions_of(topic)
             targets = available or list(range(count))
-            start = self._sticky.partition(topic, count, available)
+            with self._lock:
+                start = self._sticky.partition(topic, count, available)
             targets = targets[targets.index(start):] + targets[:targets.index(start)] \
                 if start in targets else targets
         batches = []
