@@ -51,6 +51,7 @@ _TABLE = [
                                       "epoch on the broker."),
     (75, "UNKNOWN_LEADER_EPOCH", True, "The leader epoch in the request is newer than the "
                                        "epoch on the broker."),
+    (77, "STALE_BROKER_EPOCH", False, "Broker epoch has changed."),
     (80, "PREFERRED_LEADER_NOT_AVAILABLE", True, "The preferred leader was not available."),
     (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True, "Eligible topic partition leaders are not "
                                                  "available."),

@@ -104,7 +104,7 @@ def test_acks_1_loses_an_acknowledged_write_when_the_leader_dies_and_acks_all_do
     that never saw the write is elected. An acks=all write in the same window is never
     acknowledged, so nothing acknowledged is lost."""
     with cluster(tmp_path, cluster_id, zookeeper_session_timeout_ms=3000,
-                 replica_lag_time_max_ms=30000) as c:
+                 replica_lag_time_max_ms=30000, replica_fetch_wait_max_ms=100) as c:
         a = admin(c)
         a.create_topic("one", 1, 3, replica_assignment={0: [0, 1, 2]})
         a.create_topic("all", 1, 3, replica_assignment={0: [0, 1, 2]},
@@ -117,6 +117,10 @@ def test_acks_1_loses_an_acknowledged_write_when_the_leader_dies_and_acks_all_do
         wait_state(c, "one", lambda s: len(s.isr) == 3, "a full ISR")
         for f in (1, 2):
             c.kill(f, "STOP")
+        # A follower fetch parked at the leader would carry the next write to the paused
+        # follower's socket; the leader answers every parked fetch within
+        # replica.fetch.wait.max.ms (100 ms), and a paused follower sends no new one.
+        time.sleep(0.5)
         lost_offset = p1.send("one", b"acked-then-lost", partition=0).get(timeout=10).offset
         pending = pall.send("all", b"never-acked", partition=0)
         time.sleep(0.05)  # let the leader append it (it cannot be acknowledged: no follower)
@@ -151,7 +155,7 @@ def test_unclean_election_loses_acknowledged_writes_and_clean_election_waits(tmp
     acknowledged by L alone (min.insync.replicas=1); L dies. With unclean election the
     out-of-sync F is elected and the write is lost; without, the partition stays offline
     (NoReplicaOnlineException) until L returns, and the write survives."""
-    with cluster(tmp_path, cluster_id, zookeeper_session_timeout_ms=8000,
+    with cluster(tmp_path, cluster_id, zookeeper_session_timeout_ms=6000,
                  replica_lag_time_max_ms=1000) as c:
         controller = c.controller_id()
         leader, follower = others(c, controller)[:2]
@@ -160,15 +164,19 @@ def test_unclean_election_loses_acknowledged_writes_and_clean_election_waits(tmp
                        config={"unclean.leader.election.enable": "true"})
         a.create_topic("clean", 1, 2, replica_assignment={0: [leader, follower]},
                        config={"unclean.leader.election.enable": "false"})
+        # F stays paused (less than its session) until L is dead, so it never fetches
+        # the write; its last fetch was answered long before (replica.fetch.wait.max.ms).
         c.kill(follower, "STOP")
-        for t in ("unclean", "clean"):
-            wait_state(c, t, lambda s: s.isr == (leader,), f"{t}: ISR shrunk to the leader")
-        c.kill(follower, "CONT")
-        p = Producer(bootstrap_servers=c.bootstrap_servers, acks="all")
-        offsets = {t: p.send(t, b"only-on-the-leader", partition=0).get(timeout=30).offset
-                   for t in ("unclean", "clean")}
-        p.close()
-        c.kill(leader, "KILL")
+        try:
+            for t in ("unclean", "clean"):
+                wait_state(c, t, lambda s: s.isr == (leader,), f"{t}: ISR shrunk to the leader")
+            p = Producer(bootstrap_servers=c.bootstrap_servers, acks="all")
+            offsets = {t: p.send(t, b"only-on-the-leader", partition=0).get(timeout=30).offset
+                       for t in ("unclean", "clean")}
+            p.close()
+            c.kill(leader, "KILL")
+        finally:
+            c.kill(follower, "CONT")
         wait_state(c, "unclean", lambda s: s.leader == follower, "unclean election of F")
         wait_state(c, "clean", lambda s: s.leader == -1, "clean: partition offline")
         c.wait_for(lambda: "NoReplicaOnlineException" in log_text(c, c.controller_id()),
@@ -231,6 +239,13 @@ def test_hw_truncation_loses_acked_writes_after_a_double_failure(tmp_path, clust
         a.close()
 
 
+def new_controller(c, old: int) -> int:
+    """Wait until a broker other than ``old`` holds /controller (ids start at 0)."""
+    found = c.wait_for(lambda: (lambda x: (x,) if x not in (None, old) else None)(
+        c.controller_id()), 30, f"a controller other than {old}")
+    return found[0]
+
+
 def test_controller_failover_raises_the_epoch_and_a_paused_old_controller_is_refused(
         tmp_path, cluster_id):
     with cluster(tmp_path, cluster_id) as c:
@@ -239,12 +254,14 @@ def test_controller_failover_raises_the_epoch_and_a_paused_old_controller_is_ref
         old_epoch = int(zk.get("/controller_epoch")[0])
         c.kill(old, "STOP")
         try:
-            new = c.wait_for(lambda: (lambda x: x if x not in (None, old) else None)(
-                c.controller_id()), 30, "a new controller")
+            new = new_controller(c, old)
             new_epoch = int(zk.get("/controller_epoch")[0])
             assert new_epoch > old_epoch
-            # What the old controller would send on resuming: refused by every broker.
-            target = [b for b in c.broker_ids if b not in (old,)][0]
+            # What the old controller would send on resuming: refused by every broker
+            # that has heard from the new one (its UpdateMetadata names the controller).
+            target = [b for b in c.broker_ids if b not in (old, new)][0]
+            c.wait_for(lambda: (c.broker_metadata(target) or ([], -1))[1] == new, 30,
+                       "the new controller's UpdateMetadata to reach the broker")
             channel = Channel(f"tcp://{c.broker_address(target)}")
             body = {"controller_id": old, "controller_epoch": old_epoch, "partitions": [],
                     "live_leaders": []}
@@ -258,8 +275,7 @@ def test_controller_failover_raises_the_epoch_and_a_paused_old_controller_is_ref
         assert c.controller_id() == new and int(zk.get("/controller_epoch")[0]) == new_epoch
         # SIGKILL the new one: a third takes over with a higher epoch and the cluster works.
         c.kill(new, "KILL")
-        third = c.wait_for(lambda: (lambda x: x if x not in (None, new) else None)(
-            c.controller_id()), 30, "another controller")
+        third = new_controller(c, new)
         assert int(zk.get("/controller_epoch")[0]) > new_epoch and third != new
         a = admin(c)
         a.create_topic("after", 1, 2)
