@@ -1,0 +1,452 @@
+"""Broker configuration: a Kafka-format properties file with Kafka's key names.
+
+``BrokerConfig.from_file(path)`` (or ``from_props(load_properties(path))``) builds one
+frozen ``BrokerConfig``. Field names are the Kafka keys with dots turned into
+underscores (``replica.lag.time.max.ms`` -> ``replica_lag_time_max_ms``); defaults are
+Kafka's unless noted in ``_KEYS``. The storage engine's ``log.*`` keys (and
+``message.max.bytes``) build ``log_config: shm.config.LogConfig``.
+
+Unknown keys and invalid values raise ``ConfigError`` with a one-line message naming
+the key, so a broker refuses to start instead of running with a typo.
+
+Topic-level overrides (``/config/topics/T``, Kafka's topic keys such as
+``min.insync.replicas`` or ``retention.ms``): ``topic_log_config(config, overrides)``
+gives the topic's ``LogConfig`` and ``topic_setting(config, overrides, key)`` one
+replication setting, falling back to the broker's value; ``check_topic_config``
+validates a topic config map (CreateTopics).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from shm.config import KAFKA_NAMES as LOG_KAFKA_NAMES
+from shm.config import LONG_MAX, LogConfig
+
+PROPERTIES_BYTES_MAX = 1024 * 1024
+INT_MAX = 2**31 - 1
+
+LEADER_EPOCH_MODE = "leader-epoch"
+HIGH_WATERMARK_MODE = "high-watermark"
+TRUNCATION_MODES = (LEADER_EPOCH_MODE, HIGH_WATERMARK_MODE)
+
+_CLUSTER_ID = re.compile(r"^[A-Za-z0-9_]{1,40}$")
+_LISTENER = re.compile(r"^PLAINTEXT://([A-Za-z0-9.\-]*|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
+_RACK = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid (message names the key)."""
+
+
+# ------------------------------------------------------------------ value parsers
+
+def _int_in(low: int, high: int) -> Callable[[str, str], int]:
+    def parse(key: str, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{key}: {value} is outside [{low}, {high}]")
+        return value
+    return parse
+
+
+def _bool(key: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{key}: expected true or false, got {text!r}")
+    return value == "true"
+
+
+def _text(key: str, text: str) -> str:
+    value = text.strip()
+    if not value:
+        raise ConfigError(f"{key}: must not be empty")
+    return value
+
+
+def _optional_text(key: str, text: str) -> str | None:
+    value = text.strip()
+    return value or None
+
+
+def _listeners(key: str, text: str) -> str:
+    value = text.strip()
+    if not _LISTENER.match(value):
+        raise ConfigError(f"{key}: expected one PLAINTEXT://HOST:PORT listener, got {text!r}")
+    port = int(_LISTENER.match(value).group(2))
+    if port > 65535:
+        raise ConfigError(f"{key}: port {port} is outside [0, 65535]")
+    return value
+
+
+def _log_dirs(key: str, text: str) -> tuple[str, ...]:
+    dirs = tuple(d.strip() for d in text.split(",") if d.strip())
+    if not dirs:
+        raise ConfigError(f"{key}: expected a comma-separated list of directories")
+    return dirs
+
+
+def _zookeeper_connect(key: str, text: str) -> str:
+    value = text.strip()
+    hosts = value.split("/", 1)[0]
+    for host in hosts.split(","):
+        name, _, port = host.strip().rpartition(":")
+        if not name or not port.isdigit():
+            raise ConfigError(f"{key}: expected host:port[,host:port...][/chroot], got {text!r}")
+    return value
+
+
+def _truncation_mode(key: str, text: str) -> str:
+    value = text.strip()
+    if value not in TRUNCATION_MODES:
+        raise ConfigError(f"{key}: expected one of {', '.join(TRUNCATION_MODES)}, got {text!r}")
+    return value
+
+
+def _cluster_id(key: str, text: str) -> str | None:
+    value = text.strip()
+    if not value:
+        return None
+    if not _CLUSTER_ID.match(value):
+        raise ConfigError(f"{key}: {text!r} must be 1-40 characters of [A-Za-z0-9_]")
+    return value
+
+
+def _rack(key: str, text: str) -> str | None:
+    value = text.strip()
+    if not value:
+        return None
+    if not _RACK.match(value):
+        raise ConfigError(f"{key}: {text!r} must be 1-64 characters of [A-Za-z0-9._-]")
+    return value
+
+
+_POSITIVE = _int_in(1, INT_MAX)
+_NON_NEGATIVE = _int_in(0, INT_MAX)
+_LONG_POSITIVE = _int_in(1, LONG_MAX)
+
+
+# ------------------------------------------------------------------ the keys
+
+@dataclass(frozen=True)
+class _Key:
+    name: str                       # Kafka's key
+    parse: Callable[[str, str], object]
+    default: str | None             # as text, parsed like a file value; None = required
+
+
+# Broker keys (not the log.* keys of LogConfig, which come from shm.config).
+_KEYS: tuple[_Key, ...] = (
+    _Key("broker.id", _int_in(0, INT_MAX), None),
+    # Kafka's default is PLAINTEXT://:9092 (all interfaces); everything here binds loopback.
+    _Key("listeners", _listeners, "PLAINTEXT://127.0.0.1:9092"),
+    _Key("log.dirs", _log_dirs, "/tmp/kafka-logs"),
+    _Key("zookeeper.connect", _zookeeper_connect, None),
+    _Key("zookeeper.session.timeout.ms", _int_in(100, INT_MAX), "18000"),
+    _Key("zookeeper.connection.timeout.ms", _int_in(100, INT_MAX), "18000"),
+    _Key("num.partitions", _POSITIVE, "1"),
+    _Key("default.replication.factor", _int_in(1, 16), "1"),
+    _Key("min.insync.replicas", _POSITIVE, "1"),
+    _Key("unclean.leader.election.enable", _bool, "false"),
+    _Key("delete.topic.enable", _bool, "true"),
+    _Key("replica.lag.time.max.ms", _LONG_POSITIVE, "30000"),
+    _Key("replica.fetch.wait.max.ms", _int_in(0, INT_MAX), "500"),
+    _Key("replica.fetch.max.bytes", _POSITIVE, "1048576"),
+    _Key("replica.fetch.min.bytes", _POSITIVE, "1"),
+    _Key("replica.fetch.response.max.bytes", _POSITIVE, "10485760"),
+    _Key("replica.fetch.backoff.ms", _NON_NEGATIVE, "1000"),
+    _Key("replica.high.watermark.checkpoint.interval.ms", _LONG_POSITIVE, "5000"),
+    _Key("request.timeout.ms", _POSITIVE, "30000"),
+    _Key("auto.leader.rebalance.enable", _bool, "true"),
+    _Key("leader.imbalance.check.interval.seconds", _LONG_POSITIVE, "300"),
+    _Key("leader.imbalance.per.broker.percentage", _int_in(0, 100), "10"),
+    _Key("controlled.shutdown.enable", _bool, "true"),
+    _Key("controlled.shutdown.max.retries", _NON_NEGATIVE, "3"),
+    _Key("controlled.shutdown.retry.backoff.ms", _NON_NEGATIVE, "5000"),
+    _Key("broker.rack", _rack, ""),
+    _Key("log.retention.check.interval.ms", _LONG_POSITIVE, "300000"),
+    _Key("replication.truncation.mode", _truncation_mode, LEADER_EPOCH_MODE),
+    _Key("cluster.id", _cluster_id, ""),
+)
+_BY_NAME = {k.name: k for k in _KEYS}
+
+# Kafka's coarser spellings of two log keys (log.retention.ms wins over .minutes over
+# .hours, as Kafka; log.roll.ms over log.roll.hours).
+_LOG_ALIASES = {
+    "log.retention.hours": ("log.retention.ms", 3600 * 1000, ("log.retention.ms",
+                                                               "log.retention.minutes")),
+    "log.retention.minutes": ("log.retention.ms", 60 * 1000, ("log.retention.ms",)),
+    "log.roll.hours": ("log.roll.ms", 3600 * 1000, ("log.roll.ms",)),
+}
+_LOG_KEYS = frozenset(LOG_KAFKA_NAMES.values())
+
+
+def field_name(kafka_key: str) -> str:
+    return kafka_key.replace(".", "_")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """One broker's configuration; every field is a Kafka key (dots -> underscores).
+
+    Units are in the names (``*_ms``, ``*_bytes``, ``*_seconds``). ``log_dirs`` is a
+    tuple; ``broker_rack`` and ``cluster_id`` are None when not set (a broker without
+    ``cluster.id`` reads or creates ``/cluster/id`` in the coordinator).
+    ``message_max_bytes`` mirrors ``log_config.message_max_bytes``.
+    """
+
+    broker_id: int
+    zookeeper_connect: str
+    listeners: str = "PLAINTEXT://127.0.0.1:9092"
+    log_dirs: tuple[str, ...] = ("/tmp/kafka-logs",)
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 18000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    delete_topic_enable: bool = True
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_response_max_bytes: int = 10485760
+    replica_fetch_backoff_ms: int = 1000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    request_timeout_ms: int = 30000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    broker_rack: str | None = None
+    log_retention_check_interval_ms: int = 300000
+    replication_truncation_mode: str = LEADER_EPOCH_MODE
+    cluster_id: str | None = None
+    log_config: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
+            # Kafka's rule: otherwise a caught-up follower parked in a long poll looks lagging.
+            raise ConfigError(
+                f"replica.fetch.wait.max.ms ({self.replica_fetch_wait_max_ms}) must be at most "
+                f"replica.lag.time.max.ms ({self.replica_lag_time_max_ms})")
+        if self.replica_fetch_max_bytes < 64:
+            raise ConfigError("replica.fetch.max.bytes must be at least 64")
+
+    # ---- derived ----------------------------------------------------------------------
+
+    @property
+    def message_max_bytes(self) -> int:
+        return self.log_config.message_max_bytes
+
+    @property
+    def host(self) -> str:
+        return _LISTENER.match(self.listeners).group(1) or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return int(_LISTENER.match(self.listeners).group(2))
+
+    @property
+    def bind_endpoint(self) -> str:
+        """The ZeroMQ address the ROUTER listener binds (port 0 -> any free port)."""
+        return f"tcp://{self.host}:{self.port if self.port else '*'}"
+
+    # ---- construction -----------------------------------------------------------------
+
+    @classmethod
+    def from_props(cls, props: dict[str, str]) -> "BrokerConfig":
+        """Build from Kafka keys -> text values; ConfigError names the first bad key."""
+        values: dict[str, object] = {}
+        log_props: dict[str, str] = {}
+        for key, text in props.items():
+            if not isinstance(text, str):
+                text = str(text).lower() if isinstance(text, bool) else str(text)
+            if key in _BY_NAME:
+                values[field_name(key)] = _BY_NAME[key].parse(key, text)
+            elif key == "message.max.bytes" or key in _LOG_KEYS:
+                log_props[key] = text
+            elif key == "log.dir":
+                if "log.dirs" not in props:  # Kafka: log.dirs wins over log.dir
+                    values["log_dirs"] = _log_dirs(key, text)
+            elif key in _LOG_ALIASES:
+                target, scale, stronger = _LOG_ALIASES[key]
+                if not any(k in props for k in stronger):
+                    value = _int_in(-1, LONG_MAX // scale)(key, text)
+                    log_props[target] = str(value * scale if value >= 0 else -1)
+            else:
+                raise ConfigError(f"{key}: unknown configuration key")
+        for key in _KEYS:
+            if key.default is None and field_name(key.name) not in values:
+                raise ConfigError(f"{key.name}: required configuration key is missing")
+        values["log_config"] = _log_config(log_props)
+        try:
+            return cls(**values)
+        except TypeError as e:  # a bug in the table above, not the user's input
+            raise AssertionError(f"BrokerConfig fields and keys disagree: {e}") from None
+
+    @classmethod
+    def from_file(cls, path: str) -> "BrokerConfig":
+        return cls.from_props(load_properties(path))
+
+    def to_props(self) -> dict[str, str]:
+        """The Kafka keys and values of this configuration (round-trips from_props)."""
+        out = {}
+        for key in _KEYS:
+            value = getattr(self, field_name(key.name))
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, tuple):
+                text = ",".join(value)
+            elif value is None:
+                continue
+            else:
+                text = str(value)
+            out[key.name] = text
+        for name, kafka in LOG_KAFKA_NAMES.items():
+            out[kafka] = str(getattr(self.log_config, name))
+        return out
+
+
+def _log_config(log_props: dict[str, str]) -> LogConfig:
+    kwargs = {}
+    by_kafka = {kafka: name for name, kafka in LOG_KAFKA_NAMES.items()}
+    for key, text in log_props.items():
+        kwargs[by_kafka[key]] = _int_in(-1, LONG_MAX)(key, text)
+    try:
+        return LogConfig(**kwargs)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+# ------------------------------------------------------------------ properties files
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """Java properties, the subset Kafka's files use: ``key=value`` or ``key: value``
+    lines, ``#``/``!`` comments, blank lines, ``\\`` line continuations. A key given
+    twice is an error (Java would silently keep the last)."""
+    props: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        number = i + 1
+        line = lines[i].strip()
+        i += 1
+        while line.endswith("\\") and not line.endswith("\\\\"):
+            line = line[:-1] + (lines[i].strip() if i < len(lines) else "")
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"^([^=:\s]+)\s*(?:[=:]\s*|\s+)?(.*)$", line)
+        if match is None:
+            raise ConfigError(f"{source}:{number}: cannot parse line {line!r}")
+        key, value = match.group(1), match.group(2).strip()
+        if key in props:
+            raise ConfigError(f"{key}: given twice ({source}:{number})")
+        props[key] = value
+    return props
+
+
+def load_properties(path: str) -> dict[str, str]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(PROPERTIES_BYTES_MAX + 1)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    if len(data) > PROPERTIES_BYTES_MAX:
+        raise ConfigError(f"{path}: larger than {PROPERTIES_BYTES_MAX} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8") from None
+    return parse_properties(text, path)
+
+
+def write_properties(path: str, props: dict[str, object]) -> None:
+    """Write a properties file (tests, the cluster supervisor)."""
+    lines = []
+    for key, value in props.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        lines.append(f"{key}={value}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------ topic-level overrides
+
+# Kafka's topic keys -> the LogConfig field they override.
+TOPIC_LOG_KEYS = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "roll_ms",
+    "segment.index.bytes": "index_size_max_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "flush.messages": "flush_interval_messages",
+    "flush.ms": "flush_interval_ms",
+    "max.message.bytes": "message_max_bytes",
+}
+# Kafka's topic keys -> (BrokerConfig field they override, parser).
+TOPIC_SETTING_KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "min.insync.replicas": ("min_insync_replicas", _POSITIVE),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+}
+# Accepted for Kafka compatibility with the only value we implement.
+TOPIC_FIXED_KEYS = {"cleanup.policy": "delete"}
+TOPIC_KEYS = frozenset(TOPIC_LOG_KEYS) | frozenset(TOPIC_SETTING_KEYS) | frozenset(
+    TOPIC_FIXED_KEYS)
+
+
+def check_topic_config(overrides: dict[str, str]) -> None:
+    """ConfigError naming the first unknown key or invalid value of a topic config."""
+    for key, text in overrides.items():
+        text = str(text)
+        if key in TOPIC_LOG_KEYS:
+            _int_in(-1, LONG_MAX)(key, text)
+        elif key in TOPIC_SETTING_KEYS:
+            TOPIC_SETTING_KEYS[key][1](key, text)
+        elif key in TOPIC_FIXED_KEYS:
+            if text.strip() != TOPIC_FIXED_KEYS[key]:
+                raise ConfigError(f"{key}: only {TOPIC_FIXED_KEYS[key]!r} is supported")
+        else:
+            raise ConfigError(f"{key}: unknown topic configuration key")
+    topic_log_config(BrokerConfig(broker_id=0, zookeeper_connect="127.0.0.1:2181"),
+                     overrides)
+
+
+def topic_log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
+    """The broker's LogConfig with a topic's overrides applied (ConfigError if invalid)."""
+    changes = {}
+    for key, text in overrides.items():
+        if key in TOPIC_LOG_KEYS:
+            changes[TOPIC_LOG_KEYS[key]] = _int_in(-1, LONG_MAX)(key, str(text))
+    if not changes:
+        return config.log_config
+    try:
+        return dataclasses.replace(config.log_config, **changes)
+    except ValueError as e:
+        raise ConfigError(f"topic config: {e}") from None
+
+
+def topic_setting(config: BrokerConfig, overrides: dict[str, str], key: str):
+    """A topic-level replication setting (``min.insync.replicas``,
+    ``unclean.leader.election.enable``, or a log key), the broker's value if the topic
+    does not override it."""
+    if key in TOPIC_SETTING_KEYS:
+        name, parse = TOPIC_SETTING_KEYS[key]
+        if key in overrides:
+            return parse(key, str(overrides[key]))
+        return getattr(config, name)
+    if key in TOPIC_LOG_KEYS:
+        return getattr(topic_log_config(config, overrides), TOPIC_LOG_KEYS[key])
+    raise ConfigError(f"{key}: unknown topic configuration key")
