@@ -698,6 +698,14 @@ class Controller:
         for tp in written:
             if tp in self.reassigning:
                 self._maybe_complete_reassignment(tp)
+        # Brokers may have died or come back while the write was in flight (the events
+        # that said so were decided on the state before it): decide again on what
+        # landed, or an offline partition would wait for a broker that is already back.
+        live = set(self.brokers)
+        stale = [tp for tp in written if tp in self.states and tp[0] not in self.deleting
+                 and (self.states[tp].leader not in live or not set(self.states[tp].isr) <= live)]
+        if stale:
+            self._write_states(self._decide_reconcile, stale, "brokers changed during a write")
 
     # ---------------------------------------------------------------- decisions
 

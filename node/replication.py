@@ -26,7 +26,8 @@ Theory of operation (Kafka's replication protocol, ZooKeeper mode, KIP-101/279/3
   ``leader-epoch`` mode (KIP-101/279): ask the leader for the end offset of the
   follower's latest epoch (OffsetForLeaderEpoch), truncate to
   min(leader's end offset, own end offset of the epoch the leader answered with), and
-  only then fetch. The follower's HW is min(its LEO, the leader's HW).
+  only then fetch. When the follower never had the epoch the leader answered with, it
+  cuts to the end of its own largest older epoch and asks again for that one (KIP-279). The follower's HW is min(its LEO, the leader's HW).
 - Fencing (KIP-320): a LeaderAndIsr with a leader epoch not newer than the current one
   is refused (STALE_CONTROLLER_EPOCH, as Kafka); a fetch carrying an older leader epoch
   gets FENCED_LEADER_EPOCH and a newer one UNKNOWN_LEADER_EPOCH.
@@ -460,14 +461,25 @@ class ReplicaCore:
         if error:
             self._epoch_retry_ms = now_ms + RETRY_BACKOFF_MS
             return []  # keep the log as it is until the leader answers (KIP-101)
-        self.awaiting_epoch_answer = False
-        self.fetching = True
         leo = log.log_end_offset
         if end_offset == UNDEFINED_EPOCH_OFFSET or leader_epoch == UNDEFINED_EPOCH:
             point = log.high_watermark  # the leader knows no epoch of ours: KIP-101 fallback
         else:
             own_epoch, own_end = log.end_offset_for(leader_epoch)
+            if 0 <= own_epoch < leader_epoch:
+                # KIP-279: we never had the epoch the leader answered with. Cutting to the
+                # end of our largest older epoch is only a step: ask again for that epoch
+                # (the epochs asked for strictly decrease, so this ends).
+                effects: list[Effect] = []
+                if own_end < leo:
+                    effects.append(Truncate(max(own_end, 0)))
+                self._epoch_request_in_flight = True
+                effects.append(SendOffsetForLeaderEpoch(self.leader, self.leader_epoch,
+                                                        own_epoch))
+                return effects
             point = min(end_offset, leo) if own_epoch < 0 else min(end_offset, own_end, leo)
+        self.awaiting_epoch_answer = False
+        self.fetching = True
         if point < leo:
             return [Truncate(max(point, 0))]
         return []

@@ -127,6 +127,26 @@ def test_offline_partition_comes_back_when_an_isr_replica_returns():
     assert ["t", 0, 0, 2, [0], 3, [0, 1, 2], False] in h.leader_and_isr_entries(0)
 
 
+def test_isr_replica_back_while_the_offline_write_is_in_flight_is_elected():
+    """Found by the simulator (tests/sim, seed 99 at the time): the last ISR replica's
+    session expires, the controller writes the partition offline, and the replica
+    re-registers before that write's answer arrives. The startup was decided on the
+    state before the write (leader 0, "alive"), so nothing was elected and the
+    partition stayed offline with its ISR replica alive."""
+    h = three_brokers(assignment={0: [0, 1, 2]})
+    h.isr_changed("t", 0, [0])
+    core = h.core
+    ops = [e for e in core.step(C.BrokersChanged((B1, B2))) if isinstance(e, C.ZkOps)]
+    assert len(ops) == 1
+    results = tuple(h.zk.apply(op) for op in ops[0].ops)     # the write lands ...
+    assert state(h).leader == -1
+    # ... but the core hears of broker 0's return first: its state still says leader 0.
+    assert not [e for e in core.step(C.BrokersChanged((broker(0, epoch=500), B1, B2)))
+                if isinstance(e, C.ZkOps)]
+    h.run(C.ZkOpsDone(ops[0].op_id, results))
+    assert state(h).leader == 0 and state(h).isr == (0,)
+
+
 def test_unclean_election_enabled_by_broker_config_elects_an_out_of_sync_replica():
     h = three_brokers(C.ControllerConfig(unclean_leader_election_enable=True),
                       assignment={0: [0, 2, 1]})
