@@ -66,15 +66,13 @@ def test_follower_replicates_and_the_high_watermark_advances(cluster):
 def test_acks_all_waits_for_the_follower(cluster):
     start_brokers(cluster, 2, min_insync_replicas=2)
     cluster.create_topic(TOPIC, {0: [0, 1]})
-    started = time.monotonic()
     for i in range(20):
         entry = cluster.produce(0, TOPIC, 0, [b"v%d" % i] * 10, acks=-1)
         assert entry[2:4] == [0, 10 * i]
-        # The answer came after the follower had the batch (its board row may trail
-        # by one loop iteration).
+        # The answer came after the follower had the batch (its board row is published
+        # up to BOARD_PUBLISH_DELAY_MS later; generous for a loaded machine).
         wait_for(lambda: replica_offsets(cluster, 1)[0] >= 10 * (i + 1), "follower LEO",
-                 timeout_s=2)
-    assert time.monotonic() - started < 10
+                 timeout_s=10)
 
 
 def test_sigstop_follower_shrinks_isr_then_sigcont_rejoins(cluster):
