@@ -20,11 +20,7 @@ TOOLS = ("producer-perf-test", "consumer-perf-test", "end-to-end-latency")
 
 def register(subparsers) -> None:
     """Add the perf tools' subparsers to ``minikafka``'s ``add_subparsers()`` object."""
-    import importlib
+    from node.perf import consumer, latency, producer
 
-    for name in ("producer", "consumer", "latency"):
-        try:
-            module = importlib.import_module(f"node.perf.{name}")
-        except ModuleNotFoundError:
-            continue  # TEMP while writing
+    for module in (producer, consumer, latency):
         module.register(subparsers)
