@@ -142,18 +142,23 @@ def _timeout_warning(timeout_ms: int) -> None:
 
 # ----------------------------------------------------------------- local, zero-copy
 
-def cluster_layout(directory: str) -> tuple[str, dict[int, str]]:
-    """(cluster id, {broker id: log dir}) from the supervisor's cluster.json."""
+def cluster_layout(directory: str) -> tuple[str, dict[int, str], str]:
+    """(cluster id, {broker id: log dir}, bootstrap servers) from the supervisor's
+    cluster.json (layout in ``node.cluster``)."""
+    from node.cluster import HOST
+
     path = Path(directory) / "cluster.json"
     try:
         spec = json.loads(path.read_text())
         cluster_id = spec["cluster_id"]
-        brokers = [int(b) for b in spec["brokers"]]
+        ports = {int(b): int(port) for b, port in spec["brokers"].items()}
     except FileNotFoundError:
         raise ToolError(f"no cluster in {directory} (cluster.json missing)") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ToolError(f"{path} is not a cluster description: {e}") from None
-    return cluster_id, {b: str(Path(directory) / f"broker-{b}" / "logs") for b in brokers}
+    log_dirs = {b: str(Path(directory) / f"broker-{b}" / "logs") for b in ports}
+    bootstrap = ",".join(f"{HOST}:{ports[b]}" for b in sorted(ports))
+    return cluster_id, log_dirs, bootstrap
 
 
 def consume_local(args, bootstrap: str, partitions: dict):
@@ -163,7 +168,7 @@ def consume_local(args, bootstrap: str, partitions: dict):
     from shm.errors import LocalReadError
     from shm.local_reader import LocalReader
 
-    cluster_id, log_dirs = cluster_layout(args.dir)
+    cluster_id, log_dirs, _ = cluster_layout(args.dir)
     started = time.monotonic()
     consumer = Consumer(bootstrap_servers=bootstrap)
     try:
@@ -223,11 +228,7 @@ def run(args) -> int:
                         "directory: cluster id, brokers, log dirs)")
     bootstrap = args.bootstrap_server
     if bootstrap is None and args.dir:
-        from node.cluster import HOST
-
-        _, _ = cluster_layout(args.dir)
-        spec = json.loads((Path(args.dir) / "cluster.json").read_text())
-        bootstrap = ",".join(f"{HOST}:{port}" for _, port in sorted(spec["brokers"].items()))
+        bootstrap = cluster_layout(args.dir)[2]
     if bootstrap is None:
         raise ToolError("--bootstrap-server is required (or --dir of a local cluster)")
     partitions = check_topic(bootstrap, args.topic)

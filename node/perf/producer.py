@@ -47,6 +47,7 @@ PER_RECORD_RATE_MAX = 20_000    # records/s; above it, throttled runs use send_m
 SENDS_PER_S_MAX = 1_000         # throttled bulk sends: at most one call per ms
 BUFFER_MEMORY_DEFAULT = 32 * 1024 * 1024
 WAIT_SLICE_S = 0.2
+CALLBACK_GRACE_S = 1.0
 PAYLOAD_SEED = 0
 
 # Kafka producer config -> (Producer keyword, type). bootstrap.servers and buffer.memory
@@ -107,6 +108,7 @@ class _Units:
         self.base_offset: list[int] = []
         self.error: list = []
         self.done: list[int] = []  # unit numbers in completion order
+        self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()  # monotonic -> UTC
 
     def add(self, first_record: int, count: int, send_ns: int, partition: int) -> int:
         unit = len(self.count)
@@ -281,10 +283,10 @@ def _produce(producer, args, partitions: list[int], buffer_memory: int, overhead
     value = values[0].tobytes()
     units = _Units()
     start_ns = time.perf_counter_ns()
-    units.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
     stats = _Stats(record_bytes, start_ns)
     throttler = ThroughputThrottler(args.throughput, start_ns)
-    outstanding: collections.deque = collections.deque()  # (unit, future)
+    outstanding: collections.deque = collections.deque()  # (unit, future, bytes)
+    late: list = []  # (unit, future): done, but the callback had not run when we looked
     outstanding_bytes = 0
     sent = 0
     turn = 0
@@ -305,26 +307,46 @@ def _produce(producer, args, partitions: list[int], buffer_memory: int, overhead
         outstanding_bytes += k * record_bytes
         sent += k
         while outstanding and (outstanding[0][1].done() or outstanding_bytes > buffer_memory):
-            _, oldest, nbytes = outstanding[0]
+            oldest_unit, oldest, nbytes = outstanding[0]
             if not oldest.done():
                 _wait(oldest)
                 continue
             outstanding.popleft()
             outstanding_bytes -= nbytes
+            if not units.ack_ns[oldest_unit]:
+                late.append((oldest_unit, oldest))
         if throttler.should_throttle(sent, send_ns):
             throttler.throttle(k)
         stats.absorb(units)
         stats.maybe_report(time.perf_counter_ns())
     while outstanding:
-        _, oldest, _ = outstanding[0]
+        oldest_unit, oldest, _ = outstanding[0]
         if _wait(oldest):
             outstanding.popleft()
+            if not units.ack_ns[oldest_unit]:
+                late.append((oldest_unit, oldest))
         stats.absorb(units)
         stats.maybe_report(time.perf_counter_ns())
-    while len(units.done) < len(units.count):  # callbacks run just after done() is set
-        time.sleep(0.001)
+    end_ns = time.perf_counter_ns()
+    _settle_late(units, late)
     stats.absorb(units)
-    return units, stats, time.perf_counter_ns()
+    return units, stats, end_ns
+
+
+def _settle_late(units: _Units, late: list) -> None:
+    """Complete the units whose future is done but whose callback did not run within
+    ``CALLBACK_GRACE_S`` (a callback added just as the future completes can be lost
+    by the client; its acknowledgement time is then the time we noticed)."""
+    deadline = time.monotonic() + CALLBACK_GRACE_S
+    while late and len(units.done) < len(units.count) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for unit, future in late:
+        if units.ack_ns[unit]:
+            continue
+        exception = future.exception()
+        metadata = None if exception is not None else future.get(timeout=0)
+        field = "offset" if hasattr(metadata, "offset") else "base_offset"
+        units.callback(unit, field)(metadata, exception)
 
 
 def _wait(future) -> bool:
