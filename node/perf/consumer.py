@@ -6,7 +6,7 @@
 
 Reads every partition of the topic from the beginning (``--from-latest``: from the end)
 until N messages were read or none came for ``--timeout`` ms, and prints Kafka's header
-and one line of figures:
+and one line of figures (``--show-detailed-stats``: Kafka's per-interval lines instead):
 
     start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec,
     rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
@@ -47,7 +47,33 @@ POLL_MS = 100
 LOCAL_IDLE_SLEEP_S = 0.001
 HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
           "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+DETAILED_HEADER = ("time, threadId, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
+                   "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
 _I32 = struct.Struct("<i")
+
+
+class Progress:
+    """Kafka's --show-detailed-stats: every ``interval_ms``, the figures of the interval
+    (time, threadId, MB, MB.sec, nMsg, nMsg.sec, then rebalance and fetch columns)."""
+
+    def __init__(self, interval_ms: int, enabled: bool):
+        self.interval_s = interval_ms / 1000
+        self.enabled = enabled
+        self.last_s = time.monotonic()
+        self.last_bytes = self.last_messages = 0
+
+    def update(self, messages: int, total_bytes: int, rebalance_ms: float) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last_s < self.interval_s:
+            return
+        elapsed_s = now - self.last_s
+        mb = (total_bytes - self.last_bytes) / MB_BYTES
+        n = messages - self.last_messages
+        print(f"{kafka_time(time.time())}, 0, {total_bytes / MB_BYTES:.4f}, "
+              f"{mb / elapsed_s:.4f}, {messages}, {n / elapsed_s:.4f}, {round(rebalance_ms)}, "
+              f"{round(elapsed_s * 1000)}, {mb / elapsed_s:.4f}, {n / elapsed_s:.4f}",
+              flush=True)
+        self.last_s, self.last_bytes, self.last_messages = now, total_bytes, messages
 
 
 def kafka_time(epoch_s: float) -> str:
@@ -86,7 +112,7 @@ def payload_bytes(buf, position: int, record_count: int, skip: int = 0) -> int:
 
 # ----------------------------------------------------------------- over Fetch
 
-def consume_fetch(args, bootstrap: str, partitions: list[int]):
+def consume_fetch(args, bootstrap: str, partitions: list[int], progress: Progress):
     """(messages, bytes, rebalance ms, end time) reading with Fetch requests."""
     from node.consumer import Consumer
 
@@ -121,6 +147,7 @@ def consume_fetch(args, bootstrap: str, partitions: list[int]):
                 keys, values = batch.keys, batch.values
                 total_bytes += _arrow_bytes(keys, fetched.skip) + _arrow_bytes(values,
                                                                                 fetched.skip)
+            progress.update(messages, total_bytes, rebalance_ms)
         return messages, total_bytes, rebalance_ms, time.time()
     finally:
         consumer.close()
@@ -161,7 +188,7 @@ def cluster_layout(directory: str) -> tuple[str, dict[int, str], str]:
     return cluster_id, log_dirs, bootstrap
 
 
-def consume_local(args, bootstrap: str, partitions: dict):
+def consume_local(args, bootstrap: str, partitions: dict, progress: Progress):
     """(messages, bytes, rebalance ms, end time) reading the leaders' segment files."""
     from node.consumer import Consumer
     from shm.batch import read_header
@@ -204,6 +231,7 @@ def consume_local(args, bootstrap: str, partitions: dict):
                 progressed = progressed or bool(read.batches)
                 if messages >= args.messages:
                     break
+            progress.update(messages, total_bytes, rebalance_ms)
             now = time.monotonic()
             if progressed:
                 last_read = now
@@ -235,15 +263,18 @@ def run(args) -> int:
     if any(m.leader < 0 for m in partitions.values()):
         offline = sorted(p for p, m in partitions.items() if m.leader < 0)
         raise ToolError(f"partitions {offline} of {args.topic} have no leader")
+    progress = Progress(args.reporting_interval, args.show_detailed_stats)
+    if not args.hide_header:  # Kafka prints the header first, the figures at the end
+        print(DETAILED_HEADER if args.show_detailed_stats else HEADER, flush=True)
     start_s = time.time()
     if args.local:
-        messages, total_bytes, rebalance_ms, end_s = consume_local(args, bootstrap, partitions)
+        messages, total_bytes, rebalance_ms, end_s = consume_local(args, bootstrap, partitions,
+                                                                   progress)
     else:
         messages, total_bytes, rebalance_ms, end_s = consume_fetch(args, bootstrap,
-                                                                   sorted(partitions))
-    if not args.hide_header:
-        print(HEADER)
-    print(result_line(start_s, end_s, total_bytes, messages, rebalance_ms), flush=True)
+                                                                   sorted(partitions), progress)
+    if not args.show_detailed_stats:
+        print(result_line(start_s, end_s, total_bytes, messages, rebalance_ms), flush=True)
     return 0
 
 
@@ -260,6 +291,10 @@ def register(subparsers) -> None:
     parser.add_argument("--from-latest", action="store_true",
                         help="start at the end of each partition, not the beginning")
     parser.add_argument("--hide-header", action="store_true", help="skip the header line")
+    parser.add_argument("--show-detailed-stats", action="store_true",
+                        help="a line per --reporting-interval instead of the summary")
+    parser.add_argument("--reporting-interval", type=positive_int, default=5000,
+                        help="ms between --show-detailed-stats lines (default 5000)")
     parser.add_argument("--local", action="store_true",
                         help="read the segment files zero-copy (LocalReader), not with Fetch")
     parser.add_argument("--dir", default=None,
