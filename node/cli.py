@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", help="start, inspect, kill and stop a local cluster")
     cluster_arguments(cluster)
     cluster.set_defaults(func=_cmd_cluster)
+    # The perf tools: producer-perf-test, consumer-perf-test, end-to-end-latency.
+    from node.perf import register as register_perf_tools
+
+    register_perf_tools(sub)
     return parser
 
 

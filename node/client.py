@@ -350,8 +350,8 @@ class Network:
         try:
             while pending:
                 for c in self._poll_aside(100):
-                    if c.context not in pending:
-                        self.backlog.append(c)
+                    if not any(c.context is marker for marker in pending):  # contexts
+                        self.backlog.append(c)  # of other requests may be unhashable
                         continue
                     del pending[c.context]
                     if c.response is not None:
