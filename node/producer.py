@@ -914,14 +914,16 @@ class _Sender:
         self.finish(r, records)
 
     def finish(self, r: _Result, records: int) -> None:
-        r.done = True
+        # ``done`` and the callback list change together under the futures' condition,
+        # so a callback added while the batch completes is either run here or by
+        # add_callback itself, never lost.
+        with self.p._done:
+            r.done = True
+            callbacks, r.callbacks = r.callbacks, None
         with self.p._lock:
             self.p._incomplete -= records
-        if r.callbacks:
-            with self.p._done:
-                callbacks, r.callbacks = r.callbacks, None
-            for future, fn in callbacks:
-                future._call(fn)
+        for future, fn in callbacks or ():
+            future._call(fn)
 
     def notify(self) -> None:
         with self.p._done:
