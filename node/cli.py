@@ -22,6 +22,12 @@ def _cmd_zk(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    from node.cluster import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -33,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     zk = sub.add_parser("zk", help="run zk_lite, the ZooKeeper-compatible coordinator")
     zk_parser(zk)
     zk.set_defaults(func=_cmd_zk)
+    from node.cluster import add_arguments as cluster_arguments
+
+    cluster = sub.add_parser("cluster", help="start, inspect, kill and stop a local cluster")
+    cluster_arguments(cluster)
+    cluster.set_defaults(func=_cmd_cluster)
     return parser
 
 
