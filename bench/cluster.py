@@ -1,0 +1,116 @@
+"""Cluster throughput and latency: one producer process against a live 3-broker cluster.
+
+    python -m bench.cluster [--seconds 5] [--batch-size 262144] [--zookeeper HOST:PORT]
+
+Starts zk_lite and 3 brokers under a temporary directory (the supervisor), creates the
+topics, and prints one JSON line per workload (records of 100 bytes, 6 partitions):
+
+- ``acks1_rf1``: acks=1, replication factor 1, records/s and MB/s;
+- ``acksall_rf3``: acks=all, replication factor 3, min.insync.replicas=2;
+- ``latency_acksall_rf3``: single-record sends with acks=all at 1,000 records/s,
+  p50/p99/max of the time from send() to the acknowledgement, in ms.
+
+The producer encodes records with ``Producer.send_many`` (per batch, not per record) and
+keeps up to ``--in-flight`` batches unacknowledged. The cluster is stopped and its
+shared memory removed at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import numpy as np
+
+RECORD_BYTES = 100
+PARTITIONS = 6
+
+
+def _throughput(producer, topic: str, seconds: float, records_per_call: int,
+                in_flight_max: int) -> dict:
+    values = np.frombuffer(os.urandom(RECORD_BYTES * records_per_call), dtype=np.uint8
+                           ).reshape(records_per_call, RECORD_BYTES)
+    pending: list = []
+    sent = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    while time.perf_counter() < deadline:
+        pending += producer.send_many(topic, values)
+        sent += records_per_call
+        while len(pending) > in_flight_max:
+            pending.pop(0).get(timeout=60)
+    for f in pending:
+        f.get(timeout=60)
+    elapsed = time.perf_counter() - started
+    return {"records": sent, "seconds": round(elapsed, 2),
+            "records_per_s": round(sent / elapsed),
+            "mb_per_s": round(sent * RECORD_BYTES / elapsed / 1e6, 1)}
+
+
+def _latency(producer, topic: str, count: int, rate_per_s: int) -> dict:
+    value = os.urandom(RECORD_BYTES)
+    samples = []
+    interval = 1.0 / rate_per_s
+    next_send = time.perf_counter()
+    for i in range(count):
+        now = time.perf_counter()
+        if now < next_send:
+            time.sleep(next_send - now)
+        sent_at = time.perf_counter()
+        producer.send(topic, value, partition=i % PARTITIONS).get(timeout=30)
+        samples.append((time.perf_counter() - sent_at) * 1000)
+        next_send += interval
+    samples.sort()
+    return {"records": count, "p50_ms": round(samples[len(samples) // 2], 3),
+            "p99_ms": round(samples[int(len(samples) * 0.99)], 3),
+            "max_ms": round(samples[-1], 3), "mean_ms": round(statistics.fmean(samples), 3)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--batch-size", type=int, default=256 * 1024)
+    parser.add_argument("--records-per-call", type=int, default=60_000)
+    parser.add_argument("--in-flight", type=int, default=24)
+    parser.add_argument("--latency-records", type=int, default=3000)
+    args = parser.parse_args(argv)
+
+    from node.admin_client import Admin
+    from node.cluster import Cluster
+    from node.producer import Producer
+
+    cluster_id = "bench" + uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory(prefix="mk-bench-") as tmp:
+        cluster = Cluster.up(os.path.join(tmp, "cluster"), 3, cluster_id=cluster_id)
+        try:
+            admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
+            admin.create_topic("rf1", PARTITIONS, 1)
+            admin.create_topic("rf3", PARTITIONS, 3, config={"min.insync.replicas": "2"})
+            admin.close()
+            for name, topic, acks in (("acks1_rf1", "rf1", 1), ("acksall_rf3", "rf3", "all")):
+                producer = Producer(bootstrap_servers=cluster.bootstrap_servers, acks=acks,
+                                    batch_size=args.batch_size, linger_ms=0)
+                _throughput(producer, topic, 1.0, args.records_per_call, args.in_flight)  # warm
+                result = _throughput(producer, topic, args.seconds, args.records_per_call,
+                                     args.in_flight)
+                producer.close()
+                print(json.dumps({"workload": name, **result}), flush=True)
+            producer = Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+            _latency(producer, "rf3", 200, 1000)  # warm
+            result = _latency(producer, "rf3", args.latency_records, 1000)
+            producer.close()
+            print(json.dumps({"workload": "latency_acksall_rf3", "rate_per_s": 1000, **result}),
+                  flush=True)
+        finally:
+            cluster.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
