@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from node import errors as E
 from node.client import Admin
 from node.cluster import Cluster
 from shm.names import cluster_objects
@@ -56,6 +57,14 @@ def one_line_error(done, *fragments: str) -> str:
 
 def describe(admin, topic):
     return admin.describe_topics([topic])[topic]
+
+
+def partition_0(admin, topic):
+    """For waits across broker kills: None while no broker answers this client."""
+    try:
+        return describe(admin, topic)[0]
+    except E.NetworkException:
+        return None
 
 
 def test_topics_create_describe_list_alter_delete(cluster):
@@ -217,3 +226,30 @@ def test_errors_are_one_line_and_exit_non_zero(cluster, tmp_path):
     one_line_error(tool("reassign-partitions", "--bootstrap-server", b,
                         "--reassignment-json-file", unknown, "--execute"),
                    "Unable to find partition: nope-0")
+
+
+def test_unclean_election_brings_an_offline_partition_back(tmp_path, cluster_id):
+    """The ISR's last replica is dead and the other replica is back: only an unclean
+    election (asked for with the tool) gives the partition a leader again."""
+    cluster = Cluster.up(tmp_path / "c", brokers=2, config=CONFIG, cluster_id=cluster_id)
+    try:
+        b = cluster.bootstrap_servers
+        ok("topics", "--bootstrap-server", b, "--create", "--topic", "u",
+           "--replica-assignment", "0:1")
+        with Admin(b) as admin:
+            cluster.kill(1, "KILL")
+            cluster.wait_for(lambda: getattr(partition_0(admin, "u"), "isr", None) == (0,), 30,
+                             "ISR shrink")
+            cluster.kill(0, "KILL")
+            cluster.start(1)
+            cluster.wait_for(lambda: getattr(partition_0(admin, "u"), "leader", 0) == -1, 30,
+                             "the partition to be offline")
+            unavailable = ok("topics", "--bootstrap-server", b, "--describe",
+                             "--unavailable-partitions")
+            assert unavailable == "\tTopic: u\tPartition: 0\tLeader: none\tReplicas: 0,1\tIsr: 0\n"
+            out = ok("leader-election", "--bootstrap-server", b, "--election-type", "unclean",
+                     "--topic", "u", "--partition", 0)
+            assert out == "Successfully completed leader election (UNCLEAN) for partitions u-0\n"
+            assert describe(admin, "u")[0].leader == 1
+    finally:
+        cluster.down(grace_s=5)
