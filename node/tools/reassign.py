@@ -202,7 +202,8 @@ def generate(admin, topics: list[str], brokers: list[int], rack_aware: bool = Tr
     unknown = [b for b in brokers if b not in known]
     if unknown:
         raise ToolError(f"Unknown broker id {unknown[0]}")
-    missing = [t for t in topics if t not in set(admin.list_topics())]
+    existing = set(admin.list_topics())
+    missing = [t for t in topics if t not in existing]
     if missing:
         raise ToolError(f"Topic {missing[0]} not found.")
     current = current_assignment(admin, topics)
@@ -266,7 +267,8 @@ def execute(admin, targets: dict, additional: bool = False) -> None:
 def states(admin, targets: dict) -> dict[tuple[str, int], tuple[bool, list[int]]]:
     """{tp: (done, current replicas)}: done = no reassignment of tp is listed."""
     ongoing = admin.list_reassignments()
-    topics = sorted({t for t, _ in targets if t in set(admin.list_topics())})
+    existing = set(admin.list_topics())
+    topics = sorted({t for t, _ in targets if t in existing})
     current = current_assignment(admin, topics)
     out = {}
     for tp in targets:

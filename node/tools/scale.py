@@ -126,7 +126,6 @@ def add_broker(cluster, *, timeout_s: float = WAIT_TIMEOUT_S, out=print) -> int:
         started = cluster.add_broker()
         assert started == new_id, (started, new_id)
         out(f"Started broker {new_id} at {cluster.broker_address(new_id)}")
-        admin.meta.refresh(None)
         if moves:
             execute_and_wait(admin, moves, timeout_s, out=out, show_rollback=False)
             led = sorted(tp for tp, r in moves.items() if r[0] == new_id)
