@@ -54,10 +54,6 @@ class EventLoop:
         self.stopped = False
         # Called after every iteration.
         self.after_iteration: Callable[[], None] = lambda: None
-        # Deferred work done when nothing is ready (the broker's board rows): ``idle``
-        # runs when ``has_idle_work()`` and a zero-timeout poll finds nothing.
-        self.has_idle_work: Callable[[], bool] = lambda: False
-        self.idle: Callable[[], None] = lambda: None
 
     # ---- thread-safe -------------------------------------------------------------------
 
@@ -100,16 +96,7 @@ class EventLoop:
             timeout = 0
         elif self._timers:
             timeout = max(0, min(timeout, self._timers[0][0] - now_ms()))
-        ready = None
-        if timeout and self.has_idle_work():
-            ready = self.poller.poll(0)
-            if not ready:
-                self._call(self.idle)
-                if self._posted:
-                    timeout = 0
-        if not ready:
-            ready = self.poller.poll(timeout)
-        for socket, _ in ready:
+        for socket, _ in self.poller.poll(timeout):
             if socket == self._wake_r:
                 try:
                     os.read(self._wake_r, 65536)

@@ -109,12 +109,17 @@ class FetchPurgatory:
         waiting = self._waiting.get(key)
         if not waiting:
             return
-        for fetch in list(waiting):
+        done = []
+        for fetch in waiting:
             if fetch.from_follower and not leo_moved:
                 continue  # an HW move alone brings a follower nothing
             read = self.read(fetch)
             if read[2] >= fetch.min_bytes or read[3]:
-                self.complete(fetch, read)
+                done.append((fetch, read))
+        # Every read first, then the answers back to back (the followers of an acks=all
+        # write get it at nearly the same time).
+        for fetch, read in done:
+            self.complete(fetch, read)
 
     def release(self, key: tuple[str, int]) -> None:
         """``key`` changed leadership: answer every fetch parked on it now."""

@@ -120,10 +120,11 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.leader_endpoints: dict[int, str] = {}   # from LeaderAndIsr live_leaders
         self.controller_epoch = -1                   # the highest seen (fencing)
-        # Partitions whose board row is out of date: published when the loop is idle, or
-        # after BOARD_PUBLISH_DELAY_MS_MAX under load (a row costs tens of microseconds).
+        # Partitions whose board row is out of date, published together by one timer
+        # BOARD_PUBLISH_DELAY_MS after the first change: a row costs tens of
+        # microseconds, so under load rows are written once per delay, not per request,
+        # and never between a request and its answer.
         self.dirty: set[Partition] = set()
-        self.dirty_since_ms = 0
         self._wall_offset_ms = int(time.time() * 1000) - now_ms()
 
     def endpoint_of(self, broker_id: int) -> str | None:
@@ -137,13 +138,13 @@ class ReplicaManager:
 
     def mark_dirty(self, part: Partition) -> None:
         if not self.dirty:
-            self.dirty_since_ms = now_ms()
+            self.loop.call_later(L.BOARD_PUBLISH_DELAY_MS, self.publish_dirty)
         self.dirty.add(part)
 
     def publish_dirty(self) -> None:
-        for part in self.dirty:
+        dirty, self.dirty = self.dirty, set()
+        for part in dirty:
             self._publish(part)
-        self.dirty.clear()
 
     def _publish(self, part: Partition) -> None:
         if self.board is None or self.partitions.get(part.key) is not part:

@@ -9,7 +9,9 @@ the wait expires, so an idle follower costs one request per wait interval.
 A response's batches are appended with ``Log.append_as_follower`` only if the partition
 is still where the request left it (same leader, leader epoch and fetch offset: a
 LeaderAndIsr or a truncation in between makes the answer stale), then
-``core.on_fetch_response`` runs and its effects are performed by the broker. A partition
+``core.on_fetch_response`` runs and its effects are performed by the broker. After a
+clean response (no partition error) the next Fetch goes out right after the appends,
+before that bookkeeping: it is what lets the leader advance its HW. A partition
 that got an error backs off ``replica.fetch.backoff.ms`` (Kafka's delay on partition
 errors); a lost or timed-out request backs the whole leader off the same way.
 
@@ -107,32 +109,38 @@ class ReplicaFetcherManager:
             if session is None or session.correlation_id is not None or \
                     now < session.backoff_until_ms:
                 continue
-            entries, sent = [], {}
-            for key in keys:
-                part = self.replicas.partitions.get(key)
-                if part is None or now < part.fetch_backoff_until_ms:
-                    continue
-                state = part.core.fetch_state(part.view)
-                if state is None or state.leader != leader:
-                    continue
-                entries.append([key[0], key[1], state.fetch_offset, state.leader_epoch,
-                                self.config.replica_fetch_max_bytes])
-                sent[key] = (state.leader_epoch, state.fetch_offset)
-            if not entries:
+            self._fetch(session, keys, now)
+
+    def _fetch(self, session: _Session, keys, now: int) -> None:
+        leader = session.leader
+        entries, sent = [], {}
+        partitions = self.replicas.partitions
+        fetch_max_bytes = self.config.replica_fetch_max_bytes
+        for key in keys:
+            part = partitions.get(key)
+            if part is None or now < part.fetch_backoff_until_ms:
                 continue
-            body = {"replica_id": self.replicas.broker_id,
-                    "max_wait_ms": self.config.replica_fetch_wait_max_ms,
-                    "min_bytes": self.config.replica_fetch_min_bytes,
-                    "max_bytes": self.config.replica_fetch_response_max_bytes,
-                    "partitions": entries}
-            session.sent = sent
-            timeout = self.config.replica_fetch_wait_max_ms + self.config.request_timeout_ms
-            session.correlation_id = self.outbound.send(
-                session.endpoint, P.ApiKey.FETCH, body,
-                lambda response, s=session: self._on_fetch_response(s, response),
-                timeout_ms=timeout)
-            if session.correlation_id is None:
-                session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
+            state = part.core.fetch_state(part.view)
+            if state is None or state.leader != leader:
+                continue
+            entries.append([key[0], key[1], state.fetch_offset, state.leader_epoch,
+                            fetch_max_bytes])
+            sent[key] = (state.leader_epoch, state.fetch_offset)
+        if not entries:
+            return
+        body = {"replica_id": self.replicas.broker_id,
+                "max_wait_ms": self.config.replica_fetch_wait_max_ms,
+                "min_bytes": self.config.replica_fetch_min_bytes,
+                "max_bytes": self.config.replica_fetch_response_max_bytes,
+                "partitions": entries}
+        session.sent = sent
+        timeout = self.config.replica_fetch_wait_max_ms + self.config.request_timeout_ms
+        session.correlation_id = self.outbound.send(
+            session.endpoint, P.ApiKey.FETCH, body,
+            lambda response, s=session: self._on_fetch_response(s, response),
+            timeout_ms=timeout)
+        if session.correlation_id is None:
+            session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
 
     def _on_fetch_response(self, session: _Session, response: P.Response | None) -> None:
         session.correlation_id = None
@@ -150,7 +158,30 @@ class ReplicaFetcherManager:
             logger.warning("malformed fetch response from broker %d: %s", session.leader, e)
             session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
             return
-        frames = response.frames
+        appended, clean = self._append_fetched(session, entries, response.frames, now)
+        if clean:
+            # The next fetch is what lets the leader advance its HW (acks=all waits for
+            # it): send it before the bookkeeping. Only HW updates are left to do, and
+            # they never change where this follower fetches from.
+            keys = self.following.get(session.leader)
+            if keys and self._session(session.leader) is session:
+                self._fetch(session, keys, now)
+        for part, error, hw, log_start, leo in appended:
+            effects = part.core.on_fetch_response(
+                error=error, leader_high_watermark=hw, leader_log_start_offset=log_start,
+                leader_log_end_offset=leo, now_ms=now, log=part.view)
+            self.replicas.apply_effects(part, effects)
+            if error:
+                logger.info("%s-%d: fetch from broker %d: %s", part.topic, part.partition,
+                            session.leader, E.name_of(error))
+                part.fetch_backoff_until_ms = now + self.config.replica_fetch_backoff_ms
+
+    def _append_fetched(self, session: _Session, entries: list, frames, now: int
+                        ) -> tuple[list, bool]:
+        """Append every fresh partition's batches; the partitions whose core must hear
+        the response, and whether the response was clean (no error, no failed append:
+        the fetch offsets are final, so the next fetch may go out at once)."""
+        appended, clean = [], True
         for i, (topic, partition, error, hw, log_start, leo) in enumerate(entries):
             key = (topic, partition)
             expected = session.sent.get(key)
@@ -161,25 +192,23 @@ class ReplicaFetcherManager:
             if state is None or (state.leader, state.leader_epoch, state.fetch_offset) != \
                     (session.leader, *expected):
                 continue  # stale: a LeaderAndIsr or a truncation happened meanwhile
-            data = frames[i] if i < len(frames) else b""
-            data = data.buffer if hasattr(data, "buffer") else memoryview(data)
-            if error == 0 and len(data):
-                try:
-                    part.log.append_as_follower(data)
-                except (CorruptRecordError, LogError, ValueError) as e:
-                    logger.error("%s-%d: cannot append fetched data from broker %d: %s",
-                                 topic, partition, session.leader, e)
-                    part.fetch_backoff_until_ms = now + self.config.replica_fetch_backoff_ms
-                    continue
-            effects = part.core.on_fetch_response(
-                error=error, leader_high_watermark=hw, leader_log_start_offset=log_start,
-                leader_log_end_offset=leo, now_ms=now, log=part.view)
-            self.replicas.apply_effects(part, effects)
             if error:
-                logger.info("%s-%d: fetch from broker %d: %s", topic, partition,
-                            session.leader, E.name_of(error))
-                part.fetch_backoff_until_ms = now + self.config.replica_fetch_backoff_ms
-            self.replicas.mark_dirty(part)
+                clean = False
+            else:
+                data = frames[i] if i < len(frames) else b""
+                data = data.buffer if hasattr(data, "buffer") else memoryview(data)
+                if len(data):
+                    try:
+                        part.log.append_as_follower(data)
+                    except (CorruptRecordError, LogError, ValueError) as e:
+                        logger.error("%s-%d: cannot append fetched data from broker %d: %s",
+                                     topic, partition, session.leader, e)
+                        part.fetch_backoff_until_ms = \
+                            now + self.config.replica_fetch_backoff_ms
+                        clean = False
+                        continue
+            appended.append((part, error, hw, log_start, leo))
+        return appended, clean
 
     # ---- OffsetForLeaderEpoch ----------------------------------------------------------------
 

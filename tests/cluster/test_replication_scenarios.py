@@ -347,3 +347,64 @@ def test_preferred_replica_election_on_request(tmp_path, cluster_id):
         a.elect_leaders("preferred", [("t", 0)])
         wait_state(c, "t", lambda s: s.leader == preferred, "preferred leader elected")
         a.close()
+
+
+def lose_unflushed_tail(c, broker_id: int, topic: str, keep: int) -> None:
+    """A power failure on a stopped broker: its log loses every record from ``keep`` on
+    (they were only in the page cache), as KIP-101's scenario 2 assumes."""
+    from shm.log import Log
+
+    log = Log.open(str(c.broker_dir(broker_id) / "logs"), topic, 0,
+                   cluster_id=c.cluster_id, broker_id=broker_id)
+    try:
+        log.truncate_to(keep)
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("mode, diverges", [("high-watermark", True), ("leader-epoch", False)])
+def test_replicas_diverge_after_a_power_failure_in_high_watermark_mode(tmp_path, cluster_id,
+                                                                       mode, diverges):
+    """KIP-101 scenario 2. Replicas [A, B] both hold m1, m2 (HW 2, checkpointed on A).
+    A dies, B leads, then B dies and loses m2 to a power failure. B comes back and leads
+    (it is the ISR) and takes m3 at offset 1. A comes back as B's follower: in
+    high-watermark mode it keeps everything below its HW (2), so offset 1 is m2 on A and
+    m3 on B, and a consumer reading from each leader in turn sees both; in leader-epoch
+    mode A asks B where epoch 0 ended (1) and truncates m2 first."""
+    with cluster(tmp_path, cluster_id, replication_truncation_mode=mode,
+                 replica_high_watermark_checkpoint_interval_ms=100) as c:
+        controller = c.controller_id()
+        A, B = others(c, controller)[:2]
+        a = admin(c)
+        a.create_topic("t", 1, 2, replica_assignment={0: [A, B]},
+                       config={"min.insync.replicas": "1"})
+        wait_state(c, "t", lambda s: s.leader == A and len(s.isr) == 2, "A leads, ISR [A, B]")
+        p = Producer(bootstrap_servers=c.bootstrap_servers, acks="all")
+        assert [p.send("t", m, partition=0).get(timeout=30).offset for m in (b"m1", b"m2")] \
+            == [0, 1]
+        checkpoint = c.broker_dir(A) / "logs" / "replication-offset-checkpoint"
+        c.wait_for(lambda: checkpoint.exists() and "t 0 2" in checkpoint.read_text(), 10,
+                   "A's HW checkpoint to hold 2")
+        c.kill(A, "KILL")
+        wait_state(c, "t", lambda s: s.leader == B, "B elected")
+        c.kill(B, "KILL")
+        wait_state(c, "t", lambda s: s.leader == -1, "the partition offline")
+        lose_unflushed_tail(c, B, "t", 1)
+        c.start(B)
+        wait_state(c, "t", lambda s: s.leader == B, "B leads again")
+        assert p.send("t", b"m3", partition=0).get(timeout=30).offset == 1
+        p.close()
+        on_b = read_partition(c.bootstrap_servers, "t")
+        assert on_b == {0: b"m1", 1: b"m3"}
+        c.start(A)
+        wait_state(c, "t", lambda s: A in s.isr, "A back in the ISR")
+        a.elect_leaders("preferred", [("t", 0)])
+        wait_state(c, "t", lambda s: s.leader == A, "A leads (preferred election)")
+        on_a = read_partition(c.bootstrap_servers, "t")
+        if diverges:
+            assert on_a[1] == b"m2" and on_b[1] == b"m3", \
+                "two different records at offset 1 depending on the leader"
+            print(f"{mode}: offset 1 read as {on_b[1]!r} from B, then {on_a[1]!r} from A")
+        else:
+            assert on_a == on_b
+        a.close()

@@ -1,0 +1,262 @@
+"""Single-record request latency of a real 3-broker cluster, through a raw Channel.
+
+    python -m bench.latency [--runs 5] [--requests 1000] [--rate 1000] [--warmup 200]
+
+Starts zk_lite and three broker processes (they elect a real controller among
+themselves), creates ``rf1`` (1 partition, replication factor 1) and ``rf3`` (1
+partition, replication factor 3, ``min.insync.replicas=2``), then, talking to each
+partition's leader with a ``node.net.Channel`` (no client library, so only the brokers
+are measured), times one request at a time at ``--rate`` requests/s (open loop: a
+request is sent at its slot, or at once when the previous answer came late):
+
+    metadata          Metadata for one topic (the round trip plus the loop's dispatch)
+    rf1_acks1         Produce of one 100-byte record, RF=1, acks=1
+    rf3_acks1         the same on the RF=3 partition, acks=1 (followers fetch meanwhile)
+    rf3_acks_all      the same with acks=all: answered once both followers fetched it
+
+Each scenario runs ``--runs`` times (interleaved, so a noisy neighbour hurts all of
+them alike); p50/p99/max are computed per run, and the median of each over the runs is
+printed as one JSON line (milliseconds)::
+
+    {"metadata": {"p50": .., "p99": .., "max": ..}, "rf1_acks1": {...}, ...,
+     "runs": 5, "requests": 1000, "rate": 1000}
+
+Everything is stopped and the cluster's shared memory removed on exit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench import zkservers
+from node import protocol as P
+from node.config import write_properties
+from node.net import Channel
+from shm.batch import build_batch
+from shm.names import cleanup_cluster
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BROKERS = 3
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_MS = 10_000
+RECORD_BYTES = 100
+SCENARIOS = ("metadata", "rf1_acks1", "rf3_acks1", "rf3_acks_all")
+
+
+def wait_for(predicate, what: str, timeout_s: float = START_TIMEOUT_S):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class LatencyCluster:
+    """zk_lite + ``BROKERS`` broker processes in a temp dir; ``close()`` kills all."""
+
+    def __init__(self, broker_overrides: dict | None = None) -> None:
+        self.cluster_id = "lat" + uuid.uuid4().hex[:12]
+        self.dir = Path(tempfile.mkdtemp(prefix="mk-latency-"))
+        self.zk = None
+        self.processes: list[subprocess.Popen] = []
+        self.ports: dict[int, int] = {}
+        self.overrides = broker_overrides or {}
+        self.channels: dict[int, Channel] = {}
+
+    def start(self) -> "LatencyCluster":
+        self.zk = zkservers.start("zk_lite", tick_time_ms=500)
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        for broker_id in range(BROKERS):
+            port = zkservers.free_port()
+            self.ports[broker_id] = port
+            broker_dir = self.dir / f"broker-{broker_id}"
+            broker_dir.mkdir()
+            props = {"broker.id": broker_id,
+                     "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                     "log.dirs": str(broker_dir / "logs"),
+                     "zookeeper.connect": self.zk.hosts,
+                     "cluster.id": self.cluster_id,
+                     "controlled.shutdown.enable": "false"}
+            props.update(self.overrides)
+            write_properties(str(broker_dir / "server.properties"), props)
+            with open(broker_dir / "broker.log", "ab") as log:
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "node.broker", "--config",
+                     str(broker_dir / "server.properties")],
+                    stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), env=env,
+                    start_new_session=True))
+        wait_for(lambda: len(self.metadata(0).body["brokers"]) == BROKERS,
+                 "the controller's UpdateMetadata naming every broker")
+        return self
+
+    def channel(self, broker_id: int) -> Channel:
+        if broker_id not in self.channels:
+            self.channels[broker_id] = Channel(f"tcp://127.0.0.1:{self.ports[broker_id]}",
+                                               client_id="bench-latency")
+        return self.channels[broker_id]
+
+    def request(self, broker_id: int, api_key: int, body: dict, frames=()) -> P.Response:
+        return self.channel(broker_id).request(api_key, body, frames,
+                                               timeout_ms=REQUEST_TIMEOUT_MS)
+
+    def metadata(self, broker_id: int, topics=None) -> P.Response:
+        self._check_alive()
+        return self.request(broker_id, P.ApiKey.METADATA, {"topics": topics})
+
+    def create_topic(self, name: str, replication_factor: int, configs: dict) -> int:
+        """Create a one-partition topic; wait until every replica is in sync; its leader."""
+        response = self.request(0, P.ApiKey.CREATE_TOPICS, {
+            "topics": [[name, 1, replication_factor, None, configs]],
+            "timeout_ms": REQUEST_TIMEOUT_MS, "validate_only": False})
+        error = response.body["topics"][0][1]
+        if error:
+            raise RuntimeError(f"CreateTopics {name}: {response.body}")
+
+        def ready():
+            topics = self.metadata(0, [name]).body["topics"]
+            if not topics or topics[0][1] or not topics[0][2]:
+                return None
+            _, error, leader, _, replicas, isr, _ = topics[0][2][0]
+            if error or leader < 0 or len(isr) != replication_factor:
+                return None
+            # The leader itself must be serving it (LeaderAndIsr applied).
+            probe = self.request(leader, P.ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "partitions": [[name, 0, P.LATEST_TIMESTAMP]]})
+            return (leader,) if probe.body["partitions"][0][2] == 0 else None
+        return wait_for(ready, f"topic {name} online with its full ISR")[0]
+
+    def _check_alive(self) -> None:
+        for broker_id, process in enumerate(self.processes):
+            if process.poll() is not None:
+                log = (self.dir / f"broker-{broker_id}" / "broker.log").read_text(
+                    errors="replace")
+                raise RuntimeError(f"broker {broker_id} exited with {process.returncode}:\n"
+                                   f"{log[-4000:]}")
+
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.close()
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if self.zk is not None:
+            self.zk.close()
+        cleanup_cluster(self.cluster_id)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def time_requests(channel: Channel, api_key: int, body: dict, frames_fn, count: int,
+                  rate: int, warmup: int) -> list[float]:
+    """Latencies in ms of ``count`` sequential requests paced at ``rate``/s."""
+    interval_s = 1.0 / rate
+    samples = []
+    next_send = time.perf_counter()
+    for i in range(warmup + count):
+        delay = next_send - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        frames = frames_fn()
+        start = time.perf_counter()
+        response = channel.request(api_key, body, frames, timeout_ms=REQUEST_TIMEOUT_MS)
+        elapsed_ms = (time.perf_counter() - start) * 1000
+        _check_response(api_key, response)
+        if i >= warmup:
+            samples.append(elapsed_ms)
+        next_send = max(next_send + interval_s, time.perf_counter())
+    return samples
+
+
+def _check_response(api_key: int, response: P.Response) -> None:
+    if api_key == P.ApiKey.PRODUCE:
+        error = response.body["partitions"][0][2]
+        if error:
+            raise RuntimeError(f"produce failed: {response.body}")
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"p50": ordered[len(ordered) // 2],
+            "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+            "max": ordered[-1]}
+
+
+def run(runs: int, count: int, rate: int, warmup: int,
+        broker_overrides: dict | None = None) -> dict:
+    cluster = LatencyCluster(broker_overrides).start()
+    try:
+        leaders = {"rf1": cluster.create_topic("rf1", 1, {}),
+                   "rf3": cluster.create_topic("rf3", 3, {"min.insync.replicas": "2"})}
+        record = b"x" * RECORD_BYTES
+
+        def batch():
+            return (bytearray(build_batch([record])),)
+
+        def produce(topic: str, acks: int):
+            return (leaders[topic], P.ApiKey.PRODUCE,
+                    {"acks": acks, "timeout_ms": REQUEST_TIMEOUT_MS,
+                     "partitions": [[topic, 0]]}, batch)
+
+        plans = {"metadata": (0, P.ApiKey.METADATA, {"topics": ["rf3"]}, tuple),
+                 "rf1_acks1": produce("rf1", 1),
+                 "rf3_acks1": produce("rf3", 1),
+                 "rf3_acks_all": produce("rf3", -1)}
+        per_run: dict[str, list[dict]] = {name: [] for name in SCENARIOS}
+        for _ in range(runs):
+            for name in SCENARIOS:
+                broker_id, api_key, body, frames_fn = plans[name]
+                samples = time_requests(cluster.channel(broker_id), api_key, body, frames_fn,
+                                        count, rate, warmup)
+                per_run[name].append(percentiles(samples))
+        result = {name: {stat: round(statistics.median(r[stat] for r in per_run[name]), 3)
+                         for stat in ("p50", "p99", "max")} for name in SCENARIOS}
+        result.update(runs=runs, requests=count, rate=rate)
+        return result
+    finally:
+        cluster.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=1000, help="timed requests per run")
+    parser.add_argument("--rate", type=int, default=1000, help="requests per second")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed requests first")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker property (repeatable)")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.requests < 1 or args.rate < 1 or args.warmup < 0:
+        parser.error("--runs, --requests and --rate must be positive")
+    overrides = {}
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--override {item!r}: expected KEY=VALUE")
+        overrides[key.strip()] = value
+    print(json.dumps(run(args.runs, args.requests, args.rate, args.warmup, overrides)),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
