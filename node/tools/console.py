@@ -13,6 +13,9 @@ topic, or ``--partition P [--offset O|earliest|latest]``; new records only unles
 ``key.separator`` (a tab) and ``line.separator`` after the value. It stops after
 ``--max-messages`` records, after ``--timeout-ms`` without a record, or on Ctrl-C, and
 prints ``Processed a total of N messages`` on stderr, as Kafka.
+
+``--property``, ``--producer-property`` and ``--consumer-property`` take one KEY=VALUE per
+flag, as Kafka, or several after one flag (``--property print.key=true print.offset=true``).
 """
 from __future__ import annotations
 
@@ -87,9 +90,9 @@ def add_producer_arguments(parser) -> None:
     one_line_usage_errors(parser, PRODUCER_PROG)
     parser.add_argument("--bootstrap-server", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--producer-property", action="append", default=[],
+    parser.add_argument("--producer-property", action="extend", nargs="+", default=[],
                         metavar="KEY=VALUE")
-    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="line reader properties: parse.key, key.separator, ignore.error")
     parser.add_argument("--request-required-acks", default="-1",
                         help="acks: -1 (all), 1 or 0 (default -1)")
@@ -201,11 +204,11 @@ def add_consumer_arguments(parser) -> None:
     parser.add_argument("--max-messages", type=int, default=-1)
     parser.add_argument("--timeout-ms", type=int, default=-1,
                         help="exit if no record arrives for this long")
-    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="formatter properties: print.key, print.offset, "
                              "print.partition, print.timestamp, print.value, "
                              "key.separator, line.separator, null.literal")
-    parser.add_argument("--consumer-property", action="append", default=[],
+    parser.add_argument("--consumer-property", action="extend", nargs="+", default=[],
                         metavar="KEY=VALUE")
     parser.set_defaults(func=run_consumer)
 

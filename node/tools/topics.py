@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replication-factor", type=int)
     parser.add_argument("--replica-assignment",
                         help="broker:broker,broker:broker,... (partition by partition)")
-    parser.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+    parser.add_argument("--config", action="extend", nargs="+", default=[], metavar="NAME=VALUE",
                         help="a topic config override (repeatable)")
     parser.add_argument("--under-replicated-partitions", action="store_true")
     parser.add_argument("--unavailable-partitions", action="store_true")

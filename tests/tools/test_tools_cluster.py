@@ -105,9 +105,10 @@ def test_console_producer_to_consumer_round_trip_with_keys(cluster):
                     "--property", "parse.key=true", "--property", "key.separator=:",
                     "--producer-property", "acks=all", stdin="\n".join(sent) + "\n")
     assert produced.returncode == 0 and produced.stderr == "", produced.stderr
+    # --property takes one pair per flag (Kafka) or several after one flag.
     consumed = tool("console-consumer", "--bootstrap-server", b, "--topic", "lines",
                     "--from-beginning", "--max-messages", 20, "--property", "print.key=true",
-                    "--property", "print.offset=true", "--property", "print.partition=true")
+                    "--property", "print.offset=true", "print.partition=true")
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stderr.strip().splitlines()[-1] == "Processed a total of 20 messages"
     rows = [line.split("\t") for line in consumed.stdout.splitlines()]
