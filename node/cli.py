@@ -30,6 +30,9 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
+    from node.tools.common import one_line_usage_errors
+
+    one_line_usage_errors(parser, "minikafka")  # a wrong flag is one line, as every tool
     sub = parser.add_subparsers(dest="command", required=True)
     cleanup = sub.add_parser("shm-cleanup", help="unlink every /dev/shm object of a cluster")
     cleanup.add_argument("cluster_id")
@@ -48,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     from node.perf import register as register_perf_tools
 
     register_perf_tools(sub)
+    # Kafka's admin and console tools: topics, console-producer/consumer,
+    # leader-election, reassign-partitions.
+    from node.tools import add_subcommands as tool_subcommands
+
+    tool_subcommands(sub)
     return parser
 
 

@@ -683,6 +683,7 @@ def add_arguments(parser) -> None:
     down.add_argument("--dir", required=True)
     down.add_argument("--grace", type=float, default=STOP_GRACE_S,
                       help="seconds between TERM and KILL")
+    _add_scale_arguments(sub)
 
 
 def run(args) -> int:
@@ -755,6 +756,74 @@ def _cmd_down(args) -> int:
 
 _COMMANDS = {"up": _cmd_up, "status": _cmd_status, "kill": _cmd_kill, "start": _cmd_start,
              "down": _cmd_down}
+
+
+# ----------------------------------------------------------------- growing and shrinking
+# Membership only; node.tools.scale plans and runs the data movement around these.
+
+def _broker_process(self, broker_id: int) -> Process:
+    return Process(f"broker {broker_id}",
+                   [sys.executable, "-m", "node.broker", "--config",
+                    str(self.broker_dir(broker_id) / "server.properties")],
+                   self.dir / f"broker-{broker_id}.pid", self.dir / f"broker-{broker_id}.log")
+
+
+def _save_spec(self) -> None:
+    self.spec["brokers"] = {str(b): p for b, p in sorted(self.broker_ports.items())}
+    tmp = self.dir / (CLUSTER_FILE + ".tmp")
+    tmp.write_text(json.dumps(self.spec, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, self.dir / CLUSTER_FILE)
+
+
+def _add_broker(self, *, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
+    """Add broker max(id)+1 to cluster.json, write its config, start it and wait until
+    it is registered and knows the controller; returns its id."""
+    if len(self.broker_ports) >= BROKERS_MAX:
+        raise ClusterError(f"a cluster has at most {BROKERS_MAX} brokers")
+    broker_id = max(self.broker_ids, default=-1) + 1
+    self.broker_ports[broker_id] = _free_port()
+    _save_spec(self)
+    self._write_properties(broker_id)
+    process = self.processes[str(broker_id)] = _broker_process(self, broker_id)
+    process.start()
+    self.wait_broker_ready(broker_id, ready_timeout_s)
+    return broker_id
+
+
+def _forget_broker(self, broker_id: int, grace_s: float = STOP_GRACE_S,
+                   timeout_s: float = 30.0) -> None:
+    """Stop broker ``broker_id``, wait until its registration is gone, and remove it (its
+    entry in cluster.json and its directory). Its replicas must have been moved first."""
+    import shutil
+
+    process = self.process(broker_id)
+    process.stop(grace_s)
+    self.wait_for(lambda: broker_id not in self.registered_brokers(), timeout_s,
+                  f"broker {broker_id}'s registration to disappear")
+    del self.processes[str(broker_id)]
+    del self.broker_ports[broker_id]
+    self.spec.get("broker_config", {}).pop(str(broker_id), None)
+    _save_spec(self)
+    shutil.rmtree(self.broker_dir(broker_id), ignore_errors=True)
+
+
+Cluster.add_broker = _add_broker
+Cluster.forget_broker = _forget_broker
+
+
+def _add_scale_arguments(sub) -> None:
+    from node.tools.scale import add_arguments as scale_arguments
+
+    scale_arguments(sub)
+
+
+def _cmd_scale(args) -> int:
+    from node.tools.scale import run as run_scale
+
+    return run_scale(args)
+
+
+_COMMANDS.update({"add-broker": _cmd_scale, "remove-broker": _cmd_scale})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,34 @@
+"""Kafka's command-line tools as ``minikafka`` subcommands (same flags, same output lines).
+
+- ``topics`` (kafka-topics.sh): ``node.tools.topics``
+- ``console-producer`` / ``console-consumer``: ``node.tools.console``
+- ``leader-election`` (kafka-leader-election.sh): ``node.tools.leader_election``
+- ``reassign-partitions`` (kafka-reassign-partitions.sh): ``node.tools.reassign``
+- ``cluster add-broker`` / ``cluster remove-broker``: ``node.tools.scale``
+- what they share (one-line errors, flags, admin connection, progress): ``node.tools.common``
+
+``add_subcommands(sub)`` mounts the tools on the ``minikafka`` parser (``node.cli``).
+"""
+from __future__ import annotations
+
+TOOLS = {
+    "topics": ("node.tools.topics", "add_arguments",
+               "create, list, describe, alter and delete topics (kafka-topics)"),
+    "console-producer": ("node.tools.console", "add_producer_arguments",
+                         "produce lines of stdin (kafka-console-producer)"),
+    "console-consumer": ("node.tools.console", "add_consumer_arguments",
+                         "print records to stdout (kafka-console-consumer)"),
+    "leader-election": ("node.tools.leader_election", "add_arguments",
+                        "preferred or unclean leader election (kafka-leader-election)"),
+    "reassign-partitions": ("node.tools.reassign", "add_arguments",
+                            "generate, execute and verify reassignments "
+                            "(kafka-reassign-partitions)"),
+}
+
+
+def add_subcommands(sub) -> None:
+    import importlib
+
+    for name, (module, function, help_text) in TOOLS.items():
+        parser = sub.add_parser(name, help=help_text, description=help_text)
+        getattr(importlib.import_module(module), function)(parser)

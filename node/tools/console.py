@@ -1,0 +1,342 @@
+"""``minikafka console-producer`` and ``console-consumer``: Kafka's console tools.
+
+Producer (kafka-console-producer.sh): one record per line of stdin. ``--property
+parse.key=true`` splits each line at ``key.separator`` (default a tab) into key and
+value; ``--producer-property k=v`` sets a producer config (Kafka's names: acks,
+linger.ms, batch.size, retries, request.timeout.ms, ...). A record that fails is
+reported as Kafka's ErrorLoggingCallback does, and the exit code is then 1.
+
+Consumer (kafka-console-consumer.sh, without consumer groups): every partition of the
+topic, or ``--partition P [--offset O|earliest|latest]``; new records only unless
+``--from-beginning``. Each record is printed by Kafka's DefaultMessageFormatter:
+``[CreateTime:ts<sep>][Partition:p<sep>][Offset:o<sep>][key<sep>]value`` with ``sep`` =
+``key.separator`` (a tab) and ``line.separator`` after the value. It stops after
+``--max-messages`` records, after ``--timeout-ms`` without a record, or on Ctrl-C, and
+prints ``Processed a total of N messages`` on stderr, as Kafka.
+
+``--property``, ``--producer-property`` and ``--consumer-property`` take one KEY=VALUE per
+flag, as Kafka, or several after one flag (``--property print.key=true print.offset=true``).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from node import errors as E
+from node.tools.common import (EXIT_ERROR, EXIT_OK, ToolError, check_topics_exist, guarded,
+                               one_line_usage_errors, open_admin, parse_key_values)
+
+PRODUCER_PROG = "minikafka console-producer"
+CONSUMER_PROG = "minikafka console-consumer"
+ERROR_PREFIX = "ERROR "
+POLL_MS = 200
+LINE_BYTES_MAX = 16 * 1024 * 1024
+
+# Kafka producer config name -> (Producer keyword, parser)
+PRODUCER_CONFIGS = {
+    "acks": ("acks", str),
+    "linger.ms": ("linger_ms", int),
+    "batch.size": ("batch_size", int),
+    "retries": ("retries", int),
+    "request.timeout.ms": ("request_timeout_ms", int),
+    "delivery.timeout.ms": ("delivery_timeout_ms", int),
+    "max.in.flight.requests.per.connection": ("max_in_flight_requests_per_connection", int),
+    "retry.backoff.ms": ("retry_backoff_ms", int),
+    "max.block.ms": ("max_block_ms", int),
+    "max.request.size": ("max_request_size", int),
+    "client.id": ("client_id", str),
+}
+CONSUMER_CONFIGS = {
+    "fetch.max.wait.ms": ("fetch_max_wait_ms", int),
+    "fetch.min.bytes": ("fetch_min_bytes", int),
+    "fetch.max.bytes": ("fetch_max_bytes", int),
+    "max.partition.fetch.bytes": ("max_partition_fetch_bytes", int),
+    "max.poll.records": ("max_poll_records", int),
+    "request.timeout.ms": ("request_timeout_ms", int),
+    "retry.backoff.ms": ("retry_backoff_ms", int),
+    "check.crcs": ("check_crcs", lambda v: v.lower() == "true"),
+    "client.id": ("client_id", str),
+}
+
+
+def _client_kwargs(props: dict[str, str], table: dict, flag: str) -> dict:
+    out = {}
+    for key, value in props.items():
+        if key not in table:
+            raise ToolError(f"{flag} {key}: unknown or unsupported config (known: "
+                            f"{', '.join(sorted(table))})")
+        name, parse = table[key]
+        try:
+            out[name] = parse(value)
+        except ValueError:
+            raise ToolError(f"{flag} {key}={value}: invalid value") from None
+    return out
+
+
+def _unescape(text: str) -> str:
+    """Property values like key.separator may be written with backslash escapes (\\t)."""
+    return text.encode("utf-8").decode("unicode_escape") if "\\" in text else text
+
+
+def _flag(props: dict[str, str], key: str, default: bool = False) -> bool:
+    return props.get(key, str(default)).strip().lower() == "true"
+
+
+# ----------------------------------------------------------------- producer
+
+def add_producer_arguments(parser) -> None:
+    one_line_usage_errors(parser, PRODUCER_PROG)
+    parser.add_argument("--bootstrap-server", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--producer-property", action="extend", nargs="+", default=[],
+                        metavar="KEY=VALUE")
+    parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="line reader properties: parse.key, key.separator, ignore.error")
+    parser.add_argument("--request-required-acks", default="-1",
+                        help="acks: -1 (all), 1 or 0 (default -1)")
+    parser.add_argument("--sync", action="store_true", help="wait for each record's ack")
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--timeout", type=int, default=1000,
+                        help="linger.ms: how long a record may wait for more (default 1000)")
+    parser.add_argument("--max-block-ms", type=int, default=60_000)
+    parser.set_defaults(func=run_producer)
+
+
+def run_producer(args) -> int:
+    return guarded(ERROR_PREFIX, _produce, args)
+
+
+def _produce(args) -> int:
+    from node.producer import Producer
+
+    reader = parse_key_values(args.property, "--property")
+    parse_key = _flag(reader, "parse.key")
+    ignore_error = _flag(reader, "ignore.error")
+    separator = _unescape(reader.get("key.separator", "\t")).encode()
+    kwargs = {"acks": args.request_required_acks, "linger_ms": args.timeout,
+              "max_block_ms": args.max_block_ms}
+    if args.batch_size is not None:
+        kwargs["batch_size"] = args.batch_size
+    kwargs.update(_client_kwargs(parse_key_values(args.producer_property,
+                                                  "--producer-property"),
+                                 PRODUCER_CONFIGS, "--producer-property"))
+    admin = open_admin(args.bootstrap_server)
+    try:
+        check_topics_exist(admin, [args.topic])
+    finally:
+        admin.close()
+    try:
+        producer = Producer(args.bootstrap_server, **kwargs)
+    except ValueError as e:
+        raise ToolError(str(e)) from None
+    failures = []
+    prompt = sys.stdin.isatty()
+    try:
+        for number, value, key in _lines(sys.stdin.buffer, parse_key, separator,
+                                          ignore_error, prompt):
+            future = producer.send(args.topic, value, key=key)
+            future.add_callback(_on_error(args.topic, key, value, failures))
+            if args.sync:
+                _wait(future)
+        producer.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        producer.close()
+    return EXIT_ERROR if failures else EXIT_OK
+
+
+def _lines(stream, parse_key: bool, separator: bytes, ignore_error: bool, prompt: bool):
+    """(line number, value, key) for each line of ``stream`` (Kafka's LineMessageReader)."""
+    number = 0
+    while True:
+        if prompt:
+            sys.stdout.write(">")
+            sys.stdout.flush()
+        line = stream.readline(LINE_BYTES_MAX + 1)
+        if not line:
+            return
+        number += 1
+        line = line.rstrip(b"\n").rstrip(b"\r")
+        if not parse_key:
+            yield number, line, None
+            continue
+        key, sep, value = line.partition(separator)
+        if sep:
+            yield number, value, key
+        elif ignore_error:
+            yield number, line, None
+        else:
+            raise ToolError(f"No key separator found on line number {number}: "
+                            f"'{line.decode(errors='replace')}'")
+
+
+def _on_error(topic: str, key, value, failures: list):
+    def callback(metadata, exception) -> None:
+        if exception is not None:
+            failures.append(exception)
+            key_text = "null" if key is None else f"{len(key)} bytes"
+            detail = exception.message if isinstance(exception, E.KafkaError) else exception
+            sys.stderr.write(f"ERROR Error when sending message to topic {topic} with key: "
+                             f"{key_text}, value: {len(value)} bytes with error: {detail}\n")
+    return callback
+
+
+def _wait(future) -> None:
+    try:
+        future.get()
+    except Exception:  # reported by the callback
+        pass
+
+
+# ----------------------------------------------------------------- consumer
+
+def add_consumer_arguments(parser) -> None:
+    one_line_usage_errors(parser, CONSUMER_PROG)
+    parser.add_argument("--bootstrap-server", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--from-beginning", action="store_true")
+    parser.add_argument("--partition", type=int)
+    parser.add_argument("--offset", help="a non-negative offset, earliest or latest "
+                        "(default latest); needs --partition")
+    parser.add_argument("--max-messages", type=int, default=-1)
+    parser.add_argument("--timeout-ms", type=int, default=-1,
+                        help="exit if no record arrives for this long")
+    parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="formatter properties: print.key, print.offset, "
+                             "print.partition, print.timestamp, print.value, "
+                             "key.separator, line.separator, null.literal")
+    parser.add_argument("--consumer-property", action="extend", nargs="+", default=[],
+                        metavar="KEY=VALUE")
+    parser.set_defaults(func=run_consumer)
+
+
+class Formatter:
+    """Kafka's DefaultMessageFormatter."""
+
+    def __init__(self, props: dict[str, str]):
+        self.timestamp = _flag(props, "print.timestamp")
+        self.partition = _flag(props, "print.partition")
+        self.offset = _flag(props, "print.offset")
+        self.headers = _flag(props, "print.headers")
+        self.key = _flag(props, "print.key")
+        self.value = _flag(props, "print.value", True)
+        self.separator = _unescape(props.get("key.separator", "\t")).encode()
+        self.line_separator = _unescape(props.get("line.separator", "\n")).encode()
+        self.null = props.get("null.literal", "null").encode()
+
+    def format(self, record) -> bytes:
+        parts = []
+        if self.timestamp:
+            parts.append(b"CreateTime:%d" % record.timestamp)
+        if self.partition:
+            parts.append(b"Partition:%d" % record.partition)
+        if self.offset:
+            parts.append(b"Offset:%d" % record.offset)
+        if self.headers:
+            parts.append(b"NO_HEADERS")
+        if self.key:
+            parts.append(self.null if record.key is None else bytes(record.key))
+        out = self.separator.join(parts)
+        if self.value:
+            value = self.null if record.value is None else bytes(record.value)
+            out = out + self.separator + value if parts else value
+        elif parts:
+            out += self.separator
+        return out + self.line_separator
+
+
+def _start_offset(args):
+    """'earliest', 'latest' or an offset."""
+    if args.offset is not None and args.partition is None:
+        raise ToolError("The partition is required when offset is specified.")
+    if args.offset is not None and args.from_beginning:
+        raise ToolError("Options from-beginning and offset cannot be specified together.")
+    if args.offset is None:
+        return "earliest" if args.from_beginning else "latest"
+    text = args.offset.strip().lower()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offset = int(text)
+    except ValueError:
+        offset = -1
+    if offset < 0:
+        raise ToolError(f"The provided offset value '{args.offset}' is incorrect. Valid "
+                        f"values are 'earliest', 'latest', or a non-negative long.")
+    return offset
+
+
+def run_consumer(args) -> int:
+    return guarded(ERROR_PREFIX, _consume, args)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _consume(args) -> int:
+    from node.consumer import Consumer
+
+    formatter = Formatter(parse_key_values(args.property, "--property"))
+    start = _start_offset(args)
+    kwargs = _client_kwargs(parse_key_values(args.consumer_property, "--consumer-property"),
+                            CONSUMER_CONFIGS, "--consumer-property")
+    admin = open_admin(args.bootstrap_server)
+    try:
+        check_topics_exist(admin, [args.topic])
+        partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic]]
+    finally:
+        admin.close()
+    if args.partition is not None:
+        if args.partition not in partitions:
+            raise ToolError(f"Partition {args.partition} of topic {args.topic} does not "
+                            f"exist (partitions: 0..{len(partitions) - 1})")
+        partitions = [args.partition]
+    reset = start if isinstance(start, str) else "earliest"
+    consumer = Consumer(args.bootstrap_server, auto_offset_reset=reset, **kwargs)
+    count = 0
+    out = sys.stdout.buffer
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM,)}
+    try:
+        consumer.assign([(args.topic, p) for p in partitions])
+        if not isinstance(start, str):
+            consumer.seek((args.topic, partitions[0]), start)
+        last_record_s = time.monotonic()
+        while args.max_messages < 0 or count < args.max_messages:
+            room = None if args.max_messages < 0 else args.max_messages - count
+            records = consumer.poll(POLL_MS, max_records=room)
+            if records:
+                last_record_s = time.monotonic()
+                out.write(b"".join(formatter.format(r) for r in records))
+                out.flush()
+                count += len(records)
+            elif args.timeout_ms >= 0 and \
+                    (time.monotonic() - last_record_s) * 1000 >= args.timeout_ms:
+                sys.stderr.write("ERROR Error processing message, terminating consumer "
+                                 "process: org.apache.kafka.common.errors.TimeoutException\n")
+                break
+    except (KeyboardInterrupt, _Stop):
+        pass
+    except BrokenPipeError:
+        _silence_stdout()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        consumer.close()
+        sys.stderr.write(f"Processed a total of {count} messages\n")
+        sys.stderr.flush()
+    return EXIT_OK
+
+
+def _raise_stop(signum, frame):
+    raise _Stop()
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the exit flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
