@@ -242,6 +242,8 @@ class _Mapped:
 
 
 def _pid_alive(pid: int) -> bool:
+    """A writer that exited is dead even while it is a zombie nobody reaped (a SIGKILLed
+    broker whose parent, a CLI run, is gone and whose init does not reap)."""
     if pid <= 0:
         return False
     try:
@@ -250,7 +252,12 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X")
+    except (OSError, ValueError):
+        return True
 
 
 class ReplicaStateBoard:

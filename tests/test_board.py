@@ -249,3 +249,26 @@ def test_a_restarted_broker_replaces_the_board_of_its_dead_predecessor(cluster_i
     finally:
         _stop(child)
         cleanup_cluster(cluster_id)
+
+
+def test_a_zombie_writer_counts_as_dead():
+    """A SIGKILLed broker nobody reaped yet is a zombie: its board may be replaced."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from shm.board import _pid_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert _pid_alive(child.pid)
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _pid_alive(child.pid):  # a zombie until we reap it below
+            assert time.monotonic() < deadline, "a killed child still counts as alive"
+            time.sleep(0.01)
+        assert os.path.exists(f"/proc/{child.pid}"), "still a zombie: not reaped yet"
+    finally:
+        child.kill()
+        child.wait()
