@@ -103,14 +103,9 @@ def partition_state(cluster):
 
 
 def wait_until(what: str, predicate, timeout_s: float = WAIT_S_MAX):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    from node.tools.common import wait_until as poll  # the tools' poll-until-deadline
+
+    return poll(predicate, timeout_s, what)
 
 
 def replica_rows(cluster) -> list[tuple[int, str, str, str]]:

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -24,6 +23,7 @@ from node.config import write_properties
 from node.net import Channel
 from shm import batch as B
 from shm.names import cleanup_cluster
+from tests.waiting import poll_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -33,14 +33,7 @@ REQUEST_TIMEOUT_MS = 10_000
 
 def wait_for(predicate, what: str, timeout_s: float = 20.0, interval_s: float = 0.02):
     """Poll ``predicate`` until it returns something truthy (returned) or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
+    return poll_until(predicate, timeout_s, what, interval_s=interval_s, error=TimeoutError)
 
 
 class BrokerProcess:

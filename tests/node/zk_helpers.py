@@ -14,6 +14,7 @@ from kazoo.client import KazooClient
 from bench.zkservers import KINDS, missing_reason
 from bench.zkservers import start as start_zk
 from node import zkdata as Z
+from tests.waiting import poll_until
 
 CLIENT_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 15.0
@@ -119,16 +120,7 @@ class Loop:
 
 
 def wait_for(predicate, pumps=(), timeout_s: float = WAIT_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for pump in pumps:
-            pump()
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s} s")
-        time.sleep(0.01)
+    return poll_until(predicate, timeout_s, what, interval_s=0.01, each=pumps)
 
 
 def now_ms() -> int:

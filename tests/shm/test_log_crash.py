@@ -12,7 +12,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from shm import batch as B
 from shm.log import Log
 
 from crash_config import BROKER_ID, CONFIG, PARTITION, TOPIC
+from tests.waiting import poll_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDS = 4
@@ -36,11 +36,7 @@ def read_report(path: str) -> dict[str, int]:
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.005)
+    poll_until(condition, timeout_s, what, interval_s=0.005)
 
 
 def check_log(log: Log) -> int:

@@ -32,6 +32,7 @@ from shm import faults
 import crash_ops
 from crash_ops import Model, check_recovery, open_log, read_journal, replay
 from crash_ops_child import CRASH_STATUS
+from tests.waiting import poll_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "crash_ops_child.py")
@@ -47,11 +48,7 @@ COMPLETED_BY_RECOVERY = {"truncate_to", "truncate_fully", "retention"}
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.002)
+    poll_until(condition, timeout_s, what, interval_s=0.002)
 
 
 def journal_lines(path: str) -> int:

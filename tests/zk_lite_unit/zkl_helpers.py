@@ -8,10 +8,10 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 
 from zk_lite import jute
 from zk_lite.core import Core
+from tests.waiting import poll_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _HDR = struct.Struct("!iqi")
@@ -206,11 +206,4 @@ class ZkProcess:
 
 
 def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        time.sleep(interval_s)
+    return poll_until(predicate, timeout_s, interval_s=interval_s)
