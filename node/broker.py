@@ -72,23 +72,12 @@ from shm import board as SB
 from shm.errors import OffsetOutOfRangeError
 from shm.names import check_cluster_id, cluster_objects, unlink
 
-try:  # owned by the controller engineer; a broker without it never becomes controller
-    from node.controller_shell import ControllerRunner
-except ImportError:  # pragma: no cover - until it lands on main
-    ControllerRunner = None
-
-try:
-    from node.admin import handle_admin_request
-except ImportError:  # pragma: no cover - until it lands on main
-    handle_admin_request = None
+from node.admin import ADMIN_API_KEYS, handle_admin_request
+from node.controller_shell import ControllerRunner
 
 logger = logging.getLogger("node.broker")
 
 CLUSTER_ID_PATH = "/cluster/id"
-_ADMIN_APIS = frozenset({P.ApiKey.CREATE_TOPICS, P.ApiKey.DELETE_TOPICS,
-                         P.ApiKey.CREATE_PARTITIONS, P.ApiKey.ELECT_LEADERS,
-                         P.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-                         P.ApiKey.LIST_PARTITION_REASSIGNMENTS, P.ApiKey.DESCRIBE_CONFIGS})
 
 NONE = 0
 INVALID_REQUEST = E.code_of("INVALID_REQUEST")
@@ -168,11 +157,10 @@ class Broker:
                         self.replicas.checkpoint_high_watermarks)
         self.loop.every(config.log_retention_check_interval_ms, self.replicas.retention)
         self.loop.every(L.FLUSH_CHECK_INTERVAL_MS, self.replicas.flush_due)
-        if ControllerRunner is not None:
-            self.controller = ControllerRunner(
-                broker_id=self.broker_id, zk=self.zk, config=config, post=self.loop.post,
-                send=self.send_to_broker, now_ms=now_ms)
-            self.controller.start()
+        self.controller = ControllerRunner(
+            broker_id=self.broker_id, zk=self.zk, config=config, post=self.loop.post,
+            send=self.send_to_broker, now_ms=now_ms)
+        self.controller.start()
         # Everything made so far (modules, the coordinator session, the controller) lives
         # as long as the process: keep it out of the collector, so a full collection
         # scans only what requests made (~15 ms on the import graph, a latency spike).
@@ -313,7 +301,7 @@ class Broker:
             handler = self._handlers.get(request.api_key)
             if handler is not None:
                 handler(identity, request)
-            elif request.api_key in _ADMIN_APIS:
+            elif request.api_key in ADMIN_API_KEYS:
                 self._handle_admin(identity, request)
             else:
                 self._reply(identity, request.correlation_id, request.api_key,
@@ -642,11 +630,8 @@ class Broker:
                                                    request.api_key, body))
 
     def _handle_admin(self, identity: bytes, request: P.Request) -> None:
-        if handle_admin_request is None:
-            body = {"error": INVALID_REQUEST, "error_message": "not supported yet"}
-        else:
-            body = handle_admin_request(request.api_key, request.body, zk=self.zk,
-                                        config=self.config)
+        body = handle_admin_request(request.api_key, request.body, zk=self.zk,
+                                    config=self.config)
         self._reply(identity, request.correlation_id, request.api_key, body)
 
     # ================================================================ to other brokers
