@@ -81,9 +81,9 @@ def main(argv=None) -> int:
     parser.add_argument("--latency-records", type=int, default=3000)
     args = parser.parse_args(argv)
 
-    from node.admin_client import Admin
+    from node.client.admin import Admin
     from node.cluster import Cluster
-    from node.producer import Producer
+    from node.client.producer import Producer
 
     cluster_id = "bench" + uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="mk-bench-") as tmp:

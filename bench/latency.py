@@ -39,7 +39,7 @@ import uuid
 from pathlib import Path
 
 from bench import zkservers
-from node import protocol as P
+from node.wire import protocol as P
 from node.config import write_properties
 from node.net import Channel
 from shm.batch import build_batch

@@ -23,7 +23,7 @@ def _cmd_zk(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
-    from node.cluster import run
+    from node.cluster.cli import run
 
     return run(args)
 
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     zk = sub.add_parser("zk", help="run zk_lite, the ZooKeeper-compatible coordinator")
     zk_parser(zk)
     zk.set_defaults(func=_cmd_zk)
-    from node.cluster import add_arguments as cluster_arguments
+    from node.cluster.cli import add_arguments as cluster_arguments
 
     cluster = sub.add_parser("cluster", help="start, inspect, kill and stop a local cluster")
     cluster_arguments(cluster)

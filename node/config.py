@@ -438,6 +438,18 @@ def topic_log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConf
         raise ConfigError(f"topic config: {e}") from None
 
 
+def topic_defaults(config: BrokerConfig) -> dict[str, str]:
+    """Every topic config key's value when the topic does not override it: the broker's
+    (Kafka's DescribeConfigs DEFAULT_CONFIG / STATIC_BROKER_CONFIG), as strings."""
+    def text(value) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    out = {key: text(getattr(config.log_config, name)) for key, name in TOPIC_LOG_KEYS.items()}
+    out.update({key: text(getattr(config, name))
+                for key, (name, _) in TOPIC_SETTING_KEYS.items()})
+    out.update(TOPIC_FIXED_KEYS)
+    return out
+
+
 def topic_setting(config: BrokerConfig, overrides: dict[str, str], key: str):
     """A topic-level replication setting (``min.insync.replicas``,
     ``unclean.leader.election.enable``, or a log key), the broker's value if the topic

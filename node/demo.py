@@ -94,7 +94,7 @@ class Acks:
 
 
 def partition_state(cluster):
-    from node import zkdata as Z
+    from node.wire import zkdata as Z
 
     def read(zk):
         data, stat = zk.get(Z.partition_state_path(TOPIC, 0))

@@ -1,4 +1,4 @@
-"""Request/response channels over ZeroMQ DEALER sockets (the client side of node.protocol).
+"""Request/response channels over ZeroMQ DEALER sockets (the client side of node.wire.protocol).
 
 ``Channel`` is one DEALER connection to one broker listener. It is used two ways:
 - inside an event loop (a broker's fetchers and controller): register ``channel.socket``
@@ -17,7 +17,7 @@ import time
 
 import zmq
 
-from node import protocol as P
+from node.wire import protocol as P
 
 IN_FLIGHT_MAX = 100_000
 SEND_HWM = 100_000

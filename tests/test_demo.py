@@ -8,6 +8,8 @@ import pytest
 
 from shm.names import PREFIX, SHM_DIR
 
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.slow
 def test_demo_tells_the_replication_story_and_loses_nothing(tmp_path):

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from node import errors as E
+from node.wire import errors as E
 from node.client import KafkaTimeoutError
 
 CLUSTER_CHECK_TIMEOUT_MS = 10_000
@@ -82,7 +82,7 @@ def check_topic(bootstrap: str, topic: str) -> dict:
 
     Fails fast with a ToolError when no broker answers or the topic does not exist,
     instead of the clients' long waits (max.block.ms, request.timeout.ms)."""
-    from node.admin_client import Admin
+    from node.client.admin import Admin
 
     try:
         admin = Admin(bootstrap_servers=bootstrap, request_timeout_ms=CLUSTER_CHECK_TIMEOUT_MS)

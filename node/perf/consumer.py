@@ -17,7 +17,7 @@ and starting offsets (metadata and ListOffsets), the part of the run that corres
 to Kafka's group join; ``fetch.*`` cover the rest.
 
 Two ways to read:
-- default: the consumer (``node.consumer.Consumer.poll_batches``), i.e. Fetch
+- default: the consumer (``node.client.consumer.Consumer.poll_batches``), i.e. Fetch
   requests to the leaders, whole batches, CRCs checked (Kafka's check.crcs=true);
   ``--fetch-size`` is max.partition.fetch.bytes.
 - ``--local``: ``shm.local_reader.LocalReader`` on each partition's leader replica —
@@ -114,7 +114,7 @@ def payload_bytes(buf, position: int, record_count: int, skip: int = 0) -> int:
 
 def consume_fetch(args, bootstrap: str, partitions: list[int], progress: Progress):
     """(messages, bytes, rebalance ms, end time) reading with Fetch requests."""
-    from node.consumer import Consumer
+    from node.client.consumer import Consumer
 
     consumer = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                         max_partition_fetch_bytes=args.fetch_size,
@@ -190,7 +190,7 @@ def cluster_layout(directory: str) -> tuple[str, dict[int, str], str]:
 
 def consume_local(args, bootstrap: str, partitions: dict, progress: Progress):
     """(messages, bytes, rebalance ms, end time) reading the leaders' segment files."""
-    from node.consumer import Consumer
+    from node.client.consumer import Consumer
     from shm.batch import read_header
     from shm.errors import LocalReadError
     from shm.local_reader import LocalReader

@@ -39,8 +39,8 @@ def run(args) -> int:
         raise ToolError(f"--producer-acks must be all, -1, 0 or 1, got {args.producer_acks!r}")
     partitions = sorted(check_topic(bootstrap, args.topic))
 
-    from node.consumer import Consumer
-    from node.producer import Producer
+    from node.client.consumer import Consumer
+    from node.client.producer import Producer
 
     consumer = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="latest",
                         fetch_max_wait_ms=args.fetch_max_wait_ms)

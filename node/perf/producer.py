@@ -249,7 +249,7 @@ def run(args) -> int:
     kwargs, buffer_memory = producer_settings(props)
     partitions = sorted(check_topic(bootstrap, args.topic))
 
-    from node.producer import RECORD_OVERHEAD_BYTES, Producer
+    from node.client.producer import RECORD_OVERHEAD_BYTES, Producer
 
     try:
         producer = Producer(bootstrap_servers=bootstrap, **kwargs)

@@ -4,7 +4,7 @@
 - ``console-producer`` / ``console-consumer``: ``node.tools.console``
 - ``leader-election`` (kafka-leader-election.sh): ``node.tools.leader_election``
 - ``reassign-partitions`` (kafka-reassign-partitions.sh): ``node.tools.reassign``
-- ``cluster add-broker`` / ``cluster remove-broker``: ``node.tools.scale``
+- ``cluster add-broker`` / ``cluster remove-broker``: ``node.cluster.scale``
 - what they share (one-line errors, flags, admin connection, progress): ``node.tools.common``
 
 ``add_subcommands(sub)`` mounts the tools on the ``minikafka`` parser (``node.cli``).

@@ -14,7 +14,7 @@ import re
 import sys
 import time
 
-from node import errors as E
+from node.wire import errors as E
 from node.client import KafkaTimeoutError
 
 # Limits and timeouts of the tools, in one place.
@@ -127,7 +127,7 @@ def topic_filter(pattern: str | None):
 def open_admin(bootstrap_server: str | None, timeout_ms: int = CONNECT_TIMEOUT_MS):
     """An Admin client whose first metadata answer has been received: an unreachable
     cluster fails here, within ``timeout_ms``, as a ToolError."""
-    from node.admin_client import Admin
+    from node.client.admin import Admin
 
     if not bootstrap_server:
         raise ToolError("Missing required argument \"[bootstrap-server]\"")

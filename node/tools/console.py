@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 
-from node import errors as E
+from node.wire import errors as E
 from node.tools.common import (EXIT_ERROR, EXIT_OK, ToolError, check_topics_exist, guarded,
                                one_line_usage_errors, open_admin, parse_key_values)
 
@@ -109,7 +109,7 @@ def run_producer(args) -> int:
 
 
 def _produce(args) -> int:
-    from node.producer import Producer
+    from node.client.producer import Producer
 
     reader = parse_key_values(args.property, "--property")
     parse_key = _flag(reader, "parse.key")
@@ -278,7 +278,7 @@ class _Stop(Exception):
 
 
 def _consume(args) -> int:
-    from node.consumer import Consumer
+    from node.client.consumer import Consumer
 
     formatter = Formatter(parse_key_values(args.property, "--property"))
     start = _start_offset(args)

@@ -18,7 +18,7 @@ others as already elected (ELECTION_NOT_NEEDED).
 """
 from __future__ import annotations
 
-from node import errors as E
+from node.wire import errors as E
 from node.tools.common import (ADMIN_TIMEOUT_MS, EXIT_OK, WAIT_TIMEOUT_S, Progress,
                                ToolError, guarded, one_line_usage_errors, open_admin,
                                read_json_file, tp_name, wait_until)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from node import placement
+from node.core import placement
 from node.tools.common import (ADMIN_TIMEOUT_MS, EXIT_OK, WAIT_TIMEOUT_S, Progress,
                                ToolError, guarded, one_line_usage_errors, open_admin,
                                parse_broker_list, read_json_file, tp_name, wait_until)

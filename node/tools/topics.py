@@ -183,11 +183,9 @@ _ACTIONS = {"create": _create, "list": _list, "describe": _describe, "alter": _a
 
 def default_configs() -> dict[str, str]:
     """The value of every topic config key when neither the topic nor the broker sets it."""
-    from node.admin import TOPIC_CONFIG_KEYS, _broker_default
-    from node.config import BrokerConfig
+    from node.config import BrokerConfig, topic_defaults
 
-    defaults = BrokerConfig(broker_id=0, zookeeper_connect="127.0.0.1:2181")
-    return {k: v for k in TOPIC_CONFIG_KEYS if (v := _broker_default(defaults, k)) is not None}
+    return topic_defaults(BrokerConfig(broker_id=0, zookeeper_connect="127.0.0.1:2181"))
 
 
 def _ids(values) -> str:

@@ -17,10 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.zkservers import free_port
-from node.admin_client import Admin
+from node.client.admin import Admin
 from node.cluster import Cluster
 from shm.names import cleanup_cluster, cluster_objects
 from tests.conftest import new_cluster_id
+
+pytestmark = pytest.mark.process
 
 TOOL_TIMEOUT_S = 120
 NUMBER = r"[0-9]+(?:\.[0-9]+)?"

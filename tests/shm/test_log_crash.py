@@ -21,6 +21,8 @@ from shm.log import Log
 from crash_config import BROKER_ID, CONFIG, PARTITION, TOPIC
 from tests.waiting import poll_until
 
+pytestmark = pytest.mark.process
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDS = 4
 SEED = 20261122

@@ -34,6 +34,8 @@ from crash_ops import Model, check_recovery, open_log, read_journal, replay
 from crash_ops_child import CRASH_STATUS
 from tests.waiting import poll_until
 
+pytestmark = pytest.mark.process
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "crash_ops_child.py")
 ENV = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))

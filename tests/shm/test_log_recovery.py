@@ -14,6 +14,8 @@ from shm.index import OffsetIndex, TimeIndex, index_name, KIND_OFFSET
 from shm.log import Log, OffsetOutOfRangeError, RecordTooLargeError
 from shm.names import cluster_objects, exists
 
+pytestmark = pytest.mark.process
+
 CONFIG = LogConfig(segment_bytes=8192, index_interval_bytes=256)
 
 

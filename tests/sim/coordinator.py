@@ -4,7 +4,7 @@ Znodes are ``path -> [data, version]`` (``MemoryZk`` of the controller harness, 
 controller's ops get exactly the answers the harness gives); on top of it: sessions
 (alive until the simulator expires them), ephemeral owners, creation order (``czxid``,
 Kafka's broker epoch), the controller election (``/controller`` + ``/controller_epoch``
-bumped together, as ``node.controller_shell``), fenced controller ops (a check of
+bumped together, as ``node.broker.controller_runner``), fenced controller ops (a check of
 ``/controller_epoch``'s version, as the shell's multi) and the leader's conditional ISR
 write with its ``/isr_change_notification`` child. It only answers; who hears of a
 change (watches) is the simulator's business.
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from node import controller as C
-from node import zkdata as Z
-from tests.node.controller_harness import MemoryZk
+from node.core import controller as C
+from node.wire import zkdata as Z
+from tests.node.core.controller_harness import MemoryZk
 
 
 @dataclass

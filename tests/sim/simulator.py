@@ -2,9 +2,9 @@
 
 One seed decides everything: message delays (which reorders them), drops, broker
 crashes, pauses and restarts, isolation, and when the client produces. Three simulated
-brokers each run the real ``node.replication.ReplicaCore`` for every partition of topic
+brokers each run the real ``node.core.replication.ReplicaCore`` for every partition of topic
 t (``SimConfig.partitions``, replicas placed as DESIGN.md says, so preferred leaders
-differ) on a ``MemLog``; the controller is the real ``node.controller.Controller`` core, run by
+differ) on a ``MemLog``; the controller is the real ``node.core.controller.Controller`` core, run by
 whichever broker won ``/controller`` in the simulated coordinator
 (``tests.sim.coordinator``: znodes with versions, sessions whose expiry the simulator
 decides, ephemerals, fenced controller ops). Nothing is modelled twice: elections,
@@ -55,11 +55,11 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from node import controller as C
-from node import errors as E
-from node import zkdata as Z
-from node.protocol import ApiKey
-from node.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
+from node.core import controller as C
+from node.wire import errors as E
+from node.wire import zkdata as Z
+from node.wire.protocol import ApiKey
+from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
                               Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
                               TruncateFully, TruncationMode, WriteIsr)
 from tests.sim.coordinator import SimCoordinator

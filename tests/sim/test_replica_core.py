@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from node import errors as E
-from node.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
+from node.wire import errors as E
+from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
                               Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
                               TruncateFully, TruncationMode, WriteIsr)
 from tests.sim.memlog import MemLog

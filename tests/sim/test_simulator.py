@@ -10,8 +10,8 @@ line. ``MK_SIM_SEEDS`` sets how many seeds the main test runs (default 2000);
 ``MK_SIM_SEED=N`` runs that one seed only (with its trace on failure).
 
 Found so far: a controller decision in flight while brokers came back left a partition
-offline (fixed in node.controller, tests/node/test_controller.py); a follower lacking the
-epoch its leader answers with kept a divergent suffix (KIP-279: node.replication now asks
+offline (fixed in node.core.controller, tests/node/test_controller.py); a follower lacking the
+epoch its leader answers with kept a divergent suffix (KIP-279: node.core.replication now asks
 again for its own older epoch, as Kafka's fetcher does).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import random
 
 import pytest
 
-from node.replication import (ReplicaCore, ReplicationConfig, SendOffsetForLeaderEpoch,
+from node.core.replication import (ReplicaCore, ReplicationConfig, SendOffsetForLeaderEpoch,
                               Truncate, TruncationMode)
 from tests.sim.memlog import MemLog
 from tests.sim.simulator import InvariantViolation, Sim, SimConfig

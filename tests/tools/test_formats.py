@@ -6,13 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from node.admin_client import Reassignment
+from node.client.admin import Reassignment
 from node.client import ConsumerRecord, PartitionMetadata
 from node.tools.common import ToolError, parse_broker_list, parse_key_values, topic_filter
 from node.tools.console import Formatter
 from node.tools.reassign import (format_reassignment_json, list_text,
                                  parse_reassignment_json, parse_topics_json, status_lines)
-from node.tools.scale import plan_lines
+from node.cluster.scale import plan_lines
 from node.tools.topics import default_configs, describe_lines, parse_replica_assignment
 
 

@@ -12,11 +12,11 @@ import pytest
 
 from node.client import Admin, Consumer, Producer
 from node.cluster import Cluster, ClusterError
-from node.tools.scale import load, remove_broker
+from node.cluster.scale import load, remove_broker
 from node.tools.reassign import current_assignment
 from shm.names import cluster_objects
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.process, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
           "replica.fetch.wait.max.ms": "50", "auto.leader.rebalance.enable": "false"}

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from node import errors as E
+from node.wire import errors as E
 from node.client import Admin
 from node.cluster import Cluster
 from shm.names import cluster_objects
 from tests.conftest import new_cluster_id
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.process, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
           "replica.fetch.wait.max.ms": "50", "auto.leader.rebalance.enable": "false"}

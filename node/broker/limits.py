@@ -1,0 +1,37 @@
+"""Every bound of the broker process in one place (the wire format's own limits live in
+``node.wire.protocol``, the storage engine's in ``shm.config``)."""
+from __future__ import annotations
+
+from node.wire import protocol as P
+
+# Requests taken from the listener per readiness event before timers and posted work run.
+RECEIVE_BATCH_MAX = 256
+# ZeroMQ queue bounds of the listener (messages); a client that does not read its answers
+# loses them beyond this instead of stalling the broker (ROUTER drops at the HWM).
+LISTENER_SEND_HWM = 100_000
+LISTENER_RECEIVE_HWM = 100_000
+# Largest inbound message part ZeroMQ accepts (Kafka's socket.request.max.bytes).
+SOCKET_REQUEST_BYTES_MAX = 104_857_600
+# A consumer or follower may park a fetch for at most this long (fetch.max.wait.ms).
+FETCH_WAIT_MS_MAX = 60_000
+PARKED_FETCHES_MAX = 100_000
+# Produce requests waiting for acks=all across all partitions.
+PENDING_PRODUCE_REQUESTS_MAX = 100_000
+PRODUCE_TIMEOUT_MS_MAX = 300_000
+# A changed board row is published this long after the first change (one timer for
+# every row changed meanwhile): readers see a replica's state at most this late.
+BOARD_PUBLISH_DELAY_MS = 10
+# Rows of the replica-state board (partition replicas one broker may host).
+BOARD_CAPACITY = 4096
+# The cores' tick (replica.lag.time.max.ms / 2 at least, produce timeouts).
+TICK_INTERVAL_MS = 50
+FLUSH_CHECK_INTERVAL_MS = 1000
+# Waiting for a previous session's /brokers/ids/N to expire, in session timeouts.
+OLD_REGISTRATION_WAIT_SESSIONS = 3
+OLD_REGISTRATION_POLL_S = 0.1
+ZK_START_TIMEOUT_S = 30.0
+# A coordinator read made on the loop (topic config, /controller) waits at most this.
+ZK_OP_TIMEOUT_S = 5.0
+
+assert SOCKET_REQUEST_BYTES_MAX >= P.BODY_BYTES_MAX
+assert TICK_INTERVAL_MS <= 100

@@ -1,0 +1,76 @@
+"""The broker's metadata cache, filled by the controller's UpdateMetadata (Kafka's way).
+
+Every broker answers Metadata from this cache, never from the coordinator: what a client
+sees is what the controller last told this broker. An UpdateMetadata carries the live
+brokers (replacing the known set) and partition states (upserted); a partition whose
+leader is ``LEADER_DURING_DELETE`` (-2, Kafka's marker) is removed, and a topic without
+partitions left disappears.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from node.wire import errors as E
+from node.wire.protocol import NO_LEADER
+
+LEADER_DURING_DELETE = -2
+_UNKNOWN = E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+_LEADER_NOT_AVAILABLE = E.code_of("LEADER_NOT_AVAILABLE")
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int
+    replicas: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+
+
+class MetadataCache:
+    def __init__(self) -> None:
+        self.brokers: dict[int, tuple[str, int, str | None]] = {}   # id -> host, port, rack
+        self.topics: dict[str, dict[int, PartitionMetadata]] = {}
+        self.controller_id = -1
+
+    def update(self, controller_id: int, brokers: list, partitions: list) -> None:
+        """Apply a validated UpdateMetadata body."""
+        self.controller_id = controller_id
+        self.brokers = {b[0]: (b[1], b[2], b[3]) for b in brokers}
+        for topic, partition, leader, leader_epoch, isr, zk_version, replicas, offline \
+                in partitions:
+            if leader == LEADER_DURING_DELETE:
+                parts = self.topics.get(topic)
+                if parts is not None:
+                    parts.pop(partition, None)
+                    if not parts:
+                        del self.topics[topic]
+                continue
+            self.topics.setdefault(topic, {})[partition] = PartitionMetadata(
+                leader, leader_epoch, tuple(isr), zk_version, tuple(replicas), tuple(offline))
+
+    def endpoint(self, broker_id: int) -> str | None:
+        info = self.brokers.get(broker_id)
+        return None if info is None else f"tcp://{info[0]}:{info[1]}"
+
+    def partition(self, topic: str, partition: int) -> PartitionMetadata | None:
+        return self.topics.get(topic, {}).get(partition)
+
+    def metadata_response(self, topics: list[str] | None) -> dict:
+        names = sorted(self.topics) if topics is None else topics
+        out = []
+        for name in names:
+            parts = self.topics.get(name)
+            if parts is None:
+                out.append([name, _UNKNOWN, []])
+                continue
+            entries = []
+            for p in sorted(parts):
+                m = parts[p]
+                error = _LEADER_NOT_AVAILABLE if m.leader == NO_LEADER else 0
+                entries.append([p, error, m.leader, m.leader_epoch, list(m.replicas),
+                                list(m.isr), list(m.offline_replicas)])
+            out.append([name, 0, entries])
+        return {"brokers": [[i, h, p, r] for i, (h, p, r) in sorted(self.brokers.items())],
+                "controller_id": self.controller_id, "topics": out}

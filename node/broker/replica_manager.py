@@ -1,0 +1,458 @@
+"""The broker's replica manager: the partition replicas it hosts and their cores.
+
+One ``Partition`` per hosted replica: its ``shm.log.Log``, its ``ReplicaCore`` and the
+shell's bookkeeping. The ``ReplicaManager`` (Kafka's name) applies the controller's
+LeaderAndIsr and StopReplica to the cores, performs the effects the cores return, in
+order (``apply_effects``), writes ISR changes to the coordinator, ticks the cores, runs
+the logs' periodic duties (HW checkpoint, retention, flush) and publishes each replica
+on the shared-memory board.
+
+Effects, in the order a core returns them (``node.core.replication`` says why):
+- ``Truncate`` / ``TruncateFully`` / ``AssignEpoch`` / ``SetHighWatermark`` on the
+  local log before anything after them;
+- ``WriteIsr``: a conditional ``set`` of the partition-state znode at ``zk_version``,
+  then an ``/isr_change_notification/isr_change_`` sequential node; the outcome goes to
+  ``core.on_isr_written`` (on BadVersion with what the znode holds now);
+- ``SendOffsetForLeaderEpoch``: through the follower fetchers;
+- ``CompleteProduce``: to the broker's produce tracking (``on_produce_complete``).
+
+A new HW wakes parked fetches (``on_high_watermark``). Logs are opened when a
+LeaderAndIsr names them, as Kafka; topic-level overrides are read from
+``/config/topics/T`` then.
+
+Everything runs on the loop thread; kazoo completions are posted back to it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from node.broker import limits as L
+from node.wire import errors as E
+from node.wire import zkdata as Z
+from node.broker.loop import EventLoop, now_ms
+from node.config import BrokerConfig, topic_log_config, topic_setting
+from node.broker.metadata_cache import MetadataCache
+from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
+                              Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
+                              TruncateFully, TruncationMode, WriteIsr)
+from shm import board as SB
+from shm.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from shm.log import Log
+
+logger = logging.getLogger("node.broker.server")
+
+NONE = 0
+INVALID_REQUEST = E.code_of("INVALID_REQUEST")
+UNKNOWN_TOPIC_OR_PARTITION = E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+KAFKA_STORAGE_ERROR = E.code_of("KAFKA_STORAGE_ERROR")
+FENCED_LEADER_EPOCH = E.code_of("FENCED_LEADER_EPOCH")
+
+_BOARD_ROLE = {Role.LEADER: SB.Role.LEADER, Role.FOLLOWER: SB.Role.FOLLOWER,
+               Role.NONE: SB.Role.OFFLINE}
+
+
+class LogView:
+    """``shm.log.Log`` as the core's ``LogView``."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def latest_epoch(self) -> int:
+        return self.log.leader_epoch_cache.latest_epoch
+
+    def end_offset_for(self, epoch: int) -> tuple[int, int]:
+        return self.log.leader_epoch_cache.end_offset_for(epoch)
+
+
+class Partition:
+    """One hosted partition replica: its log, its core, and the loop's bookkeeping."""
+
+    def __init__(self, topic: str, partition: int, log: Log, core: ReplicaCore) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key = (topic, partition)
+        self.log = log
+        self.view = LogView(log)
+        self.core = core
+        self.controller_epoch = -1       # of the LeaderAndIsr that set the current state
+        self.fetch_backoff_until_ms = 0  # follower: after a fetch error
+        self.checkpointed_high_watermark = -1
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.partition}, {self.core!r})"
+
+
+class ReplicaManager:
+    def __init__(self, *, broker_id: int, config: BrokerConfig, loop: EventLoop,
+                 zk: KazooClient, metadata: MetadataCache,
+                 on_produce_complete: Callable[[Partition, CompleteProduce], None],
+                 on_high_watermark: Callable[[Partition], None]) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.loop = loop
+        self.zk = zk
+        self.metadata = metadata
+        self.on_produce_complete = on_produce_complete
+        self.on_high_watermark = on_high_watermark
+        self.fetchers = None             # node.broker.fetcher.ReplicaFetcherManager, set by the broker
+        self.cluster_id: str | None = None
+        self.board: SB.ReplicaStateBoard | None = None
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.leader_endpoints: dict[int, str] = {}   # from LeaderAndIsr live_leaders
+        self.controller_epoch = -1                   # the highest seen (fencing)
+        # Partitions whose board row is out of date, published together by one timer
+        # BOARD_PUBLISH_DELAY_MS after the first change: a row costs tens of
+        # microseconds, so under load rows are written once per delay, not per request,
+        # and never between a request and its answer.
+        self.dirty: set[Partition] = set()
+        self._wall_offset_ms = int(time.time() * 1000) - now_ms()
+
+    def endpoint_of(self, broker_id: int) -> str | None:
+        return self.leader_endpoints.get(broker_id) or self.metadata.endpoint(broker_id)
+
+    # ================================================================ the board
+
+    def open_board(self, cluster_id: str, capacity: int) -> None:
+        self.cluster_id = cluster_id
+        self.board = SB.ReplicaStateBoard.create(cluster_id, self.broker_id, capacity=capacity)
+
+    def mark_dirty(self, part: Partition) -> None:
+        if not self.dirty:
+            self.loop.call_later(L.BOARD_PUBLISH_DELAY_MS, self.publish_dirty)
+        self.dirty.add(part)
+
+    def publish_dirty(self) -> None:
+        dirty, self.dirty = self.dirty, set()
+        for part in dirty:
+            self._publish(part)
+
+    def _publish(self, part: Partition) -> None:
+        if self.board is None or self.partitions.get(part.key) is not part:
+            return
+        core, log = part.core, part.log
+        caught_up = {}
+        if core.role is Role.LEADER:
+            caught_up = {r: f.last_caught_up_ms + self._wall_offset_ms
+                         for r, f in list(core.followers.items())[:SB.REPLICAS_MAX]}
+        try:
+            self.board.publish(part.topic, part.partition, role=_BOARD_ROLE[core.role],
+                               leader_epoch=core.leader_epoch, leader_id=core.leader,
+                               log_end_offset=log.log_end_offset,
+                               high_watermark=log.high_watermark,
+                               log_start_offset=log.log_start_offset,
+                               isr=core.isr[:SB.REPLICAS_MAX], last_caught_up_ms=caught_up)
+        except (SB.BoardError, ValueError) as e:
+            logger.error("%s-%d: cannot publish on the board: %s", part.topic,
+                         part.partition, e)
+
+    # ================================================================ effects
+
+    def apply_effects(self, part: Partition, effects) -> None:
+        """Perform a core's effects in the order it returned them."""
+        log = part.log
+        for effect in effects:
+            kind = type(effect)
+            if kind is CompleteProduce:
+                self.on_produce_complete(part, effect)
+            elif kind is SetHighWatermark:
+                log.update_high_watermark(effect.offset)
+                self.on_high_watermark(part)
+            elif kind is Truncate:
+                logger.info("%s-%d: truncating to %d (LEO %d)", part.topic, part.partition,
+                            effect.offset, log.log_end_offset)
+                log.truncate_to(effect.offset)
+            elif kind is TruncateFully:
+                logger.info("%s-%d: truncating fully, restarting at %d", part.topic,
+                            part.partition, effect.offset)
+                log.truncate_fully_and_start_at(effect.offset)
+            elif kind is AssignEpoch:
+                log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
+            elif kind is WriteIsr:
+                self._write_isr(part, effect)
+            elif kind is SendOffsetForLeaderEpoch:
+                self.fetchers.send_offset_for_leader_epoch(part, effect)
+            else:
+                raise AssertionError(f"unknown effect {effect!r}")
+        self.mark_dirty(part)
+
+    # ================================================================ controller requests
+
+    def check_controller_epoch(self, epoch: int) -> bool:
+        """Fence a stale controller: False if a newer controller epoch was seen."""
+        if epoch < self.controller_epoch:
+            return False
+        self.controller_epoch = epoch
+        return True
+
+    def become_leader_or_follower(self, controller_epoch: int, topic: str, partition: int,
+                                  leader: int, leader_epoch: int, isr: list, zk_version: int,
+                                  replicas: list) -> int:
+        """Apply one partition of a LeaderAndIsr (already fenced); its error code."""
+        if self.broker_id not in replicas:
+            logger.warning("ignoring LeaderAndIsr for %s-%d: broker %d is not a replica (%s)",
+                           topic, partition, self.broker_id, replicas)
+            return UNKNOWN_TOPIC_OR_PARTITION
+        if not set(isr) <= set(replicas) or (leader >= 0 and isr and leader not in isr) or \
+                (leader == self.broker_id and self.broker_id not in isr):
+            logger.warning("invalid LeaderAndIsr for %s-%d: leader %d isr %s replicas %s",
+                           topic, partition, leader, isr, replicas)
+            return INVALID_REQUEST
+        try:
+            part = self._partition(topic, partition)
+        except Exception as e:
+            logger.error("%s-%d: cannot open the log: %s", topic, partition, e)
+            return KAFKA_STORAGE_ERROR
+        error = part.core.check_leader_and_isr(leader_epoch)
+        if error:
+            logger.info("%s-%d: ignoring LeaderAndIsr with leader epoch %d (current %d)",
+                        topic, partition, leader_epoch, part.core.leader_epoch)
+            return error
+        part.controller_epoch = controller_epoch
+        now = now_ms()
+        if leader == self.broker_id:
+            self.fetchers.unfollow(part.key)
+            effects = part.core.become_leader(leader_epoch=leader_epoch, isr=isr,
+                                              replicas=replicas, zk_version=zk_version,
+                                              now_ms=now, log=part.view)
+            logger.info("%s-%d: leader in epoch %d, isr %s", topic, partition, leader_epoch,
+                        isr)
+        else:
+            effects = part.core.become_follower(leader=leader, leader_epoch=leader_epoch,
+                                                isr=isr, replicas=replicas,
+                                                zk_version=zk_version, now_ms=now,
+                                                log=part.view)
+            self.fetchers.follow(part.key, leader)
+            part.fetch_backoff_until_ms = 0
+            logger.info("%s-%d: follower of %d in epoch %d", topic, partition, leader,
+                        leader_epoch)
+        self.apply_effects(part, effects)
+        return NONE
+
+    def stop_replica(self, topic: str, partition: int, leader_epoch, delete: bool) -> int:
+        """Apply one partition of a StopReplica (already fenced); its error code."""
+        if not isinstance(leader_epoch, int) or isinstance(leader_epoch, bool):
+            return INVALID_REQUEST
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            if delete:
+                self._delete_stray_log(topic, partition)
+            return NONE
+        if 0 <= leader_epoch < part.core.leader_epoch:
+            return FENCED_LEADER_EPOCH
+        self.fetchers.unfollow(part.key)
+        self.apply_effects(part, part.core.stop(now_ms()))
+        logger.info("%s-%d: replica stopped%s", topic, partition,
+                    " and deleted" if delete else "")
+        if delete:
+            del self.partitions[part.key]
+            self.dirty.discard(part)
+            part.log.delete()
+            if self.board is not None:
+                self.board.remove(topic, partition)
+        return NONE
+
+    def _delete_stray_log(self, topic: str, partition: int) -> None:
+        """A deleted partition this incarnation never opened (the broker was down when
+        the topic was deleted): its directory must go too."""
+        for d in self.config.log_dirs:
+            if os.path.isdir(os.path.join(d, f"{topic}-{partition}")):
+                try:
+                    Log.open(d, topic, partition, self.config.log_config,
+                             cluster_id=self.cluster_id, broker_id=self.broker_id).delete()
+                    logger.info("%s-%d: deleted a stray log in %s", topic, partition, d)
+                except Exception as e:
+                    logger.error("%s-%d: cannot delete the stray log in %s: %s", topic,
+                                 partition, d, e)
+
+    def _partition(self, topic: str, partition: int) -> Partition:
+        part = self.partitions.get((topic, partition))
+        if part is not None:
+            return part
+        overrides = self._topic_overrides(topic)
+        log = Log.open(self._log_dir_for(topic, partition), topic, partition,
+                       topic_log_config(self.config, overrides),
+                       cluster_id=self.cluster_id, broker_id=self.broker_id)
+        if log.recovery.truncated:
+            logger.warning("%s-%d: recovery cut the log: %s", topic, partition,
+                           log.recovery.truncations)
+        core = ReplicaCore(topic, partition, self.broker_id, ReplicationConfig(
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            min_insync_replicas=topic_setting(self.config, overrides, "min.insync.replicas"),
+            truncation_mode=TruncationMode(self.config.replication_truncation_mode)))
+        part = Partition(topic, partition, log, core)
+        self.partitions[part.key] = part
+        return part
+
+    def _topic_overrides(self, topic: str) -> dict[str, str]:
+        try:
+            # Bounded: a slow coordinator must not stall the loop for long.
+            data, _ = self.zk.get_async(Z.topic_config_path(topic)).get(
+                timeout=L.ZK_OP_TIMEOUT_S)
+            return Z.decode_topic_config(topic, data)
+        except NoNodeError:
+            return {}
+        except Exception as e:  # a garbled or unreadable config: the broker's defaults
+            logger.error("ignoring the topic config of %s: %s", topic, e)
+            return {}
+
+    def _log_dir_for(self, topic: str, partition: int) -> str:
+        """The log dir already holding this partition, else the least loaded one."""
+        name = f"{topic}-{partition}"
+        dirs = self.config.log_dirs
+        for d in dirs:
+            if os.path.isdir(os.path.join(d, name)):
+                return d
+        return min(dirs, key=lambda d: len(os.listdir(d)) if os.path.isdir(d) else 0)
+
+    # ================================================================ ISR writes
+
+    def _write_isr(self, part: Partition, effect: WriteIsr) -> None:
+        state = Z.PartitionState(self.broker_id, effect.leader_epoch, tuple(effect.isr),
+                                 part.controller_epoch)
+        path = Z.partition_state_path(part.topic, part.partition)
+        logger.info("%s-%d: writing ISR %s (leader epoch %d, zk version %d)", part.topic,
+                    part.partition, list(effect.isr), effect.leader_epoch, effect.zk_version)
+        try:
+            result = self.zk.set_async(path, Z.encode_partition_state(state),
+                                       version=effect.zk_version)
+        except Exception as e:
+            logger.warning("%s-%d: ISR write failed: %s", part.topic, part.partition, e)
+            self.loop.post(lambda: self._isr_written(part, ok=False))
+            return
+
+        def done(async_result) -> None:  # kazoo thread
+            try:
+                stat = async_result.get()
+                self.loop.post(lambda: self._isr_written(part, ok=True, zk_version=stat.version))
+            except BadVersionError:
+                self.loop.post(lambda: self._isr_conflict(part))
+            except Exception as e:
+                logger.warning("%s-%d: ISR write failed: %s", part.topic, part.partition, e)
+                self.loop.post(lambda: self._isr_written(part, ok=False))
+
+        result.rawlink(done)
+
+    def _isr_conflict(self, part: Partition) -> None:
+        """BadVersion: read what the znode holds now and tell the core."""
+        path = Z.partition_state_path(part.topic, part.partition)
+        try:
+            result = self.zk.get_async(path)
+        except Exception:
+            self._isr_written(part, ok=False)
+            return
+
+        def done(async_result) -> None:  # kazoo thread
+            try:
+                data, stat = async_result.get()
+                state = Z.decode_partition_state(data, stat.version, path)
+            except Exception as e:
+                logger.warning("%s: cannot read after a conflict: %s", path, e)
+                self.loop.post(lambda: self._isr_written(part, ok=False))
+                return
+            self.loop.post(lambda: self._isr_written(
+                part, ok=False, isr=state.isr, leader_epoch=state.leader_epoch,
+                zk_version=state.zk_version))
+
+        result.rawlink(done)
+
+    def _isr_written(self, part: Partition, *, ok: bool, isr=None, leader_epoch=None,
+                     zk_version=None) -> None:
+        if self.partitions.get(part.key) is not part:
+            return
+        if ok:
+            logger.info("%s-%d: ISR is now %s (zk version %d)", part.topic, part.partition,
+                        list(part.core.pending_isr or ()), zk_version)
+            self._notify_isr_change(part)
+        else:
+            logger.warning("%s-%d: ISR write refused (znode: isr %s, leader epoch %s, "
+                           "version %s)", part.topic, part.partition, isr, leader_epoch,
+                           zk_version)
+        effects = part.core.on_isr_written(ok, isr=isr, leader_epoch=leader_epoch,
+                                           zk_version=zk_version, now_ms=now_ms(),
+                                           log=part.view)
+        self.apply_effects(part, effects)
+
+    def _notify_isr_change(self, part: Partition) -> None:
+        try:
+            self.zk.create_async(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([part.key]),
+                                 sequence=True)
+        except Exception as e:
+            logger.warning("cannot create an ISR change notification: %s", e)
+
+    # ================================================================ periodic duties
+
+    def tick(self, now: int) -> None:
+        for part in list(self.partitions.values()):
+            effects = part.core.tick(now, part.view)
+            if effects:
+                self.apply_effects(part, effects)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Every replica.high.watermark.checkpoint.interval.ms: one write (and fsync) of
+        each log dir's replication-offset-checkpoint for all its changed partitions, as
+        Kafka, instead of one per partition."""
+        changed: dict[str, dict[tuple[str, int], int]] = {}
+        for part in self.partitions.values():
+            hw = part.log.high_watermark
+            if hw != part.checkpointed_high_watermark:
+                changed.setdefault(part.log.data_dir, {})[part.key] = hw
+        for data_dir, updates in changed.items():
+            file = OffsetCheckpointFile(os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT))
+            try:
+                offsets = file.read()
+                offsets.update(updates)
+                file.write(offsets)
+            except Exception as e:  # a failing disk must not stop the broker
+                logger.error("%s: HW checkpoint failed: %s", data_dir, e)
+                continue
+            for key, hw in updates.items():
+                self.partitions[key].checkpointed_high_watermark = hw
+
+    def retention(self) -> None:
+        def run(part: Partition) -> None:
+            if part.log.delete_old_segments():
+                self.mark_dirty(part)
+        self._each_log("retention", run)
+
+    def flush_due(self) -> None:
+        self._each_log("flush", lambda part: part.log.flush_if_due())
+
+    def _each_log(self, what: str, fn: Callable[[Partition], object]) -> None:
+        for part in list(self.partitions.values()):
+            try:
+                fn(part)
+            except Exception as e:  # a failing disk must not stop the other partitions
+                logger.error("%s-%d: %s failed: %s", part.topic, part.partition, what, e)
+
+    def close(self) -> None:
+        """Close every log (trim, fsync, HW checkpoint, unlink indexes) and the board."""
+        for part in list(self.partitions.values()):
+            try:
+                part.log.close()
+            except Exception as e:
+                logger.error("%s-%d: close failed: %s", part.topic, part.partition, e)
+        self.partitions.clear()
+        self.dirty.clear()
+        if self.board is not None:
+            self.board.close(unlink=True)
+            self.board = None

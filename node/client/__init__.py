@@ -1,0 +1,24 @@
+"""The client library, kafka-python-like: ``Producer``, ``Consumer`` and ``Admin``.
+
+    from node.client import Producer, Consumer, Admin, TopicPartition
+
+Modules: ``types`` (records, metadata tuples, errors), ``metadata`` (bootstrap parsing,
+the Metadata snapshot and its fetcher), ``network`` (one thread's channels to the
+brokers), ``producer``, ``consumer``, ``admin``, ``partitioner``. This package only
+re-exports; no submodule imports it.
+"""
+from node.client.admin import Admin
+from node.client.consumer import Consumer
+from node.client.metadata import (ClusterMetadata, MetadataFetcher, PartitionMetadata,
+                                  parse_bootstrap, parse_metadata)
+from node.client.network import Completion, Network
+from node.client.producer import Producer
+from node.client.types import (METADATA_STALE_CODES, BatchMetadata, BrokerMetadata,
+                               ConsumerRecord, KafkaError, KafkaTimeoutError,
+                               RecordMetadata, TopicPartition, error)
+
+__all__ = ["Producer", "Consumer", "Admin", "TopicPartition", "RecordMetadata",
+           "BatchMetadata", "ConsumerRecord", "PartitionMetadata", "BrokerMetadata",
+           "ClusterMetadata", "KafkaTimeoutError", "KafkaError", "Network", "Completion",
+           "MetadataFetcher", "METADATA_STALE_CODES", "error", "parse_bootstrap",
+           "parse_metadata"]

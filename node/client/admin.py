@@ -1,0 +1,215 @@
+"""The admin client: topics, leader elections, reassignments, cluster description.
+
+Every call is blocking and goes to any live broker (brokers write the coordinator for
+admin requests, as Kafka does in ZooKeeper mode). A broker that does not answer is
+skipped for the next one; errors raise the ``node.wire.errors.KafkaError`` subclass of the
+broker's code with the broker's message.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass
+
+from node.wire import errors as E
+from node.wire import protocol as P
+from node.client.metadata import (MetadataFetcher, PartitionMetadata, parse_bootstrap,
+                                  parse_metadata)
+from node.client.network import Network
+from node.client.types import BrokerMetadata, KafkaTimeoutError, error
+
+ELECTION_TYPES = {"preferred": P.ELECTION_PREFERRED, "unclean": P.ELECTION_UNCLEAN}
+WAIT_INTERVAL_S = 0.05
+_client_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    brokers: list[BrokerMetadata]
+    controller_id: int  # -1 if none
+
+
+@dataclass(frozen=True)
+class Reassignment:
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+
+
+class Admin:
+    def __init__(self, bootstrap_servers="127.0.0.1:9092", *, request_timeout_ms: int = 30_000,
+                 client_id: str | None = None):
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id or f"admin-{os.getpid()}-{next(_client_ids)}"
+        self.request_timeout_ms = request_timeout_ms
+        self.net = Network(self.client_id, request_timeout_ms)
+        self.meta = MetadataFetcher(self.net, self.bootstrap, request_timeout_ms)
+
+    # ------------------------------------------------------------- plumbing
+    def _request(self, api_key: int, body: dict, timeout_ms: int | None = None) -> dict:
+        """Send to the brokers one at a time until one answers; returns the body."""
+        timeout_ms = timeout_ms or self.request_timeout_ms
+        last: E.KafkaError | None = None
+        for endpoint in self.meta.endpoints():
+            try:
+                return self.net.request(endpoint, api_key, body, timeout_ms=timeout_ms).body
+            except E.KafkaError as e:
+                last = e
+        raise last or error(E.code_of("NETWORK_EXCEPTION"), "no broker to ask")
+
+    def _metadata(self, topics: list[str] | None, timeout_ms: int | None = None):
+        return self.meta.refresh(topics, timeout_ms=timeout_ms, merge=False)
+
+    @staticmethod
+    def _raise_entries(entries, what: str) -> None:
+        for entry in entries:
+            name, code, message = entry[0], entry[1], entry[2]
+            if code:
+                raise error(code, f"{what} {name}: {message}" if message else f"{what} {name}")
+
+    def wait_for(self, predicate, timeout_ms: int, what: str):
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"timed out after {timeout_ms} ms waiting for {what}")
+            time.sleep(WAIT_INTERVAL_S)
+
+    # ------------------------------------------------------------- topics
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     config: dict | None = None, replica_assignment: dict | None = None,
+                     timeout_ms: int = 30_000, wait: bool = True) -> None:
+        """Create a topic; with ``wait``, returns once every broker's metadata shows a
+        leader for every partition. ``replica_assignment``: {partition: [broker ids]} (overrides the counts)."""
+        assignment = None
+        if replica_assignment is not None:
+            assignment = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
+            partitions, replication_factor = -1, -1
+        body = {"topics": [[name, partitions, replication_factor, assignment,
+                            {str(k): str(v) for k, v in (config or {}).items()}]],
+                "timeout_ms": timeout_ms, "validate_only": False}
+        response = self._request(P.ApiKey.CREATE_TOPICS, body, timeout_ms + 5000)
+        self._raise_entries(response.get("topics", []), "create topic")
+        if wait:
+            self.wait_for(lambda: self._all_led(name), timeout_ms,
+                          f"every partition of {name} to have a leader")
+
+    def _each_broker_metadata(self, topics: list[str] | None) -> list:
+        """The Metadata answer of every live broker (brokers answer from their own
+        cache, filled by the controller's UpdateMetadata, so they may differ briefly)."""
+        md = self._metadata([])
+        out = []
+        for broker_id in sorted(md.brokers):
+            try:
+                response = self.net.request(md.endpoint(broker_id), P.ApiKey.METADATA,
+                                            {"topics": topics},
+                                            timeout_ms=min(self.request_timeout_ms, 5000))
+                out.append(parse_metadata(response.body))
+            except (E.KafkaError, P.ProtocolError):
+                return []
+        return out
+
+    def _all_led(self, topic: str) -> bool:
+        """Every broker knows the topic and a leader for each of its partitions."""
+        answers = self._each_broker_metadata([topic])
+        return bool(answers) and all(
+            bool(md.topics.get(topic)) and all(p.leader >= 0 for p in md.topics[topic].values())
+            for md in answers)
+
+    def _gone_everywhere(self, topic: str) -> bool:
+        answers = self._each_broker_metadata([topic])
+        return bool(answers) and all(topic not in md.topics for md in answers)
+
+    def create_partitions(self, name: str, total: int, assignment: dict | None = None,
+                          timeout_ms: int = 30_000) -> None:
+        body = {"topics": [[name, total, None if assignment is None else
+                            {int(p): list(r) for p, r in assignment.items()}]],
+                "timeout_ms": timeout_ms}
+        response = self._request(P.ApiKey.CREATE_PARTITIONS, body, timeout_ms + 5000)
+        self._raise_entries(response.get("topics", []), "create partitions of")
+
+    def delete_topic(self, name: str, timeout_ms: int = 30_000, wait: bool = True) -> None:
+        response = self._request(P.ApiKey.DELETE_TOPICS, {"topics": [name],
+                                                           "timeout_ms": timeout_ms},
+                                 timeout_ms + 5000)
+        self._raise_entries(response.get("topics", []), "delete topic")
+        if wait:
+            self.wait_for(lambda: self._gone_everywhere(name), timeout_ms,
+                          f"topic {name} to disappear from every broker's metadata")
+
+    def list_topics(self) -> list[str]:
+        return sorted(self._metadata(None).topics)
+
+    def describe_topics(self, topics: list[str] | None = None
+                        ) -> dict[str, list[PartitionMetadata]]:
+        """{topic: [PartitionMetadata(partition, leader, leader_epoch, replicas, isr,
+        offline_replicas, ...)] sorted by partition}. An unknown topic raises."""
+        md = self._metadata(None if topics is None else list(topics))
+        for topic, code in md.topic_errors.items():
+            if topics is None or topic in topics:
+                raise error(code, f"describe topic {topic}")
+        wanted = md.topics if topics is None else {t: md.topics.get(t, {}) for t in topics}
+        return {t: [parts[p] for p in sorted(parts)] for t, parts in wanted.items()}
+
+    def describe_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        response = self._request(P.ApiKey.DESCRIBE_CONFIGS, {"topics": list(topics)})
+        out = {}
+        for name, code, configs in response.get("topics", []):
+            if code:
+                raise error(code, f"describe configs of {name}")
+            out[name] = dict(configs)
+        return out
+
+    # ------------------------------------------------------------- leadership
+    def elect_leaders(self, type: str = "preferred", partitions=None,
+                      timeout_ms: int = 30_000) -> dict:
+        """Ask for an election (``preferred`` or ``unclean``) of the given
+        [(topic, partition)] or of every partition. Returns {(topic, partition):
+        None or the KafkaError of that partition} (ELECTION_NOT_NEEDED included)."""
+        if type not in ELECTION_TYPES:
+            raise ValueError(f"election type must be preferred or unclean, got {type!r}")
+        body = {"election_type": ELECTION_TYPES[type],
+                "partitions": None if partitions is None else
+                [[str(t), int(p)] for t, p in partitions], "timeout_ms": timeout_ms}
+        response = self._request(P.ApiKey.ELECT_LEADERS, body, timeout_ms + 5000)
+        if response.get("error"):
+            raise error(response["error"], "elect leaders")
+        return {(t, p): (error(code, message) if code else None)
+                for t, p, code, message in response.get("partitions", [])}
+
+    def reassign_partitions(self, moves: dict, timeout_ms: int = 30_000) -> dict:
+        """{(topic, partition): [new replicas] or None (cancel)}. Returns {(topic,
+        partition): None or the KafkaError of that partition}."""
+        body = {"partitions": [[str(t), int(p), None if r is None else [int(b) for b in r]]
+                               for (t, p), r in moves.items()], "timeout_ms": timeout_ms}
+        response = self._request(P.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body, timeout_ms + 5000)
+        if response.get("error"):
+            raise error(response["error"], "reassign partitions")
+        return {(t, p): (error(code, message) if code else None)
+                for t, p, code, message in response.get("partitions", [])}
+
+    def list_reassignments(self, partitions=None) -> dict[tuple[str, int], Reassignment]:
+        body = {"partitions": None if partitions is None else
+                [[str(t), int(p)] for t, p in partitions]}
+        response = self._request(P.ApiKey.LIST_PARTITION_REASSIGNMENTS, body)
+        if response.get("error"):
+            raise error(response["error"], "list reassignments")
+        return {(t, p): Reassignment(list(replicas), list(adding), list(removing))
+                for t, p, replicas, adding, removing in response.get("partitions", [])}
+
+    # ------------------------------------------------------------- cluster
+    def describe_cluster(self) -> ClusterDescription:
+        md = self._metadata([])
+        return ClusterDescription([md.brokers[b] for b in sorted(md.brokers)], md.controller_id)
+
+    def close(self) -> None:
+        self.net.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,496 @@
+"""The consumer: manual assignment, fetch pipelining, leader following. One thread.
+
+Theory of operation (Kafka's Fetcher, without groups):
+
+- Per assigned partition the consumer keeps ``position`` (the next offset ``poll``
+  returns) and ``fetch_offset`` (the next offset to ask for: position plus what is
+  buffered). A partition whose position is unknown (just assigned, ``seek_to_*``, or
+  OFFSET_OUT_OF_RANGE) is reset with ListOffsets (earliest -2 / latest -1) first.
+- At most one Fetch is in flight per leader broker; it carries every fetchable
+  partition that broker leads, with ``current_leader_epoch`` from metadata (KIP-320),
+  so a stale leader answers FENCED_LEADER_EPOCH instead of serving a diverged log.
+  The next Fetch goes out as soon as the previous answer is buffered — before the
+  records are handed to the caller — so fetching overlaps processing.
+- A response entry is applied only if the partition is still assigned and its
+  fetch_offset is still the one asked for (a ``seek`` in between makes it stale).
+- NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+  UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE and lost connections refresh
+  metadata (after ``retry_backoff_ms``) and fetch from the new leader; OFFSET_OUT_OF_RANGE
+  applies ``auto_offset_reset`` ("earliest", "latest", or "none" = raise).
+- A fetched region may start inside a batch (records before the position are skipped)
+  and may end with a partial batch (ignored; fetched again).
+
+``poll()`` returns ConsumerRecord tuples (per-record Python work); ``poll_batches()``
+returns the parsed batches themselves (``FetchedBatch``), for the perf tool.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from node.wire import errors as E
+from node.wire import protocol as P
+from node.client.metadata import MetadataFetcher, parse_bootstrap
+from node.client.network import Network
+from node.client.types import (METADATA_STALE_CODES, ConsumerRecord, KafkaTimeoutError,
+                               TopicPartition, error)
+from shm.batch import CorruptRecordError, RecordBatch, parse_batch, read_header
+
+log = logging.getLogger("minikafka.consumer")
+
+OFFSET_OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
+FETCH_MAX_BYTES = 50 * 1024 * 1024  # fetch.max.bytes
+# A fetch unanswered this long after its max wait makes the consumer check metadata:
+# if the leader moved, the partition is fetched from the new leader without waiting
+# for the request timeout of the old one (a SIGSTOPped broker keeps its connection).
+FETCH_SUSPECT_MS = 1000
+_client_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class FetchedBatch:
+    """A batch as ``poll_batches`` returns it: records ``skip..record_count-1`` are new."""
+
+    topic: str
+    partition: int
+    batch: RecordBatch
+    skip: int  # records before the consumer's position
+
+    @property
+    def record_count(self) -> int:
+        return self.batch.record_count - self.skip
+
+    @property
+    def first_offset(self) -> int:
+        return self.batch.base_offset + self.skip
+
+    @property
+    def next_offset(self) -> int:
+        return self.batch.header.next_offset
+
+    def records(self) -> list[ConsumerRecord]:
+        b = self.batch
+        offsets = b.offsets.tolist()[self.skip:]
+        timestamps = b.timestamps.tolist()[self.skip:]
+        keys = b.keys.to_pylist()[self.skip:]
+        values = b.values.to_pylist()[self.skip:]
+        t, p = self.topic, self.partition
+        return [ConsumerRecord(t, p, o, ts, k, v)
+                for o, ts, k, v in zip(offsets, timestamps, keys, values)]
+
+
+class _PartitionState:
+    __slots__ = ("tp", "position", "fetch_offset", "reset", "buffered", "buffered_bytes",
+                 "paused_until_s", "paused_epoch", "high_watermark")
+
+    def __init__(self, tp: TopicPartition, reset: str):
+        self.tp = tp
+        self.position: int | None = None
+        self.fetch_offset: int | None = None
+        self.reset: str | None = reset  # "earliest" | "latest" | None (position known)
+        self.buffered: collections.deque = collections.deque()  # FetchedBatch
+        self.buffered_bytes = 0
+        self.paused_until_s = 0.0
+        self.paused_epoch = -1  # leader epoch when a leadership error paused it
+        self.high_watermark = -1
+
+    def seek(self, offset: int) -> None:
+        self.position = self.fetch_offset = offset
+        self.reset = None
+        self.buffered.clear()
+        self.buffered_bytes = 0
+
+
+def _tp(item) -> TopicPartition:
+    if isinstance(item, TopicPartition):
+        return item
+    topic, partition = item
+    return TopicPartition(str(topic), int(partition))
+
+
+class Consumer:
+    """A consumer of explicitly assigned partitions (no consumer groups)."""
+
+    def __init__(self, bootstrap_servers="127.0.0.1:9092", *, auto_offset_reset: str = "latest",
+                 fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,
+                 fetch_max_bytes: int = FETCH_MAX_BYTES,
+                 max_partition_fetch_bytes: int = 1024 * 1024, max_poll_records: int = 500,
+                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
+                 metadata_backoff_ms: int | None = None, check_crcs: bool = True,
+                 client_id: str | None = None):
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError(f"auto_offset_reset must be earliest, latest or none, "
+                             f"got {auto_offset_reset!r}")
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id or f"consumer-{os.getpid()}-{next(_client_ids)}"
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.max_poll_records = max_poll_records
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.metadata_backoff_s = (retry_backoff_ms if metadata_backoff_ms is None
+                                   else metadata_backoff_ms) / 1000
+        self.check_crcs = check_crcs
+        self.net = Network(self.client_id, request_timeout_ms)
+        self.meta = MetadataFetcher(self.net, self.bootstrap, request_timeout_ms)
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        # leader endpoint -> ({tp: fetch_offset asked}, monotonic time sent)
+        self._fetches: dict[str, tuple[dict, float]] = {}
+        self._metadata_wanted = True
+        self._metadata_next_s = 0.0
+        self._rotation = 0
+        self._fetch_suspect_s = (fetch_max_wait_ms + FETCH_SUSPECT_MS) / 1000
+        self._closed = False
+
+    # ------------------------------------------------------------- assignment
+    def assign(self, partitions) -> None:
+        tps = [_tp(x) for x in partitions]
+        old = self._states
+        self._states = {tp: old.get(tp) or _PartitionState(tp, self._default_reset())
+                        for tp in tps}
+        self._metadata_wanted = True
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def _default_reset(self) -> str:
+        return "latest" if self.auto_offset_reset == "none" else self.auto_offset_reset
+
+    def _state(self, tp) -> _PartitionState:
+        tp = _tp(tp)
+        state = self._states.get(tp)
+        if state is None:
+            raise ValueError(f"{tp.topic}-{tp.partition} is not assigned")
+        return state
+
+    def seek(self, tp, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        self._state(tp).seek(int(offset))
+
+    def seek_to_beginning(self, *tps) -> None:
+        for tp in tps or list(self._states):
+            self._mark_reset(self._state(tp), "earliest")
+
+    def seek_to_end(self, *tps) -> None:
+        for tp in tps or list(self._states):
+            self._mark_reset(self._state(tp), "latest")
+
+    @staticmethod
+    def _mark_reset(state: _PartitionState, how: str) -> None:
+        state.seek(0)
+        state.position = state.fetch_offset = None
+        state.reset = how
+
+    def position(self, tp, timeout_ms: int | None = None) -> int:
+        """The offset of the next record ``poll`` returns (resolving a reset if needed)."""
+        state = self._state(tp)
+        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
+        while state.position is None:
+            self._update_metadata_if_needed(deadline)
+            self._resolve_resets(deadline)
+            if state.position is None:
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"position of {tp} not known in time")
+                time.sleep(self.retry_backoff_s)
+        return state.position
+
+    def highwater(self, tp) -> int:
+        """The last high watermark a fetch of ``tp`` reported (-1 before any)."""
+        return self._state(tp).high_watermark
+
+    def beginning_offsets(self, tps, timeout_ms: int | None = None) -> dict:
+        return self._list_offsets([_tp(t) for t in tps], P.EARLIEST_TIMESTAMP, timeout_ms)
+
+    def end_offsets(self, tps, timeout_ms: int | None = None) -> dict:
+        return self._list_offsets([_tp(t) for t in tps], P.LATEST_TIMESTAMP, timeout_ms)
+
+    # ------------------------------------------------------------- polling
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records after each partition's position, up to ``max_records``; waits up to
+        ``timeout_ms`` when nothing is buffered."""
+        limit = max_records or self.max_poll_records
+        out: list[ConsumerRecord] = []
+        if self._poll(timeout_ms):
+            states = list(self._states.values())
+            start = self._rotation % len(states)
+            self._rotation += 1
+            for state in states[start:] + states[:start]:
+                while state.buffered and len(out) < limit:
+                    fetched = state.buffered.popleft()
+                    state.buffered_bytes -= fetched.batch.size_bytes
+                    records = fetched.records()
+                    room = limit - len(out)
+                    if len(records) > room:  # give the rest back, at the front
+                        records = records[:room]
+                        state.buffered.appendleft(FetchedBatch(
+                            fetched.topic, fetched.partition, fetched.batch,
+                            fetched.skip + room))
+                        state.buffered_bytes += fetched.batch.size_bytes
+                    out += records
+                    state.position = records[-1].offset + 1
+        self._send_fetches()
+        return out
+
+    def poll_batches(self, timeout_ms: int = 0) -> list[FetchedBatch]:
+        """Every buffered batch (whole batches, no per-record work)."""
+        out = []
+        if self._poll(timeout_ms):
+            for state in self._states.values():
+                while state.buffered:
+                    fetched = state.buffered.popleft()
+                    state.position = fetched.next_offset
+                    out.append(fetched)
+                state.buffered_bytes = 0
+        self._send_fetches()
+        return out
+
+    def _poll(self, timeout_ms: int) -> bool:
+        """Fetch until something is buffered or timeout_ms passes; True if buffered."""
+        if self._closed:
+            raise RuntimeError("poll() on a closed consumer")
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while True:
+            self._update_metadata_if_needed(deadline)
+            self._resolve_resets(deadline)
+            self._send_fetches()
+            if any(s.buffered for s in self._states.values()):
+                return True
+            remaining_ms = (deadline - time.monotonic()) * 1000
+            if remaining_ms <= 0:
+                return False
+            now = time.monotonic()
+            if any(now - sent_s > self._fetch_suspect_s for _, sent_s in self._fetches.values()):
+                self._metadata_wanted = True  # a silent leader (paused?): did it move?
+            busy = self._metadata_wanted or self._pending_resets() or any(
+                s.paused_until_s > now for s in self._states.values())
+            wait_ms = min(remaining_ms, 100) if busy else remaining_ms
+            completions, _ = self.net.poll(wait_ms)
+            for c in completions:
+                self._on_fetch(c)
+
+    def _pending_resets(self) -> bool:
+        return any(s.reset is not None for s in self._states.values())
+
+    # ------------------------------------------------------------- metadata & resets
+    def _update_metadata_if_needed(self, deadline: float) -> None:
+        now = time.monotonic()
+        if not self._states or not self._metadata_wanted or now < self._metadata_next_s:
+            return
+        self._metadata_next_s = now + self.metadata_backoff_s
+        topics = sorted({tp.topic for tp in self._states})
+        timeout_ms = int(max(100.0, min(self.request_timeout_ms, (deadline - now) * 1000)))
+        try:
+            md = self.meta.refresh(topics, timeout_ms=timeout_ms)
+        except E.KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+            return
+        self._metadata_wanted = any(md.leader_endpoint(*tp) is None for tp in self._states)
+        for tp, state in self._states.items():  # a newer leader: no need to wait more
+            pm = md.partition(*tp)
+            if state.paused_until_s > now and pm is not None and pm.leader >= 0 and \
+                    state.paused_epoch >= 0 and pm.leader_epoch > state.paused_epoch:
+                state.paused_until_s = 0.0
+
+    def _leader(self, tp: TopicPartition) -> tuple[str | None, int]:
+        pm = self.meta.current.partition(*tp)
+        if pm is None or pm.leader < 0:
+            return None, -1
+        return self.meta.current.endpoint(pm.leader), pm.leader_epoch
+
+    def _resolve_resets(self, deadline: float) -> None:
+        pending = [s for s in self._states.values() if s.reset is not None]
+        if not pending:
+            return
+        for how in ("earliest", "latest"):
+            tps = [s.tp for s in pending if s.reset == how]
+            if not tps:
+                continue
+            timestamp = P.EARLIEST_TIMESTAMP if how == "earliest" else P.LATEST_TIMESTAMP
+            remaining_ms = int(max(100.0, (deadline - time.monotonic()) * 1000))
+            try:
+                offsets = self._list_offsets(tps, timestamp,
+                                             min(remaining_ms, self.request_timeout_ms),
+                                             raise_errors=False)
+            except E.KafkaError:
+                self._metadata_wanted = True
+                continue
+            for tp, offset in offsets.items():
+                state = self._states.get(tp)
+                if state is not None and state.reset == how and offset is not None:
+                    state.seek(offset)
+
+    def _list_offsets(self, tps: list[TopicPartition], timestamp: int,
+                      timeout_ms: int | None = None, raise_errors: bool = True) -> dict:
+        """{tp: offset} via ListOffsets to each leader (offset None on a partition error
+        when raise_errors is False)."""
+        if any(self.meta.current.partition(*tp) is None for tp in tps):
+            try:
+                self.meta.refresh(sorted({tp.topic for tp in tps}), timeout_ms=timeout_ms)
+            except E.KafkaError:
+                if raise_errors:
+                    raise
+        by_leader = collections.defaultdict(list)
+        out = {}
+        for tp in tps:
+            endpoint, _ = self._leader(tp)
+            if endpoint is None:
+                if raise_errors:
+                    raise error(E.code_of("LEADER_NOT_AVAILABLE"), f"no leader for {tp}")
+                self._metadata_wanted = True
+                out[tp] = None
+                continue
+            by_leader[endpoint].append(tp)
+        for endpoint, group in by_leader.items():
+            body = {"replica_id": P.CONSUMER_REPLICA_ID,
+                    "partitions": [[tp.topic, tp.partition, timestamp] for tp in group]}
+            try:
+                response = self.net.request(endpoint, P.ApiKey.LIST_OFFSETS, body,
+                                            timeout_ms=timeout_ms or self.request_timeout_ms)
+            except E.KafkaError:
+                self._metadata_wanted = True
+                if raise_errors:
+                    raise
+                continue
+            for topic, partition, code, _ts, offset in response.body.get("partitions", []):
+                tp = TopicPartition(topic, partition)
+                if code:
+                    if code in METADATA_STALE_CODES:
+                        self._metadata_wanted = True
+                    if raise_errors:
+                        raise error(code, f"ListOffsets {topic}-{partition}")
+                    out[tp] = None
+                else:
+                    out[tp] = offset
+        return out
+
+    # ------------------------------------------------------------- fetching
+    def _send_fetches(self) -> None:
+        now = time.monotonic()
+        by_leader: dict[str, list] = collections.defaultdict(list)
+        in_flight = {tp: endpoint for endpoint, (asked, _) in self._fetches.items()
+                     for tp in asked}
+        for tp, state in self._states.items():
+            if state.reset is not None or state.fetch_offset is None or \
+                    state.paused_until_s > now or \
+                    state.buffered_bytes >= self.max_partition_fetch_bytes:
+                continue
+            endpoint, epoch = self._leader(tp)
+            if endpoint is None:
+                self._metadata_wanted = True
+                continue
+            if endpoint in self._fetches or in_flight.get(tp) == endpoint:
+                continue
+            by_leader[endpoint].append((tp, state, epoch))
+        for endpoint, items in by_leader.items():
+            entries = [[tp.topic, tp.partition, state.fetch_offset, epoch,
+                        self.max_partition_fetch_bytes] for tp, state, epoch in items]
+            body = {"replica_id": P.CONSUMER_REPLICA_ID, "max_wait_ms": self.fetch_max_wait_ms,
+                    "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
+                    "partitions": entries}
+            asked = {tp: state.fetch_offset for tp, state, _ in items}
+            try:
+                self.net.send(endpoint, P.ApiKey.FETCH, body, context=(endpoint, asked),
+                              timeout_ms=self.request_timeout_ms + self.fetch_max_wait_ms)
+            except E.KafkaError:
+                self._metadata_wanted = True
+                continue
+            self._fetches[endpoint] = (asked, time.monotonic())
+
+    def _on_fetch(self, c) -> None:
+        endpoint, asked = c.context
+        if self._fetches.get(endpoint, (None,))[0] is asked:
+            del self._fetches[endpoint]
+        if c.response is None:
+            self._backoff(asked, metadata=True)
+            return
+        body = c.response.body
+        try:
+            entries = body["partitions"]
+        except (KeyError, TypeError):
+            self._backoff(asked, metadata=True)
+            return
+        frames = c.response.frames
+        for i, entry in enumerate(entries):
+            try:
+                topic, partition, code, high_watermark, _log_start, _leo = entry
+            except (TypeError, ValueError):
+                continue
+            tp = TopicPartition(topic, partition)
+            state = self._states.get(tp)
+            if state is None or tp not in asked or state.fetch_offset != asked[tp] or \
+                    state.reset is not None:
+                continue  # unassigned or sought meanwhile: stale answer
+            if code:
+                self._on_partition_error(state, code)
+                continue
+            state.high_watermark = high_watermark
+            frame = frames[i] if i < len(frames) else b""
+            self._buffer(state, frame)
+
+    def _on_partition_error(self, state: _PartitionState, code: int) -> None:
+        if code == OFFSET_OUT_OF_RANGE:
+            if self.auto_offset_reset == "none":
+                raise error(code, f"{state.tp.topic}-{state.tp.partition} offset "
+                                  f"{state.fetch_offset}")
+            self._mark_reset(state, self.auto_offset_reset)
+            return
+        if code in METADATA_STALE_CODES or E.error_for(code).retriable:
+            self._backoff({state.tp: None}, metadata=code in METADATA_STALE_CODES)
+            return
+        raise error(code, f"fetching {state.tp.topic}-{state.tp.partition}")
+
+    def _backoff(self, tps, metadata: bool) -> None:
+        until = time.monotonic() + self.retry_backoff_s
+        for tp in tps:
+            state = self._states.get(tp)
+            if state is not None:
+                state.paused_until_s = until
+                _, state.paused_epoch = self._leader(tp)
+        if metadata:
+            self._metadata_wanted = True
+
+    def _buffer(self, state: _PartitionState, frame) -> None:
+        buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+        position = 0
+        end = len(buf)
+        offset = state.fetch_offset
+        while position < end:
+            try:
+                header = read_header(buf, position)
+            except CorruptRecordError:
+                break  # a partial batch at the end of the region: fetched again later
+            size = header.size_bytes
+            if header.next_offset > offset:
+                try:
+                    batch = parse_batch(buf, position, verify_crc=self.check_crcs)
+                except CorruptRecordError as e:
+                    raise error(E.code_of("CORRUPT_MESSAGE"),
+                                f"{state.tp.topic}-{state.tp.partition} at offset "
+                                f"{header.base_offset}: {e}") from None
+                skip = max(0, offset - header.base_offset)
+                state.buffered.append(FetchedBatch(state.tp.topic, state.tp.partition,
+                                                   batch, skip))
+                state.buffered_bytes += size
+                offset = header.next_offset
+            position += size
+        state.fetch_offset = offset
+
+    # ------------------------------------------------------------- closing
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.net.close()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,31 @@
+"""The client's record, metadata and error types, shared by the producer, consumer and admin."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from node.wire import errors as E
+
+KafkaError = E.KafkaError
+TopicPartition = namedtuple("TopicPartition", "topic partition")
+RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
+BatchMetadata = namedtuple("BatchMetadata", "topic partition base_offset record_count timestamp")
+ConsumerRecord = namedtuple("ConsumerRecord", "topic partition offset timestamp key value")
+BrokerMetadata = namedtuple("BrokerMetadata", "broker_id host port rack")
+
+# Errors after which the client's view of leadership is stale: refresh metadata.
+METADATA_STALE_CODES = frozenset(E.code_of(n) for n in (
+    "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PARTITION",
+    "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "NETWORK_EXCEPTION",
+    "REQUEST_TIMED_OUT", "REPLICA_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR"))
+NETWORK_EXCEPTION = E.code_of("NETWORK_EXCEPTION")
+REQUEST_TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
+
+
+
+class KafkaTimeoutError(TimeoutError):
+    """The client gave up waiting (a future's ``get``, metadata, a delivery timeout)."""
+
+
+def error(code: int, message: str | None = None) -> E.KafkaError:
+    """The exception instance for a broker error code."""
+    return E.error_for(code)(message)

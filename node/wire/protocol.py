@@ -1,0 +1,299 @@
+"""The broker protocol codec: sans-I/O, one module for the wire format of node/.
+
+Transport: ZeroMQ. A broker listener is a ROUTER socket; a client (producer, consumer,
+admin, a follower's fetcher, the controller) talks to it through a DEALER socket, so
+the ROUTER adds/strips the identity frame and everything below is what a DEALER sees.
+
+Request, a multipart message:
+
+    frame 0  header  msgpack [api_key, api_version, correlation_id, client_id]
+    frame 1  body    msgpack (the API's body, described below)
+    frame 2+ record-batch frames (Produce only): one frame per partition entry of the
+             body, each holding one or more whole record batches back to back
+
+Response:
+
+    frame 0  header  msgpack [correlation_id, api_key]
+    frame 1  body    msgpack
+    frame 2+ record-batch frames (Fetch only): one frame per partition entry of the
+             body, possibly empty
+
+Record batches never go through msgpack: the broker appends the producer's frame as it
+came and a fetch response carries a zero-copy view of the log.
+
+Bodies (msgpack maps with string keys; "partition entries" are lists in a fixed field
+order to keep the hot paths cheap). Names are Kafka's. ``error`` is an int code of
+``node.wire.errors`` (0 = NONE).
+
+PRODUCE (0)
+  req  {"acks": -1|0|1, "timeout_ms": int, "partitions": [[topic, partition], ...]}
+       + one batch frame per partition entry
+  resp {"partitions": [[topic, partition, error, base_offset, log_start_offset,
+                        error_message|None], ...]}
+       acks=0: the broker sends no response at all.
+FETCH (1)
+  req  {"replica_id": int (-1 for a consumer, the broker id for a follower),
+        "max_wait_ms": int, "min_bytes": int, "max_bytes": int,
+        "partitions": [[topic, partition, fetch_offset, current_leader_epoch (-1 = no
+                        check), partition_max_bytes], ...]}
+  resp {"partitions": [[topic, partition, error, high_watermark, log_start_offset,
+                        log_end_offset], ...]} + one batch frame per entry (b"" if none)
+       Consumers get batches below the HW only; followers get batches up to the LEO.
+       ``log_end_offset`` is the leader's LEO (a follower that fetched past it after a
+       leader change uses it to truncate; Kafka asks with ListOffsets instead).
+LIST_OFFSETS (2)
+  req  {"replica_id": int, "partitions": [[topic, partition, timestamp_ms], ...]}
+       timestamp -1 = latest (HW for consumers), -2 = earliest (log start)
+  resp {"partitions": [[topic, partition, error, timestamp_ms, offset], ...]}
+METADATA (3)
+  req  {"topics": None | [topic, ...]}          None = every topic
+  resp {"brokers": [[id, host, port, rack|None], ...], "controller_id": int (-1),
+        "topics": [[topic, error, [[partition, error, leader (-1 = none),
+                    leader_epoch, replicas, isr, offline_replicas], ...]], ...]}
+LEADER_AND_ISR (4)            controller -> broker
+  req  {"controller_id": int, "controller_epoch": int,
+        "partitions": [[topic, partition, leader, leader_epoch, isr, zk_version,
+                        replicas, is_new], ...],
+        "live_leaders": [[id, host, port], ...]}
+  resp {"error": int, "partitions": [[topic, partition, error], ...]}
+STOP_REPLICA (5)              controller -> broker
+  req  {"controller_id": int, "controller_epoch": int, "delete_partitions": bool,
+        "partitions": [[topic, partition, leader_epoch (-1 = any)], ...]}
+  resp {"error": int, "partitions": [[topic, partition, error], ...]}
+UPDATE_METADATA (6)           controller -> broker
+  req  {"controller_id": int, "controller_epoch": int,
+        "brokers": [[id, host, port, rack|None], ...],
+        "partitions": [[topic, partition, leader, leader_epoch, isr, zk_version,
+                        replicas, offline_replicas], ...]}
+  resp {"error": int}
+CONTROLLED_SHUTDOWN (7)       broker -> controller
+  req  {"broker_id": int, "broker_epoch": int}
+  resp {"error": int, "remaining_partitions": [[topic, partition], ...]}
+CREATE_TOPICS (19)            any broker (writes the coordinator, as Kafka's ZK mode)
+  req  {"topics": [[name, num_partitions (-1 = num.partitions), replication_factor
+                    (-1 = default.replication.factor), assignment | None
+                    ({partition: [broker ids]}), configs {key: value}], ...],
+        "timeout_ms": int, "validate_only": bool}
+  resp {"topics": [[name, error, error_message|None], ...]}
+DELETE_TOPICS (20)
+  req  {"topics": [name, ...], "timeout_ms": int}
+  resp {"topics": [[name, error, error_message|None], ...]}
+OFFSET_FOR_LEADER_EPOCH (23)  follower -> leader (KIP-101/279)
+  req  {"replica_id": int, "partitions": [[topic, partition, current_leader_epoch,
+                                           leader_epoch], ...]}
+  resp {"partitions": [[topic, partition, error, leader_epoch, end_offset], ...]}
+       end_offset -1 (UNDEFINED_EPOCH_OFFSET) when the leader knows no such epoch
+DESCRIBE_CONFIGS (32)
+  req  {"topics": [name, ...]}
+  resp {"topics": [[name, error, {key: value}], ...]}
+CREATE_PARTITIONS (37)
+  req  {"topics": [[name, new_total_count, assignment | None], ...], "timeout_ms": int}
+  resp {"topics": [[name, error, error_message|None], ...]}
+ELECT_LEADERS (43)            any broker (-> /admin/preferred_replica_election)
+  req  {"election_type": 0 (preferred) | 1 (unclean),
+        "partitions": None | [[topic, partition], ...], "timeout_ms": int}
+  resp {"error": int, "partitions": [[topic, partition, error, error_message|None], ...]}
+ALTER_PARTITION_REASSIGNMENTS (45)   any broker (-> /admin/reassign_partitions)
+  req  {"partitions": [[topic, partition, replicas | None (cancel)], ...],
+        "timeout_ms": int}
+  resp {"error": int, "partitions": [[topic, partition, error, error_message|None], ...]}
+LIST_PARTITION_REASSIGNMENTS (46)
+  req  {"partitions": None | [[topic, partition], ...]}
+  resp {"error": int, "partitions": [[topic, partition, replicas, adding, removing], ...]}
+
+Malformed input raises ``ProtocolError`` here and never anything else; a broker answers
+it with INVALID_REQUEST when it can tell the correlation id, and drops it otherwise.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import msgpack
+
+# ------------------------------------------------------------------ limits
+# Every bound of the wire format lives here. A request larger than these is refused
+# before it is decoded.
+HEADER_BYTES_MAX = 4096
+BODY_BYTES_MAX = 16 * 1024 * 1024
+FRAMES_PER_MESSAGE_MAX = 10_000
+PARTITIONS_PER_REQUEST_MAX = 10_000
+CLIENT_ID_CHARS_MAX = 256
+TOPIC_NAME_CHARS_MAX = 249  # Kafka's limit
+
+assert FRAMES_PER_MESSAGE_MAX >= PARTITIONS_PER_REQUEST_MAX + 2 - 2
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys (the numbers are Kafka's)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    ELECT_LEADERS = 43
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+
+
+API_VERSION = 0
+# Special values with Kafka's names.
+CONSUMER_REPLICA_ID = -1
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+NO_LEADER = -1
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+ELECTION_PREFERRED = 0
+ELECTION_UNCLEAN = 1
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a valid message of this protocol."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str
+    body: dict
+    frames: tuple  # record-batch frames (zmq.Frame, bytes or memoryview)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    correlation_id: int
+    api_key: int
+    body: dict
+    frames: tuple
+
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def pack(obj) -> bytes:
+    return _packer.pack(obj)
+
+
+def _unpack(data, what: str, limit: int):
+    if len(data) > limit:
+        raise ProtocolError(f"{what} of {len(data)} bytes exceeds {limit}")
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise ProtocolError(f"{what} is not valid msgpack: {e}") from None
+
+
+def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict,
+                   frames=(), api_version: int = API_VERSION) -> list:
+    """The frames to send on a DEALER socket."""
+    return [pack([int(api_key), api_version, correlation_id, client_id]), pack(body),
+            *frames]
+
+
+def encode_response(correlation_id: int, api_key: int, body: dict, frames=()) -> list:
+    """The frames to send back (a ROUTER shell prepends the peer identity)."""
+    return [pack([correlation_id, int(api_key)]), pack(body), *frames]
+
+
+def _buffer(frame):
+    return frame.buffer if hasattr(frame, "buffer") else frame
+
+
+def peek_correlation_id(frames) -> int | None:
+    """The correlation id of a request that failed to decode, if it can be read."""
+    try:
+        header = _unpack(_buffer(frames[0]), "header", HEADER_BYTES_MAX)
+        cid = header[2]
+        return cid if isinstance(cid, int) else None
+    except Exception:
+        return None
+
+
+def peek_api_key(frames) -> int | None:
+    try:
+        key = _unpack(_buffer(frames[0]), "header", HEADER_BYTES_MAX)[0]
+        return key if isinstance(key, int) else None
+    except Exception:
+        return None
+
+
+def decode_request(frames) -> Request:
+    """Frames as received (without the ROUTER identity) -> Request, or ProtocolError."""
+    if len(frames) < 2:
+        raise ProtocolError(f"a request has at least 2 frames, got {len(frames)}")
+    if len(frames) > FRAMES_PER_MESSAGE_MAX:
+        raise ProtocolError(f"{len(frames)} frames exceed {FRAMES_PER_MESSAGE_MAX}")
+    header = _unpack(_buffer(frames[0]), "header", HEADER_BYTES_MAX)
+    if not (isinstance(header, list) and len(header) == 4):
+        raise ProtocolError("header must be [api_key, api_version, correlation_id, client_id]")
+    api_key, api_version, correlation_id, client_id = header
+    if not isinstance(api_key, int) or not isinstance(api_version, int) or \
+            not isinstance(correlation_id, int) or not isinstance(client_id, str):
+        raise ProtocolError("header fields have the wrong types")
+    if len(client_id) > CLIENT_ID_CHARS_MAX:
+        raise ProtocolError(f"client_id longer than {CLIENT_ID_CHARS_MAX}")
+    body = _unpack(_buffer(frames[1]), "body", BODY_BYTES_MAX)
+    if not isinstance(body, dict):
+        raise ProtocolError("body must be a map")
+    return Request(api_key, api_version, correlation_id, client_id, body, tuple(frames[2:]))
+
+
+def decode_response(frames) -> Response:
+    if len(frames) < 2:
+        raise ProtocolError(f"a response has at least 2 frames, got {len(frames)}")
+    header = _unpack(_buffer(frames[0]), "header", HEADER_BYTES_MAX)
+    if not (isinstance(header, list) and len(header) == 2 and
+            all(isinstance(x, int) for x in header)):
+        raise ProtocolError("response header must be [correlation_id, api_key]")
+    body = _unpack(_buffer(frames[1]), "body", BODY_BYTES_MAX)
+    if not isinstance(body, dict):
+        raise ProtocolError("body must be a map")
+    return Response(header[0], header[1], body, tuple(frames[2:]))
+
+
+# ------------------------------------------------------------------ body validation
+# Small helpers so handlers validate a body in one line and malformed input always
+# surfaces as ProtocolError (-> INVALID_REQUEST), never as a KeyError deep inside.
+
+def field(body: dict, name: str, kind, *, optional: bool = False, default=None):
+    if name not in body:
+        if optional:
+            return default
+        raise ProtocolError(f"missing field {name!r}")
+    value = body[name]
+    if value is None and optional:
+        return default
+    if kind is int and isinstance(value, bool):
+        raise ProtocolError(f"field {name!r} must be an int")
+    if not isinstance(value, kind):
+        raise ProtocolError(f"field {name!r} must be {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def entries(body: dict, name: str, arity: int, *, optional: bool = False) -> list:
+    """A list of fixed-arity partition entries whose first two fields are
+    (topic: str, partition: int)."""
+    items = field(body, name, list, optional=optional, default=None)
+    if items is None:
+        return None
+    if len(items) > PARTITIONS_PER_REQUEST_MAX:
+        raise ProtocolError(f"{name}: {len(items)} entries exceed {PARTITIONS_PER_REQUEST_MAX}")
+    for item in items:
+        if not isinstance(item, list) or len(item) != arity:
+            raise ProtocolError(f"{name}: every entry must be a list of {arity} fields")
+        if arity >= 2 and not (isinstance(item[0], str) and isinstance(item[1], int)
+                               and not isinstance(item[1], bool)):
+            raise ProtocolError(f"{name}: an entry must start with (topic, partition)")
+    return items

@@ -1,0 +1,410 @@
+"""One real broker process driven by a test-side controller (real zk_lite, real kazoo)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from node.wire import errors as E
+from node.wire import protocol as P
+from tests.node.broker.harness import Cluster, wait_for
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+TOPIC = "t1"
+
+
+@pytest.fixture
+def cluster(tmp_path, cluster_id):
+    c = Cluster(tmp_path, cluster_id)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def single(cluster):
+    cluster.add_broker(0)
+    cluster.create_topic(TOPIC, {0: [0], 1: [0]})
+    return cluster
+
+
+def test_produce_acks_1_then_fetch_reads_it_back(single):
+    entry = single.produce(0, TOPIC, 0, [b"a", b"b", b"c"], acks=1)
+    assert entry[2] == 0 and entry[3] == 0
+    entry = single.produce(0, TOPIC, 0, [b"d"], acks=1)
+    assert entry[3] == 3
+    head, records = single.fetch(0, TOPIC, 0, 0)
+    assert head[2] == 0 and head[3] == 4  # HW = LEO with a single replica
+    assert records == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+
+
+def test_acks_0_gets_no_response_and_the_records_are_appended(single):
+    single.produce(0, TOPIC, 0, [b"x"] * 5, acks=0)
+    single.produce(0, TOPIC, 0, [b"y"], acks=0)
+    wait_for(lambda: single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 6,
+             "both acks=0 batches appended")
+    # No response was queued for them: the next request's answer is the first to arrive.
+    entry = single.produce(0, TOPIC, 0, [b"z"], acks=1)
+    assert entry[3] == 6
+    assert not single.channel(0).socket.poll(200)
+
+
+def test_acks_all_with_a_single_replica_completes_at_once(single):
+    entry = single.produce(0, TOPIC, 1, [b"v"] * 10, acks=-1)
+    assert entry[2] == 0 and entry[3] == 0
+    entry = single.produce(0, TOPIC, 1, [b"w"], acks=-1)
+    assert entry[2:4] == [0, 10]
+
+
+def test_produce_to_an_unknown_partition_is_refused(single):
+    assert single.produce(0, TOPIC, 7, [b"v"])[2] == E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+    assert single.produce(0, "nope", 0, [b"v"])[2] == E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_multi_partition_produce_is_answered_once_with_every_partition(single):
+    from shm import batch as B
+    body = {"acks": -1, "timeout_ms": 5000,
+            "partitions": [[TOPIC, 0], [TOPIC, 1], [TOPIC, 9]]}
+    frames = [B.build_batch([b"a", b"b"]), B.build_batch([b"c"]), B.build_batch([b"d"])]
+    response = single.request(0, P.ApiKey.PRODUCE, body, frames)
+    results = {(t, p): (err, base) for t, p, err, base, _, _ in response.body["partitions"]}
+    assert results == {(TOPIC, 0): (0, 0), (TOPIC, 1): (0, 0),
+                       (TOPIC, 9): (E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), -1)}
+    assert not single.channel(0).socket.poll(200)
+
+
+def test_long_poll_fetch_returns_when_data_arrives(single):
+    from node.net import Channel
+    consumer = Channel(single.brokers[0].endpoint, client_id="consumer")
+    try:
+        body = {"replica_id": -1, "max_wait_ms": 10_000, "min_bytes": 1, "max_bytes": 1 << 20,
+                "partitions": [[TOPIC, 0, 0, -1, 1 << 20]]}
+        started = time.monotonic()
+        consumer.send(P.ApiKey.FETCH, body)
+        assert not consumer.socket.poll(300), "the fetch must be parked while there is no data"
+        single.produce(0, TOPIC, 0, [b"hello"], acks=1)
+        assert consumer.socket.poll(5000)
+        response = consumer.receive_ready()[0]
+        assert time.monotonic() - started < 5
+        entry = response.body["partitions"][0]
+        assert entry[2] == 0 and entry[3] == 1 and len(response.frames[0].bytes) > 0
+    finally:
+        consumer.close()
+
+
+def test_long_poll_fetch_returns_empty_after_max_wait(single):
+    started = time.monotonic()
+    entry, records = single.fetch(0, TOPIC, 0, 0, max_wait_ms=400)
+    elapsed = time.monotonic() - started
+    assert entry[2] == 0 and records == []
+    assert 0.35 <= elapsed < 3, elapsed
+
+
+def test_fetch_beyond_the_log_end_is_out_of_range(single):
+    single.produce(0, TOPIC, 0, [b"a"])
+    entry, _ = single.fetch(0, TOPIC, 0, 5)
+    assert entry[2] == E.code_of("OFFSET_OUT_OF_RANGE")
+
+
+def test_list_offsets_earliest_and_latest(single):
+    assert single.list_offset(0, TOPIC, 0, P.EARLIEST_TIMESTAMP)[2:] == [0, -1, 0]
+    assert single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[2:] == [0, -1, 0]
+    single.produce(0, TOPIC, 0, [b"a"] * 7)
+    assert single.list_offset(0, TOPIC, 0, P.EARLIEST_TIMESTAMP)[4] == 0
+    assert single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 7
+    assert single.list_offset(0, TOPIC, 5, P.LATEST_TIMESTAMP)[2] == \
+        E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_metadata_comes_from_update_metadata(single):
+    body = single.request(0, P.ApiKey.METADATA, {"topics": None}).body
+    assert body["controller_id"] == single.controller_id
+    assert body["brokers"] == [[0, "127.0.0.1", single.brokers[0].port, None]]
+    [[name, error, partitions]] = body["topics"]
+    assert (name, error) == (TOPIC, 0)
+    assert partitions == [[0, 0, 0, 0, [0], [0], []], [1, 0, 0, 0, [0], [0], []]]
+    body = single.request(0, P.ApiKey.METADATA, {"topics": ["nope"]}).body
+    assert body["topics"] == [["nope", E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), []]]
+
+
+def test_stale_controller_epoch_is_refused(single):
+    stale = E.code_of("STALE_CONTROLLER_EPOCH")
+    single.controller_epoch = 5
+    assert single.send_update_metadata()[0]["error"] == 0
+    assert single.send_update_metadata(epoch=4)[0]["error"] == stale
+    assert single.send_leader_and_isr(TOPIC, [0], epoch=3)[0]["error"] == stale
+    body = {"controller_id": 1, "controller_epoch": 2, "delete_partitions": False,
+            "partitions": [[TOPIC, 0, -1]]}
+    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body["error"] == stale
+    assert "STALE_CONTROLLER_EPOCH" in single.brokers[0].log()
+    # The partitions are untouched: still leader.
+    assert single.produce(0, TOPIC, 0, [b"a"])[2] == 0
+
+
+def test_malformed_requests_get_invalid_request_and_the_broker_keeps_serving(single):
+    import msgpack
+    channel = single.channel(0)
+    invalid = E.code_of("INVALID_REQUEST")
+    # A body that is not msgpack, with a readable header.
+    channel.socket.send_multipart([msgpack.packb([0, 0, 4242, "evil"]), b"\xc1\xc1\xc1"])
+    # A produce whose fields have the wrong types.
+    channel.socket.send_multipart([msgpack.packb([0, 0, 4243, "evil"]),
+                                   msgpack.packb({"acks": "all", "partitions": 3})])
+    # A fetch with missing fields.
+    channel.socket.send_multipart([msgpack.packb([1, 0, 4244, "evil"]), msgpack.packb({})])
+    # An unknown api key.
+    channel.socket.send_multipart([msgpack.packb([999, 0, 4245, "evil"]), msgpack.packb({})])
+    # Garbage with no readable correlation id: dropped.
+    channel.socket.send_multipart([b"\x00\xff garbage"])
+    channel.socket.send_multipart([b"\x93", b"x", b"y"])
+    answers = {}
+    while len(answers) < 4:
+        assert channel.socket.poll(5000)
+        frames = channel.socket.recv_multipart()
+        response = P.decode_response(frames)
+        answers[response.correlation_id] = response.body
+    assert {cid: body["error"] for cid, body in answers.items()} == \
+        dict.fromkeys((4242, 4243, 4244, 4245), invalid)
+    # Corrupt batch: CRC mismatch -> CORRUPT_MESSAGE.
+    from shm import batch as B
+    batch = B.build_batch([b"payload"] * 3)
+    batch[-1] ^= 0xFF
+    body = {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]}
+    entry = single.request(0, P.ApiKey.PRODUCE, body, [batch]).body["partitions"][0]
+    assert entry[2] == E.code_of("CORRUPT_MESSAGE")
+    # A controller request naming a path outside the log dir.
+    bad = {"controller_id": 1, "controller_epoch": single.controller_epoch,
+           "partitions": [["../../escape", 0, 0, 9, [0], 0, [0], True]], "live_leaders": []}
+    assert single.request(0, P.ApiKey.LEADER_AND_ISR, bad).body["error"] == invalid
+    assert not (single.brokers[0].dir / "escape-0").exists()
+    # A produce with a wrong number of batch frames.
+    response = single.request(0, P.ApiKey.PRODUCE, body, [])
+    assert response.body["error"] == invalid
+    assert single.brokers[0].alive
+    assert single.produce(0, TOPIC, 0, [b"still here"])[2:4] == [0, 0]
+
+
+def test_oversized_batch_is_refused_with_message_too_large(tmp_path, cluster_id):
+    cluster = Cluster(tmp_path, cluster_id)
+    try:
+        cluster.add_broker(0, message_max_bytes=4096)
+        cluster.create_topic(TOPIC, {0: [0]})
+        entry = cluster.produce(0, TOPIC, 0, [b"x" * 5000])
+        assert entry[2] == E.code_of("MESSAGE_TOO_LARGE")
+        assert cluster.produce(0, TOPIC, 0, [b"x" * 100])[2:4] == [0, 0]
+    finally:
+        cluster.close()
+
+
+def test_follower_fetch_on_a_leader_with_a_stale_epoch_is_fenced(single):
+    entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=5)
+    assert entry[2] == E.code_of("UNKNOWN_LEADER_EPOCH")
+    single.elect(TOPIC, 0, 0, [0])
+    entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=0)
+    assert entry[2] == E.code_of("FENCED_LEADER_EPOCH")
+    entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=1)
+    assert entry[2] == 0
+
+
+def test_stop_replica_with_delete_removes_the_log(single):
+    single.produce(0, TOPIC, 1, [b"a"])
+    body = {"controller_id": 1, "controller_epoch": single.controller_epoch,
+            "delete_partitions": True, "partitions": [[TOPIC, 1, -1]]}
+    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body == \
+        {"error": 0, "partitions": [[TOPIC, 1, 0]]}
+    assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
+    assert single.produce(0, TOPIC, 1, [b"a"])[2] == E.code_of("NOT_LEADER_OR_FOLLOWER")
+
+
+def test_sigterm_exits_0_and_a_restart_reopens_the_log(single):
+    single.produce(0, TOPIC, 0, [b"a", b"b"])
+    assert single.brokers[0].stop() == 0
+    single.brokers[0].start(single.zk)
+    single.send_leader_and_isr(TOPIC, [0, 1])
+    # The leader epoch is unchanged, so the restarted broker accepts it (fresh core).
+    wait_for(lambda: single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 2, "reopened")
+    _, records = single.fetch(0, TOPIC, 0, 0)
+    assert [v for _, v in records] == [b"a", b"b"]
+
+
+def test_invalid_configuration_exits_2_naming_the_key(tmp_path, cluster_id):
+    import subprocess
+    import sys
+    path = tmp_path / "server.properties"
+    path.write_text("broker.id=1\nzookeeper.connect=127.0.0.1:1\nreplica.lag.time.max=5\n")
+    done = subprocess.run([sys.executable, "-m", "node.broker", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "replica.lag.time.max: unknown configuration key" in done.stderr
+
+
+def test_sigkill_then_restart_waits_for_the_old_registration_and_keeps_the_data(
+        tmp_path, cluster_id):
+    import signal as S
+    cluster = Cluster(tmp_path, cluster_id, tick_time_ms=500)  # sessions up to 10 s
+    try:
+        broker = cluster.add_broker(0, zookeeper_session_timeout_ms=8000)
+        cluster.create_topic(TOPIC, {0: [0]})
+        cluster.produce(0, TOPIC, 0, [b"a", b"b", b"c"])
+        broker.signal(S.SIGKILL)
+        broker.process.wait()
+        broker.killed = True
+        broker.start(cluster.zk)
+        # The previous session's ephemeral registration had to expire first.
+        assert "waiting for it to expire" in broker.log()
+        cluster.send_leader_and_isr(TOPIC, [0])
+        _, records = cluster.fetch(0, TOPIC, 0, 0)
+        assert [v for _, v in records] == [b"a", b"b", b"c"]
+        assert cluster.produce(0, TOPIC, 0, [b"d"])[2:4] == [0, 3]
+    finally:
+        cluster.close()
+
+
+def test_topic_config_overrides_min_insync_replicas(cluster):
+    from node.wire import zkdata as Z
+    cluster.zk.create(Z.topic_config_path("strict"),
+                      Z.encode_topic_config({"min.insync.replicas": "2"}), makepath=True)
+    cluster.add_broker(0)
+    cluster.create_topic("strict", {0: [0]})
+    assert cluster.produce(0, "strict", 0, [b"x"], acks=-1)[2] == \
+        E.code_of("NOT_ENOUGH_REPLICAS")
+    assert cluster.produce(0, "strict", 0, [b"x"], acks=1)[2] == 0
+
+
+def test_a_broker_paused_past_its_session_registers_again(single):
+    import signal as S
+    from node.wire import zkdata as Z
+    broker = single.brokers[0]
+    owner = single.zk.exists(Z.broker_path(0)).ephemeralOwner
+    broker.signal(S.SIGSTOP)
+    try:
+        wait_for(lambda: single.zk.exists(Z.broker_path(0)) is None,
+                 "the paused broker's session expired", timeout_s=20)
+    finally:
+        broker.signal(S.SIGCONT)
+    stat = wait_for(lambda: single.zk.exists(Z.broker_path(0)), "registered again", 20)
+    assert stat.ephemeralOwner != owner
+    assert "registering again" in broker.log()
+    assert single.produce(0, TOPIC, 0, [b"after"])[2] == 0
+
+
+def test_stop_replica_with_delete_removes_a_log_this_incarnation_never_opened(single):
+    single.produce(0, TOPIC, 1, [b"a"])
+    assert single.brokers[0].stop() == 0
+    single.brokers[0].start(single.zk)
+    body = {"controller_id": 1, "controller_epoch": single.controller_epoch,
+            "delete_partitions": True, "partitions": [[TOPIC, 1, -1]]}
+    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body["partitions"] == [[TOPIC, 1, 0]]
+    assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
+    assert (single.brokers[0].dir / "logs" / f"{TOPIC}-0").exists()
+
+
+def test_high_watermarks_are_checkpointed_periodically(tmp_path, cluster_id):
+    from shm.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+    cluster = Cluster(tmp_path, cluster_id)
+    try:
+        broker = cluster.add_broker(0, replica_high_watermark_checkpoint_interval_ms=200)
+        cluster.create_topic(TOPIC, {0: [0], 1: [0]})
+        cluster.produce(0, TOPIC, 0, [b"a"] * 3)
+        cluster.produce(0, TOPIC, 1, [b"a"] * 5)
+        path = broker.dir / "logs" / REPLICATION_OFFSET_CHECKPOINT
+        wait_for(lambda: path.exists() and OffsetCheckpointFile(str(path)).read() ==
+                 {(TOPIC, 0): 3, (TOPIC, 1): 5}, "both HWs checkpointed", 10)
+    finally:
+        cluster.close()
+
+
+def test_fuzzed_requests_never_stop_the_broker(single):
+    """Seeded random bodies for every API (wrong types, wrong arities, odd values): each
+    gets an answer or is dropped, and the broker keeps serving."""
+    import random
+
+    import msgpack
+    rng = random.Random(20261122)
+    atoms = [None, True, -1, 0, 1, 2**40, -2**40, 3.5, "", "x", TOPIC, b"\x00", [], {},
+             [TOPIC, 0], [[TOPIC, 0]], [[TOPIC, 0, 0, -1, 100]], [["", -1]]]
+
+    def value(depth=0):
+        if depth < 2 and rng.random() < 0.3:
+            return [value(depth + 1) for _ in range(rng.randint(0, 9))]
+        return rng.choice(atoms)
+
+    fields = ["acks", "timeout_ms", "partitions", "replica_id", "max_wait_ms", "min_bytes",
+              "max_bytes", "topics", "controller_id", "controller_epoch", "live_leaders",
+              "brokers", "delete_partitions", "broker_id", "broker_epoch"]
+    channel = single.channel(0)
+    keys = [k.value for k in P.ApiKey if k not in (P.ApiKey.CONTROLLED_SHUTDOWN,)] + [99]
+    for i in range(400):
+        api_key = rng.choice(keys)
+        body = {f: value() for f in rng.sample(fields, rng.randint(0, len(fields)))}
+        if api_key in (P.ApiKey.FETCH,):
+            body["max_wait_ms"] = 0  # never park: every request is answered at once
+        frames = [msgpack.packb([api_key, 0, 10_000 + i, "fuzz"]), msgpack.packb(body)]
+        frames += [rng.randbytes(rng.randint(0, 80)) for _ in range(rng.randint(0, 2))]
+        channel.socket.send_multipart(frames)
+    answered = 0
+    while channel.socket.poll(2000):
+        channel.socket.recv_multipart()
+        answered += 1
+    assert answered > 300  # acks=0 produces are not answered
+    assert single.brokers[0].alive
+    assert "Traceback" not in single.brokers[0].log()
+    assert single.produce(0, TOPIC, 0, [b"alive"], acks=1)[2] == 0
+
+
+def test_mutated_valid_requests_never_stop_the_broker(single):
+    """Valid request bodies with one field or one entry element replaced by a random
+    value: deeper than random bodies, same rule."""
+    import copy
+    import random
+
+    import msgpack
+    from shm import batch as B
+    rng = random.Random(7)
+    epoch = single.controller_epoch
+    atoms = [None, True, False, -2, -1, 0, 1, 7, 2**33, -2**40, 0.5, "", "zz", TOPIC, [],
+             [0], [0, 0], [1, 2, 3], {}, {"a": 1}]
+    templates = {
+        P.ApiKey.PRODUCE: {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]},
+        P.ApiKey.FETCH: {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
+                         "max_bytes": 1000, "partitions": [[TOPIC, 0, 0, -1, 1000]]},
+        P.ApiKey.LIST_OFFSETS: {"replica_id": -1, "partitions": [[TOPIC, 0, -1]]},
+        P.ApiKey.METADATA: {"topics": [TOPIC]},
+        P.ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": 1, "partitions": [[TOPIC, 0, 0, 0]]},
+        P.ApiKey.UPDATE_METADATA: {"controller_id": 1, "controller_epoch": epoch,
+                                   "brokers": [[0, "127.0.0.1", single.brokers[0].port, None]],
+                                   "partitions": [[TOPIC, 0, 0, 0, [0], 0, [0], []]]},
+        P.ApiKey.LEADER_AND_ISR: {"controller_id": 1, "controller_epoch": epoch,
+                                  "partitions": [["fz", 0, 0, 0, [0], 0, [0], True]],
+                                  "live_leaders": []},
+        P.ApiKey.STOP_REPLICA: {"controller_id": 1, "controller_epoch": epoch,
+                                "delete_partitions": False, "partitions": [["fz", 0, -1]]},
+    }
+    channel = single.channel(0)
+    batch = bytes(B.build_batch([b"v"]))
+    sent = 0
+    for i in range(600):
+        api_key = rng.choice(list(templates))
+        body = copy.deepcopy(templates[api_key])
+        name = rng.choice(list(body))
+        if isinstance(body[name], list) and body[name] and isinstance(body[name][0], list) \
+                and rng.random() < 0.7:
+            entry = body[name][0]
+            entry[rng.randrange(len(entry))] = rng.choice(atoms)
+        else:
+            body[name] = rng.choice(atoms)
+        frames = [msgpack.packb([int(api_key), 0, 20_000 + i, "mutant"]), msgpack.packb(body)]
+        if api_key == P.ApiKey.PRODUCE:
+            frames.append(batch)
+        channel.socket.send_multipart(frames)
+        sent += 1
+    answered = 0
+    while channel.socket.poll(2000):
+        channel.socket.recv_multipart()
+        answered += 1
+    assert answered >= sent * 0.9  # acks=0 produces are not answered
+    assert single.brokers[0].alive
+    assert "Traceback" not in single.brokers[0].log()
+    single.send_leader_and_isr(TOPIC, [0], epoch=single.controller_epoch + 1000)
+    assert single.produce(0, TOPIC, 0, [b"alive"], acks=1)[2] == 0

@@ -1,0 +1,213 @@
+"""The client's pure parts and its network layer (against real ZeroMQ peers in-process)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import zmq
+
+from node.wire import errors as E
+from node.wire import protocol as P
+from node.client import (ClusterMetadata, Network, parse_bootstrap, parse_metadata)
+from node.net import context
+from node.client.producer import Producer
+
+METADATA_BODY = {
+    "brokers": [[0, "127.0.0.1", 9092, None], [1, "127.0.0.1", 9093, "r1"]],
+    "controller_id": 1,
+    "topics": [["a", 0, [[0, 0, 1, 4, [1, 0], [1, 0], []],
+                         [1, 0, -1, 2, [0, 1], [], [0]]]],
+               ["missing", 3, []]],
+}
+
+
+def test_parse_bootstrap_accepts_kafka_forms():
+    assert parse_bootstrap("127.0.0.1:9092, PLAINTEXT://h:1") == \
+        ["tcp://127.0.0.1:9092", "tcp://h:1"]
+    assert parse_bootstrap(["tcp://x:2"]) == ["tcp://x:2"]
+    for bad in ("", "host", "host:port", ":9092"):
+        with pytest.raises(ValueError):
+            parse_bootstrap(bad)
+
+
+def test_parse_metadata_indexes_leaders_and_errors():
+    md = parse_metadata(METADATA_BODY)
+    assert md.controller_id == 1 and md.brokers[1].rack == "r1"
+    assert md.leader_endpoint("a", 0) == "tcp://127.0.0.1:9093"
+    assert md.leader_endpoint("a", 1) is None and md.partition("a", 1).offline
+    assert md.partition("a", 0).isr == (1, 0) and md.partition("a", 0).leader_epoch == 4
+    assert md.available_partitions("a") == [0] and md.partition_count("a") == 2
+    assert md.topic_errors == {"missing": 3} and md.partition_count("missing") is None
+    with pytest.raises(P.ProtocolError):
+        parse_metadata({"brokers": [[0]], "topics": []})
+
+
+def test_merged_metadata_keeps_other_topics_and_takes_new_brokers():
+    old = parse_metadata(METADATA_BODY)
+    newer = parse_metadata({"brokers": [[2, "127.0.0.1", 9094, None]], "controller_id": 2,
+                            "topics": [["missing", 0, [[0, 0, 2, 0, [2], [2], []]]]]})
+    md = old.merged(newer)
+    assert set(md.topics) == {"a", "missing"} and md.topic_errors == {}
+    assert list(md.brokers) == [2] and md.controller_id == 2
+    assert ClusterMetadata().partition_count("a") is None
+
+
+@pytest.fixture
+def router():
+    sock = context().socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    yield sock, f"tcp://127.0.0.1:{port}"
+    sock.close(linger=0)
+
+
+def answer(sock, body_for, timeout_ms=5000):
+    assert sock.poll(timeout_ms)
+    frames = sock.recv_multipart()
+    request = P.decode_request(frames[1:])
+    sock.send_multipart([frames[0]] + P.encode_response(
+        request.correlation_id, request.api_key, body_for(request)))
+    return request
+
+
+def test_request_gets_its_response(router):
+    sock, endpoint = router
+    net = Network("t", 5000)
+    try:
+        net.send(endpoint, P.ApiKey.METADATA, {"topics": None}, context="m")
+        answer(sock, lambda r: METADATA_BODY)
+        deadline = time.monotonic() + 5
+        done = []
+        while not done and time.monotonic() < deadline:
+            done, _ = net.poll(100)
+        assert done[0].context == "m" and done[0].response.body["controller_id"] == 1
+    finally:
+        net.close()
+
+
+def test_nobody_listening_fails_fast_with_network_exception():
+    sock = context().socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    sock.close(linger=0)  # the port is now closed
+    net = Network("t", 30_000)
+    try:
+        started = time.monotonic()
+        with pytest.raises(E.NetworkException):
+            net.request(f"tcp://127.0.0.1:{port}", P.ApiKey.METADATA, {"topics": None})
+        assert time.monotonic() - started < 5  # not the 30 s request timeout
+    finally:
+        net.close()
+
+
+def test_a_peer_that_goes_away_fails_the_requests_in_flight(router):
+    sock, endpoint = router
+    net = Network("t", 30_000)
+    try:
+        answer_first = net.send(endpoint, P.ApiKey.METADATA, {"topics": None}, context=1)
+        assert answer_first
+        answer(sock, lambda r: METADATA_BODY)
+        deadline = time.monotonic() + 5
+        while not net.poll(100)[0] and time.monotonic() < deadline:
+            pass
+        net.send(endpoint, P.ApiKey.METADATA, {"topics": None}, context=2)
+        assert sock.poll(5000)
+        sock.recv_multipart()  # received, never answered: the broker dies
+        sock.close(linger=0)
+        started, failed = time.monotonic(), []
+        while not failed and time.monotonic() - started < 10:
+            failed, _ = net.poll(100)
+        assert failed[0].context == 2 and failed[0].error_code == E.code_of("NETWORK_EXCEPTION")
+        assert time.monotonic() - started < 5
+    finally:
+        net.close()
+
+
+def test_a_silent_peer_times_out(router):
+    _, endpoint = router
+    net = Network("t", 300)
+    try:
+        with pytest.raises(E.RequestTimedOutError):
+            net.request(endpoint, P.ApiKey.METADATA, {"topics": None})
+    finally:
+        net.close()
+
+
+def test_request_first_takes_the_first_answer(router):
+    sock, endpoint = router
+    dead = context().socket(zmq.ROUTER)
+    dead_port = dead.bind_to_random_port("tcp://127.0.0.1")
+    dead.close(linger=0)
+    net = Network("t", 5000)
+    try:
+        import threading
+        t = threading.Thread(target=answer, args=(sock, lambda r: METADATA_BODY))
+        t.start()
+        winner, response = net.request_first([f"tcp://127.0.0.1:{dead_port}", endpoint],
+                                             P.ApiKey.METADATA, {"topics": None})
+        t.join()
+        assert winner == endpoint and response.body["controller_id"] == 1
+        assert net.in_flight == {}
+    finally:
+        net.close()
+
+
+def test_producer_validates_its_configs():
+    with pytest.raises(ValueError, match="acks"):
+        Producer("127.0.0.1:1", acks=2)
+    with pytest.raises(ValueError):
+        Producer("nohostport")
+
+
+def test_producer_against_a_broker_speaking_the_protocol(router):
+    """The producer's batching and offsets, with a scripted leader on a real socket."""
+    sock, endpoint = router
+    port = int(endpoint.rsplit(":", 1)[1])
+    metadata = {"brokers": [[0, "127.0.0.1", port, None]], "controller_id": 0,
+                "topics": [["t", 0, [[0, 0, 0, 0, [0], [0], []], [1, 0, 0, 0, [0], [0], []]]]]}
+    from shm.batch import parse_batches
+
+    with Producer(endpoint, acks=1, linger_ms=0, retry_backoff_ms=10) as producer:
+        futures = [producer.send("t", b"v%d" % i, partition=1) for i in range(5)]
+        leo, seen = 100, []
+        deadline = time.monotonic() + 10
+        while not all(f.done() for f in futures) and time.monotonic() < deadline:
+            if not sock.poll(100):
+                continue
+            frames = sock.recv_multipart()
+            request = P.decode_request(frames[1:])
+            if request.api_key == P.ApiKey.METADATA:
+                body = metadata
+            else:
+                entries = []
+                for (topic, partition), frame in zip(request.body["partitions"], request.frames):
+                    batches = parse_batches(frame)
+                    seen += [v for b in batches for v in b.values.to_pylist()]
+                    entries.append([topic, partition, 0, leo, 0, None])
+                    leo += sum(b.record_count for b in batches)
+                body = {"partitions": entries}
+            sock.send_multipart([frames[0]] + P.encode_response(
+                request.correlation_id, request.api_key, body))
+        assert [f.get(1).offset for f in futures] == [100, 101, 102, 103, 104]
+        assert seen == [b"v%d" % i for i in range(5)]
+        assert {f.get(1).partition for f in futures} == {1}
+
+
+def test_small_batch_encoder_matches_build_batch_byte_for_byte():
+    import random
+
+    from node.client.producer import encode_small_batch
+    from shm.batch import build_batch, parse_batch
+
+    rng = random.Random(5)
+    for n in (1, 2, 7, 8, 9, 100, 256):
+        values = [rng.randbytes(rng.randrange(0, 40)) for _ in range(n)]
+        keys = [rng.randbytes(rng.randrange(0, 9)) for _ in range(n)]
+        stamps = [1_700_000_000_000 + rng.randrange(0, 5000) for _ in range(n)]
+        for k in (None, keys):
+            for ts in (1_700_000_000_123, stamps):
+                small = encode_small_batch(values, k, ts)
+                assert small == build_batch(values, k, ts), (n, k is None, ts)
+                assert parse_batch(small).values.to_pylist() == values
+    assert encode_small_batch([b"a", None], None, 1) is None  # null value: general path
+    assert encode_small_batch([b"a", b"b"], [b"k", None], 1) is None
+    assert encode_small_batch([b"a"] * 257, None, 1) is None

@@ -1,0 +1,327 @@
+"""Producer and consumer error handling against a scripted leader on a real ZeroMQ socket.
+
+The scripted broker speaks node.wire.protocol on a ROUTER socket from a thread and answers
+from a per-test handler, so each retry path can be forced deterministically; the real
+brokers are exercised in test_client.py.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from node.wire import errors as E
+from node.wire import protocol as P
+from node.client import Consumer, KafkaTimeoutError, Producer
+from node.net import context
+from shm.batch import build_batch, parse_batches, stamp
+
+NOT_LEADER = E.code_of("NOT_LEADER_OR_FOLLOWER")
+NOT_ENOUGH_REPLICAS = E.code_of("NOT_ENOUGH_REPLICAS")
+INVALID_REQUEST = E.code_of("INVALID_REQUEST")
+FENCED_LEADER_EPOCH = E.code_of("FENCED_LEADER_EPOCH")
+OFFSET_OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
+
+
+class ScriptedBroker:
+    """Answers Metadata itself (one topic "t", one partition, led by this broker) and
+    hands every other request to ``handler(request) -> (body, frames) | None``."""
+
+    def __init__(self, handler, leader_epoch: int = 3, view: dict | None = None):
+        self.handler = handler
+        self.leader_epoch = leader_epoch
+        self.view = view  # shared {"port": leader port, "epoch": n}, else itself
+        self.requests: list[P.Request] = []
+        self.sock = context().socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def count(self, api_key) -> int:
+        return sum(1 for r in list(self.requests) if r.api_key == api_key)
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            if not self.sock.poll(50):
+                continue
+            frames = self.sock.recv_multipart()
+            request = P.decode_request(frames[1:])
+            self.requests.append(request)
+            if request.api_key == P.ApiKey.METADATA:
+                port = self.view["port"] if self.view else self.port
+                epoch = self.view["epoch"] if self.view else self.leader_epoch
+                answer = ({"brokers": [[0, "127.0.0.1", port, None]], "controller_id": 0,
+                           "topics": [["t", 0, [[0, 0, 0, epoch, [0], [0], []]]]]}, ())
+            else:
+                answer = self.handler(request)
+            if answer is not None:
+                body, out_frames = answer
+                self.sock.send_multipart([frames[0]] + P.encode_response(
+                    request.correlation_id, request.api_key, body, out_frames))
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+        self.sock.close(linger=0)
+
+
+@pytest.fixture
+def scripted():
+    brokers = []
+
+    def make(handler, **kwargs):
+        broker = ScriptedBroker(handler, **kwargs)
+        brokers.append(broker)
+        return broker
+
+    yield make
+    for broker in brokers:
+        broker.close()
+
+
+def produce_answer(request, code, base_offset=0, message=None):
+    return ({"partitions": [[t, p, code, base_offset, 0, message]
+                            for t, p in request.body["partitions"]]}, ())
+
+
+def test_not_leader_refreshes_metadata_and_retries(scripted):
+    answers = iter([NOT_LEADER, NOT_LEADER, 0])
+    broker = scripted(lambda r: produce_answer(r, next(answers), base_offset=42))
+    with Producer(broker.bootstrap, acks="all", retry_backoff_ms=10) as producer:
+        meta = producer.send("t", b"x", partition=0).get(10)
+    assert meta.offset == 42
+    assert broker.count(P.ApiKey.PRODUCE) == 3
+    assert broker.count(P.ApiKey.METADATA) >= 2  # refreshed after NOT_LEADER_OR_FOLLOWER
+
+
+def test_retries_exhausted_raise_the_broker_error_with_its_message(scripted):
+    broker = scripted(lambda r: produce_answer(r, NOT_ENOUGH_REPLICAS, message="isr 1 < 2"))
+    with Producer(broker.bootstrap, acks="all", retries=2, retry_backoff_ms=10) as producer:
+        with pytest.raises(E.NotEnoughReplicasError, match="isr 1 < 2"):
+            producer.send("t", b"x", partition=0).get(10)
+    assert broker.count(P.ApiKey.PRODUCE) == 3  # the first try and 2 retries
+
+
+def test_a_non_retriable_error_is_raised_at_once(scripted):
+    broker = scripted(lambda r: produce_answer(r, INVALID_REQUEST))
+    with Producer(broker.bootstrap, acks=1, retry_backoff_ms=10) as producer:
+        future = producer.send("t", b"x", partition=0)
+        with pytest.raises(E.InvalidRequestError):
+            future.get(10)
+        assert future.failed() and isinstance(future.exception(), E.InvalidRequestError)
+    assert broker.count(P.ApiKey.PRODUCE) == 1
+
+
+def test_delivery_timeout_bounds_a_silent_leader(scripted):
+    broker = scripted(lambda r: None)  # never answers a Produce
+    with Producer(broker.bootstrap, acks="all", request_timeout_ms=200,
+                  delivery_timeout_ms=1000, retry_backoff_ms=10) as producer:
+        started = time.monotonic()
+        with pytest.raises((E.RequestTimedOutError, KafkaTimeoutError)):
+            producer.send("t", b"x", partition=0).get(30)
+        assert time.monotonic() - started < 10
+    assert broker.count(P.ApiKey.PRODUCE) >= 1
+
+
+def test_callbacks_and_flush(scripted):
+    broker = scripted(lambda r: produce_answer(r, 0, base_offset=7))
+    seen = []
+    with Producer(broker.bootstrap, acks=1, linger_ms=20) as producer:
+        futures = [producer.send("t", b"%d" % i, partition=0) for i in range(3)]
+        futures[0].add_callback(lambda meta, exc: seen.append((meta.offset, exc)))
+        producer.flush(10)
+        assert all(f.done() for f in futures)
+        futures[2].add_callback(lambda meta, exc: seen.append((meta.offset, exc)))
+    assert seen == [(7, None), (9, None)]
+    assert broker.count(P.ApiKey.PRODUCE) == 1  # one linger window, one batch
+
+
+def fetch_handler(log: list, errors: list):
+    """Fetch: serve ``log`` (batches stamped at offsets 0..) after popping ``errors``;
+    ListOffsets: earliest 0, latest = end of log."""
+    def handle(request):
+        if request.api_key == P.ApiKey.LIST_OFFSETS:
+            end = sum(len(parse_batches(b)[0].values) for b in log)
+            return ({"partitions": [[t, p, 0, -1, 0 if ts == P.EARLIEST_TIMESTAMP else end]
+                                    for t, p, ts in request.body["partitions"]]}, ())
+        if request.api_key == P.ApiKey.FETCH:
+            (topic, partition, offset, epoch, _max) = request.body["partitions"][0]
+            if errors:
+                return ({"partitions": [[topic, partition, errors.pop(0), -1, -1, -1]]}, [b""])
+            data = b"".join(bytes(b) for b in log)
+            end = sum(len(parse_batches(b)[0].values) for b in log)
+            if offset > end:
+                return ({"partitions": [[topic, partition, OFFSET_OUT_OF_RANGE, end, 0, end]]},
+                        [b""])
+            return ({"partitions": [[topic, partition, 0, end, 0, end]]},
+                    [data if offset < end else b""])
+        return None
+    return handle
+
+
+def make_log(values_per_batch):
+    log, offset = [], 0
+    for values in values_per_batch:
+        batch = build_batch(values)
+        stamp(batch, offset, 3)
+        offset += len(values)
+        log.append(batch)
+    return log
+
+
+def test_consumer_refreshes_metadata_on_fenced_epoch_and_sends_the_epoch(scripted):
+    errors = [FENCED_LEADER_EPOCH]
+    broker = scripted(fetch_handler(make_log([[b"a", b"b"], [b"c"]]), errors), leader_epoch=3)
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                  retry_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += consumer.poll(100)
+    assert [(r.offset, r.value) for r in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
+    fetches = [r for r in broker.requests if r.api_key == P.ApiKey.FETCH]
+    assert all(r.body["partitions"][0][3] == 3 for r in fetches)  # current_leader_epoch
+    assert broker.count(P.ApiKey.METADATA) >= 2
+
+
+def test_consumer_skips_records_before_its_position_inside_a_batch(scripted):
+    broker = scripted(fetch_handler(make_log([[b"a", b"b", b"c", b"d"]]), []))
+    with Consumer(broker.bootstrap, fetch_max_wait_ms=50) as consumer:
+        consumer.assign([("t", 0)])
+        consumer.seek(("t", 0), 2)
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += consumer.poll(100)
+        assert [(r.offset, r.value) for r in got] == [(2, b"c"), (3, b"d")]
+        assert consumer.position(("t", 0)) == 4
+
+
+def test_consumer_out_of_range_applies_auto_offset_reset(scripted):
+    broker = scripted(fetch_handler(make_log([[b"a"], [b"b"]]), []))
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50) as c:
+        c.assign([("t", 0)])
+        c.seek(("t", 0), 50)
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += c.poll(100)
+        assert [r.offset for r in got] == [0, 1]
+    with Consumer(broker.bootstrap, auto_offset_reset="none", fetch_max_wait_ms=50) as c:
+        c.assign([("t", 0)])
+        c.seek(("t", 0), 50)
+        with pytest.raises(E.OffsetOutOfRangeError):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                c.poll(100)
+
+
+def test_poll_max_records_keeps_the_rest_for_the_next_poll(scripted):
+    broker = scripted(fetch_handler(make_log([[b"%d" % i for i in range(10)]]), []))
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50) as c:
+        c.assign([("t", 0)])
+        first = []
+        deadline = time.monotonic() + 10
+        while not first and time.monotonic() < deadline:
+            first = c.poll(100, max_records=4)
+        rest = []
+        while len(rest) < 6 and time.monotonic() < deadline:
+            rest += c.poll(100)
+    assert [r.offset for r in first] == [0, 1, 2, 3]
+    assert [r.offset for r in rest] == list(range(4, 10))
+
+
+def test_a_newer_leader_epoch_ends_the_backoff_early(scripted):
+    state = {"produces": 0}
+    holder = {}
+
+    def handle(request):
+        state["produces"] += 1
+        if state["produces"] == 1:
+            holder["broker"].leader_epoch += 1  # leadership moved (to the same address)
+            return produce_answer(request, NOT_LEADER)
+        return produce_answer(request, 0, base_offset=5)
+
+    broker = holder["broker"] = scripted(handle)
+    with Producer(broker.bootstrap, acks="all", retry_backoff_ms=3000,
+                  metadata_backoff_ms=10) as producer:
+        producer.send("t", b"warm-up-metadata", partition=0)  # not awaited
+        started = time.monotonic()
+        meta = producer.send("t", b"x", partition=0).get(10)
+        assert time.monotonic() - started < 2.5  # not the 3 s backoff
+    assert meta.offset >= 5
+
+
+def test_consumer_resumes_at_once_when_the_leader_epoch_moves(scripted):
+    log = make_log([[b"a"]])
+    errors = [FENCED_LEADER_EPOCH]
+    holder = {}
+    inner = fetch_handler(log, errors)
+
+    def handle(request):
+        if request.api_key == P.ApiKey.FETCH and errors:
+            holder["broker"].leader_epoch += 1
+        return inner(request)
+
+    broker = holder["broker"] = scripted(handle)
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                  retry_backoff_ms=3000, metadata_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        consumer.position(("t", 0))
+        started = time.monotonic()
+        got = []
+        while not got and time.monotonic() - started < 10:
+            got = consumer.poll(100)
+        assert [r.value for r in got] == [b"a"]
+        assert time.monotonic() - started < 2.5
+
+
+def test_consumer_leaves_a_silent_leader_when_metadata_names_another(scripted):
+    """A SIGSTOPped leader keeps its TCP connection: its fetch hangs. After the fetch's
+    max wait (+1 s) the consumer checks metadata and reads from the new leader."""
+    view = {}
+    silent = scripted(lambda r: None, view=view)  # answers Metadata only
+    log = make_log([[b"a"], [b"b"]])
+    serving = scripted(fetch_handler(log, []), view=view)
+    view.update(port=silent.port, epoch=3)
+    with Consumer(silent.bootstrap, fetch_max_wait_ms=50, request_timeout_ms=30_000,
+                  retry_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        consumer.seek(("t", 0), 0)
+        assert consumer.poll(200) == []  # the fetch to the silent leader is in flight
+        view.update(port=serving.port, epoch=4)
+        started = time.monotonic()
+        got = []
+        while len(got) < 2 and time.monotonic() - started < 20:
+            got += consumer.poll(100)
+        assert [r.value for r in got] == [b"a", b"b"]
+        assert time.monotonic() - started < 5  # not the 30 s request timeout
+
+
+def test_producer_leaves_a_silent_leader_when_metadata_names_another(scripted):
+    """A Produce to a paused leader is abandoned (and retried at the new leader) once
+    metadata shows a newer leader epoch, long before the request timeout."""
+    view = {}
+    silent = scripted(lambda r: None, view=view)
+    serving = scripted(lambda r: produce_answer(r, 0, base_offset=11), view=view)
+    view.update(port=silent.port, epoch=3)
+    with Producer(silent.bootstrap, acks="all", request_timeout_ms=30_000,
+                  retry_backoff_ms=10) as producer:
+        future = producer.send("t", b"x", partition=0)
+        deadline = time.monotonic() + 10
+        while silent.count(P.ApiKey.PRODUCE) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        view.update(port=serving.port, epoch=4)
+        started = time.monotonic()
+        assert future.get(20).offset == 11
+        assert time.monotonic() - started < 5  # not the 30 s request timeout
+    assert serving.count(P.ApiKey.PRODUCE) == 1

@@ -1,0 +1,75 @@
+"""The supervisor with real brokers: up, status, kill the controller, start, down."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from node.cluster import Cluster
+from node.cluster.supervisor import _proc_stat
+from shm.names import cluster_objects
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[3]
+CONFIG = {"zookeeper.session.timeout.ms": "3000"}
+
+
+def gone(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] in "ZX"
+
+
+def test_up_kill_controller_start_down_leaves_nothing(tmp_path, cluster_id):
+    cluster = Cluster.up(tmp_path / "c", brokers=3, config=CONFIG, cluster_id=cluster_id)
+    pids = []
+    try:
+        rows = cluster.status()
+        pids = [r.pid for r in rows]
+        assert [r.name for r in rows] == ["zk", "broker 0", "broker 1", "broker 2"]
+        assert all(r.state == "alive" for r in rows)
+        assert [r.role for r in rows].count("controller") == 1
+        assert cluster.registered_brokers() == [0, 1, 2]
+        props = (cluster.broker_dir(1) / "server.properties").read_text()
+        assert f"cluster.id={cluster_id}" in props and "broker.id=1" in props
+        assert cluster.bootstrap_servers.count("127.0.0.1:") == 3
+        old = cluster.controller_id()
+        killed = cluster.kill("controller", "KILL")
+        assert gone(killed)
+        cluster.wait_for(lambda: cluster.controller_id() not in (None, old), 30,
+                         "a new controller")
+        assert cluster.status()[1 + old].state == "dead"
+        cluster.start(old)
+        assert cluster.status()[1 + old].state == "alive"
+        assert cluster.registered_brokers() == [0, 1, 2]
+        cluster.kill(2 if old != 2 else 1, "STOP")
+    finally:
+        cluster.down(grace_s=5)
+    for pid in pids:
+        assert gone(pid)
+    assert cluster_objects(cluster_id) == []
+    assert not list((tmp_path / "c").glob("*.pid"))
+
+
+def test_cli_up_status_down_with_brokers(tmp_path, cluster_id):
+    d = str(tmp_path / "c")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "node.cli", "cluster", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=180)
+
+    try:
+        up = cli("up", "--dir", d, "--brokers", "2", "--cluster-id", cluster_id,
+                 "--config", "zookeeper.session.timeout.ms=3000")
+        assert up.returncode == 0, up.stderr
+        line = [x for x in up.stdout.splitlines() if x.startswith("bootstrap servers: ")][0]
+        assert len(line.split(": ")[1].split(",")) == 2
+        status = cli("status", "--dir", d)
+        assert status.returncode == 0 and status.stdout.count("alive") == 3
+        assert "controller" in status.stdout
+        assert cli("kill", "--dir", d, "1", "--signal", "TERM").returncode == 0
+    finally:
+        down = cli("down", "--dir", d, "--grace", "5")
+    assert down.returncode == 0, down.stderr
+    assert cluster_objects(cluster_id) == []

@@ -1,0 +1,209 @@
+"""The layers of DESIGN.md, checked on the source: an ``ast`` walk over every module of
+the project (imports inside functions count too).
+
+    node.wire  <-  node.core  <-  node.broker
+    node.wire  <-  node.client  <-  node.tools, node.perf, node.cluster  <-  bench
+    shm and zk_lite never import node; node.core imports no I/O module.
+
+A new package of ``node`` must be given its place in ``LAYERS`` before it can land.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("node", "shm", "zk_lite", "bench")
+
+# What each part of node may import from node (its own part always).
+_BASE = {"node.wire"}
+_CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.config", "node.client"}
+LAYERS: dict[str, set[str]] = {
+    "node.wire": set(),
+    "node.core": _BASE,
+    "node.net": _BASE,
+    "node.config": set(),
+    "node.broker": _BASE | {"node.core", "node.net", "node.config"},
+    "node.client": _BASE | {"node.net"},
+    "node.tools": _CLIENT_SIDE,
+    "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},
+    "node.cluster": _CLIENT_SIDE | {"node.tools"},
+    "node.demo": _CLIENT_SIDE | {"node.tools", "node.cluster"},
+    "node.cli": {"*"},
+    "node": set(),  # node/__init__.py
+}
+# Modules a pure core must not import: I/O, clocks, processes, the network.
+CORE_FORBIDDEN = {"zmq", "kazoo", "socket", "time", "os", "subprocess", "threading",
+                  "select", "signal", "shm", "zk_lite", "posix_ipc", "mmap"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            found[_module_name(path)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, int]]:
+    """(imported module, line) for every import in the file, resolved to a module of the
+    project where it names one (``from a.b import c`` is ``a.b.c`` when that is a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base if is_package else base[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                out.append((full if full in MODULES else module, node.lineno))
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _part(module: str) -> str | None:
+    """The LAYERS key a module of node belongs to (its longest matching prefix)."""
+    best = None
+    for key in LAYERS:
+        if module == key or module.startswith(key + "."):
+            if best is None or len(key) > len(best):
+                best = key
+    return best
+
+
+def _project(module: str) -> bool:
+    return module.split(".")[0] in PACKAGES
+
+
+def test_every_module_of_node_has_a_layer():
+    missing = [m for m in MODULES if m.startswith("node") and _part(m) is None]
+    assert not missing, f"give these a place in LAYERS: {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("node")))
+def test_node_imports_follow_the_layers(name):
+    own = _part(name)
+    allowed = LAYERS[own]
+    bad = []
+    for target, line in GRAPH[name]:
+        if not target.startswith("node") or "*" in allowed:
+            continue
+        part = _part(target)
+        if part == own or part in allowed:
+            continue
+        bad.append(f"{MODULES[name].relative_to(ROOT)}:{line} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("node.core")))
+def test_pure_cores_import_no_io(name):
+    bad = [f"{MODULES[name].relative_to(ROOT)}:{line} imports {target}"
+           for target, line in GRAPH[name] if target.split(".")[0] in CORE_FORBIDDEN]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("package", ["shm", "zk_lite"])
+def test_storage_and_coordinator_never_import_node(package):
+    bad = [f"{MODULES[n].relative_to(ROOT)}:{line} imports {t}"
+           for n in MODULES if n.split(".")[0] == package
+           for t, line in GRAPH[n] if t.split(".")[0] == "node"]
+    assert not bad, "\n".join(bad)
+
+
+def test_bench_does_not_reach_into_the_broker():
+    bad = [f"{MODULES[n].relative_to(ROOT)}:{line} imports {t}"
+           for n in MODULES if n.split(".")[0] == "bench"
+           for t, line in GRAPH[n] if t.startswith("node.broker")]
+    assert not bad, "\n".join(bad)
+
+
+def test_a_package_is_not_imported_by_its_own_submodules():
+    """``__init__`` only re-exports: a submodule importing its package is a cycle."""
+    bad = []
+    for name, path in MODULES.items():
+        if path.name == "__init__.py":
+            continue
+        package = name.rsplit(".", 1)[0]
+        if (ROOT / package.replace(".", "/") / "__init__.py").exists() and package != name:
+            bad += [f"{path.relative_to(ROOT)}:{line} imports {t}"
+                    for t, line in GRAPH[name] if t == package and "." in package]
+    assert not bad, "\n".join(bad)
+
+
+def _cycle() -> list[str] | None:
+    """One import cycle among the project's modules, or None. A package's ``__init__``
+    re-exporting its own submodules is not an edge (it is how a package offers them)."""
+    edges = {}
+    for name, imports in GRAPH.items():
+        is_init = MODULES[name].name == "__init__.py"
+        targets = set()
+        for t, _ in imports:
+            if not _project(t) or t not in MODULES or t == name:
+                continue
+            if is_init and t.startswith(name + "."):
+                continue
+            targets.add(t)
+        edges[name] = sorted(targets)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in edges[n]:
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(edges):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles():
+    cycle = _cycle()
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_checker_sees_a_layer_violation_and_a_cycle(monkeypatch):
+    """The checks above can fail: a made-up core importing the broker, and a cycle."""
+    monkeypatch.setitem(MODULES, "node.core.fake", MODULES["node.core.replication"])
+    monkeypatch.setitem(GRAPH, "node.core.fake", [("node.broker.server", 1), ("time", 2)])
+    with pytest.raises(AssertionError):
+        test_node_imports_follow_the_layers("node.core.fake")
+    with pytest.raises(AssertionError):
+        test_pure_cores_import_no_io("node.core.fake")
+    monkeypatch.setitem(GRAPH, "node.wire.errors", GRAPH["node.wire.errors"] + [("node.core.fake", 1)])
+    monkeypatch.setitem(GRAPH, "node.core.fake", [("node.wire.errors", 1)])
+    assert _cycle() is not None
