@@ -31,7 +31,7 @@ import re
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.core import placement
 from node.wire import protocol as P
 from node.wire import zkdata as Z
@@ -230,7 +230,7 @@ def _topic_list(body: dict, name: str) -> list:
 
 
 def _error(name: str, message: str | None = None) -> tuple[int, str | None]:
-    return E.code_of(name), message
+    return ErrorCode[name], message
 
 
 # ------------------------------------------------------------------ CreateTopics
@@ -310,7 +310,7 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
         except placement.PlacementError as e:
             return _error(e.kafka_error, str(e))
     if validate_only:
-        return E.NONE, None
+        return ErrorCode.NONE, None
     for path in (Z.CONFIG_TOPICS, Z.BROKER_TOPICS):
         zk.ensure_path(path)
     txn = zk.transaction()
@@ -328,7 +328,7 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
     if failure is not None:
         return _error("UNKNOWN_SERVER_ERROR", f"coordinator refused the write: {failure!r}")
     existing.append(name)
-    return E.NONE, None
+    return ErrorCode.NONE, None
 
 
 # ------------------------------------------------------------------ DeleteTopics
@@ -353,7 +353,7 @@ def _delete_topics(body: dict, zk: KazooClient, config) -> dict:
             zk.create(Z.delete_topic_path(name), b"")
         except NodeExistsError:
             pass    # already queued
-        results.append([name, E.NONE, None])
+        results.append([name, ErrorCode.NONE, None])
     return {"topics": results}
 
 
@@ -426,7 +426,7 @@ def _create_partitions_one(zk, brokers, name, total, assignment) -> tuple[int, s
         data = json.dumps(raw, separators=(",", ":"), sort_keys=True).encode()
         try:
             zk.set(Z.topic_path(name), data, version=version)
-            return E.NONE, None
+            return ErrorCode.NONE, None
         except BadVersionError:
             continue       # the controller or another admin wrote meanwhile: read again
         except NoNodeError:
@@ -454,19 +454,19 @@ def _elect_leaders(body: dict, zk: KazooClient, config) -> dict:
                 continue
             code, message = _election_precheck(zk, kind, cache[topic][partition], live,
                                                topic, partition)
-            if code == E.NONE:
+            if code == ErrorCode.NONE:
                 chosen.append((topic, partition))
             results.append([topic, partition, code, message])
         if not chosen:
-            return {"error": E.NONE, "partitions": results}
+            return {"error": ErrorCode.NONE, "partitions": results}
     problem = _write_election(zk, kind, chosen)
     if problem is None:
-        return {"error": E.NONE, "partitions": results}
-    code = E.code_of("REQUEST_TIMED_OUT")
+        return {"error": ErrorCode.NONE, "partitions": results}
+    code = ErrorCode.REQUEST_TIMED_OUT
     if chosen is None:
         return {"error": code, "partitions": []}
     refused = set(chosen)
-    return {"error": E.NONE, "partitions": [
+    return {"error": ErrorCode.NONE, "partitions": [
         [t, p, code, problem] if (t, p) in refused else [t, p, c, m] for t, p, c, m in results]}
 
 
@@ -476,7 +476,7 @@ def _election_precheck(zk, kind, replicas, live, topic, partition) -> tuple[int,
         data, stat = zk.get(Z.partition_state_path(topic, partition))
         state = Z.decode_partition_state(data, stat.version)
     except (NoNodeError, Z.ZkDataError):
-        return E.NONE, None      # no state yet: let the controller decide
+        return ErrorCode.NONE, None      # no state yet: let the controller decide
     if kind == "preferred":
         if state.leader == replicas[0]:
             return _error("ELECTION_NOT_NEEDED", "Leader election not needed for topic "
@@ -485,13 +485,13 @@ def _election_precheck(zk, kind, replicas, live, topic, partition) -> tuple[int,
             return _error("PREFERRED_LEADER_NOT_AVAILABLE", f"Failed to elect leader for "
                           f"partition {topic}-{partition} under strategy "
                           f"PreferredReplicaPartitionLeaderElectionStrategy")
-        return E.NONE, None
+        return ErrorCode.NONE, None
     if state.leader in live:
         return _error("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
     if not any(r in live for r in replicas):
         return _error("ELIGIBLE_LEADERS_NOT_AVAILABLE", f"No replica of {topic}-{partition} "
                       f"is alive")
-    return E.NONE, None
+    return ErrorCode.NONE, None
 
 
 def _encode_election(kind: str, partitions) -> bytes:
@@ -575,7 +575,7 @@ def _alter_reassignments(body: dict, zk: KazooClient, config) -> dict:
                         f"{topic}-{partition}")])
                     continue
                 del updated[tp]
-                results.append([topic, partition, E.NONE, None])
+                results.append([topic, partition, ErrorCode.NONE, None])
                 continue
             if not replicas or len(set(replicas)) != len(replicas):
                 results.append([topic, partition, *_error(
@@ -589,9 +589,9 @@ def _alter_reassignments(body: dict, zk: KazooClient, config) -> dict:
                     f"not alive: {dead}")])
                 continue
             updated[tp] = replicas
-            results.append([topic, partition, E.NONE, None])
+            results.append([topic, partition, ErrorCode.NONE, None])
         if updated == moves:
-            return {"error": E.NONE, "partitions": results}
+            return {"error": ErrorCode.NONE, "partitions": results}
         try:
             if not updated:
                 zk.delete(Z.REASSIGN_PARTITIONS, version=version)
@@ -599,10 +599,10 @@ def _alter_reassignments(body: dict, zk: KazooClient, config) -> dict:
                 zk.create(Z.REASSIGN_PARTITIONS, Z.encode_reassignment(updated))
             else:
                 zk.set(Z.REASSIGN_PARTITIONS, Z.encode_reassignment(updated), version=version)
-            return {"error": E.NONE, "partitions": results}
+            return {"error": ErrorCode.NONE, "partitions": results}
         except (BadVersionError, NodeExistsError, NoNodeError):
             continue
-    return {"error": E.code_of("REQUEST_TIMED_OUT"), "partitions": []}
+    return {"error": ErrorCode.REQUEST_TIMED_OUT, "partitions": []}
 
 
 def _list_reassignments(body: dict, zk: KazooClient, config) -> dict:
@@ -628,7 +628,7 @@ def _list_reassignments(body: dict, zk: KazooClient, config) -> dict:
             adding = [r for r in target if r not in current[partition]]
             removing = [r for r in current[partition] if r not in target]
         out.append([topic, partition, list(replicas), list(adding or []), list(removing or [])])
-    return {"error": E.NONE, "partitions": out}
+    return {"error": ErrorCode.NONE, "partitions": out}
 
 
 # ------------------------------------------------------------------ DescribeConfigs
@@ -654,7 +654,7 @@ def _describe_configs(body: dict, zk: KazooClient, config) -> dict:
     results = []
     for name in names:
         if name not in existing:
-            results.append([name, E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), {}])
+            results.append([name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, {}])
             continue
         values = {k: v for k in sorted(TOPIC_CONFIG_KEYS)
                   if (v := _broker_default(config, k)) is not None}
@@ -662,7 +662,7 @@ def _describe_configs(body: dict, zk: KazooClient, config) -> dict:
             values.update(Z.decode_topic_config(name, zk.get(Z.topic_config_path(name))[0]))
         except (NoNodeError, Z.ZkDataError):
             pass
-        results.append([name, E.NONE, values])
+        results.append([name, ErrorCode.NONE, values])
     return {"topics": results}
 
 

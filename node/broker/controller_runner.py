@@ -33,6 +33,7 @@ from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError,
 
 from node.core import controller as C
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 
 log = logging.getLogger("minikafka.controller")
@@ -108,10 +109,10 @@ class ControllerRunner:
         broker_epoch = body.get("broker_epoch", -1) if isinstance(body, dict) else None
         if not (isinstance(broker_id, int) and isinstance(broker_epoch, int)) or \
                 isinstance(broker_id, bool) or isinstance(broker_epoch, bool):
-            reply({"error": E.code_of("INVALID_REQUEST"), "remaining_partitions": []})
+            reply({"error": ErrorCode.INVALID_REQUEST, "remaining_partitions": []})
             return
         if not self.active:
-            reply({"error": E.code_of("NOT_CONTROLLER"), "remaining_partitions": []})
+            reply({"error": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []})
             return
         request_id = next(self._request_ids)
         self._replies[request_id] = reply
@@ -231,7 +232,7 @@ class ControllerRunner:
         self._term += 1
         self._queue.clear()
         for reply in self._replies.values():
-            reply({"error": E.code_of("NOT_CONTROLLER"), "remaining_partitions": []})
+            reply({"error": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []})
         self._replies.clear()
 
     # ---------------------------------------------------------------- kazoo callbacks

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.broker.loop import Outbound, now_ms
 from node.core.replication import SendOffsetForLeaderEpoch
@@ -36,10 +37,6 @@ if TYPE_CHECKING:
     from node.broker.replica_manager import Partition, ReplicaManager
 
 logger = logging.getLogger("node.broker.server")
-_REQUEST_TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
-_UNKNOWN = E.code_of("UNKNOWN_SERVER_ERROR")
-
-
 @dataclass
 class _Session:
     leader: int
@@ -220,14 +217,14 @@ class ReplicaFetcherManager:
         def answer(response: P.Response | None) -> None:
             if self.replicas.partitions.get(key) is not part:
                 return
-            error, epoch, end_offset = _REQUEST_TIMED_OUT, P.UNDEFINED_EPOCH, \
+            error, epoch, end_offset = ErrorCode.REQUEST_TIMED_OUT, P.UNDEFINED_EPOCH, \
                 P.UNDEFINED_EPOCH_OFFSET
             if response is not None:
                 try:
                     entry = P.entries(response.body, "partitions", 5)[0]
                     error, epoch, end_offset = entry[2], entry[3], entry[4]
                 except (P.ProtocolError, IndexError):
-                    error = _UNKNOWN
+                    error = ErrorCode.UNKNOWN_SERVER_ERROR
             effects = part.core.on_offset_for_leader_epoch(
                 error=error, leader_epoch=epoch, end_offset=end_offset, now_ms=now_ms(),
                 log=part.view)

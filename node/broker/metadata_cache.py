@@ -10,14 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire.protocol import NO_LEADER
 
 LEADER_DURING_DELETE = -2
-_UNKNOWN = E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
-_LEADER_NOT_AVAILABLE = E.code_of("LEADER_NOT_AVAILABLE")
-
-
 @dataclass(frozen=True)
 class PartitionMetadata:
     leader: int
@@ -63,12 +59,12 @@ class MetadataCache:
         for name in names:
             parts = self.topics.get(name)
             if parts is None:
-                out.append([name, _UNKNOWN, []])
+                out.append([name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []])
                 continue
             entries = []
             for p in sorted(parts):
                 m = parts[p]
-                error = _LEADER_NOT_AVAILABLE if m.leader == NO_LEADER else 0
+                error = ErrorCode.LEADER_NOT_AVAILABLE if m.leader == NO_LEADER else 0
                 entries.append([p, error, m.leader, m.leader_epoch, list(m.replicas),
                                 list(m.isr), list(m.offline_replicas)])
             out.append([name, 0, entries])

@@ -33,7 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from node.broker import limits as L
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 from node.broker.loop import EventLoop, now_ms
 from node.config import BrokerConfig, topic_log_config, topic_setting
@@ -48,11 +48,6 @@ from shm.log import Log
 logger = logging.getLogger("node.broker.server")
 
 NONE = 0
-INVALID_REQUEST = E.code_of("INVALID_REQUEST")
-UNKNOWN_TOPIC_OR_PARTITION = E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
-KAFKA_STORAGE_ERROR = E.code_of("KAFKA_STORAGE_ERROR")
-FENCED_LEADER_EPOCH = E.code_of("FENCED_LEADER_EPOCH")
-
 _BOARD_ROLE = {Role.LEADER: SB.Role.LEADER, Role.FOLLOWER: SB.Role.FOLLOWER,
                Role.NONE: SB.Role.OFFLINE}
 
@@ -211,17 +206,17 @@ class ReplicaManager:
         if self.broker_id not in replicas:
             logger.warning("ignoring LeaderAndIsr for %s-%d: broker %d is not a replica (%s)",
                            topic, partition, self.broker_id, replicas)
-            return UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not set(isr) <= set(replicas) or (leader >= 0 and isr and leader not in isr) or \
                 (leader == self.broker_id and self.broker_id not in isr):
             logger.warning("invalid LeaderAndIsr for %s-%d: leader %d isr %s replicas %s",
                            topic, partition, leader, isr, replicas)
-            return INVALID_REQUEST
+            return ErrorCode.INVALID_REQUEST
         try:
             part = self._partition(topic, partition)
         except Exception as e:
             logger.error("%s-%d: cannot open the log: %s", topic, partition, e)
-            return KAFKA_STORAGE_ERROR
+            return ErrorCode.KAFKA_STORAGE_ERROR
         error = part.core.check_leader_and_isr(leader_epoch)
         if error:
             logger.info("%s-%d: ignoring LeaderAndIsr with leader epoch %d (current %d)",
@@ -251,14 +246,14 @@ class ReplicaManager:
     def stop_replica(self, topic: str, partition: int, leader_epoch, delete: bool) -> int:
         """Apply one partition of a StopReplica (already fenced); its error code."""
         if not isinstance(leader_epoch, int) or isinstance(leader_epoch, bool):
-            return INVALID_REQUEST
+            return ErrorCode.INVALID_REQUEST
         part = self.partitions.get((topic, partition))
         if part is None:
             if delete:
                 self._delete_stray_log(topic, partition)
             return NONE
         if 0 <= leader_epoch < part.core.leader_epoch:
-            return FENCED_LEADER_EPOCH
+            return ErrorCode.FENCED_LEADER_EPOCH
         self.fetchers.unfollow(part.key)
         self.apply_effects(part, part.core.stop(now_ms()))
         logger.info("%s-%d: replica stopped%s", topic, partition,

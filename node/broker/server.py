@@ -26,11 +26,11 @@ logs are opened when a LeaderAndIsr names them.
 Requests (``node.wire.protocol``): Produce, Fetch (long poll), ListOffsets, Metadata,
 OffsetForLeaderEpoch, LeaderAndIsr, UpdateMetadata and StopReplica are handled here;
 ControlledShutdown goes to the controller runner when this broker is the controller
-(else NOT_CONTROLLER); admin requests go to ``node.broker.admin_manager.handle_admin_request``. A
-request that does not decode gets INVALID_REQUEST when its correlation id can be read
+(else ErrorCode.NOT_CONTROLLER); admin requests go to ``node.broker.admin_manager.handle_admin_request``. A
+request that does not decode gets ErrorCode.INVALID_REQUEST when its correlation id can be read
 (and is dropped otherwise); a handler error never stops the broker. LeaderAndIsr,
 UpdateMetadata and StopReplica from a controller epoch older than the highest seen get
-STALE_CONTROLLER_EPOCH.
+ErrorCode.STALE_CONTROLLER_EPOCH.
 
 Shutdown on SIGTERM/SIGINT: controlled shutdown first if ``controlled.shutdown.enable``
 (ask the controller in ``/controller`` to move leaderships away, retrying
@@ -58,6 +58,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from node.broker import limits as L
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.wire import zkdata as Z
 from node.broker.loop import EventLoop, Outbound, now_ms
@@ -80,16 +81,6 @@ logger = logging.getLogger("node.broker.server")
 CLUSTER_ID_PATH = "/cluster/id"
 
 NONE = 0
-INVALID_REQUEST = E.code_of("INVALID_REQUEST")
-UNKNOWN_SERVER_ERROR = E.code_of("UNKNOWN_SERVER_ERROR")
-UNKNOWN_TOPIC_OR_PARTITION = E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
-NOT_LEADER_OR_FOLLOWER = E.code_of("NOT_LEADER_OR_FOLLOWER")
-OFFSET_OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
-STALE_CONTROLLER_EPOCH = E.code_of("STALE_CONTROLLER_EPOCH")
-NOT_CONTROLLER = E.code_of("NOT_CONTROLLER")
-REQUEST_TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
-
-
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -295,7 +286,7 @@ class Broker:
             if correlation_id is not None:
                 api_key = P.peek_api_key(frames)
                 self._reply(identity, correlation_id, api_key if api_key is not None else -1,
-                            {"error": INVALID_REQUEST, "error_message": str(e)})
+                            {"error": ErrorCode.INVALID_REQUEST, "error_message": str(e)})
             return
         try:
             handler = self._handlers.get(request.api_key)
@@ -305,20 +296,20 @@ class Broker:
                 self._handle_admin(identity, request)
             else:
                 self._reply(identity, request.correlation_id, request.api_key,
-                            {"error": INVALID_REQUEST,
+                            {"error": ErrorCode.INVALID_REQUEST,
                              "error_message": f"unsupported api key {request.api_key}"})
         except P.ProtocolError as e:
             logger.warning("invalid %s request from %s: %s", _api_name(request.api_key),
                            request.client_id, e)
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": INVALID_REQUEST, "error_message": str(e)})
+                        {"error": ErrorCode.INVALID_REQUEST, "error_message": str(e)})
         except AssertionError:
             raise  # a broken invariant is a bug: stop loudly
         except Exception as e:
             logger.error("%s request failed: %s\n%s", _api_name(request.api_key), e,
                          traceback.format_exc())
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": UNKNOWN_SERVER_ERROR, "error_message": str(e)})
+                        {"error": ErrorCode.UNKNOWN_SERVER_ERROR, "error_message": str(e)})
 
     def _reply(self, identity: bytes, correlation_id: int, api_key: int, body: dict,
                frames=()) -> None:
@@ -331,8 +322,8 @@ class Broker:
 
     def _not_hosted_error(self, topic: str, partition: int) -> int:
         if self.metadata.partition(topic, partition) is not None:
-            return NOT_LEADER_OR_FOLLOWER
-        return UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     # ---------------------------------------------------------------- Produce
 
@@ -379,7 +370,7 @@ class Broker:
             produce.complete(index, error, -1, log.log_start_offset)
             return None
         if produce.acks == -1 and self._pending_produces >= L.PENDING_PRODUCE_REQUESTS_MAX:
-            produce.complete(index, REQUEST_TIMED_OUT, -1, log.log_start_offset,
+            produce.complete(index, ErrorCode.REQUEST_TIMED_OUT, -1, log.log_start_offset,
                              "too many produce requests waiting for acks")
             return None
         # The leader stamps offsets and its epoch in place: a zmq frame is writable.
@@ -388,7 +379,7 @@ class Broker:
             info = log.append_as_leader(data, part.core.leader_epoch)
         except Exception as e:  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR
             code = E.code_for_exception(e)
-            if code == UNKNOWN_SERVER_ERROR:
+            if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                 logger.error("%s-%d: append failed: %s", topic, partition, e)
             produce.complete(index, code, -1, log.log_start_offset, str(e))
             return None
@@ -459,7 +450,7 @@ class Broker:
             else:
                 error = part.core.check_fetch_epoch(epoch)
                 if not error and part.core.role is not Role.LEADER:
-                    error = NOT_LEADER_OR_FOLLOWER
+                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             if error:
                 results.append([topic, partition, error, -1, -1, -1])
                 frames.append(b"")
@@ -473,7 +464,7 @@ class Broker:
                     data = log.read(offset, max(budget, 0),
                                     max_offset=None if follower else log.high_watermark)
                 except OffsetOutOfRangeError:
-                    error, errors = OFFSET_OUT_OF_RANGE, True
+                    error, errors = ErrorCode.OFFSET_OUT_OF_RANGE, True
             results.append([topic, partition, error, log.high_watermark, log.log_start_offset,
                             log.log_end_offset])
             frames.append(data)
@@ -497,7 +488,7 @@ class Broker:
                 out.append([topic, partition, self._not_hosted_error(topic, partition), -1, -1])
                 continue
             if part.core.role is not Role.LEADER:
-                out.append([topic, partition, NOT_LEADER_OR_FOLLOWER, -1, -1])
+                out.append([topic, partition, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1])
                 continue
             log = part.log
             limit = log.log_end_offset if replica_id >= 0 else log.high_watermark
@@ -565,7 +556,7 @@ class Broker:
                 raise P.ProtocolError("live_leaders entries are [id, host, port]")
         if self._fenced(request):
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": STALE_CONTROLLER_EPOCH, "partitions": []})
+                        {"error": ErrorCode.STALE_CONTROLLER_EPOCH, "partitions": []})
             return
         for broker_id, host, port in live:
             self.replicas.leader_endpoints[broker_id] = f"tcp://{host}:{port}"
@@ -597,7 +588,7 @@ class Broker:
                 raise P.ProtocolError("offline_replicas must be a list of ints")
         if self._fenced(request):
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": STALE_CONTROLLER_EPOCH})
+                        {"error": ErrorCode.STALE_CONTROLLER_EPOCH})
             return
         self.metadata.update(body["controller_id"], brokers, entries)
         self._reply(identity, request.correlation_id, request.api_key, {"error": NONE})
@@ -609,7 +600,7 @@ class Broker:
         _check_partitions(entries)
         if self._fenced(request):
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": STALE_CONTROLLER_EPOCH, "partitions": []})
+                        {"error": ErrorCode.STALE_CONTROLLER_EPOCH, "partitions": []})
             return
         out = []
         for topic, partition, leader_epoch in entries:
@@ -623,7 +614,7 @@ class Broker:
         P.field(request.body, "broker_id", int)
         if self.controller is None or not self.controller.active:
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": NOT_CONTROLLER, "remaining_partitions": []})
+                        {"error": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []})
             return
         self.controller.handle_controlled_shutdown(
             request.body, lambda body: self._reply(identity, request.correlation_id,
@@ -668,7 +659,7 @@ class Broker:
             logger.warning("controlled shutdown: no controller found (%s)", e)
 
         def answered(response: P.Response | None) -> None:
-            error = REQUEST_TIMED_OUT if response is None else response.body.get("error", -1)
+            error = ErrorCode.REQUEST_TIMED_OUT if response is None else response.body.get("error", -1)
             remaining = [] if response is None else response.body.get(
                 "remaining_partitions", [])
             if error == NONE and not remaining:

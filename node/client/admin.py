@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.client.metadata import (MetadataFetcher, PartitionMetadata, parse_bootstrap,
                                   parse_metadata)
@@ -56,7 +57,7 @@ class Admin:
                 return self.net.request(endpoint, api_key, body, timeout_ms=timeout_ms).body
             except E.KafkaError as e:
                 last = e
-        raise last or error(E.code_of("NETWORK_EXCEPTION"), "no broker to ask")
+        raise last or error(ErrorCode.NETWORK_EXCEPTION, "no broker to ask")
 
     def _metadata(self, topics: list[str] | None, timeout_ms: int | None = None):
         return self.meta.refresh(topics, timeout_ms=timeout_ms, merge=False)

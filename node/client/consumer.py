@@ -5,7 +5,7 @@ Theory of operation (Kafka's Fetcher, without groups):
 - Per assigned partition the consumer keeps ``position`` (the next offset ``poll``
   returns) and ``fetch_offset`` (the next offset to ask for: position plus what is
   buffered). A partition whose position is unknown (just assigned, ``seek_to_*``, or
-  OFFSET_OUT_OF_RANGE) is reset with ListOffsets (earliest -2 / latest -1) first.
+  ErrorCode.OFFSET_OUT_OF_RANGE) is reset with ListOffsets (earliest -2 / latest -1) first.
 - At most one Fetch is in flight per leader broker; it carries every fetchable
   partition that broker leads, with ``current_leader_epoch`` from metadata (KIP-320),
   so a stale leader answers FENCED_LEADER_EPOCH instead of serving a diverged log.
@@ -15,7 +15,7 @@ Theory of operation (Kafka's Fetcher, without groups):
   fetch_offset is still the one asked for (a ``seek`` in between makes it stale).
 - NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
   UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE and lost connections refresh
-  metadata (after ``retry_backoff_ms``) and fetch from the new leader; OFFSET_OUT_OF_RANGE
+  metadata (after ``retry_backoff_ms``) and fetch from the new leader; ErrorCode.OFFSET_OUT_OF_RANGE
   applies ``auto_offset_reset`` ("earliest", "latest", or "none" = raise).
 - A fetched region may start inside a batch (records before the position are skipped)
   and may end with a partial batch (ignored; fetched again).
@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.client.metadata import MetadataFetcher, parse_bootstrap
 from node.client.network import Network
@@ -42,7 +43,6 @@ from shm.batch import CorruptRecordError, RecordBatch, parse_batch, read_header
 
 log = logging.getLogger("minikafka.consumer")
 
-OFFSET_OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
 FETCH_MAX_BYTES = 50 * 1024 * 1024  # fetch.max.bytes
 # A fetch unanswered this long after its max wait makes the consumer check metadata:
 # if the leader moved, the partition is fetched from the new leader without waiting
@@ -343,7 +343,7 @@ class Consumer:
             endpoint, _ = self._leader(tp)
             if endpoint is None:
                 if raise_errors:
-                    raise error(E.code_of("LEADER_NOT_AVAILABLE"), f"no leader for {tp}")
+                    raise error(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp}")
                 self._metadata_wanted = True
                 out[tp] = None
                 continue
@@ -436,7 +436,7 @@ class Consumer:
             self._buffer(state, frame)
 
     def _on_partition_error(self, state: _PartitionState, code: int) -> None:
-        if code == OFFSET_OUT_OF_RANGE:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if self.auto_offset_reset == "none":
                 raise error(code, f"{state.tp.topic}-{state.tp.partition} offset "
                                   f"{state.fetch_offset}")
@@ -472,7 +472,7 @@ class Consumer:
                 try:
                     batch = parse_batch(buf, position, verify_crc=self.check_crcs)
                 except CorruptRecordError as e:
-                    raise error(E.code_of("CORRUPT_MESSAGE"),
+                    raise error(ErrorCode.CORRUPT_MESSAGE,
                                 f"{state.tp.topic}-{state.tp.partition} at offset "
                                 f"{header.base_offset}: {e}") from None
                 skip = max(0, offset - header.base_offset)

@@ -23,7 +23,8 @@ from zmq.utils.monitor import recv_monitor_message
 from node.wire import errors as E
 from node.wire import protocol as P
 from node.net import Channel, context
-from node.client.types import NETWORK_EXCEPTION, REQUEST_TIMED_OUT, error
+from node.client.types import error
+from node.wire.errors import ErrorCode
 
 MONITOR_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECTED
 RECEIVE_EVENTS_MAX = 64
@@ -114,7 +115,7 @@ class Network:
         try:
             cid = conn.channel.send(api_key, body, frames, expect_response=expect_response)
         except zmq.Again:
-            raise E.error_for(NETWORK_EXCEPTION)(f"{endpoint}: send queue full") from None
+            raise E.error_for(ErrorCode.NETWORK_EXCEPTION)(f"{endpoint}: send queue full") from None
         if expect_response:
             timeout_s = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
             self.in_flight[(endpoint, cid)] = _InFlight(endpoint, cid,
@@ -154,7 +155,7 @@ class Network:
         for key, entry in list(self.in_flight.items()):
             if entry.deadline_s <= now:
                 self.cancel(*key)
-                out.append(Completion(entry.endpoint, entry.context, None, REQUEST_TIMED_OUT,
+                out.append(Completion(entry.endpoint, entry.context, None, ErrorCode.REQUEST_TIMED_OUT,
                                       f"no response from {entry.endpoint} in time"))
         return out, ready_fds
 
@@ -175,7 +176,7 @@ class Network:
                 if any(k[0] == conn.endpoint for k in self.in_flight):
                     what = "connection lost" if kind == zmq.EVENT_DISCONNECTED else \
                         "connection refused"
-                    self._drop(conn, NETWORK_EXCEPTION, f"{conn.endpoint}: {what}", out)
+                    self._drop(conn, ErrorCode.NETWORK_EXCEPTION, f"{conn.endpoint}: {what}", out)
                     return True
         return False
 

@@ -16,7 +16,7 @@ Theory of operation (Kafka's RecordAccumulator + Sender, simplified):
   which is also what makes batches big under load. ``max_in_flight_requests_per_connection``
   bounds the requests in flight per broker.
 - Responses complete futures: record i of a batch gets offset base_offset + i.
-  Retriable errors (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
+  Retriable errors (ErrorCode.NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
   UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, a lost
   connection, ...) put the batches back at the front of their partition's queue after
   ``retry_backoff_ms`` and refresh metadata, up to ``retries`` attempts and within
@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.client.metadata import ClusterMetadata, parse_bootstrap, parse_metadata
 from node.client.network import Network
@@ -68,7 +69,6 @@ REQUEST_TIMEOUT_SLACK_MS = 2000  # the broker answers REQUEST_TIMED_OUT before w
 IDLE_POLL_MS = 1000
 # A Produce unanswered this long makes the producer check whether its leader moved.
 PRODUCE_SUSPECT_MS = 1000
-NOT_LEADER_OR_FOLLOWER = E.code_of("NOT_LEADER_OR_FOLLOWER")
 METADATA_MAX_AGE_MS = 300_000
 _client_ids = itertools.count(1)
 
@@ -828,7 +828,7 @@ class _Sender:
     def abandon_moved(self, md: ClusterMetadata, now: float) -> None:
         """Give up on in-flight requests whose every partition has a newer leader epoch
         in fresh metadata (the old leader is paused or partitioned: its answer would
-        only come after the request timeout). Retried like a NOT_LEADER_OR_FOLLOWER;
+        only come after the request timeout). Retried like a ErrorCode.NOT_LEADER_OR_FOLLOWER;
         a late answer is dropped."""
         for key, (endpoint, cid, context, _) in list(self.produce_in_flight.items()):
             sent = context[1]
@@ -839,7 +839,7 @@ class _Sender:
                 continue
             del self.produce_in_flight[key]
             self.net.cancel(endpoint, cid)
-            e = error(NOT_LEADER_OR_FOLLOWER, f"{endpoint} did not answer and is no longer "
+            e = error(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{endpoint} did not answer and is no longer "
                                               f"the leader")
             for tp, batches in sent:
                 self.muted.discard(tp)

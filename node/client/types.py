@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 
 KafkaError = E.KafkaError
 TopicPartition = namedtuple("TopicPartition", "topic partition")
@@ -13,15 +14,11 @@ ConsumerRecord = namedtuple("ConsumerRecord", "topic partition offset timestamp 
 BrokerMetadata = namedtuple("BrokerMetadata", "broker_id host port rack")
 
 # Errors after which the client's view of leadership is stale: refresh metadata.
-METADATA_STALE_CODES = frozenset(E.code_of(n) for n in (
-    "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PARTITION",
-    "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "NETWORK_EXCEPTION",
-    "REQUEST_TIMED_OUT", "REPLICA_NOT_AVAILABLE", "KAFKA_STORAGE_ERROR"))
-NETWORK_EXCEPTION = E.code_of("NETWORK_EXCEPTION")
-REQUEST_TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
-
-
-
+METADATA_STALE_CODES = frozenset((
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR))
 class KafkaTimeoutError(TimeoutError):
     """The client gave up waiting (a future's ``get``, metadata, a delivery timeout)."""
 

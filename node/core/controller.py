@@ -86,7 +86,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 from node.wire.protocol import ApiKey
 from node.wire.zkdata import PartitionState
@@ -449,7 +449,7 @@ class Controller:
         if not self.active and not isinstance(event, BecomeController):
             if isinstance(event, ControlledShutdownRequested):
                 return [ReplyControlledShutdown(event.request_id, {
-                    "error": E.code_of("NOT_CONTROLLER"), "remaining_partitions": []})]
+                    "error": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []})]
             return []
         self._out = []
         handler(event)
@@ -1010,10 +1010,10 @@ class Controller:
         broker = self.brokers.get(b)
         if broker is None:
             self._out.append(ReplyControlledShutdown(ev.request_id, {
-                "error": E.code_of("BROKER_NOT_AVAILABLE"), "remaining_partitions": []}))
+                "error": ErrorCode.BROKER_NOT_AVAILABLE, "remaining_partitions": []}))
             return
         if ev.broker_epoch >= 0 and ev.broker_epoch != broker.epoch:
-            code = E.CODES.get("STALE_BROKER_EPOCH", E.code_of("BROKER_NOT_AVAILABLE"))
+            code = ErrorCode.STALE_BROKER_EPOCH
             self._out.append(ReplyControlledShutdown(ev.request_id, {
                 "error": code, "remaining_partitions": []}))
             return
@@ -1044,7 +1044,7 @@ class Controller:
                          if (t, p) in self.states and self.states[(t, p)].leader == b
                          and len(self._replicas((t, p))) > 1]
             self._out.append(ReplyControlledShutdown(ev.request_id, {
-                "error": E.NONE, "remaining_partitions": remaining}))
+                "error": ErrorCode.NONE, "remaining_partitions": remaining}))
 
         pending = {"n": 2}
 
@@ -1291,8 +1291,8 @@ class Controller:
         def on_response(body: dict | None) -> None:
             if topic not in self.deleting:
                 return
-            ok = body is not None and body.get("error", -1) == E.NONE and all(
-                e[2] in (E.NONE, E.code_of("UNKNOWN_TOPIC_OR_PARTITION"))
+            ok = body is not None and body.get("error", -1) == ErrorCode.NONE and all(
+                e[2] in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 for e in body.get("partitions", []) if isinstance(e, list) and len(e) == 3)
             if ok:
                 self.deleting[topic].discard(broker_id)

@@ -68,7 +68,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire.protocol import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 
@@ -189,16 +189,6 @@ class _PendingProduce:
 
 RETRY_BACKOFF_MS = 100
 PENDING_PRODUCES_MAX = 100_000
-_NOT_LEADER = E.code_of("NOT_LEADER_OR_FOLLOWER")
-_NOT_ENOUGH_REPLICAS = E.code_of("NOT_ENOUGH_REPLICAS")
-_NOT_ENOUGH_REPLICAS_AFTER_APPEND = E.code_of("NOT_ENOUGH_REPLICAS_AFTER_APPEND")
-_REQUEST_TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
-_FENCED = E.code_of("FENCED_LEADER_EPOCH")
-_UNKNOWN_EPOCH = E.code_of("UNKNOWN_LEADER_EPOCH")
-_STALE_CONTROLLER_EPOCH = E.code_of("STALE_CONTROLLER_EPOCH")
-_OFFSET_OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
-
-
 class ReplicaCore:
     """One partition replica's replication state machine. See the module docstring."""
 
@@ -238,7 +228,7 @@ class ReplicaCore:
     def check_leader_and_isr(self, leader_epoch: int) -> int:
         """0 if a LeaderAndIsr with this leader epoch may be applied (it must be newer
         than the one we have, as Kafka); else STALE_CONTROLLER_EPOCH."""
-        return 0 if leader_epoch > self.leader_epoch else _STALE_CONTROLLER_EPOCH
+        return 0 if leader_epoch > self.leader_epoch else ErrorCode.STALE_CONTROLLER_EPOCH
 
     def _apply_partition_state(self, leader: int, leader_epoch: int, isr, replicas,
                                zk_version: int) -> None:
@@ -270,7 +260,7 @@ class ReplicaCore:
     def become_follower(self, *, leader: int, leader_epoch: int, isr, replicas,
                         zk_version: int, now_ms: int, log: LogView) -> list[Effect]:
         assert leader != self.broker_id, self
-        effects = self._fail_pending(_NOT_LEADER)
+        effects = self._fail_pending(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self._apply_partition_state(leader, leader_epoch, isr, replicas, zk_version)
         self.role = Role.FOLLOWER
         self.followers = {}
@@ -290,7 +280,7 @@ class ReplicaCore:
         return effects
 
     def stop(self, now_ms: int) -> list[Effect]:
-        effects = self._fail_pending(_NOT_LEADER)
+        effects = self._fail_pending(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.role = Role.NONE
         self.fetching = self.awaiting_epoch_answer = False
         self.followers = {}
@@ -301,9 +291,9 @@ class ReplicaCore:
 
     def check_produce(self, acks: int) -> int:
         if self.role is not Role.LEADER:
-            return _NOT_LEADER
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if acks == -1 and len(self.isr) < self.config.min_insync_replicas:
-            return _NOT_ENOUGH_REPLICAS
+            return ErrorCode.NOT_ENOUGH_REPLICAS
         return 0
 
     def on_leader_append(self, request_id, acks: int, first_offset: int, last_offset: int,
@@ -313,7 +303,7 @@ class ReplicaCore:
         effects: list[Effect] = []
         if acks == -1:
             if len(self.pending) >= PENDING_PRODUCES_MAX:
-                effects.append(CompleteProduce(request_id, _REQUEST_TIMED_OUT, first_offset))
+                effects.append(CompleteProduce(request_id, ErrorCode.REQUEST_TIMED_OUT, first_offset))
             else:
                 self.pending.append(_PendingProduce(request_id, first_offset, last_offset + 1,
                                                     now_ms + timeout_ms))
@@ -332,7 +322,7 @@ class ReplicaCore:
         for p in self.pending:
             if p.required_offset <= hw:
                 error = 0 if len(self.isr) >= self.config.min_insync_replicas \
-                    else _NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                    else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                 effects.append(CompleteProduce(p.request_id, error, p.first_offset))
             else:
                 waiting.append(p)
@@ -365,13 +355,13 @@ class ReplicaCore:
 
     def check_fetch_epoch(self, current_leader_epoch: int) -> int:
         if self.role is Role.NONE:
-            return _NOT_LEADER
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if current_leader_epoch < 0:
             return 0
         if current_leader_epoch < self.leader_epoch:
-            return _FENCED
+            return ErrorCode.FENCED_LEADER_EPOCH
         if current_leader_epoch > self.leader_epoch:
-            return _UNKNOWN_EPOCH
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
         return 0
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
@@ -435,7 +425,7 @@ class ReplicaCore:
                                        log: LogView) -> tuple[int, int, int]:
         """(error, leader_epoch, end_offset) for an OffsetForLeaderEpoch request."""
         if self.role is not Role.LEADER:
-            return _NOT_LEADER, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         error = self.check_fetch_epoch(current_leader_epoch)
         if error:
             return error, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
@@ -496,7 +486,7 @@ class ReplicaCore:
                 self._hw = hw
                 return [SetHighWatermark(hw)]
             return []
-        if error == _OFFSET_OUT_OF_RANGE:
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             leo = log.log_end_offset
             if leo > leader_log_end_offset >= 0:
                 # Ahead of the leader (possible in high-watermark mode after an unclean
@@ -531,7 +521,7 @@ class ReplicaCore:
         if not expired:
             return []
         self.pending = [p for p in self.pending if p.deadline_ms > now_ms]
-        return [CompleteProduce(p.request_id, _REQUEST_TIMED_OUT, p.first_offset)
+        return [CompleteProduce(p.request_id, ErrorCode.REQUEST_TIMED_OUT, p.first_offset)
                 for p in expired]
 
     def check_invariants(self, log: LogView) -> None:

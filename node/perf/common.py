@@ -7,6 +7,7 @@ import logging
 import sys
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.client import KafkaTimeoutError
 
 CLUSTER_CHECK_TIMEOUT_MS = 10_000
@@ -95,7 +96,7 @@ def check_topic(bootstrap: str, topic: str) -> dict:
     finally:
         admin.net.close()
     if topic in md.topic_errors or not md.topics.get(topic):
-        code = md.topic_errors.get(topic, E.code_of("UNKNOWN_TOPIC_OR_PARTITION"))
+        code = md.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         raise ToolError(f"Topic {topic} does not exist ({E.error_for(code).name})")
     return md.topics[topic]
 

@@ -29,7 +29,7 @@ The world, as the shells see it:
   incarnation of a restarted broker), dropped when the controller removes the broker or
   stops being controller (resigns, crashes). A paused controller's bytes in flight
   still arrive. Brokers track the highest controller epoch they have seen and refuse an
-  older one (STALE_CONTROLLER_EPOCH).
+  older one (ErrorCode.STALE_CONTROLLER_EPOCH).
 - Replication traffic (fetch, OffsetForLeaderEpoch, produce) is datagrams: delayed,
   reordered, dropped with ``drop_probability``, lost when an end is cut off.
 
@@ -56,7 +56,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from node.core import controller as C
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 from node.wire.protocol import ApiKey
 from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
@@ -67,10 +67,6 @@ from tests.sim.memlog import MemLog
 
 TOPIC = "t"
 NONE = 0
-TIMED_OUT = E.code_of("REQUEST_TIMED_OUT")
-NOT_LEADER = E.code_of("NOT_LEADER_OR_FOLLOWER")
-OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
-STALE_CONTROLLER_EPOCH = E.code_of("STALE_CONTROLLER_EPOCH")
 CONTROLLER_STEPS_MAX = 10_000      # per delivered event: a core that does not settle is a bug
 
 
@@ -745,7 +741,7 @@ class Sim:
         if broker.up and not broker.paused and r.epoch_request_in_flight == rid:
             r.epoch_request_in_flight = None
             self._perform(broker, r, r.core.on_offset_for_leader_epoch(
-                error=TIMED_OUT, leader_epoch=-1, end_offset=-1, now_ms=self.now, log=r.log))
+                error=ErrorCode.REQUEST_TIMED_OUT, leader_epoch=-1, end_offset=-1, now_ms=self.now, log=r.log))
 
     def _broker_receive(self, broker: Broker, src, message: tuple) -> None:
         kind = message[0]
@@ -799,7 +795,7 @@ class Sim:
             self.stats["stale_controller_refused"] += 1
             self._note(f"b{broker.broker_id} refuses {ApiKey(api_key).name} of controller "
                        f"epoch {epoch} < {broker.controller_epoch}: STALE_CONTROLLER_EPOCH")
-            self._controller_answer(broker, src, term, tag, {"error": STALE_CONTROLLER_EPOCH,
+            self._controller_answer(broker, src, term, tag, {"error": ErrorCode.STALE_CONTROLLER_EPOCH,
                                                              "partitions": []})
             return
         self._check_controller_acts(epoch, term, f"{ApiKey(api_key).name} accepted by "
@@ -856,9 +852,9 @@ class Sim:
                       parked: bool = False) -> None:
         _, p, rid, fetch_offset, epoch = message
         core, log = r.core, r.log
-        error = core.check_fetch_epoch(epoch) or (0 if core.role is Role.LEADER else NOT_LEADER)
+        error = core.check_fetch_epoch(epoch) or (0 if core.role is Role.LEADER else ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if not error and not log.log_start_offset <= fetch_offset <= log.log_end_offset:
-            error = OUT_OF_RANGE
+            error = ErrorCode.OFFSET_OUT_OF_RANGE
         if error:
             self.send(broker.broker_id, src, ("FetchResp", p, rid, error, [], fetch_offset,
                                               log.hw, log.log_start_offset,

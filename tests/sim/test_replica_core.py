@@ -3,9 +3,8 @@ it checks. The core is pure; ``MemLog`` plays the local log and the test plays t
 (performing effects in order) and the network."""
 from __future__ import annotations
 
-import pytest
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
                               Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
                               TruncateFully, TruncationMode, WriteIsr)
@@ -73,7 +72,7 @@ def test_hw_is_min_leo_over_isr_and_never_moves_back():
 
 def test_not_enough_replicas_before_the_append_when_isr_is_below_min_insync():
     core, log = leader(min_isr=2, isr=(0,))
-    assert produce(core, log, ["x"], -1)[0] == E.code_of("NOT_ENOUGH_REPLICAS")
+    assert produce(core, log, ["x"], -1)[0] == ErrorCode.NOT_ENOUGH_REPLICAS
     assert log.log_end_offset == 0, "nothing is appended"
     assert produce(core, log, ["x"], 1)[0] == 0, "acks=1 still succeeds"
 
@@ -100,7 +99,7 @@ def test_a_leader_that_cannot_write_its_isr_stops_acknowledging_acks_all():
     produce(core, log, ["a"], -1, request_id="p", now_ms=LAG_MS + 3, timeout_ms=100)
     assert log.hw == 0, "no HW advance on the shrunken ISR"
     out = apply(log, core.tick(LAG_MS + 200, log))
-    assert CompleteProduce("p", E.code_of("REQUEST_TIMED_OUT"), 0) in out
+    assert CompleteProduce("p", ErrorCode.REQUEST_TIMED_OUT, 0) in out
     assert WriteIsr(1, (0,), 0) in out, "the write is retried after a backoff"
 
 
@@ -120,15 +119,15 @@ def test_not_enough_replicas_after_append_when_the_isr_shrank_while_waiting():
     produce(core, log, ["a"], -1, request_id="p")
     apply(log, core.tick(LAG_MS + 1, log))
     out = apply(log, core.on_isr_written(True, zk_version=1, now_ms=LAG_MS + 2, log=log))
-    assert out == [CompleteProduce("p", E.code_of("NOT_ENOUGH_REPLICAS_AFTER_APPEND"), 0)]
+    assert out == [CompleteProduce("p", ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0)]
 
 
 def test_fetch_epoch_fencing():
     core, _ = leader(epoch=5)
     assert core.check_fetch_epoch(5) == 0 and core.check_fetch_epoch(-1) == 0
-    assert core.check_fetch_epoch(4) == E.code_of("FENCED_LEADER_EPOCH")
-    assert core.check_fetch_epoch(6) == E.code_of("UNKNOWN_LEADER_EPOCH")
-    assert core.check_leader_and_isr(5) == E.code_of("STALE_CONTROLLER_EPOCH")
+    assert core.check_fetch_epoch(4) == ErrorCode.FENCED_LEADER_EPOCH
+    assert core.check_fetch_epoch(6) == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert core.check_leader_and_isr(5) == ErrorCode.STALE_CONTROLLER_EPOCH
     assert core.check_leader_and_isr(6) == 0
 
 
@@ -172,7 +171,7 @@ def test_leader_epoch_mode_does_not_truncate_while_the_leader_does_not_answer():
     core, log = follower_with([(0, "m1"), (0, "m2")], 1, TruncationMode.LEADER_EPOCH)
     apply(log, core.become_follower(leader=2, leader_epoch=1, isr=(1, 2), replicas=(1, 2),
                                     zk_version=0, now_ms=0, log=log))
-    timed_out = E.code_of("REQUEST_TIMED_OUT")
+    timed_out = ErrorCode.REQUEST_TIMED_OUT
     assert apply(log, core.on_offset_for_leader_epoch(error=timed_out, leader_epoch=-1,
                                                       end_offset=-1, now_ms=1, log=log)) == []
     assert log.log_end_offset == 2
@@ -196,11 +195,11 @@ def test_out_of_range_follower_ahead_of_the_leader_cuts_to_the_leaders_leo():
     core, log = follower_with([(0, "a"), (0, "b"), (0, "c")], 3, TruncationMode.HIGH_WATERMARK)
     apply(log, core.become_follower(leader=2, leader_epoch=1, isr=(1, 2), replicas=(1, 2),
                                     zk_version=0, now_ms=0, log=log))
-    out = core.on_fetch_response(error=E.code_of("OFFSET_OUT_OF_RANGE"), leader_high_watermark=1,
+    out = core.on_fetch_response(error=ErrorCode.OFFSET_OUT_OF_RANGE, leader_high_watermark=1,
                                  leader_log_start_offset=0, leader_log_end_offset=1, now_ms=1,
                                  log=log)
     assert out == [Truncate(1)]
-    out = core.on_fetch_response(error=E.code_of("OFFSET_OUT_OF_RANGE"), leader_high_watermark=9,
+    out = core.on_fetch_response(error=ErrorCode.OFFSET_OUT_OF_RANGE, leader_high_watermark=9,
                                  leader_log_start_offset=7, leader_log_end_offset=9, now_ms=1,
                                  log=log)
     assert out == [TruncateFully(7)]
@@ -211,7 +210,7 @@ def test_becoming_follower_fails_pending_produces():
     produce(core, log, ["a"], -1, request_id="p")
     out = core.become_follower(leader=1, leader_epoch=2, isr=(1, 2), replicas=(0, 1, 2),
                                zk_version=1, now_ms=5, log=log)
-    assert CompleteProduce("p", E.code_of("NOT_LEADER_OR_FOLLOWER"), 0) in out
+    assert CompleteProduce("p", ErrorCode.NOT_LEADER_OR_FOLLOWER, 0) in out
     assert core.role is Role.FOLLOWER
 
 
@@ -223,4 +222,4 @@ def test_leader_answers_offset_for_leader_epoch_from_its_epoch_cache():
     produce(core, log, ["c"], 1)
     assert core.answer_offset_for_leader_epoch(3, 1, log) == (0, 1, 2)
     assert core.answer_offset_for_leader_epoch(3, 3, log) == (0, 3, 3)
-    assert core.answer_offset_for_leader_epoch(2, 1, log)[0] == E.code_of("FENCED_LEADER_EPOCH")
+    assert core.answer_offset_for_leader_epoch(2, 1, log)[0] == ErrorCode.FENCED_LEADER_EPOCH

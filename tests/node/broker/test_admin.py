@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 from node.broker.admin_manager import (ADMIN_API_KEYS, InvalidConfig, handle_admin_request,
                         topic_name_error, validate_topic_config)
@@ -18,7 +18,7 @@ from tests.node.broker.zk_helpers import (StandInConfig, make_client, register_b
 
 pytestmark = pytest.mark.process
 
-OK = E.NONE
+OK = ErrorCode.NONE
 
 
 @pytest.fixture
@@ -83,23 +83,23 @@ def test_create_topic_rack_aware_when_brokers_have_racks(make_client):
 
 def test_create_topic_errors_have_kafkas_codes(cluster):
     assert create(cluster, "x", 1, 1)[1] == OK
-    assert create(cluster, "x", 1, 1)[1] == E.code_of("TOPIC_ALREADY_EXISTS")
-    assert create(cluster, "y", 1, 4)[1] == E.code_of("INVALID_REPLICATION_FACTOR")
+    assert create(cluster, "x", 1, 1)[1] == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert create(cluster, "y", 1, 4)[1] == ErrorCode.INVALID_REPLICATION_FACTOR
     assert "larger than available brokers: 3" in create(cluster, "y", 1, 4)[2]
-    assert create(cluster, "y", 0, 1)[1] == E.code_of("INVALID_PARTITIONS")
-    assert create(cluster, "y", 1, 0)[1] == E.code_of("INVALID_REPLICATION_FACTOR")
+    assert create(cluster, "y", 0, 1)[1] == ErrorCode.INVALID_PARTITIONS
+    assert create(cluster, "y", 1, 0)[1] == ErrorCode.INVALID_REPLICATION_FACTOR
     assert create(cluster, "y", 1, 1, configs={"no.such.key": "1"})[1] == \
-        E.code_of("INVALID_CONFIG")
+        ErrorCode.INVALID_CONFIG
     assert create(cluster, "y", 1, 1, configs={"retention.ms": "soon"})[1] == \
-        E.code_of("INVALID_CONFIG")
+        ErrorCode.INVALID_CONFIG
     assert create(cluster, "y", assignment={0: [0, 9]})[1] == \
-        E.code_of("INVALID_REPLICA_ASSIGNMENT")
-    assert create(cluster, "y", 2, -1, assignment={0: [0, 1]})[1] == E.code_of("INVALID_REQUEST")
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert create(cluster, "y", 2, -1, assignment={0: [0, 1]})[1] == ErrorCode.INVALID_REQUEST
     for bad in ("", ".", "..", "a" * 250, "bad name", "ünï"):
-        assert create(cluster, bad, 1, 1)[1] == E.code_of("INVALID_TOPIC_EXCEPTION"), bad
+        assert create(cluster, bad, 1, 1)[1] == ErrorCode.INVALID_TOPIC_EXCEPTION, bad
     assert create(cluster, "a" * 249, 1, 1)[1] == OK
     assert create(cluster, "my.topic", 1, 1)[1] == OK
-    assert create(cluster, "my_topic", 1, 1)[1] == E.code_of("INVALID_TOPIC_EXCEPTION")
+    assert create(cluster, "my_topic", 1, 1)[1] == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert cluster.exists(Z.topic_path("y")) is None
 
 
@@ -112,7 +112,7 @@ def test_create_topic_with_manual_assignment_and_validate_only(cluster):
 
 def test_create_topic_while_marked_for_deletion_is_refused(cluster):
     cluster.create(Z.delete_topic_path("gone"), b"", makepath=True)
-    assert create(cluster, "gone", 1, 1)[1] == E.code_of("TOPIC_ALREADY_EXISTS")
+    assert create(cluster, "gone", 1, 1)[1] == ErrorCode.TOPIC_ALREADY_EXISTS
 
 
 def test_malformed_bodies_raise_protocol_error(cluster):
@@ -155,8 +155,8 @@ def test_delete_topics_queues_existing_topics(cluster):
     create(cluster, "a", 1, 1)
     resp = call(cluster, ApiKey.DELETE_TOPICS, {"topics": ["a", "nope", "b c"], "timeout_ms": 1})
     assert [r[:2] for r in resp["topics"]] == [
-        ["a", OK], ["nope", E.code_of("UNKNOWN_TOPIC_OR_PARTITION")],
-        ["b c", E.code_of("INVALID_TOPIC_EXCEPTION")]]
+        ["a", OK], ["nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION],
+        ["b c", ErrorCode.INVALID_TOPIC_EXCEPTION]]
     assert cluster.exists(Z.delete_topic_path("a")) is not None
     again = call(cluster, ApiKey.DELETE_TOPICS, {"topics": ["a"], "timeout_ms": 1})
     assert again["topics"][0][1] == OK
@@ -179,11 +179,11 @@ def test_create_partitions_errors_and_manual_assignment(cluster):
     def one(entry):
         return call(cluster, ApiKey.CREATE_PARTITIONS, {"topics": [entry], "timeout_ms": 1}
                     )["topics"][0][1]
-    assert one(["p", 2, None]) == E.code_of("INVALID_PARTITIONS")
-    assert one(["p", 1, None]) == E.code_of("INVALID_PARTITIONS")
-    assert one(["zz", 3, None]) == E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
-    assert one(["p", 3, [[0]]]) == E.code_of("INVALID_REPLICA_ASSIGNMENT")
-    assert one(["p", 4, [[0, 1]]]) == E.code_of("INVALID_REPLICA_ASSIGNMENT")
+    assert one(["p", 2, None]) == ErrorCode.INVALID_PARTITIONS
+    assert one(["p", 1, None]) == ErrorCode.INVALID_PARTITIONS
+    assert one(["zz", 3, None]) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert one(["p", 3, [[0]]]) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert one(["p", 4, [[0, 1]]]) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert one(["p", 3, [[2, 1]]]) == OK
     assert assignment_of(cluster, "p")[2] == [2, 1]
 
@@ -215,9 +215,9 @@ def test_elect_leaders_writes_the_election_znode_and_prechecks(cluster):
         "election_type": 0, "partitions": [["e", 0], ["e", 1], ["e", 2], ["e", 9]],
         "timeout_ms": 1})
     assert [r[:3] for r in resp["partitions"]] == [
-        ["e", 0, OK], ["e", 1, E.code_of("ELECTION_NOT_NEEDED")],
-        ["e", 2, E.code_of("PREFERRED_LEADER_NOT_AVAILABLE")],
-        ["e", 9, E.code_of("UNKNOWN_TOPIC_OR_PARTITION")]]
+        ["e", 0, OK], ["e", 1, ErrorCode.ELECTION_NOT_NEEDED],
+        ["e", 2, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE],
+        ["e", 9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]]
     value = json.loads(cluster.get(Z.PREFERRED_REPLICA_ELECTION)[0])
     assert value["partitions"] == [{"topic": "e", "partition": 0}]
     assert "election_type" not in value
@@ -239,7 +239,7 @@ def test_elect_leaders_merges_into_a_pending_election_and_refuses_another_type(c
     assert json.loads(cluster.get(Z.PREFERRED_REPLICA_ELECTION)[0])["partitions"] is None
     resp = call(cluster, ApiKey.ELECT_LEADERS, {"election_type": 1, "partitions": None,
                                                 "timeout_ms": 1})
-    assert resp["error"] == E.code_of("REQUEST_TIMED_OUT")
+    assert resp["error"] == ErrorCode.REQUEST_TIMED_OUT
 
 
 def test_unclean_election_request_is_marked_in_the_znode(cluster):
@@ -259,8 +259,8 @@ def test_alter_and_list_partition_reassignments(cluster):
         "partitions": [["r", 0, [1, 2]], ["r", 1, [1, 7]], ["r", 5, [0]], ["r", 1, [1, 1]]],
         "timeout_ms": 1})
     assert [x[2] for x in resp["partitions"]] == [
-        OK, E.code_of("INVALID_REPLICA_ASSIGNMENT"), E.code_of("UNKNOWN_TOPIC_OR_PARTITION"),
-        E.code_of("INVALID_REPLICA_ASSIGNMENT")]
+        OK, ErrorCode.INVALID_REPLICA_ASSIGNMENT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT]
     assert Z.decode_reassignment(cluster.get(Z.REASSIGN_PARTITIONS)[0]) == {("r", 0): [1, 2]}
     listed = call(cluster, ApiKey.LIST_PARTITION_REASSIGNMENTS, {"partitions": None})
     assert listed == {"error": OK, "partitions": [["r", 0, [1, 2, 0], [2], [0]]]}
@@ -277,7 +277,7 @@ def test_alter_and_list_partition_reassignments(cluster):
     assert cluster.exists(Z.REASSIGN_PARTITIONS) is None
     resp = call(cluster, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
         "partitions": [["r", 0, None]], "timeout_ms": 1})
-    assert resp["partitions"][0][2] == E.code_of("NO_REASSIGNMENT_IN_PROGRESS")
+    assert resp["partitions"][0][2] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
 
 def test_list_reassignments_reads_the_controllers_adding_and_removing(cluster):
@@ -303,7 +303,7 @@ def test_describe_configs_overrides_over_broker_defaults(cluster):
     assert values["min.insync.replicas"] == "2"
     assert values["unclean.leader.election.enable"] == "true"
     assert values["segment.bytes"] == str(1024 ** 3)
-    assert missing == ["zz", E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), {}]
+    assert missing == ["zz", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, {}]
 
 
 # kazoo's connection thread draws from the global `random` (ping jitter) while

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from tests.node.broker.harness import Cluster, wait_for
 
@@ -58,8 +58,8 @@ def test_acks_all_with_a_single_replica_completes_at_once(single):
 
 
 def test_produce_to_an_unknown_partition_is_refused(single):
-    assert single.produce(0, TOPIC, 7, [b"v"])[2] == E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
-    assert single.produce(0, "nope", 0, [b"v"])[2] == E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+    assert single.produce(0, TOPIC, 7, [b"v"])[2] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert single.produce(0, "nope", 0, [b"v"])[2] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_multi_partition_produce_is_answered_once_with_every_partition(single):
@@ -70,7 +70,7 @@ def test_multi_partition_produce_is_answered_once_with_every_partition(single):
     response = single.request(0, P.ApiKey.PRODUCE, body, frames)
     results = {(t, p): (err, base) for t, p, err, base, _, _ in response.body["partitions"]}
     assert results == {(TOPIC, 0): (0, 0), (TOPIC, 1): (0, 0),
-                       (TOPIC, 9): (E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), -1)}
+                       (TOPIC, 9): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
     assert not single.channel(0).socket.poll(200)
 
 
@@ -104,7 +104,7 @@ def test_long_poll_fetch_returns_empty_after_max_wait(single):
 def test_fetch_beyond_the_log_end_is_out_of_range(single):
     single.produce(0, TOPIC, 0, [b"a"])
     entry, _ = single.fetch(0, TOPIC, 0, 5)
-    assert entry[2] == E.code_of("OFFSET_OUT_OF_RANGE")
+    assert entry[2] == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 def test_list_offsets_earliest_and_latest(single):
@@ -114,7 +114,7 @@ def test_list_offsets_earliest_and_latest(single):
     assert single.list_offset(0, TOPIC, 0, P.EARLIEST_TIMESTAMP)[4] == 0
     assert single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 7
     assert single.list_offset(0, TOPIC, 5, P.LATEST_TIMESTAMP)[2] == \
-        E.code_of("UNKNOWN_TOPIC_OR_PARTITION")
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_metadata_comes_from_update_metadata(single):
@@ -125,11 +125,11 @@ def test_metadata_comes_from_update_metadata(single):
     assert (name, error) == (TOPIC, 0)
     assert partitions == [[0, 0, 0, 0, [0], [0], []], [1, 0, 0, 0, [0], [0], []]]
     body = single.request(0, P.ApiKey.METADATA, {"topics": ["nope"]}).body
-    assert body["topics"] == [["nope", E.code_of("UNKNOWN_TOPIC_OR_PARTITION"), []]]
+    assert body["topics"] == [["nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []]]
 
 
 def test_stale_controller_epoch_is_refused(single):
-    stale = E.code_of("STALE_CONTROLLER_EPOCH")
+    stale = ErrorCode.STALE_CONTROLLER_EPOCH
     single.controller_epoch = 5
     assert single.send_update_metadata()[0]["error"] == 0
     assert single.send_update_metadata(epoch=4)[0]["error"] == stale
@@ -145,7 +145,7 @@ def test_stale_controller_epoch_is_refused(single):
 def test_malformed_requests_get_invalid_request_and_the_broker_keeps_serving(single):
     import msgpack
     channel = single.channel(0)
-    invalid = E.code_of("INVALID_REQUEST")
+    invalid = ErrorCode.INVALID_REQUEST
     # A body that is not msgpack, with a readable header.
     channel.socket.send_multipart([msgpack.packb([0, 0, 4242, "evil"]), b"\xc1\xc1\xc1"])
     # A produce whose fields have the wrong types.
@@ -172,7 +172,7 @@ def test_malformed_requests_get_invalid_request_and_the_broker_keeps_serving(sin
     batch[-1] ^= 0xFF
     body = {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]}
     entry = single.request(0, P.ApiKey.PRODUCE, body, [batch]).body["partitions"][0]
-    assert entry[2] == E.code_of("CORRUPT_MESSAGE")
+    assert entry[2] == ErrorCode.CORRUPT_MESSAGE
     # A controller request naming a path outside the log dir.
     bad = {"controller_id": 1, "controller_epoch": single.controller_epoch,
            "partitions": [["../../escape", 0, 0, 9, [0], 0, [0], True]], "live_leaders": []}
@@ -191,7 +191,7 @@ def test_oversized_batch_is_refused_with_message_too_large(tmp_path, cluster_id)
         cluster.add_broker(0, message_max_bytes=4096)
         cluster.create_topic(TOPIC, {0: [0]})
         entry = cluster.produce(0, TOPIC, 0, [b"x" * 5000])
-        assert entry[2] == E.code_of("MESSAGE_TOO_LARGE")
+        assert entry[2] == ErrorCode.MESSAGE_TOO_LARGE
         assert cluster.produce(0, TOPIC, 0, [b"x" * 100])[2:4] == [0, 0]
     finally:
         cluster.close()
@@ -199,10 +199,10 @@ def test_oversized_batch_is_refused_with_message_too_large(tmp_path, cluster_id)
 
 def test_follower_fetch_on_a_leader_with_a_stale_epoch_is_fenced(single):
     entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=5)
-    assert entry[2] == E.code_of("UNKNOWN_LEADER_EPOCH")
+    assert entry[2] == ErrorCode.UNKNOWN_LEADER_EPOCH
     single.elect(TOPIC, 0, 0, [0])
     entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=0)
-    assert entry[2] == E.code_of("FENCED_LEADER_EPOCH")
+    assert entry[2] == ErrorCode.FENCED_LEADER_EPOCH
     entry, _ = single.fetch(0, TOPIC, 0, 0, leader_epoch=1)
     assert entry[2] == 0
 
@@ -214,7 +214,7 @@ def test_stop_replica_with_delete_removes_the_log(single):
     assert single.request(0, P.ApiKey.STOP_REPLICA, body).body == \
         {"error": 0, "partitions": [[TOPIC, 1, 0]]}
     assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
-    assert single.produce(0, TOPIC, 1, [b"a"])[2] == E.code_of("NOT_LEADER_OR_FOLLOWER")
+    assert single.produce(0, TOPIC, 1, [b"a"])[2] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_sigterm_exits_0_and_a_restart_reopens_the_log(single):
@@ -268,7 +268,7 @@ def test_topic_config_overrides_min_insync_replicas(cluster):
     cluster.add_broker(0)
     cluster.create_topic("strict", {0: [0]})
     assert cluster.produce(0, "strict", 0, [b"x"], acks=-1)[2] == \
-        E.code_of("NOT_ENOUGH_REPLICAS")
+        ErrorCode.NOT_ENOUGH_REPLICAS
     assert cluster.produce(0, "strict", 0, [b"x"], acks=1)[2] == 0
 
 

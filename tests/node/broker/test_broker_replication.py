@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from shm.board import BoardReader, Role
 from tests.node.broker.harness import Cluster, wait_for
@@ -60,7 +60,7 @@ def test_follower_replicates_and_the_high_watermark_advances(cluster):
     assert [v for _, v in records] == [b"a", b"b", b"c"]
     # Followers refuse consumer fetches (no KIP-392 here).
     entry, _ = cluster.fetch(1, TOPIC, 0, 0)
-    assert entry[2] == E.code_of("NOT_LEADER_OR_FOLLOWER")
+    assert entry[2] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_acks_all_waits_for_the_follower(cluster):
@@ -108,10 +108,10 @@ def test_isr_below_min_insync_replicas_refuses_acks_all_but_not_acks_1(cluster):
     try:
         entry = cluster.produce(0, TOPIC, 0, [b"x"], acks=-1)
         # Appended, then the ISR shrank below min.insync.replicas while it waited.
-        assert entry[2] == E.code_of("NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+        assert entry[2] == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         wait_for(lambda: cluster.partition_state(TOPIC, 0).isr == (0,), "ISR shrink")
         assert cluster.produce(0, TOPIC, 0, [b"y"], acks=-1)[2] == \
-            E.code_of("NOT_ENOUGH_REPLICAS")
+            ErrorCode.NOT_ENOUGH_REPLICAS
         assert cluster.produce(0, TOPIC, 0, [b"z"], acks=1)[2] == 0
     finally:
         cluster.brokers[1].signal(signal.SIGCONT)
@@ -123,7 +123,7 @@ def test_acks_all_times_out_with_request_timed_out(cluster):
     cluster.brokers[1].signal(signal.SIGSTOP)
     try:
         entry = cluster.produce(0, TOPIC, 0, [b"x"], acks=-1, timeout_ms=500)
-        assert entry[2] == E.code_of("REQUEST_TIMED_OUT")
+        assert entry[2] == ErrorCode.REQUEST_TIMED_OUT
     finally:
         cluster.brokers[1].signal(signal.SIGCONT)
 
@@ -135,7 +135,7 @@ def test_leader_change_keeps_acknowledged_records_and_the_old_leader_follows(clu
         assert cluster.produce(0, TOPIC, 0, [b"e0-%d" % i], acks=-1)[2] == 0
     wait_for(lambda: replica_offsets(cluster, 1) == (3, 3), "follower caught up")
     cluster.elect(TOPIC, 0, 1, [1, 0])
-    assert cluster.produce(0, TOPIC, 0, [b"x"])[2] == E.code_of("NOT_LEADER_OR_FOLLOWER")
+    assert cluster.produce(0, TOPIC, 0, [b"x"])[2] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     for i in range(3):
         assert cluster.produce(1, TOPIC, 0, [b"e1-%d" % i], acks=-1)[2:4] == [0, 3 + i]
     wait_for(lambda: replica_offsets(cluster, 0) == (6, 6), "old leader follows")

@@ -7,6 +7,7 @@ import pytest
 import zmq
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.client import (ClusterMetadata, Network, parse_bootstrap, parse_metadata)
 from node.net import context
@@ -116,7 +117,7 @@ def test_a_peer_that_goes_away_fails_the_requests_in_flight(router):
         started, failed = time.monotonic(), []
         while not failed and time.monotonic() - started < 10:
             failed, _ = net.poll(100)
-        assert failed[0].context == 2 and failed[0].error_code == E.code_of("NETWORK_EXCEPTION")
+        assert failed[0].context == 2 and failed[0].error_code == ErrorCode.NETWORK_EXCEPTION
         assert time.monotonic() - started < 5
     finally:
         net.close()

@@ -13,17 +13,11 @@ import pytest
 import zmq
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.client import Consumer, KafkaTimeoutError, Producer
 from node.net import context
 from shm.batch import build_batch, parse_batches, stamp
-
-NOT_LEADER = E.code_of("NOT_LEADER_OR_FOLLOWER")
-NOT_ENOUGH_REPLICAS = E.code_of("NOT_ENOUGH_REPLICAS")
-INVALID_REQUEST = E.code_of("INVALID_REQUEST")
-FENCED_LEADER_EPOCH = E.code_of("FENCED_LEADER_EPOCH")
-OFFSET_OUT_OF_RANGE = E.code_of("OFFSET_OUT_OF_RANGE")
-
 
 class ScriptedBroker:
     """Answers Metadata itself (one topic "t", one partition, led by this broker) and
@@ -93,7 +87,7 @@ def produce_answer(request, code, base_offset=0, message=None):
 
 
 def test_not_leader_refreshes_metadata_and_retries(scripted):
-    answers = iter([NOT_LEADER, NOT_LEADER, 0])
+    answers = iter([ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_LEADER_OR_FOLLOWER, 0])
     broker = scripted(lambda r: produce_answer(r, next(answers), base_offset=42))
     with Producer(broker.bootstrap, acks="all", retry_backoff_ms=10) as producer:
         meta = producer.send("t", b"x", partition=0).get(10)
@@ -103,7 +97,7 @@ def test_not_leader_refreshes_metadata_and_retries(scripted):
 
 
 def test_retries_exhausted_raise_the_broker_error_with_its_message(scripted):
-    broker = scripted(lambda r: produce_answer(r, NOT_ENOUGH_REPLICAS, message="isr 1 < 2"))
+    broker = scripted(lambda r: produce_answer(r, ErrorCode.NOT_ENOUGH_REPLICAS, message="isr 1 < 2"))
     with Producer(broker.bootstrap, acks="all", retries=2, retry_backoff_ms=10) as producer:
         with pytest.raises(E.NotEnoughReplicasError, match="isr 1 < 2"):
             producer.send("t", b"x", partition=0).get(10)
@@ -111,7 +105,7 @@ def test_retries_exhausted_raise_the_broker_error_with_its_message(scripted):
 
 
 def test_a_non_retriable_error_is_raised_at_once(scripted):
-    broker = scripted(lambda r: produce_answer(r, INVALID_REQUEST))
+    broker = scripted(lambda r: produce_answer(r, ErrorCode.INVALID_REQUEST))
     with Producer(broker.bootstrap, acks=1, retry_backoff_ms=10) as producer:
         future = producer.send("t", b"x", partition=0)
         with pytest.raises(E.InvalidRequestError):
@@ -159,7 +153,7 @@ def fetch_handler(log: list, errors: list):
             data = b"".join(bytes(b) for b in log)
             end = sum(len(parse_batches(b)[0].values) for b in log)
             if offset > end:
-                return ({"partitions": [[topic, partition, OFFSET_OUT_OF_RANGE, end, 0, end]]},
+                return ({"partitions": [[topic, partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, 0, end]]},
                         [b""])
             return ({"partitions": [[topic, partition, 0, end, 0, end]]},
                     [data if offset < end else b""])
@@ -178,7 +172,7 @@ def make_log(values_per_batch):
 
 
 def test_consumer_refreshes_metadata_on_fenced_epoch_and_sends_the_epoch(scripted):
-    errors = [FENCED_LEADER_EPOCH]
+    errors = [ErrorCode.FENCED_LEADER_EPOCH]
     broker = scripted(fetch_handler(make_log([[b"a", b"b"], [b"c"]]), errors), leader_epoch=3)
     with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50,
                   retry_backoff_ms=10) as consumer:
@@ -248,7 +242,7 @@ def test_a_newer_leader_epoch_ends_the_backoff_early(scripted):
         state["produces"] += 1
         if state["produces"] == 1:
             holder["broker"].leader_epoch += 1  # leadership moved (to the same address)
-            return produce_answer(request, NOT_LEADER)
+            return produce_answer(request, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return produce_answer(request, 0, base_offset=5)
 
     broker = holder["broker"] = scripted(handle)
@@ -263,7 +257,7 @@ def test_a_newer_leader_epoch_ends_the_backoff_early(scripted):
 
 def test_consumer_resumes_at_once_when_the_leader_epoch_moves(scripted):
     log = make_log([[b"a"]])
-    errors = [FENCED_LEADER_EPOCH]
+    errors = [ErrorCode.FENCED_LEADER_EPOCH]
     holder = {}
     inner = fetch_handler(log, errors)
 

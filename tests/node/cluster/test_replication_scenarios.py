@@ -12,6 +12,7 @@ import time
 import pytest
 
 from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.client import Producer
 from node.net import Channel
 from node.wire import protocol as P
@@ -281,7 +282,7 @@ def test_controller_failover_raises_the_epoch_and_a_paused_old_controller_is_ref
                     "live_leaders": []}
             answer = channel.request(P.ApiKey.LEADER_AND_ISR, body, timeout_ms=10_000).body
             channel.close()
-            assert answer["error"] == E.code_of("STALE_CONTROLLER_EPOCH")
+            assert answer["error"] == ErrorCode.STALE_CONTROLLER_EPOCH
         finally:
             c.kill(old, "CONT")
         # The resumed old controller finds its session gone and does not act as controller.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from node.core import controller as C
-from node.wire import errors as E
+from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 from node.wire.protocol import ApiKey
 
@@ -271,7 +271,7 @@ def test_fenced_write_resigns_and_stale_controller_ignores_everything_after():
     assert h.resigned and not h.core.active
     assert h.requests(ApiKey.LEADER_AND_ISR, 1) == []     # nothing sent on a failed write
     reply = h.core.step(C.ControlledShutdownRequested("r", 1))
-    assert reply[0].body["error"] == E.code_of("NOT_CONTROLLER")
+    assert reply[0].body["error"] == ErrorCode.NOT_CONTROLLER
 
 
 def test_leader_epoch_strictly_increases_and_leader_is_in_isr_through_a_storm():
@@ -458,7 +458,7 @@ def test_controlled_shutdown_reports_partitions_without_another_isr_replica():
 def test_controlled_shutdown_of_unknown_broker_or_stale_epoch_is_refused():
     h = three_brokers()
     h.run(C.ControlledShutdownRequested("a", 9))
-    assert h.replies[-1].body["error"] == E.code_of("BROKER_NOT_AVAILABLE")
+    assert h.replies[-1].body["error"] == ErrorCode.BROKER_NOT_AVAILABLE
     h.run(C.ControlledShutdownRequested("b", 1, broker_epoch=12345))
     assert h.replies[-1].body["error"] != 0
 
