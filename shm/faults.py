@@ -55,3 +55,17 @@ def point(name: str) -> None:
     if hook is not None:
         assert name in _KNOWN, name
         hook(name)
+
+
+def break_invariant_at(name: str) -> None:
+    """Arm ``name`` to fail an assertion when it is reached: how a test shows what a
+    broken invariant does to a live process (``MINIKAFKA_BROKER_FAULT_POINT``)."""
+    global hook
+    if name not in _KNOWN:
+        raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
+
+    def fail(hit: str) -> None:
+        if hit == name:
+            raise AssertionError(f"fault point {name}: an invariant broken on purpose")
+
+    hook = fail

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 from . import jute, persist
 from .core import Core
@@ -111,9 +112,12 @@ class ZkConnection(asyncio.Protocol):
         except jute.ProtocolError as exc:
             log.warning("bad input from %s: %s; closing connection", self.peer, exc)
             self._drop(core)
-        except Exception:  # a bug must cost one connection, never the server
-            log.exception("internal error on a request from %s; closing connection", self.peer)
-            self._drop(core)
+        except Exception as exc:
+            # Bad input is a ProtocolError, and the core answers a failing operation
+            # with its error code: anything else is a bug that may have left the tree
+            # half-changed. Serving on from it could acknowledge what is not true.
+            server.die(exc, f"a request from {self.peer}")
+            return
         server.after_input()
 
     def _drop(self, core) -> None:
@@ -150,6 +154,21 @@ class ZkServer:
         self._stopping: asyncio.Event | None = None
         self._fatal: BaseException | None = None
         self.started_ms = now
+
+    def die(self, exc: BaseException, context: str) -> None:
+        """A broken invariant (or another bug): one log line, nothing more acknowledged,
+        every connection cut, and the process exits non-zero."""
+        frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+        where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" \
+            if frames else ""
+        kind = "broken invariant" if isinstance(exc, AssertionError) else \
+            f"internal error ({type(exc).__name__})"
+        log.critical("%s on %s: %s%s; shutting down", kind, context,
+                     str(exc).replace("\n", " ") or "(no message)", where)
+        self._fatal = exc
+        for conn in list(self.connections):
+            conn.transport.abort()
+        self._stopping.set()
 
     # ------------------------------------------------------------------ pipeline
     def schedule_flush(self) -> None:
@@ -241,7 +260,11 @@ class ZkServer:
         while True:
             now = _now_ms()
             await asyncio.sleep(((now // tick + 1) * tick - now) / 1000)
-            self.core.tick(_now_ms())
+            try:
+                self.core.tick(_now_ms())
+            except Exception as exc:  # the core's tick fails only on a bug
+                self.die(exc, "a tick")
+                return
             self.schedule_flush()
 
     # ------------------------------------------------------------------ 4lw

@@ -43,7 +43,6 @@ EPOCH_BUMP_ATTEMPTS_MAX = 10
 EVENTS_PER_RUN_MAX = 100_000          # effects loop guard: a core bug must not spin forever
 TREE_NODES_MAX = 100_000              # recursive delete bound
 READ_PIPELINE_MAX = 1_000             # coordinator reads in flight at once on failover
-INTERNAL_ERROR_PAUSE_MS = 5_000       # before competing again after a controller bug
 
 _ERROR_NAMES = {BadVersionError: "BadVersion", NoNodeError: "NoNode",
                 NodeExistsError: "NodeExists", NotEmptyError: "NotEmpty"}
@@ -67,7 +66,6 @@ class ControllerRunner:
         self._started = False
         self._stopped = False
         self._want_election = False
-        self._elect_not_before_ms = 0
         self._watched_topics: set[str] = set()
         self._watchers: dict = {}
         self._replies: dict[int, Callable[[dict], None]] = {}
@@ -99,7 +97,7 @@ class ControllerRunner:
     def tick(self, now_ms: int) -> None:
         if self._stopped:
             return
-        if self._want_election and not self.active and now_ms >= self._elect_not_before_ms:
+        if self._want_election and not self.active:
             self._elect()
         if self.active:
             self._run(C.Tick(now_ms))
@@ -123,10 +121,7 @@ class ControllerRunner:
         if self._stopped:
             return
         self._stopped = True
-        try:
-            self.zk.remove_listener(self._on_session_state)
-        except Exception:
-            pass
+        self.zk.remove_listener(self._on_session_state)  # a set discard: cannot fail
         was_active = self.active
         self._resign("stopping")
         if was_active:
@@ -471,16 +466,10 @@ class ControllerRunner:
                 assert steps <= EVENTS_PER_RUN_MAX, "controller effects loop does not settle"
                 core = self._core
                 event = self._queue.popleft()
-                try:
-                    effects = core.step(event)
-                except Exception:
-                    # A controller bug must not take the broker down: log it, resign, and
-                    # let an election (after a pause) rebuild the state from scratch.
-                    log.exception("controller failed on %r", event)
-                    self._resign("internal error")
-                    self._want_election = not self._stopped
-                    self._elect_not_before_ms = self._now_ms() + INTERNAL_ERROR_PAUSE_MS
-                    break
+                # The core is pure: it fails only on a bug, which stops the broker
+                # (node.broker.failures) and ends its session, so another broker's
+                # controller rebuilds the state from the coordinator.
+                effects = core.step(event)
                 for effect in effects:
                     self._perform(effect)
                     if self._core is not core:

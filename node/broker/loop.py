@@ -27,6 +27,7 @@ import zmq
 
 from node.wire import protocol as P
 from node.net import Channel, ChannelError
+from node.broker.failures import EXPECTED_ERRORS
 
 logger = logging.getLogger("node.broker.server")
 
@@ -115,15 +116,14 @@ class EventLoop:
 
     @staticmethod
     def _call(fn: Callable[[], None]) -> None:
-        """Run one event. An error in one (a disk error in a truncation, a bug in a
-        callback) is logged and the loop goes on serving; a failed assertion is a broken
-        invariant and stops the process loudly."""
+        """Run one event. An expected failure in one (a disk error in a truncation, a
+        coordinator that is away) is logged and the loop goes on serving; anything else,
+        a failed assertion first, is a bug: it propagates and stops the process
+        (node.broker.failures)."""
         try:
             fn()
-        except AssertionError:
-            raise
-        except Exception:
-            logger.exception("event %r failed; the broker keeps serving", fn)
+        except EXPECTED_ERRORS as e:
+            logger.error("event %r failed: %s; the broker keeps serving", fn, e)
 
     def _run_timers(self) -> None:
         now = now_ms()

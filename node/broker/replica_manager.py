@@ -36,6 +36,7 @@ from node.broker import limits as L
 from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 from node.broker.loop import EventLoop, now_ms
+from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS
 from node.config import BrokerConfig, topic_log_config, topic_setting
 from node.broker.metadata_cache import MetadataCache
 from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
@@ -214,7 +215,7 @@ class ReplicaManager:
             return ErrorCode.INVALID_REQUEST
         try:
             part = self._partition(topic, partition)
-        except Exception as e:
+        except STORAGE_ERRORS + COORDINATOR_ERRORS as e:
             logger.error("%s-%d: cannot open the log: %s", topic, partition, e)
             return ErrorCode.KAFKA_STORAGE_ERROR
         error = part.core.check_leader_and_isr(leader_epoch)
@@ -275,7 +276,7 @@ class ReplicaManager:
                     Log.open(d, topic, partition, self.config.log_config,
                              cluster_id=self.cluster_id, broker_id=self.broker_id).delete()
                     logger.info("%s-%d: deleted a stray log in %s", topic, partition, d)
-                except Exception as e:
+                except STORAGE_ERRORS as e:
                     logger.error("%s-%d: cannot delete the stray log in %s: %s", topic,
                                  partition, d, e)
 
@@ -306,7 +307,7 @@ class ReplicaManager:
             return Z.decode_topic_config(topic, data)
         except NoNodeError:
             return {}
-        except Exception as e:  # a garbled or unreadable config: the broker's defaults
+        except COORDINATOR_ERRORS as e:  # garbled or unreadable: the broker's defaults
             logger.error("ignoring the topic config of %s: %s", topic, e)
             return {}
 
@@ -330,45 +331,48 @@ class ReplicaManager:
         try:
             result = self.zk.set_async(path, Z.encode_partition_state(state),
                                        version=effect.zk_version)
-        except Exception as e:
+        except COORDINATOR_ERRORS as e:
             logger.warning("%s-%d: ISR write failed: %s", part.topic, part.partition, e)
             self.loop.post(lambda: self._isr_written(part, ok=False))
             return
+        # The result is read on the loop (it is ready by then: get() does not block), so
+        # that anything unexpected in handling it stops the broker instead of dying
+        # quietly in a kazoo thread.
+        result.rawlink(lambda r: self.loop.post(lambda: self._isr_write_done(part, r)))
 
-        def done(async_result) -> None:  # kazoo thread
-            try:
-                stat = async_result.get()
-                self.loop.post(lambda: self._isr_written(part, ok=True, zk_version=stat.version))
-            except BadVersionError:
-                self.loop.post(lambda: self._isr_conflict(part))
-            except Exception as e:
-                logger.warning("%s-%d: ISR write failed: %s", part.topic, part.partition, e)
-                self.loop.post(lambda: self._isr_written(part, ok=False))
-
-        result.rawlink(done)
+    def _isr_write_done(self, part: Partition, result) -> None:
+        try:
+            stat = result.get()
+        except BadVersionError:
+            self._isr_conflict(part)
+            return
+        except COORDINATOR_ERRORS as e:
+            logger.warning("%s-%d: ISR write failed: %s", part.topic, part.partition, e)
+            self._isr_written(part, ok=False)
+            return
+        self._isr_written(part, ok=True, zk_version=stat.version)
 
     def _isr_conflict(self, part: Partition) -> None:
         """BadVersion: read what the znode holds now and tell the core."""
         path = Z.partition_state_path(part.topic, part.partition)
         try:
             result = self.zk.get_async(path)
-        except Exception:
+        except COORDINATOR_ERRORS:
             self._isr_written(part, ok=False)
             return
 
-        def done(async_result) -> None:  # kazoo thread
+        def done(async_result) -> None:  # on the loop; the result is ready
             try:
                 data, stat = async_result.get()
                 state = Z.decode_partition_state(data, stat.version, path)
-            except Exception as e:
+            except COORDINATOR_ERRORS as e:
                 logger.warning("%s: cannot read after a conflict: %s", path, e)
-                self.loop.post(lambda: self._isr_written(part, ok=False))
+                self._isr_written(part, ok=False)
                 return
-            self.loop.post(lambda: self._isr_written(
-                part, ok=False, isr=state.isr, leader_epoch=state.leader_epoch,
-                zk_version=state.zk_version))
+            self._isr_written(part, ok=False, isr=state.isr, leader_epoch=state.leader_epoch,
+                              zk_version=state.zk_version)
 
-        result.rawlink(done)
+        result.rawlink(lambda r: self.loop.post(lambda: done(r)))
 
     def _isr_written(self, part: Partition, *, ok: bool, isr=None, leader_epoch=None,
                      zk_version=None) -> None:
@@ -391,7 +395,7 @@ class ReplicaManager:
         try:
             self.zk.create_async(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([part.key]),
                                  sequence=True)
-        except Exception as e:
+        except COORDINATOR_ERRORS as e:
             logger.warning("cannot create an ISR change notification: %s", e)
 
     # ================================================================ periodic duties
@@ -417,7 +421,7 @@ class ReplicaManager:
                 offsets = file.read()
                 offsets.update(updates)
                 file.write(offsets)
-            except Exception as e:  # a failing disk must not stop the broker
+            except STORAGE_ERRORS as e:  # a failing disk must not stop the broker
                 logger.error("%s: HW checkpoint failed: %s", data_dir, e)
                 continue
             for key, hw in updates.items():
@@ -436,7 +440,7 @@ class ReplicaManager:
         for part in list(self.partitions.values()):
             try:
                 fn(part)
-            except Exception as e:  # a failing disk must not stop the other partitions
+            except STORAGE_ERRORS as e:  # a failing disk must not stop the other partitions
                 logger.error("%s-%d: %s failed: %s", part.topic, part.partition, what, e)
 
     def close(self) -> None:
@@ -444,7 +448,7 @@ class ReplicaManager:
         for part in list(self.partitions.values()):
             try:
                 part.log.close()
-            except Exception as e:
+            except STORAGE_ERRORS as e:
                 logger.error("%s-%d: close failed: %s", part.topic, part.partition, e)
         self.partitions.clear()
         self.dirty.clear()

@@ -49,7 +49,7 @@ import re
 import signal
 import sys
 import time
-import traceback
+import threading
 import uuid
 
 import zmq
@@ -61,6 +61,8 @@ from node.wire import errors as E
 from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.wire import zkdata as Z
+from node.broker import failures
+from node.broker.failures import COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ERRORS
 from node.broker.loop import EventLoop, Outbound, now_ms
 from node.broker.purgatory import FetchPurgatory, FetchRead, ParkedFetch, ProduceRequest
 from node.broker.replica_manager import Partition, ReplicaManager
@@ -71,6 +73,7 @@ from node.net import context
 from node.core.replication import CompleteProduce, Role
 from shm import board as SB
 from shm.errors import OffsetOutOfRangeError
+from shm import faults
 from shm.names import check_cluster_id, cluster_objects, unlink
 
 from node.broker.admin_manager import ADMIN_API_KEYS, handle_admin_request
@@ -241,17 +244,42 @@ class Broker:
             logger.warning("new coordinator session: registering again")
             try:
                 self._register()
-            except Exception as e:  # retried on the next reconnect
+            except COORDINATOR_ERRORS as e:  # retried on the next reconnect
                 logger.error("re-registration failed: %s", e)
                 self._session_lost = True
 
     # ================================================================ the loop
 
     def run(self) -> int:
-        while not self._stop:
-            self.loop.run_once()
+        try:
+            while not self._stop:
+                self.loop.run_once()
+        except Exception as e:  # expected failures are handled where they happen: a bug
+            return self.die(e)
         self._close()
         return 0
+
+    def die(self, e: BaseException) -> int:
+        """A broken invariant (or another bug): one log line, then stop without flushing
+        or checkpointing what may be wrong. Ending the coordinator session (bounded)
+        lets the controller move our leaderships now instead of after the session
+        timeout; our shared-memory objects go, the files stay for recovery."""
+        code = failures.fatal(e)
+        closer = threading.Thread(target=self._end_session, daemon=True)
+        closer.start()
+        closer.join(L.ZK_OP_TIMEOUT_S)
+        if self.cluster_id is not None:
+            head = f"/mk-{self.cluster_id}-b{self.broker_id}-"
+            for name in cluster_objects(self.cluster_id):
+                if name.startswith(head):
+                    unlink(name)
+        return code
+
+    def _end_session(self) -> None:
+        try:
+            self.zk.stop()
+        except COORDINATOR_ERRORS:
+            pass  # the session then ends by timing out
 
     def _tick(self) -> None:
         now = now_ms()
@@ -303,13 +331,13 @@ class Broker:
                            request.client_id, e)
             self._reply(identity, request.correlation_id, request.api_key,
                         {"error": ErrorCode.INVALID_REQUEST, "error_message": str(e)})
-        except AssertionError:
-            raise  # a broken invariant is a bug: stop loudly
-        except Exception as e:
-            logger.error("%s request failed: %s\n%s", _api_name(request.api_key), e,
-                         traceback.format_exc())
+        except EXPECTED_ERRORS as e:
+            # A disk or coordinator failure costs this request; anything else is a bug
+            # and stops the broker (node.broker.failures).
+            code = E.code_for_exception(e)
+            logger.error("%s request failed: %s", _api_name(request.api_key), e)
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": ErrorCode.UNKNOWN_SERVER_ERROR, "error_message": str(e)})
+                        {"error": code, "error_message": str(e)})
 
     def _reply(self, identity: bytes, correlation_id: int, api_key: int, body: dict,
                frames=()) -> None:
@@ -377,7 +405,7 @@ class Broker:
         data = frame.buffer if hasattr(frame, "buffer") else bytearray(frame)
         try:
             info = log.append_as_leader(data, part.core.leader_epoch)
-        except Exception as e:  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR
+        except STORAGE_ERRORS as e:  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR
             code = E.code_for_exception(e)
             if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                 logger.error("%s-%d: append failed: %s", topic, partition, e)
@@ -655,7 +683,7 @@ class Broker:
             info, _ = self.zk.get_async(Z.broker_path(controller_id)).get(
                 timeout=L.ZK_OP_TIMEOUT_S)
             endpoint = Z.decode_broker(controller_id, info).endpoint
-        except Exception as e:
+        except COORDINATOR_ERRORS as e:
             logger.warning("controlled shutdown: no controller found (%s)", e)
 
         def answered(response: P.Response | None) -> None:
@@ -690,7 +718,7 @@ class Broker:
         if self.controller is not None:
             try:
                 self.controller.stop()
-            except Exception as e:
+            except COORDINATOR_ERRORS as e:
                 logger.error("stopping the controller failed: %s", e)
         self.fetchers.close()
         self.fetch_outbound.close()
@@ -709,7 +737,7 @@ class Broker:
         try:
             self.zk.stop()
             self.zk.close()
-        except Exception as e:
+        except COORDINATOR_ERRORS as e:
             logger.warning("closing the coordinator session: %s", e)
         self.loop.close()
         logger.info("broker %d stopped", self.broker_id)
@@ -756,6 +784,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+FAULT_POINT_ENV = "MINIKAFKA_BROKER_FAULT_POINT"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -773,13 +804,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
         format=f"%(asctime)s broker {config.broker_id} %(levelname)s %(message)s")
+    fault_point = os.environ.get(FAULT_POINT_ENV)
+    if fault_point:  # tests only: make a storage invariant fail at this point
+        faults.break_invariant_at(fault_point)
     broker = Broker(config)
     try:
         broker.start()
-    except Exception as e:
+    except EXPECTED_ERRORS as e:
         logger.error("start-up failed: %s", e)
         broker._close()
         return 1
+    except Exception as e:
+        return broker.die(e)
     profile_path = os.environ.get("MINIKAFKA_BROKER_PROFILE")
     if profile_path:  # perf work: cProfile of the loop, written at exit
         import cProfile
