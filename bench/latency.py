@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path
 
 from bench import zkservers
+from node.waiting import poll_until
 from node.wire import protocol as P
 from node.config import write_properties
 from node.net import Channel
@@ -55,14 +56,7 @@ SCENARIOS = ("metadata", "rf1_acks1", "rf3_acks1", "rf3_acks_all")
 
 
 def wait_for(predicate, what: str, timeout_s: float = START_TIMEOUT_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
+    return poll_until(predicate, timeout_s, what, interval_s=0.05)
 
 
 class LatencyCluster:

@@ -41,6 +41,24 @@ class ConfigError(ValueError):
     """A configuration key is unknown or its value is invalid (message names the key)."""
 
 
+def parse_key_values(pairs, flag: str, *, split_whitespace: bool = False) -> dict[str, str]:
+    """The one KEY=VALUE parser of every command line (``--config``, ``--property``,
+    ``--override``, ``--producer-props`` ...): ``["k=v", ...] -> {k: v}``, whitespace
+    around the key and the value trimmed as Kafka's tools do, the first ``=`` splitting.
+    With ``split_whitespace`` one argument may hold several pairs
+    (``--producer-props "acks=1 linger.ms=5"``). A pair without ``=`` or without a key
+    is a ``ConfigError`` naming the flag."""
+    out: dict[str, str] = {}
+    for item in pairs or ():
+        for pair in (str(item).split() if split_whitespace else (str(item),)):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"Invalid {flag} '{pair}': all values must be in the "
+                                  f"format \"key=value\".")
+            out[key.strip()] = value.strip()
+    return out
+
+
 # ------------------------------------------------------------------ value parsers
 
 def _int_in(low: int, high: int) -> Callable[[str, str], int]:

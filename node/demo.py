@@ -81,11 +81,8 @@ class Acks:
 
     def wait_more(self, n: int) -> None:
         target = self.count() + n
-        deadline = time.monotonic() + WAIT_S_MAX
-        while self.count() < target:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {self.count()} of {target} records acknowledged")
-            time.sleep(0.01)
+        wait_until(f"{target} records acknowledged",
+                   lambda: self.count() >= target)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -94,16 +91,11 @@ class Acks:
 
 
 def partition_state(cluster):
-    from node.wire import zkdata as Z
-
-    def read(zk):
-        data, stat = zk.get(Z.partition_state_path(TOPIC, 0))
-        return Z.decode_partition_state(data, stat.version)
-    return cluster._zk_call(read, None)
+    return cluster.partition_state(TOPIC, 0)
 
 
 def wait_until(what: str, predicate, timeout_s: float = WAIT_S_MAX):
-    from node.tools.common import wait_until as poll  # the tools' poll-until-deadline
+    from node.tools.common import wait_until as poll  # a timeout is a ToolError
 
     return poll(predicate, timeout_s, what)
 

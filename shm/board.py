@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-import re
 import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -45,13 +44,14 @@ from typing import Iterable, Mapping
 import crc32c
 import numpy as np
 
-from shm.names import SharedArray, SharedMemoryError, exists, shm_name
+from shm.names import (TOPIC_NAME_CHARS_MAX, SharedArray, SharedMemoryError, exists, shm_name,
+                       topic_name_error)
 from shm.names import unlink as unlink_shm
 
 # ---- limits (all of them, and how they relate) ----------------------------------------
 PARTITIONS_MAX = 16_384          # rows per board (partition replicas hosted by one broker)
 REPLICAS_MAX = 16                # broker ids in an ISR, followers tracked by a leader
-TOPIC_BYTES_MAX = 249            # Kafka's limit on a topic name
+TOPIC_BYTES_MAX = TOPIC_NAME_CHARS_MAX  # ASCII only: a character is a byte
 READ_SPINS = 64                  # attempts before a reader starts backing off
 READ_ATTEMPTS_MAX = 20_000       # attempts per row before BoardReadError
 READ_BACKOFF_S = 0.000_05        # between attempts after READ_SPINS (about 1 s in total)
@@ -63,7 +63,6 @@ MAGIC = 0x444B424D               # b"MBKD" little-endian: minikafka board
 VERSION = 1
 CACHE_LINE_BYTES = 64
 
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 class Role(enum.IntEnum):
@@ -155,7 +154,7 @@ class ReplicaState:
 
     def __post_init__(self):
         topic_bytes = self.topic.encode("ascii", "replace")
-        if not _TOPIC.match(self.topic) or len(topic_bytes) > TOPIC_BYTES_MAX:
+        if topic_name_error(self.topic) is not None or len(topic_bytes) > TOPIC_BYTES_MAX:
             raise ValueError(f"topic {self.topic!r} must be 1-{TOPIC_BYTES_MAX} chars of [A-Za-z0-9._-]")
         if not 0 <= self.partition < 2**31:
             raise ValueError(f"partition {self.partition} out of range")

@@ -24,10 +24,29 @@ SHM_DIR = "/dev/shm"
 NAME_BYTES_MAX = 240  # NAME_MAX is 255 on Linux; leave room for the leading '/'.
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9_]{1,40}$")
 _PART = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
+TOPIC_NAME_CHARS_MAX = 249  # Kafka's limit (Topic.MAX_NAME_LENGTH)
+_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 class SharedMemoryError(Exception):
     """A shared-memory object is missing, malformed or of the wrong size."""
+
+
+def topic_name_error(name) -> str | None:
+    """Why ``name`` is not a legal topic name (Kafka's Topic.validate, its messages), or
+    None. The one topic-name rule of the project: names become directories and
+    shared-memory names here, so a name like ``../x`` must never pass."""
+    if not isinstance(name, str) or not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > TOPIC_NAME_CHARS_MAX:
+        return (f"Topic name is illegal, it can't be longer than {TOPIC_NAME_CHARS_MAX} "
+                f"characters, topic name: {name}")
+    if not _TOPIC_CHARS.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than "
+                f"ASCII alphanumerics, '.', '_' and '-'")
+    return None
 
 
 def check_cluster_id(cluster_id: str) -> str:

@@ -19,14 +19,15 @@ PACKAGES = ("node", "shm", "zk_lite", "bench")
 
 # What each part of node may import from node (its own part always).
 _BASE = {"node.wire"}
-_CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.config", "node.client"}
+_CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.config", "node.client", "node.waiting"}
 LAYERS: dict[str, set[str]] = {
     "node.wire": set(),
     "node.core": _BASE,
     "node.net": _BASE,
     "node.config": set(),
+    "node.waiting": set(),
     "node.broker": _BASE | {"node.core", "node.net", "node.config"},
-    "node.client": _BASE | {"node.net"},
+    "node.client": _BASE | {"node.net", "node.waiting"},
     "node.tools": _CLIENT_SIDE,
     "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},
     "node.cluster": _CLIENT_SIDE | {"node.tools"},

@@ -26,7 +26,6 @@ INVALID_REQUEST); a coordinator failure surfaces as kazoo's exception to the bro
 from __future__ import annotations
 
 import json
-import re
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -38,6 +37,7 @@ from node.wire import zkdata as Z
 from node.wire.protocol import ApiKey, ProtocolError
 from node.config import TOPIC_KEYS
 from shm.config import KAFKA_NAMES, LogConfig
+from shm.names import topic_name_error
 
 ADMIN_API_KEYS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
@@ -51,8 +51,6 @@ REPLICATION_FACTOR_MAX = 1_000
 CONFIG_ENTRIES_MAX = 1_000
 WRITE_ATTEMPTS_MAX = 10          # read-modify-write retries on a version conflict
 
-TOPIC_NAME_CHARS_MAX = P.TOPIC_NAME_CHARS_MAX
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 # Topic-level config keys (Kafka's) -> the broker key they override.
 TOPIC_CONFIG_KEYS = {
@@ -119,21 +117,6 @@ def validate_topic_config(configs: dict) -> dict[str, str]:
     except ValueError as e:
         raise InvalidConfig(str(e)) from None
     return out
-
-
-def topic_name_error(name) -> str | None:
-    """Why ``name`` is not a legal topic name (Kafka's Topic.validate), or None."""
-    if not isinstance(name, str) or not name:
-        return "Topic name is illegal, it can't be empty"
-    if name in (".", ".."):
-        return "Topic name cannot be \".\" or \"..\""
-    if len(name) > TOPIC_NAME_CHARS_MAX:
-        return (f"Topic name is illegal, it can't be longer than {TOPIC_NAME_CHARS_MAX} "
-                f"characters, topic name: {name}")
-    if not _LEGAL_TOPIC.match(name):
-        return (f"Topic name \"{name}\" is illegal, it contains a character other than "
-                f"ASCII alphanumerics, '.', '_' and '-'")
-    return None
 
 
 def handle_admin_request(api_key: int, body: dict, *, zk: KazooClient, config) -> dict:

@@ -2,6 +2,7 @@
 ``node.wire.protocol``, the storage engine's in ``shm.config``)."""
 from __future__ import annotations
 
+from node.core.replication import PENDING_PRODUCES_MAX
 from node.wire import protocol as P
 
 # Requests taken from the listener per readiness event before timers and posted work run.
@@ -15,8 +16,9 @@ SOCKET_REQUEST_BYTES_MAX = 104_857_600
 # A consumer or follower may park a fetch for at most this long (fetch.max.wait.ms).
 FETCH_WAIT_MS_MAX = 60_000
 PARKED_FETCHES_MAX = 100_000
-# Produce requests waiting for acks=all across all partitions.
-PENDING_PRODUCE_REQUESTS_MAX = 100_000
+# Produce requests waiting for acks=all across all partitions: the core's per-partition
+# bound, so the broker refuses first and a core never sees more than it accepts.
+PENDING_PRODUCE_REQUESTS_MAX = PENDING_PRODUCES_MAX
 PRODUCE_TIMEOUT_MS_MAX = 300_000
 # A changed board row is published this long after the first change (one timer for
 # every row changed meanwhile): readers see a replica's state at most this late.
@@ -35,3 +37,4 @@ ZK_OP_TIMEOUT_S = 5.0
 
 assert SOCKET_REQUEST_BYTES_MAX >= P.BODY_BYTES_MAX
 assert TICK_INTERVAL_MS <= 100
+assert PENDING_PRODUCE_REQUESTS_MAX <= PENDING_PRODUCES_MAX

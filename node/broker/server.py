@@ -45,7 +45,6 @@ import gc
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -66,7 +65,7 @@ from node.broker.failures import COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ER
 from node.broker.loop import EventLoop, Outbound, now_ms
 from node.broker.purgatory import FetchPurgatory, FetchRead, ParkedFetch, ProduceRequest
 from node.broker.replica_manager import Partition, ReplicaManager
-from node.config import BrokerConfig, ConfigError
+from node.config import BrokerConfig, ConfigError, parse_key_values
 from node.broker.fetcher import ReplicaFetcherManager
 from node.broker.metadata_cache import MetadataCache
 from node.net import context
@@ -74,7 +73,7 @@ from node.core.replication import CompleteProduce, Role
 from shm import board as SB
 from shm.errors import OffsetOutOfRangeError
 from shm import faults
-from shm.names import check_cluster_id, cluster_objects, unlink
+from shm.names import check_cluster_id, cluster_objects, topic_name_error, unlink
 
 from node.broker.admin_manager import ADMIN_API_KEYS, handle_admin_request
 from node.broker.controller_runner import ControllerRunner
@@ -743,15 +742,12 @@ class Broker:
         logger.info("broker %d stopped", self.broker_id)
 
 
-_LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,%d}$" % P.TOPIC_NAME_CHARS_MAX)
-
-
 def _check_partitions(entries: list) -> None:
     """Controller requests name directories and shared memory: Kafka's legal topic names
     and non-negative partitions only (a name like ``../x`` must never reach a path)."""
     for entry in entries:
         topic, partition = entry[0], entry[1]
-        if not _LEGAL_TOPIC.match(topic) or topic in (".", "..") or partition < 0:
+        if topic_name_error(topic) is not None or partition < 0:
             raise P.ProtocolError(f"illegal topic-partition {topic!r}-{partition}")
 
 
@@ -792,11 +788,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from node.config import load_properties
         props = load_properties(args.config)
-        for item in args.override:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ConfigError(f"--override {item!r}: expected KEY=VALUE")
-            props[key.strip()] = value
+        props.update(parse_key_values(args.override, "--override"))
         config = BrokerConfig.from_props(props)
     except ConfigError as e:
         print(f"error: invalid configuration: {e}", file=sys.stderr, flush=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from dataclasses import dataclass
 
 from node.wire import errors as E
+from node.waiting import poll_until
 from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.client.metadata import (MetadataFetcher, PartitionMetadata, parse_bootstrap,
@@ -70,14 +70,8 @@ class Admin:
                 raise error(code, f"{what} {name}: {message}" if message else f"{what} {name}")
 
     def wait_for(self, predicate, timeout_ms: int, what: str):
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"timed out after {timeout_ms} ms waiting for {what}")
-            time.sleep(WAIT_INTERVAL_S)
+        return poll_until(predicate, timeout_ms / 1000, what, interval_s=WAIT_INTERVAL_S,
+                          error=KafkaTimeoutError)
 
     # ------------------------------------------------------------- topics
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,

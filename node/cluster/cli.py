@@ -69,7 +69,7 @@ def _cmd_status(args) -> int:
     cluster = Cluster.open(args.dir)
     try:
         rows = cluster.status()
-        zk_alive = cluster._zk_process_alive()
+        zk_alive = cluster.zk_process_alive()
     finally:
         cluster.close()
     print(f"cluster {cluster.cluster_id} in {cluster.dir}")

@@ -41,6 +41,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.config import ConfigError, parse_key_values
+from node.waiting import poll_until
 from shm.names import check_cluster_id, cleanup_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -169,11 +171,11 @@ class Process:
         return True
 
     def wait_dead(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.pid() is not None:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_INTERVAL_S)
+        try:
+            poll_until(lambda: self.pid() is None, timeout_s, f"{self.name} to exit",
+                       interval_s=POLL_INTERVAL_S)
+        except TimeoutError:
+            return False
         return True
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
@@ -214,13 +216,11 @@ def new_cluster_id() -> str:
 
 
 def parse_config_pairs(pairs) -> dict[str, str]:
-    config = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ClusterError(f"--config expects key=value, got {pair!r}")
-        config[key.strip()] = value.strip()
-    return config
+    """``cluster up --config k=v``: the common parser, its error a ClusterError."""
+    try:
+        return parse_key_values(pairs, "--config")
+    except ConfigError as e:
+        raise ClusterError(str(e)) from None
 
 
 class Cluster:
@@ -404,11 +404,9 @@ class Cluster:
     def _connected_zk(self):
         """The client once it is connected (waits up to ZK_CONNECT_TIMEOUT_S)."""
         client = self.zk()
-        deadline = time.monotonic() + ZK_CONNECT_TIMEOUT_S
-        while not client.connected:
-            if time.monotonic() >= deadline:
-                raise ClusterError(f"cannot reach ZooKeeper at {self.zookeeper}")
-            time.sleep(POLL_INTERVAL_S)
+        poll_until(lambda: client.connected, ZK_CONNECT_TIMEOUT_S, "a connection",
+                   interval_s=POLL_INTERVAL_S, error=lambda message: ClusterError(
+                       f"cannot reach ZooKeeper at {self.zookeeper} ({message})"))
         return client
 
     def _close_zk(self) -> None:
@@ -478,14 +476,7 @@ class Cluster:
     def wait_for(self, predicate, timeout_s: float = 30.0, what: str = "a condition",
                  interval_s: float = POLL_INTERVAL_S):
         """Poll ``predicate()`` until it returns something truthy; returns that value."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-            time.sleep(interval_s)
+        return poll_until(predicate, timeout_s, what, interval_s=interval_s)
 
     def _check_started(self, process: Process) -> None:
         if process.pid() is None:
@@ -542,7 +533,7 @@ class Cluster:
     # ------------------------------------------------------------- operations
     def status(self) -> list[ProcessStatus]:
         try:
-            controller = self.controller_id() if self._zk_process_alive() else None
+            controller = self.controller_id() if self.zk_process_alive() else None
         except ClusterError:
             controller = None
         out = []
@@ -556,7 +547,7 @@ class Cluster:
                                      self.broker_address(broker_id), role))
         return out
 
-    def _zk_process_alive(self) -> bool:
+    def zk_process_alive(self) -> bool:
         zk = self.processes.get("zk")
         return zk is None or zk.state() == "alive"
 
@@ -618,7 +609,7 @@ class Cluster:
         ``controlled.shutdown.max.retries`` times ``controlled.shutdown.retry.backoff.ms``
         before it stops; a small ``grace_s`` cuts that short with SIGKILL."""
         try:
-            controller = self.controller_id() if self._zk_process_alive() else None
+            controller = self.controller_id() if self.zk_process_alive() else None
         except ClusterError:
             controller = None
         self._close_zk()

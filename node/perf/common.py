@@ -9,14 +9,12 @@ import sys
 from node.wire import errors as E
 from node.wire.errors import ErrorCode
 from node.client import KafkaTimeoutError
+from node.config import ConfigError, parse_key_values
+from node.tools.common import ToolError
 
 CLUSTER_CHECK_TIMEOUT_MS = 10_000
 NS_PER_MS = 1_000_000
 MB_BYTES = 1024 * 1024  # Kafka's tools' "MB"
-
-
-class ToolError(Exception):
-    """Something the user must fix; printed as one line, exit status 1."""
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -47,7 +45,7 @@ def run_tool(name: str, body, args) -> int:
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     try:
         return body(args)
-    except ToolError as e:
+    except (ToolError, ConfigError) as e:
         message = str(e)
     except (E.KafkaError, KafkaTimeoutError, TimeoutError, ValueError, OSError) as e:
         message = f"{type(e).__name__}: {e}" if not isinstance(e, E.KafkaError) else str(e)
@@ -59,15 +57,8 @@ def run_tool(name: str, body, args) -> int:
 
 
 def parse_props(pairs, flag: str) -> dict[str, str]:
-    """["k=v", ...] (each item may hold several, space separated) -> {k: v}."""
-    props: dict[str, str] = {}
-    for item in pairs or []:
-        for pair in str(item).split():
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                raise ToolError(f"{flag}: expected KEY=VALUE, got {pair!r}")
-            props[key.strip()] = value.strip()
-    return props
+    """``--producer-props a=1 b=2``: each argument may hold several pairs."""
+    return parse_key_values(pairs, flag, split_whitespace=True)
 
 
 def bootstrap_of(flag_value: str | None, props: dict[str, str]) -> str:

@@ -39,7 +39,8 @@ import time
 import numpy as np
 
 from node.perf.common import (MB_BYTES, NS_PER_MS, ToolError, add_tool_parser, bootstrap_of,
-                              check_topic, parse_props, percentile, positive_int, run_tool)
+                              check_topic, parse_key_values, parse_props, percentile,
+                              positive_int, run_tool)
 
 NAME = "producer-perf-test"
 REPORTING_INTERVAL_NS = 5_000 * NS_PER_MS
@@ -226,7 +227,7 @@ def read_properties_file(path: str) -> dict[str, str]:
     except OSError as e:
         raise ToolError(f"cannot read {path}: {e.strerror}") from None
     pairs = [line.strip() for line in lines]
-    return parse_props([p for p in pairs if p and p[0] not in "#!"], path)
+    return parse_key_values([p for p in pairs if p and p[0] not in "#!"], path)
 
 
 # ----------------------------------------------------------------- the run

@@ -15,7 +15,9 @@ import sys
 import time
 
 from node.wire import errors as E
+from node.waiting import poll_until
 from node.client import KafkaTimeoutError
+from node.config import ConfigError, parse_key_values  # noqa: F401 - the tools' KEY=VALUE
 
 # Limits and timeouts of the tools, in one place.
 CONNECT_TIMEOUT_MS = 5_000      # metadata requests: an unreachable cluster fails this fast
@@ -24,7 +26,7 @@ WAIT_TIMEOUT_S = 120.0          # reassignments and elections the tools wait for
 PROGRESS_INTERVAL_S = 2.0       # at most one progress line this often
 POLL_INTERVAL_S = 0.1
 JSON_FILE_BYTES_MAX = 16 * 1024 * 1024
-EXIT_OK, EXIT_ERROR = 0, 1
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2  # 2 for a wrong flag, as argparse
 
 
 class ToolError(Exception):
@@ -36,11 +38,11 @@ def one_line(text: str) -> str:
 
 
 def one_line_usage_errors(parser, prog: str) -> None:
-    """Make ``parser`` report a wrong flag as one line (``prog: error: ...``), exit 1,
-    instead of argparse's usage block and exit 2."""
+    """Make ``parser`` report a wrong flag as one line (``prog: error: ...``) instead of
+    argparse's usage block; the exit status stays argparse's 2 (bad usage)."""
     def error(message: str):
         sys.stderr.write(f"{prog}: error: {one_line(message)} (see {prog} --help)\n")
-        sys.exit(EXIT_ERROR)
+        sys.exit(EXIT_USAGE)
     parser.error = error
 
 
@@ -48,7 +50,7 @@ def guarded(prefix: str, fn, args) -> int:
     """Run ``fn(args)``; user-facing failures become one line ``<prefix><message>``."""
     try:
         return fn(args)
-    except ToolError as e:
+    except (ToolError, ConfigError) as e:
         message = str(e)
     except E.KafkaError as e:
         message = e.message or e.name
@@ -61,18 +63,6 @@ def guarded(prefix: str, fn, args) -> int:
     sys.stdout.flush()
     sys.stderr.write(prefix + one_line(message) + "\n")
     return EXIT_ERROR
-
-
-def parse_key_values(pairs, flag: str) -> dict[str, str]:
-    """["k=v", ...] -> {k: v}; Kafka trims whitespace around the '='."""
-    out: dict[str, str] = {}
-    for pair in pairs or ():
-        key, sep, value = str(pair).partition("=")
-        if not sep or not key.strip():
-            raise ToolError(f"Invalid {flag} '{pair}': all values must be in the format "
-                            f"\"key=value\".")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def parse_broker_list(text: str, flag: str = "--broker-list") -> list[int]:
@@ -175,11 +165,5 @@ class Progress:
 
 def wait_until(predicate, timeout_s: float, what: str):
     """Poll ``predicate()`` until truthy (returns it); ToolError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise ToolError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(POLL_INTERVAL_S)
+    return poll_until(predicate, timeout_s, what, interval_s=POLL_INTERVAL_S,
+                      error=ToolError)

@@ -8,6 +8,7 @@ import pytest
 
 from node.client.admin import Reassignment
 from node.client import ConsumerRecord, PartitionMetadata
+from node.config import ConfigError
 from node.tools.common import ToolError, parse_broker_list, parse_key_values, topic_filter
 from node.tools.console import Formatter
 from node.tools.reassign import (format_reassignment_json, list_text,
@@ -104,8 +105,12 @@ def test_default_message_formatter_order_and_separators():
 
 def test_flag_parsers_reject_bad_input_with_one_line():
     assert parse_key_values(["a=1", " b = x=y "], "--config") == {"a": "1", "b": "x=y"}
-    with pytest.raises(ToolError, match="key=value"):
+    with pytest.raises(ConfigError, match="Invalid --config 'novalue'.*key=value"):
         parse_key_values(["novalue"], "--config")
+    with pytest.raises(ConfigError, match="Invalid --override '=v'"):
+        parse_key_values(["=v"], "--override")
+    assert parse_key_values(["acks=1 linger.ms=5", "x=y"], "--producer-props",
+                            split_whitespace=True) == {"acks": "1", "linger.ms": "5", "x": "y"}
     assert parse_broker_list("0,1,2") == [0, 1, 2]
     for text, message in (("0,x", "comma-separated"), ("1,1", "duplicate entries: 1")):
         with pytest.raises(ToolError, match=message):

@@ -202,15 +202,23 @@ def test_errors_are_one_line_and_exit_non_zero(cluster, tmp_path):
                    "Topic 'nope' does not exist as expected")
     one_line_error(tool("topics", "--bootstrap-server", "127.0.0.1:1", "--list"),
                    "cannot reach the cluster at 127.0.0.1:1")
-    one_line_error(tool("topics", "--bootstrap-server", b, "--lsit"), "unrecognized arguments")
+    usage = tool("topics", "--bootstrap-server", b, "--lsit")
+    one_line_error(usage, "unrecognized arguments")
+    assert usage.returncode == 2  # bad usage, as argparse
     one_line_error(tool("topics", "--bootstrap-server", b, "--list", "--describe"),
                    "exactly one action")
     one_line_error(tool("console-consumer", "--bootstrap-server", b, "--topic", "nope"),
                    "Topic 'nope' does not exist")
     one_line_error(tool("console-producer", "--bootstrap-server", b, "--topic", "nope",
                         stdin="x\n"), "Topic 'nope' does not exist")
-    one_line_error(tool("console-consumer", "--bootstrap-server", b, "--topic", "x",
-                        "--partitions", "1"), "unrecognized arguments")
+    usage = tool("console-consumer", "--bootstrap-server", b, "--topic", "x",
+                 "--partitions", "1")
+    one_line_error(usage, "unrecognized arguments")
+    assert usage.returncode == 2
+    bad_config = tool("topics", "--bootstrap-server", b, "--create", "--topic", "kv",
+                      "--config", "retention.ms")
+    one_line_error(bad_config, "Invalid --config 'retention.ms'")
+    assert bad_config.returncode == 1
     one_line_error(tool("leader-election", "--bootstrap-server", b, "--election-type",
                         "preferred", "--all-topic-partitions", "--topic", "x"),
                    "One and only one")

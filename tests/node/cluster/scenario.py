@@ -35,10 +35,7 @@ def admin(c: Cluster) -> Admin:
 
 def state(c: Cluster, topic: str, partition: int = 0) -> Z.PartitionState | None:
     """The partition-state znode as the coordinator holds it now."""
-    def read(zk):
-        data, stat = zk.get(Z.partition_state_path(topic, partition))
-        return Z.decode_partition_state(data, stat.version)
-    return c._zk_call(read, None)
+    return c.partition_state(topic, partition)
 
 
 def wait_state(c: Cluster, topic: str, predicate, what: str, partition: int = 0,
