@@ -36,6 +36,8 @@ import hashlib
 import hmac
 
 from . import errors, jute
+from . import txn as T
+from .jute import OpCode as Op
 from .errors import ZkError
 from .watches import PERSISTENT, RECURSIVE, WatchTable
 from .tree import (ADMIN, CONTAINER_OWNER, CREATE, DELETE, NODE_CHILDREN_CHANGED,
@@ -103,17 +105,21 @@ class Core:
         for sid, (passwd, timeout_ms) in self.tree.sessions.items():
             self.sessions[sid] = Session(sid, passwd, timeout_ms)
         self._handlers = {
-            1: self._op_create, 15: self._op_create, 19: self._op_create,
-            21: self._op_create, 2: self._op_delete, 3: self._op_exists,
-            4: self._op_get_data, 5: self._op_set_data, 6: self._op_get_acl,
-            7: self._op_set_acl, 8: self._op_get_children, 9: self._op_sync,
-            12: self._op_get_children2, 13: self._op_check, 14: self._op_multi,
-            16: self._op_reconfig, 17: self._op_check_watches, 18: self._op_remove_watches,
-            22: self._op_multi_read, 100: self._op_auth, 101: self._op_set_watches,
-            102: self._op_sasl,
-            103: self._op_get_ephemerals, 104: self._op_get_all_children_number,
-            105: self._op_set_watches, 106: self._op_add_watch, 107: self._op_who_am_i,
-            -11: self._op_close_session,
+            Op.CREATE: self._op_create, Op.CREATE2: self._op_create,
+            Op.CREATE_CONTAINER: self._op_create, Op.CREATE_TTL: self._op_create,
+            Op.DELETE: self._op_delete, Op.EXISTS: self._op_exists,
+            Op.GET_DATA: self._op_get_data, Op.SET_DATA: self._op_set_data,
+            Op.GET_ACL: self._op_get_acl, Op.SET_ACL: self._op_set_acl,
+            Op.GET_CHILDREN: self._op_get_children, Op.SYNC: self._op_sync,
+            Op.GET_CHILDREN2: self._op_get_children2, Op.CHECK: self._op_check,
+            Op.MULTI: self._op_multi, Op.RECONFIG: self._op_reconfig,
+            Op.CHECK_WATCHES: self._op_check_watches,
+            Op.REMOVE_WATCHES: self._op_remove_watches, Op.MULTI_READ: self._op_multi_read,
+            Op.AUTH: self._op_auth, Op.SET_WATCHES: self._op_set_watches,
+            Op.SASL: self._op_sasl, Op.GET_EPHEMERALS: self._op_get_ephemerals,
+            Op.GET_ALL_CHILDREN_NUMBER: self._op_get_all_children_number,
+            Op.SET_WATCHES2: self._op_set_watches, Op.ADD_WATCH: self._op_add_watch,
+            Op.WHO_AM_I: self._op_who_am_i, Op.CLOSE_SESSION: self._op_close_session,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -147,7 +153,7 @@ class Core:
             sid = self._new_session_id(now_ms)
             passwd = hmac.new(self.secret, sid.to_bytes(8, "big", signed=True),
                               hashlib.sha256).digest()[:16]
-            self._commit(now_ms, ("S", sid, passwd, timeout_ms))
+            self._commit(now_ms, T.CreateSession(sid, passwd, timeout_ms))
             sess = Session(sid, passwd, timeout_ms)
             self.sessions[sid] = sess
             self._bind(conn, sess, now_ms)
@@ -180,7 +186,7 @@ class Core:
             self._reply(key, xid, errors.SESSIONEXPIRED)
             return
         sess.deadline_ms = (now_ms + sess.timeout_ms) // self.tick_ms * self.tick_ms + self.tick_ms
-        if opcode == 11:
+        if opcode == Op.PING:
             self._reply(key, -2, 0)
             return
         handler = self._handlers.get(opcode)
@@ -225,7 +231,7 @@ class Core:
         for path in sorted(tree.containers):
             node = tree.nodes.get(path)
             if node is not None and not node.children and node.cc > 0:
-                self._commit(now_ms, ("d", path))
+                self._commit(now_ms, T.Delete(path))
 
     # ------------------------------------------------------------------ helpers
     def _new_session_id(self, now_ms: int) -> int:
@@ -272,7 +278,7 @@ class Core:
 
     def _end_session(self, sess: Session, now_ms: int, how: str, xid: int | None = None) -> None:
         sess.closing = True
-        self._commit(now_ms, ("X", sess.sid))
+        self._commit(now_ms, T.CloseSession(sess.sid))
         conn = sess.conn
         if conn is not None:
             if xid is not None:
@@ -281,7 +287,7 @@ class Core:
         self.sessions.pop(sess.sid, None)
         self.logs.append(f"session 0x{sess.sid:x} {how}")
 
-    def _commit(self, now_ms: int, op: tuple) -> int:
+    def _commit(self, now_ms: int, op: T.Txn) -> int:
         tree = self.tree
         zxid = tree.zxid + 1
         events: list = []
@@ -335,7 +341,7 @@ class Core:
             raise ZkError(errors.BADARGUMENTS)
         if flags >= 5:  # TTL nodes: extended types are disabled, as by default in 3.8
             raise ZkError(errors.UNIMPLEMENTED)
-        if opcode == 21 and req.ttl >= 0:  # a TTL for a mode that has none
+        if opcode == Op.CREATE_TTL and req.ttl >= 0:  # a TTL for a mode that has none
             raise ZkError(errors.BADARGUMENTS)
         path = req.path
         if path is None:
@@ -359,11 +365,11 @@ class Core:
             raise ZkError(errors.NOCHILDRENFOREPHEMERALS)
         if flags == 1 or flags == 3:
             owner = sess.sid
-        elif flags == 4 or opcode == 19:
+        elif flags == 4 or opcode == Op.CREATE_CONTAINER:
             owner = CONTAINER_OWNER
         else:
             owner = 0
-        return ("c", path, req.data, acl, owner)
+        return T.Create(path, req.data, acl, owner)
 
     def _prep_delete(self, conn: Conn, req) -> tuple:
         path = req.path
@@ -378,11 +384,11 @@ class Core:
             raise ZkError(errors.BADVERSION)
         if node.children:
             raise ZkError(errors.NOTEMPTY)
-        return ("d", path)
+        return T.Delete(path)
 
     def _prep_set_data(self, conn: Conn, req) -> tuple:
         self._versioned_node(conn, req.path, req.version, WRITE)
-        return ("s", req.path, req.data)
+        return T.SetData(req.path, req.data)
 
     def _check_version(self, conn: Conn, req) -> None:
         self._versioned_node(conn, req.path, req.version, READ)
@@ -402,8 +408,8 @@ class Core:
     def _op_create(self, conn, sess, xid, opcode, req, now_ms):
         op = self._prep_create(conn, sess, opcode, req)
         self._commit(now_ms, op)
-        path = op[1]
-        if opcode == 1:
+        path = op.path
+        if opcode == Op.CREATE:
             return jute.encode_string(path)
         return jute.encode_string(path) + jute.encode_stat(self.tree.nodes[path].stat())
 
@@ -414,7 +420,7 @@ class Core:
     def _op_set_data(self, conn, sess, xid, opcode, req, now_ms):
         op = self._prep_set_data(conn, req)
         self._commit(now_ms, op)
-        return jute.encode_stat(self.tree.nodes[op[1]].stat())
+        return jute.encode_stat(self.tree.nodes[op.path].stat())
 
     def _op_set_acl(self, conn, sess, xid, opcode, req, now_ms):
         path = req.path
@@ -425,7 +431,7 @@ class Core:
         self._require(node.acl, ADMIN, conn)
         if req.version != -1 and req.version != node.aversion:
             raise ZkError(errors.BADVERSION)
-        self._commit(now_ms, ("a", path, acl))
+        self._commit(now_ms, T.SetAcl(path, acl))
         return jute.encode_stat(self.tree.nodes[path].stat())
 
     def _op_check(self, conn, sess, xid, opcode, req, now_ms):
@@ -443,37 +449,39 @@ class Core:
         results: list = []
         for i, (op_type, req) in enumerate(ops):
             try:
-                if op_type == 13:
+                if op_type == Op.CHECK:
                     self._check_version(conn, req)
-                    results.append((13, 0, None))
+                    results.append((Op.CHECK, 0, None))
                     continue
-                if op_type in (1, 15, 19, 21):
+                if op_type in jute.CREATE_OPS:
                     op = self._prep_create(conn, sess, op_type, req)
-                elif op_type == 2:
+                elif op_type == Op.DELETE:
                     op = self._prep_delete(conn, req)
-                elif op_type == 5:
+                elif op_type == Op.SET_DATA:
                     op = self._prep_set_data(conn, req)
                 else:
                     raise AssertionError(op_type)
                 tree.apply(zxid, now_ms, op, events, undo)
                 subops.append(op)
-                path = op[1]
-                if op_type == 1:
-                    results.append((1, 0, jute.CreateResponse(path)))
-                elif op_type == 2:
-                    results.append((2, 0, None))
-                elif op_type == 5:
-                    results.append((5, 0, jute.StatResponse(tree.nodes[path].stat())))
+                path = op.path
+                if op_type == Op.CREATE:
+                    results.append((Op.CREATE, 0, jute.CreateResponse(path)))
+                elif op_type == Op.DELETE:
+                    results.append((Op.DELETE, 0, None))
+                elif op_type == Op.SET_DATA:
+                    results.append((Op.SET_DATA, 0, jute.StatResponse(tree.nodes[path].stat())))
                 else:
-                    results.append((15, 0, jute.Create2Response(path, tree.nodes[path].stat())))
+                    results.append((Op.CREATE2, 0,
+                                    jute.Create2Response(path, tree.nodes[path].stat())))
             except ZkError as exc:
                 tree.rollback(undo)
                 tree.zxid = zxid - 1
-                failed = ([(-1, 0, None)] * i + [(-1, exc.code, None)]
-                          + [(-1, errors.RUNTIMEINCONSISTENCY, None)] * (len(ops) - i - 1))
+                failed = ([(Op.ERROR, 0, None)] * i + [(Op.ERROR, exc.code, None)]
+                          + [(Op.ERROR, errors.RUNTIMEINCONSISTENCY, None)]
+                          * (len(ops) - i - 1))
                 return jute.encode_multi_response(failed)
         if subops:
-            self.txns.append((zxid, now_ms, ("m", subops)))
+            self.txns.append((zxid, now_ms, T.Multi(tuple(subops))))
             if events:
                 self._fire(events)
         return jute.encode_multi_response(results)
@@ -630,7 +638,7 @@ class Core:
                 self._notify(conn, NODE_CHILDREN_CHANGED, path)
             else:
                 self.child_watches.add(path, conn)
-        if opcode == 105:
+        if opcode == Op.SET_WATCHES2:
             for path in req.persistentWatches:
                 self.data_watches.add(path, conn, PERSISTENT)
                 self.child_watches.add(path, conn, PERSISTENT)

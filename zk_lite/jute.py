@@ -22,6 +22,7 @@ Theory of operation
 """
 from __future__ import annotations
 
+import enum
 import struct
 from typing import NamedTuple
 
@@ -60,6 +61,47 @@ _EVENT = struct.Struct("!iiqiii")  # len, xid, zxid, err, type, state
 
 REQUEST_HEADER = _II
 REPLY_HEADER = _IQI
+
+
+class OpCode(enum.IntEnum):
+    """ZooDefs.OpCode: the request types of the wire (ZK_PROTOCOL.md §3.3)."""
+    NOTIFICATION = 0
+    CREATE = 1
+    DELETE = 2
+    EXISTS = 3
+    GET_DATA = 4
+    SET_DATA = 5
+    GET_ACL = 6
+    SET_ACL = 7
+    GET_CHILDREN = 8
+    SYNC = 9
+    PING = 11
+    GET_CHILDREN2 = 12
+    CHECK = 13
+    MULTI = 14
+    CREATE2 = 15
+    RECONFIG = 16
+    CHECK_WATCHES = 17
+    REMOVE_WATCHES = 18
+    CREATE_CONTAINER = 19
+    DELETE_CONTAINER = 20
+    CREATE_TTL = 21
+    MULTI_READ = 22
+    AUTH = 100
+    SET_WATCHES = 101
+    SASL = 102
+    GET_EPHEMERALS = 103
+    GET_ALL_CHILDREN_NUMBER = 104
+    SET_WATCHES2 = 105
+    ADD_WATCH = 106
+    WHO_AM_I = 107
+    CREATE_SESSION = -10
+    CLOSE_SESSION = -11
+    ERROR = -1
+
+
+CREATE_OPS = frozenset({OpCode.CREATE, OpCode.CREATE2, OpCode.CREATE_CONTAINER,
+                        OpCode.CREATE_TTL})
 
 
 class Stat(NamedTuple):
@@ -285,25 +327,32 @@ GetAllChildrenNumberResponse = _record("GetAllChildrenNumberResponse", "i", "tot
 WhoAmIResponse = _record("WhoAmIResponse", "c", "clientInfo")
 WatcherEvent = _record("WatcherEvent", "iis", "type state path")
 
-#: opcode -> request record class (ZK_PROTOCOL.md §3.3). Multi (14, 22) is separate.
+#: opcode -> request record class (ZK_PROTOCOL.md §3.3). Multi and multiRead are separate.
 REQUEST_RECORDS = {
-    1: CreateRequest, 2: DeleteRequest, 3: ExistsRequest, 4: GetDataRequest,
-    5: SetDataRequest, 6: GetACLRequest, 7: SetACLRequest, 8: GetChildrenRequest,
-    9: SyncRequest, 11: Empty, 12: GetChildren2Request, 13: CheckVersionRequest,
-    15: CreateRequest, 16: ReconfigRequest, 17: CheckWatchesRequest,
-    18: RemoveWatchesRequest, 19: CreateRequest, 21: CreateTTLRequest, 100: AuthPacket,
-    101: SetWatches, 102: GetSASLRequest, 103: GetEphemeralsRequest,
-    104: GetAllChildrenNumberRequest, 105: SetWatches2, 106: AddWatchRequest,
-    107: Empty, -11: Empty,
+    OpCode.CREATE: CreateRequest, OpCode.DELETE: DeleteRequest,
+    OpCode.EXISTS: ExistsRequest, OpCode.GET_DATA: GetDataRequest,
+    OpCode.SET_DATA: SetDataRequest, OpCode.GET_ACL: GetACLRequest,
+    OpCode.SET_ACL: SetACLRequest, OpCode.GET_CHILDREN: GetChildrenRequest,
+    OpCode.SYNC: SyncRequest, OpCode.PING: Empty, OpCode.GET_CHILDREN2: GetChildren2Request,
+    OpCode.CHECK: CheckVersionRequest, OpCode.CREATE2: CreateRequest,
+    OpCode.RECONFIG: ReconfigRequest, OpCode.CHECK_WATCHES: CheckWatchesRequest,
+    OpCode.REMOVE_WATCHES: RemoveWatchesRequest, OpCode.CREATE_CONTAINER: CreateRequest,
+    OpCode.CREATE_TTL: CreateTTLRequest, OpCode.AUTH: AuthPacket,
+    OpCode.SET_WATCHES: SetWatches, OpCode.SASL: GetSASLRequest,
+    OpCode.GET_EPHEMERALS: GetEphemeralsRequest,
+    OpCode.GET_ALL_CHILDREN_NUMBER: GetAllChildrenNumberRequest,
+    OpCode.SET_WATCHES2: SetWatches2, OpCode.ADD_WATCH: AddWatchRequest,
+    OpCode.WHO_AM_I: Empty, OpCode.CLOSE_SESSION: Empty,
 }
 
-MULTI_OPS = {1, 2, 5, 13, 15, 19, 21}
-MULTI_READ_OPS = {4, 8}
+MULTI_OPS = CREATE_OPS | {OpCode.DELETE, OpCode.SET_DATA, OpCode.CHECK}
+MULTI_READ_OPS = frozenset({OpCode.GET_DATA, OpCode.GET_CHILDREN})
+_MULTIS = (OpCode.MULTI, OpCode.MULTI_READ)
 
 
 def decode_request(opcode: int, body):
     """Decode the record after the RequestHeader; multi returns a list of (op, record)."""
-    if opcode == 14 or opcode == 22:
+    if opcode in _MULTIS:
         return decode_multi(body)
     cls = REQUEST_RECORDS.get(opcode)
     if cls is None:
@@ -313,7 +362,7 @@ def decode_request(opcode: int, body):
 
 def encode_request(xid: int, opcode: int, record=None) -> bytes:
     """A whole client frame (length + header + record); used by tests and tools."""
-    if opcode == 14 or opcode == 22:
+    if opcode in _MULTIS:
         body = encode_multi(record)
     else:
         body = b"" if record is None else encode_record(record)
@@ -330,7 +379,7 @@ def decode_multi(body) -> list:
         cls = REQUEST_RECORDS.get(op_type) if (op_type in MULTI_OPS or op_type in MULTI_READ_OPS) else None
         if cls is None:
             raise ProtocolError(f"opcode {op_type} is not allowed inside multi")
-        ops.append((op_type, decode_record_at(cls, r)))
+        ops.append((OpCode(op_type), decode_record_at(cls, r)))
 
 
 def encode_multi(ops) -> bytes:
@@ -347,7 +396,7 @@ def encode_multi_response(results) -> bytes:
     out = []
     for op_type, err, record in results:
         out.append(_MULTI_HDR.pack(op_type, 0, err))
-        if op_type == -1:
+        if op_type == OpCode.ERROR:
             out.append(_I.pack(err))
         elif record is not None:
             out.append(encode_record(record))
@@ -355,8 +404,9 @@ def encode_multi_response(results) -> bytes:
     return b"".join(out)
 
 
-_MULTI_RESULT_RECORDS = {1: CreateResponse, 15: Create2Response, 5: StatResponse,
-                         4: GetDataResponse, 8: GetChildrenResponse}
+_MULTI_RESULT_RECORDS = {OpCode.CREATE: CreateResponse, OpCode.CREATE2: Create2Response,
+                         OpCode.SET_DATA: StatResponse, OpCode.GET_DATA: GetDataResponse,
+                         OpCode.GET_CHILDREN: GetChildrenResponse}
 
 
 def decode_multi_response(body) -> list:
@@ -366,9 +416,9 @@ def decode_multi_response(body) -> list:
         op_type, done, err = _MULTI_HDR.unpack_from(body, r._need(9))
         if done:
             return results
-        if op_type == -1:
-            results.append((-1, err, ErrorResponse(r.int())))
-        elif op_type in (2, 13):
+        if op_type == OpCode.ERROR:
+            results.append((OpCode.ERROR, err, ErrorResponse(r.int())))
+        elif op_type in (OpCode.DELETE, OpCode.CHECK):
             results.append((op_type, err, None))
         elif op_type in _MULTI_RESULT_RECORDS:
             results.append((op_type, err, decode_record_at(_MULTI_RESULT_RECORDS[op_type], r)))

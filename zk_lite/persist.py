@@ -3,7 +3,7 @@
 Files in the data directory:
 
 * ``log.<first zxid, 16 hex>``: records ``u32 length | u32 crc32(payload) | payload``,
-  payload = ``marshal((zxid, time_ms, op))`` (ops as in tree.py). A batch of records is
+  payload = ``marshal((zxid, time_ms, record))`` (records as in txn.py). A batch of records is
   written with one ``write`` and made durable with one ``fdatasync`` (group commit).
   Like ZooKeeper, the file is preallocated with zeros in ``preallocate_bytes`` chunks, so
   an fdatasync only flushes data blocks and never waits for a journal commit of the
@@ -24,6 +24,7 @@ import struct
 import zlib
 
 from .tree import Tree
+from .txn import from_record, to_record
 
 _REC = struct.Struct("!II")
 _CRC = struct.Struct("!I")
@@ -32,16 +33,18 @@ _SNAP_PREFIX = "snapshot."
 
 
 def encode_txns(txns) -> bytes:
+    """``(zxid, time_ms, txn)`` records as log bytes (a txn as its on-disk tuple)."""
     parts = []
-    for txn in txns:
-        payload = marshal.dumps(txn)
+    for zxid, time_ms, txn in txns:
+        payload = marshal.dumps((zxid, time_ms, to_record(txn)))
         parts.append(_REC.pack(len(payload), zlib.crc32(payload)))
         parts.append(payload)
     return b"".join(parts)
 
 
 def read_log(data: bytes):
-    """Yield (offset_after, txn) for every intact record; stops at the first bad one.
+    """Yield (offset_after, (zxid, time_ms, txn)) for every intact record; stops at the
+    first bad one (torn, failing its CRC, or not a txn).
 
     Returns via StopIteration value the offset where valid data ends."""
     pos = 0
@@ -54,8 +57,9 @@ def read_log(data: bytes):
         if zlib.crc32(payload) != crc:
             break
         try:
-            txn = marshal.loads(payload)
-        except (ValueError, EOFError, TypeError):
+            zxid, time_ms, record = marshal.loads(payload)
+            txn = (zxid, time_ms, from_record(record))
+        except (ValueError, EOFError, TypeError):  # TxnFormatError is a ValueError
             break
         pos += 8 + length
         yield pos, txn

@@ -1,19 +1,9 @@
 """The data tree: znodes, stats, ACLs, ephemerals and the txns that change them (pure).
 
 Rules (ZK_PROTOCOL.md §6):
-* A txn is a plain tuple ``op`` applied under one ``(zxid, time_ms)``; applying the same
-  txns in the same order to the same tree always gives the same tree. Txns are what the
-  log stores, so they contain only builtin types (marshal-able).
-
-  ===============================  ====================================================
-  ``("c", path, data, acl, owner)``  create (path already carries any sequence suffix)
-  ``("d", path)``                  delete
-  ``("s", path, data)``            setData (version + 1)
-  ``("a", path, acl)``             setACL (aversion + 1)
-  ``("m", [op, ...])``             multi: every sub-op under the same zxid
-  ``("S", sid, passwd, timeout)``  createSession
-  ``("X", sid)``                   closeSession: delete the session's ephemerals
-  ===============================  ====================================================
+* A txn (a named record of ``zk_lite.txn``: Create, Delete, SetData, SetAcl, Multi,
+  CreateSession, CloseSession) is applied under one ``(zxid, time_ms)``; applying the
+  same txns in the same order to the same tree always gives the same tree.
 * Validation (error codes, check order) is the core's job; ``apply`` assumes a valid txn.
 * cversion is derived: the node stores ``cc``, the number of child *creations*, and
   reports ``2*cc - numChildren`` (§6.3). The sequence suffix is ``"%010d" % cc``.
@@ -28,6 +18,7 @@ import ipaddress
 import re
 
 from . import errors
+from . import txn as T
 
 # Permission bits (ZooDefs.Perms)
 READ, WRITE, CREATE, DELETE, ADMIN = 1, 2, 4, 8, 16
@@ -240,34 +231,34 @@ class Tree:
         return sum(1 for p in self.nodes if p.startswith(prefix))
 
     # -- txns
-    def apply(self, zxid: int, time_ms: int, op: tuple, events: list, undo=None) -> None:
-        kind = op[0]
-        if kind == "c":
-            self._create(zxid, time_ms, op[1], op[2], op[3], op[4], events, undo)
-        elif kind == "d":
-            self._delete(zxid, op[1], events, undo)
-        elif kind == "s":
-            node = self.nodes[op[1]]
+    def apply(self, zxid: int, time_ms: int, op: T.Txn, events: list, undo=None) -> None:
+        kind = type(op)
+        if kind is T.Create:
+            self._create(zxid, time_ms, op.path, op.data, op.acl, op.owner, events, undo)
+        elif kind is T.Delete:
+            self._delete(zxid, op.path, events, undo)
+        elif kind is T.SetData:
+            node = self.nodes[op.path]
             if undo is not None:
-                undo.append((op[1], node.copy()))
-            node.data = op[2]
+                undo.append((op.path, node.copy()))
+            node.data = op.data
             node.version = _int32(node.version + 1)
             node.mzxid = zxid
             node.mtime = time_ms
-            events.append((NODE_DATA_CHANGED, op[1], node.acl))
-        elif kind == "a":
-            node = self.nodes[op[1]]
+            events.append((NODE_DATA_CHANGED, op.path, node.acl))
+        elif kind is T.SetAcl:
+            node = self.nodes[op.path]
             if undo is not None:
-                undo.append((op[1], node.copy()))
-            node.acl = op[2]
+                undo.append((op.path, node.copy()))
+            node.acl = op.acl
             node.aversion = _int32(node.aversion + 1)
-        elif kind == "m":
-            for sub in op[1]:
+        elif kind is T.Multi:
+            for sub in op.ops:
                 self.apply(zxid, time_ms, sub, events, undo)
-        elif kind == "S":
-            self.sessions[op[1]] = (op[2], op[3])
-        elif kind == "X":
-            sid = op[1]
+        elif kind is T.CreateSession:
+            self.sessions[op.sid] = (op.passwd, op.timeout_ms)
+        elif kind is T.CloseSession:
+            sid = op.sid
             for path in sorted(self.ephemerals.get(sid, ())):
                 self._delete(zxid, path, events, None)
             self.ephemerals.pop(sid, None)

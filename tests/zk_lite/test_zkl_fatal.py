@@ -22,7 +22,7 @@ def _client(port: int, out: dict) -> None:
             s.sendall(jute.encode_connect_request(
                 jute.ConnectRequest(0, 0, 10000, 0, b"\0" * 16)))
             reader = jute.FrameReader()
-            while (frame := reader.next_frame()) is None:
+            while reader.next_frame() is None:  # the handshake's answer
                 reader.feed(s.recv(4096))
             body = jute.encode_request(1, 1, jute.CreateRequest(
                 "/boom", b"x", [(31, "world", "anyone")], 0))

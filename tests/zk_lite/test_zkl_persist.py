@@ -7,7 +7,7 @@ import threading
 import pytest
 from kazoo.client import KazooClient
 
-from zk_lite import persist
+from zk_lite import persist, txn
 from zk_lite.tree import OPEN_ACL, Tree
 from .zkl_helpers import Driver, wait_for
 
@@ -79,9 +79,10 @@ def test_preallocated_log_zero_padding_is_not_a_torn_tail(tmp_path):
     d = _run_some_txns()
     store = persist.Store(str(tmp_path), log=lambda m: None, preallocate_bytes=4096)
     store.open_log(1)
-    for txn in d.txns:  # crosses the first 4 KiB chunk: the file is extended
-        store.append(persist.encode_txns([txn]))
-    store.append(persist.encode_txns([(d.core.tree.zxid + 1, 0, ("c", "/big", b"z" * 5000, OPEN_ACL, 0))]))
+    for record in d.txns:  # crosses the first 4 KiB chunk: the file is extended
+        store.append(persist.encode_txns([record]))
+    store.append(persist.encode_txns([(d.core.tree.zxid + 1, 0,
+                                       txn.Create("/big", b"z" * 5000, OPEN_ACL, 0))]))
     store.close()
     path = os.path.join(tmp_path, _logs(tmp_path)[0])
     size = os.path.getsize(path)
