@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from node.core.replication import PENDING_PRODUCES_MAX
+from node.wire import control as C
 from node.wire import protocol as P
+from shm import board as SB
 
 # Requests taken from the listener per readiness event before timers and posted work run.
 RECEIVE_BATCH_MAX = 256
@@ -38,3 +40,4 @@ ZK_OP_TIMEOUT_S = 5.0
 assert SOCKET_REQUEST_BYTES_MAX >= P.BODY_BYTES_MAX
 assert TICK_INTERVAL_MS <= 100
 assert PENDING_PRODUCE_REQUESTS_MAX <= PENDING_PRODUCES_MAX
+assert C.REPLICAS_MAX <= SB.REPLICAS_MAX  # a controller request fits the board

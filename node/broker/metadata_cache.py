@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.wire.errors import ErrorCode
+from node.wire.control import UpdateMetadataPartition
 from node.wire.protocol import NO_LEADER
 
 LEADER_DURING_DELETE = -2
@@ -30,21 +31,22 @@ class MetadataCache:
         self.topics: dict[str, dict[int, PartitionMetadata]] = {}
         self.controller_id = -1
 
-    def update(self, controller_id: int, brokers: list, partitions: list) -> None:
+    def update(self, controller_id: int, brokers: list,
+               partitions: list[UpdateMetadataPartition]) -> None:
         """Apply a validated UpdateMetadata body."""
         self.controller_id = controller_id
         self.brokers = {b[0]: (b[1], b[2], b[3]) for b in brokers}
-        for topic, partition, leader, leader_epoch, isr, zk_version, replicas, offline \
-                in partitions:
-            if leader == LEADER_DURING_DELETE:
-                parts = self.topics.get(topic)
+        for e in partitions:
+            if e.leader == LEADER_DURING_DELETE:
+                parts = self.topics.get(e.topic)
                 if parts is not None:
-                    parts.pop(partition, None)
+                    parts.pop(e.partition, None)
                     if not parts:
-                        del self.topics[topic]
+                        del self.topics[e.topic]
                 continue
-            self.topics.setdefault(topic, {})[partition] = PartitionMetadata(
-                leader, leader_epoch, tuple(isr), zk_version, tuple(replicas), tuple(offline))
+            self.topics.setdefault(e.topic, {})[e.partition] = PartitionMetadata(
+                e.leader, e.leader_epoch, e.isr, e.zk_version, e.replicas,
+                e.offline_replicas)
 
     def endpoint(self, broker_id: int) -> str | None:
         info = self.brokers.get(broker_id)

@@ -35,6 +35,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from node.broker import limits as L
 from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
+from node.wire.control import LeaderAndIsrPartition
 from node.broker.loop import EventLoop, now_ms
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS
 from node.config import BrokerConfig, topic_log_config, topic_setting
@@ -200,10 +201,12 @@ class ReplicaManager:
         self.controller_epoch = epoch
         return True
 
-    def become_leader_or_follower(self, controller_epoch: int, topic: str, partition: int,
-                                  leader: int, leader_epoch: int, isr: list, zk_version: int,
-                                  replicas: list) -> int:
+    def become_leader_or_follower(self, controller_epoch: int,
+                                  entry: LeaderAndIsrPartition) -> int:
         """Apply one partition of a LeaderAndIsr (already fenced); its error code."""
+        topic, partition, leader, leader_epoch = (entry.topic, entry.partition, entry.leader,
+                                                  entry.leader_epoch)
+        isr, zk_version, replicas = list(entry.isr), entry.zk_version, list(entry.replicas)
         if self.broker_id not in replicas:
             logger.warning("ignoring LeaderAndIsr for %s-%d: broker %d is not a replica (%s)",
                            topic, partition, self.broker_id, replicas)

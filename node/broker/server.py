@@ -63,6 +63,8 @@ from node.wire import zkdata as Z
 from node.broker import failures
 from node.broker.failures import COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ERRORS
 from node.broker.loop import EventLoop, Outbound, now_ms
+from node.wire.control import (LeaderAndIsrPartition, StopReplicaPartition,
+                               UpdateMetadataPartition)
 from node.broker.purgatory import FetchPurgatory, FetchRead, ParkedFetch, ProduceRequest
 from node.broker.replica_manager import Partition, ReplicaManager
 from node.config import BrokerConfig, ConfigError, parse_key_values
@@ -70,7 +72,6 @@ from node.broker.fetcher import ReplicaFetcherManager
 from node.broker.metadata_cache import MetadataCache
 from node.net import context
 from node.core.replication import CompleteProduce, Role
-from shm import board as SB
 from shm.errors import OffsetOutOfRangeError
 from shm import faults
 from shm.names import check_cluster_id, cluster_objects, topic_name_error, unlink
@@ -572,11 +573,9 @@ class Broker:
 
     def _handle_leader_and_isr(self, identity: bytes, request: P.Request) -> None:
         body = request.body
-        entries = P.entries(body, "partitions", 8)
+        entries = LeaderAndIsrPartition.list_from_wire(P.field(body, "partitions", list))
         _check_partitions(entries)
         live = P.field(body, "live_leaders", list, optional=True, default=[])
-        for entry in entries:
-            _check_partition_state(entry[2:8])
         for item in live:
             if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
                     and isinstance(item[1], str) and isinstance(item[2], int)):
@@ -589,13 +588,11 @@ class Broker:
             self.replicas.leader_endpoints[broker_id] = f"tcp://{host}:{port}"
         controller_epoch = body["controller_epoch"]
         out = []
-        for topic, partition, leader, leader_epoch, isr, zk_version, replicas, _ in entries:
-            error = self.replicas.become_leader_or_follower(
-                controller_epoch, topic, partition, leader, leader_epoch, isr, zk_version,
-                replicas)
+        for e in entries:
+            error = self.replicas.become_leader_or_follower(controller_epoch, e)
             if error == NONE:
-                self.purgatory.release((topic, partition))
-            out.append([topic, partition, error])
+                self.purgatory.release((e.topic, e.partition))
+            out.append([e.topic, e.partition, error])
         self._reply(identity, request.correlation_id, request.api_key,
                     {"error": NONE, "partitions": out})
 
@@ -607,12 +604,8 @@ class Broker:
                     isinstance(b[1], str) and isinstance(b[2], int) and
                     (b[3] is None or isinstance(b[3], str))):
                 raise P.ProtocolError("brokers entries are [id, host, port, rack|None]")
-        entries = P.entries(body, "partitions", 8)
+        entries = UpdateMetadataPartition.list_from_wire(P.field(body, "partitions", list))
         _check_partitions(entries)
-        for entry in entries:
-            _check_partition_state(entry[2:8])
-            if not isinstance(entry[7], list) or not all(isinstance(x, int) for x in entry[7]):
-                raise P.ProtocolError("offline_replicas must be a list of ints")
         if self._fenced(request):
             self._reply(identity, request.correlation_id, request.api_key,
                         {"error": ErrorCode.STALE_CONTROLLER_EPOCH})
@@ -623,17 +616,17 @@ class Broker:
     def _handle_stop_replica(self, identity: bytes, request: P.Request) -> None:
         body = request.body
         delete = P.field(body, "delete_partitions", bool)
-        entries = P.entries(body, "partitions", 3)
+        entries = StopReplicaPartition.list_from_wire(P.field(body, "partitions", list))
         _check_partitions(entries)
         if self._fenced(request):
             self._reply(identity, request.correlation_id, request.api_key,
                         {"error": ErrorCode.STALE_CONTROLLER_EPOCH, "partitions": []})
             return
         out = []
-        for topic, partition, leader_epoch in entries:
-            error = self.replicas.stop_replica(topic, partition, leader_epoch, delete)
-            self.purgatory.release((topic, partition))
-            out.append([topic, partition, error])
+        for e in entries:
+            error = self.replicas.stop_replica(e.topic, e.partition, e.leader_epoch, delete)
+            self.purgatory.release((e.topic, e.partition))
+            out.append([e.topic, e.partition, error])
         self._reply(identity, request.correlation_id, request.api_key,
                     {"error": NONE, "partitions": out})
 
@@ -742,26 +735,12 @@ class Broker:
         logger.info("broker %d stopped", self.broker_id)
 
 
-def _check_partitions(entries: list) -> None:
+def _check_partitions(entries) -> None:
     """Controller requests name directories and shared memory: Kafka's legal topic names
-    and non-negative partitions only (a name like ``../x`` must never reach a path)."""
-    for entry in entries:
-        topic, partition = entry[0], entry[1]
-        if topic_name_error(topic) is not None or partition < 0:
-            raise P.ProtocolError(f"illegal topic-partition {topic!r}-{partition}")
-
-
-def _check_partition_state(fields: list) -> None:
-    leader, leader_epoch, isr, zk_version, replicas = fields[:5]
-    if not all(isinstance(x, int) and not isinstance(x, bool)
-               for x in (leader, leader_epoch, zk_version)):
-        raise P.ProtocolError("leader, leader_epoch and zk_version must be ints")
-    for name, value in (("isr", isr), ("replicas", replicas)):
-        if not isinstance(value, list) or not all(
-                isinstance(x, int) and not isinstance(x, bool) for x in value) or \
-                len(value) > SB.REPLICAS_MAX or len(set(value)) != len(value):
-            raise P.ProtocolError(f"{name} must be a list of distinct broker ids "
-                                  f"(at most {SB.REPLICAS_MAX})")
+    only (a name like ``../x`` must never reach a path)."""
+    for e in entries:
+        if topic_name_error(e.topic) is not None:
+            raise P.ProtocolError(f"illegal topic-partition {e.topic!r}-{e.partition}")
 
 
 def _api_name(api_key: int) -> str:

@@ -88,6 +88,7 @@ from dataclasses import dataclass, field, replace
 
 from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
+from node.wire.control import LeaderAndIsrPartition, StopReplicaPartition, UpdateMetadataPartition
 from node.wire.protocol import ApiKey
 from node.wire.zkdata import PartitionState
 
@@ -513,11 +514,19 @@ class Controller:
 
     # ---------------------------------------------------------------- requests to brokers
 
-    def _partition_entry(self, tp: TopicPartition, leader_override: int | None = None) -> list:
+    def _leader_and_isr_entry(self, tp: TopicPartition, is_new: bool) -> LeaderAndIsrPartition:
+        state = self.states[tp]
+        return LeaderAndIsrPartition(tp[0], tp[1], state.leader, state.leader_epoch,
+                                     tuple(state.isr), state.zk_version,
+                                     tuple(self._replicas(tp)), is_new)
+
+    def _update_metadata_entry(self, tp: TopicPartition, offline: Iterable[int],
+                               leader_override: int | None = None) -> UpdateMetadataPartition:
         state = self.states[tp]
         leader = state.leader if leader_override is None else leader_override
-        return [tp[0], tp[1], leader, state.leader_epoch, list(state.isr), state.zk_version,
-                list(self._replicas(tp))]
+        return UpdateMetadataPartition(tp[0], tp[1], leader, state.leader_epoch,
+                                       tuple(state.isr), state.zk_version,
+                                       tuple(self._replicas(tp)), tuple(offline))
 
     def _send_leader_and_isr(self, targets: Mapping[int, Iterable[TopicPartition]],
                              new: Callable[[TopicPartition, int], bool] | None = None) -> None:
@@ -527,12 +536,12 @@ class Controller:
             tps = sorted(set(targets[broker_id]) & set(self.states))
             if broker_id not in self.brokers or not tps:
                 continue
-            entries = [self._partition_entry(tp) + [bool(new and new(tp, broker_id))]
+            entries = [self._leader_and_isr_entry(tp, bool(new and new(tp, broker_id)))
                        for tp in tps]
             leaders = sorted({self.states[tp].leader for tp in tps} & set(self.brokers))
             self._send(broker_id, ApiKey.LEADER_AND_ISR, {
                 "controller_id": self.broker_id, "controller_epoch": self.epoch,
-                "partitions": entries,
+                "partitions": [e.to_wire() for e in entries],
                 "live_leaders": [[b, self.brokers[b].host, self.brokers[b].port]
                                  for b in leaders]})
 
@@ -561,20 +570,21 @@ class Controller:
             if tp in deleted:
                 continue
             replicas = self._replicas(tp)
-            entries.append(self._partition_entry(tp) +
-                           [[r for r in replicas if r not in self.brokers]])
+            entries.append(self._update_metadata_entry(
+                tp, [r for r in replicas if r not in self.brokers]))
         for tp in deleted:
-            entries.append(self._partition_entry(tp, LEADER_DURING_DELETE) + [[]])
-        entries.sort(key=lambda e: (e[0], e[1]))
+            entries.append(self._update_metadata_entry(tp, (), LEADER_DURING_DELETE))
+        entries.sort(key=lambda e: (e.topic, e.partition))
         body = {"controller_id": self.broker_id, "controller_epoch": self.epoch,
-                "brokers": self._broker_list(), "partitions": entries}
+                "brokers": self._broker_list(), "partitions": [e.to_wire() for e in entries]}
         for broker_id in sorted(self.brokers if to is None else set(to) & set(self.brokers)):
             self._send(broker_id, ApiKey.UPDATE_METADATA, body)
 
     def _send_stop_replica(self, broker_id: int, tps: Iterable[TopicPartition], delete: bool,
                            on_response: Callable[[dict | None], None] | None = None,
                            leader_epoch: Mapping[TopicPartition, int] | None = None) -> None:
-        entries = [[t, p, (leader_epoch or {}).get((t, p), -1)] for t, p in sorted(tps)]
+        entries = [StopReplicaPartition(t, p, (leader_epoch or {}).get((t, p), -1)).to_wire()
+                   for t, p in sorted(tps)]
         if not entries:
             return
         self._send(broker_id, ApiKey.STOP_REPLICA, {
