@@ -34,6 +34,7 @@ from node.wire.errors import ErrorCode
 from node.core import placement
 from node.wire import protocol as P
 from node.wire import zkdata as Z
+from node.wire.control import REPLICAS_MAX
 from node.wire.protocol import ApiKey, ProtocolError
 from node.config import TOPIC_KEYS
 from shm.config import KAFKA_NAMES, LogConfig
@@ -564,6 +565,12 @@ def _alter_reassignments(body: dict, zk: KazooClient, config) -> dict:
                 results.append([topic, partition, *_error(
                     "INVALID_REPLICA_ASSIGNMENT", f"The replica list {replicas} is empty or "
                     f"has duplicates")])
+                continue
+            if len(replicas) > REPLICAS_MAX:
+                results.append([topic, partition, *_error(
+                    "INVALID_REPLICATION_FACTOR", f"Replication factor: {len(replicas)} "
+                    f"larger than {REPLICAS_MAX}, the most replicas a partition may have "
+                    f"here.")])
                 continue
             dead = sorted(set(replicas) - live)
             if dead:

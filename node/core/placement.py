@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from node.wire.control import REPLICAS_MAX
+
 
 class PlacementError(Exception):
     """A placement request that cannot be satisfied. ``kafka_error`` names its code."""
@@ -62,6 +64,10 @@ def assign_replicas(broker_ids: Iterable[int], racks: Mapping[int, str | None] |
         raise InvalidPartitions("Number of partitions must be larger than 0.")
     if replication_factor <= 0:
         raise InvalidReplicationFactor("Replication factor must be larger than 0.")
+    if replication_factor > REPLICAS_MAX:
+        raise InvalidReplicationFactor(
+            f"Replication factor: {replication_factor} larger than {REPLICAS_MAX}, the most "
+            f"replicas a partition may have here.")
     if replication_factor > len(brokers):
         raise InvalidReplicationFactor(
             f"Replication factor: {replication_factor} larger than available brokers: "
@@ -187,6 +193,10 @@ def validate_assignment(assignment: Mapping[int, list[int]], broker_ids: Iterabl
     if len(sizes) != 1 or 0 in sizes:
         raise InvalidReplicaAssignment("every partition must have the same, non-zero "
                                        "number of replicas")
+    if max(sizes) > REPLICAS_MAX:
+        raise InvalidReplicationFactor(f"Replication factor: {max(sizes)} larger than "
+                                       f"{REPLICAS_MAX}, the most replicas a partition may "
+                                       f"have here.")
     for partition, replicas in sorted(assignment.items()):
         if len(set(replicas)) != len(replicas):
             raise InvalidReplicaAssignment(f"duplicate replica in partition {partition}: "

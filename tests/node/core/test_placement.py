@@ -167,3 +167,16 @@ def test_plans_are_deterministic():
     for order in itertools.islice(itertools.permutations(sorted(before)), 5):
         shuffled = {tp: before[tp] for tp in order}
         assert plan_add_broker(shuffled, [2, 1, 0], 3) == first
+
+
+def test_more_replicas_than_a_partition_may_have_is_an_invalid_replication_factor():
+    """LeaderAndIsr carries at most REPLICAS_MAX replicas (the board's row): a topic
+    with more would be created and then refused by every broker."""
+    from node.wire.control import REPLICAS_MAX
+
+    brokers = list(range(REPLICAS_MAX + 4))
+    assert len(assign_replicas(brokers, None, 2, REPLICAS_MAX)[0]) == REPLICAS_MAX
+    with pytest.raises(InvalidReplicationFactor, match=f"larger than {REPLICAS_MAX}"):
+        assign_replicas(brokers, None, 2, REPLICAS_MAX + 1)
+    with pytest.raises(InvalidReplicationFactor, match=f"larger than {REPLICAS_MAX}"):
+        validate_assignment({0: brokers[:REPLICAS_MAX + 1]}, brokers)
