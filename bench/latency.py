@@ -21,6 +21,14 @@ printed as one JSON line (milliseconds)::
     {"metadata": {"p50": .., "p99": .., "max": ..}, "rf1_acks1": {...}, ...,
      "runs": 5, "requests": 1000, "rate": 1000}
 
+With ``--breakdown`` it follows acks=all writes on ``rf3`` instead: each request
+carries ``"trace": [send ns]`` and the brokers stamp it on the way (leader receive,
+append, each follower's fetch answered, follower receive and append, its next fetch
+sent and received, HW advance, answer; ``time.monotonic_ns``, CLOCK_MONOTONIC, is one
+clock for every process of a host). It prints the median and p99 of every hop in
+microseconds, along the follower whose fetch advanced the HW (the critical path),
+and the same as one JSON line.
+
 Everything is stopped and the cluster's shared memory removed on exit.
 """
 from __future__ import annotations
@@ -229,6 +237,95 @@ def run(runs: int, count: int, rate: int, warmup: int,
         cluster.close()
 
 
+HOPS = (
+    ("client send -> leader receive", "send", "receive"),
+    ("leader receive -> appended", "receive", "append"),
+    ("appended -> follower fetch answered", "append", "f_answered"),
+    ("fetch answer -> follower receive", "f_answered", "f_received"),
+    ("follower receive -> appended", "f_received", "f_appended"),
+    ("follower appended -> next fetch sent", "f_appended", "f_sent"),
+    ("next fetch sent -> leader receive", "f_sent", "f_leader"),
+    ("leader receive -> HW advanced", "f_leader", "high_watermark"),
+    ("HW advanced -> answer sent", "high_watermark", "answer"),
+    ("answer sent -> client receive", "answer", "client_receive"),
+)
+FOLLOWER_STAMPS = ("f_answered", "f_received", "f_appended", "f_sent", "f_leader")
+
+
+def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int,
+                    rate: int, warmup: int) -> tuple[list[dict], int]:
+    """Stamps (ns) of ``count`` traced acks=all writes along the follower whose fetch
+    advanced the HW; and how many answers could not be followed that far."""
+    channel = cluster.channel(leader)
+    record = b"x" * RECORD_BYTES
+    interval_s = 1.0 / rate
+    paths, incomplete = [], 0
+    next_send = time.perf_counter()
+    for i in range(warmup + count):
+        delay = next_send - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        frames = (bytearray(build_batch([record])),)
+        body = {"acks": -1, "timeout_ms": REQUEST_TIMEOUT_MS, "partitions": [[topic, 0]],
+                "trace": [time.monotonic_ns()]}
+        response = channel.request(P.ApiKey.PRODUCE, body, frames,
+                                    timeout_ms=REQUEST_TIMEOUT_MS)
+        received = time.monotonic_ns()
+        _check_response(P.ApiKey.PRODUCE, response)
+        next_send = max(next_send + interval_s, time.perf_counter())
+        if i < warmup:
+            continue
+        trace = response.body.get("trace") or {}
+        follower = (trace.get("followers") or {}).get(str(trace.get("by")))
+        if follower is None or len(follower) != len(FOLLOWER_STAMPS):
+            incomplete += 1
+            continue
+        path = {key: trace[key] for key in ("send", "receive", "append", "high_watermark",
+                                             "answer")}
+        path.update(zip(FOLLOWER_STAMPS, follower))
+        path["client_receive"] = received
+        paths.append(path)
+    return paths, incomplete
+
+
+def breakdown_table(paths: list[dict]) -> dict[str, dict[str, float]]:
+    """Median and p99 (µs) of every hop and of the whole write."""
+    table = {}
+    for name, start, end in (*HOPS, ("total", "send", "client_receive")):
+        samples = sorted((p[end] - p[start]) / 1000 for p in paths)
+        table[name] = {"p50": round(samples[len(samples) // 2], 1),
+                       "p99": round(samples[min(len(samples) - 1,
+                                                int(len(samples) * 0.99))], 1)}
+    return table
+
+
+def run_breakdown(count: int, rate: int, warmup: int,
+                  broker_overrides: dict | None = None) -> dict:
+    cluster = LatencyCluster(broker_overrides).start()
+    try:
+        leader = cluster.create_topic("rf3", 3, {"min.insync.replicas": "2"})
+        paths, incomplete = traced_requests(cluster, leader, "rf3", count, rate, warmup)
+        if not paths:
+            raise RuntimeError(f"none of {count} traced writes came back with its path")
+        return {"breakdown_us": breakdown_table(paths), "traced": len(paths),
+                "incomplete": incomplete, "requests": count, "rate": rate}
+    finally:
+        cluster.close()
+
+
+def print_breakdown(result: dict) -> None:
+    table = result["breakdown_us"]
+    width = max(len(name) for name in table)
+    print(f"acks=all, RF=3, min.insync.replicas=2, {RECORD_BYTES}-byte records, "
+          f"{result['rate']} writes/s: {result['traced']} traced "
+          f"({result['incomplete']} incomplete), along the follower that advanced the HW")
+    print(f"{'hop':<{width}}  {'p50 us':>9}  {'p99 us':>9}")
+    for name, stats in table.items():
+        if name == "total":
+            print("-" * (width + 22))
+        print(f"{name:<{width}}  {stats['p50']:>9.1f}  {stats['p99']:>9.1f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -238,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=200, help="untimed requests first")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker property (repeatable)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="follow traced acks=all writes hop by hop instead")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.requests < 1 or args.rate < 1 or args.warmup < 0:
         parser.error("--runs, --requests and --rate must be positive")
@@ -247,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             parser.error(f"--override {item!r}: expected KEY=VALUE")
         overrides[key.strip()] = value
+    if args.breakdown:
+        result = run_breakdown(args.requests, args.rate, args.warmup, overrides)
+        print_breakdown(result)
+        print(json.dumps(result), flush=True)
+        return 0
     print(json.dumps(run(args.runs, args.requests, args.rate, args.warmup, overrides)),
           flush=True)
     return 0

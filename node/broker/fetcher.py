@@ -22,6 +22,7 @@ on the same channel; the answer, or REQUEST_TIMED_OUT, goes to
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -108,7 +109,7 @@ class ReplicaFetcherManager:
                 continue
             self._fetch(session, keys, now)
 
-    def _fetch(self, session: _Session, keys, now: int) -> None:
+    def _fetch(self, session: _Session, keys, now: int, trace: list | None = None) -> None:
         leader = session.leader
         entries, sent = [], {}
         partitions = self.replicas.partitions
@@ -131,6 +132,11 @@ class ReplicaFetcherManager:
                 "max_bytes": self.config.replica_fetch_response_max_bytes,
                 "partitions": entries}
         session.sent = sent
+        if trace:
+            # The leader's trace marks of the last response, with this follower's
+            # stamps: [topic, partition, offset, answered, received, appended, sent].
+            sent_ns = time.monotonic_ns()
+            body["trace"] = [[*mark, sent_ns] for mark in trace]
         timeout = self.config.replica_fetch_wait_max_ms + self.config.request_timeout_ms
         session.correlation_id = self.outbound.send(
             session.endpoint, P.ApiKey.FETCH, body,
@@ -149,6 +155,9 @@ class ReplicaFetcherManager:
                            session.endpoint)
             session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
             return
+        trace = None
+        if "trace" in response.body:
+            trace = _trace_marks(response.body["trace"], time.monotonic_ns())
         try:
             entries = P.entries(response.body, "partitions", 6)
         except P.ProtocolError as e:
@@ -156,13 +165,17 @@ class ReplicaFetcherManager:
             session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
             return
         appended, clean = self._append_fetched(session, entries, response.frames, now)
+        if trace:
+            appended_ns = time.monotonic_ns()
+            for mark in trace:
+                mark.append(appended_ns)
         if clean:
             # The next fetch is what lets the leader advance its HW (acks=all waits for
             # it): send it before the bookkeeping. Only HW updates are left to do, and
             # they never change where this follower fetches from.
             keys = self.following.get(session.leader)
             if keys and self._session(session.leader) is session:
-                self._fetch(session, keys, now)
+                self._fetch(session, keys, now, trace)
         for part, error, hw, log_start, leo in appended:
             effects = part.core.on_fetch_response(
                 error=error, leader_high_watermark=hw, leader_log_start_offset=log_start,
@@ -243,3 +256,12 @@ class ReplicaFetcherManager:
         for leader in list(self.sessions):
             self._drop_session(leader)
         self.following.clear()
+
+
+def _trace_marks(value, received_ns: int) -> list:
+    """A fetch response's trace marks [topic, partition, offset, answered ns] with this
+    follower's receive stamp added; malformed marks are dropped."""
+    if not isinstance(value, list):
+        return []
+    return [[*mark, received_ns] for mark in value
+            if isinstance(mark, list) and len(mark) == 4]

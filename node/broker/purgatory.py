@@ -32,6 +32,9 @@ class ProduceRequest:
     remaining: int
     in_handler: bool = True
     answered: bool = False
+    # A traced request (bench.latency --breakdown): the CLOCK_MONOTONIC ns stamps of its
+    # path, answered with it. None, and never looked at, otherwise.
+    trace: dict | None = None
 
     def complete(self, index: int, error: int, base_offset: int, log_start: int,
                  message: str | None = None) -> None:

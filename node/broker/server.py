@@ -109,6 +109,10 @@ class Broker:
         self.purgatory = FetchPurgatory(self.loop, self._read_fetch, self._answer_fetch)
         self.controller = None
         self._pending_produces = 0
+        # Traced acks=all writes waiting for their followers: partition key ->
+        # (last offset, the request's trace). Empty unless a client asked for a trace.
+        self._traces: dict[tuple[str, int], tuple[int, dict]] = {}
+        self._trace_replica = -1  # the follower whose fetch is being applied
         self._shutting_down = False
         self._stop = False
         self._session_lost = False
@@ -367,6 +371,8 @@ class Broker:
                                   f"batch frames")
         produce = ProduceRequest(identity, request.correlation_id, acks,
                                  [[t, p, None, -1, -1, None] for t, p in entries], len(entries))
+        if "trace" in body:
+            produce.trace = _start_trace(body["trace"])
         now = now_ms()
         appended = []
         for i, ((topic, partition), frame) in enumerate(zip(entries, request.frames)):
@@ -411,6 +417,10 @@ class Broker:
                 logger.error("%s-%d: append failed: %s", topic, partition, e)
             produce.complete(index, code, -1, log.log_start_offset, str(e))
             return None
+        if produce.trace is not None:
+            produce.trace["append"] = time.monotonic_ns()
+            if produce.acks == -1 and len(self._traces) < L.TRACED_WRITES_MAX:
+                self._traces[part.key] = (info.last_offset, produce.trace)
         if produce.acks == -1:
             self._pending_produces += 1
             self.purgatory.wake(part.key, leo_moved=True)
@@ -423,13 +433,20 @@ class Broker:
         produce, index = effect.request_id
         if produce.acks == -1:
             self._pending_produces -= 1
+        if produce.trace is not None:
+            produce.trace["high_watermark"] = time.monotonic_ns()
+            produce.trace["by"] = self._trace_replica
+            self._traces.pop(part.key, None)
         produce.complete(index, effect.error, effect.base_offset, part.log.log_start_offset)
         self._answer_produce(produce)
 
     def _answer_produce(self, produce: ProduceRequest) -> None:
         if produce.ready() and produce.acks != 0:  # Kafka sends nothing for acks=0
-            self._reply(produce.identity, produce.correlation_id, P.ApiKey.PRODUCE,
-                        {"partitions": produce.results})
+            body = {"partitions": produce.results}
+            if produce.trace is not None:
+                produce.trace["answer"] = time.monotonic_ns()
+                body["trace"] = produce.trace
+            self._reply(produce.identity, produce.correlation_id, P.ApiKey.PRODUCE, body)
 
     # ---------------------------------------------------------------- Fetch
 
@@ -446,8 +463,14 @@ class Broker:
                                       "max_bytes] with int fields")
         fetch = ParkedFetch(identity, request.correlation_id, replica_id, min_bytes,
                             max(max_bytes, 0), entries)
+        if "trace" in body and self._traces:
+            self._follower_traced(replica_id, body["trace"])
         if fetch.from_follower:
-            self._follower_fetched(fetch)
+            self._trace_replica = replica_id
+            try:
+                self._follower_fetched(fetch)
+            finally:
+                self._trace_replica = -1
         read = self._read_fetch(fetch)
         if max_wait_ms == 0 or read[2] >= min_bytes or read[3] or not entries or \
                 self.purgatory.full:
@@ -500,8 +523,41 @@ class Broker:
         return results, frames, size, errors
 
     def _answer_fetch(self, fetch: ParkedFetch, read: FetchRead) -> None:
-        self._reply(fetch.identity, fetch.correlation_id, P.ApiKey.FETCH,
-                    {"partitions": read[0]}, read[1])
+        body = {"partitions": read[0]}
+        if self._traces and fetch.from_follower:
+            marks = self._trace_marks(fetch, read)
+            if marks:
+                body["trace"] = marks
+        self._reply(fetch.identity, fetch.correlation_id, P.ApiKey.FETCH, body, read[1])
+
+    # ---------------------------------------------------------------- tracing
+    # bench.latency --breakdown: a Produce with "trace": [client send ns] is followed
+    # through the leader, each follower's fetch and the HW advance; its answer carries
+    # every stamp (time.monotonic_ns: CLOCK_MONOTONIC, one clock for every process of a
+    # host). Nothing here runs unless such a request is pending.
+
+    def _trace_marks(self, fetch: ParkedFetch, read: FetchRead) -> list:
+        """[topic, partition, traced offset, answered ns] for every traced write this
+        follower fetch carries."""
+        marks = []
+        for (topic, partition, offset, *_), frame in zip(fetch.entries, read[1]):
+            traced = self._traces.get((topic, partition))
+            if traced is not None and len(frame) and offset <= traced[0]:
+                marks.append([topic, partition, traced[0], time.monotonic_ns()])
+        return marks
+
+    def _follower_traced(self, replica_id: int, marks) -> None:
+        """A follower's next fetch echoes the marks with its own stamps: [topic,
+        partition, offset, answered, received, appended, sent]."""
+        now = time.monotonic_ns()
+        if not isinstance(marks, list):
+            return
+        for mark in marks:
+            if not (isinstance(mark, list) and len(mark) == 7):
+                continue
+            traced = self._traces.get((mark[0], mark[1]))
+            if traced is not None and traced[0] == mark[2]:
+                traced[1].setdefault("followers", {})[str(replica_id)] = [*mark[3:], now]
 
     # ---------------------------------------------------------------- ListOffsets
 
@@ -733,6 +789,13 @@ class Broker:
             logger.warning("closing the coordinator session: %s", e)
         self.loop.close()
         logger.info("broker %d stopped", self.broker_id)
+
+
+def _start_trace(value) -> dict | None:
+    """A Produce's "trace": [client send ns] -> the trace the broker fills in."""
+    if not (isinstance(value, list) and len(value) == 1 and isinstance(value[0], int)):
+        raise P.ProtocolError('"trace" must be [client send time in ns]')
+    return {"send": value[0], "receive": time.monotonic_ns()}
 
 
 def _check_partitions(entries) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from node.wire.errors import ErrorCode
 from node.wire import protocol as P
+from shm import batch as B
 from shm.board import BoardReader, Role
 from tests.node.broker.harness import Cluster, wait_for
 
@@ -233,3 +234,35 @@ def test_sigkilled_follower_is_dropped_and_after_a_restart_catches_up_and_rejoin
     wait_for(lambda: replica_offsets(cluster, 2) == (10, 10), "caught up")
     _, records = cluster.fetch(0, TOPIC, 0, 0)
     assert len(records) == 10
+
+
+def _traced_produce(cluster: Cluster, trace, acks: int = -1) -> P.Response:
+    body = {"acks": acks, "timeout_ms": 10_000, "partitions": [[TOPIC, 0]]}
+    if trace is not None:
+        body["trace"] = trace
+    return cluster.request(0, P.ApiKey.PRODUCE, body, [B.build_batch([b"t" * 100])])
+
+
+def test_a_traced_acks_all_write_comes_back_with_its_path(cluster):
+    """bench.latency --breakdown: every stamp is there, on one clock, in causal order."""
+    start_brokers(cluster, 3, min_insync_replicas=2)
+    cluster.create_topic(TOPIC, {0: [0, 1, 2]})
+    wait_for(lambda: cluster.partition_state(TOPIC, 0).isr == (0, 1, 2), "full ISR")
+    assert "trace" not in _traced_produce(cluster, None).body   # untraced: nothing added
+    for _ in range(20):
+        sent = time.monotonic_ns()
+        response = _traced_produce(cluster, [sent])
+        received = time.monotonic_ns()
+        assert response.body["partitions"][0][2] == 0
+        trace = response.body["trace"]
+        assert trace["send"] == sent
+        assert trace["by"] in (1, 2)
+        follower = trace["followers"][str(trace["by"])]
+        answered, f_received, f_appended, f_sent, leader_received = follower
+        path = [sent, trace["receive"], trace["append"], answered, f_received, f_appended,
+                f_sent, leader_received, trace["high_watermark"], trace["answer"], received]
+        assert path == sorted(path), path
+    # A malformed trace is a malformed request; the broker goes on serving.
+    bad = _traced_produce(cluster, "yesterday")
+    assert bad.body["error"] == ErrorCode.INVALID_REQUEST, bad.body
+    assert _traced_produce(cluster, None).body["partitions"][0][2] == 0
