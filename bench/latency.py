@@ -50,6 +50,7 @@ from bench import zkservers
 from node.waiting import poll_until
 from node.wire import protocol as P
 from node.config import write_properties
+from node import local_link
 from node.net import Channel
 from shm.batch import build_batch
 from shm.names import cleanup_cluster
@@ -103,12 +104,17 @@ class LatencyCluster:
                     start_new_session=True))
         wait_for(lambda: len(self.metadata(0).body["brokers"]) == BROKERS,
                  "the controller's UpdateMetadata naming every broker")
+        # Channels opened while a broker was starting fell back to ZeroMQ: reopen them
+        # now that every broker's local link is up.
+        for channel in self.channels.values():
+            channel.close()
+        self.channels.clear()
         return self
 
     def channel(self, broker_id: int) -> Channel:
         if broker_id not in self.channels:
-            self.channels[broker_id] = Channel(f"tcp://127.0.0.1:{self.ports[broker_id]}",
-                                               client_id="bench-latency")
+            self.channels[broker_id] = local_link.open_channel(
+                f"tcp://127.0.0.1:{self.ports[broker_id]}", client_id="bench-latency")
         return self.channels[broker_id]
 
     def request(self, broker_id: int, api_key: int, body: dict, frames=()) -> P.Response:

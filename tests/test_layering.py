@@ -19,15 +19,17 @@ PACKAGES = ("node", "shm", "zk_lite", "bench")
 
 # What each part of node may import from node (its own part always).
 _BASE = {"node.wire"}
-_CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.config", "node.client", "node.waiting"}
+_CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.local_link", "node.config",
+                        "node.client", "node.waiting"}
 LAYERS: dict[str, set[str]] = {
     "node.wire": set(),
     "node.core": _BASE,
     "node.net": _BASE,
+    "node.local_link": _BASE | {"node.net"},
     "node.config": set(),
     "node.waiting": set(),
-    "node.broker": _BASE | {"node.core", "node.net", "node.config"},
-    "node.client": _BASE | {"node.net", "node.waiting"},
+    "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config"},
+    "node.client": _BASE | {"node.net", "node.local_link", "node.waiting"},
     "node.tools": _CLIENT_SIDE,
     "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},
     "node.cluster": _CLIENT_SIDE | {"node.tools"},

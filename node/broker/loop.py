@@ -26,6 +26,8 @@ from typing import Callable
 import zmq
 
 from node.wire import protocol as P
+from node import local_link
+from node.local_link import LinkClosed, LocalChannel
 from node.net import Channel, ChannelError
 from node.broker.failures import EXPECTED_ERRORS
 
@@ -70,6 +72,12 @@ class EventLoop:
     def add_socket(self, socket, handler: Callable[[], None]) -> None:
         self.poller.register(socket, zmq.POLLIN)
         self._handlers[socket] = handler
+
+    def watch_writable(self, socket, writable: bool) -> None:
+        """Also call ``socket``'s handler when it becomes writable (a local link with
+        queued output), or stop doing so."""
+        if socket in self._handlers:
+            self.poller.register(socket, zmq.POLLIN | (zmq.POLLOUT if writable else 0))
 
     def remove_socket(self, socket) -> None:
         if socket in self._handlers:
@@ -148,20 +156,25 @@ OnResponse = Callable[[P.Response | None], None]
 
 
 class Outbound:
-    """Request channels to other brokers, one per endpoint, answered on the loop."""
+    """Request channels to other brokers, one per endpoint, answered on the loop.
+    With ``local``, a broker on this host is reached over a local link
+    (``node.local_link``) when it has one, else over ZeroMQ."""
 
-    def __init__(self, loop: EventLoop, client_id: str, timeout_ms: int) -> None:
+    def __init__(self, loop: EventLoop, client_id: str, timeout_ms: int,
+                 local: bool = False) -> None:
         self.loop = loop
         self.client_id = client_id
         self.timeout_ms = timeout_ms
-        self.channels: dict[str, Channel] = {}
+        self.local = local
+        self.channels: dict[str, Channel | LocalChannel] = {}
         # (endpoint, correlation id) -> (deadline ms, callback)
         self._pending: dict[tuple[str, int], tuple[int, OnResponse]] = {}
 
     def channel(self, endpoint: str) -> Channel:
         channel = self.channels.get(endpoint)
         if channel is None:
-            channel = Channel(endpoint, client_id=self.client_id)
+            channel = local_link.open_channel(endpoint, client_id=self.client_id,
+                                              local=self.local)
             self.channels[endpoint] = channel
             self.loop.add_socket(channel.socket, lambda: self._receive(endpoint))
         return channel
@@ -169,12 +182,17 @@ class Outbound:
     def send(self, endpoint: str, api_key: int, body: dict, on_response: OnResponse,
              frames=(), timeout_ms: int | None = None) -> int | None:
         """Non-blocking; the callback always runs later on the loop (never inside send)."""
+        channel = self.channel(endpoint)
         try:
-            cid = self.channel(endpoint).send(api_key, body, frames)
+            cid = channel.send(api_key, body, frames)
         except (ChannelError, zmq.ZMQError) as e:
             logger.warning("cannot send api %d to %s: %s", int(api_key), endpoint, e)
+            if isinstance(channel, LocalChannel):
+                self.close_channel(endpoint)   # the next request connects again
             self.loop.post(lambda: on_response(None))
             return None
+        if isinstance(channel, LocalChannel) and channel.output:
+            self.loop.watch_writable(channel.socket, True)
         deadline = now_ms() + (self.timeout_ms if timeout_ms is None else timeout_ms)
         self._pending[(endpoint, cid)] = (deadline, on_response)
         return cid
@@ -192,7 +210,15 @@ class Outbound:
         channel = self.channels.get(endpoint)
         if channel is None:
             return
-        for response in channel.receive_ready():
+        try:
+            responses = channel.receive_ready()
+        except LinkClosed as e:
+            logger.info("local link to %s closed: %s", endpoint, e)
+            self.close_channel(endpoint)
+            return
+        if isinstance(channel, LocalChannel) and not channel.output:
+            self.loop.watch_writable(channel.socket, False)
+        for response in responses:
             entry = self._pending.pop((endpoint, response.correlation_id), None)
             if entry is not None:
                 EventLoop._call(lambda cb=entry[1], r=response: cb(r))

@@ -71,6 +71,8 @@ from node.config import BrokerConfig, ConfigError, parse_key_values
 from node.broker.fetcher import ReplicaFetcherManager
 from node.broker.metadata_cache import MetadataCache
 from node.net import context
+from node import local_link
+from node.local_link import LinkClosed, LocalConnection
 from node.core.replication import CompleteProduce, Role
 from shm.errors import OffsetOutOfRangeError
 from shm import faults
@@ -93,6 +95,8 @@ class Broker:
                               timeout=config.zookeeper_session_timeout_ms / 1000)
         self.cluster_id: str | None = None
         self.router = None
+        self.local_listener = None
+        self.local_connections: dict[int, LocalConnection] = {}
         self.port = config.port
         self.broker_epoch = -1
         self.metadata = MetadataCache()
@@ -101,7 +105,7 @@ class Broker:
             metadata=self.metadata, on_produce_complete=self._on_produce_complete,
             on_high_watermark=lambda part: self.purgatory.wake(part.key, leo_moved=False))
         self.fetch_outbound = Outbound(self.loop, f"broker-{self.broker_id}-fetcher",
-                                       config.request_timeout_ms)
+                                       config.request_timeout_ms, local=True)
         self.controller_outbound = Outbound(self.loop, f"broker-{self.broker_id}-controller",
                                             config.request_timeout_ms)
         self.fetchers = ReplicaFetcherManager(self.replicas, self.fetch_outbound)
@@ -197,6 +201,14 @@ class Broker:
             router.bind(self.config.bind_endpoint)
         self.router = router
         self.loop.add_socket(router, self._on_listener_readable)
+        if local_link.enabled():
+            # The same listener for peers on this host, without ZeroMQ's I/O threads.
+            self.local_listener = local_link.listen(self.config.host, self.port)
+            if self.local_listener is None:
+                logger.warning("local link %r taken: peers on this host use TCP",
+                               local_link.address(self.config.host, self.port)[1:])
+            else:
+                self.loop.add_socket(self.local_listener.fileno(), self._on_local_accept)
 
     def _registration(self) -> bytes:
         return Z.encode_broker(Z.BrokerInfo(self.broker_id, self.config.host, self.port,
@@ -309,7 +321,38 @@ class Broker:
             if len(frames) >= 2:
                 self._handle(frames[0].bytes, frames[1:])
 
-    def _handle(self, identity: bytes, frames) -> None:
+    def _on_local_accept(self) -> None:
+        for _ in range(L.RECEIVE_BATCH_MAX):
+            try:
+                sock, _ = self.local_listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                logger.warning("local link accept failed: %s", e)
+                return
+            conn = LocalConnection(sock)
+            self.local_connections[conn.socket] = conn
+            self.loop.add_socket(conn.socket, lambda c=conn: self._on_local_readable(c))
+
+    def _on_local_readable(self, conn: LocalConnection) -> None:
+        try:
+            if conn.output and conn.flush():
+                self.loop.watch_writable(conn.socket, False)
+            messages = conn.receive()
+        except LinkClosed:
+            self._drop_local(conn)
+            return
+        for frames in messages:
+            self._handle(conn, frames)
+        if conn.broken:
+            self._drop_local(conn)
+
+    def _drop_local(self, conn: LocalConnection) -> None:
+        if self.local_connections.pop(conn.socket, None) is not None:
+            self.loop.remove_socket(conn.socket)
+        conn.close()
+
+    def _handle(self, identity: bytes | LocalConnection, frames) -> None:
         try:
             request = P.decode_request(frames)
         except P.ProtocolError as e:
@@ -345,6 +388,18 @@ class Broker:
 
     def _reply(self, identity: bytes, correlation_id: int, api_key: int, body: dict,
                frames=()) -> None:
+        if type(identity) is LocalConnection:
+            if not identity.closed:
+                try:
+                    identity.send_frames(P.encode_response(correlation_id, api_key, body,
+                                                           frames))
+                except LinkClosed as e:
+                    logger.warning("cannot answer correlation id %d: %s", correlation_id, e)
+                    self._drop_local(identity)
+                    return
+                if identity.output:
+                    self.loop.watch_writable(identity.socket, True)
+            return
         message = [identity, *P.encode_response(correlation_id, api_key, body, frames)]
         try:
             # Batch frames are zero-copy views of the log.
@@ -775,6 +830,12 @@ class Broker:
             self.loop.remove_socket(self.router)
             self.router.close(linger=0)
             self.router = None
+        for conn in list(self.local_connections.values()):
+            self._drop_local(conn)
+        if self.local_listener is not None:
+            self.loop.remove_socket(self.local_listener.fileno())
+            self.local_listener.close()
+            self.local_listener = None
         self.replicas.close()
         if self.cluster_id is not None:
             # Index objects of logs a SIGKILLed incarnation left and no LeaderAndIsr reopened.
