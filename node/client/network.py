@@ -11,6 +11,10 @@ listens), those requests fail at once with NETWORK_EXCEPTION (retriable) and the
 channel is closed and made anew — a broker that is restarted later never sees the
 stale requests that were queued for it. A broker that is alive but silent (SIGSTOP)
 is only noticed by the request timeout.
+
+Local links: a broker on this host is reached over its local link
+(``node.local_link``: a Unix socket, no ZeroMQ I/O threads) when it has one; there a
+dead broker is an end of stream, handled like a dropped connection.
 """
 from __future__ import annotations
 
@@ -22,7 +26,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from node.wire import errors as E
 from node.wire import protocol as P
-from node.net import Channel, context
+from node import local_link
+from node.local_link import LinkClosed, LocalChannel
+from node.net import ChannelError, context
 from node.client.types import error
 from node.wire.errors import ErrorCode
 
@@ -52,17 +58,20 @@ class Completion:
 class _Connection:
     def __init__(self, endpoint: str, client_id: str):
         self.endpoint = endpoint
-        self.channel = Channel(endpoint, client_id=client_id)
-        self.monitor = self.channel.socket.get_monitor_socket(MONITOR_EVENTS)
-        self.connected = False
+        self.channel = local_link.open_channel(endpoint, client_id=client_id)
+        self.local = isinstance(self.channel, LocalChannel)
+        self.monitor = None if self.local else \
+            self.channel.socket.get_monitor_socket(MONITOR_EVENTS)
+        self.connected = self.local
         self.failures = 0
 
     def close(self) -> None:
-        try:
-            self.channel.socket.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self.monitor.close(linger=0)
+        if self.monitor is not None:
+            try:
+                self.channel.socket.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self.monitor.close(linger=0)
         self.channel.close()
 
 
@@ -87,7 +96,8 @@ class Network:
             conn = _Connection(endpoint, self.client_id)
             self.connections[endpoint] = conn
             self.poller.register(conn.channel.socket, zmq.POLLIN)
-            self.poller.register(conn.monitor, zmq.POLLIN)
+            if conn.monitor is not None:
+                self.poller.register(conn.monitor, zmq.POLLIN)
         return conn
 
     def in_flight_count(self, endpoint: str) -> int:
@@ -104,7 +114,8 @@ class Network:
             entry = self.in_flight.pop(key)
             out.append(Completion(conn.endpoint, entry.context, None, code, message))
         self.poller.unregister(conn.channel.socket)
-        self.poller.unregister(conn.monitor)
+        if conn.monitor is not None:
+            self.poller.unregister(conn.monitor)
         conn.close()
         del self.connections[conn.endpoint]
 
@@ -113,9 +124,25 @@ class Network:
              timeout_ms: int | None = None, expect_response: bool = True) -> int:
         conn = self.connection(endpoint)
         try:
-            cid = conn.channel.send(api_key, body, frames, expect_response=expect_response)
+            try:
+                cid = conn.channel.send(api_key, body, frames,
+                                        expect_response=expect_response)
+            except ChannelError as e:
+                # A local link whose broker went away: its requests fail now, and this
+                # one goes on a fresh connection (ZeroMQ's if no local link answers,
+                # which queues it and reports a refused connection as usual).
+                self._drop(conn, ErrorCode.NETWORK_EXCEPTION, f"{endpoint}: {e}",
+                           self.backlog)
+                conn = self.connection(endpoint)
+                cid = conn.channel.send(api_key, body, frames,
+                                        expect_response=expect_response)
         except zmq.Again:
             raise E.error_for(ErrorCode.NETWORK_EXCEPTION)(f"{endpoint}: send queue full") from None
+        except ChannelError as e:
+            self._drop(conn, ErrorCode.NETWORK_EXCEPTION, f"{endpoint}: {e}", self.backlog)
+            raise E.error_for(ErrorCode.NETWORK_EXCEPTION)(str(e)) from None
+        if conn.local and conn.channel.output:
+            self.poller.register(conn.channel.socket, zmq.POLLIN | zmq.POLLOUT)
         if expect_response:
             timeout_s = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
             self.in_flight[(endpoint, cid)] = _InFlight(endpoint, cid,
@@ -144,6 +171,10 @@ class Network:
         events = dict(self.poller.poll(max(0, int(timeout_ms + 0.999)) if timeout_ms > 0 else 0))
         ready_fds = {fd for fd in self.extra_fds if fd in events}
         for conn in list(self.connections.values()):
+            if conn.local:
+                if conn.channel.socket in events:
+                    self._receive_local(conn, out)
+                continue
             if conn.channel.socket in events:  # answers first: they may precede a drop
                 for response in conn.channel.receive_ready():
                     entry = self.in_flight.pop((conn.endpoint, response.correlation_id), None)
@@ -158,6 +189,19 @@ class Network:
                 out.append(Completion(entry.endpoint, entry.context, None, ErrorCode.REQUEST_TIMED_OUT,
                                       f"no response from {entry.endpoint} in time"))
         return out, ready_fds
+
+    def _receive_local(self, conn: _Connection, out: list) -> None:
+        try:
+            responses = conn.channel.receive_ready()
+        except LinkClosed as e:
+            self._drop(conn, ErrorCode.NETWORK_EXCEPTION, f"{conn.endpoint}: {e}", out)
+            return
+        if not conn.channel.output:
+            self.poller.register(conn.channel.socket, zmq.POLLIN)
+        for response in responses:
+            entry = self.in_flight.pop((conn.endpoint, response.correlation_id), None)
+            if entry is not None:
+                out.append(Completion(conn.endpoint, entry.context, response))
 
     def _monitor(self, conn: _Connection, out: list) -> bool:
         """Handle monitor events; True if the connection was dropped."""

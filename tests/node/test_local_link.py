@@ -1,0 +1,120 @@
+"""Local links (node.local_link): the framing as a pure codec, then real sockets."""
+from __future__ import annotations
+
+import random
+import socket
+import uuid
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from node import local_link as LL
+from node.net import Channel, ChannelError
+from node.wire import protocol as P
+
+
+def _wire(frames) -> bytes:
+    return b"".join(bytes(b) for b in LL.encode(frames))
+
+
+@given(st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=6), max_size=8),
+       st.integers(min_value=1, max_value=64), st.randoms())
+@settings(max_examples=200, deadline=None)
+def test_any_split_of_the_stream_gives_back_the_same_messages(messages, chunk, rnd):
+    data = b"".join(_wire(m) for m in messages)
+    decoder, out, position = LL.Decoder(), [], 0
+    while position < len(data):
+        step = rnd.randint(1, chunk)
+        out.extend(decoder.feed(data[position:position + step]))
+        position += step
+    assert [[bytes(f) for f in m] for m in out] == messages
+    assert not decoder.buffer
+
+
+def test_frames_are_writable_copies():
+    decoder = LL.Decoder()
+    [frames] = decoder.feed(_wire([b"head", b"batch"]))
+    frames[1][0] = ord("B")       # the leader stamps a produce frame in place
+    assert bytes(frames[1]) == b"Batch"
+
+
+@pytest.mark.parametrize("garbage, reason", [
+    (b"\x00\x00\x00\x00", "0 frames"),
+    ((LL.FRAMES_MAX + 1).to_bytes(4, "little"), "frames"),
+    ((1).to_bytes(4, "little") + (LL.MESSAGE_BYTES_MAX).to_bytes(4, "little"), "exceeds"),
+])
+def test_a_garbled_stream_is_refused_not_buffered_forever(garbage, reason):
+    with pytest.raises(LL.LinkClosed, match=reason):
+        LL.Decoder().feed(garbage)
+
+
+def test_too_many_frames_cannot_be_encoded():
+    with pytest.raises(ValueError):
+        LL.encode([b""] * (LL.FRAMES_MAX + 1))
+
+
+def test_address_and_endpoint_parsing():
+    assert LL.address("127.0.0.1", 9092) == "\0minikafka:127.0.0.1:9092"
+    assert LL.tcp_host_port("tcp://127.0.0.1:9092") == ("127.0.0.1", 9092)
+    assert LL.tcp_host_port("ipc:///x") is None
+    assert LL.tcp_host_port("tcp://127.0.0.1:http") is None
+
+
+def _port() -> int:
+    # A port nobody listens on: the name is all that matters here.
+    return random.randint(20_000, 60_000) + uuid.uuid4().int % 1000
+
+
+def test_a_channel_falls_back_to_zeromq_when_no_local_link_answers():
+    channel = LL.open_channel(f"tcp://127.0.0.1:{_port()}")
+    try:
+        assert isinstance(channel, Channel)
+    finally:
+        channel.close()
+
+
+def test_request_response_over_a_real_socket_pair_and_end_of_stream():
+    port = _port()
+    listener = LL.listen("127.0.0.1", port)
+    assert listener is not None
+    assert LL.listen("127.0.0.1", port) is None        # the name is taken
+    channel = LL.open_channel(f"tcp://127.0.0.1:{port}", client_id="t")
+    try:
+        assert isinstance(channel, LL.LocalChannel)
+        sock, _ = listener.accept()
+        server = LL.LocalConnection(sock)
+        big = bytes(range(256)) * 40_000             # 10 MB: many partial writes
+        cid = channel.send(P.ApiKey.PRODUCE, {"acks": 1}, [big])
+        received = []
+        while not received:
+            channel.flush()
+            received = server.receive()
+        request = P.decode_request(received[0])
+        assert request.correlation_id == cid and bytes(request.frames[0]) == big
+        server.send_frames(P.encode_response(cid, P.ApiKey.PRODUCE, {"ok": True}))
+        server.flush()
+        got = []
+        while not got:
+            got = channel.receive_ready()
+        assert got[0].correlation_id == cid and got[0].body == {"ok": True}
+        # The peer goes away: the blocking call fails at once, not after its timeout.
+        server.close()
+        with pytest.raises(ChannelError):
+            channel.request(P.ApiKey.METADATA, {"topics": None}, timeout_ms=10_000)
+    finally:
+        channel.close()
+        listener.close()
+
+
+def test_a_peer_that_does_not_read_is_cut_off(monkeypatch):
+    monkeypatch.setattr(LL, "OUTPUT_BYTES_MAX", 1 << 20)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream = LL.LocalConnection(a)
+    try:
+        with pytest.raises(LL.LinkClosed, match="does not read"):
+            for _ in range(10_000):
+                stream.send_frames([b"x" * 65536])
+        assert stream.broken
+    finally:
+        stream.close()
+        b.close()
