@@ -78,12 +78,45 @@ def encode(frames) -> list:
 
 
 class Decoder:
-    """Bytes in, whole messages (lists of writable memoryviews) out."""
+    """Bytes in, whole messages (lists of writable memoryviews) out.
+
+    Small messages are cut out of the bytes fed; a message whose body is at least
+    ``DIRECT_BYTES`` gets a buffer of its own once its header is known, and the rest of
+    it is received straight into that buffer (``direct_target``/``direct_filled``), so
+    a large produce or fetch frame is copied once, by the kernel."""
+
+    DIRECT_BYTES = 64 * 1024
 
     def __init__(self) -> None:
         self.buffer = bytearray()
+        self._body: bytearray | None = None   # a large message being received in place
+        self._lengths: tuple = ()
+        self._filled = 0
+
+    def direct_target(self) -> memoryview | None:
+        """Where the next bytes go while a large message is being received."""
+        if self._body is None:
+            return None
+        return memoryview(self._body)[self._filled:]
+
+    def direct_filled(self, count: int) -> list | None:
+        """``count`` bytes were received into ``direct_target()``; the message if whole."""
+        self._filled += count
+        if self._filled < len(self._body):
+            return None
+        return self._finish()
+
+    def _finish(self) -> list:
+        body, lengths = memoryview(self._body), self._lengths
+        self._body, self._lengths, self._filled = None, (), 0
+        frames, position = [], 0
+        for length in lengths:
+            frames.append(body[position:position + length])
+            position += length
+        return frames
 
     def feed(self, data) -> list[list]:
+        assert self._body is None, "a large message is being received in place"
         self.buffer += data
         out = []
         buffer = self.buffer
@@ -92,14 +125,15 @@ class Decoder:
             message, end = self._one(buffer, start)
             if message is None:
                 break
-            out.append(message)
             start = end
+            if self._body is not None:     # a large message continues in place
+                break
+            out.append(message)
         if start:
             del buffer[:start]
         return out
 
-    @staticmethod
-    def _one(buffer: bytearray, start: int):
+    def _one(self, buffer: bytearray, start: int):
         available = len(buffer) - start
         if available < 4:
             return None, start
@@ -110,19 +144,25 @@ class Decoder:
         if available < header:
             return None, start
         lengths = struct.unpack_from(f"<{count}I", buffer, start + 4)
-        total = header + sum(lengths)
-        if total > MESSAGE_BYTES_MAX:
-            raise LinkClosed(f"a message of {total} bytes exceeds {MESSAGE_BYTES_MAX}")
-        if available < total:
+        size = sum(lengths)
+        if header + size > MESSAGE_BYTES_MAX:
+            raise LinkClosed(f"a message of {header + size} bytes exceeds "
+                             f"{MESSAGE_BYTES_MAX}")
+        have = available - header
+        if have < size and size < self.DIRECT_BYTES:
             return None, start
         # One copy per message: the frames must outlive the receive buffer, and a
         # produce frame is stamped in place by the leader (writable).
-        body = memoryview(bytearray(buffer[start + header:start + total]))
-        frames, position = [], 0
-        for length in lengths:
-            frames.append(body[position:position + length])
-            position += length
-        return frames, start + total
+        first = start + header
+        self._body = bytearray(size)
+        self._lengths = lengths
+        present = min(have, size)
+        with memoryview(buffer) as view:   # released before the buffer is resized
+            self._body[:present] = view[first:first + present]
+        self._filled = present
+        if present < size:
+            return [], first + present      # the rest goes straight into the body
+        return self._finish(), first + size
 
 
 class _Stream:
@@ -202,9 +242,20 @@ class _Stream:
         if self.broken or self.closed:
             raise LinkClosed("link closed")
         messages = []
+        decoder = self.decoder
         while True:
+            target = decoder.direct_target()
             try:
-                data = self.sock.recv(RECEIVE_CHUNK_BYTES)
+                if target is not None:
+                    count = self.sock.recv_into(target)
+                    if count:
+                        message = decoder.direct_filled(count)
+                        if message is not None:
+                            messages.append(message)
+                        continue
+                    data = b""
+                else:
+                    data = self.sock.recv(RECEIVE_CHUNK_BYTES)
             except (BlockingIOError, InterruptedError):
                 return messages
             except OSError as e:
@@ -215,10 +266,10 @@ class _Stream:
                     return messages   # LinkClosed on the next call
                 raise self._fail("peer closed the link")
             try:
-                messages.extend(self.decoder.feed(data))
+                messages.extend(decoder.feed(data))
             except LinkClosed as e:
                 raise self._fail(str(e)) from None
-            if len(data) < RECEIVE_CHUNK_BYTES:
+            if len(data) < RECEIVE_CHUNK_BYTES and decoder.direct_target() is None:
                 return messages
 
     def close(self) -> None:

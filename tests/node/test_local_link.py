@@ -31,6 +31,23 @@ def test_any_split_of_the_stream_gives_back_the_same_messages(messages, chunk, r
     assert not decoder.buffer
 
 
+def test_a_large_message_is_received_in_place_after_its_header():
+    big = bytes(range(256)) * 1024                       # 256 KiB > DIRECT_BYTES
+    data = _wire([b"head", big]) + _wire([b"next"])
+    decoder = LL.Decoder()
+    assert decoder.feed(data[:1000]) == []               # header + a first part
+    target = decoder.direct_target()
+    rest = data[1000:len(data) - len(_wire([b"next"]))]
+    assert len(target) == len(rest)
+    target[:len(rest) - 10] = rest[:-10]
+    assert decoder.direct_filled(len(rest) - 10) is None
+    decoder.direct_target()[:10] = rest[-10:]
+    frames = decoder.direct_filled(10)
+    assert [bytes(f) for f in frames] == [b"head", big]
+    assert decoder.direct_target() is None
+    assert [[bytes(f) for f in m] for m in decoder.feed(_wire([b"next"]))] == [[b"next"]]
+
+
 def test_frames_are_writable_copies():
     decoder = LL.Decoder()
     [frames] = decoder.feed(_wire([b"head", b"batch"]))
