@@ -7,9 +7,10 @@ ensure_venv() {
     "$py" -m venv .venv
   fi
   if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
-    echo "== installing minikafka and its dev dependencies into .venv" >&2
+    local extras="${MINIKAFKA_EXTRAS:-dev}"   # .ci/run adds 'peers'
+    echo "== installing minikafka and its [$extras] dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip >&2
-    .venv/bin/python -m pip install -q -e '.[dev]' >&2
+    .venv/bin/python -m pip install -q -e ".[$extras]" >&2
     touch .venv/.installed
   fi
 }
