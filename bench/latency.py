@@ -47,6 +47,8 @@ import uuid
 from pathlib import Path
 
 from bench import zkservers
+from node.perf import results
+from node.tools.common import ToolError
 from node.waiting import poll_until
 from node.wire import protocol as P
 from node.config import write_properties
@@ -209,7 +211,9 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def run(runs: int, count: int, rate: int, warmup: int,
-        broker_overrides: dict | None = None) -> dict:
+        broker_overrides: dict | None = None, samples: list | None = None) -> dict:
+    """The figures; with ``samples``, every timed request is appended to it as
+    (scenario, round, latency ms)."""
     cluster = LatencyCluster(broker_overrides).start()
     try:
         leaders = {"rf1": cluster.create_topic("rf1", 1, {}),
@@ -229,12 +233,14 @@ def run(runs: int, count: int, rate: int, warmup: int,
                  "rf3_acks1": produce("rf3", 1),
                  "rf3_acks_all": produce("rf3", -1)}
         per_run: dict[str, list[dict]] = {name: [] for name in SCENARIOS}
-        for _ in range(runs):
+        for round_ in range(runs):
             for name in SCENARIOS:
                 broker_id, api_key, body, frames_fn = plans[name]
-                samples = time_requests(cluster.channel(broker_id), api_key, body, frames_fn,
-                                        count, rate, warmup)
-                per_run[name].append(percentiles(samples))
+                timed = time_requests(cluster.channel(broker_id), api_key, body, frames_fn,
+                                      count, rate, warmup)
+                per_run[name].append(percentiles(timed))
+                if samples is not None:
+                    samples.extend((name, round_, ms) for ms in timed)
         result = {name: {stat: round(statistics.median(r[stat] for r in per_run[name]), 3)
                          for stat in ("p50", "p99", "max")} for name in SCENARIOS}
         result.update(runs=runs, requests=count, rate=rate)
@@ -306,13 +312,16 @@ def breakdown_table(paths: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def run_breakdown(count: int, rate: int, warmup: int,
-                  broker_overrides: dict | None = None) -> dict:
+                  broker_overrides: dict | None = None, samples: list | None = None) -> dict:
+    """The table; with ``samples``, every traced write's stamps are appended to it."""
     cluster = LatencyCluster(broker_overrides).start()
     try:
         leader = cluster.create_topic("rf3", 3, {"min.insync.replicas": "2"})
         paths, incomplete = traced_requests(cluster, leader, "rf3", count, rate, warmup)
         if not paths:
             raise RuntimeError(f"none of {count} traced writes came back with its path")
+        if samples is not None:
+            samples.extend(paths)
         return {"breakdown_us": breakdown_table(paths), "traced": len(paths),
                 "incomplete": incomplete, "requests": count, "rate": rate}
     finally:
@@ -343,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a broker property (repeatable)")
     parser.add_argument("--breakdown", action="store_true",
                         help="follow traced acks=all writes hop by hop instead")
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="record the run in the results store DIR (node.perf.results)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.requests < 1 or args.rate < 1 or args.warmup < 0:
         parser.error("--runs, --requests and --rate must be positive")
@@ -352,13 +363,36 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             parser.error(f"--override {item!r}: expected KEY=VALUE")
         overrides[key.strip()] = value
+    recording = None
+    if args.results:
+        try:
+            recording = results.Run.start(args.results, "bench.latency", args, argv)
+        except ToolError as e:
+            parser.exit(2, f"{parser.prog}: {e}\n")
+    samples: list | None = [] if recording is not None else None
     if args.breakdown:
-        result = run_breakdown(args.requests, args.rate, args.warmup, overrides)
+        result = run_breakdown(args.requests, args.rate, args.warmup, overrides, samples)
         print_breakdown(result)
-        print(json.dumps(result), flush=True)
-        return 0
-    print(json.dumps(run(args.runs, args.requests, args.rate, args.warmup, overrides)),
-          flush=True)
+    else:
+        result = run(args.runs, args.requests, args.rate, args.warmup, overrides, samples)
+    print(json.dumps(result), flush=True)
+    if recording is not None:
+        import pyarrow as pa
+        if args.breakdown:
+            stamps = ("send", "receive", "append", *FOLLOWER_STAMPS, "high_watermark",
+                      "answer", "client_receive")
+            table = pa.table({"write": pa.array(range(len(samples)), type=pa.int64()),
+                              **{k: pa.array([p[k] for p in samples], type=pa.int64())
+                                 for k in stamps}})
+        else:
+            table = pa.table({
+                "scenario": pa.array([s[0] for s in samples], type=pa.string()),
+                "round": pa.array([s[1] for s in samples], type=pa.int32()),
+                "latency_ms": pa.array([s[2] for s in samples], type=pa.float64())})
+        recording.add_samples("breakdown" if args.breakdown else "request", table)
+        where = recording.finish(summary=result, cluster={"brokers": BROKERS},
+                                 topic={"record_bytes": RECORD_BYTES})
+        print(f"recorded in {where}", file=sys.stderr)
     return 0
 
 

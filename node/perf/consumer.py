@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from node.perf import results
 from node.perf.common import (MB_BYTES, ToolError, add_tool_parser, check_topic, positive_int,
                               run_tool)
 
@@ -56,13 +57,22 @@ class Progress:
     """Kafka's --show-detailed-stats: every ``interval_ms``, the figures of the interval
     (time, threadId, MB, MB.sec, nMsg, nMsg.sec, then rebalance and fetch columns)."""
 
-    def __init__(self, interval_ms: int, enabled: bool):
+    def __init__(self, interval_ms: int, enabled: bool, per_second: bool = False):
         self.interval_s = interval_ms / 1000
         self.enabled = enabled
         self.last_s = time.monotonic()
         self.last_bytes = self.last_messages = 0
+        # --results: records and bytes read in each second of the run (epoch second ->
+        # [records, bytes]).
+        self.seconds: dict[int, list[int]] | None = {} if per_second else None
+        self._counted = (0, 0)
 
     def update(self, messages: int, total_bytes: int, rebalance_ms: float) -> None:
+        if self.seconds is not None:
+            bucket = self.seconds.setdefault(int(time.time()), [0, 0])
+            bucket[0] += messages - self._counted[0]
+            bucket[1] += total_bytes - self._counted[1]
+            self._counted = (messages, total_bytes)
         now = time.monotonic()
         if not self.enabled or now - self.last_s < self.interval_s:
             return
@@ -263,7 +273,9 @@ def run(args) -> int:
     if any(m.leader < 0 for m in partitions.values()):
         offline = sorted(p for p, m in partitions.items() if m.leader < 0)
         raise ToolError(f"partitions {offline} of {args.topic} have no leader")
-    progress = Progress(args.reporting_interval, args.show_detailed_stats)
+    recording = results.Run.start(args.results, NAME, args) if args.results else None
+    progress = Progress(args.reporting_interval, args.show_detailed_stats,
+                        per_second=recording is not None)
     if not args.hide_header:  # Kafka prints the header first, the figures at the end
         print(DETAILED_HEADER if args.show_detailed_stats else HEADER, flush=True)
     start_s = time.time()
@@ -275,7 +287,29 @@ def run(args) -> int:
                                                                    sorted(partitions), progress)
     if not args.show_detailed_stats:
         print(result_line(start_s, end_s, total_bytes, messages, rebalance_ms), flush=True)
+    if recording is not None:
+        _record(recording, progress, bootstrap, args, start_s, end_s, messages, total_bytes,
+                rebalance_ms)
     return 0
+
+
+def _record(recording, progress: Progress, bootstrap: str, args, start_s: float,
+            end_s: float, messages: int, total_bytes: int, rebalance_ms: float) -> None:
+    import pyarrow as pa
+    seconds = sorted(progress.seconds.items())
+    recording.add_samples("consume", pa.table({
+        "second": pa.array([s * 1_000_000_000 for s, _ in seconds],
+                           type=pa.timestamp("ns", tz="UTC")),
+        "records": pa.array([c[0] for _, c in seconds], type=pa.int64()),
+        "bytes": pa.array([c[1] for _, c in seconds], type=pa.int64())}))
+    elapsed_s = max(1e-9, end_s - start_s)
+    cluster, topic = results.describe(bootstrap, args.topic)
+    recording.finish(summary={"records": messages, "bytes": total_bytes,
+                              "seconds": elapsed_s, "records_per_s": messages / elapsed_s,
+                              "mb_per_s": total_bytes / MB_BYTES / elapsed_s,
+                              "rebalance_ms": rebalance_ms,
+                              "mode": "local" if args.local else "fetch"},
+                     cluster=cluster, topic=topic)
 
 
 def register(subparsers) -> None:
@@ -293,6 +327,8 @@ def register(subparsers) -> None:
     parser.add_argument("--hide-header", action="store_true", help="skip the header line")
     parser.add_argument("--show-detailed-stats", action="store_true",
                         help="a line per --reporting-interval instead of the summary")
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="record the run in the results store DIR (node.perf.results)")
     parser.add_argument("--reporting-interval", type=positive_int, default=5000,
                         help="ms between --show-detailed-stats lines (default 5000)")
     parser.add_argument("--local", action="store_true",

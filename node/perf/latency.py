@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from node.perf import results
 from node.perf.common import (NS_PER_MS, ToolError, add_tool_parser, bootstrap_of,
                               check_topic, parse_props, percentile, positive_int, run_tool)
 
@@ -38,6 +39,7 @@ def run(args) -> int:
     if args.producer_acks not in ("all", "-1", "0", "1"):
         raise ToolError(f"--producer-acks must be all, -1, 0 or 1, got {args.producer_acks!r}")
     partitions = sorted(check_topic(bootstrap, args.topic))
+    recording = results.Run.start(args.results, NAME, args) if args.results else None
 
     from node.client.consumer import Consumer
     from node.client.producer import Producer
@@ -53,7 +55,7 @@ def run(args) -> int:
             consumer.position(tp)
         producer = Producer(bootstrap_servers=bootstrap, acks=args.producer_acks, linger_ms=0,
                             max_block_ms=10_000)
-        latencies_ms = _measure(producer, consumer, args)
+        latencies_ms, sent_ns = _measure(producer, consumer, args)
     finally:
         if producer is not None:
             producer.close(timeout=5)
@@ -62,21 +64,38 @@ def run(args) -> int:
     ordered = np.sort(latencies_ms)
     p50, p99, p999 = (percentile(ordered, f) for f in (0.5, 0.99, 0.999))
     print(f"Percentiles: 50th = {p50:.3f}, 99th = {p99:.3f}, 99.9th = {p999:.3f}", flush=True)
+    if recording is not None:
+        import pyarrow as pa
+        shift = results.epoch_offset_ns()
+        received_ns = sent_ns + (latencies_ms * NS_PER_MS).astype(np.int64)
+        recording.add_samples("latency", pa.table({
+            "message": pa.array(np.arange(len(latencies_ms), dtype=np.int64)),
+            "send_time": pa.array(sent_ns + shift, type=pa.timestamp("ns", tz="UTC")),
+            "receive_time": pa.array(received_ns + shift, type=pa.timestamp("ns", tz="UTC")),
+            "latency_ms": pa.array(latencies_ms)}))
+        cluster, topic = results.describe(bootstrap, args.topic)
+        recording.finish(summary={"messages": len(latencies_ms),
+                                  "avg_latency_ms": float(latencies_ms.mean()),
+                                  "p50_ms": p50, "p99_ms": p99, "p999_ms": p999,
+                                  "max_latency_ms": float(ordered[-1])},
+                         cluster=cluster, topic=topic)
     return 0
 
 
-def _measure(producer, consumer, args) -> np.ndarray:
+def _measure(producer, consumer, args) -> tuple[np.ndarray, np.ndarray]:
+    """Each message's latency (ms) and send time (time.monotonic_ns)."""
     rng = np.random.default_rng(SEED)
     latencies_ms = np.empty(args.num_messages, dtype=np.float64)
+    sent_ns = np.empty(args.num_messages, dtype=np.int64)
     for i in range(args.num_messages):
         message = rng.integers(65, 91, size=args.record_size, dtype=np.uint8).tobytes()
-        begin = time.perf_counter_ns()
+        begin = sent_ns[i] = time.monotonic_ns()
         producer.send(args.topic, message).get(timeout=POLL_TIMEOUT_MS / 1000)
         records = []
         deadline = time.monotonic() + POLL_TIMEOUT_MS / 1000
         while not records and time.monotonic() < deadline:
             records = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
-        elapsed_ns = time.perf_counter_ns() - begin
+        elapsed_ns = time.monotonic_ns() - begin
         if not records:
             raise ToolError(f"poll() timeout: message {i} did not come back within "
                             f"{POLL_TIMEOUT_MS} ms")
@@ -89,13 +108,15 @@ def _measure(producer, consumer, args) -> np.ndarray:
         if i % PROGRESS_EVERY == 0:
             print(f"{i}\t{elapsed_ns / NS_PER_MS}", flush=True)
         latencies_ms[i] = elapsed_ns / NS_PER_MS
-    return latencies_ms
+    return latencies_ms, sent_ns
 
 
 def register(subparsers) -> None:
     parser = add_tool_parser(subparsers, NAME, "Kafka's end-to-end latency test", __doc__)
     parser.add_argument("--bootstrap-server", default=None, help="HOST:PORT[,...]")
     parser.add_argument("--topic", required=True)
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="record the run in the results store DIR (node.perf.results)")
     parser.add_argument("--num-messages", "--num-records", dest="num_messages",
                         type=positive_int, required=True)
     parser.add_argument("--producer-acks", default="all", help="all, 1 or 0 (default all)")

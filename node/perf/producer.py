@@ -38,6 +38,7 @@ import time
 
 import numpy as np
 
+from node.perf import results
 from node.perf.common import (MB_BYTES, NS_PER_MS, ToolError, add_tool_parser, bootstrap_of,
                               check_topic, parse_key_values, parse_props, percentile,
                               positive_int, run_tool)
@@ -183,6 +184,19 @@ class _Stats:
               f"{self.window_max_ms:.1f} ms max latency.", file=self.out, flush=True)
         self._new_window(now_ns)
 
+    def summary(self, end_ns: int, latencies_ms: np.ndarray) -> dict:
+        """The final line's figures, for the results store."""
+        elapsed_s = max(1e-9, (end_ns - self.start_ns) / 1e9)
+        ordered = np.sort(latencies_ms)
+        figures = {"records": self.count, "failed": self.failed, "seconds": elapsed_s,
+                   "records_per_s": self.count / elapsed_s,
+                   "mb_per_s": self.count * self.record_bytes / elapsed_s / MB_BYTES,
+                   "avg_latency_ms": self.total_latency_ms / self.count if self.count else 0.0,
+                   "max_latency_ms": self.max_latency_ms}
+        for name, fraction in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999)):
+            figures[f"{name}_ms"] = percentile(ordered, fraction)
+        return figures
+
     def total_line(self, end_ns: int, latencies_ms: np.ndarray) -> str:
         elapsed_s = max(1e-9, (end_ns - self.start_ns) / 1e9)
         ordered = np.sort(latencies_ms)
@@ -249,6 +263,7 @@ def run(args) -> int:
         raise ToolError("--throughput must be -1 (unthrottled) or a positive rate")
     kwargs, buffer_memory = producer_settings(props)
     partitions = sorted(check_topic(bootstrap, args.topic))
+    recording = results.Run.start(args.results, NAME, args) if args.results else None
 
     from node.client.producer import RECORD_OVERHEAD_BYTES, Producer
 
@@ -266,6 +281,12 @@ def run(args) -> int:
     print(stats.total_line(end_ns, latencies), flush=True)
     if args.samples_out:
         write_samples(args.samples_out, units, args, props)
+    if recording is not None:
+        recording.add_samples("produce", samples_table(units, args))
+        cluster, topic = results.describe(bootstrap, args.topic)
+        cluster["producer_props"] = props
+        recording.finish(summary=stats.summary(end_ns, latencies), cluster=cluster,
+                         topic=topic)
     if stats.failed:
         raise ToolError(f"{stats.failed} records failed; the first: {stats.first_error}")
     return 0
@@ -367,9 +388,9 @@ def _record_latencies_ms(units: _Units) -> np.ndarray:
     return np.repeat(latency[ok], counts[ok])
 
 
-def write_samples(path: str, units: _Units, args, props: dict) -> None:
+def samples_table(units: _Units, args):
+    """One row per record (the results store's ``produce`` kind)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     counts = np.asarray(units.count, dtype=np.int64)
     n = int(counts.sum())
@@ -388,10 +409,18 @@ def write_samples(path: str, units: _Units, args, props: dict) -> None:
         "partition": pa.array(np.repeat(np.asarray(units.partition, dtype=np.int32), counts)),
         "offset": pa.array(offsets),
         "latency_ms": pa.array((ack - send) / NS_PER_MS),
+        "bytes": pa.array(np.full(n, args.record_size, dtype=np.int32)),
         "error": pa.array(np.repeat(np.asarray(units.error, dtype=object), counts),
                           type=pa.string()),
     })
     assert table.num_rows == n == args.num_records
+    return table
+
+
+def write_samples(path: str, units: _Units, args, props: dict) -> None:
+    import pyarrow.parquet as pq
+
+    table = samples_table(units, args)
     metadata = {"tool": NAME, "topic": args.topic, "num_records": str(args.num_records),
                 "record_size": str(args.record_size), "throughput": str(args.throughput),
                 "producer_props": " ".join(f"{k}={v}" for k, v in sorted(props.items()))}
@@ -420,6 +449,9 @@ def register(subparsers) -> None:
                         metavar="CONFIG-FILE", help="producer config properties file")
     parser.add_argument("--bootstrap-server", default=None,
                         help="HOST:PORT[,...] (overrides bootstrap.servers)")
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="record the run in the results store DIR (run.json and "
+                             "per-record samples as Parquet; node.perf.results)")
     parser.add_argument("--samples-out", default=None, metavar="FILE",
                         help="write every record's send/ack time, partition and offset "
                              "as Parquet")

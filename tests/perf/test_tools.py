@@ -237,3 +237,66 @@ def test_a_wrong_use_is_one_line_on_stderr_and_a_nonzero_exit(cluster, case):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "error" in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_the_tools_record_their_runs_in_one_results_store(cluster, tmp_path):
+    """--results: one folder per run, readable as one dataset per sample kind (the
+    Hive-style run_id= folders are what Spark reads), with run.json describing each."""
+    import pyarrow.dataset as ds
+
+    store = tmp_path / "results"
+    topic = create_topic(cluster, "stored", partitions=2)
+    produce(cluster, topic, 500, "--throughput", "-1", "--results", str(store))
+    produce(cluster, topic, 200, "--throughput", "1000", "--results", str(store))
+    consumed = minikafka("consumer-perf-test", "--bootstrap-server", cluster.bootstrap_servers,
+                         "--topic", topic, "--messages", "700", "--timeout", "5000",
+                         "--results", str(store))
+    assert consumed.returncode == 0, consumed.stderr
+    e2e = minikafka("end-to-end-latency", "--bootstrap-server", cluster.bootstrap_servers,
+                    "--topic", topic, "--num-messages", "20", "--producer-acks", "all",
+                    "--record-size", "100", "--results", str(store))
+    assert e2e.returncode == 0, e2e.stderr
+
+    runs = sorted((store / "runs").iterdir())
+    assert len(runs) == 4 and all(r.name.startswith("run_id=") for r in runs)
+    described = [json.loads((r / "run.json").read_text()) for r in runs]
+    by_tool = {}
+    for d in described:
+        by_tool.setdefault(d["tool"], []).append(d)
+        assert d["machine"]["cores"] >= 1 and d["start_time"] <= d["end_time"]
+        assert d["topic"]["name"] == topic and d["topic"]["partitions"] == 2
+        for path in d["samples"].values():
+            assert (store / path).is_file()
+    assert sorted(by_tool) == ["consumer-perf-test", "end-to-end-latency",
+                               "producer-perf-test"]
+    produced = ds.dataset(store / "samples" / "produce", partitioning="hive").to_table()
+    assert produced.num_rows == 700
+    per_run = {}
+    for run_id, latency, size in zip(produced["run_id"].to_pylist(),
+                                     produced["latency_ms"].to_pylist(),
+                                     produced["bytes"].to_pylist()):
+        per_run[run_id] = per_run.get(run_id, 0) + 1
+        assert latency >= 0 and size == 100
+    assert sorted(per_run.values()) == [200, 500]
+    summaries = sorted(d["summary"]["records"] for d in by_tool["producer-perf-test"])
+    assert summaries == [200, 500]
+    consume = ds.dataset(store / "samples" / "consume", partitioning="hive").to_table()
+    assert sum(consume["records"].to_pylist()) == 700
+    assert sum(consume["bytes"].to_pylist()) == 700 * 100
+    latency = ds.dataset(store / "samples" / "latency", partitioning="hive").to_table()
+    assert latency.num_rows == 20
+    sent = latency["send_time"].cast(pa.int64()).to_pylist()
+    received = latency["receive_time"].cast(pa.int64()).to_pylist()
+    assert all(r >= s for s, r in zip(sent, received))
+    assert not list(store.rglob("*.tmp"))
+
+
+def test_an_unwritable_results_store_is_one_line_and_nothing_is_sent(cluster, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    topic = create_topic(cluster, "unstored", partitions=1)
+    result = minikafka("producer-perf-test", "--topic", topic, "--num-records", "10",
+                       "--record-size", "10", "--throughput", "-1", "--bootstrap-server",
+                       cluster.bootstrap_servers, "--results", str(blocker / "results"))
+    assert result.returncode == 1 and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "--results" in result.stderr
