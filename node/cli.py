@@ -28,6 +28,12 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from bench.analyze import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
     from node.tools.common import one_line_usage_errors
@@ -51,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     from node.perf import register as register_perf_tools
 
     register_perf_tools(sub)
+    from bench.analyze import build_parser as analyze_parser
+
+    analyze = sub.add_parser("analyze", help="PySpark analysis of a results store: tables, "
+                                             "plots, an HTML report")
+    analyze_parser(analyze)
+    analyze.set_defaults(func=_cmd_analyze)
     # Kafka's admin and console tools: topics, console-producer/consumer,
     # leader-election, reassign-partitions.
     from node.tools import add_subcommands as tool_subcommands

@@ -47,6 +47,7 @@ OUTPUT_BYTES_MAX = 256 * 1024 * 1024
 RECEIVE_CHUNK_BYTES = 256 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 IOV_MAX = 1024
+CONNECT_TIMEOUT_S = 0.5
 _U32 = struct.Struct("<I")
 
 
@@ -322,6 +323,9 @@ def connect(endpoint: str) -> socket.socket | None:
     if host_port is None:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # A Unix-socket connect waits while the listener's backlog is full (a stopped or
+    # stalled broker): bounded, then the caller falls back to ZeroMQ.
+    sock.settimeout(CONNECT_TIMEOUT_S)
     try:
         sock.connect(address(*host_port))
     except OSError:

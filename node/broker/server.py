@@ -348,7 +348,9 @@ class Broker:
             self._drop_local(conn)
 
     def _drop_local(self, conn: LocalConnection) -> None:
-        if self.local_connections.pop(conn.socket, None) is not None:
+        # By identity: once closed, its fd number may belong to a newer connection.
+        if self.local_connections.get(conn.socket) is conn:
+            del self.local_connections[conn.socket]
             self.loop.remove_socket(conn.socket)
         conn.close()
 

@@ -298,8 +298,8 @@ def _record(recording, progress: Progress, bootstrap: str, args, start_s: float,
     import pyarrow as pa
     seconds = sorted(progress.seconds.items())
     recording.add_samples("consume", pa.table({
-        "second": pa.array([s * 1_000_000_000 for s, _ in seconds],
-                           type=pa.timestamp("ns", tz="UTC")),
+        "second": pa.array([s * 1_000_000 for s, _ in seconds],
+                           type=pa.timestamp("us", tz="UTC")),
         "records": pa.array([c[0] for _, c in seconds], type=pa.int64()),
         "bytes": pa.array([c[1] for _, c in seconds], type=pa.int64())}))
     elapsed_s = max(1e-9, end_s - start_s)

@@ -70,8 +70,10 @@ def run(args) -> int:
         received_ns = sent_ns + (latencies_ms * NS_PER_MS).astype(np.int64)
         recording.add_samples("latency", pa.table({
             "message": pa.array(np.arange(len(latencies_ms), dtype=np.int64)),
-            "send_time": pa.array(sent_ns + shift, type=pa.timestamp("ns", tz="UTC")),
-            "receive_time": pa.array(received_ns + shift, type=pa.timestamp("ns", tz="UTC")),
+            "send_time": pa.array((sent_ns + shift) // 1000,
+                                  type=pa.timestamp("us", tz="UTC")),
+            "receive_time": pa.array((received_ns + shift) // 1000,
+                                     type=pa.timestamp("us", tz="UTC")),
             "latency_ms": pa.array(latencies_ms)}))
         cluster, topic = results.describe(bootstrap, args.topic)
         recording.finish(summary={"messages": len(latencies_ms),

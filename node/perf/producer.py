@@ -25,8 +25,8 @@ How records are sent (the "unit" of bookkeeping is one send call):
   acknowledged: the tool waits for the oldest send before going over it.
 
 ``--samples-out`` writes one Parquet row per record: ``record`` (its number in send
-order), ``send_time`` and ``ack_time`` (UTC timestamps in ns, from the monotonic clock
-shifted to the epoch once), ``partition``, ``offset`` (-1 if it failed),
+order), ``send_time`` and ``ack_time`` (UTC timestamps in µs, from the monotonic clock
+shifted to the epoch once: Spark reads no ns timestamps), ``partition``, ``offset`` (-1 if it failed),
 ``latency_ms`` and ``error`` (null when acknowledged).
 """
 from __future__ import annotations
@@ -404,8 +404,10 @@ def samples_table(units: _Units, args):
     shift = units.epoch_offset_ns
     table = pa.table({
         "record": pa.array(np.repeat(starts, counts) + within),
-        "send_time": pa.array(send + shift, type=pa.timestamp("ns", tz="UTC")),
-        "ack_time": pa.array(ack + shift, type=pa.timestamp("ns", tz="UTC")),
+        # Microseconds: Spark reads no nanosecond Parquet timestamps (latency_ms keeps
+        # the nanoseconds).
+        "send_time": pa.array((send + shift) // 1000, type=pa.timestamp("us", tz="UTC")),
+        "ack_time": pa.array((ack + shift) // 1000, type=pa.timestamp("us", tz="UTC")),
         "partition": pa.array(np.repeat(np.asarray(units.partition, dtype=np.int32), counts)),
         "offset": pa.array(offsets),
         "latency_ms": pa.array((ack - send) / NS_PER_MS),

@@ -9,17 +9,18 @@ are Hive-style partitions: ``spark.read.parquet("RESULTS/samples/produce")`` rea
 run's per-record samples with a ``run_id`` column, and ``spark.read.json(
 "RESULTS/runs")`` every run's description.
 
-Sample kinds (columns; times are UTC timestamps in ns taken from CLOCK_MONOTONIC shifted
-to the epoch once per run, so differences are exact):
+Sample kinds (columns; times are UTC timestamps in µs (Spark reads no nanosecond
+timestamps) taken from CLOCK_MONOTONIC shifted to the epoch once per run, so
+differences are exact to the µs; ``latency_ms`` keeps the nanoseconds):
 
 - ``produce`` (producer-perf-test, one row per record): ``record`` int64 (number in send
-  order), ``send_time``, ``ack_time`` timestamp[ns, UTC], ``latency_ms`` float64,
+  order), ``send_time``, ``ack_time`` timestamp[us, UTC], ``latency_ms`` float64,
   ``partition`` int32, ``offset`` int64 (-1 when it failed), ``bytes`` int32 (the
   value's size), ``error`` string (null when acknowledged);
 - ``consume`` (consumer-perf-test, one row per second of the run): ``second``
-  timestamp[ns, UTC] (its start), ``records`` int64, ``bytes`` int64;
+  timestamp[us, UTC] (its start), ``records`` int64, ``bytes`` int64;
 - ``latency`` (end-to-end-latency, one row per message): ``message`` int64,
-  ``send_time``, ``receive_time`` timestamp[ns, UTC], ``latency_ms`` float64;
+  ``send_time``, ``receive_time`` timestamp[us, UTC], ``latency_ms`` float64;
 - ``request`` (bench.latency, one row per timed request): ``scenario`` string,
   ``round`` int32, ``latency_ms`` float64;
 - ``breakdown`` (bench.latency --breakdown, one row per traced write): ``write`` int64,

@@ -82,7 +82,7 @@ def sample_rows(path) -> dict:
     """The samples as lists; timestamps as int ns since the epoch (no pandas here)."""
     table = pq.read_table(path)
     assert table.column_names == SAMPLE_COLUMNS
-    assert table.schema.field("send_time").type == pa.timestamp("ns", tz="UTC")
+    assert table.schema.field("send_time").type == pa.timestamp("us", tz="UTC")
     for name in ("send_time", "ack_time"):
         i = table.column_names.index(name)
         table = table.set_column(i, name, table.column(name).cast(pa.int64()))

@@ -1,0 +1,150 @@
+"""minikafka analyze over synthetic results stores whose figures are known exactly."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from bench import analyze
+from node.perf import results
+
+T0_NS = 1_800_000_000 * 1_000_000_000      # a whole second, UTC
+MS = 1_000_000
+
+
+def _produce_run(store, n: int, spacing_ms: int, latency_of, *, acks: str,
+                 throughput: float) -> str:
+    args = argparse.Namespace(num_records=n, record_size=100, throughput=throughput)
+    run = results.Run.start(str(store), "producer-perf-test", args, argv=["test"])
+    send = [T0_NS + i * spacing_ms * MS for i in range(n)]
+    latency = [float(latency_of(i)) for i in range(n)]
+    ts = pa.timestamp("us", tz="UTC")
+    run.add_samples("produce", pa.table({
+        "record": pa.array(range(n), type=pa.int64()),
+        "send_time": pa.array([s // 1000 for s in send], type=ts),
+        "ack_time": pa.array([(s + int(l * MS)) // 1000 for s, l in zip(send, latency)],
+                             type=ts),
+        "partition": pa.array([0] * n, type=pa.int32()),
+        "offset": pa.array(range(n), type=pa.int64()),
+        "latency_ms": pa.array(latency),
+        "bytes": pa.array([100] * n, type=pa.int32()),
+        "error": pa.array([None] * n, type=pa.string())}))
+    run.finish(summary={}, cluster={"producer_props": {"acks": acks,
+                                                       "bootstrap.servers": "x:1"}},
+               topic={"name": "t", "partitions": 1, "replication_factor": 3})
+    return run.run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    # A: 1,000 records 10 ms apart, latency 1..100 ms repeating: p50 50, p99 99, max 100;
+    # first send T0, last ack T0 + 9,990 + 100 ms.
+    a = _produce_run(root, 1000, 10, lambda i: i % 100 + 1, acks="1", throughput=100)
+    # B: 2,000 records 1 ms apart, 2 ms each: last ack T0 + 1,999 + 2 ms.
+    b = _produce_run(root, 2000, 1, lambda i: 2, acks="all", throughput=1000)
+    run = results.Run.start(str(root), "consumer-perf-test", argparse.Namespace(),
+                            argv=["test"])
+    run.add_samples("consume", pa.table({
+        "second": pa.array([(T0_NS + s * 1_000_000_000) // 1000 for s in range(4)],
+                           type=pa.timestamp("us", tz="UTC")),
+        "records": pa.array([100, 200, 300, 400], type=pa.int64()),
+        "bytes": pa.array([10_000, 20_000, 30_000, 40_000], type=pa.int64())}))
+    run.finish(summary={})
+    return root, a, b
+
+
+pytestmark = pytest.mark.spark
+
+
+def test_the_tables_hold_the_known_figures_and_every_output_exists(store, tmp_path, capsys):
+    root, a, b = store
+    out = tmp_path / "report"
+    assert analyze.main([str(root), "--out", str(out), "--master", "local[1]"]) == 0
+    printed = capsys.readouterr().out
+    import pyarrow.parquet as pq
+    runs = {r["run_id"]: r for r in pq.read_table(out / "tables" / "produce_runs.parquet")
+            .to_pylist()}
+    assert (runs[a]["records"], runs[a]["errors"], runs[a]["bytes"]) == (1000, 0, 100_000)
+    assert (runs[a]["p50_ms"], runs[a]["p95_ms"], runs[a]["p99_ms"], runs[a]["max_ms"]) == \
+        (50.0, 95.0, 99.0, 100.0)
+    assert runs[a]["seconds"] == pytest.approx(10.09)
+    assert runs[a]["records_per_s"] == pytest.approx(1000 / 10.09)
+    assert (runs[b]["p50_ms"], runs[b]["p99_ms"], runs[b]["max_ms"]) == (2.0, 2.0, 2.0)
+    assert runs[b]["records_per_s"] == pytest.approx(2000 / 2.001)
+    assert runs[b]["mb_per_s"] == pytest.approx(200_000 / 2.001 / 1e6)
+    per_second = pq.read_table(out / "tables" / "produce_per_second.parquet").to_pylist()
+    a_seconds = [r for r in per_second if r["run_id"] == a]
+    acks_s = [(T0_NS + i * 10 * MS + (i % 100 + 1) * MS) // 1_000_000_000 for i in range(1000)]
+    expected = [acks_s.count(s) for s in sorted(set(acks_s))]
+    assert [r["records"] for r in a_seconds] == expected      # acks per one-second window
+    assert a_seconds[1]["p99_ms"] == 99.0 and a_seconds[1]["max_ms"] == 100.0
+    # The comparison keys on what differs (acks, throughput), with ratios to A.
+    rows = pq.read_table(out / "tables" / "comparison.parquet").to_pylist()
+    assert [r["run_id"] for r in rows] == [a, b]
+    assert [r["acks"] for r in rows] == ["1", "all"]
+    assert "record_size" not in rows[0]
+    assert rows[0]["throughput_ratio"] == 1.0
+    assert rows[1]["throughput_ratio"] == pytest.approx((2000 / 2.001) / (1000 / 10.09))
+    assert rows[1]["p99_ratio"] == pytest.approx(2 / 99)
+    consume = pq.read_table(out / "tables" / "consume_runs.parquet").to_pylist()
+    assert (consume[0]["records"], consume[0]["seconds"], consume[0]["records_per_s"]) == \
+        (1000, 4, 250.0)
+    for name in ("produce_throughput", "produce_latency", "throughput_latency",
+                 "consume_throughput"):
+        assert (out / "plots" / f"{name}.png").stat().st_size > 5000
+    report = (out / "report.html").read_text()
+    assert report.count("data:image/png;base64,") == 4 and a in report
+    assert (out / "tables" / "comparison.csv").read_text().startswith('"run_id"')
+    assert f"produce {a}: 1000 records" in printed and "p99 99.000 ms" in printed
+
+
+def test_the_baseline_can_be_chosen_and_must_exist(store, tmp_path):
+    root, a, b = store
+    out = tmp_path / "r"
+    assert analyze.main([str(root), "--out", str(out), "--master", "local[1]",
+                         "--baseline", b]) == 0
+    import pyarrow.parquet as pq
+    rows = pq.read_table(out / "tables" / "comparison.parquet").to_pylist()
+    assert rows[1]["run_id"] == b and rows[1]["throughput_ratio"] == 1.0
+    assert analyze.main([str(root), "--out", str(out), "--baseline", "nope"]) == 1
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "node.cli", "analyze", *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_bad_input_is_one_line_and_a_nonzero_exit(store, tmp_path):
+    root, a, _ = store
+    missing = _cli(str(tmp_path / "nowhere"))
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    empty = _cli(str(empty_dir))
+    for result, words in ((missing, "no such results directory"), (empty, "no runs")):
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr
+        assert words in result.stderr and "Traceback" not in result.stderr
+    # Java missing: the hint, before Spark is started.
+    no_java = _cli(str(root), "--out", str(tmp_path / "x"),
+                   env={"PATH": "/nonexistent", "HOME": str(tmp_path)})
+    assert no_java.returncode == 1
+    assert "openjdk-17-jre-headless" in no_java.stderr.strip().splitlines()[-1]
+
+
+def test_a_corrupt_sample_file_is_named(store, tmp_path):
+    import shutil
+    root, a, _ = store
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    [part] = list((copy / "samples" / "produce" / f"run_id={a}").glob("*.parquet"))
+    part.write_bytes(b"PAR1 not really parquet at all")
+    result = _cli(str(copy), "--out", str(tmp_path / "o"), "--master", "local[1]")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "cannot read the produce samples" in last, result.stderr
+    assert "Traceback" not in result.stderr and "\tat org.apache" not in result.stderr
