@@ -195,7 +195,11 @@ def _rows(df) -> list[dict]:
 
 
 def settings_of(run: dict) -> dict:
-    """The settings a producer run was made with, flattened (what a comparison keys on)."""
+    """The settings a producer run was made with, flattened (what a comparison keys on):
+    a sweep's point as it tagged it, else the tool's flags, properties and topic."""
+    point = (run.get("tags") or {}).get("settings")
+    if isinstance(point, dict):
+        return dict(point)
     out = {}
     for key in ("num_records", "record_size", "throughput"):
         if key in run.get("arguments", {}):

@@ -34,6 +34,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_bench_sweep(args: argparse.Namespace) -> int:
+    from bench.sweep import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
     from node.tools.common import one_line_usage_errors
@@ -63,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
                                              "plots, an HTML report")
     analyze_parser(analyze)
     analyze.set_defaults(func=_cmd_analyze)
+    from bench.sweep import build_parser as sweep_parser
+
+    bench = sub.add_parser("bench", help="benchmark drivers: sweep")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    sweep = bench_sub.add_parser("sweep", help="run a workload file's matrix of producer "
+                                               "runs into a results store")
+    sweep_parser(sweep)
+    sweep.set_defaults(func=_cmd_bench_sweep)
     # Kafka's admin and console tools: topics, console-producer/consumer,
     # leader-election, reassign-partitions.
     from node.tools import add_subcommands as tool_subcommands

@@ -32,8 +32,9 @@ differences are exact to the µs; ``latency_ms`` keeps the nanoseconds):
 ``cluster`` (bootstrap servers; brokers and controller from Metadata when reachable),
 ``topic`` (partitions, replication factor, configs when known), ``git_commit``,
 ``machine`` (cores, memory bytes, Python, platform, host name), ``start_time`` and
-``end_time`` (ISO 8601 UTC), ``summary`` (the figures the tool printed) and
-``samples`` (kind -> path of its Parquet file, relative to RESULTS).
+``end_time`` (ISO 8601 UTC), ``summary`` (the figures the tool printed),
+``samples`` (kind -> path of its Parquet file, relative to RESULTS) and ``tags`` (what
+a driver such as ``minikafka bench sweep`` said about the run: workload, point).
 
 A run is written to ``<ID>.tmp`` folders and renamed into place at the end, so a reader
 never sees half a run; a failed run leaves nothing.
@@ -104,6 +105,7 @@ class Run:
         stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc)
         self.run_id = f"{stamp:%Y%m%dT%H%M%SZ}-{tool}-{uuid.uuid4().hex[:8]}"
         self.samples: dict[str, str] = {}
+        self.tags: dict = {}
         self._pending: list[tuple[Path, Path]] = []   # (tmp dir, final dir)
 
     @classmethod
@@ -119,7 +121,9 @@ class Run:
             raise ToolError(f"--results {results_dir}: cannot write there: "
                             f"{e.strerror or e}") from None
         arguments = {k: v for k, v in vars(args).items() if _jsonable(v)} if args else {}
-        return cls(root, tool, arguments, list(sys.argv if argv is None else argv))
+        run = cls(root, tool, arguments, list(sys.argv if argv is None else argv))
+        run.tags = _tags_from_environment()
+        return run
 
     def _dir(self, *parts: str) -> Path:
         final = self.root.joinpath(*parts, f"run_id={self.run_id}")
@@ -148,7 +152,7 @@ class Run:
                   "arguments": self.arguments, "cluster": cluster or {},
                   "topic": topic or {}, "git_commit": git_commit(), "machine": machine(),
                   "start_time": _iso(self.started), "end_time": _iso(time.time()),
-                  "summary": summary, "samples": self.samples}
+                  "summary": summary, "samples": self.samples, "tags": self.tags}
         try:
             (folder / "run.json").write_text(json.dumps(record, indent=1, default=str))
             for tmp, final in self._pending:
@@ -163,6 +167,24 @@ class Run:
         for tmp, _ in self._pending:
             shutil.rmtree(tmp, ignore_errors=True)
         self._pending.clear()
+
+
+TAGS_ENV = "MINIKAFKA_RESULTS_TAGS"
+
+
+def _tags_from_environment() -> dict:
+    """Tags a driver (``minikafka bench sweep``) gives the runs of the tools it starts:
+    a JSON object in MINIKAFKA_RESULTS_TAGS, stored as run.json's ``tags``."""
+    text = os.environ.get(TAGS_ENV)
+    if not text:
+        return {}
+    try:
+        tags = json.loads(text)
+    except ValueError:
+        raise ToolError(f"{TAGS_ENV} is not JSON: {text[:80]!r}") from None
+    if not isinstance(tags, dict):
+        raise ToolError(f"{TAGS_ENV} must be a JSON object")
+    return tags
 
 
 def _jsonable(value) -> bool:
