@@ -84,6 +84,8 @@ def spark_session(master: str):
     if not java_available():
         raise ToolError(f"Spark needs Java, and none was found: {JAVA_HINT}")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Spark's Python workers run this interpreter (it has pyarrow and minikafka).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     return (SparkSession.builder.master(master).appName("minikafka-analyze")
             .config("spark.ui.enabled", "false")

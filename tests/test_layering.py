@@ -33,6 +33,7 @@ LAYERS: dict[str, set[str]] = {
     "node.tools": _CLIENT_SIDE,
     "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},
     "node.cluster": _CLIENT_SIDE | {"node.tools"},
+    "node.spark": _CLIENT_SIDE | {"node.tools", "node.perf"},
     "node.demo": _CLIENT_SIDE | {"node.tools", "node.cluster"},
     "node.cli": {"*"},
     "node": set(),  # node/__init__.py

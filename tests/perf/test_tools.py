@@ -40,7 +40,7 @@ CONSUMER_LINE = re.compile(
     rf"^({TIME}), ({TIME}), ({NUMBER}), ({NUMBER}), (\d+), ({NUMBER}), (\d+), (\d+), "
     rf"({NUMBER}), ({NUMBER})$")
 SAMPLE_COLUMNS = ["record", "send_time", "ack_time", "partition", "offset", "latency_ms",
-                  "error"]
+                  "bytes", "error"]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,462 @@
+"""``spark.read.format("minikafka")``: topics as Spark DataFrames (Spark 4's Python Data
+Source API), with spark-sql-kafka's schema and offset options.
+
+    from node.spark import register
+    register(spark)
+    df = (spark.read.format("minikafka")
+          .option("bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "t1,t2")
+          .option("startingOffsets", "earliest")     # or "latest", or JSON
+          .option("endingOffsets", "latest")         # or JSON; -1 = latest
+          .load())
+
+Schema (spark-sql-kafka's): ``key`` binary, ``value`` binary, ``topic`` string,
+``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType`` int
+(0: CreateTime).
+
+Options (names as spark-sql-kafka's where it has them):
+
+- ``bootstrap.servers`` (``kafka.bootstrap.servers`` is accepted too);
+- ``subscribe``: comma-separated topics;
+- ``startingOffsets``: ``earliest`` (default), ``latest``, or JSON
+  ``{"t": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest); ``endingOffsets``:
+  ``latest`` (default) or JSON (-1 latest). Latest is the high watermark: a read never
+  sees an uncommitted record;
+- ``minPartitions``: split large topic partitions into offset ranges until there are at
+  least this many input partitions (default: one per topic partition);
+- ``dir``: local mode. The supervisor's cluster directory (``minikafka cluster up
+  --dir``): each input partition reads its leader's segment files on this host through
+  ``shm.local_reader.LocalReader`` (zero-copy, below the HW) instead of Fetch, and the
+  Arrow arrays of the batches' columnar bodies become the DataFrame's columns without
+  re-encoding.
+
+Every input partition yields Arrow record batches (one per record batch of the log,
+sliced to its offset range). The driver resolves the offsets once (Metadata and
+ListOffsets), so a read is one consistent snapshot: ``[start, end)`` per partition.
+
+Streaming (``spark.readStream.format("minikafka")``): offsets are ``{"topic":
+{"partition": next offset}}``; each micro-batch reads from the last offsets to the
+current high watermarks, and a restart from Spark's checkpoint goes on from the offsets
+it committed.
+
+Writer (``df.write.format("minikafka").option("topic", t).mode("append").save()``):
+each row's ``value`` (binary or string; required), optional ``key``, ``partition`` and
+``topic`` columns (the ``topic`` option otherwise), produced with acks=all; a failed
+send fails the task.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    DataSourceWriter, InputPartition, WriterCommitMessage)
+
+SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+          "timestamp timestamp, timestampType int")
+EARLIEST, LATEST = -2, -1
+REQUEST_TIMEOUT_MS = 30_000
+FETCH_BYTES = 8 * 1024 * 1024
+POLL_MS = 500
+STALL_S = 30.0          # a read that gets nothing for this long fails its task
+SPLITS_MAX = 10_000
+
+
+class SourceError(ValueError):
+    """A wrong option or an unreadable topic: one clear message."""
+
+
+@dataclass
+class Range(InputPartition):
+    """One input partition: offsets ``[start, end)`` of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    bootstrap: str
+    cluster_dir: str | None = None
+    leader: int = -1
+
+
+# ------------------------------------------------------------------ options
+
+def _options(options) -> dict:
+    return {k.lower(): v for k, v in dict(options).items()}
+
+
+def _bootstrap_and_dir(opts: dict) -> tuple[str, str | None]:
+    directory = opts.get("dir")
+    bootstrap = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
+    if directory and not bootstrap:
+        from node.perf.consumer import cluster_layout
+        from node.tools.common import ToolError
+        try:
+            bootstrap = cluster_layout(directory)[2]
+        except ToolError as e:
+            raise SourceError(f"option dir: {e}") from None
+    if not bootstrap:
+        raise SourceError('option "bootstrap.servers" is required (or "dir" of a local '
+                          'cluster)')
+    return bootstrap, directory
+
+
+def _topics(opts: dict) -> list[str]:
+    topics = [t.strip() for t in (opts.get("subscribe") or "").split(",") if t.strip()]
+    if not topics:
+        raise SourceError('option "subscribe" is required: comma-separated topics')
+    return topics
+
+
+def _offset_spec(opts: dict, name: str, default: str):
+    """"earliest" / "latest" / {topic: {partition: offset}} from an option."""
+    text = opts.get(name.lower(), default).strip()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        spec = json.loads(text)
+        return {str(t): {int(p): int(o) for p, o in parts.items()}
+                for t, parts in spec.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise SourceError(f'option {name}: "earliest", "latest" or JSON like '
+                          f'{{"topic": {{"0": 23}}}}, got {text[:80]!r}') from None
+
+
+def _int_option(opts: dict, name: str, default: int | None) -> int | None:
+    text = opts.get(name.lower())
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise SourceError(f"option {name} must be an integer, got {text!r}") from None
+    if value < 1:
+        raise SourceError(f"option {name} must be at least 1, got {value}")
+    return value
+
+
+# ------------------------------------------------------------------ the driver's plan
+
+def topic_partitions(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    """{(topic, partition): leader}; an unknown topic or a partition with no leader is
+    a SourceError."""
+    from node.client import Admin
+    from node.wire.errors import ErrorCode, KafkaError
+    admin = Admin(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        described = {}
+        for topic in topics:
+            try:
+                described.update(admin.describe_topics([topic]))
+            except KafkaError as e:
+                if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise SourceError(f"unknown topic {topic!r} at {bootstrap}") from None
+                raise SourceError(f"cannot describe {topic} at {bootstrap}: {e}") from None
+    finally:
+        admin.close()
+    out = {}
+    for topic in topics:
+        partitions = described.get(topic) or []
+        if not partitions:
+            raise SourceError(f"unknown topic {topic!r} at {bootstrap}")
+        for meta in partitions:
+            if meta.leader < 0:
+                raise SourceError(f"{topic}-{meta.partition} has no leader")
+            out[(topic, meta.partition)] = meta.leader
+    return out
+
+
+def watermarks(bootstrap: str, tps) -> tuple[dict, dict]:
+    """({tp: log start}, {tp: high watermark})."""
+    from node.client import Consumer
+    consumer = Consumer(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        tps = list(tps)
+        consumer.assign(tps)
+        earliest = consumer.beginning_offsets(tps, timeout_ms=REQUEST_TIMEOUT_MS)
+        latest = consumer.end_offsets(tps, timeout_ms=REQUEST_TIMEOUT_MS)
+    finally:
+        consumer.close()
+    key = _tp_key
+    return ({key(tp): o for tp, o in earliest.items()},
+            {key(tp): o for tp, o in latest.items()})
+
+
+def _tp_key(tp) -> tuple[str, int]:
+    return (tp.topic, tp.partition) if hasattr(tp, "topic") else (tp[0], tp[1])
+
+
+def _resolve(spec, tp, earliest: dict, latest: dict, name: str) -> int:
+    if spec == "earliest":
+        return earliest[tp]
+    if spec == "latest":
+        return latest[tp]
+    offset = spec.get(tp[0], {}).get(tp[1])
+    if offset is None:
+        return earliest[tp] if name == "startingOffsets" else latest[tp]
+    if offset == EARLIEST:
+        return earliest[tp]
+    if offset == LATEST:
+        return latest[tp]
+    if not earliest[tp] <= offset <= latest[tp]:
+        raise SourceError(f"{name}: offset {offset} of {tp[0]}-{tp[1]} is outside "
+                          f"[{earliest[tp]}, {latest[tp]}] (log start to high watermark)")
+    return offset
+
+
+def split(ranges: list[tuple[str, int, int, int]], min_partitions: int | None
+          ) -> list[tuple[str, int, int, int]]:
+    """Halve the largest range until there are at least ``min_partitions`` (or every
+    range is one record); empty ranges are dropped. Pure."""
+    import heapq
+    out = [r for r in ranges if r[3] > r[2]]
+    if not min_partitions or len(out) >= min_partitions:
+        return out
+    heap = [(-(end - start), i, (topic, partition, start, end))
+            for i, (topic, partition, start, end) in enumerate(out)]
+    heapq.heapify(heap)
+    counter = len(heap)
+    while len(heap) < min(min_partitions, SPLITS_MAX):
+        size, _, (topic, partition, start, end) = heap[0]
+        if -size < 2:
+            break
+        heapq.heappop(heap)
+        middle = start + (end - start) // 2
+        for piece in ((topic, partition, start, middle), (topic, partition, middle, end)):
+            heapq.heappush(heap, (-(piece[3] - piece[2]), counter, piece))
+            counter += 1
+    return sorted(item for _, _, item in heap)
+
+
+# ------------------------------------------------------------------ reading a range
+
+def read_range(part: Range):
+    """Arrow record batches of the records in ``[part.start, part.end)``."""
+    if part.cluster_dir:
+        yield from _read_local(part)
+    else:
+        yield from _read_fetch(part)
+
+
+def _arrow_batch(topic: str, partition: int, batch, first: int, last: int):
+    """Records ``first..last-1`` of a parsed log batch as the source's columns."""
+    import numpy as np
+    import pyarrow as pa
+    n = last - first
+    header = batch.header
+    keys = batch.keys.slice(first, n)
+    values = batch.values.slice(first, n)
+    offsets = np.arange(header.base_offset + first, header.base_offset + last, dtype=np.int64)
+    millis = header.base_timestamp + batch.timestamp_deltas[first:last].astype(np.int64)
+    return pa.RecordBatch.from_arrays([
+        keys, values,
+        pa.array([topic] * n, type=pa.string()),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(offsets),
+        pa.array(millis * 1000, type=pa.timestamp("us", tz="UTC")),
+        pa.array(np.zeros(n, dtype=np.int32)),
+    ], names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+
+
+def _slice(part: Range, batch):
+    base = batch.header.base_offset
+    count = batch.header.record_count
+    first = max(0, part.start - base)
+    last = min(count, part.end - base)
+    return (first, last) if last > first else None
+
+
+def _read_fetch(part: Range):
+    import time
+    from node.client import Consumer
+    consumer = Consumer(bootstrap_servers=part.bootstrap, auto_offset_reset="none",
+                        max_partition_fetch_bytes=FETCH_BYTES, fetch_max_bytes=FETCH_BYTES,
+                        request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        tp = (part.topic, part.partition)
+        consumer.assign([tp])
+        consumer.seek(tp, part.start)
+        position = part.start
+        last_progress = time.monotonic()
+        while position < part.end:
+            fetched = consumer.poll_batches(timeout_ms=POLL_MS)
+            if not fetched:
+                if time.monotonic() - last_progress > STALL_S:
+                    raise SourceError(f"{part.topic}-{part.partition}: no records past "
+                                      f"offset {position} for {STALL_S:.0f} s (wanted up "
+                                      f"to {part.end})")
+                continue
+            last_progress = time.monotonic()
+            for item in fetched:
+                window = _slice(part, item.batch)
+                if window is not None:
+                    yield _arrow_batch(part.topic, part.partition, item.batch, *window)
+                position = max(position, item.batch.header.next_offset)
+    finally:
+        consumer.close()
+
+
+def _read_local(part: Range):
+    from node.perf.consumer import cluster_layout
+    from shm.batch import parse_batch
+    from shm.local_reader import LocalReader
+    cluster_id, log_dirs, _ = cluster_layout(part.cluster_dir)
+    if part.leader not in log_dirs:
+        raise SourceError(f"{part.topic}-{part.partition}: leader {part.leader} is not a "
+                          f"broker of the cluster in {part.cluster_dir}")
+    reader = LocalReader(cluster_id, part.leader, log_dirs[part.leader], part.topic,
+                         part.partition)
+    try:
+        position = part.start
+        while position < part.end:
+            read = reader.read(position, FETCH_BYTES)
+            if not read.batches:
+                raise SourceError(f"{part.topic}-{part.partition}: the local log ends at "
+                                  f"{position}, before {part.end} (did the leader move?)")
+            for view in read.batches:
+                batch = parse_batch(view, verify_crc=False)
+                window = _slice(part, batch)
+                if window is not None:
+                    yield _arrow_batch(part.topic, part.partition, batch, *window)
+                position = batch.header.next_offset
+    finally:
+        reader.close()
+
+
+# ------------------------------------------------------------------ Spark's classes
+
+class MinikafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "minikafka"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema):
+        return BatchReader(self.options)
+
+    def streamReader(self, schema):
+        return StreamReader(self.options)
+
+    def writer(self, schema, overwrite: bool):
+        return Writer(self.options)
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, options) -> None:
+        opts = _options(options)
+        self.bootstrap, self.directory = _bootstrap_and_dir(opts)
+        self.topics = _topics(opts)
+        self.starting = _offset_spec(opts, "startingOffsets", "earliest")
+        self.ending = _offset_spec(opts, "endingOffsets", "latest")
+        if self.ending == "earliest":
+            raise SourceError('endingOffsets cannot be "earliest"')
+        self.min_partitions = _int_option(opts, "minPartitions", None)
+        self.plan = self._plan()
+
+    def _plan(self) -> list[Range]:
+        leaders = topic_partitions(self.bootstrap, self.topics)
+        earliest, latest = watermarks(self.bootstrap, leaders)
+        ranges = []
+        for tp in sorted(leaders):
+            start = _resolve(self.starting, tp, earliest, latest, "startingOffsets")
+            end = _resolve(self.ending, tp, earliest, latest, "endingOffsets")
+            ranges.append((tp[0], tp[1], start, max(start, end)))
+        return [Range(t, p, s, e, self.bootstrap, self.directory, leaders[(t, p)])
+                for t, p, s, e in split(ranges, self.min_partitions)]
+
+    def partitions(self):
+        # Spark wants at least one partition; an empty range reads nothing.
+        return self.plan or [Range(self.topics[0], 0, 0, 0, self.bootstrap)]
+
+    def read(self, partition: Range):
+        if partition.end > partition.start:
+            yield from read_range(partition)
+
+
+class StreamReader(DataSourceStreamReader):
+    def __init__(self, options) -> None:
+        opts = _options(options)
+        self.bootstrap, self.directory = _bootstrap_and_dir(opts)
+        self.topics = _topics(opts)
+        self.starting = _offset_spec(opts, "startingOffsets", "latest")
+
+    def _current(self) -> tuple[dict, dict, dict]:
+        leaders = topic_partitions(self.bootstrap, self.topics)
+        earliest, latest = watermarks(self.bootstrap, leaders)
+        return leaders, earliest, latest
+
+    def initialOffset(self) -> dict:
+        leaders, earliest, latest = self._current()
+        offsets = {}
+        for tp in sorted(leaders):
+            offsets.setdefault(tp[0], {})[str(tp[1])] = _resolve(
+                self.starting, tp, earliest, latest, "startingOffsets")
+        return offsets
+
+    def latestOffset(self) -> dict:
+        _, _, latest = self._current()
+        offsets = {}
+        for (topic, partition), offset in sorted(latest.items()):
+            offsets.setdefault(topic, {})[str(partition)] = offset
+        return offsets
+
+    def partitions(self, start: dict, end: dict):
+        leaders = topic_partitions(self.bootstrap, self.topics)
+        ranges = []
+        for topic, parts in end.items():
+            for p, stop in parts.items():
+                begin = start.get(topic, {}).get(p, 0)
+                if stop > begin:
+                    ranges.append(Range(topic, int(p), begin, stop, self.bootstrap,
+                                        self.directory, leaders.get((topic, int(p)), -1)))
+        return ranges
+
+    def read(self, partition: Range):
+        yield from read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        pass   # nothing to release: the log keeps the records
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    records: int
+
+
+class Writer(DataSourceWriter):
+    def __init__(self, options) -> None:
+        opts = _options(options)
+        self.bootstrap, _ = _bootstrap_and_dir(opts)
+        self.topic = opts.get("topic")
+
+    def write(self, iterator) -> Written:
+        from node.client import Producer
+        producer = Producer(bootstrap_servers=self.bootstrap, acks="all")
+        futures = []
+        try:
+            for row in iterator:
+                fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+                topic = fields.get("topic") or self.topic
+                if not topic:
+                    raise SourceError('a row without "topic" and no "topic" option')
+                if "value" not in fields:
+                    raise SourceError('the rows need a "value" column')
+                futures.append(producer.send(topic, _bytes(fields["value"]),
+                                             key=_bytes(fields.get("key")),
+                                             partition=fields.get("partition")))
+            producer.flush()
+            for future in futures:
+                future.get(timeout=REQUEST_TIMEOUT_MS / 1000)
+        finally:
+            producer.close()
+        return Written(len(futures))
+
+
+def _bytes(value):
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode()

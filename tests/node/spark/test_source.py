@@ -1,0 +1,199 @@
+"""format("minikafka"): a real cluster read by a real Spark, over Fetch and locally."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from node.spark import source as S
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_split_reaches_min_partitions_without_gaps_or_overlaps():
+    ranges = [("t", 0, 0, 1000), ("t", 1, 10, 20), ("t", 2, 5, 5)]
+    out = S.split(ranges, 8)
+    assert len(out) >= 8 and ("t", 2, 5, 5) not in out
+    for topic, partition, start, end in ranges:
+        covered = sorted((s, e) for t, p, s, e in out if (t, p) == (topic, partition))
+        if end > start:
+            assert covered[0][0] == start and covered[-1][1] == end
+            assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+    assert S.split(ranges, None) == ranges[:2]
+    assert len(S.split([("t", 0, 0, 3)], 10)) == 3        # no range below one record
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("earliest", "earliest"), ("latest", "latest"),
+    ('{"t": {"0": 5, "1": -2}}', {"t": {0: 5, 1: -2}}),
+])
+def test_offset_options(text, expected):
+    assert S._offset_spec({"startingoffsets": text}, "startingOffsets", "x") == expected
+
+
+@pytest.mark.parametrize("options, words", [
+    ({}, "bootstrap.servers"),
+    ({"bootstrap.servers": "h:1"}, "subscribe"),
+    ({"bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "{bad"},
+     "startingOffsets"),
+    ({"bootstrap.servers": "h:1", "subscribe": "t", "minPartitions": "zero"},
+     "minPartitions"),
+])
+def test_wrong_options_are_one_clear_message(options, words):
+    with pytest.raises(S.SourceError, match=words):
+        S.BatchReader(options)
+
+
+# ------------------------------------------------------------------ real Spark
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from node.cluster import Cluster
+    from shm.names import cleanup_cluster
+    from tests.conftest import new_cluster_id
+    cid = new_cluster_id()
+    c = Cluster.up(tmp_path_factory.mktemp("spark") / "cluster", 2, cluster_id=cid)
+    try:
+        yield c
+    finally:
+        c.down(grace_s=10)
+        cleanup_cluster(cid)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    session = (SparkSession.builder.master("local[2]").appName("minikafka-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "2")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    from node.spark import register
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _produce(cluster, topic: str, n: int, partitions: int = 3, start: int = 0) -> dict:
+    """Create (if needed) and fill ``topic``; {(partition, offset): (key, value)}."""
+    from node.client import Admin, Producer
+    admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        if topic not in admin.list_topics():
+            admin.create_topic(topic, partitions, 2)
+    finally:
+        admin.close()
+    producer = Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all",
+                        batch_size=2048)
+    try:
+        futures = {(b"k%d" % (i % 5), b"value-%d" % i): producer.send(
+            topic, b"value-%d" % i, key=b"k%d" % (i % 5)) for i in range(start, start + n)}
+        producer.flush()
+        return {(f.get(10).partition, f.get(10).offset): kv for kv, f in futures.items()}
+    finally:
+        producer.close()
+
+
+def _rows(df) -> dict:
+    return {(r.partition, r.offset): (r.key, r.value) for r in df.collect()}
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fetch", "local"])
+def test_what_the_producer_wrote_is_read_back_exactly(cluster, spark, mode):
+    topic = f"round-{mode}"
+    written = _produce(cluster, topic, 2500)
+    reader = spark.read.format("minikafka").option("subscribe", topic)
+    reader = reader.option("dir", str(cluster.dir)) if mode == "local" else \
+        reader.option("bootstrap.servers", cluster.bootstrap_servers)
+    df = reader.option("minPartitions", "6").load()
+    assert df.rdd.getNumPartitions() >= 6
+    assert [f.name for f in df.schema.fields] == ["key", "value", "topic", "partition",
+                                                  "offset", "timestamp", "timestampType"]
+    rows = _rows(df)
+    assert rows == written
+    assert {r.topic for r in df.select("topic").distinct().collect()} == {topic}
+    total = df.groupBy("partition").agg({"value": "count"}).collect()
+    assert sum(r[1] for r in total) == 2500
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+def test_offset_ranges_and_an_unknown_topic(cluster, spark):
+    topic = "ranges"
+    written = _produce(cluster, topic, 900)
+    per_partition = {}
+    for partition, offset in written:
+        per_partition[partition] = max(per_partition.get(partition, -1), offset) + 1
+    start = '{"%s": {"0": 10, "1": -2}}' % topic
+    end = '{"%s": {"0": 20, "2": 5}}' % topic
+    df = (spark.read.format("minikafka").option("bootstrap.servers",
+                                                cluster.bootstrap_servers)
+          .option("subscribe", topic).option("startingOffsets", start)
+          .option("endingOffsets", end).load())
+    rows = _rows(df)
+    expected = {k: v for k, v in written.items()
+                if (k[0] == 0 and 10 <= k[1] < 20) or (k[0] == 1) or (k[0] == 2 and k[1] < 5)}
+    assert rows == expected
+    latest = (spark.read.format("minikafka").option("bootstrap.servers",
+                                                    cluster.bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "latest").load())
+    assert latest.count() == 0
+    with pytest.raises(Exception, match="unknown topic 'nope'"):
+        (spark.read.format("minikafka").option("bootstrap.servers", cluster.bootstrap_servers)
+         .option("subscribe", "nope").load().count())
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+def test_the_writer_produces_rows(cluster, spark):
+    topic = "written"
+    _produce(cluster, topic, 0, partitions=2)
+    data = [(b"k%d" % i, b"w%d" % i) for i in range(300)]
+    spark.createDataFrame(data, "key binary, value binary").write.format("minikafka") \
+        .option("bootstrap.servers", cluster.bootstrap_servers).option("topic", topic) \
+        .mode("append").save()
+    back = (spark.read.format("minikafka").option("bootstrap.servers",
+                                                  cluster.bootstrap_servers)
+            .option("subscribe", topic).load())
+    assert sorted((r.key, r.value) for r in back.collect()) == sorted(data)
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+def test_streaming_micro_batches_restart_from_the_checkpoint(cluster, spark, tmp_path):
+    topic = "streamed"
+    first = _produce(cluster, topic, 400, partitions=2)
+    checkpoint, sink = str(tmp_path / "checkpoint"), str(tmp_path / "sink")
+
+    def run_available_now():
+        stream = (spark.readStream.format("minikafka")
+                  .option("bootstrap.servers", cluster.bootstrap_servers)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .load())
+        query = (stream.writeStream.format("parquet").option("path", sink)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True)
+                 .start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run_available_now()
+    assert _rows(spark.read.parquet(sink)) == first
+    second = _produce(cluster, topic, 250, partitions=2, start=400)
+    run_available_now()   # a restart: only what the checkpoint has not committed
+    rows = spark.read.parquet(sink).select("partition", "offset").collect()
+    assert len(rows) == len({(r.partition, r.offset) for r in rows}) == 650
+    assert _rows(spark.read.parquet(sink)) == {**first, **second}
