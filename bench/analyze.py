@@ -13,7 +13,11 @@ one-second ``window``s):
 - across producer runs: one comparison table keyed by the settings that differ
   between them (flags, producer properties, topic), with each run's throughput and
   p99 as a ratio to the baseline run (``--baseline``, else the earliest), and the
-  throughput-latency curve (achieved records/s against p50 and p99).
+  throughput-latency curve (achieved records/s against p50 and p99);
+- with ``--audit BOOTSTRAP``, the Kafka paper's audit, exact: every acknowledged record
+  of each producer run is looked up in its topic (``format("minikafka")``) by partition
+  and offset; per 10 s window of send time: produced against found, mismatched windows
+  listed (an acknowledged record that is gone is a loss).
 
 It writes ``DIR/report.html`` (self-contained: tables and matplotlib plots embedded as
 PNG), every table as Parquet and CSV under ``DIR/tables/``, the plots under
@@ -411,7 +415,46 @@ def write_report(out: Path, sections: list[tuple[str, list[dict]]], figures, run
 
 # ------------------------------------------------------------------ the job
 
-def analyze(results_dir: str, out_dir: str | None, master: str, baseline: str | None) -> int:
+AUDIT_WINDOW = "10 seconds"
+
+
+def audit(spark, F, produce, runs: dict, bootstrap: str) -> tuple[list[dict], list[dict]]:
+    """The Kafka paper's audit, exact: every acknowledged record of each producer run is
+    looked up in its topic (read through format("minikafka") up to the high watermark)
+    by partition and offset, with its value's length; per 10 s window of send time and
+    topic: produced (acknowledged) against found. Returns (windows, mismatched)."""
+    from node.spark import register
+    register(spark)
+    topics = {}
+    for run_id, record in runs.items():
+        topic = (record.get("topic") or {}).get("name") or \
+            (record.get("arguments") or {}).get("topic")
+        if record.get("tool") == "producer-perf-test" and topic:
+            topics[run_id] = topic
+    if not topics:
+        return [], []
+    run_topic = spark.createDataFrame(sorted(topics.items()), "run_id string, topic string")
+    acked = produce.where(F.col("error").isNull()).join(run_topic, "run_id")
+    found = None
+    for topic in sorted(set(topics.values())):
+        df = (spark.read.format("minikafka").option("bootstrap.servers", bootstrap)
+              .option("subscribe", topic).load()
+              .select("topic", "partition", "offset", F.length("value").alias("found_bytes")))
+        found = df if found is None else found.unionByName(df)
+    joined = acked.join(found, ["topic", "partition", "offset"], "left")
+    windows = joined.groupBy("topic", F.window("send_time", AUDIT_WINDOW).alias("w")).agg(
+        F.count(F.lit(1)).alias("produced"),
+        F.count("found_bytes").alias("consumed"),
+        F.sum(F.when(F.col("found_bytes") != F.col("bytes"), 1).otherwise(0)).alias(
+            "wrong_size")).select(
+        "topic", F.col("w.start").alias("window_start"), "produced", "consumed",
+        "wrong_size").orderBy("topic", "window_start")
+    rows = _rows(windows)
+    return rows, [r for r in rows if r["produced"] != r["consumed"] or r["wrong_size"]]
+
+
+def analyze(results_dir: str, out_dir: str | None, master: str, baseline: str | None,
+            bootstrap: str | None = None) -> int:
     root = Path(results_dir)
     runs = load_runs(root)
     out = Path(out_dir) if out_dir else root / "report"
@@ -424,6 +467,7 @@ def analyze(results_dir: str, out_dir: str | None, master: str, baseline: str | 
         from pyspark.sql import functions as F
         sections, produce_runs, produce_seconds, consume_seconds, breakdown = [], [], [], [], []
         differing: list[str] = []
+        audit_summary = None
         produce = read_kind(spark, root, "produce")
         if produce is not None:
             progress("producer runs: throughput and latency, overall and per second")
@@ -436,6 +480,15 @@ def analyze(results_dir: str, out_dir: str | None, master: str, baseline: str | 
             write_table(out, "produce_runs", produce_runs)
             write_table(out, "produce_per_second", produce_seconds)
             write_table(out, "comparison", rows)
+            if bootstrap:
+                progress(f"audit: every acknowledged record looked up in its topic at "
+                         f"{bootstrap}")
+                audited, mismatched = audit(spark, F, produce, runs, bootstrap)
+                sections += [(f"Audit per {AUDIT_WINDOW} of send time: produced "
+                              f"(acknowledged) against found in the topic; "
+                              f"{len(mismatched)} mismatched window(s)", audited)]
+                write_table(out, "audit", audited)
+                audit_summary = (len(audited), mismatched)
         consume = read_kind(spark, root, "consume")
         if consume is not None:
             progress("consumer runs")
@@ -481,6 +534,12 @@ def analyze(results_dir: str, out_dir: str | None, master: str, baseline: str | 
                 figures_text = ", ".join(f"{k} {_fmt(v)}" for k, v in row.items()
                                          if k != "run_id")
                 print(f"{title.split()[0].lower()} {row['run_id']}: {figures_text}")
+    if audit_summary is not None:
+        windows, mismatched = audit_summary
+        print(f"audit: {windows} window(s), {len(mismatched)} mismatched"
+              + "".join(f"\n  {r['topic']} {r['window_start']}: produced {r['produced']}, "
+                        f"found {r['consumed']}, wrong size {r['wrong_size']}"
+                        for r in mismatched))
     print(f"report: {report}")
     print(f"tables: {out / 'tables'}")
     return 0
@@ -491,6 +550,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--out", default=None, help="where to write (default RESULTS/report)")
     parser.add_argument("--master", default="local[2]",
                         help="Spark master URL (local[N], spark://HOST:PORT, ...)")
+    parser.add_argument("--audit", default=None, metavar="BOOTSTRAP",
+                        help="audit: look every acknowledged record of the producer runs up "
+                             "in its topic on this cluster (HOST:PORT,...)")
     parser.add_argument("--baseline", default=None, metavar="RUN_ID",
                         help="the producer run the comparison divides by (default: the "
                              "earliest)")
@@ -499,7 +561,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     try:
-        return analyze(args.results, args.out, args.master, args.baseline)
+        return analyze(args.results, args.out, args.master, args.baseline, args.audit)
     except ToolError as e:
         print(f"analyze: error: {e}", file=sys.stderr)
         return 1

@@ -858,7 +858,12 @@ class _Sender:
 
     def on_produce(self, completion) -> None:
         now = time.monotonic()
-        self.produce_in_flight.pop(id(completion.context), None)
+        if self.produce_in_flight.pop(id(completion.context), None) is None:
+            # Abandoned (``abandon_moved``) after this completion was already on its way
+            # (a dropped connection fails its requests into the same poll's results): its
+            # batches are queued again, and completing them here too would send them twice
+            # and count their records done twice (flush() then never returns).
+            return
         sent = completion.context[1]
         for tp, _ in sent:
             self.muted.discard(tp)
@@ -919,6 +924,7 @@ class _Sender:
         # so a callback added while the batch completes is either run here or by
         # add_callback itself, never lost.
         with self.p._done:
+            assert not r.done, ("a batch completed twice", r.topic, r.partition)
             r.done = True
             callbacks, r.callbacks = r.callbacks, None
         with self.p._lock:

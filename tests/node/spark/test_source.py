@@ -197,3 +197,47 @@ def test_streaming_micro_batches_restart_from_the_checkpoint(cluster, spark, tmp
     rows = spark.read.parquet(sink).select("partition", "offset").collect()
     assert len(rows) == len({(r.partition, r.offset) for r in rows}) == 650
     assert _rows(spark.read.parquet(sink)) == {**first, **second}
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+def test_the_audit_finds_every_acknowledged_record_and_names_a_missing_one(cluster, spark,
+                                                                          tmp_path):
+    import subprocess
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from bench import analyze
+    topic = "audited"
+    _produce(cluster, topic, 0, partitions=2)
+    store = tmp_path / "store"
+    result = subprocess.run(
+        [sys.executable, "-m", "node.cli", "producer-perf-test", "--topic", topic,
+         "--num-records", "1500", "--record-size", "100", "--throughput", "-1",
+         "--producer-props", f"bootstrap.servers={cluster.bootstrap_servers}", "acks=all",
+         "--results", str(store)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    runs = analyze.load_runs(store)
+    produce = analyze.read_kind(spark, store, "produce")
+    windows, mismatched = analyze.audit(spark, F, produce, runs, cluster.bootstrap_servers)
+    assert sum(w["produced"] for w in windows) == sum(w["consumed"] for w in windows) == 1500
+    assert mismatched == []
+    # An acknowledged record the topic does not have (its offset moved past the end):
+    # the audit must name its window.
+    [part] = list(store.glob("samples/produce/run_id=*/part-0.parquet"))
+    table = pq.read_table(part)
+    offsets = table["offset"].to_pylist()
+    offsets[0] = 10**9
+    pq.write_table(table.set_column(table.schema.get_field_index("offset"), "offset",
+                                    pc.cast(pa_array(offsets), table["offset"].type)), part)
+    produce = analyze.read_kind(spark, store, "produce")
+    windows, mismatched = analyze.audit(spark, F, produce, runs, cluster.bootstrap_servers)
+    assert len(mismatched) == 1 and mismatched[0]["produced"] - mismatched[0]["consumed"] == 1
+
+
+def pa_array(values):
+    import pyarrow as pa
+    return pa.array(values, type=pa.int64())
