@@ -238,24 +238,62 @@ def read_range(part: Range):
         yield from _read_fetch(part)
 
 
-def _arrow_batch(topic: str, partition: int, batch, first: int, last: int):
-    """Records ``first..last-1`` of a parsed log batch as the source's columns."""
+ROWS_PER_ARROW_BATCH = 65_536   # log batches are gathered up to this many rows per yield
+_CONSTANTS: dict = {}
+
+
+def _constant(value, n: int, type_):
+    """A column of ``n`` times ``value``: a slice of one cached array (no per-row work)."""
+    import pyarrow as pa
+    key = (value, str(type_))
+    column = _CONSTANTS.get(key)
+    if column is None or len(column) < n:
+        column = pa.array([value] * max(n, ROWS_PER_ARROW_BATCH), type=type_)
+        _CONSTANTS[key] = column
+    return column.slice(0, n)
+
+
+def _arrow_batch(topic: str, partition: int, pieces: list):
+    """One Arrow record batch with the source's columns, from (parsed log batch, first,
+    last) pieces: the batches' own key and value arrays, sliced and concatenated."""
     import numpy as np
     import pyarrow as pa
-    n = last - first
-    header = batch.header
-    keys = batch.keys.slice(first, n)
-    values = batch.values.slice(first, n)
-    offsets = np.arange(header.base_offset + first, header.base_offset + last, dtype=np.int64)
-    millis = header.base_timestamp + batch.timestamp_deltas[first:last].astype(np.int64)
+    keys, values, offsets, millis = [], [], [], []
+    for batch, first, last in pieces:
+        header = batch.header
+        keys.append(batch.keys.slice(first, last - first))
+        values.append(batch.values.slice(first, last - first))
+        offsets.append(np.arange(header.base_offset + first, header.base_offset + last,
+                                 dtype=np.int64))
+        millis.append(header.base_timestamp +
+                      batch.timestamp_deltas[first:last].astype(np.int64))
+    n = sum(len(k) for k in keys)
     return pa.RecordBatch.from_arrays([
-        keys, values,
-        pa.array([topic] * n, type=pa.string()),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(offsets),
-        pa.array(millis * 1000, type=pa.timestamp("us", tz="UTC")),
-        pa.array(np.zeros(n, dtype=np.int32)),
+        pa.concat_arrays(keys) if len(keys) > 1 else keys[0],
+        pa.concat_arrays(values) if len(values) > 1 else values[0],
+        _constant(topic, n, pa.string()),
+        _constant(partition, n, pa.int32()),
+        pa.array(np.concatenate(offsets)),
+        pa.array(np.concatenate(millis) * 1000, type=pa.timestamp("us", tz="UTC")),
+        _constant(0, n, pa.int32()),
     ], names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+
+
+def _gathered(part: "Range", batches):
+    """Arrow record batches of about ROWS_PER_ARROW_BATCH rows from parsed log batches
+    (fewer, larger hand-overs to Spark)."""
+    pieces, rows = [], 0
+    for batch in batches:
+        window = _slice(part, batch)
+        if window is None:
+            continue
+        pieces.append((batch, *window))
+        rows += window[1] - window[0]
+        if rows >= ROWS_PER_ARROW_BATCH:
+            yield _arrow_batch(part.topic, part.partition, pieces)
+            pieces, rows = [], 0
+    if pieces:
+        yield _arrow_batch(part.topic, part.partition, pieces)
 
 
 def _slice(part: Range, batch):
@@ -267,6 +305,10 @@ def _slice(part: Range, batch):
 
 
 def _read_fetch(part: Range):
+    yield from _gathered(part, _fetched_batches(part))
+
+
+def _fetched_batches(part: Range):
     import time
     from node.client import Consumer
     consumer = Consumer(bootstrap_servers=part.bootstrap, auto_offset_reset="none",
@@ -288,15 +330,19 @@ def _read_fetch(part: Range):
                 continue
             last_progress = time.monotonic()
             for item in fetched:
-                window = _slice(part, item.batch)
-                if window is not None:
-                    yield _arrow_batch(part.topic, part.partition, item.batch, *window)
+                yield item.batch
                 position = max(position, item.batch.header.next_offset)
+                if position >= part.end:
+                    return
     finally:
         consumer.close()
 
 
 def _read_local(part: Range):
+    yield from _gathered(part, _local_batches(part))
+
+
+def _local_batches(part: Range):
     from node.perf.consumer import cluster_layout
     from shm.batch import parse_batch
     from shm.local_reader import LocalReader
@@ -315,10 +361,10 @@ def _read_local(part: Range):
                                   f"{position}, before {part.end} (did the leader move?)")
             for view in read.batches:
                 batch = parse_batch(view, verify_crc=False)
-                window = _slice(part, batch)
-                if window is not None:
-                    yield _arrow_batch(part.topic, part.partition, batch, *window)
+                yield batch
                 position = batch.header.next_offset
+                if position >= part.end:
+                    return
     finally:
         reader.close()
 
