@@ -40,6 +40,12 @@ def _cmd_bench_sweep(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from bench.chaos.run import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
     from node.tools.common import one_line_usage_errors
@@ -77,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                "runs into a results store")
     sweep_parser(sweep)
     sweep.set_defaults(func=_cmd_bench_sweep)
+    from bench.chaos.run import build_parser as chaos_parser
+
+    chaos = sub.add_parser("chaos", help="chaos runs: faults, a recorded history, a verdict")
+    chaos_parser(chaos)
+    chaos.set_defaults(func=_cmd_chaos)
     # Kafka's admin and console tools: topics, console-producer/consumer,
     # leader-election, reassign-partitions.
     from node.tools import add_subcommands as tool_subcommands

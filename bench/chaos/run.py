@@ -1,0 +1,304 @@
+"""``minikafka chaos run|check|replay``: a chaos run a user can start, and its verdict.
+
+    minikafka chaos run --dir RUN [--brokers 3] [--profile safe|acks1] \\
+        [--faults kill,pause,restart,controller,coordinator] [--duration 30] [--seed S] \\
+        [--producers 2 --consumers 1 --rate 200] [--schedule plan.json]
+    minikafka chaos check RUN       # check a recorded run again
+    minikafka chaos replay RUN      # the same schedule and profile, as a new run in RUN-replay
+
+A run starts its own cluster under ``RUN/cluster`` (zk_lite and ``--brokers`` brokers),
+creates the topic ``chaos`` (``--partitions``, default 3; replication factor 3), starts the workload
+processes (``bench.chaos.worker``) and the nemesis (``node.cluster.nemesis``), prints a
+progress line every second, then heals every process, reads every partition from
+offset 0 to the high watermark, and checks the history (``bench.chaos.checker``).
+
+Profiles:
+- ``safe``: acks=all, min.insync.replicas=2, unclean leader election off,
+  leader-epoch truncation. It must find nothing. Duplicates from retried sends are
+  expected until the idempotent producer exists: counted, shown, not a failure.
+- ``acks1``: acks=1, min.insync.replicas=1: a leader that dies with writes its
+  followers had not fetched loses them; the checker lists them.
+
+The run folder keeps ``schedule.json`` (replayable), ``history/*.parquet`` (one file per
+workload process; schema in ``bench.chaos.worker``), ``final.parquet`` (the final read),
+``faults.json`` (what the nemesis did, when) and ``verdict.json``. Exit 0 when the
+history is valid, 1 when the checker found anomalies, 2 on bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.chaos.checker import Fault, Op, check
+from node.tools.common import ToolError
+
+TOPIC = "chaos"
+PARTITIONS = 3
+PROFILES = {
+    "safe": {"acks": "all", "min.insync.replicas": "2",
+             "broker": {"unclean.leader.election.enable": "false",
+                        "replication.truncation.mode": "leader-epoch"}},
+    "acks1": {"acks": "1", "min.insync.replicas": "1",
+              "broker": {"unclean.leader.election.enable": "false"}},
+}
+BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "4000",
+                   "replica.fetch.wait.max.ms": "100"}
+HEAL_TIMEOUT_S = 60.0
+WORKER_GRACE_S = 30.0
+
+
+class UsageError(ToolError):
+    """Bad flags or a bad schedule file: exit 2."""
+
+
+def _read_final(bootstrap: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
+    from node.client import Consumer
+    consumer = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    try:
+        tps = [(TOPIC, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        ends = {tp.partition if hasattr(tp, "partition") else tp[1]: o
+                for tp, o in consumer.end_offsets(tps, timeout_ms=30_000).items()}
+        final: dict[int, list] = {p: [] for p in range(partitions)}
+        positions = {p: 0 for p in range(partitions)}
+        deadline = time.monotonic() + 60
+        while any(positions[p] < ends[p] for p in positions):
+            if time.monotonic() > deadline:
+                raise ToolError(f"final read stuck at {positions}, ends {ends}")
+            for r in consumer.poll(timeout_ms=500):
+                if r.offset < ends[r.partition]:
+                    final[r.partition].append((r.offset, r.value))
+                positions[r.partition] = max(positions[r.partition], r.offset + 1)
+        return final
+    finally:
+        consumer.close()
+
+
+def _write_final(path: Path, final: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rows = [(p, o, v) for p, items in sorted(final.items()) for o, v in items]
+    pq.write_table(pa.table({"partition": pa.array([r[0] for r in rows], type=pa.int32()),
+                             "offset": pa.array([r[1] for r in rows], type=pa.int64()),
+                             "value": pa.array([r[2] for r in rows], type=pa.binary())}), path)
+
+
+def load_run(run: Path) -> tuple[list[Op], dict, list[Fault], dict]:
+    import pyarrow.parquet as pq
+    meta_path = run / "run.json"
+    if not meta_path.is_file():
+        raise UsageError(f"{run}: not a chaos run (run.json missing)")
+    meta = json.loads(meta_path.read_text())
+    history = []
+    for path in sorted((run / "history").glob("*.parquet")):
+        for row in pq.read_table(path).to_pylist():
+            history.append(Op(row["process"], row["type"], row["f"], row["time_ns"],
+                              row["value"], row["partition"], row["offset"],
+                              tuple((r["partition"], r["offset"], r["value"])
+                                    for r in row["reads"] or ()), row["error"]))
+    history.sort(key=lambda op: op.time_ns)
+    final: dict[int, list] = {}
+    for row in pq.read_table(run / "final.parquet").to_pylist():
+        final.setdefault(row["partition"], []).append((row["offset"], row["value"]))
+    faults = [Fault(f["fault"], f["start_ns"], f["end_ns"], f["target"])
+              for f in json.loads((run / "faults.json").read_text())]
+    return history, final, faults, meta
+
+
+def judge(run: Path) -> int:
+    history, final, faults, meta = load_run(run)
+    verdict = check(history, final, faults, duplicates_fail=False,
+                    start_ns=meta.get("workload_start_ns"), end_ns=meta.get("workload_end_ns"))
+    summary = verdict.summary()
+    (run / "verdict.json").write_text(json.dumps(summary, indent=1, default=str))
+    print_verdict(meta, summary)
+    return 0 if verdict.valid else 1
+
+
+def print_verdict(meta: dict, s: dict) -> None:
+    print(f"profile {meta['profile']}, seed {meta['seed']}, {meta['duration']} s, "
+          f"faults {len(meta.get('schedule', []))}")
+    for name in ("sends", "acknowledged", "failed", "unknown", "read", "lost", "duplicate",
+                 "inconsistent", "nonmonotonic", "skip", "unexpected"):
+        note = ""
+        if name == "duplicate" and s[name]:
+            note = "  (expected without the idempotent producer)"
+        print(f"  {name:<14}{s[name]:>10}{note}")
+    by_fault: dict[str, list] = {}
+    for fault, _, ms in s["recovery_ms"]:
+        by_fault.setdefault(fault, []).append(ms)
+    for fault, values in sorted(by_fault.items()):
+        known = sorted(v for v in values if v is not None)
+        median = known[len(known) // 2] if known else None
+        worst = known[-1] if known else None
+        print(f"  recovery after {fault:<18} n={len(values)} median "
+              f"{_ms(median)} worst {_ms(worst)}"
+              + (f" ({len(values) - len(known)} without any ack after)"
+                 if len(known) < len(values) else ""))
+    print(f"  longest window without an acknowledgement: {s['longest_gap_ms']:.0f} ms")
+    for kind, examples in s.get("examples", {}).items():
+        if kind != "duplicate" or not s["valid"]:
+            print(f"  {kind}: {examples[:5]}")
+    print("VALID" if s["valid"] else "INVALID: the checker found anomalies")
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def run_chaos(args) -> int:
+    from node.client import Admin
+    from node.cluster import Cluster
+    from node.cluster import nemesis as N
+    run = Path(args.dir)
+    if run.exists() and any(run.iterdir()):
+        raise UsageError(f"{run} is not empty: give a new run directory")
+    if args.profile not in PROFILES:
+        raise UsageError(f"--profile: one of {', '.join(PROFILES)}")
+    profile = PROFILES[args.profile]
+    try:
+        if args.schedule:
+            schedule = N.load(json.loads(Path(args.schedule).read_text()))
+        else:
+            schedule = N.plan(args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
+                              args.duration)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"schedule: {e}") from None
+    (run / "history").mkdir(parents=True)
+    (run / "progress").mkdir()
+    (run / "schedule.json").write_text(json.dumps(N.dump(schedule), indent=1))
+    meta = {"profile": args.profile, "seed": args.seed, "duration": args.duration,
+            "brokers": args.brokers, "producers": args.producers, "consumers": args.consumers,
+            "rate": args.rate, "schedule": N.dump(schedule), "topic": TOPIC,
+            "partitions": args.partitions}
+    cluster = Cluster.up(run / "cluster", args.brokers,
+                         config={**BROKER_SETTINGS, **profile["broker"]})
+    workers = []
+    try:
+        admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
+        try:
+            admin.create_topic(TOPIC, args.partitions, min(3, args.brokers),
+                               config={"min.insync.replicas": profile["min.insync.replicas"]})
+        finally:
+            admin.close()
+        nemesis = N.Nemesis(cluster, schedule, TOPIC, args.seed)
+        env = dict(os.environ)
+        for role, count in (("producer", args.producers), ("consumer", args.consumers)):
+            for i in range(count):
+                name = f"{role[0]}{i}"
+                workers.append(subprocess.Popen(
+                    [sys.executable, "-m", "bench.chaos.worker", "--role", role, "--name", name,
+                     "--bootstrap", cluster.bootstrap_servers, "--topic", TOPIC,
+                     "--duration", str(args.duration), "--acks", profile["acks"],
+                     "--rate", str(args.rate), "--out", str(run / "history" / f"{name}.parquet"),
+                     "--progress", str(run / "progress" / name)],
+                    env=env, stdout=subprocess.DEVNULL, stderr=open(run / f"{name}.log", "w")))
+        meta["workload_start_ns"] = time.monotonic_ns()
+        nemesis.start()
+        started = time.monotonic()
+        last = {}
+        while any(w.poll() is None for w in workers):
+            time.sleep(1.0)
+            counts = {}
+            for path in (run / "progress").iterdir():
+                try:
+                    ok, errors = (int(x) for x in path.read_text().split())
+                    counts[path.name] = (ok, errors)
+                except (OSError, ValueError):
+                    pass   # a .tmp being written
+            acks = sum(c[0] for n, c in counts.items() if n.startswith("p"))
+            errors = sum(c[1] for c in counts.values())
+            rate = acks - last.get("acks", 0)
+            last["acks"] = acks
+            active = ", ".join(f"{a.fault} {a.target}" for a in list(nemesis.active)) or "-"
+            print(f"[{time.monotonic() - started:5.1f}/{args.duration:.0f} s] acks {acks} "
+                  f"({rate}/s), errors {errors}, faults: {active}", flush=True)
+            if time.monotonic() - started > args.duration + WORKER_GRACE_S:
+                raise ToolError("workload processes did not finish")
+        meta["workload_end_ns"] = time.monotonic_ns()
+        nemesis.stop()
+        nemesis.heal_all()
+        for w in workers:
+            if w.returncode:
+                raise ToolError(f"a workload process failed: see {run}/*.log")
+        print("healed; waiting for every partition to have a leader and a full ISR",
+              flush=True)
+        cluster.wait_for(lambda: all(
+            (s := cluster.partition_state(TOPIC, p)) is not None and s.leader >= 0 and
+            len(s.isr) == min(3, args.brokers) for p in range(args.partitions)),
+            HEAL_TIMEOUT_S, "a healed cluster")
+        final = _read_final(cluster.bootstrap_servers, args.partitions)
+        _write_final(run / "final.parquet", final)
+        (run / "faults.json").write_text(json.dumps(
+            [{"fault": a.fault, "target": a.target, "start_ns": a.start_ns,
+              "end_ns": a.end_ns, "error": a.error} for a in nemesis.applied], indent=1))
+        (run / "run.json").write_text(json.dumps(meta, indent=1))
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        cluster.down(grace_s=10)
+    return judge(run)
+
+
+def replay(args) -> int:
+    run = Path(args.run)
+    try:
+        meta = json.loads((run / "run.json").read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"{run}: not a chaos run (run.json missing)") from None
+    copy = argparse.Namespace(dir=str(run) + "-replay", brokers=meta["brokers"],
+                              profile=meta["profile"], faults="", duration=meta["duration"],
+                              seed=meta["seed"], producers=meta["producers"],
+                              consumers=meta["consumers"], rate=meta["rate"],
+                              partitions=meta.get("partitions", PARTITIONS),
+                              schedule=str(run / "schedule.json"))
+    return run_chaos(copy)
+
+
+def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sub = parser.add_subparsers(dest="chaos_command", required=True)
+    run = sub.add_parser("run", help="start a cluster, run the workload under faults, check")
+    run.add_argument("--dir", required=True, help="a new directory for the run")
+    run.add_argument("--brokers", type=int, default=3)
+    run.add_argument("--profile", default="safe", choices=sorted(PROFILES))
+    run.add_argument("--faults", default="kill,pause,restart,controller,coordinator")
+    run.add_argument("--duration", type=float, default=30.0, help="seconds of workload")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--partitions", type=int, default=PARTITIONS,
+                     help="of the topic chaos (replication factor 3)")
+    run.add_argument("--producers", type=int, default=2)
+    run.add_argument("--consumers", type=int, default=1)
+    run.add_argument("--rate", type=float, default=200.0, help="sends/s per producer")
+    run.add_argument("--schedule", default=None, help="a schedule.json to run instead")
+    check_ = sub.add_parser("check", help="check a recorded run again")
+    check_.add_argument("run")
+    again = sub.add_parser("replay", help="run a recorded run's schedule again")
+    again.add_argument("run")
+    return parser
+
+
+def run(args) -> int:
+    try:
+        if args.chaos_command == "run":
+            if args.brokers < 1 or args.duration <= 0 or args.rate <= 0 or \
+                    args.producers < 1 or args.consumers < 0 or args.partitions < 1:
+                raise UsageError("--brokers, --duration, --rate and --producers must be "
+                                 "positive")
+            return run_chaos(args)
+        if args.chaos_command == "check":
+            return judge(Path(args.run))
+        return replay(args)
+    except UsageError as e:
+        print(f"chaos: error: {e}", file=sys.stderr)
+        return 2
+    except ToolError as e:
+        print(f"chaos: error: {e}", file=sys.stderr)
+        return 1
