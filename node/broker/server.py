@@ -365,6 +365,17 @@ class Broker:
                 self._reply(identity, correlation_id, api_key if api_key is not None else -1,
                             {"error": ErrorCode.INVALID_REQUEST, "error_message": str(e)})
             return
+        if request.api_key == P.ApiKey.API_VERSIONS:
+            self._handle_api_versions(identity, request)
+            return
+        if request.api_version != P.API_VERSION:
+            name = _api_name(request.api_key)
+            self._reply(identity, request.correlation_id, request.api_key,
+                        {"error": ErrorCode.UNSUPPORTED_VERSION,
+                         "error_message": f"{name} version {request.api_version} is not "
+                                          f"supported (versions {P.API_VERSION} to "
+                                          f"{P.API_VERSION}; see ApiVersions)"})
+            return
         try:
             handler = self._handlers.get(request.api_key)
             if handler is not None:
@@ -387,6 +398,16 @@ class Broker:
             logger.error("%s request failed: %s", _api_name(request.api_key), e)
             self._reply(identity, request.correlation_id, request.api_key,
                         {"error": code, "error_message": str(e)})
+
+    def _handle_api_versions(self, identity, request: P.Request) -> None:
+        """Kafka's ApiVersions: every API this broker answers, with its version range.
+        Answered in any version (a client learns the ranges from it)."""
+        keys = [[int(k), P.API_VERSION, P.API_VERSION] for k in sorted(P.ApiKey)
+                if k in self._handlers or k in ADMIN_API_KEYS or k == P.ApiKey.API_VERSIONS]
+        error = ErrorCode.NONE if request.api_version == P.API_VERSION else \
+            ErrorCode.UNSUPPORTED_VERSION
+        self._reply(identity, request.correlation_id, request.api_key,
+                    {"error": error, "api_keys": keys})
 
     def _reply(self, identity: bytes, correlation_id: int, api_key: int, body: dict,
                frames=()) -> None:

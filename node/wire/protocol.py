@@ -69,6 +69,11 @@ UPDATE_METADATA (6)           controller -> broker
 CONTROLLED_SHUTDOWN (7)       broker -> controller
   req  {"broker_id": int, "broker_epoch": int}
   resp {"error": int, "remaining_partitions": [[topic, partition], ...]}
+API_VERSIONS (18)             any broker (Kafka's; answered whatever version it asks in)
+  req  {}
+  resp {"error": int, "api_keys": [[api_key, min_version, max_version], ...]}
+       Every other request in a version outside its range gets {"error":
+       UNSUPPORTED_VERSION, "error_message": ...} and nothing else.
 CREATE_TOPICS (19)            any broker (writes the coordinator, as Kafka's ZK mode)
   req  {"topics": [[name, num_partitions (-1 = num.partitions), replication_factor
                     (-1 = default.replication.factor), assignment | None
@@ -134,6 +139,7 @@ class ApiKey(enum.IntEnum):
     STOP_REPLICA = 5
     UPDATE_METADATA = 6
     CONTROLLED_SHUTDOWN = 7
+    API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     OFFSET_FOR_LEADER_EPOCH = 23
@@ -191,7 +197,9 @@ def _unpack(data, what: str, limit: int):
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated types
-        raise ProtocolError(f"{what} is not valid msgpack: {e}") from None
+        # Some (a nesting too deep) carry no message: name the type then.
+        raise ProtocolError(f"{what} is not valid msgpack: "
+                            f"{str(e) or type(e).__name__}") from None
 
 
 def encode_request(api_key: int, correlation_id: int, client_id: str, body: dict,

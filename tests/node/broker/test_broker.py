@@ -408,3 +408,43 @@ def test_mutated_valid_requests_never_stop_the_broker(single):
     assert "Traceback" not in single.brokers[0].log()
     single.send_leader_and_isr(TOPIC, [0], epoch=single.controller_epoch + 1000)
     assert single.produce(0, TOPIC, 0, [b"alive"], acks=1)[2] == 0
+
+
+def test_an_unsupported_version_is_refused_and_api_versions_lists_the_ranges(single):
+    """Kafka's manners: UNSUPPORTED_VERSION, not an answer in version 0; ApiVersions says
+    what is supported, whatever version it is asked in."""
+    channel = single.channel(0)
+    for i, api_key in enumerate((P.ApiKey.PRODUCE, P.ApiKey.METADATA, P.ApiKey.FETCH)):
+        cid = 1000 + i
+        channel.in_flight[cid] = int(api_key)
+        channel.socket.send_multipart(P.encode_request(api_key, cid, "t", {"topics": None},
+                                                       api_version=99))
+        response = None
+        while response is None:
+            response = next((r for r in channel.receive_ready() if r.correlation_id == cid),
+                            None)
+            channel.socket.poll(1000)
+        assert response.body["error"] == ErrorCode.UNSUPPORTED_VERSION
+        assert "version 99" in response.body["error_message"]
+    versions = single.request(0, P.ApiKey.API_VERSIONS, {})
+    ranges = {k: (lo, hi) for k, lo, hi in versions.body["api_keys"]}
+    assert versions.body["error"] == 0
+    assert ranges[P.ApiKey.PRODUCE] == (0, 0) and ranges[P.ApiKey.API_VERSIONS] == (0, 0)
+    assert P.ApiKey.CREATE_TOPICS in ranges and P.ApiKey.LEADER_AND_ISR in ranges
+    # ... and the broker goes on serving.
+    assert single.produce(0, TOPIC, 0, [b"after"], acks=1)[2] == 0
+
+
+def test_a_too_deep_body_gets_a_message_that_says_why(single):
+    deep = b"\x91" * 200_000 + b"\x00"     # 200,000 nested one-element arrays
+    channel = single.channel(0)
+    channel.socket.send_multipart([P.pack([int(P.ApiKey.METADATA), 0, 77, "t"]), deep])
+    response = None
+    channel.in_flight[77] = int(P.ApiKey.METADATA)
+    while response is None:
+        channel.socket.poll(2000)
+        response = next((r for r in channel.receive_ready() if r.correlation_id == 77), None)
+    assert response.body["error"] == ErrorCode.INVALID_REQUEST
+    message = response.body["error_message"]
+    assert message.startswith("body is not valid msgpack: ") and \
+        len(message) > len("body is not valid msgpack: "), message

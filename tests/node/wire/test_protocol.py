@@ -205,3 +205,11 @@ def test_controller_entries_round_trip(topic, partition, leader, epoch, isr, rep
 def test_a_bad_leader_and_isr_entry_is_named(entry, message):
     with pytest.raises(P.ProtocolError, match=message):
         LeaderAndIsrPartition.from_wire(entry)
+
+
+def test_a_too_deep_body_is_a_protocol_error_with_a_reason():
+    import pytest as _pytest
+    deep = b"\x91" * 200_000 + b"\x00"
+    with _pytest.raises(P.ProtocolError) as info:
+        P.decode_request([P.pack([3, 0, 1, "c"]), deep])
+    assert str(info.value) != "body is not valid msgpack: "
