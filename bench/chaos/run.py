@@ -229,10 +229,16 @@ def run_chaos(args) -> int:
                 raise ToolError(f"a workload process failed: see {run}/*.log")
         print("healed; waiting for every partition to have a leader and a full ISR",
               flush=True)
-        cluster.wait_for(lambda: all(
-            (s := cluster.partition_state(TOPIC, p)) is not None and s.leader >= 0 and
-            len(s.isr) == min(3, args.brokers) for p in range(args.partitions)),
-            HEAL_TIMEOUT_S, "a healed cluster")
+        try:
+            cluster.wait_for(lambda: all(
+                (s := cluster.partition_state(TOPIC, p)) is not None and s.leader >= 0 and
+                len(s.isr) == min(3, args.brokers) for p in range(args.partitions)),
+                HEAL_TIMEOUT_S, "a healed cluster")
+        except TimeoutError:
+            states = {p: cluster.partition_state(TOPIC, p) for p in range(args.partitions)}
+            status = ", ".join(f"{s.name} {s.state}" for s in cluster.status())
+            raise ToolError(f"the cluster did not heal in {HEAL_TIMEOUT_S:.0f} s: "
+                            f"partitions {states}; processes: {status}") from None
         final = _read_final(cluster.bootstrap_servers, args.partitions)
         _write_final(run / "final.parquet", final)
         (run / "faults.json").write_text(json.dumps(

@@ -18,6 +18,10 @@ SOCKET_REQUEST_BYTES_MAX = 104_857_600
 # A consumer or follower may park a fetch for at most this long (fetch.max.wait.ms).
 FETCH_WAIT_MS_MAX = 60_000
 PARKED_FETCHES_MAX = 100_000
+# Fetches one connection may have parked at once (Kafka serves one request per
+# connection at a time); more are answered at once with what there is. A follower has
+# one outstanding fetch per leader, a consumer one per broker.
+PARKED_FETCHES_PER_CONNECTION_MAX = 16
 # Produce requests waiting for acks=all across all partitions: the core's per-partition
 # bound, so the broker refuses first and a core never sees more than it accepts.
 PENDING_PRODUCE_REQUESTS_MAX = PENDING_PRODUCES_MAX

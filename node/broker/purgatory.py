@@ -80,15 +80,40 @@ class FetchPurgatory:
         self.read = read
         self.answer = answer
         self._waiting: dict[tuple[str, int], set[ParkedFetch]] = {}
+        self._by_peer: dict[object, set[ParkedFetch]] = {}   # identity -> its parked
         self.count = 0
 
     @property
     def full(self) -> bool:
         return self.count >= L.PARKED_FETCHES_MAX
 
+    def may_park(self, identity) -> bool:
+        """Room for one more parked fetch, overall and for this connection."""
+        return self.count < L.PARKED_FETCHES_MAX and \
+            len(self._by_peer.get(identity, ())) < L.PARKED_FETCHES_PER_CONNECTION_MAX
+
+    def forget_peer(self, identity) -> int:
+        """The connection went away: drop its parked fetches unanswered; how many."""
+        dropped = self._by_peer.pop(identity, set())
+        for fetch in dropped:
+            fetch.done = True
+            self.count -= 1
+            self.loop.cancel(fetch.timer)
+            self._unwait(fetch)
+        return len(dropped)
+
+    def _unwait(self, fetch: "ParkedFetch") -> None:
+        for topic, partition, *_ in fetch.entries:
+            waiting = self._waiting.get((topic, partition))
+            if waiting is not None:
+                waiting.discard(fetch)
+                if not waiting:
+                    del self._waiting[(topic, partition)]
+
     def park(self, fetch: ParkedFetch, max_wait_ms: int) -> None:
         for topic, partition, *_ in fetch.entries:
             self._waiting.setdefault((topic, partition), set()).add(fetch)
+        self._by_peer.setdefault(fetch.identity, set()).add(fetch)
         self.count += 1
         fetch.timer = self.loop.call_later(max_wait_ms, lambda: self.complete(fetch))
 
@@ -99,12 +124,12 @@ class FetchPurgatory:
         fetch.done = True
         self.count -= 1
         self.loop.cancel(fetch.timer)
-        for topic, partition, *_ in fetch.entries:
-            waiting = self._waiting.get((topic, partition))
-            if waiting is not None:
-                waiting.discard(fetch)
-                if not waiting:
-                    del self._waiting[(topic, partition)]
+        self._unwait(fetch)
+        mine = self._by_peer.get(fetch.identity)
+        if mine is not None:
+            mine.discard(fetch)
+            if not mine:
+                del self._by_peer[fetch.identity]
         self.answer(fetch, read if read is not None else self.read(fetch))
 
     def wake(self, key: tuple[str, int], *, leo_moved: bool) -> None:

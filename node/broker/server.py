@@ -195,6 +195,9 @@ class Broker:
         router.setsockopt(zmq.SNDHWM, L.LISTENER_SEND_HWM)
         router.setsockopt(zmq.RCVHWM, L.LISTENER_RECEIVE_HWM)
         router.setsockopt(zmq.MAXMSGSIZE, L.SOCKET_REQUEST_BYTES_MAX)
+        # ZeroMQ does not tell a ROUTER which peer went away (ZMQ_ROUTER_NOTIFY is a
+        # draft option this libzmq refuses): a TCP client's parked fetches live out their
+        # wait; a local link's are dropped when it closes (_drop_local).
         if self.config.port == 0:
             self.port = router.bind_to_random_port(f"tcp://{self.config.host}")
         else:
@@ -352,6 +355,7 @@ class Broker:
         if self.local_connections.get(conn.socket) is conn:
             del self.local_connections[conn.socket]
             self.loop.remove_socket(conn.socket)
+            self.purgatory.forget_peer(conn)   # nobody is left to answer
         conn.close()
 
     def _handle(self, identity: bytes | LocalConnection, frames) -> None:
@@ -551,7 +555,7 @@ class Broker:
                 self._trace_replica = -1
         read = self._read_fetch(fetch)
         if max_wait_ms == 0 or read[2] >= min_bytes or read[3] or not entries or \
-                self.purgatory.full:
+                not self.purgatory.may_park(identity):
             self._answer_fetch(fetch, read)
         else:
             self.purgatory.park(fetch, max_wait_ms)

@@ -448,3 +448,30 @@ def test_a_too_deep_body_gets_a_message_that_says_why(single):
     message = response.body["error_message"]
     assert message.startswith("body is not valid msgpack: ") and \
         len(message) > len("body is not valid msgpack: "), message
+
+
+def test_a_flood_of_long_polls_from_one_client_does_not_slow_the_others(single):
+    """One connection pipelines thousands of fetches that could wait a minute: it gets
+    PARKED_FETCHES_PER_CONNECTION_MAX parked and the rest answered at once, and an
+    acks=1 write from another client is answered as fast as before."""
+    from node.broker import limits as L
+    from node.net import Channel
+    flood = Channel(single.brokers[0].endpoint, client_id="flood")
+    try:
+        body = {"replica_id": -1, "max_wait_ms": 60_000, "min_bytes": 10**9,
+                "max_bytes": 1 << 20, "partitions": [[TOPIC, 0, 0, -1, 1 << 20]]}
+        count = 2000
+        for _ in range(count):
+            flood.send(P.ApiKey.FETCH, body)
+        answers = 0
+        deadline = time.monotonic() + 30
+        while answers < count - L.PARKED_FETCHES_PER_CONNECTION_MAX and \
+                time.monotonic() < deadline:
+            flood.socket.poll(500)
+            answers += len(flood.receive_ready())
+        assert answers == count - L.PARKED_FETCHES_PER_CONNECTION_MAX
+        started = time.monotonic()
+        assert single.produce(0, TOPIC, 1, [b"meanwhile"], acks=1)[2] == 0
+        assert time.monotonic() - started < 2.0
+    finally:
+        flood.close()
