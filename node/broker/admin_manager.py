@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import json
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from node.broker.coordinator import GuardedZk
 from node.wire.errors import ErrorCode
 from node.core import placement
 from node.wire import protocol as P
@@ -120,7 +120,7 @@ def validate_topic_config(configs: dict) -> dict[str, str]:
     return out
 
 
-def handle_admin_request(api_key: int, body: dict, *, zk: KazooClient, config) -> dict:
+def handle_admin_request(api_key: int, body: dict, *, zk: GuardedZk, config) -> dict:
     handler = _HANDLERS.get(api_key)
     if handler is None:
         raise ProtocolError(f"api key {api_key} is not an admin request")
@@ -131,7 +131,7 @@ def handle_admin_request(api_key: int, body: dict, *, zk: KazooClient, config) -
 
 # ------------------------------------------------------------------ coordinator reads
 
-def _live_brokers(zk: KazooClient) -> dict[int, str | None]:
+def _live_brokers(zk: GuardedZk) -> dict[int, str | None]:
     """broker id -> rack, of the registered brokers."""
     out: dict[int, str | None] = {}
     try:
@@ -147,14 +147,14 @@ def _live_brokers(zk: KazooClient) -> dict[int, str | None]:
     return out
 
 
-def _topics(zk: KazooClient) -> list[str]:
+def _topics(zk: GuardedZk) -> list[str]:
     try:
         return sorted(zk.get_children(Z.BROKER_TOPICS))
     except NoNodeError:
         return []
 
 
-def _read_topic(zk: KazooClient, topic: str):
+def _read_topic(zk: GuardedZk, topic: str):
     """(assignment, raw JSON dict, version) or None."""
     try:
         data, stat = zk.get(Z.topic_path(topic))
@@ -168,7 +168,7 @@ def _read_topic(zk: KazooClient, topic: str):
     return assignment, raw, stat.version
 
 
-def _being_deleted(zk: KazooClient, topic: str) -> bool:
+def _being_deleted(zk: GuardedZk, topic: str) -> bool:
     return zk.exists(Z.delete_topic_path(topic)) is not None
 
 
@@ -219,7 +219,7 @@ def _error(name: str, message: str | None = None) -> tuple[int, str | None]:
 
 # ------------------------------------------------------------------ CreateTopics
 
-def _create_topics(body: dict, zk: KazooClient, config) -> dict:
+def _create_topics(body: dict, zk: GuardedZk, config) -> dict:
     items = _topic_list(body, "topics")
     validate_only = P.field(body, "validate_only", bool, optional=True, default=False)
     parsed = []
@@ -317,7 +317,7 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
 
 # ------------------------------------------------------------------ DeleteTopics
 
-def _delete_topics(body: dict, zk: KazooClient, config) -> dict:
+def _delete_topics(body: dict, zk: GuardedZk, config) -> dict:
     names = _topic_list(body, "topics")
     if not all(isinstance(n, str) for n in names):
         raise ProtocolError("topics must be a list of names")
@@ -343,7 +343,7 @@ def _delete_topics(body: dict, zk: KazooClient, config) -> dict:
 
 # ------------------------------------------------------------------ CreatePartitions
 
-def _create_partitions(body: dict, zk: KazooClient, config) -> dict:
+def _create_partitions(body: dict, zk: GuardedZk, config) -> dict:
     items = _topic_list(body, "topics")
     parsed = []
     for item in items:
@@ -420,7 +420,7 @@ def _create_partitions_one(zk, brokers, name, total, assignment) -> tuple[int, s
 
 # ------------------------------------------------------------------ ElectLeaders
 
-def _elect_leaders(body: dict, zk: KazooClient, config) -> dict:
+def _elect_leaders(body: dict, zk: GuardedZk, config) -> dict:
     kind_code = P.field(body, "election_type", int)
     if kind_code not in (P.ELECTION_PREFERRED, P.ELECTION_UNCLEAN):
         raise ProtocolError(f"election_type must be 0 or 1, got {kind_code}")
@@ -486,7 +486,7 @@ def _encode_election(kind: str, partitions) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
 
 
-def _write_election(zk: KazooClient, kind: str, partitions) -> str | None:
+def _write_election(zk: GuardedZk, kind: str, partitions) -> str | None:
     """Create the election znode, or merge into a pending one of the same type. None on
     success, else why not."""
     from node.broker.controller_runner import decode_election   # one decoder for the znode
@@ -523,7 +523,7 @@ def _write_election(zk: KazooClient, kind: str, partitions) -> str | None:
 
 # ------------------------------------------------------------------ reassignments
 
-def _read_reassignments(zk: KazooClient) -> tuple[dict, int]:
+def _read_reassignments(zk: GuardedZk) -> tuple[dict, int]:
     try:
         data, stat = zk.get(Z.REASSIGN_PARTITIONS)
     except NoNodeError:
@@ -534,7 +534,7 @@ def _read_reassignments(zk: KazooClient) -> tuple[dict, int]:
         return {}, stat.version
 
 
-def _alter_reassignments(body: dict, zk: KazooClient, config) -> dict:
+def _alter_reassignments(body: dict, zk: GuardedZk, config) -> dict:
     items = P.entries(body, "partitions", 3)
     requests = []
     for topic, partition, replicas in items:
@@ -595,7 +595,7 @@ def _alter_reassignments(body: dict, zk: KazooClient, config) -> dict:
     return {"error": ErrorCode.REQUEST_TIMED_OUT, "partitions": []}
 
 
-def _list_reassignments(body: dict, zk: KazooClient, config) -> dict:
+def _list_reassignments(body: dict, zk: GuardedZk, config) -> dict:
     wanted = P.entries(body, "partitions", 2, optional=True)
     moves, _ = _read_reassignments(zk)
     chosen = sorted(moves) if wanted is None else sorted(
@@ -636,7 +636,7 @@ def _broker_default(config, topic_key: str):
     return None if value is None else str(value)
 
 
-def _describe_configs(body: dict, zk: KazooClient, config) -> dict:
+def _describe_configs(body: dict, zk: GuardedZk, config) -> dict:
     names = _topic_list(body, "topics")
     if not all(isinstance(n, str) for n in names):
         raise ProtocolError("topics must be a list of names")

@@ -2,8 +2,17 @@
 
 Threading: everything here runs on the broker's event-loop thread, except kazoo watch
 and session callbacks, which only ``post`` work to that loop. Coordinator calls made
-from the loop are synchronous (the coordinator answers in well under a millisecond);
-broker requests never block (``send`` answers through a callback).
+from the loop go through ``node.broker.coordinator.GuardedZk``: kazoo's asynchronous
+calls waited on for at most CALL_TIMEOUT_S, failing at once while the session is not
+connected, so a coordinator outage never stalls the broker's loop (the coordinator
+answers in well under a millisecond when it is up); broker requests never block
+(``send`` answers through a callback).
+
+Coordinator outages: on SUSPENDED (the connection is lost) an active controller resigns,
+since it can neither read nor write the state, and wants an election; a watch event of
+type NONE (kazoo's connection-state notice) triggers no read. On CONNECTED the election
+runs again: our own /controller from before the outage is deleted and a new epoch won,
+so the new term starts from a fresh read of the coordinator.
 
 Election (Kafka 2.2+, KIP-... "controller epoch in a multi"): create the ephemeral
 ``/controller`` and bump ``/controller_epoch`` in one multi conditional on the epoch
@@ -28,9 +37,11 @@ from collections import deque
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.states import EventType
 from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError,
                               NoNodeError, NotEmptyError, RolledBackError)
 
+from node.broker.coordinator import GuardedZk
 from node.core import controller as C
 from node.wire import errors as E
 from node.wire.errors import ErrorCode
@@ -49,12 +60,12 @@ _ERROR_NAMES = {BadVersionError: "BadVersion", NoNodeError: "NoNode",
 
 
 class ControllerRunner:
-    def __init__(self, *, broker_id: int, zk: KazooClient, config,
+    def __init__(self, *, broker_id: int, zk: GuardedZk | KazooClient, config,
                  post: Callable[[Callable[[], None]], None],
                  send: Callable[[str, int, dict, Callable], None],
                  now_ms: Callable[[], int]) -> None:
         self.broker_id = broker_id
-        self.zk = zk
+        self.zk = zk if isinstance(zk, GuardedZk) else GuardedZk(zk)
         self.config = config
         self._post = post
         self._send = send
@@ -136,6 +147,9 @@ class ControllerRunner:
 
     def _elect(self) -> None:
         if self._stopped or self.active:
+            return
+        if not self.zk.available:
+            self._want_election = True     # after the session is back (the tick asks)
             return
         self._want_election = False
         try:
@@ -243,6 +257,10 @@ class ControllerRunner:
         if state == KazooState.LOST:
             self._resign("coordinator session lost")
             self._want_election = True
+        elif state == KazooState.SUSPENDED:
+            if self.active:
+                self._resign("coordinator connection lost")
+            self._want_election = True
         elif state == KazooState.CONNECTED and not self.active:
             self._want_election = True
 
@@ -254,7 +272,9 @@ class ControllerRunner:
         if cached is not None and cached[0] == term:
             return cached[1]
 
-        def on_event(_event) -> None:
+        def on_event(event) -> None:
+            if event.type == EventType.NONE:
+                return        # a connection-state notice, not a change: nothing to read
             self._post(lambda: self._if_term(term, handler))
         self._watchers[key] = (term, on_event)
         return on_event
@@ -267,6 +287,8 @@ class ControllerRunner:
                 log.warning("coordinator read failed in the controller (%s)", e)
 
     def _controller_watch(self, event) -> None:
+        if event.type == EventType.NONE:
+            return
         self._post(lambda: self._on_controller_changed(event))
 
     def _on_controller_changed(self, event) -> None:
@@ -340,10 +362,11 @@ class ControllerRunner:
         states = {}
         for start in range(0, len(partitions), READ_PIPELINE_MAX):
             chunk = partitions[start:start + READ_PIPELINE_MAX]
+            self.zk.check_available("get", "partition states")
             pending = [(tp, self.zk.get_async(Z.partition_state_path(*tp))) for tp in chunk]
             for tp, result in pending:
                 try:
-                    data, stat = result.get()
+                    data, stat = self.zk.wait("get", Z.partition_state_path(*tp), result)
                     states[tp] = Z.decode_partition_state(data, stat.version,
                                                           f"{tp[0]}-{tp[1]} state")
                 except NoNodeError:

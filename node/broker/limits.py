@@ -40,8 +40,10 @@ FLUSH_CHECK_INTERVAL_MS = 1000
 OLD_REGISTRATION_WAIT_SESSIONS = 3
 OLD_REGISTRATION_POLL_S = 0.1
 ZK_START_TIMEOUT_S = 30.0
-# A coordinator read made on the loop (topic config, /controller) waits at most this.
-ZK_OP_TIMEOUT_S = 5.0
+# Ending the coordinator session on stop waits at most this (an absent coordinator never
+# answers the close; the session then expires). Calls made on the loop are bounded by
+# node.broker.coordinator.CALL_TIMEOUT_S.
+ZK_CLOSE_TIMEOUT_S = 2.0
 
 assert SOCKET_REQUEST_BYTES_MAX >= P.BODY_BYTES_MAX
 assert TICK_INTERVAL_MS <= 100

@@ -29,7 +29,6 @@ import os
 import time
 from typing import Callable
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from node.broker import limits as L
@@ -37,6 +36,7 @@ from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
 from node.wire.control import LeaderAndIsrPartition
 from node.broker.loop import EventLoop, now_ms
+from node.broker.coordinator import GuardedZk
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS
 from node.config import BrokerConfig, topic_log_config, topic_setting
 from node.broker.metadata_cache import MetadataCache
@@ -101,7 +101,7 @@ class Partition:
 
 class ReplicaManager:
     def __init__(self, *, broker_id: int, config: BrokerConfig, loop: EventLoop,
-                 zk: KazooClient, metadata: MetadataCache,
+                 zk: GuardedZk, metadata: MetadataCache,
                  on_produce_complete: Callable[[Partition, CompleteProduce], None],
                  on_high_watermark: Callable[[Partition], None]) -> None:
         self.broker_id = broker_id
@@ -304,9 +304,7 @@ class ReplicaManager:
 
     def _topic_overrides(self, topic: str) -> dict[str, str]:
         try:
-            # Bounded: a slow coordinator must not stall the loop for long.
-            data, _ = self.zk.get_async(Z.topic_config_path(topic)).get(
-                timeout=L.ZK_OP_TIMEOUT_S)
+            data, _ = self.zk.get(Z.topic_config_path(topic))  # bounded (GuardedZk)
             return Z.decode_topic_config(topic, data)
         except NoNodeError:
             return {}

@@ -52,7 +52,7 @@ import threading
 import uuid
 
 import zmq
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from node.broker import limits as L
@@ -61,6 +61,7 @@ from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.wire import zkdata as Z
 from node.broker import failures
+from node.broker import coordinator
 from node.broker.failures import COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ERRORS
 from node.broker.loop import EventLoop, Outbound, now_ms
 from node.wire.control import (LeaderAndIsrPartition, StopReplicaPartition,
@@ -91,8 +92,8 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self.loop = EventLoop()
-        self.zk = KazooClient(hosts=config.zookeeper_connect,
-                              timeout=config.zookeeper_session_timeout_ms / 1000)
+        self.zk = coordinator.new_client(config.zookeeper_connect,
+                                         config.zookeeper_session_timeout_ms / 1000)
         self.cluster_id: str | None = None
         self.router = None
         self.local_listener = None
@@ -284,9 +285,7 @@ class Broker:
         lets the controller move our leaderships now instead of after the session
         timeout; our shared-memory objects go, the files stay for recovery."""
         code = failures.fatal(e)
-        closer = threading.Thread(target=self._end_session, daemon=True)
-        closer.start()
-        closer.join(L.ZK_OP_TIMEOUT_S)
+        self._end_session_bounded()
         if self.cluster_id is not None:
             head = f"/mk-{self.cluster_id}-b{self.broker_id}-"
             for name in cluster_objects(self.cluster_id):
@@ -297,8 +296,21 @@ class Broker:
     def _end_session(self) -> None:
         try:
             self.zk.stop()
+            self.zk.close()
         except COORDINATOR_ERRORS:
             pass  # the session then ends by timing out
+
+    def _end_session_bounded(self) -> None:
+        """End the coordinator session, waiting at most ZK_CLOSE_TIMEOUT_S: kazoo's stop
+        waits for the server to answer the close, and an absent (or paused) coordinator
+        never does; the session then ends by timing out."""
+        closer = threading.Thread(target=self._end_session, daemon=True,
+                                  name="coordinator-close")
+        closer.start()
+        closer.join(L.ZK_CLOSE_TIMEOUT_S)
+        if closer.is_alive():
+            logger.warning("the coordinator did not answer the session close within %g s; "
+                           "the session will expire", L.ZK_CLOSE_TIMEOUT_S)
 
     def _tick(self) -> None:
         now = now_ms()
@@ -808,10 +820,9 @@ class Broker:
         endpoint = None
         try:
             # Bounded: the loop keeps serving while the coordinator is slow or away.
-            data, _ = self.zk.get_async(Z.CONTROLLER).get(timeout=L.ZK_OP_TIMEOUT_S)
+            data, _ = self.zk.get(Z.CONTROLLER)
             controller_id = Z.decode_controller(data)
-            info, _ = self.zk.get_async(Z.broker_path(controller_id)).get(
-                timeout=L.ZK_OP_TIMEOUT_S)
+            info, _ = self.zk.get(Z.broker_path(controller_id))
             endpoint = Z.decode_broker(controller_id, info).endpoint
         except COORDINATOR_ERRORS as e:
             logger.warning("controlled shutdown: no controller found (%s)", e)
@@ -870,11 +881,7 @@ class Broker:
             for name in cluster_objects(self.cluster_id):
                 if name.startswith(head):
                     unlink(name)
-        try:
-            self.zk.stop()
-            self.zk.close()
-        except COORDINATOR_ERRORS as e:
-            logger.warning("closing the coordinator session: %s", e)
+        self._end_session_bounded()
         self.loop.close()
         logger.info("broker %d stopped", self.broker_id)
 

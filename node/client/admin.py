@@ -54,9 +54,16 @@ class Admin:
         last: E.KafkaError | None = None
         for endpoint in self.meta.endpoints():
             try:
-                return self.net.request(endpoint, api_key, body, timeout_ms=timeout_ms).body
+                answer = self.net.request(endpoint, api_key, body, timeout_ms=timeout_ms).body
             except E.KafkaError as e:
                 last = e
+                continue
+            code = answer.get("error", 0) if isinstance(answer, dict) else 0
+            if code and not any(isinstance(v, list) and v for v in answer.values()):
+                # The request failed as a whole (a coordinator that did not answer, a
+                # malformed request): there are no per-entry errors to report instead.
+                raise error(code, answer.get("error_message") or E.name_of(code))
+            return answer
         raise last or error(ErrorCode.NETWORK_EXCEPTION, "no broker to ask")
 
     def _metadata(self, topics: list[str] | None, timeout_ms: int | None = None):
