@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
@@ -28,6 +30,16 @@ VERSION = "3.8.6-zk_lite, built on 2026-01-01 00:00 UTC"
 #: ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout: a connection that has not completed
 #: its handshake by then is closed.
 SESSIONLESS_CONNECTION_TIMEOUT_S = 10.0
+#: ZooKeeper's maxClientCnxns default: connections one client address may hold at once.
+MAX_CLIENT_CNXNS = 60
+#: Largest frame before the handshake: a ConnectRequest is 45 bytes (ZooKeeper's clients
+#: send at most a few more); a connection that announces more is closed at once rather
+#: than buffered up to jute.maxbuffer.
+CONNECT_FRAME_BYTES_MAX = 1024
+#: A closed connection that had buffered at least this much asks the allocator to give
+#: freed memory back to the system (at most once per TRIM_INTERVAL_S).
+TRIM_AFTER_BYTES = 64 * 1024
+TRIM_INTERVAL_S = 1.0
 FOUR_LETTER_WORDS = {b"ruok", b"isro", b"srvr", b"stat", b"mntr", b"cons", b"envi", b"conf",
                      b"wchs", b"dirs"}
 _HEADER = jute.REQUEST_HEADER
@@ -45,13 +57,16 @@ def _now_ms() -> int:
 
 class ZkConnection(asyncio.Protocol):
     __slots__ = ("server", "transport", "reader", "peer", "peer_port", "bound", "started_ms",
-                 "received", "sent")
+                 "received", "sent", "counted", "peak_buffered")
 
     def __init__(self, server: "ZkServer"):
         self.server = server
         self.transport = None
-        self.reader = jute.FrameReader(server.max_frame_bytes)
+        # Until the handshake only a ConnectRequest may arrive: a small bound.
+        self.reader = jute.FrameReader(min(server.max_frame_bytes, CONNECT_FRAME_BYTES_MAX))
         self.peer = "?"
+        self.counted = False           # in server.per_host
+        self.peak_buffered = 0
         self.peer_port = 0
         self.sent = 0
         self.bound = False
@@ -63,7 +78,19 @@ class ZkConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else "?"
         self.peer_port = peer[1] if peer else 0
-        self.server.connections.add(self)
+        server = self.server
+        limit = server.max_client_cnxns
+        held = server.per_host.get(self.peer, 0)
+        if limit and held >= limit:
+            # ZooKeeper's words; the connection is closed before anything is read.
+            server.refused_connections += 1
+            server.log_limited("too-many", "Too many connections from /%s - max is %d",
+                               self.peer, limit)
+            transport.abort()
+            return
+        server.per_host[self.peer] = held + 1
+        self.counted = True
+        server.connections.add(self)
         self.server.loop.call_later(SESSIONLESS_CONNECTION_TIMEOUT_S, self._handshake_deadline)
 
     def _handshake_deadline(self) -> None:
@@ -75,6 +102,17 @@ class ZkConnection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         server = self.server
         server.connections.discard(self)
+        if self.counted:
+            self.counted = False
+            left = server.per_host.get(self.peer, 1) - 1
+            if left > 0:
+                server.per_host[self.peer] = left
+            else:
+                server.per_host.pop(self.peer, None)
+        peak = max(self.peak_buffered, self.reader.buffered_bytes)
+        self.reader = jute.FrameReader(0)   # the buffer goes now, not with the protocol
+        if peak >= TRIM_AFTER_BYTES:
+            server.trim_memory()
         if self.bound:
             server.core.disconnect(self, _now_ms())
             server.schedule_flush()
@@ -84,6 +122,8 @@ class ZkConnection(asyncio.Protocol):
         core = server.core
         reader = self.reader
         reader.feed(data)
+        if reader.buffered_bytes > self.peak_buffered:
+            self.peak_buffered = reader.buffered_bytes
         now = _now_ms()
         try:
             if not self.bound:
@@ -98,6 +138,7 @@ class ZkConnection(asyncio.Protocol):
                 if body is None:
                     return
                 self.bound = True
+                reader.max_frame_bytes = server.max_frame_bytes
                 core.connect(self, body, now, self.peer)
             conn_state = core.conns.get(self)
             while conn_state is not None and not conn_state.closed:
@@ -136,6 +177,13 @@ class ZkServer:
         self.max_output_bytes = args.max_output_bytes
         self.snap_count = args.snap_count
         self.connections: set[ZkConnection] = set()
+        self.max_client_cnxns = args.max_client_cnxns
+        self.per_host: dict[str, int] = {}     # client address -> connections held
+        self.refused_connections = 0
+        self._last_logged: dict[str, float] = {}
+        self._last_trim = -TRIM_INTERVAL_S
+        self._trim_pending = False
+        self._malloc_trim = _find_malloc_trim()
         self.store = persist.Store(args.data_dir, log=lambda m: log.info("%s", m))
         tree = self.store.load()
         self.core = Core(tree, secret=os.urandom(32), tick_ms=self.tick_ms,
@@ -171,6 +219,31 @@ class ZkServer:
         self._stopping.set()
 
     # ------------------------------------------------------------------ pipeline
+    def log_limited(self, key: str, message: str, *args) -> None:
+        """A warning at most once a second per ``key`` (a flood must not flood the log)."""
+        now = time.monotonic()
+        if now - self._last_logged.get(key, -1e9) >= 1.0:
+            self._last_logged[key] = now
+            log.warning(message, *args)
+
+    def trim_memory(self) -> None:
+        """Give freed heap memory back to the system (glibc keeps it otherwise: a flood of
+        large partial frames would leave the RSS at its peak for good). At most once per
+        TRIM_INTERVAL_S; a request meanwhile runs once at the end of the interval."""
+        if self._malloc_trim is None or self._trim_pending:
+            return
+        wait = self._last_trim + TRIM_INTERVAL_S - time.monotonic()
+        if wait > 0 and self.loop is not None:
+            self._trim_pending = True
+            self.loop.call_later(wait, self._trim_now)
+            return
+        self._trim_now()
+
+    def _trim_now(self) -> None:
+        self._trim_pending = False
+        self._last_trim = time.monotonic()
+        self._malloc_trim(0)
+
     def schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -316,7 +389,7 @@ class ZkServer:
             return ("\n".join(lines) + "\n").encode()
         if word == b"conf":
             lines = [f"clientPort={self.port}", f"dataDir={self.args.data_dir}",
-                     f"tickTime={self.tick_ms}", f"maxClientCnxns=0",
+                     f"tickTime={self.tick_ms}", f"maxClientCnxns={self.max_client_cnxns}",
                      f"minSessionTimeout={core.min_timeout_ms}",
                      f"maxSessionTimeout={core.max_timeout_ms}", "serverId=0"]
             return ("\n".join(lines) + "\n").encode()
@@ -366,6 +439,16 @@ class ZkServer:
         return 1 if self._fatal is not None else 0
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, not {value}")
+    return value
+
+
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(
         prog="python -m zk_lite",
@@ -382,11 +465,26 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="txns between snapshots (ZooKeeper's snapCount)")
     parser.add_argument("--jute-maxbuffer", type=int, default=jute.MAX_BUFFER_BYTES,
                         help="largest request payload in bytes (jute.maxbuffer)")
+    parser.add_argument("--max-client-cnxns", type=_non_negative, default=MAX_CLIENT_CNXNS,
+                        help="connections one client address may hold (ZooKeeper's "
+                             "maxClientCnxns; 0 = no limit)")
     parser.add_argument("--max-output-bytes", type=int, default=16 * 1024 * 1024,
                         help="drop a client that lets this many reply bytes pile up")
     parser.add_argument("--super-digest", default=None,
                         help="user:base64(sha1(user:password)) that authenticates as super")
     return parser
+
+
+def _find_malloc_trim():
+    """glibc's malloc_trim, or None (another libc)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
 
 
 def run(args: argparse.Namespace) -> int:
