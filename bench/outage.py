@@ -23,6 +23,7 @@ Exit 0 when every request during the outage succeeded and the topic was created.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import threading
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None,
                         help="cluster directory (default: a temporary one)")
     args = parser.parse_args(argv)
+    # SIGTERM ends the run through its finally: the cluster is taken down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.outage_s <= 0 or args.after_s < 0 or args.session_ms < 1000:
         parser.error("--outage-s must be > 0, --after-s >= 0, --session-ms >= 1000")
     with tempfile.TemporaryDirectory(prefix="mk-outage-") as tmp:

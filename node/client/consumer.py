@@ -19,6 +19,10 @@ Theory of operation (Kafka's Fetcher, without groups):
   applies ``auto_offset_reset`` ("earliest", "latest", or "none" = raise).
 - A fetched region may start inside a batch (records before the position are skipped)
   and may end with a partial batch (ignored; fetched again).
+- A corrupt batch (bad header, wrong CRC, or no whole batch at the fetch offset although
+  the broker always sends at least one) is not skipped silently: the valid batches before
+  it are delivered first, then ``poll`` raises CorruptMessageError naming the partition
+  and the offset, and keeps raising until the caller seeks past it (Kafka's behaviour).
 
 ``poll()`` returns ConsumerRecord tuples (per-record Python work); ``poll_batches()``
 returns the parsed batches themselves (``FetchedBatch``), for the perf tool.
@@ -39,7 +43,8 @@ from node.client.metadata import MetadataFetcher, parse_bootstrap
 from node.client.network import Network
 from node.client.types import (METADATA_STALE_CODES, ConsumerRecord, KafkaTimeoutError,
                                TopicPartition, error)
-from shm.batch import CorruptRecordError, RecordBatch, parse_batch, read_header
+from shm.batch import (HEADER_BYTES, LENGTH_OVERHEAD_BYTES, CorruptRecordError,
+                       RecordBatch, parse_batch, read_header)
 
 log = logging.getLogger("minikafka.consumer")
 
@@ -85,7 +90,7 @@ class FetchedBatch:
 
 class _PartitionState:
     __slots__ = ("tp", "position", "fetch_offset", "reset", "buffered", "buffered_bytes",
-                 "paused_until_s", "paused_epoch", "high_watermark")
+                 "paused_until_s", "paused_epoch", "high_watermark", "corrupt")
 
     def __init__(self, tp: TopicPartition, reset: str):
         self.tp = tp
@@ -97,12 +102,15 @@ class _PartitionState:
         self.paused_until_s = 0.0
         self.paused_epoch = -1  # leader epoch when a leadership error paused it
         self.high_watermark = -1
+        # A corrupt batch at fetch_offset: raised once the position reaches it.
+        self.corrupt: E.KafkaError | None = None
 
     def seek(self, offset: int) -> None:
         self.position = self.fetch_offset = offset
         self.reset = None
         self.buffered.clear()
         self.buffered_bytes = 0
+        self.corrupt = None
 
 
 def _tp(item) -> TopicPartition:
@@ -223,6 +231,10 @@ class Consumer:
             start = self._rotation % len(states)
             self._rotation += 1
             for state in states[start:] + states[:start]:
+                if not state.buffered and state.corrupt is not None:
+                    if not out:
+                        raise state.corrupt     # every record before it is delivered
+                    continue                    # raised by the next poll
                 while state.buffered and len(out) < limit:
                     fetched = state.buffered.popleft()
                     state.buffered_bytes -= fetched.batch.size_bytes
@@ -244,6 +256,8 @@ class Consumer:
         out = []
         if self._poll(timeout_ms):
             for state in self._states.values():
+                if not state.buffered and state.corrupt is not None and not out:
+                    raise state.corrupt
                 while state.buffered:
                     fetched = state.buffered.popleft()
                     state.position = fetched.next_offset
@@ -261,7 +275,7 @@ class Consumer:
             self._update_metadata_if_needed(deadline)
             self._resolve_resets(deadline)
             self._send_fetches()
-            if any(s.buffered for s in self._states.values()):
+            if any(s.buffered or s.corrupt is not None for s in self._states.values()):
                 return True
             remaining_ms = (deadline - time.monotonic()) * 1000
             if remaining_ms <= 0:
@@ -379,7 +393,7 @@ class Consumer:
                      for tp in asked}
         for tp, state in self._states.items():
             if state.reset is not None or state.fetch_offset is None or \
-                    state.paused_until_s > now or \
+                    state.corrupt is not None or state.paused_until_s > now or \
                     state.buffered_bytes >= self.max_partition_fetch_bytes:
                 continue
             endpoint, epoch = self._leader(tp)
@@ -462,26 +476,43 @@ class Consumer:
         position = 0
         end = len(buf)
         offset = state.fetch_offset
+        delivered = False           # a whole batch at or after the fetch offset
         while position < end:
             try:
                 header = read_header(buf, position)
-            except CorruptRecordError:
-                break  # a partial batch at the end of the region: fetched again later
+            except CorruptRecordError as e:
+                # The broker sends whole batches, at least one from the fetch offset on.
+                # A cut batch after whole ones is the end of the region (fetched again);
+                # anything else at the fetch offset is corruption in the leader's log.
+                if delivered and _truncated(buf, position):
+                    break
+                self._corrupt(state, offset, str(e))
+                break
             size = header.size_bytes
             if header.next_offset > offset:
                 try:
                     batch = parse_batch(buf, position, verify_crc=self.check_crcs)
                 except CorruptRecordError as e:
-                    raise error(ErrorCode.CORRUPT_MESSAGE,
-                                f"{state.tp.topic}-{state.tp.partition} at offset "
-                                f"{header.base_offset}: {e}") from None
+                    self._corrupt(state, offset, str(e))
+                    break
                 skip = max(0, offset - header.base_offset)
                 state.buffered.append(FetchedBatch(state.tp.topic, state.tp.partition,
                                                    batch, skip))
                 state.buffered_bytes += size
                 offset = header.next_offset
+                delivered = True
             position += size
+        if end and not delivered and state.corrupt is None:
+            self._corrupt(state, offset, f"the {end}-byte region the leader sent holds "
+                                         f"no whole batch at or after the fetch offset")
         state.fetch_offset = offset
+
+    def _corrupt(self, state: _PartitionState, offset: int, why: str) -> None:
+        tp = state.tp
+        log.error("%s-%d: corrupt batch at offset %d: %s", tp.topic, tp.partition, offset, why)
+        state.corrupt = error(ErrorCode.CORRUPT_MESSAGE,
+                              f"{tp.topic}-{tp.partition} at offset {offset}: {why}; seek "
+                              f"past it to go on")
 
     # ------------------------------------------------------------- closing
     def close(self) -> None:
@@ -494,3 +525,14 @@ class Consumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _truncated(buf, position: int) -> bool:
+    """True if the batch at ``position`` is cut short by the end of ``buf`` (and its
+    length is otherwise plausible), as opposed to malformed."""
+    available = len(buf) - position
+    if available < HEADER_BYTES:
+        return True
+    length = int.from_bytes(buf[position + 8:position + 12], "little", signed=True)
+    return length >= HEADER_BYTES - LENGTH_OVERHEAD_BYTES and \
+        length + LENGTH_OVERHEAD_BYTES > available

@@ -1,0 +1,91 @@
+"""A corrupt batch in a sealed segment below the recovery point (issue 10, item 3), on
+real processes: the broker restarts over it (recovery walks only from the last index
+entry), and the consumer delivers every record before it, then raises a clear error
+naming the partition and the offset, again on every poll, until the caller seeks past
+it; reading then goes on."""
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from node.client import Admin, Consumer, Producer, TopicPartition
+from node.cluster import Cluster
+from node.wire.errors import CorruptMessageError
+from shm import batch as B
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+RECORDS = 1000
+BAD = 5           # the offset (and batch: one record per batch) that is damaged
+CONFIG = {"log.segment.bytes": "65536", "log.index.interval.bytes": "512",
+          "auto.leader.rebalance.enable": "false"}
+TP = TopicPartition("t", 0)
+
+
+def damage(segment: Path, how: str) -> None:
+    data = bytearray(segment.read_bytes())
+    position = 0
+    for _ in range(BAD):
+        position += B.read_header(data, position).size_bytes
+    header = B.read_header(data, position)
+    assert header.base_offset == BAD
+    if how == "length":      # batch_length overwritten with a larger, plausible value
+        struct.pack_into("<i", data, position + 8, header.batch_length + 2000)
+    else:                    # one flipped value byte
+        data[position + header.size_bytes - 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+
+
+def poll_until_error(consumer: Consumer, timeout_s: float = 20.0):
+    offsets = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            offsets += [r.offset for r in consumer.poll(200)]
+        except CorruptMessageError as e:
+            return offsets, e
+    raise AssertionError(f"no error within {timeout_s} s; got offsets {offsets[:10]}...")
+
+
+@pytest.mark.parametrize("how", ["length", "value"])
+def test_consumer_delivers_what_precedes_a_corrupt_batch_then_names_it(
+        tmp_path, cluster_id, how):
+    c = Cluster.up(tmp_path / "c", 1, config=CONFIG, cluster_id=cluster_id)
+    try:
+        with Admin(bootstrap_servers=c.bootstrap_servers) as admin:
+            admin.create_topic("t", 1, 1)
+        producer = Producer(bootstrap_servers=c.bootstrap_servers, acks=1, linger_ms=0)
+        try:
+            for i in range(RECORDS):          # one batch per record
+                producer.send("t", b"value-%04d" % i, partition=0).get(timeout=30)
+        finally:
+            producer.close()
+        c.stop(0, 15)
+        segments = sorted(c.broker_dir(0).rglob("t-0/*.log"))
+        assert len(segments) >= 2, segments     # the damaged one is sealed
+        damage(segments[0], how)
+        c.start(0)
+
+        consumer = Consumer(bootstrap_servers=c.bootstrap_servers,
+                            auto_offset_reset="earliest")
+        try:
+            consumer.assign([TP])
+            offsets, e = poll_until_error(consumer)
+            assert offsets == list(range(BAD)), offsets
+            assert f"t-0 at offset {BAD}" in str(e) and "seek past it" in str(e)
+            with pytest.raises(CorruptMessageError, match=f"t-0 at offset {BAD}"):
+                consumer.poll(200)                 # again, until the caller seeks
+            consumer.seek(TP, BAD + 1)
+            rest = []
+            deadline = time.monotonic() + 30
+            while len(rest) < RECORDS - BAD - 1 and time.monotonic() < deadline:
+                rest += [(r.offset, r.value) for r in consumer.poll(200)]
+            assert rest[0] == (BAD + 1, b"value-%04d" % (BAD + 1))
+            assert [o for o, _ in rest] == list(range(BAD + 1, RECORDS))
+        finally:
+            consumer.close()
+    finally:
+        c.down(grace_s=10)
