@@ -25,7 +25,8 @@ it sends carries its epoch for the brokers to refuse once a newer one has spoken
 Watches (kazoo's are one-shot; each handler re-reads and re-arms):
 /controller, /brokers/ids (children), /brokers/topics (children) and each topic's data,
 /config/topics/T, /admin/preferred_replica_election, /admin/reassign_partitions,
-/admin/delete_topics (children), /isr_change_notification (children). Callbacks of a
+/admin/delete_topics (children), /isr_change_notification (children),
+/log_dir_event_notification (children: a broker's failed log dir). Callbacks of a
 term that has ended are ignored (kazoo cannot take a watch back).
 """
 from __future__ import annotations
@@ -230,8 +231,11 @@ class ControllerRunner:
         election = self._read_election()
         deleting = self._read_deletions()
         self._drain_isr_notifications()    # the states above are fresher than them
+        offline = self._drain_log_dir_events()
         self._run(C.BecomeController(self._epoch, brokers, topics, states, moves,
                                      moves_version, election, deleting, self._now_ms()))
+        for broker_id, partitions in offline:
+            self._run(C.ReplicasOffline(broker_id, partitions))
 
     def _resign(self, reason: str) -> None:
         if self._core is not None:
@@ -425,7 +429,29 @@ class ControllerRunner:
             self._fenced([C.ZkDelete(path)])
         return sorted(partitions)
 
+    def _drain_log_dir_events(self) -> list[tuple[int, tuple]]:
+        """Read and delete the log dir event notifications: (broker, partitions) each."""
+        watch = self._watcher("log_dir_events", self._on_log_dir_events)
+        self.zk.ensure_path(Z.LOG_DIR_EVENT_NOTIFICATION)
+        children = sorted(self.zk.get_children(Z.LOG_DIR_EVENT_NOTIFICATION, watch=watch))
+        events = []
+        for child in children:
+            path = f"{Z.LOG_DIR_EVENT_NOTIFICATION}/{child}"
+            try:
+                broker_id, partitions = Z.decode_log_dir_event(self.zk.get(path)[0], path)
+                events.append((broker_id, tuple(sorted(partitions))))
+            except NoNodeError:
+                continue
+            except Z.ZkDataError as e:
+                log.error("%s", e)
+            self._fenced([C.ZkDelete(path)])
+        return events
+
     # ---------------------------------------------------------------- watch handlers
+
+    def _on_log_dir_events(self) -> None:
+        for broker_id, partitions in self._drain_log_dir_events():
+            self._run(C.ReplicasOffline(broker_id, partitions))
 
     def _on_brokers_changed(self) -> None:
         self._run(C.BrokersChanged(self._read_brokers()))

@@ -210,6 +210,10 @@ class ReplicaFetcherManager:
                 if len(data):
                     try:
                         part.log.append_as_follower(data)
+                    except OSError as e:        # a full or failing disk
+                        self.replicas.storage_failed(part, e)
+                        clean = False
+                        continue
                     except (CorruptRecordError, LogError, ValueError) as e:
                         logger.error("%s-%d: cannot append fetched data from broker %d: %s",
                                      topic, partition, session.leader, e)

@@ -20,6 +20,14 @@ A new HW wakes parked fetches (``on_high_watermark``). Logs are opened when a
 LeaderAndIsr names them, as Kafka; topic-level overrides are read from
 ``/config/topics/T`` then.
 
+A log directory that fails a write (a full disk: ENOSPC or a short write; EIO, EROFS)
+goes offline, as in Kafka (KIP-112): its replicas stop (no more appends, fetches or
+leadership; clients get the retriable KAFKA_STORAGE_ERROR), the failure is logged once
+at ERROR, and the controller is told through ``/log_dir_event_notification`` so that it
+moves their leaderships to in-sync replicas elsewhere and takes them out of the ISRs.
+The directory stays offline until the broker restarts. When every log directory is
+offline the broker stops (``on_all_log_dirs_offline``), as Kafka halts.
+
 Everything runs on the loop thread; kazoo completions are posted back to it.
 """
 from __future__ import annotations
@@ -92,6 +100,7 @@ class Partition:
         self.view = LogView(log)
         self.core = core
         self.controller_epoch = -1       # of the LeaderAndIsr that set the current state
+        self.log_dir = log.data_dir
         self.fetch_backoff_until_ms = 0  # follower: after a fetch error
         self.checkpointed_high_watermark = -1
 
@@ -103,7 +112,8 @@ class ReplicaManager:
     def __init__(self, *, broker_id: int, config: BrokerConfig, loop: EventLoop,
                  zk: GuardedZk, metadata: MetadataCache,
                  on_produce_complete: Callable[[Partition, CompleteProduce], None],
-                 on_high_watermark: Callable[[Partition], None]) -> None:
+                 on_high_watermark: Callable[[Partition], None],
+                 on_all_log_dirs_offline: Callable[[], None] = lambda: None) -> None:
         self.broker_id = broker_id
         self.config = config
         self.loop = loop
@@ -111,6 +121,10 @@ class ReplicaManager:
         self.metadata = metadata
         self.on_produce_complete = on_produce_complete
         self.on_high_watermark = on_high_watermark
+        self.on_all_log_dirs_offline = on_all_log_dirs_offline
+        self.offline_dirs: dict[str, str] = {}        # log dir -> why it went offline
+        self._unsent_log_dir_events: list[list[tuple[str, int]]] = []
+        self._storage_errors_logged: dict[str, float] = {}   # rate limit, per partition
         self.fetchers = None             # node.broker.fetcher.ReplicaFetcherManager, set by the broker
         self.cluster_id: str | None = None
         self.board: SB.ReplicaStateBoard | None = None
@@ -216,10 +230,15 @@ class ReplicaManager:
             logger.warning("invalid LeaderAndIsr for %s-%d: leader %d isr %s replicas %s",
                            topic, partition, leader, isr, replicas)
             return ErrorCode.INVALID_REQUEST
+        existing = self.partitions.get((topic, partition))
+        if existing is not None and self.is_offline(existing):
+            return ErrorCode.KAFKA_STORAGE_ERROR
         try:
             part = self._partition(topic, partition)
         except STORAGE_ERRORS + COORDINATOR_ERRORS as e:
             logger.error("%s-%d: cannot open the log: %s", topic, partition, e)
+            if isinstance(e, OSError):
+                self.storage_failed(None, e, topic, partition)
             return ErrorCode.KAFKA_STORAGE_ERROR
         error = part.core.check_leader_and_isr(leader_epoch)
         if error:
@@ -313,13 +332,78 @@ class ReplicaManager:
             return {}
 
     def _log_dir_for(self, topic: str, partition: int) -> str:
-        """The log dir already holding this partition, else the least loaded one."""
+        """The log dir already holding this partition, else the least loaded online one."""
         name = f"{topic}-{partition}"
         dirs = self.config.log_dirs
         for d in dirs:
             if os.path.isdir(os.path.join(d, name)):
+                if d in self.offline_dirs:
+                    raise OSError(f"log directory {d} holding {name} is offline: "
+                                  f"{self.offline_dirs[d]}")
                 return d
-        return min(dirs, key=lambda d: len(os.listdir(d)) if os.path.isdir(d) else 0)
+        online = [d for d in dirs if d not in self.offline_dirs]
+        if not online:
+            raise OSError("every log directory is offline")
+        return min(online, key=lambda d: len(os.listdir(d)) if os.path.isdir(d) else 0)
+
+    # ================================================================ log dir failure
+
+    def is_offline(self, part: Partition) -> bool:
+        return bool(self.offline_dirs) and part.log_dir in self.offline_dirs
+
+    def storage_failed(self, part: Partition | None, error: BaseException,
+                       topic: str = "", partition: int = -1) -> None:
+        """A write to ``part``'s log dir failed with an I/O error: take the dir offline
+        (once). ``part`` None: the dir of ``topic-partition`` as _log_dir_for picks it."""
+        if part is not None:
+            log_dir, topic, partition = part.log_dir, part.topic, part.partition
+        else:
+            log_dir = next((d for d in self.config.log_dirs
+                            if os.path.isdir(os.path.join(d, f"{topic}-{partition}"))),
+                           None)
+            if log_dir is None:
+                return
+        if log_dir in self.offline_dirs:
+            return
+        self.offline_dirs[log_dir] = str(error)
+        gone = sorted(key for key, p in self.partitions.items() if p.log_dir == log_dir)
+        logger.error("Error while writing to %s-%d in dir %s: %s. Stopping serving "
+                     "replicas in dir %s (%d partitions): the log directory is offline "
+                     "until the broker restarts", topic, partition, log_dir, error, log_dir,
+                     len(gone))
+        if len(self.offline_dirs) == len(set(self.config.log_dirs)):
+            logger.critical("Shutdown broker because all log dirs in %s have failed",
+                            ", ".join(self.config.log_dirs))
+            self.on_all_log_dirs_offline()
+            return
+        now = now_ms()
+        for key in gone:
+            part_ = self.partitions[key]
+            self.fetchers.unfollow(key)
+            self.apply_effects(part_, part_.core.stop(now))
+        self._unsent_log_dir_events.append(gone)
+        self.send_log_dir_events()
+
+    def send_log_dir_events(self) -> None:
+        """Tell the controller (retried from the tick while the coordinator is away)."""
+        while self._unsent_log_dir_events:
+            partitions = self._unsent_log_dir_events[0]
+            try:
+                self.zk.create(Z.LOG_DIR_EVENT_PREFIX,
+                               Z.encode_log_dir_event(self.broker_id, partitions),
+                               sequence=True, makepath=True)
+            except COORDINATOR_ERRORS as e:
+                logger.warning("cannot write the log dir event notification yet: %s", e)
+                return
+            self._unsent_log_dir_events.pop(0)
+
+    def log_storage_error(self, part: Partition, what: str, error: BaseException) -> None:
+        """A storage error on a request path, logged at most once a minute per partition."""
+        now = time.monotonic()
+        key = f"{part.topic}-{part.partition}"
+        if now - self._storage_errors_logged.get(key, -1e9) >= 60.0:
+            self._storage_errors_logged[key] = now
+            logger.error("%s: %s failed: %s (logged once a minute)", key, what, error)
 
     # ================================================================ ISR writes
 
@@ -402,6 +486,8 @@ class ReplicaManager:
     # ================================================================ periodic duties
 
     def tick(self, now: int) -> None:
+        if self._unsent_log_dir_events and self.zk.available:
+            self.send_log_dir_events()
         for part in list(self.partitions.values()):
             effects = part.core.tick(now, part.view)
             if effects:
@@ -414,7 +500,7 @@ class ReplicaManager:
         changed: dict[str, dict[tuple[str, int], int]] = {}
         for part in self.partitions.values():
             hw = part.log.high_watermark
-            if hw != part.checkpointed_high_watermark:
+            if hw != part.checkpointed_high_watermark and not self.is_offline(part):
                 changed.setdefault(part.log.data_dir, {})[part.key] = hw
         for data_dir, updates in changed.items():
             file = OffsetCheckpointFile(os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT))
@@ -424,6 +510,9 @@ class ReplicaManager:
                 file.write(offsets)
             except STORAGE_ERRORS as e:  # a failing disk must not stop the broker
                 logger.error("%s: HW checkpoint failed: %s", data_dir, e)
+                if isinstance(e, OSError):
+                    key = next(iter(updates))
+                    self.storage_failed(self.partitions[key], e)
                 continue
             for key, hw in updates.items():
                 self.partitions[key].checkpointed_high_watermark = hw
@@ -439,10 +528,14 @@ class ReplicaManager:
 
     def _each_log(self, what: str, fn: Callable[[Partition], object]) -> None:
         for part in list(self.partitions.values()):
+            if self.is_offline(part):
+                continue
             try:
                 fn(part)
             except STORAGE_ERRORS as e:  # a failing disk must not stop the other partitions
                 logger.error("%s-%d: %s failed: %s", part.topic, part.partition, what, e)
+                if isinstance(e, OSError):
+                    self.storage_failed(part, e)
 
     def close(self) -> None:
         """Close every log (trim, fsync, HW checkpoint, unlink indexes) and the board."""

@@ -85,6 +85,8 @@ from node.broker.controller_runner import ControllerRunner
 logger = logging.getLogger("node.broker.server")
 
 CLUSTER_ID_PATH = "/cluster/id"
+# Exit status when every log directory failed (Kafka halts with 1).
+EXIT_LOG_DIRS_FAILED = 1
 
 NONE = 0
 class Broker:
@@ -104,7 +106,8 @@ class Broker:
         self.replicas = ReplicaManager(
             broker_id=self.broker_id, config=config, loop=self.loop, zk=self.zk,
             metadata=self.metadata, on_produce_complete=self._on_produce_complete,
-            on_high_watermark=lambda part: self.purgatory.wake(part.key, leo_moved=False))
+            on_high_watermark=lambda part: self.purgatory.wake(part.key, leo_moved=False),
+            on_all_log_dirs_offline=self._all_log_dirs_offline)
         self.fetch_outbound = Outbound(self.loop, f"broker-{self.broker_id}-fetcher",
                                        config.request_timeout_ms, local=True)
         self.controller_outbound = Outbound(self.loop, f"broker-{self.broker_id}-controller",
@@ -120,6 +123,7 @@ class Broker:
         self._trace_replica = -1  # the follower whose fetch is being applied
         self._shutting_down = False
         self._stop = False
+        self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
         self.loop.after_iteration = self.fetchers.maybe_fetch
         self._handlers = {
@@ -276,8 +280,17 @@ class Broker:
                 self.loop.run_once()
         except Exception as e:  # expected failures are handled where they happen: a bug
             return self.die(e)
+        if self._halt:
+            self._abandon()
+            return EXIT_LOG_DIRS_FAILED
         self._close()
         return 0
+
+    def _all_log_dirs_offline(self) -> None:
+        """Kafka halts a broker whose every log dir failed; the controller then moves
+        its leaderships (our session is ended at once, not left to time out)."""
+        self._halt = True
+        self._stop = True
 
     def die(self, e: BaseException) -> int:
         """A broken invariant (or another bug): one log line, then stop without flushing
@@ -285,13 +298,18 @@ class Broker:
         lets the controller move our leaderships now instead of after the session
         timeout; our shared-memory objects go, the files stay for recovery."""
         code = failures.fatal(e)
+        self._abandon()
+        return code
+
+    def _abandon(self) -> None:
+        """Stop without touching the logs: end the session (bounded), drop our shared
+        memory objects; the files stay for recovery."""
         self._end_session_bounded()
         if self.cluster_id is not None:
             head = f"/mk-{self.cluster_id}-b{self.broker_id}-"
             for name in cluster_objects(self.cluster_id):
                 if name.startswith(head):
                     unlink(name)
-        return code
 
     def _end_session(self) -> None:
         try:
@@ -493,6 +511,10 @@ class Broker:
             produce.complete(index, self._not_hosted_error(topic, partition), -1, -1)
             return None
         log = part.log
+        if self.replicas.offline_dirs and self.replicas.is_offline(part):
+            produce.complete(index, ErrorCode.KAFKA_STORAGE_ERROR, -1, -1,
+                             f"the log directory of {topic}-{partition} is offline")
+            return None
         error = part.core.check_produce(produce.acks)
         if error:
             produce.complete(index, error, -1, log.log_start_offset)
@@ -507,8 +529,11 @@ class Broker:
             info = log.append_as_leader(data, part.core.leader_epoch)
         except STORAGE_ERRORS as e:  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR
             code = E.code_for_exception(e)
-            if code == ErrorCode.UNKNOWN_SERVER_ERROR:
-                logger.error("%s-%d: append failed: %s", topic, partition, e)
+            if isinstance(e, OSError):      # a full or failing disk: the dir goes offline
+                code = ErrorCode.KAFKA_STORAGE_ERROR
+                self.replicas.storage_failed(part, e)
+            elif code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                self.replicas.log_storage_error(part, "append", e)
             produce.complete(index, code, -1, log.log_start_offset, str(e))
             return None
         if produce.trace is not None:
@@ -592,6 +617,8 @@ class Broker:
             part = self.partitions.get((topic, partition))
             if part is None:
                 error = self._not_hosted_error(topic, partition)
+            elif self.replicas.offline_dirs and self.replicas.is_offline(part):
+                error = ErrorCode.KAFKA_STORAGE_ERROR
             else:
                 error = part.core.check_fetch_epoch(epoch)
                 if not error and part.core.role is not Role.LEADER:

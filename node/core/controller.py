@@ -193,6 +193,14 @@ class TopicConfigChanged:
 
 
 @dataclass(frozen=True)
+class ReplicasOffline:
+    """A broker's log directory failed: its replicas of ``partitions`` are offline until
+    it restarts (Kafka's LogDirEventNotification, KIP-112)."""
+    broker_id: int
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
 class IsrChanged:
     states: Mapping[TopicPartition, PartitionState | None]   # None: the znode is gone
 
@@ -257,7 +265,8 @@ class Tick:
 
 
 Event = (BecomeController | BrokersChanged | TopicChanged | TopicRemoved |
-         TopicConfigChanged | IsrChanged | ElectionRequested | ReassignmentRequested |
+         TopicConfigChanged | IsrChanged | ReplicasOffline | ElectionRequested |
+         ReassignmentRequested |
          TopicDeletionRequested | ControlledShutdownRequested | BrokerResponse | ZkOpsDone |
          Tick)
 
@@ -409,6 +418,8 @@ class Controller:
         self.active = False
         self.brokers: dict[int, Broker] = {}
         self.shutting_down: set[int] = set()
+        # broker -> its replicas on a failed log dir (forgotten when the broker restarts)
+        self.offline_replicas: dict[int, set[TopicPartition]] = {}
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self.topic_versions: dict[str, int] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
@@ -432,6 +443,7 @@ class Controller:
             TopicRemoved: self._on_topic_removed,
             TopicConfigChanged: self._on_topic_config_changed,
             IsrChanged: self._on_isr_changed,
+            ReplicasOffline: self._on_replicas_offline,
             ElectionRequested: self._on_election_requested,
             ReassignmentRequested: self._on_reassignment_requested,
             TopicDeletionRequested: self._on_topic_deletion_requested,
@@ -469,6 +481,17 @@ class Controller:
     def _eligible(self) -> set[int]:
         """Brokers that may lead: registered and not in controlled shutdown."""
         return set(self.brokers) - self.shutting_down
+
+    def _offline_on(self, tp: TopicPartition) -> set[int]:
+        """Brokers whose replica of ``tp`` is on a failed log dir."""
+        return {b for b, tps in self.offline_replicas.items() if tp in tps} \
+            if self.offline_replicas else set()
+
+    def _live_for(self, tp: TopicPartition) -> set[int]:
+        return set(self.brokers) - self._offline_on(tp)
+
+    def _eligible_for(self, tp: TopicPartition) -> set[int]:
+        return self._eligible() - self._offline_on(tp)
 
     def _replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.assignments[tp[0]][tp[1]]
@@ -570,8 +593,9 @@ class Controller:
             if tp in deleted:
                 continue
             replicas = self._replicas(tp)
+            offline = self._offline_on(tp)
             entries.append(self._update_metadata_entry(
-                tp, [r for r in replicas if r not in self.brokers]))
+                tp, [r for r in replicas if r not in self.brokers or r in offline]))
         for tp in deleted:
             entries.append(self._update_metadata_entry(tp, (), LEADER_DURING_DELETE))
         entries.sort(key=lambda e: (e.topic, e.partition))
@@ -723,12 +747,12 @@ class Controller:
         """After brokers died or came back: elect a leader if it has none alive, drop
         dead replicas from the ISR."""
         state = self.states[tp]
-        live = set(self.brokers)
+        live = self._live_for(tp)
         if state.leader != NO_LEADER and state.leader in live:
             isr = tuple(r for r in state.isr if r in live)
             return None if isr == state.isr else (state.leader, isr)
         replicas = self._replicas(tp)
-        elected = elect_offline(replicas, state.isr, self._eligible(),
+        elected = elect_offline(replicas, state.isr, self._eligible_for(tp),
                                 self._unclean_enabled(tp[0]))
         if elected is None:
             if state.leader != NO_LEADER:
@@ -747,9 +771,9 @@ class Controller:
 
     def _decide_unclean(self, tp: TopicPartition) -> tuple[int, tuple] | None:
         state = self.states[tp]
-        if state.leader != NO_LEADER and state.leader in self.brokers:
+        if state.leader != NO_LEADER and state.leader in self._live_for(tp):
             return None
-        elected = elect_offline(self._replicas(tp), state.isr, self._eligible(), True)
+        elected = elect_offline(self._replicas(tp), state.isr, self._eligible_for(tp), True)
         if elected is None:
             return None
         if elected[2]:
@@ -760,7 +784,7 @@ class Controller:
     def _decide_preferred(self, tp: TopicPartition) -> tuple[int, tuple] | None:
         if tp in self.reassigning:
             return None
-        return elect_preferred(self._replicas(tp), self.states[tp], self._eligible())
+        return elect_preferred(self._replicas(tp), self.states[tp], self._eligible_for(tp))
 
     # ---------------------------------------------------------------- failover
 
@@ -810,6 +834,7 @@ class Controller:
             for b in dead:
                 del self.brokers[b]
                 self.shutting_down.discard(b)
+                self.offline_replicas.pop(b, None)   # a restart brings its dirs back
             self._on_brokers_failure(set(dead))
         if born:
             self._log("INFO", f"brokers started: {born}")
@@ -818,6 +843,26 @@ class Controller:
             self._on_brokers_startup(set(born))
         for b, info in now.items():   # a re-registration with new endpoints, same epoch
             self.brokers[b] = info
+
+    def _on_replicas_offline(self, ev: ReplicasOffline) -> None:
+        """Kafka's onReplicasBecomeOffline: leaders elsewhere, the replicas out of the
+        ISRs (a notification that names no partitions means every replica there)."""
+        b = ev.broker_id
+        if b not in self.brokers:
+            return                      # gone already: the broker failure handled it
+        hosted = [tp for tp in self._active_partitions()
+                  if tp in self.states and b in self._replicas(tp)]
+        named = set(ev.partitions) if ev.partitions else set(hosted)
+        affected = [tp for tp in hosted if tp in named
+                    and tp not in self.offline_replicas.get(b, set())]
+        if not affected:
+            return
+        self.offline_replicas.setdefault(b, set()).update(affected)
+        self._log("WARN", f"replicas of broker {b} went offline (log dir failure): "
+                          f"{', '.join(f'{t}-{p}' for t, p in affected[:20])}"
+                          f"{' ...' if len(affected) > 20 else ''}")
+        self._send_update_metadata(affected)
+        self._write_states(self._decide_reconcile, affected, "log dir failure")
 
     def _on_brokers_failure(self, dead: set[int]) -> None:
         affected = [tp for tp in self._active_partitions() if set(self._replicas(tp)) & dead]
@@ -1038,7 +1083,7 @@ class Controller:
             state = self.states[tp]
             if state.leader != b:
                 return None
-            return elect_controlled_shutdown(self._replicas(tp), state, self._eligible(),
+            return elect_controlled_shutdown(self._replicas(tp), state, self._eligible_for(tp),
                                              self.shutting_down)
 
         def decide_followed(tp):

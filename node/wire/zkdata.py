@@ -39,10 +39,15 @@ DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
 CONFIG_TOPICS = "/config/topics"
+# A broker whose log directory failed writes a sequential child here (Kafka's
+# LogDirEventNotification; ours also names the partitions that went offline).
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "/log_dir_event_notification/log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
 
 # Created (empty) by whoever starts first; every broker ensures them at start-up.
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, ADMIN, DELETE_TOPICS,
-                    ISR_CHANGE_NOTIFICATION, CONFIG_TOPICS)
+                    ISR_CHANGE_NOTIFICATION, CONFIG_TOPICS, LOG_DIR_EVENT_NOTIFICATION)
 
 
 class ZkDataError(Exception):
@@ -218,6 +223,23 @@ def decode_partition_list(data: bytes, what: str) -> list[tuple[str, int]]:
         return [(str(e["topic"]), int(e["partition"])) for e in value["partitions"]]
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"{what}: bad partition list {value!r}") from None
+
+
+def encode_log_dir_event(broker_id: int, partitions) -> bytes:
+    """Kafka's {"version":1,"broker":N,"event":1}, plus the partitions now offline."""
+    return encode_partition_list(sorted(partitions), broker=broker_id,
+                                 event=LOG_DIR_FAILURE_EVENT)
+
+
+def decode_log_dir_event(data: bytes, what: str) -> tuple[int, list[tuple[str, int]]]:
+    """(broker id, offline partitions) of a log dir event notification (a notification
+    without partitions, as Kafka writes it, names none: every replica is asked)."""
+    value = _load(data, what)
+    if not isinstance(value, dict) or not isinstance(value.get("broker"), int) or \
+            isinstance(value.get("broker"), bool):
+        raise ZkDataError(f"{what}: no broker id in {value!r}")
+    partitions = decode_partition_list(data, what) if "partitions" in value else []
+    return value["broker"], partitions
 
 
 def decode_election_type(data: bytes) -> str:

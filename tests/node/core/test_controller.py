@@ -75,6 +75,52 @@ def test_new_partition_with_no_live_replica_waits_for_one():
     assert state(h) == Z.PartitionState(2, 0, (2,), 1, 0)
 
 
+# ------------------------------------------------------------------ log dir failure
+
+def test_offline_replicas_lose_leadership_and_leave_the_isr():
+    h = three_brokers()          # t-0 led by 0, t-1 by 1, t-2 by 2
+    h.clear()
+    h.run(C.ReplicasOffline(0, (("t", 0), ("t", 1))))
+    assert state(h, 0) == Z.PartitionState(1, 1, (1, 2), 1, 1)     # leader moved
+    assert state(h, 1) == Z.PartitionState(1, 1, (1, 2), 1, 1)     # follower left the ISR
+    assert state(h, 2) == Z.PartitionState(2, 0, (2, 0, 1), 1, 0)  # not named: untouched
+    assert "replicas of broker 0 went offline (log dir failure): t-0, t-1" in h.log_text()
+    entries = [e for r in h.requests(ApiKey.UPDATE_METADATA) for e in r.body["partitions"]]
+    assert any(e[0] == "t" and e[1] == 0 and e[-1] == [0] for e in entries)  # offline replica
+    # The same notification again changes nothing.
+    h.clear()
+    h.run(C.ReplicasOffline(0, (("t", 0),)))
+    assert not h.requests(ApiKey.LEADER_AND_ISR) and state(h, 0).zk_version == 1
+
+
+def test_an_offline_replica_is_never_elected_until_its_broker_restarts():
+    h = three_brokers(assignment={0: [0, 1, 2]})
+    h.run(C.ReplicasOffline(0, (("t", 0),)))
+    assert state(h).leader == 1
+    h.isr_changed("t", 0, [1, 2, 0])      # even back in the ISR (it cannot fetch, though)
+    h.run(C.ElectionRequested((("t", 0),), "preferred", -1))
+    assert state(h).leader == 1           # the preferred replica is offline
+    h.brokers_changed([B0, B2])           # leader 1 dies: 2 is elected, not the offline 0
+    assert state(h).leader == 2 and 0 not in state(h).isr
+    assert h.core.offline_replicas == {0: {("t", 0)}}
+    h.brokers_changed([B2])               # 0 stops; restarted, its dirs are back
+    h.brokers_changed([broker(0, epoch=700), B2])
+    assert h.core.offline_replicas == {}
+
+
+def test_a_notification_without_partitions_means_every_replica_of_the_broker():
+    h = three_brokers()
+    h.run(C.ReplicasOffline(2, ()))
+    for p in range(3):
+        assert 2 not in state(h, p).isr and state(h, p).leader != 2
+
+
+def test_a_notification_for_an_unregistered_broker_is_ignored():
+    h = three_brokers()
+    assert h.run(C.ReplicasOffline(7, (("t", 0),))) == []
+    assert state(h, 0).zk_version == 0
+
+
 # ------------------------------------------------------------------ broker failure
 
 def test_leader_death_elects_first_live_isr_member_in_isr_order():
