@@ -188,6 +188,9 @@ _KEYS: tuple[_Key, ...] = (
     _Key("controlled.shutdown.retry.backoff.ms", _NON_NEGATIVE, "5000"),
     _Key("broker.rack", _rack, ""),
     _Key("log.retention.check.interval.ms", _LONG_POSITIVE, "300000"),
+    # Ours (HDFS's block scanner): bytes of sealed segments whose CRCs a background
+    # scrubber verifies per second; 0 turns it off.
+    _Key("log.scrub.bytes.per.second", _NON_NEGATIVE, "1048576"),
     _Key("replication.truncation.mode", _truncation_mode, LEADER_EPOCH_MODE),
     _Key("cluster.id", _cluster_id, ""),
 )
@@ -245,6 +248,7 @@ class BrokerConfig:
     controlled_shutdown_retry_backoff_ms: int = 5000
     broker_rack: str | None = None
     log_retention_check_interval_ms: int = 300000
+    log_scrub_bytes_per_second: int = 1048576
     replication_truncation_mode: str = LEADER_EPOCH_MODE
     cluster_id: str | None = None
     log_config: LogConfig = field(default_factory=LogConfig)

@@ -234,6 +234,15 @@ class Segment:
             self._map, position + B.LAST_OFFSET_DELTA_POSITION)[0]
         return base_offset, batch_length + B.LENGTH_OVERHEAD_BYTES, base_offset + last_delta + 1
 
+    def _check_walk(self, position: int, size: int) -> None:
+        """A header walk over trusted data must land on batch boundaries: a batch length
+        that would leave the segment (or not move) means the file was damaged after it
+        was written (a sealed segment below the recovery point is not re-read at start)."""
+        if size < B.HEADER_BYTES or position + size > self.size_bytes:
+            raise CorruptRecordError(
+                f"{self.path}: the batch at position {position} claims {size} bytes, "
+                f"the segment holds {self.size_bytes}: the segment is damaged", position)
+
     def position_of(self, offset: int) -> int | None:
         """Position of the batch holding ``offset``; None if the segment ends before it."""
         if offset >= self.next_offset:
@@ -241,6 +250,7 @@ class Segment:
         _, position = self.offset_index.lookup(offset)
         while position < self.size_bytes:
             _, size, next_offset = self.peek(position)
+            self._check_walk(position, size)
             if next_offset > offset:
                 return position
             position += size
@@ -262,6 +272,7 @@ class Segment:
                 end = int(values[i])
         while end < self.size_bytes:
             _, size, next_offset = self.peek(end)
+            self._check_walk(end, size)
             if max_offset is not None and next_offset > max_offset:
                 break
             if end > position and end + size > target:

@@ -36,6 +36,11 @@ TRACED_WRITES_MAX = 64
 # The cores' tick (replica.lag.time.max.ms / 2 at least, produce timeouts).
 TICK_INTERVAL_MS = 50
 FLUSH_CHECK_INTERVAL_MS = 1000
+# The scrubber (log.scrub.bytes.per.second) runs this often with its share of the rate.
+SCRUB_INTERVAL_MS = 100
+# ... and verifies at most this many batches per run (~5 us each: a small-batch log is
+# scrubbed at 200 batches/s, so the loop never stalls for more than about 0.1 ms).
+SCRUB_BATCHES_PER_RUN_MAX = 20
 # Waiting for a previous session's /brokers/ids/N to expire, in session timeouts.
 OLD_REGISTRATION_WAIT_SESSIONS = 3
 OLD_REGISTRATION_POLL_S = 0.1

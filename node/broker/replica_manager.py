@@ -51,7 +51,9 @@ from node.broker.metadata_cache import MetadataCache
 from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
                               Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
                               TruncateFully, TruncationMode, WriteIsr)
+from shm import batch as B
 from shm import board as SB
+from shm.batch import CorruptRecordError
 from shm.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from shm.log import Log
 
@@ -123,6 +125,12 @@ class ReplicaManager:
         self.on_high_watermark = on_high_watermark
         self.on_all_log_dirs_offline = on_all_log_dirs_offline
         self.offline_dirs: dict[str, str] = {}        # log dir -> why it went offline
+        self.offline_partitions: dict[tuple[str, int], str] = {}   # a damaged log -> why
+        self._corrupt_logged: set[tuple[str, int]] = set()
+        # The scrubber's place: (partition, segment base offset, position), and totals.
+        self._scrub_cursor: tuple[tuple[str, int], int, int] | None = None
+        self.scrubbed_bytes = 0
+        self.scrub_errors = 0
         self._unsent_log_dir_events: list[list[tuple[str, int]]] = []
         self._storage_errors_logged: dict[str, float] = {}   # rate limit, per partition
         self.fetchers = None             # node.broker.fetcher.ReplicaFetcherManager, set by the broker
@@ -349,7 +357,34 @@ class ReplicaManager:
     # ================================================================ log dir failure
 
     def is_offline(self, part: Partition) -> bool:
-        return bool(self.offline_dirs) and part.log_dir in self.offline_dirs
+        return (bool(self.offline_dirs) and part.log_dir in self.offline_dirs) or \
+            (bool(self.offline_partitions) and part.key in self.offline_partitions)
+
+    def replica_corrupt(self, part: Partition, error: BaseException) -> bool:
+        """A damaged batch in ``part``'s log (found by a fetch or the scrubber): logged
+        once, and the replica goes offline until the broker restarts: a leader stops
+        leading (the controller elects an in-sync replica, whose copy came over the
+        network, not from this file), a follower leaves the ISR. A leader that is the
+        only in-sync replica keeps serving what is intact (clients get CORRUPT_MESSAGE
+        at the damaged offset) rather than take the partition offline. True if the
+        replica went offline."""
+        if self.is_offline(part):
+            return True
+        if part.core.role is Role.LEADER and len(part.core.isr) <= 1:
+            if part.key not in self._corrupt_logged:
+                self._corrupt_logged.add(part.key)
+                logger.error("%s-%d: corrupt data in the log: %s. No other in-sync replica "
+                             "can take over: serving on", part.topic, part.partition, error)
+            return False
+        self.offline_partitions[part.key] = str(error)
+        logger.error("%s-%d: corrupt data in the log: %s. The replica goes offline until "
+                     "the broker restarts; an in-sync replica takes over", part.topic,
+                     part.partition, error)
+        self.fetchers.unfollow(part.key)
+        self.apply_effects(part, part.core.stop(now_ms()))
+        self._unsent_log_dir_events.append([part.key])
+        self.send_log_dir_events()
+        return True
 
     def storage_failed(self, part: Partition | None, error: BaseException,
                        topic: str = "", partition: int = -1) -> None:
@@ -396,6 +431,64 @@ class ReplicaManager:
                 logger.warning("cannot write the log dir event notification yet: %s", e)
                 return
             self._unsent_log_dir_events.pop(0)
+
+    # ================================================================ scrubber
+
+    def scrub(self, budget_bytes: int) -> None:
+        """Verify up to ``budget_bytes`` of sealed segments, batch by batch (structure
+        and CRC), continuing where the last call stopped and going round the partitions
+        for ever (HDFS's block scanner). Kafka verifies CRCs only at recovery above the
+        recovery point, so bit rot in an old segment is served until a consumer trips on
+        it; here the replica goes offline first (``replica_corrupt``)."""
+        seen: set[tuple[tuple[str, int], int]] = set()
+        checked = batches = 0
+        while checked < budget_bytes and batches < L.SCRUB_BATCHES_PER_RUN_MAX:
+            target = self._scrub_target()
+            if target is None:
+                return
+            part, segment, position = target
+            if (part.key, segment.base_offset) in seen and position == 0:
+                return                      # one pass per call at most
+            seen.add((part.key, segment.base_offset))
+            size = segment.size_bytes
+            view = segment.view(0, size) if size else memoryview(b"")
+            try:
+                while position < size and checked < budget_bytes and \
+                        batches < L.SCRUB_BATCHES_PER_RUN_MAX:
+                    header = B.check_batch(view, position)
+                    position += header.size_bytes
+                    checked += header.size_bytes
+                    batches += 1
+            except CorruptRecordError as e:
+                self.scrub_errors += 1
+                self._scrub_cursor = (part.key, segment.base_offset, size)
+                self.replica_corrupt(part, f"{segment.path}: {e} (found by the scrubber)")
+                continue
+            self._scrub_cursor = (part.key, segment.base_offset, position)
+        self.scrubbed_bytes += checked
+
+    def _scrub_target(self):
+        """(partition, sealed segment, position) to verify next, or None."""
+        keys = sorted(k for k, p in self.partitions.items() if not self.is_offline(p))
+        if not keys:
+            return None
+        key, base, position = self._scrub_cursor or (keys[0], -1, 0)
+        start = next((i for i, k in enumerate(keys) if k >= key), 0)
+        if keys[start] != key:
+            base, position = -1, 0
+        for step in range(len(keys) + 1):
+            part = self.partitions[keys[(start + step) % len(keys)]]
+            sealed = [seg for seg in part.log.segments if not seg.active]
+            if step == 0:
+                current = next((seg for seg in sealed if seg.base_offset == base), None)
+                if current is not None and position < current.size_bytes:
+                    return part, current, position
+                later = next((seg for seg in sealed if seg.base_offset > base), None)
+            else:
+                later = sealed[0] if sealed else None
+            if later is not None:
+                return part, later, 0
+        return None
 
     def log_storage_error(self, part: Partition, what: str, error: BaseException) -> None:
         """A storage error on a request path, logged at most once a minute per partition."""

@@ -75,6 +75,7 @@ from node.net import context
 from node import local_link
 from node.local_link import LinkClosed, LocalConnection
 from node.core.replication import CompleteProduce, Role
+from shm.batch import CorruptRecordError
 from shm.errors import OffsetOutOfRangeError
 from shm import faults
 from shm.names import check_cluster_id, cluster_objects, topic_name_error, unlink
@@ -163,6 +164,9 @@ class Broker:
         self.loop.every(config.replica_high_watermark_checkpoint_interval_ms,
                         self.replicas.checkpoint_high_watermarks)
         self.loop.every(config.log_retention_check_interval_ms, self.replicas.retention)
+        if config.log_scrub_bytes_per_second > 0:
+            budget = max(1, config.log_scrub_bytes_per_second * L.SCRUB_INTERVAL_MS // 1000)
+            self.loop.every(L.SCRUB_INTERVAL_MS, lambda: self.replicas.scrub(budget))
         self.loop.every(L.FLUSH_CHECK_INTERVAL_MS, self.replicas.flush_due)
         self.controller = ControllerRunner(
             broker_id=self.broker_id, zk=self.zk, config=config, post=self.loop.post,
@@ -637,6 +641,12 @@ class Broker:
                                     max_offset=None if follower else log.high_watermark)
                 except OffsetOutOfRangeError:
                     error, errors = ErrorCode.OFFSET_OUT_OF_RANGE, True
+                except CorruptRecordError as e:     # a damaged segment
+                    # Offline: clients retry at the new leader; the last in-sync replica
+                    # serves on and says where the damage is.
+                    error = ErrorCode.KAFKA_STORAGE_ERROR \
+                        if self.replicas.replica_corrupt(part, e) else ErrorCode.CORRUPT_MESSAGE
+                    errors = True
             results.append([topic, partition, error, log.high_watermark, log.log_start_offset,
                             log.log_end_offset])
             frames.append(data)

@@ -26,17 +26,22 @@ TP = TopicPartition("t", 0)
 
 
 def damage(segment: Path, how: str) -> None:
-    data = bytearray(segment.read_bytes())
+    """Damage the batch at offset BAD in place (a running broker's map sees it: the
+    same page cache, as bit rot under a live broker would be)."""
+    data = segment.read_bytes()
     position = 0
     for _ in range(BAD):
         position += B.read_header(data, position).size_bytes
     header = B.read_header(data, position)
     assert header.base_offset == BAD
-    if how == "length":      # batch_length overwritten with a larger, plausible value
-        struct.pack_into("<i", data, position + 8, header.batch_length + 2000)
-    else:                    # one flipped value byte
-        data[position + header.size_bytes - 2] ^= 0xFF
-    segment.write_bytes(bytes(data))
+    with open(segment, "r+b") as f:
+        if how == "length":      # batch_length overwritten with a larger, plausible value
+            f.seek(position + 8)
+            f.write(struct.pack("<i", header.batch_length + 2000))
+        else:                    # one flipped value byte
+            at = position + header.size_bytes - 2
+            f.seek(at)
+            f.write(bytes([data[at] ^ 0xFF]))
 
 
 def poll_until_error(consumer: Consumer, timeout_s: float = 20.0):
@@ -53,6 +58,8 @@ def poll_until_error(consumer: Consumer, timeout_s: float = 20.0):
 @pytest.mark.parametrize("how", ["length", "value"])
 def test_consumer_delivers_what_precedes_a_corrupt_batch_then_names_it(
         tmp_path, cluster_id, how):
+    # The scrubber would find the damage too; with one replica it only logs (nothing
+    # can take over), so what this test sees is the consumer's side.
     c = Cluster.up(tmp_path / "c", 1, config=CONFIG, cluster_id=cluster_id)
     try:
         with Admin(bootstrap_servers=c.bootstrap_servers) as admin:
@@ -87,5 +94,46 @@ def test_consumer_delivers_what_precedes_a_corrupt_batch_then_names_it(
             assert [o for o, _ in rest] == list(range(BAD + 1, RECORDS))
         finally:
             consumer.close()
+    finally:
+        c.down(grace_s=10)
+
+
+def test_a_damaged_segment_found_by_the_scrubber_moves_the_leadership(tmp_path, cluster_id):
+    """Three replicas; bit rot in the leader's sealed segment while it runs. Its
+    scrubber finds the batch whose CRC no longer matches, logs it once and takes the
+    replica offline; the controller elects an in-sync replica (its copy came over the
+    network) and a consumer reads every record, none lost, none corrupt."""
+    config = dict(CONFIG, **{"log.scrub.bytes.per.second": "10000000"})
+    c = Cluster.up(tmp_path / "c", 3, config=config, cluster_id=cluster_id)
+    try:
+        with Admin(bootstrap_servers=c.bootstrap_servers) as admin:
+            admin.create_topic("t", replica_assignment={0: [0, 1, 2]},
+                               config={"min.insync.replicas": "2"})
+        producer = Producer(bootstrap_servers=c.bootstrap_servers, acks="all", linger_ms=0)
+        try:
+            for i in range(RECORDS):
+                producer.send("t", b"value-%04d" % i, partition=0).get(timeout=30)
+        finally:
+            producer.close()
+        assert c.partition_state("t", 0).leader == 0
+        damage(sorted(c.broker_dir(0).rglob("t-0/*.log"))[0], "value")
+        c.wait_for(lambda: c.partition_state("t", 0).leader in (1, 2) and
+                   0 not in c.partition_state("t", 0).isr, 30, "the leadership moved")
+        consumer = Consumer(bootstrap_servers=c.bootstrap_servers,
+                            auto_offset_reset="earliest")
+        try:
+            consumer.assign([TP])
+            got = {}
+            deadline = time.monotonic() + 60
+            while len(got) < RECORDS and time.monotonic() < deadline:
+                for r in consumer.poll(200):
+                    got[r.offset] = r.value
+        finally:
+            consumer.close()
+        assert got == {i: b"value-%04d" % i for i in range(RECORDS)}
+        log = c.process(0).log_path.read_text(errors="replace")
+        assert log.count("t-0: corrupt data in the log") == 1, log[-3000:]
+        assert "found by the scrubber" in log
+        assert c.process(0).pid() is not None        # the broker serves on
     finally:
         c.down(grace_s=10)
