@@ -325,7 +325,8 @@ class ControllerRunner:
             except (ValueError, Z.ZkDataError) as e:
                 log.error("ignoring broker registration %s: %s", child, e)
                 continue
-            brokers.append(C.Broker(broker_id, info.host, info.port, info.rack, stat.czxid))
+            brokers.append(C.Broker(broker_id, info.host, info.port, info.rack, stat.czxid,
+                                    frozenset(info.lost_replicas)))
         return tuple(sorted(brokers))
 
     def _topic_names(self) -> list[str]:

@@ -197,12 +197,10 @@ class ReplicaManager:
                 log.update_high_watermark(effect.offset)
                 self.on_high_watermark(part)
             elif kind is Truncate:
-                logger.info("%s-%d: truncating to %d (LEO %d)", part.topic, part.partition,
-                            effect.offset, log.log_end_offset)
+                self._log_truncation(part, effect.offset, "truncating to")
                 log.truncate_to(effect.offset)
             elif kind is TruncateFully:
-                logger.info("%s-%d: truncating fully, restarting at %d", part.topic,
-                            part.partition, effect.offset)
+                self._log_truncation(part, effect.offset, "truncating fully, restarting at")
                 log.truncate_fully_and_start_at(effect.offset)
             elif kind is AssignEpoch:
                 log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
@@ -213,6 +211,18 @@ class ReplicaManager:
             else:
                 raise AssertionError(f"unknown effect {effect!r}")
         self.mark_dirty(part)
+
+    def _log_truncation(self, part: Partition, offset: int, what: str) -> None:
+        """INFO for a truncation of uncommitted records; WARN with counts when it cuts
+        below the high watermark (committed records: a data loss somewhere)."""
+        log = part.log
+        hw, leo = log.high_watermark, log.log_end_offset
+        if offset < hw:
+            logger.warning("%s-%d: %s %d cuts %d committed records (offsets %d..%d, below the "
+                           "high watermark %d) and %d more", part.topic, part.partition,
+                           what, offset, hw - offset, offset, hw - 1, hw, max(0, leo - hw))
+        else:
+            logger.info("%s-%d: %s %d (LEO %d)", part.topic, part.partition, what, offset, leo)
 
     # ================================================================ controller requests
 

@@ -126,6 +126,7 @@ class Broker:
         self._stop = False
         self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
+        self.lost_replicas: list[tuple[str, int]] = []
         self.loop.after_iteration = self.fetchers.maybe_fetch
         self._handlers = {
             P.ApiKey.PRODUCE: self._handle_produce,
@@ -159,6 +160,7 @@ class Broker:
             os.makedirs(d, exist_ok=True)
         self._bind()
         self.replicas.open_board(self.cluster_id, L.BOARD_CAPACITY)
+        self.lost_replicas = self._find_lost_replicas()
         self._register()
         self.loop.every(L.TICK_INTERVAL_MS, self._tick)
         self.loop.every(config.replica_high_watermark_checkpoint_interval_ms,
@@ -224,7 +226,43 @@ class Broker:
 
     def _registration(self) -> bytes:
         return Z.encode_broker(Z.BrokerInfo(self.broker_id, self.config.host, self.port,
-                                            self.config.broker_rack))
+                                            self.config.broker_rack,
+                                            lost_replicas=tuple(self.lost_replicas)))
+
+    def _find_lost_replicas(self) -> list[tuple[str, int]]:
+        """Partitions whose ISR (as the coordinator holds it) names this broker although
+        none of its log dirs has the partition's directory: the data vanished (a wiped
+        or new disk). Kafka in ZooKeeper mode would let such a replica lead with an
+        empty log and truncate every other replica to nothing; our registration names
+        them, and the controller does not elect them until they are back in an ISR."""
+        lost = []
+        try:
+            topics = self.zk.get_children(Z.BROKER_TOPICS)
+            for topic in sorted(topics):
+                try:
+                    assignment = Z.decode_assignment(topic, self.zk.get(Z.topic_path(topic))[0])
+                except (NoNodeError, Z.ZkDataError):
+                    continue
+                for partition, replicas in sorted(assignment.items()):
+                    if self.broker_id not in replicas or any(
+                            os.path.isdir(os.path.join(d, f"{topic}-{partition}"))
+                            for d in self.config.log_dirs):
+                        continue
+                    try:
+                        data, stat = self.zk.get(Z.partition_state_path(topic, partition))
+                        state = Z.decode_partition_state(data, stat.version)
+                    except (NoNodeError, Z.ZkDataError):
+                        continue
+                    if self.broker_id in state.isr:
+                        lost.append((topic, partition))
+        except COORDINATOR_ERRORS as e:
+            logger.warning("could not look for replicas whose data vanished: %s", e)
+        if lost:
+            logger.warning("broker %d was in the ISR of %d partitions it holds no data for "
+                           "(a new or wiped log dir): %s; they will not lead until they "
+                           "have caught up", self.broker_id, len(lost),
+                           ", ".join(f"{t}-{p}" for t, p in lost[:20]))
+        return lost
 
     def _register(self) -> None:
         """Create /brokers/ids/N; if a previous session still holds it, wait for it to

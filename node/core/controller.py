@@ -140,6 +140,9 @@ class Broker:
     port: int = 0
     rack: str | None = None
     epoch: int = 0
+    # Replicas whose data this broker lost (its registration says so: the log dir is new
+    # or was wiped): never elected until they are back in an ISR (KIP-966's intent).
+    lost: frozenset = frozenset()
 
     @property
     def endpoint(self) -> str:
@@ -420,6 +423,8 @@ class Controller:
         self.shutting_down: set[int] = set()
         # broker -> its replicas on a failed log dir (forgotten when the broker restarts)
         self.offline_replicas: dict[int, set[TopicPartition]] = {}
+        # (broker, partition) of lost replicas that have rejoined an ISR since
+        self.recovered: set[tuple[int, TopicPartition]] = set()
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self.topic_versions: dict[str, int] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
@@ -483,9 +488,14 @@ class Controller:
         return set(self.brokers) - self.shutting_down
 
     def _offline_on(self, tp: TopicPartition) -> set[int]:
-        """Brokers whose replica of ``tp`` is on a failed log dir."""
-        return {b for b, tps in self.offline_replicas.items() if tp in tps} \
+        """Brokers whose replica of ``tp`` is on a failed log dir, or lost its data and
+        has not caught up since."""
+        out = {b for b, tps in self.offline_replicas.items() if tp in tps} \
             if self.offline_replicas else set()
+        for b, info in self.brokers.items():
+            if info.lost and tp in info.lost and (b, tp) not in self.recovered:
+                out.add(b)
+        return out
 
     def _live_for(self, tp: TopicPartition) -> set[int]:
         return set(self.brokers) - self._offline_on(tp)
@@ -793,6 +803,8 @@ class Controller:
         self.active = True
         self.epoch = ev.epoch
         self.brokers = {b.broker_id: b for b in ev.brokers}
+        for b in ev.brokers:
+            self._log_lost(b)
         for topic in ev.topics:
             self.assignments[topic.name] = {p: tuple(r) for p, r in topic.assignment.items()}
             self.topic_versions[topic.name] = topic.zk_version
@@ -840,6 +852,8 @@ class Controller:
             self._log("INFO", f"brokers started: {born}")
             for b in born:
                 self.brokers[b] = now[b]
+                self.recovered = {(x, tp) for x, tp in self.recovered if x != b}
+                self._log_lost(now[b])
             self._on_brokers_startup(set(born))
         for b, info in now.items():   # a re-registration with new endpoints, same epoch
             self.brokers[b] = info
@@ -863,6 +877,13 @@ class Controller:
                           f"{' ...' if len(affected) > 20 else ''}")
         self._send_update_metadata(affected)
         self._write_states(self._decide_reconcile, affected, "log dir failure")
+
+    def _log_lost(self, broker: Broker) -> None:
+        if broker.lost:
+            names = ", ".join(f"{t}-{p}" for t, p in sorted(broker.lost)[:20])
+            self._log("WARN", f"broker {broker.broker_id} holds no data for replicas it was "
+                              f"in the ISR of ({names}{' ...' if len(broker.lost) > 20 else ''}"
+                              f"): not eligible as leader until back in an ISR")
 
     def _on_brokers_failure(self, dead: set[int]) -> None:
         affected = [tp for tp in self._active_partitions() if set(self._replicas(tp)) & dead]
@@ -997,6 +1018,10 @@ class Controller:
             assert state.leader_epoch >= old.leader_epoch, (tp, old, state)
             self.states[tp] = state
             changed.append(tp)
+            for b in state.isr:        # a lost replica the leader took back: caught up
+                info = self.brokers.get(b)
+                if info is not None and tp in info.lost:
+                    self.recovered.add((b, tp))
         if changed:
             self._send_update_metadata(changed)
         for tp in changed:

@@ -110,6 +110,9 @@ class BrokerInfo:
     port: int
     rack: str | None = None
     timestamp_ms: int = 0
+    # Ours: replicas this broker was in the ISR of but holds no data for (its log dir is
+    # new or was wiped): not to be elected until they have caught up (KIP-966's idea).
+    lost_replicas: tuple[tuple[str, int], ...] = ()
 
     @property
     def endpoint(self) -> str:
@@ -117,11 +120,14 @@ class BrokerInfo:
 
 
 def encode_broker(info: BrokerInfo) -> bytes:
-    return _dump({"version": 4, "host": info.host, "port": info.port, "jmx_port": -1,
-                  "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
-                  "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-                  "rack": info.rack,
-                  "timestamp": str(info.timestamp_ms or int(time.time() * 1000))})
+    value = {"version": 4, "host": info.host, "port": info.port, "jmx_port": -1,
+             "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+             "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+             "rack": info.rack,
+             "timestamp": str(info.timestamp_ms or int(time.time() * 1000))}
+    if info.lost_replicas:
+        value["lost_replicas"] = [[t, p] for t, p in sorted(info.lost_replicas)]
+    return _dump(value)
 
 
 def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
@@ -130,8 +136,9 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
         host, port = value["host"], value["port"]
         if not isinstance(host, str) or not isinstance(port, int):
             raise TypeError
+        lost = tuple((str(t), int(p)) for t, p in value.get("lost_replicas", []))
         return BrokerInfo(broker_id, host, port, value.get("rack"),
-                          int(value.get("timestamp", 0)))
+                          int(value.get("timestamp", 0)), lost)
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"broker {broker_id}: bad registration {value!r}") from None
 

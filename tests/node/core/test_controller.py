@@ -121,6 +121,26 @@ def test_a_notification_for_an_unregistered_broker_is_ignored():
     assert state(h, 0).zk_version == 0
 
 
+def test_a_wiped_leader_restarting_alone_is_not_elected_and_the_isr_is_kept():
+    """Every broker died; broker 0, the leader, comes back first with its data gone (its
+    registration names t-0 as lost). It must not lead with an empty log, and the ISR
+    must keep the replicas that have the data, so that one of them leads on return."""
+    h = three_brokers(assignment={0: [0, 1, 2]})
+    h2 = Harness(broker_id=0, epoch=2)
+    h2.zk = h.zk
+    wiped = C.Broker(0, "127.0.0.1", 9000, None, 500, frozenset({("t", 0)}))
+    h2.start([wiped])
+    after = state(h2)
+    assert after.leader == -1 and set(after.isr) == {0, 1, 2}, after
+    assert "broker 0 holds no data for replicas it was in the ISR of (t-0)" in h2.log_text()
+    h2.brokers_changed([wiped, B2])              # a replica with the data returns
+    assert state(h2).leader == 2 and state(h2).isr == (2,)
+    # Broker 0 catches up and the leader takes it back into the ISR: eligible again.
+    h2.isr_changed("t", 0, [2, 0])
+    h2.brokers_changed([wiped])                  # 2 dies: 0 (caught up) is elected
+    assert state(h2).leader == 0
+
+
 # ------------------------------------------------------------------ broker failure
 
 def test_leader_death_elects_first_live_isr_member_in_isr_order():
