@@ -183,6 +183,7 @@ class _Stream:
         self.output_bytes = 0
         self.broken = False   # the peer went away or misbehaved: close() it
         self.closed = False
+        self.violation: str | None = None   # why the peer was cut off, if it misbehaved
 
     def _fail(self, reason: str) -> LinkClosed:
         """Mark the link dead. The owner unregisters ``socket`` and calls close()."""
@@ -269,6 +270,7 @@ class _Stream:
             try:
                 messages.extend(decoder.feed(data))
             except LinkClosed as e:
+                self.violation = str(e)
                 raise self._fail(str(e)) from None
             if len(data) < RECEIVE_CHUNK_BYTES and decoder.direct_target() is None:
                 return messages

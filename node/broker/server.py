@@ -127,6 +127,7 @@ class Broker:
         self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
         self.lost_replicas: list[tuple[str, int]] = []
+        self._last_logged: dict[str, float] = {}
         self.loop.after_iteration = self.fetchers.maybe_fetch
         self._handlers = {
             P.ApiKey.PRODUCE: self._handle_produce,
@@ -414,13 +415,25 @@ class Broker:
             if conn.output and conn.flush():
                 self.loop.watch_writable(conn.socket, False)
             messages = conn.receive()
-        except LinkClosed:
+        except LinkClosed as e:
+            if conn.violation is not None:
+                # Kafka's InvalidReceiveException: say why the client was cut off (a
+                # ZeroMQ peer over socket.request.max.bytes is cut off by libzmq, which
+                # gives no reason we could log).
+                self._log_limited("local-link", "closing a local link: %s", e)
             self._drop_local(conn)
             return
         for frames in messages:
             self._handle(conn, frames)
         if conn.broken:
             self._drop_local(conn)
+
+    def _log_limited(self, key: str, message: str, *args) -> None:
+        """A warning at most once a second per ``key``: a flood must not flood the log."""
+        now = time.monotonic()
+        if now - self._last_logged.get(key, -1e9) >= 1.0:
+            self._last_logged[key] = now
+            logger.warning(message, *args)
 
     def _drop_local(self, conn: LocalConnection) -> None:
         # By identity: once closed, its fd number may belong to a newer connection.

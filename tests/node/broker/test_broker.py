@@ -475,3 +475,25 @@ def test_a_flood_of_long_polls_from_one_client_does_not_slow_the_others(single):
         assert time.monotonic() - started < 2.0
     finally:
         flood.close()
+
+
+def test_a_local_link_message_over_the_limit_is_logged_and_the_link_closed(single):
+    """Kafka logs InvalidReceiveException for a request over socket.request.max.bytes;
+    the broker names why it cut a local-link client off, and serves on."""
+    import socket as socket_
+    import struct
+    from urllib.parse import urlparse
+    from node import local_link as LL
+    url = urlparse(single.brokers[0].endpoint)
+    link = socket_.socket(socket_.AF_UNIX, socket_.SOCK_STREAM)
+    try:
+        link.connect(LL.address(url.hostname, url.port))
+        link.sendall(struct.pack("<II", 1, LL.MESSAGE_BYTES_MAX))   # one huge frame
+        link.settimeout(10)
+        assert link.recv(1) == b""                                  # closed by the broker
+    finally:
+        link.close()
+    wait_for(lambda: "closing a local link: a message of" in single.brokers[0].log(),
+             "the broker says why it closed the link", 10)
+    answer = single.request(0, P.ApiKey.METADATA, {"topics": None}).body
+    assert answer["brokers"]                                         # still serving
