@@ -84,21 +84,32 @@ def java_available() -> bool:
     return bool(shutil.which("java") or (home and Path(home, "bin", "java").exists()))
 
 
-def spark_session(master: str):
+DEFAULT_MASTER = "local[2]"
+
+
+def spark_session(master: str | None):
+    """A session on ``master``; None: the master spark-submit was given (when it launched
+    this script), else DEFAULT_MASTER."""
     if not java_available():
         raise ToolError(f"Spark needs Java, and none was found: {JAVA_HINT}")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Spark's Python workers run this interpreter (it has pyarrow and minikafka).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    return (SparkSession.builder.master(master).appName("minikafka-analyze")
+    builder = SparkSession.builder
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not spark-submit
+        master = DEFAULT_MASTER
+    if master is not None:
+        builder = builder.master(master)
+    return (builder.appName("minikafka-analyze")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.extraJavaOptions",
                     f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
-            # Loopback only, whatever the host name resolves to.
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
+            # Loopback unless SPARK_LOCAL_IP says otherwise (a remote cluster's executors
+            # must reach the driver), whatever the host name resolves to.
+            .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
+            .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
             .config("spark.sql.shuffle.partitions", "4")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
@@ -453,15 +464,17 @@ def audit(spark, F, produce, runs: dict, bootstrap: str) -> tuple[list[dict], li
     return rows, [r for r in rows if r["produced"] != r["consumed"] or r["wrong_size"]]
 
 
-def analyze(results_dir: str, out_dir: str | None, master: str, baseline: str | None,
+def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline: str | None,
             bootstrap: str | None = None) -> int:
     root = Path(results_dir)
     runs = load_runs(root)
     out = Path(out_dir) if out_dir else root / "report"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    progress(f"{len(runs)} run(s) in {root}; starting Spark ({master})")
+    progress(f"{len(runs)} run(s) in {root}; starting Spark ({master or 'default master'})")
     spark = spark_session(master)
+    progress(f"Spark master {spark.sparkContext.master}, "
+             f"{spark.sparkContext.defaultParallelism} cores")
     try:
         spark.sparkContext.setLogLevel("OFF")   # failures are reported below, in one line
         from pyspark.sql import functions as F
@@ -548,8 +561,10 @@ def analyze(results_dir: str, out_dir: str | None, master: str, baseline: str | 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("results", metavar="RESULTS", help="a results store (--results DIR)")
     parser.add_argument("--out", default=None, help="where to write (default RESULTS/report)")
-    parser.add_argument("--master", default="local[2]",
-                        help="Spark master URL (local[N], spark://HOST:PORT, ...)")
+    parser.add_argument("--master", default=None,
+                        help="Spark master URL (local[N], local-cluster[N,CORES,MB], "
+                             "spark://HOST:PORT; default local[2], or spark-submit's "
+                             "--master when spark-submit runs this file)")
     parser.add_argument("--audit", default=None, metavar="BOOTSTRAP",
                         help="audit: look every acknowledged record of the producer runs up "
                              "in its topic on this cluster (HOST:PORT,...)")
