@@ -1,6 +1,6 @@
 """How fast Spark reads a topic through ``format("minikafka")``, against Parquet.
 
-    python -m bench.spark_source [--records 10000000] [--partitions 6] [--master local[2]]
+    python -m bench.spark_source [--records 10000000] [--partitions 6] [--master local[2]] [--values random|constant]
 
 Starts zk_lite and one broker (the supervisor), fills a topic of ``--partitions``
 partitions with ``--records`` records of 100 bytes (the producer's bulk path, 256 KiB
@@ -26,10 +26,15 @@ RECORD_BYTES = 100
 BATCH_BYTES = 262_144
 
 
-def fill(bootstrap: str, topic: str, records: int, partitions: int) -> None:
+def fill(bootstrap: str, topic: str, records: int, partitions: int,
+         values_kind: str = "random") -> None:
     import numpy as np
     from node.client import Producer
-    values = np.full((min(records, 100_000), RECORD_BYTES), ord("x"), dtype=np.uint8)
+    shape = (min(records, 100_000), RECORD_BYTES)
+    # Random bytes by default: constant values let Parquet dictionary-encode 1 GB of
+    # values into a few bytes, which measures the encoding, not the read.
+    values = np.full(shape, ord("x"), dtype=np.uint8) if values_kind == "constant" else \
+        np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     producer = Producer(bootstrap_servers=bootstrap, acks=1, batch_size=BATCH_BYTES,
                         linger_ms=5)
     try:
@@ -66,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--values", choices=("random", "constant"), default="random",
+                        help="record values: random bytes (default) or 100 x 'x'")
     args = parser.parse_args(argv)
     if min(args.records, args.partitions, args.repeat) < 1:
         parser.error("--records, --partitions and --repeat must be positive")
@@ -84,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topic("bench", args.partitions, 1)
         admin.close()
         started = time.perf_counter()
-        fill(cluster.bootstrap_servers, "bench", args.records, args.partitions)
+        fill(cluster.bootstrap_servers, "bench", args.records, args.partitions, args.values)
         print(f"filled: {args.records:,} records in {time.perf_counter() - started:.1f} s",
               file=sys.stderr)
         spark = (SparkSession.builder.master(args.master).appName("bench-spark-source")
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             figures[name]["of_parquet"] = round(
                 figures[name]["records_per_s"] / figures["parquet"]["records_per_s"], 3)
         print(json.dumps({"records": args.records, "partitions": args.partitions,
-                          "master": args.master, **figures}), flush=True)
+                          "master": args.master, "values": args.values, **figures}), flush=True)
         return 0
     finally:
         if spark is not None:
