@@ -14,6 +14,9 @@ one-second ``window``s):
   between them (flags, producer properties, topic), with each run's throughput and
   p99 as a ratio to the baseline run (``--baseline``, else the earliest), and the
   throughput-latency curve (achieved records/s against p50 and p99);
+- given chaos runs instead (a ``minikafka chaos run`` folder or a folder of them):
+  acknowledged and failed sends per second with the faults' windows shaded, recovery
+  per fault type and the anomalies per run (``bench.analyze_chaos``);
 - with ``--audit BOOTSTRAP``, the Kafka paper's audit, exact: every acknowledged record
   of each producer run is looked up in its topic (``format("minikafka")``) by partition
   and offset; per 10 s window of send time: produced against found, mismatched windows
@@ -467,6 +470,9 @@ def audit(spark, F, produce, runs: dict, bootstrap: str) -> tuple[list[dict], li
 def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline: str | None,
             bootstrap: str | None = None) -> int:
     root = Path(results_dir)
+    from bench import analyze_chaos
+    if analyze_chaos.find_runs(root):     # a chaos run folder, or a folder of them
+        return analyze_chaos.analyze_chaos(root, out_dir, master)
     runs = load_runs(root)
     out = Path(out_dir) if out_dir else root / "report"
     out.mkdir(parents=True, exist_ok=True)

@@ -147,3 +147,91 @@ def test_a_corrupt_sample_file_is_named(store, tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert "cannot read the produce samples" in last, result.stderr
     assert "Traceback" not in result.stderr and "\tat org.apache" not in result.stderr
+
+
+# ------------------------------------------------------------------ chaos runs
+
+S = 1_000_000_000
+
+
+def _chaos_run(root, name: str, ops: list[tuple[str, str, int]], faults: list[dict],
+               verdict: dict, seed: int):
+    import json
+    import pyarrow.parquet as pq
+    run = root / name
+    (run / "history").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"profile": "safe", "seed": seed}))
+    (run / "faults.json").write_text(json.dumps(faults))
+    (run / "verdict.json").write_text(json.dumps(verdict))
+    pq.write_table(pa.table({
+        "process": pa.array(["p0"] * len(ops)), "type": pa.array([o[0] for o in ops]),
+        "f": pa.array([o[1] for o in ops]),
+        "time_ns": pa.array([o[2] for o in ops], type=pa.int64())}),
+        run / "history" / "p0.parquet")
+
+
+def _verdict(recovery, **counts):
+    base = {"valid": True, "acknowledged": 15, "lost": 0, "duplicate": 0, "inconsistent": 0,
+            "nonmonotonic": 0, "skip": 0, "unexpected": 0, "longest_gap_ms": 1500.0}
+    base.update(counts)
+    base["recovery_ms"] = recovery
+    return base
+
+
+@pytest.fixture(scope="module")
+def chaos_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("chaos")
+    t = T0_NS
+    # r1: 10 acknowledged in second 0, 2 failed in second 1 (a kill), 5 acknowledged in 2.
+    ops = []
+    for i in range(10):
+        ops += [("invoke", "send", t + i * 50 * MS), ("ok", "send", t + i * 50 * MS + MS)]
+    ops += [("invoke", "send", t + S + 100 * MS), ("fail", "send", t + S + 200 * MS),
+            ("invoke", "send", t + S + 300 * MS), ("info", "send", t + S + 900 * MS)]
+    for i in range(5):
+        ops += [("invoke", "send", t + 2 * S + i * MS), ("ok", "send", t + 2 * S + i * MS + MS)]
+    ops += [("invoke", "poll", t + 2 * S), ("ok", "poll", t + 2 * S + MS)]   # not a send
+    _chaos_run(root, "r1", ops, [{"fault": "kill", "target": "0", "start_ns": t + S,
+                                  "end_ns": t + 2 * S, "error": None}],
+               _verdict([["kill", "0", 1000.0]]), 1)
+    # r2: one acknowledgement a second for 4 s; a pause and a kill; 3 duplicates.
+    ops = [(kind, "send", t + s * S + d * MS) for s in range(4)
+           for kind, d in (("invoke", 0), ("ok", 1))]
+    _chaos_run(root, "r2", ops,
+               [{"fault": "pause", "target": "1", "start_ns": t + S // 2, "end_ns": t + S,
+                 "error": None},
+                {"fault": "kill", "target": "2", "start_ns": t + 2 * S, "end_ns": t + 3 * S,
+                 "error": None}],
+               _verdict([["pause", "1", 200.0], ["kill", "2", 3000.0]], duplicate=3,
+                        acknowledged=4), 2)
+    return root
+
+
+def test_chaos_runs_give_timelines_recovery_per_fault_and_anomalies(chaos_runs, tmp_path,
+                                                                   capsys):
+    import pyarrow.parquet as pq
+    out = tmp_path / "report"
+    assert analyze.main([str(chaos_runs), "--out", str(out)]) == 0
+    seconds = pq.read_table(out / "tables" / "chaos_per_second.parquet").to_pylist()
+    r1 = [(r["second"], r["acknowledged"], r["failed"]) for r in seconds if r["run"] == "r1"]
+    assert r1 == [(0, 10, 0), (1, 0, 2), (2, 5, 0)]
+    r2 = [(r["second"], r["acknowledged"]) for r in seconds if r["run"] == "r2"]
+    assert r2 == [(0, 1), (1, 1), (2, 1), (3, 1)]
+    recovery = {r["fault"]: r for r in
+                pq.read_table(out / "tables" / "chaos_recovery.parquet").to_pylist()}
+    assert (recovery["kill"]["faults"], recovery["kill"]["median_ms"],
+            recovery["kill"]["worst_ms"]) == (2, 2000.0, 3000.0)
+    assert (recovery["pause"]["faults"], recovery["pause"]["median_ms"]) == (1, 200.0)
+    anomalies = {r["run"]: r for r in
+                 pq.read_table(out / "tables" / "chaos_anomalies.parquet").to_pylist()}
+    assert anomalies["r2"]["duplicate"] == 3 and anomalies["r1"]["lost"] == 0
+    for name in ("timeline_r1.png", "timeline_r2.png", "recovery.png"):
+        assert (out / "plots" / name).stat().st_size > 5000, name
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3 and "Recovery per fault type" in html
+    printed = capsys.readouterr().out
+    assert "chaos r1: profile safe, seed 1, 15 acknowledged, lost 0" in printed
+    assert "recovery after kill: 2 fault(s), median 2,000 ms, worst 3,000 ms" in printed
+    # One run folder alone works too.
+    assert analyze.main([str(chaos_runs / "r2"), "--out", str(tmp_path / "one")]) == 0
+    assert (tmp_path / "one" / "plots" / "timeline_r2.png").exists()
