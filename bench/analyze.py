@@ -472,7 +472,7 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
     root = Path(results_dir)
     from bench import analyze_chaos
     if analyze_chaos.find_runs(root):     # a chaos run folder, or a folder of them
-        return analyze_chaos.analyze_chaos(root, out_dir, master)
+        return analyze_chaos_runs(root, out_dir, master)
     runs = load_runs(root)
     out = Path(out_dir) if out_dir else root / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -559,6 +559,61 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
               + "".join(f"\n  {r['topic']} {r['window_start']}: produced {r['produced']}, "
                         f"found {r['consumed']}, wrong size {r['wrong_size']}"
                         for r in mismatched))
+    print(f"report: {report}")
+    print(f"tables: {out / 'tables'}")
+    return 0
+
+
+def analyze_chaos_runs(root: Path, out_dir: str | None, master: str | None) -> int:
+    """The report over chaos runs (``bench.analyze_chaos``)."""
+    from bench import analyze_chaos as AC
+    runs = AC.find_runs(root)
+    assert runs, root
+    out = Path(out_dir) if out_dir else root / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    specs = {p.name: AC.load_json(p / "run.json", {}) for p in runs}
+    verdicts = {p.name: AC.load_json(p / "verdict.json", {}) for p in runs}
+    faults = {p.name: AC.load_json(p / "faults.json", []) for p in runs}
+    progress(f"{len(runs)} chaos run(s) in {root}; starting Spark "
+             f"({master or 'default master'})")
+    spark = spark_session(master)
+    try:
+        spark.sparkContext.setLogLevel("OFF")
+        from pyspark.sql import functions as F
+        progress("histories: acknowledged and failed sends per second")
+        seconds, starts = AC.per_second(spark, F, runs)
+    finally:
+        spark.stop()
+    recovery = AC.recovery_table(verdicts)
+    anomalies = AC.anomaly_table(specs, verdicts)
+    write_table(out, "chaos_per_second", seconds)
+    write_table(out, "chaos_recovery", recovery)
+    write_table(out, "chaos_anomalies", anomalies)
+    progress("plots")
+    figures = AC.timeline_plots(out, seconds, starts, faults, specs) + \
+        AC.recovery_plot(out, recovery)
+    sections = [("Anomalies per run (the checker's verdict)", anomalies),
+                ("Recovery per fault type (fault start to the next acknowledgement)",
+                 recovery)]
+    if len(runs) > AC.PLOTTED_RUNS_MAX:
+        sections.append((f"Timelines are drawn for the first {AC.PLOTTED_RUNS_MAX} runs; "
+                         f"every run's seconds are in tables/chaos_per_second", []))
+    described = {p.name: {"tool": f"chaos run ({specs[p.name].get('profile')}, seed "
+                                  f"{specs[p.name].get('seed')})"} for p in runs}
+    report = write_report(out, sections, figures, described)
+    print(f"{len(runs)} chaos run(s) analysed in {time.monotonic() - started:.1f} s")
+    for row in anomalies:
+        counts = ", ".join(f"{k} {row[k]}" for k in AC.ANOMALIES)
+        print(f"chaos {row['run']}: profile {row['profile']}, seed {row['seed']}, "
+              f"{row['acknowledged']} acknowledged, {counts}, longest window without an "
+              f"acknowledgement {_fmt(row['longest_gap_ms'])} ms, "
+              f"{'VALID' if row['valid'] else 'INVALID'}")
+    for row in recovery:
+        print(f"recovery after {row['fault']}: {row['faults']} fault(s), median "
+              f"{_fmt(row['median_ms'])} ms, worst {_fmt(row['worst_ms'])} ms"
+              + (f", {row['never_recovered']} never recovered" if row["never_recovered"]
+                 else ""))
     print(f"report: {report}")
     print(f"tables: {out / 'tables'}")
     return 0

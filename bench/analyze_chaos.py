@@ -13,13 +13,13 @@ ones (``groupBy`` over the history, no Python loop over operations). With the ru
 - the anomalies per run (the checker's verdict: lost, duplicate, inconsistent,
   nonmonotonic, skip, unexpected, longest window without an acknowledgement);
 
-as ``report.html`` (plots embedded), tables (Parquet and CSV) and a text summary.
+as ``report.html`` (plots embedded), tables (Parquet and CSV) and a text summary
+(``bench.analyze.analyze_chaos_runs`` puts these parts together).
 """
 from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 
 from node.tools.common import ToolError
@@ -40,7 +40,7 @@ def find_runs(root: Path) -> list[Path]:
         if root.is_dir() else []
 
 
-def _load_json(path: Path, default):
+def load_json(path: Path, default):
     if not path.exists():
         return default
     try:
@@ -183,57 +183,3 @@ def recovery_plot(out: Path, recovery: list[dict]) -> list[tuple[str, Path]]:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [("Recovery per fault type", path)]
-
-
-def analyze_chaos(root: Path, out_dir: str | None, master: str | None) -> int:
-    from bench import analyze as A
-    runs = find_runs(root)
-    assert runs, root
-    out = Path(out_dir) if out_dir else root / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    specs = {p.name: _load_json(p / "run.json", {}) for p in runs}
-    verdicts = {p.name: _load_json(p / "verdict.json", {}) for p in runs}
-    faults = {p.name: _load_json(p / "faults.json", []) for p in runs}
-    A.progress(f"{len(runs)} chaos run(s) in {root}; starting Spark "
-               f"({master or 'default master'})")
-    spark = A.spark_session(master)
-    try:
-        spark.sparkContext.setLogLevel("OFF")
-        from pyspark.sql import functions as F
-        A.progress("histories: acknowledged and failed sends per second")
-        seconds, starts = per_second(spark, F, runs)
-    finally:
-        spark.stop()
-    recovery = recovery_table(verdicts)
-    anomalies = anomaly_table(specs, verdicts)
-    A.write_table(out, "chaos_per_second", seconds)
-    A.write_table(out, "chaos_recovery", recovery)
-    A.write_table(out, "chaos_anomalies", anomalies)
-    A.progress("plots")
-    figures = timeline_plots(out, seconds, starts, faults, specs) + \
-        recovery_plot(out, recovery)
-    sections = [("Anomalies per run (the checker's verdict)", anomalies),
-                ("Recovery per fault type (fault start to the next acknowledgement)",
-                 recovery)]
-    if len(runs) > PLOTTED_RUNS_MAX:
-        sections.append((f"Timelines are drawn for the first {PLOTTED_RUNS_MAX} runs; "
-                         f"every run's seconds are in tables/chaos_per_second", []))
-    described = {p.name: {"tool": f"chaos run ({specs[p.name].get('profile')}, seed "
-                                  f"{specs[p.name].get('seed')})"} for p in runs}
-    report = A.write_report(out, sections, figures, described)
-    print(f"{len(runs)} chaos run(s) analysed in {time.monotonic() - started:.1f} s")
-    for row in anomalies:
-        counts = ", ".join(f"{k} {row[k]}" for k in ANOMALIES)
-        print(f"chaos {row['run']}: profile {row['profile']}, seed {row['seed']}, "
-              f"{row['acknowledged']} acknowledged, {counts}, longest window without an "
-              f"acknowledgement {A._fmt(row['longest_gap_ms'])} ms, "
-              f"{'VALID' if row['valid'] else 'INVALID'}")
-    for row in recovery:
-        print(f"recovery after {row['fault']}: {row['faults']} fault(s), median "
-              f"{A._fmt(row['median_ms'])} ms, worst {A._fmt(row['worst_ms'])} ms"
-              + (f", {row['never_recovered']} never recovered" if row["never_recovered"]
-                 else ""))
-    print(f"report: {report}")
-    print(f"tables: {out / 'tables'}")
-    return 0
