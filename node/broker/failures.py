@@ -16,6 +16,7 @@ etcd do the same: crash, and let replication recover from a replica that is righ
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 
 import zmq
@@ -62,3 +63,18 @@ def fatal(e: BaseException) -> int:
     """Log ``e`` as one CRITICAL line and return the exit status for it."""
     logger.critical("%s; stopping the broker", describe(e))
     return EXIT_BROKEN_INVARIANT
+
+
+class LogLimiter:
+    """At most one log line per key per ``interval_s``: a flood must not flood the log."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._last: dict = {}
+
+    def allow(self, key) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(key, -1e9) < self.interval_s:
+            return False
+        self._last[key] = now
+        return True

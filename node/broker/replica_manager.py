@@ -45,7 +45,7 @@ from node.wire import zkdata as Z
 from node.wire.control import LeaderAndIsrPartition
 from node.broker.loop import EventLoop, now_ms
 from node.broker.coordinator import GuardedZk
-from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS
+from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS, LogLimiter
 from node.config import BrokerConfig, topic_log_config, topic_setting
 from node.broker.metadata_cache import MetadataCache
 from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
@@ -127,12 +127,10 @@ class ReplicaManager:
         self.offline_dirs: dict[str, str] = {}        # log dir -> why it went offline
         self.offline_partitions: dict[tuple[str, int], str] = {}   # a damaged log -> why
         self._corrupt_logged: set[tuple[str, int]] = set()
-        # The scrubber's place: (partition, segment base offset, position), and totals.
+        # The scrubber's place: (partition, segment base offset, position).
         self._scrub_cursor: tuple[tuple[str, int], int, int] | None = None
-        self.scrubbed_bytes = 0
-        self.scrub_errors = 0
         self._unsent_log_dir_events: list[list[tuple[str, int]]] = []
-        self._storage_errors_logged: dict[str, float] = {}   # rate limit, per partition
+        self._storage_errors = LogLimiter(60.0)      # once a minute per partition
         self.fetchers = None             # node.broker.fetcher.ReplicaFetcherManager, set by the broker
         self.cluster_id: str | None = None
         self.board: SB.ReplicaStateBoard | None = None
@@ -255,8 +253,9 @@ class ReplicaManager:
             part = self._partition(topic, partition)
         except STORAGE_ERRORS + COORDINATOR_ERRORS as e:
             logger.error("%s-%d: cannot open the log: %s", topic, partition, e)
-            if isinstance(e, OSError):
-                self.storage_failed(None, e, topic, partition)
+            log_dir = self._dir_holding(topic, partition)
+            if isinstance(e, OSError) and log_dir is not None:
+                self.dir_failed(log_dir, e, f"{topic}-{partition}")
             return ErrorCode.KAFKA_STORAGE_ERROR
         error = part.core.check_leader_and_isr(leader_epoch)
         if error:
@@ -351,18 +350,22 @@ class ReplicaManager:
 
     def _log_dir_for(self, topic: str, partition: int) -> str:
         """The log dir already holding this partition, else the least loaded online one."""
-        name = f"{topic}-{partition}"
+        held = self._dir_holding(topic, partition)
+        if held is not None:
+            if held in self.offline_dirs:
+                raise OSError(f"log directory {held} holding {topic}-{partition} is "
+                              f"offline: {self.offline_dirs[held]}")
+            return held
         dirs = self.config.log_dirs
-        for d in dirs:
-            if os.path.isdir(os.path.join(d, name)):
-                if d in self.offline_dirs:
-                    raise OSError(f"log directory {d} holding {name} is offline: "
-                                  f"{self.offline_dirs[d]}")
-                return d
         online = [d for d in dirs if d not in self.offline_dirs]
         if not online:
             raise OSError("every log directory is offline")
         return min(online, key=lambda d: len(os.listdir(d)) if os.path.isdir(d) else 0)
+
+    def _dir_holding(self, topic: str, partition: int) -> str | None:
+        name = f"{topic}-{partition}"
+        return next((d for d in self.config.log_dirs if os.path.isdir(os.path.join(d, name))),
+                    None)
 
     # ================================================================ log dir failure
 
@@ -390,43 +393,38 @@ class ReplicaManager:
         logger.error("%s-%d: corrupt data in the log: %s. The replica goes offline until "
                      "the broker restarts; an in-sync replica takes over", part.topic,
                      part.partition, error)
-        self.fetchers.unfollow(part.key)
-        self.apply_effects(part, part.core.stop(now_ms()))
-        self._unsent_log_dir_events.append([part.key])
-        self.send_log_dir_events()
+        self._stop_and_report([part.key])
         return True
 
-    def storage_failed(self, part: Partition | None, error: BaseException,
-                       topic: str = "", partition: int = -1) -> None:
-        """A write to ``part``'s log dir failed with an I/O error: take the dir offline
-        (once). ``part`` None: the dir of ``topic-partition`` as _log_dir_for picks it."""
-        if part is not None:
-            log_dir, topic, partition = part.log_dir, part.topic, part.partition
-        else:
-            log_dir = next((d for d in self.config.log_dirs
-                            if os.path.isdir(os.path.join(d, f"{topic}-{partition}"))),
-                           None)
-            if log_dir is None:
-                return
+    def storage_failed(self, part: Partition, error: BaseException) -> None:
+        """A write to ``part``'s log failed with an I/O error: its log dir goes offline."""
+        self.dir_failed(part.log_dir, error, f"{part.topic}-{part.partition}")
+
+    def dir_failed(self, log_dir: str, error: BaseException, where: str) -> None:
+        """Take ``log_dir`` offline (once); ``where`` names what failed there."""
         if log_dir in self.offline_dirs:
             return
         self.offline_dirs[log_dir] = str(error)
         gone = sorted(key for key, p in self.partitions.items() if p.log_dir == log_dir)
-        logger.error("Error while writing to %s-%d in dir %s: %s. Stopping serving "
-                     "replicas in dir %s (%d partitions): the log directory is offline "
-                     "until the broker restarts", topic, partition, log_dir, error, log_dir,
-                     len(gone))
+        logger.error("Error while writing to %s in dir %s: %s. Stopping serving replicas "
+                     "in dir %s (%d partitions): the log directory is offline until the "
+                     "broker restarts", where, log_dir, error, log_dir, len(gone))
         if len(self.offline_dirs) == len(set(self.config.log_dirs)):
             logger.critical("Shutdown broker because all log dirs in %s have failed",
                             ", ".join(self.config.log_dirs))
             self.on_all_log_dirs_offline()
             return
+        self._stop_and_report(gone)
+
+    def _stop_and_report(self, keys: list[tuple[str, int]]) -> None:
+        """Stop these replicas (no fetching, no leading; pending acks=all writes fail)
+        and tell the controller, which moves their leaderships and ISR places."""
         now = now_ms()
-        for key in gone:
-            part_ = self.partitions[key]
+        for key in keys:
+            part = self.partitions[key]
             self.fetchers.unfollow(key)
-            self.apply_effects(part_, part_.core.stop(now))
-        self._unsent_log_dir_events.append(gone)
+            self.apply_effects(part, part.core.stop(now))
+        self._unsent_log_dir_events.append(keys)
         self.send_log_dir_events()
 
     def send_log_dir_events(self) -> None:
@@ -470,12 +468,10 @@ class ReplicaManager:
                     checked += header.size_bytes
                     batches += 1
             except CorruptRecordError as e:
-                self.scrub_errors += 1
                 self._scrub_cursor = (part.key, segment.base_offset, size)
                 self.replica_corrupt(part, f"{segment.path}: {e} (found by the scrubber)")
                 continue
             self._scrub_cursor = (part.key, segment.base_offset, position)
-        self.scrubbed_bytes += checked
 
     def _scrub_target(self):
         """(partition, sealed segment, position) to verify next, or None."""
@@ -502,11 +498,9 @@ class ReplicaManager:
 
     def log_storage_error(self, part: Partition, what: str, error: BaseException) -> None:
         """A storage error on a request path, logged at most once a minute per partition."""
-        now = time.monotonic()
-        key = f"{part.topic}-{part.partition}"
-        if now - self._storage_errors_logged.get(key, -1e9) >= 60.0:
-            self._storage_errors_logged[key] = now
-            logger.error("%s: %s failed: %s (logged once a minute)", key, what, error)
+        if self._storage_errors.allow(part.key):
+            logger.error("%s-%d: %s failed: %s (logged once a minute)", part.topic,
+                         part.partition, what, error)
 
     # ================================================================ ISR writes
 
@@ -614,8 +608,7 @@ class ReplicaManager:
             except STORAGE_ERRORS as e:  # a failing disk must not stop the broker
                 logger.error("%s: HW checkpoint failed: %s", data_dir, e)
                 if isinstance(e, OSError):
-                    key = next(iter(updates))
-                    self.storage_failed(self.partitions[key], e)
+                    self.dir_failed(data_dir, e, REPLICATION_OFFSET_CHECKPOINT)
                 continue
             for key, hw in updates.items():
                 self.partitions[key].checkpointed_high_watermark = hw

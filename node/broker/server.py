@@ -62,7 +62,8 @@ from node.wire import protocol as P
 from node.wire import zkdata as Z
 from node.broker import failures
 from node.broker import coordinator
-from node.broker.failures import COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ERRORS
+from node.broker.failures import (COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ERRORS,
+                                  LogLimiter)
 from node.broker.loop import EventLoop, Outbound, now_ms
 from node.wire.control import (LeaderAndIsrPartition, StopReplicaPartition,
                                UpdateMetadataPartition)
@@ -127,7 +128,7 @@ class Broker:
         self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
         self.lost_replicas: list[tuple[str, int]] = []
-        self._last_logged: dict[str, float] = {}
+        self._link_violations = LogLimiter(1.0)
         self.loop.after_iteration = self.fetchers.maybe_fetch
         self._handlers = {
             P.ApiKey.PRODUCE: self._handle_produce,
@@ -420,20 +421,14 @@ class Broker:
                 # Kafka's InvalidReceiveException: say why the client was cut off (a
                 # ZeroMQ peer over socket.request.max.bytes is cut off by libzmq, which
                 # gives no reason we could log).
-                self._log_limited("local-link", "closing a local link: %s", e)
+                if self._link_violations.allow("local-link"):
+                    logger.warning("closing a local link: %s", e)
             self._drop_local(conn)
             return
         for frames in messages:
             self._handle(conn, frames)
         if conn.broken:
             self._drop_local(conn)
-
-    def _log_limited(self, key: str, message: str, *args) -> None:
-        """A warning at most once a second per ``key``: a flood must not flood the log."""
-        now = time.monotonic()
-        if now - self._last_logged.get(key, -1e9) >= 1.0:
-            self._last_logged[key] = now
-            logger.warning(message, *args)
 
     def _drop_local(self, conn: LocalConnection) -> None:
         # By identity: once closed, its fd number may belong to a newer connection.

@@ -13,7 +13,7 @@ from kazoo.exceptions import NoNodeError
 
 from bench import zkservers
 from node.broker import coordinator
-from node.broker.coordinator import CoordinatorUnavailable, GuardedZk
+from node.broker.coordinator import CoordinatorUnavailable
 from node.wire.errors import ErrorCode, code_for_exception
 from tests.waiting import poll_until
 

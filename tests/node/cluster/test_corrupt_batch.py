@@ -15,6 +15,7 @@ from node.client import Admin, Consumer, Producer, TopicPartition
 from node.cluster import Cluster
 from node.wire.errors import CorruptMessageError
 from shm import batch as B
+from tests.node.cluster.scenario import read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -119,17 +120,7 @@ def test_a_damaged_segment_found_by_the_scrubber_moves_the_leadership(tmp_path, 
         damage(sorted(c.broker_dir(0).rglob("t-0/*.log"))[0], "value")
         c.wait_for(lambda: c.partition_state("t", 0).leader in (1, 2) and
                    0 not in c.partition_state("t", 0).isr, 30, "the leadership moved")
-        consumer = Consumer(bootstrap_servers=c.bootstrap_servers,
-                            auto_offset_reset="earliest")
-        try:
-            consumer.assign([TP])
-            got = {}
-            deadline = time.monotonic() + 60
-            while len(got) < RECORDS and time.monotonic() < deadline:
-                for r in consumer.poll(200):
-                    got[r.offset] = r.value
-        finally:
-            consumer.close()
+        got = read_partition(c.bootstrap_servers, "t", 0, timeout_s=60)
         assert got == {i: b"value-%04d" % i for i in range(RECORDS)}
         log = c.process(0).log_path.read_text(errors="replace")
         assert log.count("t-0: corrupt data in the log") == 1, log[-3000:]

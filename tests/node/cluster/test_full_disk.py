@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from node.client import Admin, Consumer, Producer, TopicPartition
+from node.client import Admin, Producer
 from node.cluster import Cluster
 from node.net import Channel
 from node.wire import protocol as P
 from node.wire import zkdata as Z
 from node.wire.errors import ErrorCode, KafkaError
+from tests.node.cluster.scenario import read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -65,20 +66,6 @@ def produce_until(c: Cluster, topic: str, partition: int, acked: list, errors: l
         producer.close()
 
 
-def read_back(c: Cluster, topic: str, partition: int, count: int) -> dict[int, bytes]:
-    consumer = Consumer(bootstrap_servers=c.bootstrap_servers, auto_offset_reset="earliest")
-    try:
-        consumer.assign([TopicPartition(topic, partition)])
-        got: dict[int, bytes] = {}
-        deadline = time.monotonic() + 30
-        while len(got) < count and time.monotonic() < deadline:
-            for r in consumer.poll(200):
-                got[r.offset] = r.value
-        return got
-    finally:
-        consumer.close()
-
-
 def test_a_full_single_log_dir_stops_the_broker_and_its_leaderships_move(tmp_path,
                                                                          cluster_id):
     c = Cluster.up(tmp_path / "c", 3, config=CONFIG, cluster_id=cluster_id)
@@ -97,7 +84,7 @@ def test_a_full_single_log_dir_stops_the_broker_and_its_leaderships_move(tmp_pat
             state = c.partition_state("t", 0)
             assert state.leader in (1, 2) and 0 not in state.isr, state
             assert "UnknownServerError" not in errors, errors
-            got = read_back(c, "t", 0, max(o for o, _ in acked) + 1)
+            got = read_partition(c.bootstrap_servers, "t", 0)
             assert all(got.get(o) == v for o, v in acked), "an acknowledged write is gone"
             log = broker0.log_path.read_text(errors="replace")
             assert log.count("Stopping serving replicas in dir") == 1, log[-3000:]
@@ -149,7 +136,7 @@ def test_a_full_second_log_dir_moves_only_its_partitions(tmp_path, cluster_id):
             assert answer["partitions"][0][2] == ErrorCode.KAFKA_STORAGE_ERROR
             c.wait_for(lambda: c.zk().get_children(Z.LOG_DIR_EVENT_NOTIFICATION) == [], 30,
                        "the controller consumed the log dir event")
-            got = read_back(c, "t", victim, max(o for o, _ in acked) + 1)
+            got = read_partition(c.bootstrap_servers, "t", victim)
             assert all(got.get(o) == v for o, v in acked), "an acknowledged write is gone"
             log = c.process(0).log_path.read_text(errors="replace")
             assert log.count(f"Stopping serving replicas in dir {spare}") == 1, log[-3000:]

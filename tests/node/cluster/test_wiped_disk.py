@@ -9,12 +9,12 @@ data returns it leads; the wiped one catches up from it. Nothing acknowledged is
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 
-from node.client import Admin, Consumer, Producer, TopicPartition
+from node.client import Admin, Producer
 from node.cluster import Cluster
+from tests.node.cluster.scenario import read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -52,16 +52,7 @@ def test_a_replica_whose_data_vanished_is_not_elected_from_a_stale_isr(tmp_path,
         c.wait_for(lambda: c.partition_state("t", 0).leader in (1, 2), 30, "a new leader")
         c.wait_for(lambda: 0 in c.partition_state("t", 0).isr, 60,
                    "the wiped replica caught up and back in the ISR")
-        consumer = Consumer(bootstrap_servers=c.bootstrap_servers, auto_offset_reset="earliest")
-        try:
-            consumer.assign([TopicPartition("t", 0)])
-            got = {}
-            deadline = time.monotonic() + 30
-            while len(got) < RECORDS and time.monotonic() < deadline:
-                for r in consumer.poll(200):
-                    got[r.offset] = r.value
-        finally:
-            consumer.close()
+        got = read_partition(c.bootstrap_servers, "t", 0)
         assert got == {i: b"value-%04d" % i for i in range(RECORDS)}
         log = c.process(0).log_path.read_text(errors="replace")
         assert "was in the ISR of 1 partitions it holds no data for" in log, log[-3000:]
