@@ -561,9 +561,9 @@ class Broker:
             produce.complete(index, self._not_hosted_error(topic, partition), -1, -1)
             return None
         log = part.log
-        if self.replicas.offline_dirs and self.replicas.is_offline(part):
+        if self.replicas.is_offline(part):
             produce.complete(index, ErrorCode.KAFKA_STORAGE_ERROR, -1, -1,
-                             f"the log directory of {topic}-{partition} is offline")
+                             f"the replica of {topic}-{partition} is offline")
             return None
         error = part.core.check_produce(produce.acks)
         if error:
@@ -667,7 +667,7 @@ class Broker:
             part = self.partitions.get((topic, partition))
             if part is None:
                 error = self._not_hosted_error(topic, partition)
-            elif self.replicas.offline_dirs and self.replicas.is_offline(part):
+            elif self.replicas.is_offline(part):
                 error = ErrorCode.KAFKA_STORAGE_ERROR
             else:
                 error = part.core.check_fetch_epoch(epoch)

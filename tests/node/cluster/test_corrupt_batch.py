@@ -14,6 +14,9 @@ import pytest
 from node.client import Admin, Consumer, Producer, TopicPartition
 from node.cluster import Cluster
 from node.wire.errors import CorruptMessageError
+from node.net import Channel
+from node.wire import protocol as P
+from node.wire.errors import ErrorCode
 from shm import batch as B
 from tests.node.cluster.scenario import read_partition
 
@@ -120,6 +123,15 @@ def test_a_damaged_segment_found_by_the_scrubber_moves_the_leadership(tmp_path, 
         damage(sorted(c.broker_dir(0).rglob("t-0/*.log"))[0], "value")
         c.wait_for(lambda: c.partition_state("t", 0).leader in (1, 2) and
                    0 not in c.partition_state("t", 0).isr, 30, "the leadership moved")
+        # Broker 0's replica is offline: asked directly, it says so (not "not leader").
+        channel = Channel(f"tcp://{c.broker_address(0)}")
+        try:
+            answer = channel.request(P.ApiKey.FETCH, {
+                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                "partitions": [["t", 0, 0, -1, 1 << 20]]}, timeout_ms=10_000).body
+        finally:
+            channel.close()
+        assert answer["partitions"][0][2] == ErrorCode.KAFKA_STORAGE_ERROR
         got = read_partition(c.bootstrap_servers, "t", 0, timeout_s=60)
         assert got == {i: b"value-%04d" % i for i in range(RECORDS)}
         log = c.process(0).log_path.read_text(errors="replace")
