@@ -176,6 +176,7 @@ def run_chaos(args) -> int:
     meta = {"profile": args.profile, "seed": args.seed, "duration": args.duration,
             "brokers": args.brokers, "producers": args.producers, "consumers": args.consumers,
             "rate": args.rate, "schedule": N.dump(schedule), "topic": TOPIC,
+            "value_format": getattr(args, "value_format", "plain"),
             "partitions": args.partitions}
     cluster = Cluster.up(run / "cluster", args.brokers,
                          config={**BROKER_SETTINGS, **profile["broker"]})
@@ -197,7 +198,9 @@ def run_chaos(args) -> int:
                      "--bootstrap", cluster.bootstrap_servers, "--topic", TOPIC,
                      "--duration", str(args.duration), "--acks", profile["acks"],
                      "--rate", str(args.rate), "--out", str(run / "history" / f"{name}.parquet"),
-                     "--progress", str(run / "progress" / name)],
+                     "--progress", str(run / "progress" / name),
+                     "--value-format", getattr(args, "value_format", "plain"),
+                     "--schema-registry", cluster.zookeeper],
                     env=env, stdout=subprocess.DEVNULL, stderr=open(run / f"{name}.log", "w")))
         meta["workload_start_ns"] = time.monotonic_ns()
         nemesis.start()
@@ -264,6 +267,7 @@ def replay(args) -> int:
                               profile=meta["profile"], faults="", duration=meta["duration"],
                               seed=meta["seed"], producers=meta["producers"],
                               consumers=meta["consumers"], rate=meta["rate"],
+                              value_format=meta.get("value_format", "plain"),
                               partitions=meta.get("partitions", PARTITIONS),
                               schedule=str(run / "schedule.json"))
     return run_chaos(copy)
@@ -284,6 +288,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--consumers", type=int, default=1)
     run.add_argument("--rate", type=float, default=200.0, help="sends/s per producer")
     run.add_argument("--schedule", default=None, help="a schedule.json to run instead")
+    run.add_argument("--value-format", choices=("plain", "avro"), default="plain",
+                     help="avro: the producers write typed values (bench.chaos.worker's "
+                          "CHAOS_VALUE_SCHEMA) registered in the cluster's schema registry")
     check_ = sub.add_parser("check", help="check a recorded run again")
     check_.add_argument("run")
     again = sub.add_parser("replay", help="run a recorded run's schedule again")

@@ -3,8 +3,11 @@ operation it makes (``bench.chaos.checker.Op``) and writes its history as Parque
 
     python -m bench.chaos.worker --role producer|consumer --name p0 --bootstrap B \\
         --topic T --duration S --out FILE.parquet [--acks all] [--rate R] [--progress F]
+        [--value-format avro --schema-registry HOST:PORT]
 
-A producer sends unique values (``<name>-<n>``) one at a time at up to ``--rate`` per
+A producer sends unique values (``<name>-<n>``, or with ``--value-format avro`` the
+record ``CHAOS_VALUE_SCHEMA`` {producer, seq, sent} in the registry's wire format, so
+the analysis has typed values to read) one at a time at up to ``--rate`` per
 second and records ``invoke``, then ``ok`` (partition, offset), ``fail`` (the broker
 refused it: NOT_ENOUGH_REPLICAS) or ``info`` (anything else: the outcome is unknown).
 A consumer reads every partition from the start and records each poll's records.
@@ -20,6 +23,12 @@ import sys
 import time
 
 PROGRESS_EVERY_S = 1.0
+CHAOS_VALUE_SCHEMA = {
+    "type": "record", "name": "ChaosValue", "namespace": "minikafka.chaos",
+    "doc": "One value of a chaos run's producer: unique per (producer, seq).",
+    "fields": [{"name": "producer", "type": "string"},
+               {"name": "seq", "type": "long"},
+               {"name": "sent", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
 
 
 def _write(out: str, rows: list[dict]) -> None:
@@ -49,9 +58,28 @@ def _progress(path: str | None, ok: int, errors: int) -> None:
         os.replace(path + ".tmp", path)   # the driver never reads half a line
 
 
+def value_maker(args):
+    """n -> the n-th value's bytes (plain text, or Avro registered under
+    ``<topic>-value``)."""
+    if args.value_format == "plain":
+        return lambda n: f"{args.name}-{n}".encode()
+    from node.client.avro import AvroSerializer, SchemaRegistry
+    if not args.schema_registry:
+        raise SystemExit("--value-format avro needs --schema-registry HOST:PORT")
+    registry = SchemaRegistry(args.schema_registry)
+    try:
+        serializer = AvroSerializer(registry, CHAOS_VALUE_SCHEMA, f"{args.topic}-value")
+        serializer.register()       # now, before the faults start
+    finally:
+        registry.close()
+    return lambda n: serializer({"producer": args.name, "seq": n,
+                                 "sent": int(time.time() * 1000)})
+
+
 def produce(args) -> list[dict]:
     from node.client import Producer
     from node.wire.errors import ErrorCode, KafkaError
+    make_value = value_maker(args)
     rows = []
     producer = Producer(bootstrap_servers=args.bootstrap, acks=args.acks,
                         request_timeout_ms=3000, delivery_timeout_ms=8000,
@@ -63,7 +91,7 @@ def produce(args) -> list[dict]:
     try:
         while time.monotonic() < deadline:
             started = time.monotonic()
-            value = f"{args.name}-{n}".encode()
+            value = make_value(n)
             n += 1
             rows.append({"process": args.name, "type": "invoke", "f": "send",
                          "time_ns": time.monotonic_ns(), "value": value})
@@ -146,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acks", default="all")
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--progress", default=None)
+    parser.add_argument("--value-format", choices=("plain", "avro"), default="plain")
+    parser.add_argument("--schema-registry", default=None, metavar="HOST:PORT",
+                        help="the coordinator holding the schema registry (avro values)")
     args = parser.parse_args(argv)
     rows = produce(args) if args.role == "producer" else consume(args)
     _write(args.out, rows)

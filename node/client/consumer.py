@@ -26,6 +26,12 @@ Theory of operation (Kafka's Fetcher, without groups):
 
 ``poll()`` returns ConsumerRecord tuples (per-record Python work); ``poll_batches()``
 returns the parsed batches themselves (``FetchedBatch``), for the perf tool.
+
+``key_deserializer`` / ``value_deserializer`` (kafka-python's names) are applied by
+``poll``. A record that cannot be deserialized is not skipped: the records before it are
+returned, the partition's position stays on it, and the next ``poll`` raises the
+deserializer's error naming the partition and offset until the caller seeks past it
+(Kafka's RecordDeserializationException).
 """
 from __future__ import annotations
 
@@ -88,6 +94,15 @@ class FetchedBatch:
                 for o, ts, k, v in zip(offsets, timestamps, keys, values)]
 
 
+class DeserializationError(ValueError):
+    """A record the consumer's deserializer refused (``tp``, ``offset``)."""
+
+    def __init__(self, message: str, tp, offset: int):
+        super().__init__(message)
+        self.tp = tp
+        self.offset = offset
+
+
 class _PartitionState:
     __slots__ = ("tp", "position", "fetch_offset", "reset", "buffered", "buffered_bytes",
                  "paused_until_s", "paused_epoch", "high_watermark", "corrupt")
@@ -129,7 +144,10 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1024 * 1024, max_poll_records: int = 500,
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  metadata_backoff_ms: int | None = None, check_crcs: bool = True,
-                 client_id: str | None = None):
+                 client_id: str | None = None, key_deserializer=None,
+                 value_deserializer=None):
+        self.key_deserializer = key_deserializer
+        self.value_deserializer = value_deserializer
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, "
                              f"got {auto_offset_reset!r}")
@@ -249,6 +267,31 @@ class Consumer:
                     out += records
                     state.position = records[-1].offset + 1
         self._send_fetches()
+        if out and (self.key_deserializer or self.value_deserializer):
+            out = self._deserialized(out)
+        return out
+
+    def _deserialized(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        keys, values = self.key_deserializer, self.value_deserializer
+        out = []
+        for i, r in enumerate(records):
+            try:
+                out.append(r._replace(
+                    key=keys(r.key) if keys and r.key is not None else r.key,
+                    value=values(r.value) if values and r.value is not None else r.value))
+            except Exception as e:
+                # Every partition goes back to its first record not returned.
+                rewind: dict = {}
+                for later in records[i:]:
+                    rewind.setdefault((later.topic, later.partition), later.offset)
+                for tp, offset in rewind.items():
+                    self._state(tp).seek(offset)
+                if out:
+                    return out
+                raise DeserializationError(
+                    f"cannot deserialize the record at {r.topic}-{r.partition} offset "
+                    f"{r.offset} ({type(e).__name__}: {e}); seek past it to go on",
+                    TopicPartition(r.topic, r.partition), r.offset) from e
         return out
 
     def poll_batches(self, timeout_ms: int = 0) -> list[FetchedBatch]:

@@ -33,6 +33,9 @@ Theory of operation (Kafka's RecordAccumulator + Sender, simplified):
 ``send_many(topic, values, ...)`` is the bulk path for the perf tool: it encodes
 batches of up to ``batch_size`` bytes directly from a list / 2-D uint8 numpy array /
 pyarrow binary array (no per-record Python work) and returns one future per batch.
+
+``key_serializer`` / ``value_serializer`` (kafka-python's names) turn what ``send`` is
+given into bytes (e.g. ``node.client.avro.AvroSerializer``); ``send_many`` takes bytes.
 """
 from __future__ import annotations
 
@@ -294,7 +297,10 @@ class Producer:
                  max_request_size: int = 16 * 1024 * 1024,
                  metadata_max_age_ms: int = METADATA_MAX_AGE_MS,
                  metadata_backoff_ms: int | None = None,
-                 client_id: str | None = None, partitioner_seed: int | None = None):
+                 client_id: str | None = None, partitioner_seed: int | None = None,
+                 key_serializer=None, value_serializer=None):
+        self.key_serializer = key_serializer
+        self.value_serializer = value_serializer
         self.acks = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}.get(acks)
         if self.acks is None:
             raise ValueError(f"acks must be 'all', -1, 0 or 1, got {acks!r}")
@@ -350,6 +356,10 @@ class Producer:
         """Queue one record; returns a future (``.get(timeout)`` -> RecordMetadata)."""
         if self._closed:
             raise RuntimeError("send() on a closed producer")
+        if self.value_serializer is not None:
+            value = self.value_serializer(value)
+        if self.key_serializer is not None and key is not None:
+            key = self.key_serializer(key)
         if value.__class__ is not bytes:
             value = None if value is None else _as_bytes(value, "value")
         if key is not None and key.__class__ is not bytes:

@@ -24,6 +24,12 @@ How records are sent (the "unit" of bookkeeping is one send call):
 - ``buffer.memory`` (Kafka's key, default 32 MiB) bounds the bytes sent and not yet
   acknowledged: the tool waits for the oldest send before going over it.
 
+``--value-format avro --schema-registry HOST:PORT`` writes typed values (not a Kafka
+flag; Confluent's Avro tools take the registry as a property): ``PERF_VALUE_SCHEMA``
+(the time the value was made, Kafka's payload letters) registered under
+``<topic>-value``, in the registry's wire format and exactly ``--record-size`` bytes
+long; one value per send call, like Kafka's reused payload.
+
 ``--samples-out`` writes one Parquet row per record: ``record`` (its number in send
 order), ``send_time`` and ``ack_time`` (UTC timestamps in µs, from the monotonic clock
 shifted to the epoch once: Spark reads no ns timestamps), ``partition``, ``offset`` (-1 if it failed),
@@ -51,6 +57,11 @@ BUFFER_MEMORY_DEFAULT = 32 * 1024 * 1024
 WAIT_SLICE_S = 0.2
 CALLBACK_GRACE_S = 1.0
 PAYLOAD_SEED = 0
+PERF_VALUE_SCHEMA = {
+    "type": "record", "name": "PerfValue", "namespace": "minikafka.perf",
+    "doc": "producer-perf-test's value with --value-format avro.",
+    "fields": [{"name": "created", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+               {"name": "payload", "type": "bytes"}]}
 
 # Kafka producer config -> (Producer keyword, type). bootstrap.servers and buffer.memory
 # are the tool's own.
@@ -253,6 +264,46 @@ def payload(record_bytes: int, rows: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(row, (rows, record_bytes)))
 
 
+class AvroPayload:
+    """Values of PERF_VALUE_SCHEMA, exactly ``record_bytes`` long: the payload letters
+    are cut to fit around the header and the varint-encoded fields."""
+
+    def __init__(self, registry_address: str | None, topic: str, record_bytes: int):
+        from fastavro import parse_schema
+        from node.client.avro import RegistryError, SchemaRegistry
+        if not registry_address:
+            raise ToolError("--value-format avro needs --schema-registry HOST:PORT (the "
+                            "coordinator, e.g. the cluster's ZooKeeper address)")
+        try:
+            with SchemaRegistry(registry_address) as registry:
+                self.schema_id = registry.register(f"{topic}-value", PERF_VALUE_SCHEMA)
+        except RegistryError as e:
+            raise ToolError(str(e)) from None
+        self.parsed = parse_schema(PERF_VALUE_SCHEMA)
+        self.record_bytes = record_bytes
+        self.letters = payload(record_bytes, 1)[0].tobytes()
+        self.value(int(time.time() * 1000))     # a size that cannot be made fails now
+
+    def value(self, created_ms: int) -> bytes:
+        from node.client.avro import encode
+        empty = len(encode(self.schema_id, self.parsed, {"created": created_ms,
+                                                         "payload": b""}))
+        for length in range(self.record_bytes - empty, self.record_bytes - empty - 4, -1):
+            if length < 0:
+                break
+            out = encode(self.schema_id, self.parsed,
+                         {"created": created_ms, "payload": self.letters[:length]})
+            if len(out) == self.record_bytes:
+                return out
+        raise ToolError(f"--record-size {self.record_bytes} cannot hold an Avro value of "
+                        f"exactly that size (the smallest is {empty} bytes; just past a "
+                        f"length-prefix boundary no size fits: try one byte more or less)")
+
+    def rows(self, n: int) -> np.ndarray:
+        row = np.frombuffer(self.value(int(time.time() * 1000)), dtype=np.uint8)
+        return np.ascontiguousarray(np.broadcast_to(row, (n, self.record_bytes)))
+
+
 def run(args) -> int:
     props = {}
     if args.producer_config:
@@ -263,6 +314,9 @@ def run(args) -> int:
         raise ToolError("--throughput must be -1 (unthrottled) or a positive rate")
     kwargs, buffer_memory = producer_settings(props)
     partitions = sorted(check_topic(bootstrap, args.topic))
+    avro = None
+    if getattr(args, "value_format", "bytes") == "avro":
+        avro = AvroPayload(args.schema_registry, args.topic, args.record_size)
     recording = results.Run.start(args.results, NAME, args) if args.results else None
 
     from node.client.producer import RECORD_OVERHEAD_BYTES, Producer
@@ -274,7 +328,7 @@ def run(args) -> int:
     try:
         producer.partitions_for(args.topic)  # metadata before the clock starts (see run)
         units, stats, end_ns = _produce(producer, args, partitions, buffer_memory,
-                                        RECORD_OVERHEAD_BYTES)
+                                        RECORD_OVERHEAD_BYTES, avro)
     finally:
         producer.close(timeout=5)
     latencies = _record_latencies_ms(units)
@@ -292,7 +346,8 @@ def run(args) -> int:
     return 0
 
 
-def _produce(producer, args, partitions: list[int], buffer_memory: int, overhead: int):
+def _produce(producer, args, partitions: list[int], buffer_memory: int, overhead: int,
+             avro: AvroPayload | None = None):
     total = args.num_records
     record_bytes = args.record_size
     per_batch = max(1, producer.batch_size // (record_bytes + overhead))
@@ -315,6 +370,9 @@ def _produce(producer, args, partitions: list[int], buffer_memory: int, overhead
     while sent < total:
         k = 1 if per_record else min(chunk, total - sent)
         send_ns = time.perf_counter_ns()
+        if avro is not None:    # a new value per send call: its creation time
+            values = avro.rows(1 if per_record else chunk)
+            value = values[0].tobytes()
         if per_record:
             future = producer.send(args.topic, value)
             unit = units.add(sent, 1, send_ns, -1)
@@ -454,6 +512,11 @@ def register(subparsers) -> None:
     parser.add_argument("--results", default=None, metavar="DIR",
                         help="record the run in the results store DIR (run.json and "
                              "per-record samples as Parquet; node.perf.results)")
+    parser.add_argument("--value-format", choices=("bytes", "avro"), default="bytes",
+                        help="avro: typed values (PERF_VALUE_SCHEMA) registered in the "
+                             "schema registry of --schema-registry")
+    parser.add_argument("--schema-registry", default=None, metavar="HOST:PORT",
+                        help="the coordinator holding the schema registry")
     parser.add_argument("--samples-out", default=None, metavar="FILE",
                         help="write every record's send/ack time, partition and offset "
                              "as Parquet")

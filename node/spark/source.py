@@ -30,6 +30,12 @@ Options (names as spark-sql-kafka's where it has them):
   Arrow arrays of the batches' columnar bodies become the DataFrame's columns without
   re-encoding.
 
+- ``valueFormat``: ``binary`` (default) or ``avro``: ``value`` becomes a struct
+  column of the Avro record (``df.select("value.*")``), decoded with the schema
+  registry (``node.client.avro``, ``node.spark.avro``); ``schema.registry`` is the
+  coordinator's HOST:PORT (default with ``dir``: the cluster's), ``valueSubject`` the
+  subject whose newest version is the reader schema (default ``<topic>-value``).
+
 Every input partition yields Arrow record batches (one per record batch of the log,
 sliced to its offset range). The driver resolves the offsets once (Metadata and
 ListOffsets), so a read is one consistent snapshot: ``[start, end)`` per partition.
@@ -77,6 +83,8 @@ class Range(InputPartition):
     bootstrap: str
     cluster_dir: str | None = None
     leader: int = -1
+    registry: str | None = None          # valueFormat avro: the coordinator's address
+    reader_schema: str | None = None     # and the reader schema's JSON text
 
 
 # ------------------------------------------------------------------ options
@@ -99,6 +107,65 @@ def _bootstrap_and_dir(opts: dict) -> tuple[str, str | None]:
         raise SourceError('option "bootstrap.servers" is required (or "dir" of a local '
                           'cluster)')
     return bootstrap, directory
+
+
+def _avro(opts: dict, topics: list[str], directory: str | None
+          ) -> tuple[str | None, str | None]:
+    """(registry address, reader schema text) for ``valueFormat`` avro, else
+    (None, None)."""
+    form = opts.get("valueformat", "binary").strip().lower()
+    if form == "binary":
+        return None, None
+    if form != "avro":
+        raise SourceError(f'option valueFormat: "binary" (default) or "avro", got '
+                          f'{form!r}')
+    address = opts.get("schema.registry")
+    if not address and directory:
+        address = _cluster_zookeeper(directory)
+    if not address:
+        raise SourceError('valueFormat avro needs option "schema.registry" (the '
+                          'coordinator\'s HOST:PORT) or "dir" of a local cluster')
+    subject = opts.get("valuesubject")
+    if not subject:
+        if len(topics) != 1:
+            raise SourceError('valueFormat avro over several topics needs option '
+                              '"valueSubject" (the reader schema\'s subject)')
+        subject = f"{topics[0]}-value"
+    from node.client.avro import RegistryError, SchemaRegistry
+    from node.spark.avro import AvroTypeError, arrow_type, reader_schema
+    try:
+        with SchemaRegistry(address) as registry:
+            schema_id, _, _ = registry.latest(subject)
+            text = registry.schema_text(schema_id)
+        from fastavro import parse_schema
+        arrow_type(parse_schema(reader_schema(json.loads(text))))
+    except (RegistryError, AvroTypeError) as e:
+        raise SourceError(f"valueFormat avro, subject {subject!r}: {e}") from None
+    return address, text
+
+
+def _cluster_zookeeper(directory: str) -> str | None:
+    from pathlib import Path
+    try:
+        return json.loads((Path(directory) / "cluster.json").read_text())["zookeeper"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def spark_schema(reader_text: str | None):
+    """The DataFrame's schema: SCHEMA, with ``value`` the Avro record's struct when a
+    reader schema is given."""
+    if reader_text is None:
+        return SCHEMA
+    import pyarrow as pa
+    from fastavro import parse_schema
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from node.spark.avro import arrow_type, reader_schema
+    value = arrow_type(parse_schema(reader_schema(json.loads(reader_text))))
+    return from_arrow_schema(pa.schema([
+        ("key", pa.binary()), ("value", value), ("topic", pa.string()),
+        ("partition", pa.int32()), ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]))
 
 
 def _topics(opts: dict) -> list[str]:
@@ -232,10 +299,19 @@ def split(ranges: list[tuple[str, int, int, int]], min_partitions: int | None
 
 def read_range(part: Range):
     """Arrow record batches of the records in ``[part.start, part.end)``."""
-    if part.cluster_dir:
-        yield from _read_local(part)
-    else:
-        yield from _read_fetch(part)
+    batches = _read_local(part) if part.cluster_dir else _read_fetch(part)
+    if part.reader_schema is None:
+        yield from batches
+        return
+    from node.spark.avro import ValueDecoder
+    decoder = ValueDecoder(part.registry, part.reader_schema)
+    try:
+        for batch in batches:
+            columns = batch.columns
+            columns[1] = decoder.decode(columns[1])
+            yield type(batch).from_arrays(columns, names=batch.schema.names)
+    finally:
+        decoder.close()
 
 
 ROWS_PER_ARROW_BATCH = 65_536   # log batches are gathered up to this many rows per yield
@@ -376,8 +452,12 @@ class MinikafkaDataSource(DataSource):
     def name(cls) -> str:
         return "minikafka"
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self):
+        opts = _options(self.options)
+        if opts.get("valueformat", "binary").strip().lower() == "binary":
+            return SCHEMA
+        bootstrap, directory = _bootstrap_and_dir(opts)
+        return spark_schema(_avro(opts, _topics(opts), directory)[1])
 
     def reader(self, schema):
         return BatchReader(self.options)
@@ -399,6 +479,7 @@ class BatchReader(DataSourceReader):
         if self.ending == "earliest":
             raise SourceError('endingOffsets cannot be "earliest"')
         self.min_partitions = _int_option(opts, "minPartitions", None)
+        self.registry, self.reader_schema = _avro(opts, self.topics, self.directory)
         self.plan = self._plan()
 
     def _plan(self) -> list[Range]:
@@ -409,7 +490,8 @@ class BatchReader(DataSourceReader):
             start = _resolve(self.starting, tp, earliest, latest, "startingOffsets")
             end = _resolve(self.ending, tp, earliest, latest, "endingOffsets")
             ranges.append((tp[0], tp[1], start, max(start, end)))
-        return [Range(t, p, s, e, self.bootstrap, self.directory, leaders[(t, p)])
+        return [Range(t, p, s, e, self.bootstrap, self.directory, leaders[(t, p)],
+                      self.registry, self.reader_schema)
                 for t, p, s, e in split(ranges, self.min_partitions)]
 
     def partitions(self):
@@ -427,6 +509,7 @@ class StreamReader(DataSourceStreamReader):
         self.bootstrap, self.directory = _bootstrap_and_dir(opts)
         self.topics = _topics(opts)
         self.starting = _offset_spec(opts, "startingOffsets", "latest")
+        self.registry, self.reader_schema = _avro(opts, self.topics, self.directory)
 
     def _current(self) -> tuple[dict, dict, dict]:
         leaders = topic_partitions(self.bootstrap, self.topics)
@@ -456,7 +539,8 @@ class StreamReader(DataSourceStreamReader):
                 begin = start.get(topic, {}).get(p, 0)
                 if stop > begin:
                     ranges.append(Range(topic, int(p), begin, stop, self.bootstrap,
-                                        self.directory, leaders.get((topic, int(p)), -1)))
+                                        self.directory, leaders.get((topic, int(p)), -1),
+                                        self.registry, self.reader_schema))
         return ranges
 
     def read(self, partition: Range):

@@ -4,6 +4,7 @@
 - ``console-producer`` / ``console-consumer``: ``node.tools.console``
 - ``leader-election`` (kafka-leader-election.sh): ``node.tools.leader_election``
 - ``reassign-partitions`` (kafka-reassign-partitions.sh): ``node.tools.reassign``
+- ``schemas``: the Avro schema registry in the coordinator: ``node.tools.schemas``
 - ``cluster add-broker`` / ``cluster remove-broker``: ``node.cluster.scale``
 - what they share (one-line errors, flags, admin connection, progress): ``node.tools.common``
 
@@ -23,6 +24,8 @@ TOOLS = {
     "reassign-partitions": ("node.tools.reassign", "add_arguments",
                             "generate, execute and verify reassignments "
                             "(kafka-reassign-partitions)"),
+    "schemas": ("node.tools.schemas", "add_arguments",
+                "list, show and register Avro schemas in the registry"),
 }
 
 

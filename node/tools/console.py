@@ -14,11 +14,19 @@ topic, or ``--partition P [--offset O|earliest|latest]``; new records only unles
 ``--max-messages`` records, after ``--timeout-ms`` without a record, or on Ctrl-C, and
 prints ``Processed a total of N messages`` on stderr, as Kafka.
 
+Avro values, as Confluent's Avro console tools (whose property names these are, with
+our registry in the coordinator instead of a URL): the producer with ``--property
+schema.registry=HOST:PORT value.schema='{...}'`` (or ``value.schema.file=F``) reads one
+JSON value per line and writes it in the registry's wire format under
+``<topic>-value``; the consumer with ``--property schema.registry=HOST:PORT`` prints
+each value decoded, as one line of JSON.
+
 ``--property``, ``--producer-property`` and ``--consumer-property`` take one KEY=VALUE per
 flag, as Kafka, or several after one flag (``--property print.key=true print.offset=true``).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -93,7 +101,9 @@ def add_producer_arguments(parser) -> None:
     parser.add_argument("--producer-property", action="extend", nargs="+", default=[],
                         metavar="KEY=VALUE")
     parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="line reader properties: parse.key, key.separator, ignore.error")
+                        help="line reader properties: parse.key, key.separator, "
+                             "ignore.error; schema.registry=HOST:PORT with value.schema=JSON "
+                             "or value.schema.file=F: each line is a JSON value, sent as Avro")
     parser.add_argument("--request-required-acks", default="-1",
                         help="acks: -1 (all), 1 or 0 (default -1)")
     parser.add_argument("--sync", action="store_true", help="wait for each record's ack")
@@ -127,6 +137,7 @@ def _produce(args) -> int:
         check_topics_exist(admin, [args.topic])
     finally:
         admin.close()
+    registry, encode = _avro_encoder(reader, args.topic)
     try:
         producer = Producer(args.bootstrap_server, **kwargs)
     except ValueError as e:
@@ -136,6 +147,8 @@ def _produce(args) -> int:
     try:
         for number, value, key in _lines(sys.stdin.buffer, parse_key, separator,
                                           ignore_error, prompt):
+            if encode is not None:
+                value = encode(number, value)
             future = producer.send(args.topic, value, key=key)
             future.add_callback(_on_error(args.topic, key, value, failures))
             if args.sync:
@@ -145,7 +158,52 @@ def _produce(args) -> int:
         pass
     finally:
         producer.close()
+        if registry is not None:
+            registry.close()
     return EXIT_ERROR if failures else EXIT_OK
+
+
+def _registry(props: dict[str, str]):
+    from node.client.avro import RegistryError, SchemaRegistry
+    address = props.get("schema.registry")
+    if not address:
+        raise ToolError("Avro values need --property schema.registry=HOST:PORT (the "
+                        "coordinator holding the schema registry)")
+    try:
+        return SchemaRegistry(address)
+    except RegistryError as e:
+        raise ToolError(str(e)) from None
+
+
+def _avro_encoder(props: dict[str, str], topic: str):
+    """(registry, (line number, JSON line) -> Avro bytes), or (None, None) when no value
+    schema is given."""
+    from node.client.avro import AvroSerializer, RegistryError, SerializationError
+    text = props.get("value.schema")
+    if text is None and props.get("value.schema.file"):
+        try:
+            with open(props["value.schema.file"]) as f:
+                text = f.read()
+        except OSError as e:
+            raise ToolError(f"value.schema.file: {e.strerror}: {e.filename}") from None
+    if text is None:
+        return None, None
+    registry = _registry(props)
+    try:
+        serializer = AvroSerializer(registry, text, f"{topic}-value")
+        serializer.register()
+    except RegistryError as e:
+        registry.close()
+        raise ToolError(f"value.schema: {e}") from None
+
+    def encode(number: int, line: bytes) -> bytes:
+        try:
+            return serializer(json.loads(line))
+        except ValueError as e:     # JSONDecodeError and SerializationError
+            what = "does not match the schema" if isinstance(e, SerializationError) \
+                else "is not JSON"
+            raise ToolError(f"line {number} {what}: {e}") from None
+    return registry, encode
 
 
 def _lines(stream, parse_key: bool, separator: bytes, ignore_error: bool, prompt: bool):
@@ -207,7 +265,8 @@ def add_consumer_arguments(parser) -> None:
     parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="formatter properties: print.key, print.offset, "
                              "print.partition, print.timestamp, print.value, "
-                             "key.separator, line.separator, null.literal")
+                             "key.separator, line.separator, null.literal; "
+                             "schema.registry=HOST:PORT prints Avro values as JSON")
     parser.add_argument("--consumer-property", action="extend", nargs="+", default=[],
                         metavar="KEY=VALUE")
     parser.set_defaults(func=run_consumer)
@@ -241,11 +300,25 @@ class Formatter:
             parts.append(self.null if record.key is None else bytes(record.key))
         out = self.separator.join(parts)
         if self.value:
-            value = self.null if record.value is None else bytes(record.value)
+            value = self.null if record.value is None else record.value
+            if isinstance(value, dict):     # an Avro value, decoded
+                value = json.dumps(value, default=_json_value).encode()
+            else:
+                value = bytes(value)
             out = out + self.separator + value if parts else value
         elif parts:
             out += self.separator
         return out + self.line_separator
+
+
+def _json_value(value):
+    """JSON for what Avro decodes to that JSON has no type for (Confluent prints bytes
+    as text and timestamps as numbers; we print ISO times and bytes as text)."""
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("latin-1")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
 
 
 def _start_offset(args):
@@ -278,9 +351,10 @@ class _Stop(Exception):
 
 
 def _consume(args) -> int:
-    from node.client.consumer import Consumer
+    from node.client.consumer import Consumer, DeserializationError
 
-    formatter = Formatter(parse_key_values(args.property, "--property"))
+    props = parse_key_values(args.property, "--property")
+    formatter = Formatter(props)
     start = _start_offset(args)
     kwargs = _client_kwargs(parse_key_values(args.consumer_property, "--consumer-property"),
                             CONSUMER_CONFIGS, "--consumer-property")
@@ -296,6 +370,11 @@ def _consume(args) -> int:
                             f"exist (partitions: 0..{len(partitions) - 1})")
         partitions = [args.partition]
     reset = start if isinstance(start, str) else "earliest"
+    registry = None
+    if props.get("schema.registry"):
+        from node.client.avro import AvroDeserializer
+        registry = _registry(props)
+        kwargs["value_deserializer"] = AvroDeserializer(registry)
     consumer = Consumer(args.bootstrap_server, auto_offset_reset=reset, **kwargs)
     count = 0
     out = sys.stdout.buffer
@@ -322,10 +401,14 @@ def _consume(args) -> int:
         pass
     except BrokenPipeError:
         _silence_stdout()
+    except DeserializationError as e:
+        raise ToolError(str(e)) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         consumer.close()
+        if registry is not None:
+            registry.close()
         sys.stderr.write(f"Processed a total of {count} messages\n")
         sys.stderr.flush()
     return EXIT_OK
