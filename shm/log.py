@@ -665,8 +665,15 @@ class Log:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """ListOffsets by time: the first offset whose record timestamp is >=
-        ``timestamp_ms``; None if every record is older. Uses each segment's max
-        timestamp, then its time index, then walks at most one index interval."""
+        ``timestamp_ms``; None if every record is older."""
+        found = self.entry_for_timestamp(timestamp_ms)
+        return None if found is None else found[0]
+
+    def entry_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= ``timestamp_ms``
+        (what Kafka's ListOffsets answers); None if every record is older. Uses each
+        segment's max timestamp, then its time index, then walks at most one index
+        interval."""
         self._ensure_open()
         for segment in self.segments:
             if segment.max_timestamp < timestamp_ms:
@@ -679,9 +686,9 @@ class Log:
                     deltas = np.frombuffer(segment.view(position, position + header.size_bytes),
                                            dtype="<i4", count=header.record_count,
                                            offset=B.HEADER_BYTES)
-                    first = int(np.argmax(deltas.astype(np.int64) + header.base_timestamp
-                                          >= timestamp_ms))
-                    return header.base_offset + first
+                    stamps = deltas.astype(np.int64) + header.base_timestamp
+                    first = int(np.argmax(stamps >= timestamp_ms))
+                    return header.base_offset + first, int(stamps[first])
                 position += header.size_bytes
         return None
 

@@ -758,11 +758,14 @@ class Broker:
             elif timestamp == P.EARLIEST_TIMESTAMP:
                 out.append([topic, partition, NONE, -1, log.log_start_offset])
             else:
-                offset = log.offset_for_timestamp(timestamp)
-                if offset is None or offset >= limit:
+                if timestamp < 0:
+                    out.append([topic, partition, ErrorCode.INVALID_REQUEST, -1, -1])
+                    continue
+                found = log.entry_for_timestamp(timestamp)
+                if found is None or found[0] >= limit:
                     out.append([topic, partition, NONE, -1, -1])
-                else:
-                    out.append([topic, partition, NONE, timestamp, offset])
+                else:   # the record's own timestamp, as Kafka
+                    out.append([topic, partition, NONE, found[1], found[0]])
         self._reply(identity, request.correlation_id, request.api_key, {"partitions": out})
 
     # ---------------------------------------------------------------- Metadata

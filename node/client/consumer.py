@@ -94,6 +94,9 @@ class FetchedBatch:
                 for o, ts, k, v in zip(offsets, timestamps, keys, values)]
 
 
+OffsetAndTimestamp = collections.namedtuple("OffsetAndTimestamp", "offset timestamp")
+
+
 class DeserializationError(ValueError):
     """A record the consumer's deserializer refused (``tp``, ``offset``)."""
 
@@ -237,6 +240,23 @@ class Consumer:
 
     def end_offsets(self, tps, timeout_ms: int | None = None) -> dict:
         return self._list_offsets([_tp(t) for t in tps], P.LATEST_TIMESTAMP, timeout_ms)
+
+    def offsets_for_times(self, timestamps: dict, timeout_ms: int | None = None) -> dict:
+        """{tp: OffsetAndTimestamp(offset, timestamp) or None}: for each partition the
+        first record whose timestamp is at or after the given one (ms), with that
+        record's own timestamp; None when every record is older (kafka-python's)."""
+        out = {}
+        by_time: dict[int, list] = collections.defaultdict(list)
+        for tp, ms in timestamps.items():
+            if not isinstance(ms, int) or ms < 0:
+                raise ValueError(f"timestamps must be non-negative ms, got {ms!r} for {tp}")
+            by_time[ms].append(_tp(tp))
+        for ms, tps in by_time.items():
+            found = self._list_offsets(tps, ms, timeout_ms, with_timestamps=True)
+            for tp, entry in found.items():
+                out[tp] = None if entry is None or entry[1] < 0 else \
+                    OffsetAndTimestamp(entry[1], entry[0])
+        return out
 
     # ------------------------------------------------------------- polling
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
@@ -385,9 +405,10 @@ class Consumer:
                     state.seek(offset)
 
     def _list_offsets(self, tps: list[TopicPartition], timestamp: int,
-                      timeout_ms: int | None = None, raise_errors: bool = True) -> dict:
+                      timeout_ms: int | None = None, raise_errors: bool = True,
+                      with_timestamps: bool = False) -> dict:
         """{tp: offset} via ListOffsets to each leader (offset None on a partition error
-        when raise_errors is False)."""
+        when raise_errors is False); {tp: (timestamp, offset)} with_timestamps."""
         if any(self.meta.current.partition(*tp) is None for tp in tps):
             try:
                 self.meta.refresh(sorted({tp.topic for tp in tps}), timeout_ms=timeout_ms)
@@ -416,7 +437,7 @@ class Consumer:
                 if raise_errors:
                     raise
                 continue
-            for topic, partition, code, _ts, offset in response.body.get("partitions", []):
+            for topic, partition, code, ts, offset in response.body.get("partitions", []):
                 tp = TopicPartition(topic, partition)
                 if code:
                     if code in METADATA_STALE_CODES:
@@ -425,7 +446,7 @@ class Consumer:
                         raise error(code, f"ListOffsets {topic}-{partition}")
                     out[tp] = None
                 else:
-                    out[tp] = offset
+                    out[tp] = (ts, offset) if with_timestamps else offset
         return out
 
     # ------------------------------------------------------------- fetching

@@ -4,6 +4,7 @@
 - ``console-producer`` / ``console-consumer``: ``node.tools.console``
 - ``leader-election`` (kafka-leader-election.sh): ``node.tools.leader_election``
 - ``reassign-partitions`` (kafka-reassign-partitions.sh): ``node.tools.reassign``
+- ``get-offsets`` (kafka-get-offsets.sh, GetOffsetShell): ``node.tools.get_offsets``
 - ``schemas``: the Avro schema registry in the coordinator: ``node.tools.schemas``
 - ``cluster add-broker`` / ``cluster remove-broker``: ``node.cluster.scale``
 - what they share (one-line errors, flags, admin connection, progress): ``node.tools.common``
@@ -24,6 +25,8 @@ TOOLS = {
     "reassign-partitions": ("node.tools.reassign", "add_arguments",
                             "generate, execute and verify reassignments "
                             "(kafka-reassign-partitions)"),
+    "get-offsets": ("node.tools.get_offsets", "add_arguments",
+                    "offsets by time, earliest or latest (kafka-get-offsets)"),
     "schemas": ("node.tools.schemas", "add_arguments",
                 "list, show and register Avro schemas in the registry"),
 }

@@ -43,8 +43,11 @@ FETCH (1)
        leader change uses it to truncate; Kafka asks with ListOffsets instead).
 LIST_OFFSETS (2)
   req  {"replica_id": int, "partitions": [[topic, partition, timestamp_ms], ...]}
-       timestamp -1 = latest (HW for consumers), -2 = earliest (log start)
+       timestamp -1 = latest (HW for consumers), -2 = earliest (log start), >= 0: the
+       first record whose timestamp is at or after it (time index)
   resp {"partitions": [[topic, partition, error, timestamp_ms, offset], ...]}
+       by time: that record's own timestamp and offset, or -1, -1 when none is (below
+       the HW for consumers); other negative times: INVALID_REQUEST
 METADATA (3)
   req  {"topics": None | [topic, ...]}          None = every topic
   resp {"brokers": [[id, host, port, rack|None], ...], "controller_id": int (-1),

@@ -300,6 +300,11 @@ def test_offset_for_timestamp_finds_the_first_record_at_or_after_it(tmp_path, cl
         assert log.offset_for_timestamp(leo + 11) == leo + 1
         assert log.offset_for_timestamp(leo + 21) == leo + 1
         assert log.offset_for_timestamp(leo + 31) is None
+        # With the record's own timestamp (what ListOffsets answers): out of order
+        # inside a batch, the first record at or after the time wins.
+        assert log.entry_for_timestamp(401) == (405, 405)
+        assert log.entry_for_timestamp(leo + 11) == (leo + 1, leo + 30)
+        assert log.entry_for_timestamp(leo + 1) == (leo, leo + 10)
         log.close()
         log = open_log(tmp_path, cluster_id)
         assert log.offset_for_timestamp(401) == 405
