@@ -263,14 +263,18 @@ class Network:
         last: Completion | None = None
         try:
             while pending:
+                won = None
                 for c in self._poll_aside(100):
                     if not any(c.context is marker for marker in pending):  # contexts
                         self.backlog.append(c)  # of other requests may be unhashable
                         continue
                     del pending[c.context]
-                    if c.response is not None:
-                        return c.endpoint, c.response
-                    last = c
+                    if c.response is not None and won is None:
+                        won = c     # and go on: the rest of the list is someone's too
+                    elif c.response is None:
+                        last = c
+                if won is not None:
+                    return won.endpoint, won.response
         finally:
             for endpoint, cid in pending.values():
                 self.cancel(endpoint, cid)

@@ -152,6 +152,42 @@ def test_request_first_takes_the_first_answer(router):
         net.close()
 
 
+def test_request_first_keeps_other_requests_answers_that_come_with_its_own(router):
+    """A response to another request (a consumer's fetch) that arrives in the same poll
+    as request_first's winner must not be dropped (it was: the fetch then hung until
+    its 30 s timeout)."""
+    import threading
+    sock, endpoint = router
+    net = Network("t", 5000)
+    try:
+        for attempt in range(20):
+            net.send(endpoint, P.ApiKey.FETCH, {"n": attempt}, context=("fetch", attempt))
+            assert sock.poll(5000)
+            fetch = sock.recv_multipart()
+
+            def answer_both():     # the metadata answer, then the fetch's, back to back
+                assert sock.poll(5000)
+                frames = sock.recv_multipart()
+                request = P.decode_request(frames[1:])
+                sock.send_multipart([frames[0]] + P.encode_response(
+                    request.correlation_id, request.api_key, METADATA_BODY))
+                parked = P.decode_request(fetch[1:])
+                sock.send_multipart([fetch[0]] + P.encode_response(
+                    parked.correlation_id, parked.api_key, {"partitions": []}))
+            t = threading.Thread(target=answer_both)
+            t.start()
+            net.request_first([endpoint], P.ApiKey.METADATA, {"topics": None})
+            t.join()
+            deadline = time.monotonic() + 5
+            seen = []
+            while not seen and time.monotonic() < deadline:
+                seen = [c.context for c in net.poll(100)[0]]
+            assert seen == [("fetch", attempt)], (attempt, seen)
+        assert net.in_flight == {}
+    finally:
+        net.close()
+
+
 def test_producer_validates_its_configs():
     with pytest.raises(ValueError, match="acks"):
         Producer("127.0.0.1:1", acks=2)
