@@ -211,6 +211,22 @@ def field_name(kafka_key: str) -> str:
     return kafka_key.replace(".", "_")
 
 
+def broker_config_text(config) -> dict[str, str]:
+    """The broker keys (Kafka's names) of ``config`` as text, for DescribeConfigs of a
+    broker; unset optional keys are left out."""
+    out = {}
+    for key in _KEYS:
+        value = getattr(config, field_name(key.name), None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (tuple, list)):
+            value = ",".join(map(str, value))
+        out[key.name] = str(value)
+    return out
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """One broker's configuration; every field is a Kafka key (dots -> underscores).

@@ -653,7 +653,17 @@ def _describe_configs(body: dict, zk: GuardedZk, config) -> dict:
         except (NoNodeError, Z.ZkDataError):
             pass
         results.append([name, ErrorCode.NONE, values])
-    return {"topics": results}
+    out = {"topics": results}
+    brokers = body.get("brokers")
+    if brokers is not None:
+        if not isinstance(brokers, list) or not all(isinstance(b, int) for b in brokers):
+            raise ProtocolError("brokers must be a list of broker ids")
+        from node.config import broker_config_text
+        # A broker describes itself only (Kafka sends a broker resource to that broker).
+        out["brokers"] = [[b, ErrorCode.NONE, broker_config_text(config)]
+                          if b == config.broker_id else
+                          [b, ErrorCode.INVALID_REQUEST, {}] for b in brokers]
+    return out
 
 
 _HANDLERS = {

@@ -165,6 +165,22 @@ class Admin:
             out[name] = dict(configs)
         return out
 
+    def describe_broker_config(self) -> tuple[int, dict[str, str]]:
+        """(broker id, its configs) of a live broker, asked directly (Kafka sends a
+        broker's DescribeConfigs to that broker): e.g. ``zookeeper.connect``."""
+        md = self._metadata([])
+        for broker_id in sorted(md.brokers):
+            try:
+                response = self.net.request(md.endpoint(broker_id), P.ApiKey.DESCRIBE_CONFIGS,
+                                            {"topics": [], "brokers": [broker_id]},
+                                            timeout_ms=self.request_timeout_ms)
+            except (E.KafkaError, P.ProtocolError):
+                continue
+            for broker_id, code, configs in response.body.get("brokers", []):
+                if not code:
+                    return broker_id, dict(configs)
+        raise error(ErrorCode.BROKER_NOT_AVAILABLE, "no broker answered DescribeConfigs")
+
     # ------------------------------------------------------------- leadership
     def elect_leaders(self, type: str = "preferred", partitions=None,
                       timeout_ms: int = 30_000) -> dict:

@@ -1,4 +1,18 @@
-"""The consumer: manual assignment, fetch pipelining, leader following. One thread.
+"""The consumer: manual assignment or a group, fetch pipelining, leader following. One
+thread.
+
+Groups (``group_id=``, then ``subscribe``): the Kafka paper's consumer groups, in the
+coordinator as Kafka 0.8 kept them (``node.client.group``, its rebalance decided by
+``node.core.group``). The rebalance runs inside ``poll``/``commit``/``close``, in the
+caller's thread; a member that stops polling holds its partitions until its session
+ends (Kafka 0.8's consumer rebalanced on a thread of its own; Kafka's current consumer
+also rebalances in ``poll``). The coordinator's address comes from ``zookeeper_connect``
+or, as a Kafka client would ask for a broker config, from a broker's DescribeConfigs
+(``zookeeper.connect``). Committed offsets are the next offsets to read; a member that
+joins reads from them, or from ``auto_offset_reset`` where there are none; with
+``enable_auto_commit`` the positions are committed every ``auto_commit_interval_ms``,
+before each rebalance and on ``close``, so a record is never skipped: what a member
+had not committed when it died is read again by the next owner (at least once).
 
 Theory of operation (Kafka's Fetcher, without groups):
 
@@ -94,6 +108,28 @@ class FetchedBatch:
                 for o, ts, k, v in zip(offsets, timestamps, keys, values)]
 
 
+class NoOffsetForPartitionError(RuntimeError):
+    """A group member got a partition with no committed offset and no reset policy."""
+
+
+GROUP_STEP_MS = 50     # the longest a poll waits on the network before a group step
+
+
+class _Listener:
+    """The application's rebalance listener, its callbacks optional."""
+
+    def __init__(self, listener):
+        self.listener = listener
+
+    def on_partitions_revoked(self, tps) -> None:
+        if self.listener is not None and hasattr(self.listener, "on_partitions_revoked"):
+            self.listener.on_partitions_revoked(tps)
+
+    def on_partitions_assigned(self, tps) -> None:
+        if self.listener is not None and hasattr(self.listener, "on_partitions_assigned"):
+            self.listener.on_partitions_assigned(tps)
+
+
 OffsetAndTimestamp = collections.namedtuple("OffsetAndTimestamp", "offset timestamp")
 
 
@@ -148,7 +184,24 @@ class Consumer:
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
                  metadata_backoff_ms: int | None = None, check_crcs: bool = True,
                  client_id: str | None = None, key_deserializer=None,
-                 value_deserializer=None):
+                 value_deserializer=None, group_id: str | None = None,
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 zookeeper_connect: str | None = None, session_timeout_ms: int = 6000,
+                 rebalance_backoff_ms: int = 250):
+        if group_id is not None:
+            from node.client.group import check_group_id
+            check_group_id(group_id)
+        if auto_commit_interval_ms < 1 or session_timeout_ms < 1 or rebalance_backoff_ms < 0:
+            raise ValueError("group configs out of range")
+        self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self.zookeeper_connect = zookeeper_connect
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_backoff_ms = rebalance_backoff_ms
+        self._group = None
+        self._next_auto_commit = 0.0
+        self._commit_pool = None
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
         if auto_offset_reset not in ("earliest", "latest", "none"):
@@ -180,6 +233,12 @@ class Consumer:
 
     # ------------------------------------------------------------- assignment
     def assign(self, partitions) -> None:
+        if self._group is not None:
+            raise RuntimeError("assign() after subscribe(): subscription to topics and "
+                               "manual assignment are mutually exclusive")
+        self._set_assignment(partitions)
+
+    def _set_assignment(self, partitions) -> None:
         tps = [_tp(x) for x in partitions]
         old = self._states
         self._states = {tp: old.get(tp) or _PartitionState(tp, self._default_reset())
@@ -188,6 +247,124 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
+
+    # ------------------------------------------------------------- groups
+    def subscribe(self, topics=(), pattern: str | None = None, listener=None) -> None:
+        """Join ``group_id`` for ``topics`` (or every topic matching the regular
+        expression ``pattern``); ``listener`` may have ``on_partitions_revoked(tps)``
+        and ``on_partitions_assigned(tps)``. The assignment follows in ``poll``."""
+        if self.group_id is None:
+            raise RuntimeError("subscribe() needs a group_id")
+        if self._group is None:
+            if self._states:
+                raise RuntimeError("subscribe() after assign(): subscription to topics "
+                                   "and manual assignment are mutually exclusive")
+            from node.client.group import GroupMember
+            self._group = GroupMember(
+                self, self.group_id, self._coordinator_address(), client_id=self.client_id,
+                session_timeout_ms=self.session_timeout_ms,
+                rebalance_backoff_ms=self.rebalance_backoff_ms,
+                auto_commit=self.enable_auto_commit)
+            self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
+        if isinstance(topics, str):
+            topics = [topics]
+        self._group.subscribe(topics, pattern, _Listener(listener))
+
+    def _coordinator_address(self) -> str:
+        if self.zookeeper_connect:
+            return self.zookeeper_connect
+        from node.client.admin import Admin
+        with Admin(self.bootstrap, request_timeout_ms=self.request_timeout_ms,
+                   client_id=self.client_id) as admin:
+            _, configs = admin.describe_broker_config()
+        self.zookeeper_connect = configs["zookeeper.connect"]
+        return self.zookeeper_connect
+
+    def subscription(self) -> set[str] | None:
+        if self._group is None or self._group.subscription is None:
+            return None
+        return set(self._group.subscription.topics) or {self._group.subscription.pattern}
+
+    def member_id(self) -> str | None:
+        return None if self._group is None else self._group.member_id
+
+    def commit(self, offsets: dict | None = None) -> dict:
+        """Write the committed offsets (the next offsets to read): ``offsets`` {tp:
+        offset} or, by default, the position of every assigned partition. Only the
+        partitions this member owns are written; returns those."""
+        group = self._need_group("commit")
+        group.step()
+        return group.commit_offsets(self._commit_map(offsets))
+
+    def commit_async(self, offsets: dict | None = None, callback=None):
+        """``commit`` on a helper thread, in order; returns a Future of the written
+        offsets, and calls ``callback(offsets, exception)`` when done."""
+        import concurrent.futures
+        group = self._need_group("commit_async")
+        wanted = self._commit_map(offsets)
+        if self._commit_pool is None:
+            self._commit_pool = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"{self.client_id}-commit")
+        future = self._commit_pool.submit(group.commit_offsets, wanted)
+        if callback is not None:
+            future.add_done_callback(lambda f: callback(
+                wanted, f.exception() if not f.cancelled() else None))
+        return future
+
+    def committed(self, tp) -> int | None:
+        """The group's committed offset of ``tp`` (None if there is none)."""
+        tp = _tp(tp)
+        return self._need_group("committed").committed_offsets([tp]).get(
+            (tp.topic, tp.partition))
+
+    def _need_group(self, what: str):
+        if self._group is None:
+            raise RuntimeError(f"{what}() needs a group_id and subscribe()")
+        return self._group
+
+    def _commit_map(self, offsets: dict | None) -> dict:
+        if offsets is None:
+            return self._group_positions(self._states)
+        return {(tp[0], tp[1]): getattr(o, "offset", o) for tp, o in
+                ((_tp(k), v) for k, v in offsets.items())}
+
+    # The group's hooks (node.client.group calls them in this thread).
+    def _group_revoke(self, partitions) -> None:
+        gone = {_tp(tp) for tp in partitions}
+        self._set_assignment([tp for tp in self._states if tp not in gone])
+
+    def _group_assign(self, partitions, committed: dict) -> None:
+        self._set_assignment(list(self._states) + [_tp(tp) for tp in sorted(partitions)])
+        for tp in partitions:
+            offset = committed.get(tuple(tp))
+            if offset is not None:
+                self.seek(tp, offset)
+            elif self.auto_offset_reset == "none":
+                raise NoOffsetForPartitionError(
+                    f"no committed offset for {tp[0]}-{tp[1]} in group {self.group_id} "
+                    f"and auto_offset_reset is none")
+
+    def _group_positions(self, partitions) -> dict:
+        out = {}
+        for tp in partitions:
+            state = self._states.get(_tp(tp))
+            if state is not None and state.position is not None:
+                out[(state.tp.topic, state.tp.partition)] = state.position
+        return out
+
+    def _group_step(self) -> None:
+        group = self._group
+        if group is None:
+            return
+        group.step()
+        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
+            positions = self._group_positions(self._states)
+            if positions and group.stable:
+                try:
+                    group.commit_offsets(positions)
+                except Exception as e:   # the coordinator is away: the next one will do
+                    log.warning("auto-commit of group %s failed: %s", self.group_id, e)
 
     def _default_reset(self) -> str:
         return "latest" if self.auto_offset_reset == "none" else self.auto_offset_reset
@@ -335,6 +512,7 @@ class Consumer:
             raise RuntimeError("poll() on a closed consumer")
         deadline = time.monotonic() + max(0, timeout_ms) / 1000
         while True:
+            self._group_step()
             self._update_metadata_if_needed(deadline)
             self._resolve_resets(deadline)
             self._send_fetches()
@@ -349,6 +527,8 @@ class Consumer:
             busy = self._metadata_wanted or self._pending_resets() or any(
                 s.paused_until_s > now for s in self._states.values())
             wait_ms = min(remaining_ms, 100) if busy else remaining_ms
+            if self._group is not None:
+                wait_ms = min(wait_ms, GROUP_STEP_MS)   # watches are seen in poll
             completions, _ = self.net.poll(wait_ms)
             for c in completions:
                 self._on_fetch(c)
@@ -580,9 +760,17 @@ class Consumer:
 
     # ------------------------------------------------------------- closing
     def close(self) -> None:
+        """Leave the group at once (commit with auto-commit, release, end the session),
+        then close the connections."""
         if not self._closed:
             self._closed = True
-            self.net.close()
+            try:
+                if self._commit_pool is not None:
+                    self._commit_pool.shutdown(wait=True)
+                if self._group is not None:
+                    self._group.close()
+            finally:
+                self.net.close()
 
     def __enter__(self) -> "Consumer":
         return self

@@ -153,6 +153,11 @@ class GroupCore:
         self._actions.append(Register())
         self.changed()
 
+    def resubscribed(self) -> None:
+        """The subscription changed: register it again, then rebalance."""
+        self._actions.append(Register())
+        self.changed()
+
     def changed(self) -> None:
         """A watch fired (members or topics changed), or the shell wants a rebalance."""
         if self.state is not State.STABLE:

@@ -92,8 +92,10 @@ OFFSET_FOR_LEADER_EPOCH (23)  follower -> leader (KIP-101/279)
   resp {"partitions": [[topic, partition, error, leader_epoch, end_offset], ...]}
        end_offset -1 (UNDEFINED_EPOCH_OFFSET) when the leader knows no such epoch
 DESCRIBE_CONFIGS (32)
-  req  {"topics": [name, ...]}
-  resp {"topics": [[name, error, {key: value}], ...]}
+  req  {"topics": [name, ...], "brokers": [id, ...] (optional)}
+  resp {"topics": [[name, error, {key: value}], ...],
+        "brokers": [[id, error, {key: value}], ...]}   a broker describes itself only
+                                                        (others: INVALID_REQUEST)
 CREATE_PARTITIONS (37)
   req  {"topics": [[name, new_total_count, assignment | None], ...], "timeout_ms": int}
   resp {"topics": [[name, error, error_message|None], ...]}
