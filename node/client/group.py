@@ -56,7 +56,10 @@ def paths(group_id: str) -> tuple[str, str, str]:
 
 def decode_subscription(data: bytes) -> G.Subscription:
     """A consumer registry entry's subscription (Kafka 0.8's JSON)."""
-    entry = json.loads(data)
+    return subscription_of(json.loads(data))
+
+
+def subscription_of(entry: dict) -> G.Subscription:
     subscription = entry.get("subscription") or {}
     if entry.get("pattern") in ("white_list", "black_list"):
         pattern = "|".join(f"(?:{p})" for p in subscription) or "(?!)"
@@ -354,3 +357,115 @@ def _host() -> str:
     except OSError:
         return "127.0.0.1"
 
+
+
+# ------------------------------------------------------------------ the tools' view
+
+class GroupView:
+    """What the registries say about a group: members {id: registry entry}, owners
+    {tp: member id}, committed offsets {tp: offset}."""
+
+    def __init__(self, group_id: str, members: dict, owners: dict, offsets: dict,
+                 partitions: dict):
+        self.group_id = group_id
+        self.members = members
+        self.owners = owners
+        self.offsets = offsets
+        self.partitions = partitions      # {topic: count} of the subscribed topics
+
+    @property
+    def state(self) -> str:
+        """Kafka's group state names: Empty (no member), Stable (every subscribed
+        partition owned by a member), PreparingRebalance (a rebalance is under way)."""
+        if not self.members:
+            return "Empty"
+        subs = {m: subscription_of(e) for m, e in self.members.items()}
+        wanted = {(t, p) for t, n in self.partitions.items() for p in range(n)
+                  if any(s.matches(t) for s in subs.values())}
+        owned = {tp for tp, m in self.owners.items() if m in self.members}
+        return "Stable" if owned == wanted else "PreparingRebalance"
+
+
+def list_groups(zk) -> list[str]:
+    from kazoo.exceptions import NoNodeError
+    try:
+        return sorted(zk.get_children(ROOT))
+    except NoNodeError:
+        return []
+
+
+def read_group(zk, group_id: str) -> GroupView | None:
+    """The group's registries, or None if the group has none."""
+    from kazoo.exceptions import NoNodeError
+    check_group_id(group_id)
+    ids, owners_path, offsets_path = paths(group_id)
+    if zk.exists(f"{ROOT}/{group_id}") is None:
+        return None
+
+    def children(path: str) -> list[str]:
+        try:
+            return zk.get_children(path)
+        except NoNodeError:
+            return []
+
+    def data(path: str) -> bytes | None:
+        try:
+            return zk.get(path)[0]
+        except NoNodeError:
+            return None
+
+    members = {}
+    for member in children(ids):
+        raw = data(f"{ids}/{member}")
+        try:
+            members[member] = json.loads(raw) if raw is not None else None
+        except ValueError:
+            continue
+    members = {m: e for m, e in members.items() if isinstance(e, dict)}
+    owners, offsets = {}, {}
+    for topic in children(owners_path):
+        for p in children(f"{owners_path}/{topic}"):
+            raw = data(f"{owners_path}/{topic}/{p}")
+            if raw is not None and p.isdigit():
+                owners[(topic, int(p))] = raw.decode()
+    for topic in children(offsets_path):
+        for p in children(f"{offsets_path}/{topic}"):
+            raw = data(f"{offsets_path}/{topic}/{p}")
+            try:
+                offsets[(topic, int(p))] = int(raw)
+            except (TypeError, ValueError):
+                continue
+    topics = set(zk.get_children("/brokers/topics")) if zk.exists("/brokers/topics") else set()
+    partitions = {}
+    for topic in sorted(topics):
+        if not any(subscription_of(e).matches(topic)
+                   for e in members.values()) and \
+                not any(t == topic for t, _ in list(owners) + list(offsets)):
+            continue
+        raw = data(f"/brokers/topics/{topic}")
+        try:
+            partitions[topic] = len(json.loads(raw)["partitions"])
+        except (TypeError, ValueError, KeyError):
+            continue
+    return GroupView(group_id, members, owners, offsets, partitions)
+
+
+def write_offsets(zk, group_id: str, offsets: dict) -> None:
+    """Set committed offsets {tp: offset} (the tools' --reset-offsets)."""
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+    _, _, base = paths(group_id)
+    for (topic, partition), offset in sorted(offsets.items()):
+        path = f"{base}/{topic}/{partition}"
+        value = str(int(offset)).encode()
+        try:
+            zk.set(path, value)
+        except NoNodeError:
+            try:
+                zk.create(path, value, makepath=True)
+            except NodeExistsError:
+                zk.set(path, value)
+
+
+def delete_group(zk, group_id: str) -> None:
+    check_group_id(group_id)
+    zk.delete(f"{ROOT}/{group_id}", recursive=True)

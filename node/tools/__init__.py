@@ -4,6 +4,7 @@
 - ``console-producer`` / ``console-consumer``: ``node.tools.console``
 - ``leader-election`` (kafka-leader-election.sh): ``node.tools.leader_election``
 - ``reassign-partitions`` (kafka-reassign-partitions.sh): ``node.tools.reassign``
+- ``consumer-groups`` (kafka-consumer-groups.sh): ``node.tools.consumer_groups``
 - ``get-offsets`` (kafka-get-offsets.sh, GetOffsetShell): ``node.tools.get_offsets``
 - ``schemas``: the Avro schema registry in the coordinator: ``node.tools.schemas``
 - ``cluster add-broker`` / ``cluster remove-broker``: ``node.cluster.scale``
@@ -25,6 +26,9 @@ TOOLS = {
     "reassign-partitions": ("node.tools.reassign", "add_arguments",
                             "generate, execute and verify reassignments "
                             "(kafka-reassign-partitions)"),
+    "consumer-groups": ("node.tools.consumer_groups", "add_arguments",
+                        "list, describe, reset offsets of and delete consumer groups "
+                        "(kafka-consumer-groups)"),
     "get-offsets": ("node.tools.get_offsets", "add_arguments",
                     "offsets by time, earliest or latest (kafka-get-offsets)"),
     "schemas": ("node.tools.schemas", "add_arguments",

@@ -256,6 +256,8 @@ def add_consumer_arguments(parser) -> None:
     parser.add_argument("--bootstrap-server", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--from-beginning", action="store_true")
+    parser.add_argument("--group", help="read as a member of this consumer group (its "
+                        "committed offsets; commits as it goes)")
     parser.add_argument("--partition", type=int)
     parser.add_argument("--offset", help="a non-negative offset, earliest or latest "
                         "(default latest); needs --partition")
@@ -370,6 +372,15 @@ def _consume(args) -> int:
                             f"exist (partitions: 0..{len(partitions) - 1})")
         partitions = [args.partition]
     reset = start if isinstance(start, str) else "earliest"
+    if args.group is not None:
+        if args.partition is not None:
+            raise ToolError("Options group and partition cannot be specified together.")
+        from node.client.group import GroupError, check_group_id
+        try:
+            check_group_id(args.group)
+        except GroupError as e:
+            raise ToolError(str(e)) from None
+        kwargs.update(group_id=args.group, auto_commit_interval_ms=1000)
     registry = None
     if props.get("schema.registry"):
         from node.client.avro import AvroDeserializer
@@ -380,7 +391,14 @@ def _consume(args) -> int:
     out = sys.stdout.buffer
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM,)}
     try:
-        consumer.assign([(args.topic, p) for p in partitions])
+        if args.group is not None:
+            from node.client.group import GroupError
+            try:
+                consumer.subscribe([args.topic])
+            except GroupError as e:
+                raise ToolError(str(e)) from None
+        else:
+            consumer.assign([(args.topic, p) for p in partitions])
         if not isinstance(start, str):
             consumer.seek((args.topic, partitions[0]), start)
         last_record_s = time.monotonic()

@@ -1,0 +1,151 @@
+"""``minikafka consumer-groups`` and ``console-consumer --group`` on a real cluster:
+Kafka's output lines, offset resets, deletion, and one-line errors."""
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+
+import pytest
+
+from node.client import Admin, Consumer, Producer
+from node.cluster import Cluster
+from tests.conftest import new_cluster_id
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+BASE_MS = 1_760_000_000_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = Cluster.up(tmp_path_factory.mktemp("cgroups"), brokers=1,
+                         config={"default.replication.factor": "1"},
+                         cluster_id=new_cluster_id())
+    try:
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic("orders", 2, 1)
+        with Producer(cluster.bootstrap_servers) as producer:
+            for i in range(100):      # record i of each partition written at BASE + i s
+                for p in (0, 1):
+                    producer.send("orders", b"o%d" % i, partition=p,
+                                  timestamp_ms=BASE_MS + 1000 * i)
+            producer.flush()
+        yield cluster
+    finally:
+        cluster.down(grace_s=5)
+
+
+def _cli(cluster, *args, tool="consumer-groups", timeout=60):
+    return subprocess.run([sys.executable, "-m", "node.cli", tool, "--bootstrap-server",
+                           cluster.bootstrap_servers, *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _table(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.splitlines() if line.strip()]
+
+
+def test_console_consumer_in_a_group_commits_and_describe_shows_kafkas_columns(cluster):
+    show = ["--property", "print.partition=true", "print.offset=true"]
+    read = _cli(cluster, "--topic", "orders", "--group", "readers", "--from-beginning",
+                "--max-messages", "150", *show, tool="console-consumer")
+    assert read.returncode == 0, read.stderr
+    assert len(read.stdout.splitlines()) == 150
+    assert _cli(cluster, "--list").stdout.split() == ["readers"]
+    described = _cli(cluster, "--describe", "--group", "readers")
+    assert described.returncode == 0, described.stderr
+    assert "Consumer group 'readers' has no active members." in described.stderr
+    rows = _table(described.stdout)
+    assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
+                       "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    body = {int(r[2]): r for r in rows[1:]}
+    assert sorted(body) == [0, 1]
+    assert sum(int(r[3]) for r in body.values()) == 150          # what was read
+    assert all(r[4] == "100" and int(r[5]) == 100 - int(r[3]) for r in body.values())
+    assert all(r[6:] == ["-", "-", "-"] for r in body.values())
+    # A second run in the same group goes on from the committed offsets.
+    rest = _cli(cluster, "--topic", "orders", "--group", "readers", "--max-messages", "50",
+                *show, tool="console-consumer")
+    assert rest.returncode == 0, rest.stderr
+
+    def positions(stdout):
+        return {tuple(line.split("\t")[:2]) for line in stdout.splitlines()}
+    first, second = positions(read.stdout), positions(rest.stdout)
+    assert len(first) == 150 and len(second) == 50 and not first & second
+    assert first | second == {(f"Partition:{p}", f"Offset:{o}") for p in (0, 1)
+                              for o in range(100)}
+
+
+def test_describe_members_and_state_of_a_live_group(cluster):
+    member = Consumer(cluster.bootstrap_servers, group_id="live", auto_offset_reset="earliest",
+                      zookeeper_connect=cluster.zookeeper)
+    try:
+        member.subscribe(["orders"])
+        while len(member.assignment()) < 2:
+            member.poll(100)
+        members = _cli(cluster, "--describe", "--group", "live", "--members", "--verbose")
+        rows = _table(members.stdout)
+        assert rows[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                           "ASSIGNMENT"]
+        assert rows[1][:2] == ["live", member.member_id()] and rows[1][4:] == \
+            ["2", "orders(0,1)"]
+        state = _table(_cli(cluster, "--describe", "--group", "live", "--state").stdout)
+        assert state[0][0] == "GROUP" and state[1][0] == "live"
+        assert state[1][-3:] == ["range", "Stable", "1"]
+        refused = _cli(cluster, "--reset-offsets", "--group", "live", "--topic", "orders",
+                       "--to-earliest", "--execute")
+        assert refused.returncode != 0
+        assert refused.stderr.strip() == ("Error: Assignments can only be reset if the "
+                                          "group 'live' is inactive, but the current state "
+                                          "is Stable.")
+        refused = _cli(cluster, "--delete", "--group", "live")
+        assert refused.returncode != 0 and "The group is not empty" in refused.stderr
+    finally:
+        member.close()
+
+
+def test_reset_offsets_every_scenario(cluster):
+    def plan(*args) -> dict:
+        result = _cli(cluster, "--reset-offsets", "--group", "resets", *args)
+        assert result.returncode == 0, result.stderr
+        rows = _table(result.stdout)
+        assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+        return {int(r[2]): int(r[3]) for r in rows[1:]}
+
+    assert plan("--topic", "orders", "--to-latest", "--execute") == {0: 100, 1: 100}
+    assert plan("--topic", "orders:1", "--to-offset", "40", "--execute") == {1: 40}
+    assert plan("--topic", "orders", "--shift-by", "-10", "--dry-run") == {0: 90, 1: 30}
+    when = datetime.datetime.fromtimestamp((BASE_MS + 25_500) / 1000,
+                                           datetime.timezone.utc).isoformat()
+    assert plan("--all-topics", "--to-datetime", when, "--dry-run") == {0: 26, 1: 26}
+    # Past the end: moved to the end, with Kafka's warning.
+    result = _cli(cluster, "--reset-offsets", "--group", "resets", "--topic", "orders:0",
+                  "--to-offset", "500", "--execute")
+    assert "New offset (500) is higher than latest offset" in result.stderr
+    assert plan("--topic", "orders", "--to-earliest", "--dry-run") == {0: 0, 1: 0}
+    # Only --execute wrote: 0 -> 100 (the capped 500), 1 -> 40.
+    described = _table(_cli(cluster, "--describe", "--group", "resets").stdout)
+    assert {int(r[2]): int(r[3]) for r in described[1:]} == {0: 100, 1: 40}
+    deleted = _cli(cluster, "--delete", "--group", "resets")
+    assert deleted.stdout.strip() == \
+        "Deletion of requested consumer groups ('resets') was successful."
+    assert "resets" not in _cli(cluster, "--list").stdout.split()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--describe", "--group", "nobody"], "Consumer group 'nobody' does not exist."),
+    (["--reset-offsets", "--group", "g", "--topic", "orders", "--to-datetime", "soon",
+      "--execute"], "Error parsing timestamp"),
+    (["--reset-offsets", "--group", "g", "--topic", "orders", "--execute"],
+     "takes one of these options"),
+    (["--reset-offsets", "--group", "g", "--topic", "nope", "--to-latest", "--execute"],
+     "Topic 'nope' does not exist"),
+    (["--describe"], "takes one of these options: [all-groups], [group]"),
+    (["--delete", "--group", "a/b"], "invalid group id"),
+])
+def test_mistakes_are_one_line(cluster, args, words):
+    result = _cli(cluster, *args)
+    assert result.returncode != 0
+    assert words in result.stderr, result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1
