@@ -1,0 +1,218 @@
+"""Consumer groups measured (issue 12): rebalance times and group read throughput.
+
+    python -m bench.groups [--records 2000000] [--record-size 100] [--repeats 5]
+                           [--session-ms 6000] [--dir DIR]
+
+One broker, topic ``groups`` with 6 partitions filled with ``--records`` records (the
+perf tool's bulk path). Then, each a median of ``--repeats`` tries where it says so:
+
+- read throughput: 3 member processes of one new group read every record
+  (``poll_batches``, the perf tool's read path), timed from the first record any of them
+  read until the last (and from their start); against ``consumer-perf-test`` reading the
+  same records alone in the same run (its fetch.nMsg.sec, and nMsg.sec);
+- rebalance after a clean ``close()``: 3 members own the 6 partitions; one is sent
+  SIGTERM (it closes: releases, ends its session); the time from the signal until the
+  two others own every partition (polled in the coordinator every 5 ms);
+- rebalance after SIGKILL: the same, the member SIGKILLed; its partitions come back
+  once its session ends (``--session-ms``). Target: within the session timeout + 1 s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOPIC = "groups"
+PARTITIONS = 6
+POLL_S = 0.005
+
+
+def member(args) -> int:
+    """A member process: read until told to stop; write (records read, first/last read
+    time) to --out after every poll with records."""
+    from node.client import Consumer
+    consumer = Consumer(args.bootstrap, group_id=args.group, zookeeper_connect=args.zookeeper,
+                        auto_offset_reset="earliest", session_timeout_ms=args.session_ms,
+                        max_partition_fetch_bytes=4 << 20, fetch_max_bytes=16 << 20)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    read, first = 0, None
+    try:
+        consumer.subscribe([TOPIC])
+        Path(args.out + ".id").write_text(consumer.member_id())
+        while not stop:
+            batches = consumer.poll_batches(100)
+            if batches:
+                now = time.time()
+                first = first or now
+                read += sum(b.batch.header.record_count - b.skip for b in batches)
+                tmp = args.out + ".tmp"
+                Path(tmp).write_text(json.dumps({"read": read, "first": first, "last": now}))
+                os.replace(tmp, args.out)
+    finally:
+        consumer.close()
+    return 0
+
+
+def _start_members(cluster, group: str, n: int, directory: Path, session_ms: int) -> list:
+    procs = []
+    for i in range(n):
+        out = directory / f"{group}-{i}.json"
+        procs.append((subprocess.Popen(
+            [sys.executable, "-m", "bench.groups", "--member", "--bootstrap",
+             cluster.bootstrap_servers, "--zookeeper", cluster.zookeeper, "--group", group,
+             "--out", str(out), "--session-ms", str(session_ms)]), out))
+    return procs
+
+
+def _stop(procs) -> None:
+    for p, _ in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p, _ in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _owners(zk, group: str) -> dict:
+    from node.client.group import read_group
+    view = read_group(zk, group)
+    return {} if view is None else {tp: m for tp, m in view.owners.items()
+                                    if m in view.members}
+
+
+def _wait(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench.groups: timed out waiting for {what}")
+        time.sleep(POLL_S)
+
+
+def throughput(cluster, directory: Path, records: int, session_ms: int
+               ) -> tuple[float, float]:
+    """(records/s from the members' start, records/s from the first record read)."""
+    procs = _start_members(cluster, "throughput", 3, directory, session_ms)
+    started = time.time()
+    try:
+        def done():
+            states = []
+            for _, out in procs:
+                try:
+                    states.append(json.loads(out.read_text()))
+                except (OSError, ValueError):
+                    states.append({"read": 0})
+            return states if sum(s["read"] for s in states) >= records else None
+        states = _wait(done, 600, "the group to read every record")
+    finally:
+        _stop(procs)
+    last = max(s.get("last", 0) for s in states)
+    first = min(s["first"] for s in states if "first" in s)
+    return records / (last - started), records / max(last - first, 1e-3)
+
+
+def perf_tool(cluster, records: int) -> tuple[float, float]:
+    """consumer-perf-test's (nMsg.sec, fetch.nMsg.sec): overall, and without the time
+    before the first fetch."""
+    result = subprocess.run(
+        [sys.executable, "-m", "node.cli", "consumer-perf-test", "--bootstrap-server",
+         cluster.bootstrap_servers, "--topic", TOPIC, "--messages", str(records)],
+        capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise SystemExit(f"consumer-perf-test failed: {result.stderr.strip()}")
+    columns = result.stdout.strip().splitlines()[-1].split(",")
+    return float(columns[5]), float(columns[9])
+
+
+def rebalance(cluster, zk, directory: Path, how: str, k: int, session_ms: int) -> float:
+    group = f"{how.lower()}-{k}"
+    procs = _start_members(cluster, group, 3, directory, session_ms)
+    try:
+        ids = [_wait(lambda out=out: Path(f"{out}.id").exists() and
+                     Path(f"{out}.id").read_text(), 30, "a member id") for _, out in procs]
+        _wait(lambda: len(_owners(zk, group)) == PARTITIONS and
+              set(_owners(zk, group).values()) == set(ids), 60, "three owners")
+        victim, _ = procs[0]
+        survivors = set(ids[1:])
+        started = time.monotonic()
+        victim.send_signal(signal.SIGKILL if how == "KILL" else signal.SIGTERM)
+        _wait(lambda: len(_owners(zk, group)) == PARTITIONS and
+              set(_owners(zk, group).values()) == survivors, 60, "the survivors to own all")
+        return (time.monotonic() - started) * 1000
+    finally:
+        _stop(procs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.groups", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--record-size", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--session-ms", type=int, default=6000)
+    parser.add_argument("--dir", default=None)
+    # The member role (started by the bench itself).
+    parser.add_argument("--member", action="store_true", help=argparse.SUPPRESS)
+    for flag in ("--bootstrap", "--zookeeper", "--group", "--out"):
+        parser.add_argument(flag, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.member:
+        return member(args)
+
+    from kazoo.client import KazooClient
+
+    from node.client import Admin
+    from node.cluster import Cluster
+    directory = Path(args.dir or tempfile.mkdtemp(prefix="bench-groups-"))
+    cluster = Cluster.up(directory / "cluster", 1, config={"num.partitions": "6"})
+    zk = KazooClient(hosts=cluster.zookeeper, timeout=10)
+    zk.start(timeout=10)
+    try:
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic(TOPIC, PARTITIONS, 1)
+        fill = subprocess.run(
+            [sys.executable, "-m", "node.cli", "producer-perf-test", "--topic", TOPIC,
+             "--num-records", str(args.records), "--record-size", str(args.record_size),
+             "--throughput", "-1", "--producer-props",
+             f"bootstrap.servers={cluster.bootstrap_servers}", "acks=1",
+             "batch.size=262144"], capture_output=True, text=True, timeout=600)
+        if fill.returncode != 0:
+            raise SystemExit(f"filling the topic failed: {fill.stderr.strip()}")
+        print(f"{args.records:,} records of {args.record_size} B in {PARTITIONS} "
+              f"partitions; session timeout {args.session_ms} ms", flush=True)
+        group_all, group_reading = throughput(cluster, directory, args.records,
+                                              args.session_ms)
+        alone_all, alone_reading = perf_tool(cluster, args.records)
+        print(f"read by a group of 3 member processes: {group_reading:,.0f} records/s "
+              f"from the first record read ({group_all:,.0f} from their start); "
+              f"consumer-perf-test alone: {alone_reading:,.0f} records/s fetching "
+              f"({alone_all:,.0f} overall); ratio {group_reading / alone_reading:.2f}",
+              flush=True)
+        for how in ("CLOSE", "KILL"):
+            times = [rebalance(cluster, zk, directory, how, k, args.session_ms)
+                     for k in range(args.repeats)]
+            print(f"rebalance after {'a clean close()' if how == 'CLOSE' else 'SIGKILL'}: "
+                  f"median {statistics.median(times):,.0f} ms, best {min(times):,.0f}, "
+                  f"worst {max(times):,.0f} ({len(times)} tries)", flush=True)
+    finally:
+        zk.stop()
+        zk.close()
+        cluster.down(grace_s=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
