@@ -91,6 +91,7 @@ class GroupMember:
         self._lost = threading.Event()
         self._backoff_until: float | None = None
         self._stray: set = set()
+        self._stepping = False
         self._registered_session = None
         self.zk = KazooClient(hosts=zookeeper, timeout=session_timeout_ms / 1000,
                               connection_retry=KazooRetry(max_tries=-1, delay=0.1,
@@ -140,8 +141,16 @@ class GroupMember:
 
     def step(self) -> None:
         """Feed the core what happened since the last step and carry out its actions."""
-        if self.subscription is None or not self.zk.connected:
-            return      # nothing to do, or the coordinator is away: the flags wait
+        if self.subscription is None or not self.zk.connected or self._stepping:
+            return      # nothing to do, the coordinator is away (the flags wait), or a
+            #             listener called back into the consumer during a step
+        self._stepping = True
+        try:
+            self._step()
+        finally:
+            self._stepping = False
+
+    def _step(self) -> None:
         if self._lost.is_set():
             self._lost.clear()
             self._registered_session = None

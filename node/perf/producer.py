@@ -45,8 +45,9 @@ import time
 import numpy as np
 
 from node.perf import results
+from node.tools.common import read_properties_file
 from node.perf.common import (MB_BYTES, NS_PER_MS, ToolError, add_tool_parser, bootstrap_of,
-                              check_topic, parse_key_values, parse_props, percentile,
+                              check_topic, parse_props, percentile,
                               positive_int, run_tool)
 
 NAME = "producer-perf-test"
@@ -242,17 +243,6 @@ def producer_settings(props: dict[str, str]) -> tuple[dict, int]:
     if buffer_memory <= 0:
         raise ToolError("buffer.memory must be positive")
     return kwargs, buffer_memory
-
-
-def read_properties_file(path: str) -> dict[str, str]:
-    """A Java .properties file (key=value lines, # and ! comments)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ToolError(f"cannot read {path}: {e.strerror}") from None
-    pairs = [line.strip() for line in lines]
-    return parse_key_values([p for p in pairs if p and p[0] not in "#!"], path)
 
 
 # ----------------------------------------------------------------- the run

@@ -5,6 +5,7 @@
 - ``leader-election`` (kafka-leader-election.sh): ``node.tools.leader_election``
 - ``reassign-partitions`` (kafka-reassign-partitions.sh): ``node.tools.reassign``
 - ``consumer-groups`` (kafka-consumer-groups.sh): ``node.tools.consumer_groups``
+- ``mirror-maker`` (kafka-mirror-maker.sh): ``node.tools.mirror_maker``
 - ``get-offsets`` (kafka-get-offsets.sh, GetOffsetShell): ``node.tools.get_offsets``
 - ``schemas``: the Avro schema registry in the coordinator: ``node.tools.schemas``
 - ``cluster add-broker`` / ``cluster remove-broker``: ``node.cluster.scale``
@@ -29,6 +30,8 @@ TOOLS = {
     "consumer-groups": ("node.tools.consumer_groups", "add_arguments",
                         "list, describe, reset offsets of and delete consumer groups "
                         "(kafka-consumer-groups)"),
+    "mirror-maker": ("node.tools.mirror_maker", "add_arguments",
+                     "copy topics from one cluster to another (kafka-mirror-maker)"),
     "get-offsets": ("node.tools.get_offsets", "add_arguments",
                     "offsets by time, earliest or latest (kafka-get-offsets)"),
     "schemas": ("node.tools.schemas", "add_arguments",

@@ -65,6 +65,17 @@ def guarded(prefix: str, fn, args) -> int:
     return EXIT_ERROR
 
 
+def read_properties_file(path: str) -> dict[str, str]:
+    """A Java .properties file (key=value lines, # and ! comments)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ToolError(f"cannot read {path}: {e.strerror}") from None
+    pairs = [line.strip() for line in lines]
+    return parse_key_values([p for p in pairs if p and p[0] not in "#!"], path)
+
+
 def parse_broker_list(text: str, flag: str = "--broker-list") -> list[int]:
     try:
         brokers = [int(b) for b in str(text).split(",") if b.strip()]
