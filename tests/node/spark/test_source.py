@@ -155,6 +155,35 @@ def test_offset_ranges_and_an_unknown_topic(cluster, spark):
          .option("subscribe", "nope").load().count())
 
 
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_leader_change_during_a_read_loses_and_repeats_nothing(cluster):
+    """An input partition read over Fetch (what an executor runs): its leader is killed
+    after the first Arrow batch; the read follows the new leader and yields every record
+    once, with the offsets the Producer got."""
+    from node.client import Admin, Producer
+    topic = "moving"
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.create_topic(topic, 1, 2)
+        leader = admin.describe_topics([topic])[topic][0].leader
+    n = S.ROWS_PER_ARROW_BATCH * 2 + 500
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+        producer.send_many(topic, [b"m%d" % i for i in range(n)], partition=0)
+        producer.flush()
+    part = S.Range(topic, 0, 0, n, cluster.bootstrap_servers, None, leader)
+    batches = S.read_range(part)
+    got = [next(batches)]
+    cluster.kill(leader, "KILL")
+    try:
+        got += list(batches)
+    finally:
+        cluster.start(leader)
+    offsets = [o for b in got for o in b.column("offset").to_pylist()]
+    values = [v for b in got for v in b.column("value").to_pylist()]
+    assert offsets == list(range(n))
+    assert values == [b"m%d" % i for i in range(n)]
+
+
 @pytest.mark.spark
 @pytest.mark.process
 @pytest.mark.slow
