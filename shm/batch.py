@@ -67,6 +67,8 @@ LAST_OFFSET_DELTA = struct.Struct("<i")
 LAST_OFFSET_DELTA_POSITION = 23
 CRC = struct.Struct("<I")
 CRC_POSITION = 17
+PRODUCER = struct.Struct("<qhi")  # producer_id, producer_epoch, base_sequence
+PRODUCER_POSITION = 43
 
 ATTR_KEY_NULLS = 0x100
 ATTR_VALUE_NULLS = 0x200
@@ -276,6 +278,13 @@ def stamp(buf, base_offset: int, partition_leader_epoch: int) -> None:
     """Set base_offset and partition_leader_epoch in place (the CRC does not cover them)."""
     BASE_OFFSET.pack_into(buf, 0, base_offset)
     LEADER_EPOCH.pack_into(buf, LEADER_EPOCH_POSITION, partition_leader_epoch)
+
+
+def stamp_producer(buf, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Set an idempotent producer's id, epoch and base sequence in place (one batch in
+    ``buf``, writable) and the CRC, which covers them."""
+    PRODUCER.pack_into(buf, PRODUCER_POSITION, producer_id, producer_epoch, base_sequence)
+    CRC.pack_into(buf, CRC_POSITION, crc32c(memoryview(buf)[CRC_START:]))
 
 
 # ---------------------------------------------------------------- parsing

@@ -95,6 +95,7 @@ from shm.errors import (LogClosedError, LogError, OffsetOutOfRangeError,  # noqa
 from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
                        index_name)
 from shm.names import check_cluster_id, cluster_objects, unlink
+from shm.producer_state import ProducerStates, last_sequence
 from shm.segment import DELETED_SUFFIX, Segment, segment_file_name
 
 logger = logging.getLogger("shm.log")
@@ -207,6 +208,10 @@ class Log:
         self._closed = False
         self._lock_fd = -1
         self._roll_flush: _RollFlush | None = None
+        # Idempotent producers' state (shm.producer_state): built from the batch headers
+        # the first time it is needed, then kept up to date by every append; dropped by
+        # a truncation (rebuilt again on the next need). None: not built.
+        self._producers: ProducerStates | None = None
 
     # ================================================================ open / recovery
 
@@ -626,6 +631,8 @@ class Log:
                 segment = self.active_segment
             segment.append(view[position:position + header.size_bytes], header)
             records += header.record_count
+            if self._producers is not None and header.producer_id >= 0:
+                self._learn_producer(header)
         first = batches[0][1].base_offset
         info = AppendInfo(first, self.log_end_offset - 1, records, len(batches))
         assert info.last_offset - info.first_offset + 1 == records
@@ -634,6 +641,33 @@ class Log:
                 now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
             self.flush(now_ms=now_ms)
         return info
+
+    # ================================================================ producers
+
+    def producer_states(self) -> ProducerStates:
+        """The idempotent producers' state of this partition (built from the log's batch
+        headers on first use: a header walk, no record is decoded)."""
+        self._ensure_open()
+        if self._producers is None:
+            self._producers = ProducerStates()
+            for segment in self.segments:
+                end = segment.size_bytes
+                view = segment.view(0, end)
+                position = 0
+                while position < end:
+                    header = B.read_header(view, position)
+                    if header.producer_id >= 0:
+                        self._learn_producer(header)
+                    position += header.size_bytes
+        return self._producers
+
+    def _learn_producer(self, header: B.BatchHeader) -> None:
+        if header.base_sequence < 0 or header.producer_epoch < 0:
+            return
+        self._producers.update(
+            header.producer_id, header.producer_epoch, header.base_sequence,
+            last_sequence(header.base_sequence, header.record_count), header.base_offset,
+            header.next_offset - 1)
 
     # ================================================================ read
 
@@ -868,6 +902,7 @@ class Log:
 
     def _start_at(self, offset: int) -> None:
         """The checkpoints of an empty log restarted at ``offset`` (its only segment)."""
+        self._producers = None
         assert self.log_start_offset == self.log_end_offset == offset
         self.high_watermark = offset
         self.recovery_point = offset
@@ -878,6 +913,7 @@ class Log:
 
     def _after_truncation(self) -> None:
         self._roll_flush = None  # its offset may now name different data: forget it
+        self._producers = None   # rebuilt from what is left when next needed
         if self.high_watermark > self.log_end_offset:
             # Lower the checkpoint too: otherwise, after new appends at these offsets
             # and a crash, the old HW would cover records no replica has confirmed.

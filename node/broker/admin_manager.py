@@ -19,6 +19,10 @@ an answer of NONE means "accepted", as Kafka's ZK-mode admin paths before KIP-49
 - AlterPartitionReassignments / ListPartitionReassignments: /admin/reassign_partitions
   (read-modify-write on its version; an entry removed = a cancellation).
 - DescribeConfigs: the topic's overrides over the broker's defaults.
+- InitProducerId (idempotent producers, KIP-98 without transactions): a new producer id
+  from this broker's block, or the next epoch of a given id. Blocks of
+  ``PRODUCER_ID_BLOCK_SIZE`` ids are reserved in ``/latest_producer_id_block`` with
+  conditional writes (Kafka's znode and JSON), so no two brokers hand out one id.
 
 Malformed bodies raise ``node.wire.protocol.ProtocolError`` (the broker answers
 INVALID_REQUEST); a coordinator failure surfaces as kazoo's exception to the broker.
@@ -29,7 +33,7 @@ import json
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from node.broker.coordinator import GuardedZk
+from node.broker.coordinator import CoordinatorUnavailable, GuardedZk
 from node.wire.errors import ErrorCode
 from node.core import placement
 from node.wire import protocol as P
@@ -43,7 +47,7 @@ from shm.names import topic_name_error
 ADMIN_API_KEYS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-    ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CONFIGS})
+    ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CONFIGS, ApiKey.INIT_PRODUCER_ID})
 
 # Limits
 TOPICS_PER_REQUEST_MAX = 10_000
@@ -666,6 +670,54 @@ def _describe_configs(body: dict, zk: GuardedZk, config) -> dict:
     return out
 
 
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+PRODUCER_ID_BLOCK_SIZE = 1000
+PRODUCER_EPOCH_MAX = 32767
+_producer_ids = {"next": 0, "end": -1}     # this broker process's block: [next, end]
+
+
+def _init_producer_id(body: dict, zk: GuardedZk, config) -> dict:
+    pid = body.get("producer_id", -1)
+    epoch = body.get("producer_epoch", -1)
+    if not isinstance(pid, int) or not isinstance(epoch, int):
+        raise ProtocolError("producer_id and producer_epoch must be ints")
+    if pid >= 0 and 0 <= epoch < PRODUCER_EPOCH_MAX:
+        return {"error": ErrorCode.NONE, "producer_id": pid, "producer_epoch": epoch + 1}
+    if _producer_ids["next"] > _producer_ids["end"]:
+        _reserve_producer_ids(zk, config.broker_id)
+    pid = _producer_ids["next"]
+    _producer_ids["next"] += 1
+    return {"error": ErrorCode.NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+def _reserve_producer_ids(zk: GuardedZk, broker_id: int) -> None:
+    for _ in range(WRITE_ATTEMPTS_MAX):
+        try:
+            data, stat = zk.get(PRODUCER_ID_BLOCK_PATH)
+            try:
+                start = int(json.loads(data)["block_end"]) + 1
+            except (ValueError, KeyError, TypeError):
+                raise ProtocolError(f"{PRODUCER_ID_BLOCK_PATH} holds no block: "
+                                    f"{data[:100]!r}") from None
+            version = stat.version
+        except NoNodeError:
+            start, version = 0, None
+        end = start + PRODUCER_ID_BLOCK_SIZE - 1
+        value = json.dumps({"version": 1, "broker": broker_id, "block_start": str(start),
+                            "block_end": str(end)}).encode()
+        try:
+            if version is None:
+                zk.create(PRODUCER_ID_BLOCK_PATH, value)
+            else:
+                zk.set(PRODUCER_ID_BLOCK_PATH, value, version=version)
+        except (NodeExistsError, BadVersionError):
+            continue       # another broker took this block: read again
+        _producer_ids.update(next=start, end=end)
+        return
+    raise CoordinatorUnavailable(f"could not reserve producer ids in {WRITE_ATTEMPTS_MAX} "
+                                 f"attempts (answered as a retriable timeout)")
+
+
 _HANDLERS = {
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
@@ -674,5 +726,6 @@ _HANDLERS = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_reassignments,
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id,
 }
 assert set(_HANDLERS) == ADMIN_API_KEYS

@@ -76,7 +76,9 @@ from node.net import context
 from node import local_link
 from node.local_link import LinkClosed, LocalConnection
 from node.core.replication import CompleteProduce, Role
+from shm import batch as B
 from shm.batch import CorruptRecordError
+from shm.producer_state import Verdict, last_sequence
 from shm.errors import OffsetOutOfRangeError
 from shm import faults
 from shm.names import check_cluster_id, cluster_objects, topic_name_error, unlink
@@ -576,6 +578,26 @@ class Broker:
         # The leader stamps offsets and its epoch in place: a zmq frame is writable.
         data = frame.buffer if hasattr(frame, "buffer") else bytearray(frame)
         try:
+            verdict = _producer_verdict(log, data)
+        except STORAGE_ERRORS as e:     # building the producers' state read the log
+            produce.complete(index, E.code_for_exception(e), -1, log.log_start_offset, str(e))
+            return None
+        if verdict is not None:
+            code, first, last = verdict
+            if code:
+                produce.complete(index, code, -1, log.log_start_offset)
+                return None
+            # A retry of batches already appended (their answer was lost): the original
+            # offsets, once committed (acks=all), and nothing appended twice.
+            if produce.acks != -1 or last < log.high_watermark:
+                produce.complete(index, ErrorCode.NONE, first, log.log_start_offset)
+                return None
+            self._pending_produces += 1
+            effects = part.core.on_leader_append((produce, index), produce.acks, first, last,
+                                                 timeout_ms, now, part.view)
+            self.replicas.apply_effects(part, effects)
+            return None
+        try:
             info = log.append_as_leader(data, part.core.leader_epoch)
         except STORAGE_ERRORS as e:  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR
             code = E.code_for_exception(e)
@@ -1043,3 +1065,51 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+_VERDICT_ERRORS = {Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                   Verdict.UNKNOWN_PRODUCER: ErrorCode.UNKNOWN_PRODUCER_ID,
+                   Verdict.FENCED: ErrorCode.INVALID_PRODUCER_EPOCH}
+
+
+def _producer_verdict(log, data) -> tuple[int, int, int] | None:
+    """For a frame of an idempotent producer (KIP-98): None to append it; (error, -1, -1)
+    to refuse it; (0, first offset, last offset) when every batch of it was appended
+    before (a retry whose answer was lost). Frames without producer ids: None."""
+    view = memoryview(data).cast("B")
+    headers, position = [], 0
+    while position < len(view):
+        try:
+            header = B.read_header(view, position)
+        except CorruptRecordError:
+            return None                 # the append refuses it with CORRUPT_MESSAGE
+        headers.append(header)
+        position += header.size_bytes
+    idempotent = [h for h in headers if h.producer_id >= 0 and h.base_sequence >= 0]
+    if not idempotent:
+        return None
+    if len(idempotent) != len(headers) or \
+            len({(h.producer_id, h.producer_epoch) for h in headers}) != 1:
+        return ErrorCode.INVALID_REQUEST, -1, -1     # one producer per frame, as Kafka
+    states = log.producer_states()
+    first = headers[0]
+    verdict, span = states.check(first.producer_id, first.producer_epoch,
+                                 first.base_sequence,
+                                 last_sequence(first.base_sequence, first.record_count))
+    if verdict is Verdict.APPEND:
+        expected = last_sequence(first.base_sequence, first.record_count)
+        for h in headers[1:]:          # the rest must continue the first
+            if h.base_sequence != last_sequence(expected, 2):
+                return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, -1
+            expected = last_sequence(h.base_sequence, h.record_count)
+        return None
+    if verdict is Verdict.DUPLICATE:
+        spans = [span]
+        for h in headers[1:]:
+            v, s = states.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                last_sequence(h.base_sequence, h.record_count))
+            if v is not Verdict.DUPLICATE:
+                return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, -1
+            spans.append(s)
+        return ErrorCode.NONE, spans[0].first_offset, spans[-1].last_offset
+    return _VERDICT_ERRORS[verdict], -1, -1

@@ -34,6 +34,17 @@ Theory of operation (Kafka's RecordAccumulator + Sender, simplified):
 batches of up to ``batch_size`` bytes directly from a list / 2-D uint8 numpy array /
 pyarrow binary array (no per-record Python work) and returns one future per batch.
 
+Idempotence (KIP-98 without transactions; ``enable_idempotence``, on by default with
+acks=all as in Kafka 3, refused with acks 0/1): the producer gets an id and epoch from
+a broker (InitProducerId) before its first send, and stamps each batch, when it is
+first sent, with them and the partition's next sequence number (``stamp_producer``;
+retries keep them). One batch per partition per request (as Kafka), one request in
+flight per partition (the muting above), so sequences reach the leader in order; the
+leader answers a retry of an appended batch with the original offsets instead of
+writing it twice. After a batch fails for good, or the leader reports a sequence gap
+or an unknown producer, the producer waits for its requests in flight, takes the next
+epoch and numbers the unsent batches from 0 again (KIP-360).
+
 ``key_serializer`` / ``value_serializer`` (kafka-python's names) turn what ``send`` is
 given into bytes (e.g. ``node.client.avro.AvroSerializer``); ``send_many`` takes bytes.
 """
@@ -62,12 +73,14 @@ from crc32c import crc32c
 
 from shm.batch import (ATTR_KEY_NULLS, CRC, CRC_POSITION, CRC_START, HEADER, HEADER_BYTES,
                        LENGTH_OVERHEAD_BYTES, MAGIC, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-                       NO_SEQUENCE, build_batch, read_header)
+                       NO_SEQUENCE, build_batch, read_header, stamp_producer)
 from shm.config import BATCH_BYTES_MAX
 
 log = logging.getLogger("minikafka.producer")
 
 RECORD_OVERHEAD_BYTES = 12  # timestamp delta + key offset + value offset per record
+IDEMPOTENT_IN_FLIGHT_MAX = 5
+SEQUENCE_WRAP = 2**31
 REQUEST_TIMEOUT_SLACK_MS = 2000  # the broker answers REQUEST_TIMED_OUT before we give up
 IDLE_POLL_MS = 1000
 # A Produce unanswered this long makes the producer check whether its leader moved.
@@ -200,11 +213,14 @@ class _Batch:
     """One encoded record batch on its way to the leader."""
 
     __slots__ = ("tp", "data", "record_count", "result", "created_s", "attempts", "ready_s",
-                 "last_error", "sent_epoch")
+                 "last_error", "sent_epoch", "owned", "producer")
 
-    def __init__(self, tp, data, record_count: int, result: _Result, created_s: float):
+    def __init__(self, tp, data, record_count: int, result: _Result, created_s: float,
+                 owned: bool = True):
         self.tp = tp
         self.data = data
+        self.owned = owned          # data is ours to stamp in place (else copied first)
+        self.producer: tuple | None = None   # (id, epoch, base sequence) once stamped
         self.record_count = record_count
         self.result = result
         self.created_s = created_s
@@ -298,7 +314,8 @@ class Producer:
                  metadata_max_age_ms: int = METADATA_MAX_AGE_MS,
                  metadata_backoff_ms: int | None = None,
                  client_id: str | None = None, partitioner_seed: int | None = None,
-                 key_serializer=None, value_serializer=None):
+                 key_serializer=None, value_serializer=None,
+                 enable_idempotence: bool | None = None):
         self.key_serializer = key_serializer
         self.value_serializer = value_serializer
         self.acks = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}.get(acks)
@@ -307,6 +324,20 @@ class Producer:
         if batch_size < 1 or linger_ms < 0 or retries < 0 or request_timeout_ms < 1 or \
                 max_in_flight_requests_per_connection < 1 or max_request_size < 1024:
             raise ValueError("producer configs out of range")
+        if enable_idempotence:
+            if self.acks != -1:
+                raise ValueError("Must set acks to all in order to use the idempotent "
+                                 "producer. Otherwise we cannot guarantee idempotence.")
+            if max_in_flight_requests_per_connection > IDEMPOTENT_IN_FLIGHT_MAX:
+                raise ValueError("Must set max.in.flight.requests.per.connection to at "
+                                 "most 5 to use the idempotent producer.")
+            if retries < 1:
+                raise ValueError("Must set retries to non-zero when using the idempotent "
+                                 "producer.")
+        # Kafka 3: on by default where it can be (acks=all, <= 5 in flight, retries).
+        self.idempotent = enable_idempotence if enable_idempotence is not None else (
+            self.acks == -1 and retries > 0 and
+            max_in_flight_requests_per_connection <= IDEMPOTENT_IN_FLIGHT_MAX)
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id or f"producer-{os.getpid()}-{next(_client_ids)}"
         self.linger_s = linger_ms / 1000
@@ -467,7 +498,7 @@ class Producer:
         result = _Result(*tp)
         result.record_count = header.record_count
         result.timestamp = header.base_timestamp
-        item = _Batch(tp, batch, header.record_count, result, time.monotonic())
+        item = _Batch(tp, batch, header.record_count, result, time.monotonic(), owned=False)
         self._enqueue_batches(topic, [item], header.record_count)
         return FutureBatchMetadata(result, 0, self._done)
 
@@ -614,6 +645,14 @@ class _Sender:
         self.metadata_refreshed_s = 0.0
         self.produce_in_flight: dict[int, tuple] = {}  # id(context) -> (endpoint, cid, context, sent_s)
         self.suspect_next_s = 0.0
+        # Idempotence: our producer id and epoch (-1: none yet), the next sequence per
+        # partition, and whether a new epoch is wanted (after a sequence gap).
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.next_sequence: dict[tuple, int] = {}
+        self.epoch_bump_wanted = False
+        self.init_in_flight = False
+        self.init_next_s = 0.0
 
     # -- one turn of the loop
     def turn(self) -> None:
@@ -766,9 +805,65 @@ class _Sender:
                         getattr(batch.last_error, "code", None) in METADATA_STALE_CODES:
                     batch.ready_s = 0.0
 
+    # -- idempotence
+    def producer_id_ready(self, now: float) -> bool:
+        """True when batches may be sent: not idempotent, or an id and epoch are known
+        and no new epoch is wanted. Asks a broker for them otherwise (a new epoch only
+        once the requests in flight are answered)."""
+        p = self.p
+        if not p.idempotent or (self.producer_id >= 0 and not self.epoch_bump_wanted):
+            return True
+        if self.init_in_flight or now < self.init_next_s or \
+                (self.epoch_bump_wanted and self.produce_in_flight):
+            return False
+        md = p._metadata
+        endpoints = [e for e in (md.endpoint(b) for b in sorted(md.brokers)) if e]
+        endpoint = (endpoints or p.bootstrap)[0]
+        body = {"producer_id": self.producer_id if self.epoch_bump_wanted else -1,
+                "producer_epoch": self.producer_epoch if self.epoch_bump_wanted else -1}
+        try:
+            self.net.send(endpoint, P.ApiKey.INIT_PRODUCER_ID, body, context=("init",),
+                          timeout_ms=p.request_timeout_ms)
+            self.init_in_flight = True
+        except E.KafkaError:
+            self.init_next_s = now + p.retry_backoff_s
+        return False
+
+    def on_init(self, completion) -> None:
+        p = self.p
+        self.init_in_flight = False
+        body = completion.response.body if completion.response is not None else {}
+        code = body.get("error", completion.error_code) if completion.response is not None \
+            else completion.error_code
+        if completion.response is None or code:
+            self.init_next_s = time.monotonic() + p.retry_backoff_s
+            p._metadata_wanted = True
+            log.info("InitProducerId failed (%s); retrying", code)
+            return
+        self.producer_id = body["producer_id"]
+        self.producer_epoch = body["producer_epoch"]
+        self.next_sequence.clear()      # a new id or epoch: every partition from 0
+        self.epoch_bump_wanted = False
+
+    def stamp(self, batch: _Batch) -> None:
+        """Give ``batch`` our id, epoch and its partition's next sequence, unless it has
+        them already (a retry keeps its sequence within an epoch)."""
+        pid, epoch = self.producer_id, self.producer_epoch
+        if batch.producer is not None and batch.producer[:2] == (pid, epoch):
+            return
+        sequence = self.next_sequence.get(batch.tp, 0)
+        if not batch.owned:
+            batch.data = bytearray(batch.data)
+            batch.owned = True
+        stamp_producer(batch.data, pid, epoch, sequence)
+        batch.producer = (pid, epoch, sequence)
+        self.next_sequence[batch.tp] = (sequence + batch.record_count) % SEQUENCE_WRAP
+
     # -- sending
     def send_ready(self, now: float) -> None:
         p = self.p
+        if not self.producer_id_ready(now):
+            return
         md = p._metadata
         by_leader: dict[str, list[tuple]] = collections.defaultdict(list)
         for tp, queue in self.queues.items():
@@ -796,6 +891,9 @@ class _Sender:
                 batch = queue.popleft()
                 total += len(batch.data)
                 batches.append(batch)
+                if p.idempotent:        # one batch per partition per request, as Kafka
+                    self.stamp(batch)
+                    break
             if not batches:
                 continue
             pm = p._metadata.partition(*tp)
@@ -862,6 +960,8 @@ class _Sender:
         kind = completion.context[0]
         if kind == "metadata":
             self.on_metadata(completion)
+        elif kind == "init":
+            self.on_init(completion)
         elif kind == "produce":
             self.on_produce(completion)
         self.notify()
@@ -905,6 +1005,12 @@ class _Sender:
         if code in METADATA_STALE_CODES:
             p._metadata_wanted = True
         retriable = getattr(e, "retriable", False)
+        if p.idempotent and code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                     ErrorCode.UNKNOWN_PRODUCER_ID):
+            # Not appended: the leader lost track of our sequence (a batch before it
+            # failed, or its state went with truncated data). A new epoch, then again.
+            self.epoch_bump_wanted = True
+            retriable = True
         queue = self.queues[tp]
         for batch in reversed(batches):
             batch.last_error = e
@@ -923,6 +1029,8 @@ class _Sender:
         self.finish(r, batch.record_count)
 
     def fail(self, batch: _Batch, e: BaseException) -> None:
+        if self.p.idempotent and batch.producer is not None:
+            self.epoch_bump_wanted = True   # its sequence is a gap now: start an epoch
         self.fail_result(batch.result, batch.record_count, e)
 
     def fail_result(self, r: _Result, records: int, e: BaseException) -> None:

@@ -74,8 +74,15 @@ PRODUCER_CONFIGS = {
     "retry.backoff.ms": ("retry_backoff_ms", int), "max.block.ms": ("max_block_ms", int),
     "max.request.size": ("max_request_size", int),
     "metadata.max.age.ms": ("metadata_max_age_ms", int), "client.id": ("client_id", str),
+    "enable.idempotence": ("enable_idempotence", lambda v: _boolean(v, "enable.idempotence")),
 }
 TOOL_CONFIGS = ("bootstrap.servers", "buffer.memory")
+
+
+def _boolean(text: str, key: str) -> bool:
+    if text.strip().lower() not in ("true", "false"):
+        raise ValueError(f"{key} must be true or false")
+    return text.strip().lower() == "true"
 
 
 class ThroughputThrottler:

@@ -55,6 +55,7 @@ PRODUCER_CONFIGS = {
     "max.block.ms": ("max_block_ms", int),
     "max.request.size": ("max_request_size", int),
     "client.id": ("client_id", str),
+    "enable.idempotence": ("enable_idempotence", lambda v: v.strip().lower() == "true"),
 }
 CONSUMER_CONFIGS = {
     "fetch.max.wait.ms": ("fetch_max_wait_ms", int),

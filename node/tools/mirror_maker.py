@@ -57,8 +57,9 @@ def run(args) -> int:
     return guarded(ERROR_PREFIX, _run, args)
 
 
-class _Stop(Exception):
-    pass
+class _Stop(BaseException):
+    """SIGTERM: a BaseException, so no ``except Exception`` on the way takes it for a
+    failure."""
 
 
 def _raise_stop(*_):
@@ -88,6 +89,7 @@ def _run(args) -> int:
     try:
         mirror.run()
     except (_Stop, KeyboardInterrupt):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # one stop is enough: finish it
         mirror.checkpoint()
     finally:
         for sig, handler in previous.items():

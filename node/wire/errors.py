@@ -42,7 +42,9 @@ class ErrorCode(IntEnum):
     INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
     KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     STALE_BROKER_EPOCH = 77
@@ -93,6 +95,11 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
                                                     'sequence number.'),
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: (False, 'The broker received a duplicate sequence '
                                                  'number.'),
+    ErrorCode.INVALID_PRODUCER_EPOCH: (False, "Producer attempted to produce with an old "
+                                              "epoch."),
+    ErrorCode.UNKNOWN_PRODUCER_ID: (False, "This exception is raised by the broker if it "
+                                           "could not locate the producer metadata associated "
+                                           "with the producerId in question."),
     ErrorCode.KAFKA_STORAGE_ERROR: (True, 'Disk error when trying to access log file on the disk.'),
     ErrorCode.FENCED_LEADER_EPOCH: (True, 'The leader epoch in the request is older than the '
                                           'epoch on the broker.'),

@@ -86,6 +86,10 @@ CREATE_TOPICS (19)            any broker (writes the coordinator, as Kafka's ZK 
 DELETE_TOPICS (20)
   req  {"topics": [name, ...], "timeout_ms": int}
   resp {"topics": [[name, error, error_message|None], ...]}
+INIT_PRODUCER_ID (22)         any broker (idempotent producers)
+  req  {"producer_id": -1 | id, "producer_epoch": -1 | epoch}
+  resp {"error": int, "producer_id": int, "producer_epoch": int}
+       -1: a new id (epoch 0); an id and epoch: the same id, the next epoch
 OFFSET_FOR_LEADER_EPOCH (23)  follower -> leader (KIP-101/279)
   req  {"replica_id": int, "partitions": [[topic, partition, current_leader_epoch,
                                            leader_epoch], ...]}
@@ -147,6 +151,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37

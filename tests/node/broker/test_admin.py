@@ -47,7 +47,28 @@ def assignment_of(zk, name):
 
 
 def test_admin_api_keys():
-    assert ADMIN_API_KEYS == {19, 20, 32, 37, 43, 45, 46}
+    assert ADMIN_API_KEYS == {19, 20, 22, 32, 37, 43, 45, 46}
+
+
+def test_init_producer_id_hands_out_blocks_reserved_in_the_coordinator(cluster):
+    """Each broker process reserves blocks of 1,000 ids with conditional writes of
+    /latest_producer_id_block; a known id gets its next epoch."""
+    from node.broker import admin_manager as A
+    A._producer_ids.update(next=0, end=-1)          # a fresh broker process
+    first = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
+    second = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
+    assert second["producer_id"] == first["producer_id"] + 1
+    assert first["producer_epoch"] == second["producer_epoch"] == 0
+    block = json.loads(cluster.get(A.PRODUCER_ID_BLOCK_PATH)[0])
+    assert int(block["block_start"]) <= first["producer_id"] <= int(block["block_end"])
+    A._producer_ids.update(next=0, end=-1)          # another broker process: a new block
+    other = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
+    assert other["producer_id"] == int(block["block_end"]) + 1
+    bumped = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": other["producer_id"],
+                                                     "producer_epoch": 4})
+    assert (bumped["producer_id"], bumped["producer_epoch"]) == (other["producer_id"], 5)
+    with pytest.raises(ProtocolError):
+        call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": "x"})
 
 
 # ------------------------------------------------------------------ CreateTopics

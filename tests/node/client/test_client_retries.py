@@ -21,7 +21,7 @@ from shm.batch import build_batch, parse_batches, stamp
 
 class ScriptedBroker:
     """Answers Metadata itself (one topic "t", one partition, led by this broker) and
-    hands every other request to ``handler(request) -> (body, frames) | None``."""
+    InitProducerId (producer id 1000), and hands every other request to ``handler(request) -> (body, frames) | None``."""
 
     def __init__(self, handler, leader_epoch: int = 3, view: dict | None = None):
         self.handler = handler
@@ -54,6 +54,9 @@ class ScriptedBroker:
                 epoch = self.view["epoch"] if self.view else self.leader_epoch
                 answer = ({"brokers": [[0, "127.0.0.1", port, None]], "controller_id": 0,
                            "topics": [["t", 0, [[0, 0, 0, epoch, [0], [0], []]]]]}, ())
+            elif request.api_key == P.ApiKey.INIT_PRODUCER_ID:    # idempotent producers
+                answer = ({"error": 0, "producer_id": 1000,
+                           "producer_epoch": request.body["producer_epoch"] + 1}, ())
             else:
                 answer = self.handler(request)
             if answer is not None:

@@ -26,6 +26,7 @@ def _sender() -> tuple[_Sender, Producer]:
     p._lock, p._done = threading.Lock(), threading.Condition()
     p._incomplete, p._metadata_wanted = 1, False
     p.retries, p.retry_backoff_s, p.delivery_timeout_s = 10, 0.0, 60.0
+    p.idempotent = False                    # its subject is retries and abandons
     p._metadata = ClusterMetadata()
     return _Sender(p, _Net()), p
 

@@ -1,0 +1,184 @@
+"""The idempotent producer (KIP-98 without transactions) on real brokers: the leader's
+sequence checks, and a producer whose answers are lost writes every record once."""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import pytest
+
+from node.client import Admin, Consumer, Network, Producer
+from node.cluster import Cluster
+from node.wire import protocol as P
+from node.wire.errors import ErrorCode
+from shm.batch import build_batch
+from tests.conftest import new_cluster_id
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+CONFIG = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
+          "replica.fetch.wait.max.ms": "50", "auto.leader.rebalance.enable": "false"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = Cluster.up(tmp_path_factory.mktemp("idempotence"), brokers=3, config=CONFIG,
+                         cluster_id=new_cluster_id())
+    try:
+        yield cluster
+    finally:
+        cluster.down(grace_s=5)
+
+
+_names = iter(range(1000))
+
+
+def _topic(cluster, rf: int, min_isr: int = 1) -> tuple[str, int]:
+    name = f"idem{next(_names)}"
+    with Admin(cluster.bootstrap_servers) as admin:
+        admin.create_topic(name, 1, rf, config={"min.insync.replicas": str(min_isr)})
+        admin.wait_for(lambda: admin.describe_topics([name])[name][0].leader >= 0, 10_000,
+                       "a leader")
+        leader = admin.describe_topics([name])[name][0].leader
+    return name, leader
+
+
+def _produce_raw(net, endpoint, topic, batch, acks=-1) -> tuple[int, int]:
+    body = {"acks": acks, "timeout_ms": 5000, "partitions": [[topic, 0]]}
+    response = net.request(endpoint, P.ApiKey.PRODUCE, body, [bytes(batch)])
+    _, _, code, base_offset, _, _ = response.body["partitions"][0]
+    return code, base_offset
+
+
+def _batch(pid, epoch, seq, n=2):
+    return build_batch([b"r%d" % i for i in range(n)], producer_id=pid,
+                       producer_epoch=epoch, base_sequence=seq)
+
+
+def _values(cluster, topic: str) -> list[bytes]:
+    with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
+        consumer.assign([(topic, 0)])
+        end = consumer.end_offsets([(topic, 0)])
+        out = []
+        deadline = time.monotonic() + 30
+        while len(out) < sum(end.values()) and time.monotonic() < deadline:
+            out += [r.value for r in consumer.poll(200)]
+    return out
+
+
+def test_the_leader_checks_sequences_and_answers_a_retry_with_the_original_offsets(cluster):
+    topic, leader = _topic(cluster, 1)
+    endpoint = f"tcp://127.0.0.1:{cluster.broker_ports[leader]}"
+    net = Network("raw", 10_000)
+    try:
+        init = net.request(endpoint, P.ApiKey.INIT_PRODUCER_ID,
+                           {"producer_id": -1, "producer_epoch": -1}).body
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+        assert _produce_raw(net, endpoint, topic, _batch(pid, epoch, 0)) == (0, 0)
+        assert _produce_raw(net, endpoint, topic, _batch(pid, epoch, 2)) == (0, 2)
+        # A retry of either: the original offsets, nothing appended.
+        assert _produce_raw(net, endpoint, topic, _batch(pid, epoch, 0)) == (0, 0)
+        assert _produce_raw(net, endpoint, topic, _batch(pid, epoch, 2)) == (0, 2)
+        assert len(_values(cluster, topic)) == 4
+        assert _produce_raw(net, endpoint, topic, _batch(pid, epoch, 7))[0] == \
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER                       # a gap
+        assert _produce_raw(net, endpoint, topic, _batch(pid + 500, 0, 3))[0] == \
+            ErrorCode.UNKNOWN_PRODUCER_ID                                # never seen, not 0
+        assert _produce_raw(net, endpoint, topic, _batch(pid, epoch + 1, 0)) == (0, 4)
+        assert _produce_raw(net, endpoint, topic, _batch(pid, epoch, 4))[0] == \
+            ErrorCode.INVALID_PRODUCER_EPOCH                             # fenced
+        # The state is rebuilt from the log after a restart.
+        cluster.kill(leader, "KILL")
+        cluster.start(leader)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                answer = _produce_raw(net, endpoint, topic, _batch(pid, epoch + 1, 0))
+            except Exception:       # the connection is being re-made
+                answer = None
+            if answer is not None and answer[0] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert answer == (0, 4)
+        assert len(_values(cluster, topic)) == 6
+    finally:
+        net.close()
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_retries_after_lost_answers_write_every_record_once(cluster, idempotent):
+    """A follower is paused: the leader appends, waits for it, and answers
+    REQUEST_TIMED_OUT after the producer's 1 s; the producer sends the batch again.
+    Idempotent, each record is in the log once; without idempotence, retried batches
+    are written twice (the case this exists for)."""
+    topic, leader = _topic(cluster, 3, min_isr=1)
+    with Admin(cluster.bootstrap_servers) as admin:
+        replicas = admin.describe_topics([topic])[topic][0].replicas
+    follower = next(r for r in replicas if r != leader)
+    producer = Producer(cluster.bootstrap_servers, acks="all", request_timeout_ms=1000,
+                        retry_backoff_ms=50, enable_idempotence=idempotent)
+    cluster.kill(follower, "STOP")
+    try:
+        futures = [producer.send(topic, b"v%d" % i, partition=0) for i in range(20)]
+        producer.flush(timeout=60)
+        offsets = [f.get(10).offset for f in futures]
+    finally:
+        cluster.start(follower)         # SIGCONT
+        producer.close()
+    values = _values(cluster, topic)
+    counts = collections.Counter(values)
+    assert set(counts) == {b"v%d" % i for i in range(20)}
+    if idempotent:
+        assert all(n == 1 for n in counts.values()), counts
+        assert sorted(offsets) == offsets and len(set(offsets)) == 20
+    else:
+        assert any(n > 1 for n in counts.values()), "no retry wrote twice: the test " \
+                                                    "did not provoke a lost answer"
+
+
+def test_a_leader_killed_mid_stream_duplicates_nothing(cluster):
+    """acks=all, RF 3, min.insync 2: the leader is SIGKILLed while a producer sends;
+    batches in flight are retried at the new leader, which knows their sequences from
+    replication: every acknowledged record once, in order."""
+    topic, leader = _topic(cluster, 3, min_isr=2)
+    producer = Producer(cluster.bootstrap_servers, acks="all", request_timeout_ms=2000,
+                        retry_backoff_ms=50, linger_ms=2)
+    stop = threading.Event()
+    acked: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        i = 0
+        while not stop.is_set():
+            value = b"k%d" % i
+            try:
+                producer.send(topic, value, partition=0).get(30)
+                acked.append(value)
+            except Exception as e:       # surfaced below
+                errors.append(e)
+            i += 1
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(acked) < 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cluster.kill(leader, "KILL")
+        time.sleep(0.01)
+        n = len(acked)
+        deadline = time.monotonic() + 30
+        while len(acked) < n + 300 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        sender.join(60)
+        producer.close()
+        cluster.start(leader)
+    assert not errors, errors[:3]
+    values = _values(cluster, topic)
+    counts = collections.Counter(values)
+    assert all(counts[v] == 1 for v in acked), [v for v in acked if counts[v] != 1][:5]
+    positions = [values.index(v) for v in acked]
+    assert positions == sorted(positions)
