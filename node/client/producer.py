@@ -38,10 +38,10 @@ Idempotence (KIP-98 without transactions; ``enable_idempotence``, on by default 
 acks=all as in Kafka 3, refused with acks 0/1): the producer gets an id and epoch from
 a broker (InitProducerId) before its first send, and stamps each batch, when it is
 first sent, with them and the partition's next sequence number (``stamp_producer``;
-retries keep them). One batch per partition per request (as Kafka), one request in
-flight per partition (the muting above), so sequences reach the leader in order; the
-leader answers a retry of an appended batch with the original offsets instead of
-writing it twice. After a batch fails for good, or the leader reports a sequence gap
+retries keep them). One request in flight per partition (the muting above), so
+sequences reach the leader in order; a retry resends exactly the batches first sent
+together, and the leader answers a retry of appended batches with their original
+offsets instead of writing them twice. After a batch fails for good, or the leader reports a sequence gap
 or an unknown producer, the producer waits for its requests in flight, takes the next
 epoch and numbers the unsent batches from 0 again (KIP-360).
 
@@ -653,6 +653,7 @@ class _Sender:
         self.epoch_bump_wanted = False
         self.init_in_flight = False
         self.init_next_s = 0.0
+        self.group = 0                  # numbers the requests batches are first sent in
 
     # -- one turn of the loop
     def turn(self) -> None:
@@ -845,18 +846,21 @@ class _Sender:
         self.next_sequence.clear()      # a new id or epoch: every partition from 0
         self.epoch_bump_wanted = False
 
-    def stamp(self, batch: _Batch) -> None:
-        """Give ``batch`` our id, epoch and its partition's next sequence, unless it has
-        them already (a retry keeps its sequence within an epoch)."""
+    def stamped_now(self, batch: _Batch) -> bool:
+        """The batch carries our current id and epoch (it was sent before: a retry)."""
+        return batch.producer is not None and \
+            batch.producer[:2] == (self.producer_id, self.producer_epoch)
+
+    def stamp(self, batch: _Batch, group: int) -> None:
+        """Give ``batch`` our id, epoch and its partition's next sequence (a retry keeps
+        them within an epoch); ``group`` names the request it is first sent in."""
         pid, epoch = self.producer_id, self.producer_epoch
-        if batch.producer is not None and batch.producer[:2] == (pid, epoch):
-            return
         sequence = self.next_sequence.get(batch.tp, 0)
         if not batch.owned:
             batch.data = bytearray(batch.data)
             batch.owned = True
         stamp_producer(batch.data, pid, epoch, sequence)
-        batch.producer = (pid, epoch, sequence)
+        batch.producer = (pid, epoch, sequence, group)
         self.next_sequence[batch.tp] = (sequence + batch.record_count) % SEQUENCE_WRAP
 
     # -- sending
@@ -886,14 +890,28 @@ class _Sender:
         for tp in tps:
             queue = self.queues[tp]
             batches = []
-            while queue and queue[0].ready_s <= now and \
-                    (total + len(queue[0].data) <= p.max_request_size or not batches and not total):
-                batch = queue.popleft()
-                total += len(batch.data)
-                batches.append(batch)
-                if p.idempotent:        # one batch per partition per request, as Kafka
-                    self.stamp(batch)
-                    break
+            if p.idempotent and queue and queue[0].ready_s <= now and \
+                    self.stamped_now(queue[0]):
+                # A retry: exactly the batches first sent together, so the leader sees
+                # the same frame (all duplicates, or none).
+                group = queue[0].producer[3]
+                while queue and queue[0].producer is not None and \
+                        queue[0].producer[3] == group and self.stamped_now(queue[0]):
+                    batch = queue.popleft()
+                    total += len(batch.data)
+                    batches.append(batch)
+            else:
+                while queue and queue[0].ready_s <= now and \
+                        (total + len(queue[0].data) <= p.max_request_size or
+                         not batches and not total) and \
+                        not (p.idempotent and self.stamped_now(queue[0])):
+                    batch = queue.popleft()
+                    total += len(batch.data)
+                    batches.append(batch)
+                if p.idempotent and batches:
+                    self.group += 1
+                    for batch in batches:
+                        self.stamp(batch, self.group)
             if not batches:
                 continue
             pm = p._metadata.partition(*tp)
