@@ -72,6 +72,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import fcntl
+import json
 import logging
 import os
 import re
@@ -81,6 +82,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from crc32c import crc32c
 
 from shm import batch as B
 from shm import faults
@@ -104,8 +106,17 @@ BATCHES_PER_APPEND_MAX = 100_000
 LOCK_FILE = ".lock"
 _INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
 _INDEX_FILE = re.compile(r"^(\d{20})\.(index|timeindex)$")
+SNAPSHOT_SUFFIX = ".snapshot"      # idempotent producers' state as of an offset
+SNAPSHOTS_KEPT = 3
 TRUNCATE_TO = "truncate_to"
 TRUNCATE_FULLY = "truncate_fully_and_start_at"
+
+
+def _unlink_if_present(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -275,6 +286,7 @@ class Log:
             self.recovery.completed_operations.append(f"{intent[0]}({intent[1]})")
             self._intent.remove()
         self.recovery.log_end_offset = self.log_end_offset
+        self._delete_snapshots(lambda o: o > self.log_end_offset or o < self.log_start_offset)
         self.check()
 
     def _lock(self) -> None:
@@ -645,21 +657,76 @@ class Log:
     # ================================================================ producers
 
     def producer_states(self) -> ProducerStates:
-        """The idempotent producers' state of this partition (built from the log's batch
-        headers on first use: a header walk, no record is decoded)."""
+        """The idempotent producers' state of this partition. Built on first use from
+        the newest snapshot file at or below the LEO (``<offset>.snapshot``, written at
+        each roll, as Kafka's) and the batch headers after it (no record is decoded);
+        without a usable snapshot, from every batch header of the log."""
         self._ensure_open()
         if self._producers is None:
-            self._producers = ProducerStates()
+            states, start = None, self.log_start_offset
+            for offset in reversed(self._snapshot_offsets()):
+                if self.log_start_offset <= offset <= self.log_end_offset:
+                    states = self._read_producer_snapshot(offset)
+                    if states is not None:
+                        start = offset
+                        break
+            self._producers = states or ProducerStates()
             for segment in self.segments:
+                if segment.next_offset <= start:
+                    continue
                 end = segment.size_bytes
                 view = segment.view(0, end)
-                position = 0
-                while position < end:
+                position = segment.position_of(start) if segment.base_offset < start else 0
+                while position is not None and position < end:
                     header = B.read_header(view, position)
-                    if header.producer_id >= 0:
+                    if header.producer_id >= 0 and header.base_offset >= start:
                         self._learn_producer(header)
                     position += header.size_bytes
         return self._producers
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(int(n[:20]) for n in os.listdir(self.directory)
+                      if n.endswith(SNAPSHOT_SUFFIX) and len(n) == 20 + len(SNAPSHOT_SUFFIX)
+                      and n[:20].isdigit())
+
+    def _write_producer_snapshot(self, offset: int) -> None:
+        """The producers' state as of ``offset`` (every batch below it), with its CRC.
+        Not fsynced: it is derived from the log, and a lost or torn one is rebuilt."""
+        payload = json.dumps({"offset": offset, "producers": self._producers.to_json()},
+                             separators=(",", ":")).encode()
+        path = self._snapshot_path(offset)
+        with open(path + ".tmp", "wb") as f:
+            f.write(b"%08x\n" % crc32c(payload) + payload)
+        os.replace(path + ".tmp", path)
+        self._delete_snapshots(lambda o: o < self.log_start_offset)
+        kept = self._snapshot_offsets()
+        for old in kept[:-SNAPSHOTS_KEPT]:
+            _unlink_if_present(self._snapshot_path(old))
+
+    def _read_producer_snapshot(self, offset: int) -> ProducerStates | None:
+        path = self._snapshot_path(offset)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            crc, payload = int(data[:8], 16), data[9:]
+            if crc != crc32c(payload):
+                raise ValueError("CRC mismatch")
+            snapshot = json.loads(payload)
+            if snapshot["offset"] != offset:
+                raise ValueError(f"it says offset {snapshot['offset']}")
+            return ProducerStates.from_json(snapshot["producers"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            logger.warning("ignoring producer-state snapshot %s: %s", path, e)
+            _unlink_if_present(path)
+            return None
+
+    def _delete_snapshots(self, which) -> None:
+        for offset in self._snapshot_offsets():
+            if which(offset):
+                _unlink_if_present(self._snapshot_path(offset))
 
     def _learn_producer(self, header: B.BatchHeader) -> None:
         if header.base_sequence < 0 or header.producer_epoch < 0:
@@ -742,6 +809,8 @@ class Log:
         faults.point("roll:indexes-persisted")
         self._add_segment(self._new_segment(self.log_end_offset, now_ms))
         faults.point("roll:segment-created")
+        if self._producers is not None and len(self._producers):
+            self._write_producer_snapshot(self.log_end_offset)
         fsync_dir(self.directory)
         faults.point("roll:directory-synced")
         # As Kafka: the sealed segments are fsynced in the background and the recovery
@@ -903,6 +972,7 @@ class Log:
     def _start_at(self, offset: int) -> None:
         """The checkpoints of an empty log restarted at ``offset`` (its only segment)."""
         self._producers = None
+        self._delete_snapshots(lambda o: True)
         assert self.log_start_offset == self.log_end_offset == offset
         self.high_watermark = offset
         self.recovery_point = offset
@@ -914,6 +984,7 @@ class Log:
     def _after_truncation(self) -> None:
         self._roll_flush = None  # its offset may now name different data: forget it
         self._producers = None   # rebuilt from what is left when next needed
+        self._delete_snapshots(lambda o: o > self.log_end_offset)
         if self.high_watermark > self.log_end_offset:
             # Lower the checkpoint too: otherwise, after new appends at these offsets
             # and a crash, the old HW would cover records no replica has confirmed.
@@ -966,6 +1037,7 @@ class Log:
             faults.point("retention:segment-deleted")
         del self.segments[:count]
         del self._bases[:count]
+        self._delete_snapshots(lambda o: o < self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         if self.recovery_point < self.log_start_offset:
             self.recovery_point = self.log_start_offset

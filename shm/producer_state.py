@@ -108,3 +108,22 @@ class ProducerStates:
 
     def clear(self) -> None:
         self.entries.clear()
+
+    # The snapshot files' contents (``shm.log`` writes them next to the segments).
+    def to_json(self) -> list:
+        return [[pid, e.epoch, [[b.first_seq, b.last_seq, b.first_offset, b.last_offset]
+                                for b in e.batches]] for pid, e in sorted(self.entries.items())]
+
+    @classmethod
+    def from_json(cls, data) -> "ProducerStates":
+        """The inverse of ``to_json``; ValueError if ``data`` is not one."""
+        states = cls()
+        try:
+            for pid, epoch, spans in data:
+                entry = states.entries[int(pid)] = ProducerEntry(int(epoch))
+                for first_seq, last_seq, first_offset, last_offset in spans:
+                    entry.batches.append(BatchSpan(int(first_seq), int(last_seq),
+                                                   int(first_offset), int(last_offset)))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"not a producer-state snapshot: {e}") from None
+        return states

@@ -73,3 +73,45 @@ def test_batches_without_a_sequence_teach_nothing(tmp_path, cluster_id):
         assert len(log.producer_states()) == 0
     finally:
         log.delete()
+
+
+def test_snapshots_at_each_roll_rebuild_the_same_state(tmp_path, cluster_id):
+    """Small segments: the state is written as <offset>.snapshot at each roll; a reopened
+    log starts from the newest one and walks only the batches after it, to the same
+    state as a walk of the whole log; a torn snapshot is ignored; truncation and
+    retention remove the snapshots they make wrong."""
+    import os
+
+    from shm import log as L
+    from tests.shm.test_log_recovery import open_log
+    log = open_log(tmp_path, cluster_id)
+    try:
+        log.producer_states()                       # built (empty): kept from now on
+        for i in range(300):
+            log.append_as_leader(_batch(1 + i % 3, 0, (i // 3) * 2, 2), 0)
+        assert len(log.segments) > 3
+        snapshots = log._snapshot_offsets()
+        assert snapshots and len(snapshots) <= L.SNAPSHOTS_KEPT
+        assert all(o in log._bases for o in snapshots)
+        expected = log.producer_states().to_json()
+        log.close()
+        log = open_log(tmp_path, cluster_id)
+        assert log.producer_states().to_json() == expected
+        log._producers = None
+        for offset in log._snapshot_offsets():      # every snapshot torn: a full walk
+            with open(log._snapshot_path(offset), "r+b") as f:
+                f.seek(12)
+                f.write(b"#")
+        assert log.producer_states().to_json() == expected
+        assert log._snapshot_offsets() == []        # the torn ones are gone
+        log.append_as_leader(_batch(1, 0, 200, 2), 0)
+        log.roll()
+        newest = log._snapshot_offsets()[-1]
+        log.truncate_to(newest - 2)
+        assert all(o <= log.log_end_offset for o in log._snapshot_offsets())
+        assert log.producer_states().check(1, 0, 200, 201)[0] is Verdict.APPEND
+        log.truncate_fully_and_start_at(5000)
+        assert log._snapshot_offsets() == [] and len(log.producer_states()) == 0
+        assert not [n for n in os.listdir(log.directory) if n.endswith(".tmp")]
+    finally:
+        log.delete()
