@@ -175,7 +175,8 @@ def _tp(item) -> TopicPartition:
 
 
 class Consumer:
-    """A consumer of explicitly assigned partitions (no consumer groups)."""
+    """A consumer of assigned partitions (``assign``), or a member of a consumer group
+    (``group_id`` and ``subscribe``; see the module docstring)."""
 
     def __init__(self, bootstrap_servers="127.0.0.1:9092", *, auto_offset_reset: str = "latest",
                  fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,

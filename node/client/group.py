@@ -96,8 +96,8 @@ class GroupMember:
         self.zk = KazooClient(hosts=zookeeper, timeout=session_timeout_ms / 1000,
                               connection_retry=KazooRetry(max_tries=-1, delay=0.1,
                                                           max_delay=1.0))
-        try:
-            self.zk.start(timeout=CONNECT_TIMEOUT_S)
+        try:   # waiting longer than a session lasts is pointless
+            self.zk.start(timeout=min(CONNECT_TIMEOUT_S, session_timeout_ms / 1000))
         except KazooTimeoutError:
             self.zk.close()
             raise GroupError(f"cannot reach the coordinator at {zookeeper} (group "

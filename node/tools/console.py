@@ -6,9 +6,10 @@ value; ``--producer-property k=v`` sets a producer config (Kafka's names: acks,
 linger.ms, batch.size, retries, request.timeout.ms, ...). A record that fails is
 reported as Kafka's ErrorLoggingCallback does, and the exit code is then 1.
 
-Consumer (kafka-console-consumer.sh, without consumer groups): every partition of the
-topic, or ``--partition P [--offset O|earliest|latest]``; new records only unless
-``--from-beginning``. Each record is printed by Kafka's DefaultMessageFormatter:
+Consumer (kafka-console-consumer.sh): every partition of the topic, or ``--partition P
+[--offset O|earliest|latest]``, or as a member of ``--group G`` (its committed offsets,
+committing as it reads); new records only unless ``--from-beginning``. Each record is
+printed by Kafka's DefaultMessageFormatter:
 ``[CreateTime:ts<sep>][Partition:p<sep>][Offset:o<sep>][key<sep>]value`` with ``sep`` =
 ``key.separator`` (a tab) and ``line.separator`` after the value. It stops after
 ``--max-messages`` records, after ``--timeout-ms`` without a record, or on Ctrl-C, and

@@ -229,8 +229,8 @@ def test_wrong_group_use_is_a_clear_error(cluster):
     with pytest.raises(GroupError, match="invalid group id"):
         Consumer(cluster.bootstrap_servers, group_id="a/b")
     with pytest.raises(GroupError, match="cannot reach the coordinator"):
-        Consumer(cluster.bootstrap_servers, group_id="g",
-                 zookeeper_connect="127.0.0.1:1").subscribe(["t"])
+        Consumer(cluster.bootstrap_servers, group_id="g", zookeeper_connect="127.0.0.1:1",
+                 session_timeout_ms=1000).subscribe(["t"])
 
 
 def _start_worker(cluster, group: str, topic: str, out, name: str) -> subprocess.Popen:
