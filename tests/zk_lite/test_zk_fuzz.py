@@ -16,6 +16,8 @@ import time
 
 from kazoo.exceptions import KazooException
 
+from tests.waiting import poll_until
+
 from .jute_client import OP_GET_DATA, RawSession, connect_request, frame, path_and_watch
 
 import pytest
@@ -25,6 +27,7 @@ pytestmark = pytest.mark.process
 SEED = int(os.environ.get("ZK_FUZZ_SEED", "0")) or random.randrange(1, 2**31)
 ROUNDS_MAX = 40
 SOCKETS_PER_ROUND = 8
+READY_AGAIN_S = 10.0
 FUZZ_TIME_MAX_S = 20.0
 SOCKET_TIMEOUT_S = 2.0
 GOOD_OP_LATENCY_MAX_S = 3.0
@@ -139,7 +142,10 @@ def test_malformed_frames_never_stop_the_server_serving_a_good_client(zk_server,
     assert not good.is_alive()
     assert not good.failures, f"{good.failures} (ZK_FUZZ_SEED={SEED})"
     assert good.ops > 0 and rounds > 0
-    assert zk_server.is_ready() and zk_server.alive()
+    # Ready again soon (a loaded machine may still be reading the last round's garbage,
+    # and a readiness probe is one connection with a short timeout).
+    poll_until(zk_server.is_ready, READY_AGAIN_S, "zk to answer ruok and a session")
+    assert zk_server.alive()
     zk.create("/after-fuzz", b"ok")
     assert zk.get("/after-fuzz")[0] == b"ok"
 
@@ -197,4 +203,5 @@ def test_stalled_client_does_not_block_others(zk_server, zk):
         assert max(latencies) < GOOD_OP_LATENCY_MAX_S, f"latencies {latencies} with {sent} stalled requests"
     finally:
         stalled.sock.close()
-    assert zk_server.alive() and zk_server.is_ready()
+    assert zk_server.alive()
+    poll_until(zk_server.is_ready, READY_AGAIN_S, "zk to answer ruok and a session")
