@@ -155,8 +155,16 @@ def test_a_new_member_starts_at_the_committed_offsets_never_skipping(cluster):
         first.subscribe([topic])
         read = _poll_until([first], lambda read: len(read[0]) >= 100)
         assert len(read[0]) == 100 and len({(r.partition, r.offset) for r in read[0]}) == 100
-        # Commit half of what was read: the rest must be read again by the next owner.
-        first.commit({TopicPartition(topic, 0): 20, TopicPartition(topic, 1): 30})
+        # Commit half of what was read (asynchronously): the rest must be read again by
+        # the next owner.
+        done = []
+        future = first.commit_async({TopicPartition(topic, 0): 20,
+                                     TopicPartition(topic, 1): 30},
+                                    callback=lambda offsets, e: done.append((offsets, e)))
+        assert future.result(10) == {(topic, 0): 20, (topic, 1): 30}
+        poll_until(lambda: done, 5, "the commit callback")
+        assert done[0][1] is None
+        assert first.committed(TopicPartition(topic, 1)) == 30
     finally:
         first.close()
     second = _member(cluster, group, auto_offset_reset="latest")
