@@ -35,11 +35,6 @@ from node.tools.common import (EXIT_OK, ToolError, guarded, one_line_usage_error
 PROG = "minikafka mirror-maker"
 ERROR_PREFIX = "ERROR "
 POLL_MS = 100
-PRODUCER_KEYS = {"acks": ("acks", str), "linger.ms": ("linger_ms", int),
-                 "batch.size": ("batch_size", int), "retries": ("retries", int),
-                 "request.timeout.ms": ("request_timeout_ms", int),
-                 "delivery.timeout.ms": ("delivery_timeout_ms", int),
-                 "max.block.ms": ("max_block_ms", int), "client.id": ("client_id", str)}
 
 
 def add_arguments(parser) -> None:
@@ -102,13 +97,9 @@ class Mirror:
     def __init__(self, source: dict, target: dict, include: str, commit_every_s: float):
         from node.client import Admin, Consumer, Producer
         from node.client.group import GroupError
-        kwargs = {}
-        for key, (name, kind) in PRODUCER_KEYS.items():
-            if key in target:
-                try:
-                    kwargs[name] = kind(target[key])
-                except ValueError:
-                    raise ToolError(f"invalid value {target[key]!r} for {key}") from None
+        from node.tools.console import PRODUCER_CONFIGS, _client_kwargs
+        kwargs = _client_kwargs({k: v for k, v in target.items() if k in PRODUCER_CONFIGS},
+                                PRODUCER_CONFIGS, "--producer.config")
         kwargs.setdefault("acks", "all")
         self.source_admin = Admin(source["bootstrap.servers"])
         self.target_admin = Admin(target["bootstrap.servers"])
