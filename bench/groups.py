@@ -92,14 +92,9 @@ def _owners(zk, group: str) -> dict:
 
 
 def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench.groups: timed out waiting for {what}")
-        time.sleep(POLL_S)
+    from node.waiting import poll_until
+    return poll_until(predicate, timeout_s, what, interval_s=POLL_S,
+                      error=lambda message: SystemExit(f"bench.groups: {message}"))
 
 
 def throughput(cluster, directory: Path, records: int, session_ms: int
