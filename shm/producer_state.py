@@ -16,6 +16,9 @@ The leader asks ``check`` before appending a batch of producer ``pid``:
   partition has no state of, with a sequence other than 0 (its state was lost with
   truncated or deleted data; UNKNOWN_PRODUCER_ID: the producer starts a new epoch);
 - ``FENCED``: an epoch older than the one seen (INVALID_PRODUCER_EPOCH).
+
+``check_frame`` decides for one produce frame (batches appended together, one
+producer's, as a producer sends them): append it, refuse it, or answer it as a retry.
 """
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ class Verdict(enum.Enum):
     OUT_OF_ORDER = "out_of_order"
     UNKNOWN_PRODUCER = "unknown_producer"
     FENCED = "fenced"
+    MIXED = "mixed"          # a frame of batches from several producers, or with and without
+
+
 
 
 @dataclass(frozen=True)
@@ -127,3 +133,37 @@ class ProducerStates:
         except (TypeError, ValueError) as e:
             raise ValueError(f"not a producer-state snapshot: {e}") from None
         return states
+
+
+def check_frame(states: ProducerStates, headers) -> tuple[Verdict, int, int] | None:
+    """For a frame's batch headers (``shm.batch.BatchHeader``): None when no batch has
+    a producer id (nothing to check); (APPEND, -1, -1) when the first batch continues its
+    producer's sequence and the others continue it; (DUPLICATE, first offset, last
+    offset) when every batch was appended before; else the verdict that refuses it."""
+    idempotent = [h for h in headers if h.producer_id >= 0 and h.base_sequence >= 0]
+    if not idempotent:
+        return None
+    if len(idempotent) != len(headers) or \
+            len({(h.producer_id, h.producer_epoch) for h in headers}) != 1:
+        return Verdict.MIXED, -1, -1
+    first = headers[0]
+    verdict, span = states.check(first.producer_id, first.producer_epoch,
+                                 first.base_sequence,
+                                 last_sequence(first.base_sequence, first.record_count))
+    if verdict is Verdict.APPEND:
+        expected = last_sequence(first.base_sequence, first.record_count)
+        for h in headers[1:]:
+            if h.base_sequence != _next(expected):
+                return Verdict.OUT_OF_ORDER, -1, -1
+            expected = last_sequence(h.base_sequence, h.record_count)
+        return Verdict.APPEND, -1, -1
+    if verdict is Verdict.DUPLICATE:
+        spans = [span]
+        for h in headers[1:]:
+            v, s = states.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                last_sequence(h.base_sequence, h.record_count))
+            if v is not Verdict.DUPLICATE:
+                return Verdict.OUT_OF_ORDER, -1, -1
+            spans.append(s)
+        return Verdict.DUPLICATE, spans[0].first_offset, spans[-1].last_offset
+    return verdict, -1, -1

@@ -78,7 +78,7 @@ from node.local_link import LinkClosed, LocalConnection
 from node.core.replication import CompleteProduce, Role
 from shm import batch as B
 from shm.batch import CorruptRecordError
-from shm.producer_state import Verdict, last_sequence
+from shm.producer_state import Verdict, check_frame
 from shm.errors import OffsetOutOfRangeError
 from shm import faults
 from shm.names import check_cluster_id, cluster_objects, topic_name_error, unlink
@@ -1069,13 +1069,14 @@ if __name__ == "__main__":
 
 _VERDICT_ERRORS = {Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                    Verdict.UNKNOWN_PRODUCER: ErrorCode.UNKNOWN_PRODUCER_ID,
-                   Verdict.FENCED: ErrorCode.INVALID_PRODUCER_EPOCH}
+                   Verdict.FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+                   Verdict.MIXED: ErrorCode.INVALID_REQUEST}
 
 
 def _producer_verdict(log, data) -> tuple[int, int, int] | None:
     """For a frame of an idempotent producer (KIP-98): None to append it; (error, -1, -1)
     to refuse it; (0, first offset, last offset) when every batch of it was appended
-    before (a retry whose answer was lost). Frames without producer ids: None."""
+    before (a retry whose answer was lost). The decision is ``check_frame``'s."""
     view = memoryview(data).cast("B")
     headers, position = [], 0
     while position < len(view):
@@ -1085,31 +1086,12 @@ def _producer_verdict(log, data) -> tuple[int, int, int] | None:
             return None                 # the append refuses it with CORRUPT_MESSAGE
         headers.append(header)
         position += header.size_bytes
-    idempotent = [h for h in headers if h.producer_id >= 0 and h.base_sequence >= 0]
-    if not idempotent:
+    if not any(h.producer_id >= 0 for h in headers):
+        return None                     # not idempotent: no state is needed
+    found = check_frame(log.producer_states(), headers)
+    if found is None or found[0] is Verdict.APPEND:
         return None
-    if len(idempotent) != len(headers) or \
-            len({(h.producer_id, h.producer_epoch) for h in headers}) != 1:
-        return ErrorCode.INVALID_REQUEST, -1, -1     # one producer per frame, as Kafka
-    states = log.producer_states()
-    first = headers[0]
-    verdict, span = states.check(first.producer_id, first.producer_epoch,
-                                 first.base_sequence,
-                                 last_sequence(first.base_sequence, first.record_count))
-    if verdict is Verdict.APPEND:
-        expected = last_sequence(first.base_sequence, first.record_count)
-        for h in headers[1:]:          # the rest must continue the first
-            if h.base_sequence != last_sequence(expected, 2):
-                return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, -1
-            expected = last_sequence(h.base_sequence, h.record_count)
-        return None
+    verdict, first, last = found
     if verdict is Verdict.DUPLICATE:
-        spans = [span]
-        for h in headers[1:]:
-            v, s = states.check(h.producer_id, h.producer_epoch, h.base_sequence,
-                                last_sequence(h.base_sequence, h.record_count))
-            if v is not Verdict.DUPLICATE:
-                return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, -1
-            spans.append(s)
-        return ErrorCode.NONE, spans[0].first_offset, spans[-1].last_offset
+        return ErrorCode.NONE, first, last
     return _VERDICT_ERRORS[verdict], -1, -1

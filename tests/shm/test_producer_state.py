@@ -115,3 +115,20 @@ def test_snapshots_at_each_roll_rebuild_the_same_state(tmp_path, cluster_id):
         assert not [n for n in os.listdir(log.directory) if n.endswith(".tmp")]
     finally:
         log.delete()
+
+
+def test_a_frame_is_appended_refused_or_answered_as_a_retry_as_a_whole():
+    from shm.producer_state import check_frame
+
+    def headers(*batches):
+        return [B.parse_batch(_batch(pid, epoch, seq, n)).header
+                for pid, epoch, seq, n in batches]
+    s = ProducerStates()
+    assert check_frame(s, [B.parse_batch(B.build_batch([b"x"])).header]) is None
+    assert check_frame(s, headers((4, 0, 0, 2), (4, 0, 2, 3)))[0] is Verdict.APPEND
+    assert check_frame(s, headers((4, 0, 0, 2), (4, 0, 3, 3)))[0] is Verdict.OUT_OF_ORDER
+    assert check_frame(s, headers((4, 0, 0, 2), (5, 0, 0, 1)))[0] is Verdict.MIXED
+    s.update(4, 0, 0, 1, 10, 11)
+    s.update(4, 0, 2, 4, 12, 14)
+    assert check_frame(s, headers((4, 0, 0, 2), (4, 0, 2, 3))) == (Verdict.DUPLICATE, 10, 14)
+    assert check_frame(s, headers((4, 0, 2, 3), (4, 0, 5, 1)))[0] is Verdict.OUT_OF_ORDER
