@@ -25,6 +25,9 @@ def add_arguments(parser) -> None:
     up.add_argument("--cluster-id", default=None, help="[A-Za-z0-9_], fresh by default")
     up.add_argument("--timeout", type=float, default=READY_TIMEOUT_S,
                     help="seconds to wait for readiness")
+    up.add_argument("--netns", action="store_true",
+                    help="each process in its own network namespace, fully meshed by veth "
+                         "links that 'cluster partition' can cut (root only)")
     status = sub.add_parser("status", help="each process: pid, state, role")
     status.add_argument("--dir", required=True)
     kill = sub.add_parser("kill", help="signal a process (broker id, controller, zk)")
@@ -39,6 +42,15 @@ def add_arguments(parser) -> None:
     down.add_argument("--dir", required=True)
     down.add_argument("--grace", type=float, default=STOP_GRACE_S,
                       help="seconds between TERM and KILL")
+    cut = sub.add_parser("partition", help="--netns: cut the link between two processes "
+                                           "(or isolate one from all)")
+    cut.add_argument("--dir", required=True)
+    cut.add_argument("a", help="zk, a broker id, controller, or a client node (p0)")
+    cut.add_argument("b", nargs="?", default=None, help="the other end; omit to isolate a")
+    heal = sub.add_parser("heal", help="--netns: bring a cut link back (all of them by default)")
+    heal.add_argument("--dir", required=True)
+    heal.add_argument("a", nargs="?", default=None)
+    heal.add_argument("b", nargs="?", default=None)
     scale_arguments(sub)
 
 
@@ -55,7 +67,7 @@ def run(args) -> int:
 def _cmd_up(args) -> int:
     cluster = Cluster.up(args.dir, args.brokers, config=parse_config_pairs(args.config),
                          cluster_id=args.cluster_id, zookeeper=args.zookeeper,
-                         ready_timeout_s=args.timeout)
+                         ready_timeout_s=args.timeout, netns=args.netns)
     try:
         print(f"cluster {cluster.cluster_id} up in {cluster.dir}")
         print(f"zookeeper: {cluster.zookeeper}")
@@ -110,7 +122,29 @@ def _cmd_down(args) -> int:
     return 0
 
 
-_COMMANDS = {"up": _cmd_up, "status": _cmd_status, "kill": _cmd_kill, "start": _cmd_start,
+def _cmd_partition(args) -> int:
+    cluster = Cluster.open(args.dir)
+    try:
+        pairs = [cluster.cut(args.a, args.b)] if args.b is not None else cluster.isolate(args.a)
+    finally:
+        cluster.close()
+    print("cut: " + ", ".join(f"{a} | {b}" for a, b in pairs))
+    return 0
+
+
+def _cmd_heal(args) -> int:
+    if (args.a is None) != (args.b is None):
+        raise ClusterError("heal takes two processes, or none to heal every link")
+    cluster = Cluster.open(args.dir)
+    try:
+        pairs = cluster.heal(args.a, args.b)
+    finally:
+        cluster.close()
+    print("healed: " + (", ".join(f"{a} - {b}" for a, b in pairs) or "nothing was cut"))
+    return 0
+
+
+_COMMANDS = {"partition": _cmd_partition, "heal": _cmd_heal, "up": _cmd_up, "status": _cmd_status, "kill": _cmd_kill, "start": _cmd_start,
              "down": _cmd_down, "add-broker": run_scale, "remove-broker": run_scale}
 
 

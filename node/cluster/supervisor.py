@@ -9,6 +9,11 @@ One directory ``D`` holds everything of one cluster::
     D/broker-N/server.properties   broker N's config (Kafka keys)
     D/broker-N/logs/               broker N's log.dirs
     D/broker-N.pid D/broker-N.log  pid file and output of broker N
+    D/netns.json                   --netns only: the live mesh (subnet, nodes)
+
+With ``--netns`` (root only) every process runs in its own network namespace with its
+own address, joined to the others by a full mesh of veth links that faults can cut
+(``node.cluster.netns``); ``down`` removes the namespaces.
 
 Every process runs in its own session (so its process group is its pid and a signal
 to the group reaches anything it started) and outlives the ``minikafka cluster up``
@@ -47,6 +52,7 @@ from shm.names import check_cluster_id, cleanup_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_FILE = "cluster.json"
+NETNS_FILE = "netns.json"  # the live mesh of a --netns cluster (subnet, nodes)
 HOST = "127.0.0.1"
 ZK_TICK_TIME_MS = 500  # lets brokers ask for session timeouts down to 1 s
 READY_TIMEOUT_S = 90.0
@@ -238,32 +244,162 @@ class Cluster:
         self.zookeeper: str = spec["zookeeper"]
         self.external_zookeeper: bool = spec["external_zookeeper"]
         self.broker_ports: dict[int, int] = {int(b): p for b, p in spec["brokers"].items()}
+        self.netns: bool = bool(spec.get("netns"))
+        self.mesh = self._load_mesh()
         self.processes: dict[str, Process] = {}
+        self._build_processes()
+        self._zk = None
+
+    def _build_processes(self) -> None:
         if not self.external_zookeeper:
             port = int(self.zookeeper.rsplit(":", 1)[1])
             self.processes["zk"] = Process(
-                "zk", [sys.executable, "-m", "zk_lite", "--host", HOST, "--port", str(port),
-                       "--data-dir", str(self.dir / "zk"), "--tick-time",
-                       str(spec.get("zk_tick_time_ms", ZK_TICK_TIME_MS))],
+                "zk", self._prefix("zk") +
+                [sys.executable, "-m", "zk_lite", "--host", self.host_of("zk"), "--port",
+                 str(port), "--data-dir", str(self.dir / "zk"), "--tick-time",
+                 str(self.spec.get("zk_tick_time_ms", ZK_TICK_TIME_MS))],
                 self.dir / "zk.pid", self.dir / "zk.log")
         for broker_id in self.broker_ports:
             self.processes[str(broker_id)] = self._broker_process(broker_id)
-        self._zk = None
 
     def _broker_process(self, broker_id: int) -> Process:
         """The one command line of a broker: ``python -m node.broker --config F``."""
         return Process(f"broker {broker_id}",
+                       self._prefix(f"b{broker_id}") +
                        [sys.executable, "-m", "node.broker", "--config",
                         str(self.broker_dir(broker_id) / "server.properties")],
                        self.dir / f"broker-{broker_id}.pid",
                        self.dir / f"broker-{broker_id}.log")
+
+    # ------------------------------------------------------------- network namespaces
+    def _load_mesh(self):
+        """The live mesh of a ``--netns`` cluster (``D/netns.json``), None if not built."""
+        if not self.netns:
+            return None
+        from node.cluster.netns import Mesh
+        try:
+            data = json.loads((self.dir / NETNS_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return Mesh.from_json(self.cluster_id, data)
+
+    def _prefix(self, node: str) -> list[str]:
+        return self.mesh.command(node) if self.mesh is not None else []
+
+    def host_of(self, ident) -> str:
+        """The address a process listens on: 127.0.0.1, or its namespace's address."""
+        if self.mesh is None:
+            return HOST
+        node = "zk" if str(ident) == "zk" else f"b{int(ident)}"
+        return self.mesh.address(node)
+
+    def _build_mesh(self) -> None:
+        """Create the namespaces of zk_lite and every broker (a fresh subnet each
+        ``up``), then point the configs at the new addresses."""
+        from node.cluster.netns import Mesh, NetnsError, destroy_cluster
+
+        destroy_cluster(self.cluster_id)  # a previous run's leftovers, if any
+        nodes = (["zk"] if not self.external_zookeeper else []) + \
+            [f"b{b}" for b in self.broker_ids]
+        try:
+            self.mesh = Mesh.create(self.cluster_id, nodes)
+        except NetnsError as e:
+            raise ClusterError(str(e)) from None
+        self._save_mesh()
+        if not self.external_zookeeper:
+            port = self.zookeeper.rsplit(":", 1)[1]
+            self.zookeeper = self.spec["zookeeper"] = f"{self.mesh.address('zk')}:{port}"
+            _write_spec(self.dir, self.spec)
+        self.processes = {}
+        self._build_processes()
+        for broker_id in self.broker_ids:
+            self._write_properties(broker_id)
+
+    def _save_mesh(self) -> None:
+        tmp = self.dir / (NETNS_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.mesh.to_json()) + "\n")
+        os.replace(tmp, self.dir / NETNS_FILE)
+
+    def add_client_node(self, name: str) -> list[str]:
+        """A namespace for a client process (``p0``, ``c1`` ...) meshed with every
+        node; returns the command prefix that runs a program in it. [] without netns."""
+        if self.mesh is None:
+            return []
+        from node.cluster.netns import NetnsError
+        try:
+            self.mesh.add_node(name)
+        except NetnsError as e:
+            raise ClusterError(str(e)) from None
+        self._save_mesh()
+        return self.mesh.command(name)
+
+    def node_of(self, ident) -> str:
+        """The mesh node of a process id: ``zk``, a broker id (-> ``bN``), ``controller``,
+        or a client node's own name (``p0``)."""
+        key = str(ident).strip()
+        if key == "controller":
+            controller = self.controller_id()
+            if controller is None:
+                raise ClusterError("no controller is elected right now")
+            key = str(controller)
+        if key.isdigit():
+            key = f"b{int(key)}"
+        if self.mesh is None or key not in self.mesh.nodes:
+            known = ", ".join(self.mesh.nodes) if self.mesh is not None else "none"
+            raise ClusterError(f"{str(ident)!r} is not a node of this cluster's network "
+                               f"(nodes: {known})" if self.mesh is not None else
+                               "this cluster was not started with --netns: no links to cut")
+        return key
+
+    def cut(self, a, b) -> tuple[str, str]:
+        """Partition two processes from each other (both directions); ``--netns`` only."""
+        from node.cluster.netns import NetnsError
+        pair = (self.node_of(a), self.node_of(b))
+        try:
+            self.mesh.cut(*pair)
+        except NetnsError as e:
+            raise ClusterError(str(e)) from None
+        return pair
+
+    def heal(self, a=None, b=None) -> list[tuple[str, str]]:
+        """Bring the link between ``a`` and ``b`` back (every cut link without them)."""
+        from node.cluster.netns import NetnsError
+        if self.mesh is None:
+            raise ClusterError("this cluster was not started with --netns: no links to heal")
+        try:
+            if a is None:
+                links = self.mesh.cut_links()
+                self.mesh.heal_all()
+                return links
+            pair = (self.node_of(a), self.node_of(b))
+            self.mesh.heal(*pair)
+            return [pair]
+        except NetnsError as e:
+            raise ClusterError(str(e)) from None
+
+    def isolate(self, ident) -> list[tuple[str, str]]:
+        """Cut one process from every other node of the mesh."""
+        node = self.node_of(ident)
+        return [self.cut(node, other) for other in self.mesh.nodes if other != node]
+
+    def _destroy_mesh(self) -> None:
+        if self.mesh is not None:
+            self.mesh.destroy()
+            self.mesh = None
+        elif self.netns:
+            from node.cluster.netns import destroy_cluster
+            destroy_cluster(self.cluster_id)
+        try:
+            (self.dir / NETNS_FILE).unlink()
+        except FileNotFoundError:
+            pass
 
     # ------------------------------------------------------------- construction
     @classmethod
     def up(cls, directory, brokers: int = 3, *, config: dict | None = None,
            cluster_id: str | None = None, zookeeper: str | None = None,
            broker_config: dict[int, dict] | None = None, wait: bool = True,
-           ready_timeout_s: float = READY_TIMEOUT_S) -> "Cluster":
+           ready_timeout_s: float = READY_TIMEOUT_S, netns: bool = False) -> "Cluster":
         """Create (or restart, if ``directory`` already holds a stopped cluster) and
         start a cluster; waits until every broker is registered, a controller is
         elected and every broker's Metadata answer names all brokers."""
@@ -276,8 +412,10 @@ class Cluster:
                                    f"({', '.join(running)}); use 'cluster start' or 'down'")
         else:
             cluster = cls._create(directory, brokers, config or {}, cluster_id, zookeeper,
-                                  broker_config or {})
+                                  broker_config or {}, netns)
         try:
+            if cluster.netns:
+                cluster._build_mesh()
             cluster._start_all(ready_timeout_s if wait else None)
         except BaseException:
             cluster.down()
@@ -286,7 +424,16 @@ class Cluster:
 
     @classmethod
     def _create(cls, directory: Path, brokers: int, config: dict, cluster_id: str | None,
-                zookeeper: str | None, broker_config: dict) -> "Cluster":
+                zookeeper: str | None, broker_config: dict, netns: bool = False) -> "Cluster":
+        if netns:
+            from node.cluster.netns import NetnsError, require_root
+            try:
+                require_root()
+            except NetnsError as e:
+                raise ClusterError(str(e)) from None
+            if zookeeper is not None:
+                raise ClusterError("--netns runs its own zk_lite in a namespace; "
+                                   "it cannot be combined with --zookeeper")
         if not 0 <= brokers <= BROKERS_MAX:
             raise ClusterError(f"--brokers must be 0..{BROKERS_MAX}, got {brokers}")
         cluster_id = cluster_id or new_cluster_id()
@@ -302,6 +449,7 @@ class Cluster:
             "cluster_id": cluster_id,
             "zookeeper": zookeeper or f"{HOST}:{_free_port()}",
             "external_zookeeper": zookeeper is not None,
+            "netns": bool(netns),
             "zk_tick_time_ms": ZK_TICK_TIME_MS,
             "brokers": {str(i): p for i, p in ports.items()},
             "config": {str(k): str(v) for k, v in config.items()},
@@ -333,7 +481,7 @@ class Cluster:
     def _write_properties(self, broker_id: int) -> None:
         props = {
             "broker.id": str(broker_id),
-            "listeners": f"PLAINTEXT://{HOST}:{self.broker_ports[broker_id]}",
+            "listeners": f"PLAINTEXT://{self.host_of(broker_id)}:{self.broker_ports[broker_id]}",
             "log.dirs": str(self.broker_dir(broker_id) / "logs"),
             "zookeeper.connect": self.zookeeper,
             "cluster.id": self.cluster_id,
@@ -358,10 +506,10 @@ class Cluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"{HOST}:{self.broker_ports[b]}" for b in self.broker_ids)
+        return ",".join(self.broker_address(b) for b in self.broker_ids)
 
     def broker_address(self, broker_id: int) -> str:
-        return f"{HOST}:{self.broker_ports[broker_id]}"
+        return f"{self.host_of(broker_id)}:{self.broker_ports[broker_id]}"
 
     def process(self, ident) -> Process:
         """The process named by ``ident``: a broker id, ``"controller"`` or ``"zk"``."""
@@ -620,6 +768,7 @@ class Cluster:
             self._stop_together(group, grace_s)
         if "zk" in self.processes:
             self.processes["zk"].stop(grace_s)
+        self._destroy_mesh()
         return cleanup_cluster(self.cluster_id)
 
     @staticmethod
@@ -653,6 +802,8 @@ class Cluster:
         broker_id = max(self.broker_ids, default=-1) + 1
         self.broker_ports[broker_id] = _free_port()
         self._save_spec()
+        if self.mesh is not None:
+            self.add_client_node(f"b{broker_id}")  # its namespace, meshed like the others
         self._write_properties(broker_id)
         process = self.processes[str(broker_id)] = self._broker_process(broker_id)
         process.start()
