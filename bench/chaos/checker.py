@@ -21,6 +21,15 @@ Anomalies, as Jepsen's Kafka checker names them:
 - **poll skip**: a consumer jumped over offsets that the final read holds;
 - **unexpected**: a value read that no process ever sent.
 
+And one Jepsen cannot check, from the brokers' own segment files after the run
+(``replicas`` = {partition: {broker: [(offset, value), ...]}} below each partition's
+high watermark ``high_watermarks`` = {partition: hw}):
+
+- **divergent** (Raft's Log Matching, which Kafka's replication must give below the
+  HW): at some offset below the HW two replicas hold different values, or a replica
+  lacks an offset another holds (a replica whose log starts later, after retention, is
+  compared from its start).
+
 And availability: for each fault window, the time from its start to the first
 acknowledgement after it, and over the run the longest stretch with no acknowledgement.
 """
@@ -65,6 +74,7 @@ class Verdict:
     nonmonotonic: list = field(default_factory=list)
     skip: list = field(default_factory=list)
     unexpected: list = field(default_factory=list)
+    divergent: list = field(default_factory=list)   # (partition, offset, {broker: value})
     recovery_ms: list = field(default_factory=list)   # (fault, target, ms or None)
     longest_gap_ms: float = 0.0
     duplicates_fail: bool = False
@@ -74,7 +84,7 @@ class Verdict:
         return {"lost": len(self.lost), "duplicate": len(self.duplicate),
                 "inconsistent": len(self.inconsistent),
                 "nonmonotonic": len(self.nonmonotonic), "skip": len(self.skip),
-                "unexpected": len(self.unexpected)}
+                "unexpected": len(self.unexpected), "divergent": len(self.divergent)}
 
     @property
     def valid(self) -> bool:
@@ -97,10 +107,34 @@ def _show(item):
         (item.decode(errors="replace") if isinstance(item, bytes) else item)
 
 
+def log_matching(replicas: dict[int, dict[int, list[tuple[int, bytes]]]],
+                 high_watermarks: dict[int, int]) -> list[tuple[int, int, dict]]:
+    """Offsets below a partition's HW where its replicas' logs differ:
+    (partition, offset, {broker: value, or None where that replica lacks the offset}).
+    A replica is compared from its first offset on (retention may have removed the
+    ones before); one that holds nothing below a positive HW is reported at offset 0."""
+    out = []
+    for partition, by_broker in sorted(replicas.items()):
+        hw = high_watermarks.get(partition, 0)
+        logs = {b: {o: v for o, v in rows if o < hw} for b, rows in by_broker.items()}
+        starts = {b: min(rows) for b, rows in logs.items() if rows}
+        for b, rows in sorted(logs.items()):
+            if not rows and hw > 0:
+                out.append((partition, 0, {b: None}))
+        for offset in sorted(set().union(*logs.values())):
+            held = {b: logs[b].get(offset) for b in sorted(starts) if offset >= starts[b]}
+            if len(set(held.values())) > 1:
+                out.append((partition, offset, held))
+    return out
+
+
 def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
           faults: list[Fault] = (), *, duplicates_fail: bool = False,
-          start_ns: int | None = None, end_ns: int | None = None) -> Verdict:
+          start_ns: int | None = None, end_ns: int | None = None,
+          replicas: dict | None = None, high_watermarks: dict | None = None) -> Verdict:
     v = Verdict(duplicates_fail=duplicates_fail)
+    if replicas is not None:
+        v.divergent = log_matching(replicas, high_watermarks or {})
     sent: set[bytes] = set()
     acked: dict[bytes, tuple[int, int, int]] = {}      # value -> (partition, offset, t)
     for op in history:

@@ -1,7 +1,9 @@
 """``minikafka chaos run|check|replay``: a chaos run a user can start, and its verdict.
 
-    minikafka chaos run --dir RUN [--brokers 3] [--profile safe|acks1] \\
-        [--faults kill,pause,restart,controller,coordinator] [--duration 30] [--seed S] \\
+    minikafka chaos run --dir RUN [--brokers 3] [--netns] \\
+        [--profile safe|acks1|unclean|hw-truncation] \\
+        [--faults kill,pause,restart,controller,coordinator,slow,power-failure,partition] \\
+        [--duration 30] [--seed S] \\
         [--producers 2 --consumers 1 --rate 200] [--schedule plan.json]
     minikafka chaos check RUN       # check a recorded run again
     minikafka chaos replay RUN      # the same schedule and profile, as a new run in RUN-replay
@@ -18,6 +20,17 @@ Profiles:
   expected until the idempotent producer exists: counted, shown, not a failure.
 - ``acks1``: acks=1, min.insync.replicas=1: a leader that dies with writes its
   followers had not fetched loses them; the checker lists them.
+- ``unclean``: acks=all, min.insync.replicas=1, unclean leader election on: when the
+  ISR is gone, an out-of-sync replica leads and what only the ISR had is lost.
+- ``hw-truncation``: as ``safe`` but with ``replication.truncation.mode=high-watermark``
+  (Kafka before KIP-101): a follower that restarts cuts its log to its HW, and a second
+  failure then loses acknowledged writes.
+
+``--netns`` (root) runs the cluster with ``cluster up --netns`` and every workload
+process in its own namespace too, so the ``partition`` fault can cut real links.
+
+After the final read the cluster is stopped and every replica's segment files are read
+below the high watermark (``replicas.parquet``): the checker compares them (LogMatching).
 
 The run folder keeps ``schedule.json`` (replayable), ``history/*.parquet`` (one file per
 workload process; schema in ``bench.chaos.worker``), ``final.parquet`` (the final read),
@@ -45,6 +58,16 @@ PROFILES = {
                         "replication.truncation.mode": "leader-epoch"}},
     "acks1": {"acks": "1", "min.insync.replicas": "1",
               "broker": {"unclean.leader.election.enable": "false"}},
+    # An out-of-sync replica may be elected when no ISR member is left: it lacks what
+    # the ISR acknowledged (the seeds' acks=all walkthrough, its last step).
+    "unclean": {"acks": "all", "min.insync.replicas": "1",
+                "broker": {"unclean.leader.election.enable": "true",
+                           "replication.truncation.mode": "leader-epoch"}},
+    # Kafka before KIP-101: a restarted follower truncates to its high watermark, so a
+    # double failure loses acknowledged writes (seeds 000/001/004, KIP-101 scenario 1).
+    "hw-truncation": {"acks": "all", "min.insync.replicas": "2",
+                      "broker": {"unclean.leader.election.enable": "false",
+                                 "replication.truncation.mode": "high-watermark"}},
 }
 BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "4000",
                    "replica.fetch.wait.max.ms": "100"}
@@ -75,7 +98,7 @@ def _read_final(bootstrap: str, partitions: int) -> dict[int, list[tuple[int, by
                 if r.offset < ends[r.partition]:
                     final[r.partition].append((r.offset, r.value))
                 positions[r.partition] = max(positions[r.partition], r.offset + 1)
-        return final
+        return final, ends
     finally:
         consumer.close()
 
@@ -108,13 +131,26 @@ def load_run(run: Path) -> tuple[list[Op], dict, list[Fault], dict]:
         final.setdefault(row["partition"], []).append((row["offset"], row["value"]))
     faults = [Fault(f["fault"], f["start_ns"], f["end_ns"], f["target"])
               for f in json.loads((run / "faults.json").read_text())]
+    meta["replicas"] = None
+    if (run / "replicas.parquet").is_file():
+        replicas: dict[int, dict[int, list]] = {}
+        for row in pq.read_table(run / "replicas.parquet").to_pylist():
+            replicas.setdefault(row["partition"], {}).setdefault(row["broker"], []).append(
+                (row["offset"], row["value"]))
+        for partition, brokers in meta.get("replica_brokers", {}).items():
+            for broker in brokers:   # a replica with nothing below the HW has no rows
+                replicas.setdefault(int(partition), {}).setdefault(int(broker), [])
+        meta["replicas"] = replicas
     return history, final, faults, meta
 
 
 def judge(run: Path) -> int:
     history, final, faults, meta = load_run(run)
     verdict = check(history, final, faults, duplicates_fail=bool(meta.get("idempotent")),
-                    start_ns=meta.get("workload_start_ns"), end_ns=meta.get("workload_end_ns"))
+                    start_ns=meta.get("workload_start_ns"), end_ns=meta.get("workload_end_ns"),
+                    replicas=meta.pop("replicas"),
+                    high_watermarks={int(p): hw for p, hw in
+                                     meta.get("high_watermarks", {}).items()})
     summary = verdict.summary()
     (run / "verdict.json").write_text(json.dumps(summary, indent=1, default=str))
     print_verdict(meta, summary)
@@ -125,7 +161,7 @@ def print_verdict(meta: dict, s: dict) -> None:
     print(f"profile {meta['profile']}, seed {meta['seed']}, {meta['duration']} s, "
           f"faults {len(meta.get('schedule', []))}")
     for name in ("sends", "acknowledged", "failed", "unknown", "read", "lost", "duplicate",
-                 "inconsistent", "nonmonotonic", "skip", "unexpected"):
+                 "inconsistent", "nonmonotonic", "skip", "unexpected", "divergent"):
         note = ""
         if name == "duplicate" and s[name] and not meta.get("idempotent"):
             note = "  (expected without the idempotent producer)"
@@ -170,6 +206,15 @@ def run_chaos(args) -> int:
                               args.duration)
     except (OSError, ValueError) as e:
         raise UsageError(f"schedule: {e}") from None
+    if any(p.fault == "partition" for p in schedule) and not getattr(args, "netns", False):
+        raise UsageError("the partition fault needs --netns (each process in its own "
+                         "network namespace)")
+    if getattr(args, "netns", False):
+        from node.cluster.netns import NetnsError, require_root
+        try:
+            require_root()
+        except NetnsError as e:
+            raise UsageError(str(e)) from None
     (run / "history").mkdir(parents=True)
     (run / "progress").mkdir()
     (run / "schedule.json").write_text(json.dumps(N.dump(schedule), indent=1))
@@ -181,9 +226,16 @@ def run_chaos(args) -> int:
             # then a duplicate is an anomaly like any other.
             "idempotent": profile["acks"] == "all",
             "partitions": args.partitions}
-    cluster = Cluster.up(run / "cluster", args.brokers,
-                         config={**BROKER_SETTINGS, **profile["broker"]})
+    from node.cluster import ClusterError
+    try:
+        cluster = Cluster.up(run / "cluster", args.brokers,
+                             config={**BROKER_SETTINGS, **profile["broker"]},
+                             netns=getattr(args, "netns", False))
+    except ClusterError as e:
+        raise ToolError(str(e)) from None
+    meta["netns"] = cluster.mesh is not None
     workers = []
+    stopped = False
     try:
         admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
         try:
@@ -196,8 +248,9 @@ def run_chaos(args) -> int:
         for role, count in (("producer", args.producers), ("consumer", args.consumers)):
             for i in range(count):
                 name = f"{role[0]}{i}"
+                prefix = cluster.add_client_node(name)   # its own namespace with --netns
                 workers.append(subprocess.Popen(
-                    [sys.executable, "-m", "bench.chaos.worker", "--role", role, "--name", name,
+                    prefix + [sys.executable, "-m", "bench.chaos.worker", "--role", role, "--name", name,
                      "--bootstrap", cluster.bootstrap_servers, "--topic", TOPIC,
                      "--duration", str(args.duration), "--acks", profile["acks"],
                      "--rate", str(args.rate), "--out", str(run / "history" / f"{name}.parquet"),
@@ -222,7 +275,8 @@ def run_chaos(args) -> int:
             errors = sum(c[1] for c in counts.values())
             rate = acks - last.get("acks", 0)
             last["acks"] = acks
-            active = ", ".join(f"{a.fault} {a.target}" for a in list(nemesis.active)) or "-"
+            active = ", ".join(f"{a.fault} {a.target}" + (f" ({a.detail})" if a.detail else "")
+                               for a in list(nemesis.active)) or "-"
             print(f"[{time.monotonic() - started:5.1f}/{args.duration:.0f} s] acks {acks} "
                   f"({rate}/s), errors {errors}, faults: {active}", flush=True)
             if time.monotonic() - started > args.duration + WORKER_GRACE_S:
@@ -245,19 +299,78 @@ def run_chaos(args) -> int:
             status = ", ".join(f"{s.name} {s.state}" for s in cluster.status())
             raise ToolError(f"the cluster did not heal in {HEAL_TIMEOUT_S:.0f} s: "
                             f"partitions {states}; processes: {status}") from None
-        final = _read_final(cluster.bootstrap_servers, args.partitions)
+        final, ends = _read_final(cluster.bootstrap_servers, args.partitions)
         _write_final(run / "final.parquet", final)
         (run / "faults.json").write_text(json.dumps(
             [{"fault": a.fault, "target": a.target, "start_ns": a.start_ns,
-              "end_ns": a.end_ns, "error": a.error} for a in nemesis.applied], indent=1))
+              "end_ns": a.end_ns, "error": a.error, "detail": a.detail,
+              "links": [list(link) for link in a.links]} for a in nemesis.applied], indent=1))
+        meta["high_watermarks"] = {str(p): hw for p, hw in ends.items()}
+        meta["replica_brokers"] = {
+            str(p): list(cluster.partition_state(TOPIC, p).isr) for p in range(args.partitions)}
+        for w in workers:
+            w.wait()
+        cluster.down(grace_s=10)
+        stopped = True
+        # LogMatching: every replica's segment files, below the HW, now that nothing
+        # writes to them.
+        _write_replicas(run / "replicas.parquet", cluster, TOPIC, ends)
         (run / "run.json").write_text(json.dumps(meta, indent=1))
     finally:
         for w in workers:
             if w.poll() is None:
                 w.kill()
                 w.wait()
-        cluster.down(grace_s=10)
+        if not stopped:
+            cluster.down(grace_s=10)
     return judge(run)
+
+
+def read_replica(cluster, broker_id: int, topic: str, partition: int,
+                 end: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of one stopped replica's log below ``end``, from its segment files."""
+    from shm.batch import parse_batches
+    from shm.log import Log
+
+    data_dir = cluster.broker_dir(broker_id) / "logs"
+    if not (data_dir / f"{topic}-{partition}").is_dir():
+        return []
+    log_ = Log.open(str(data_dir), topic, partition, cluster_id=cluster.cluster_id,
+                    broker_id=broker_id)
+    rows = []
+    try:
+        position = log_.log_start_offset
+        stop = min(end, log_.log_end_offset)
+        while position < stop:
+            view = log_.read(position, 1 << 20, max_offset=stop)
+            if not len(view):
+                break
+            for batch in parse_batches(bytes(view)):
+                rows += [(o, v) for o, _, _, v in batch.records() if o < stop]
+                position = batch.header.next_offset
+    finally:
+        log_.close()
+    return rows
+
+
+def _write_replicas(path: Path, cluster, topic: str, ends: dict[int, int]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shm.names import cleanup_cluster
+    rows = []
+    try:
+        for broker_id in cluster.broker_ids:
+            for partition, end in sorted(ends.items()):
+                rows += [(broker_id, partition, o, v)
+                         for o, v in read_replica(cluster, broker_id, topic, partition, end)]
+    finally:
+        cleanup_cluster(cluster.cluster_id)
+    pq.write_table(pa.table({
+        "broker": pa.array([r[0] for r in rows], type=pa.int32()),
+        "partition": pa.array([r[1] for r in rows], type=pa.int32()),
+        "offset": pa.array([r[2] for r in rows], type=pa.int64()),
+        "value": pa.array([r[3] for r in rows], type=pa.binary())}), path)
 
 
 def replay(args) -> int:
@@ -270,6 +383,7 @@ def replay(args) -> int:
                               profile=meta["profile"], faults="", duration=meta["duration"],
                               seed=meta["seed"], producers=meta["producers"],
                               consumers=meta["consumers"], rate=meta["rate"],
+                              netns=meta.get("netns", False),
                               value_format=meta.get("value_format", "plain"),
                               partitions=meta.get("partitions", PARTITIONS),
                               schedule=str(run / "schedule.json"))
@@ -281,6 +395,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start a cluster, run the workload under faults, check")
     run.add_argument("--dir", required=True, help="a new directory for the run")
     run.add_argument("--brokers", type=int, default=3)
+    run.add_argument("--netns", action="store_true",
+                     help="every process in its own network namespace (root): enables the "
+                          "partition fault")
     run.add_argument("--profile", default="safe", choices=sorted(PROFILES))
     run.add_argument("--faults", default="kill,pause,restart,controller,coordinator")
     run.add_argument("--duration", type=float, default=30.0, help="seconds of workload")

@@ -13,9 +13,25 @@ Faults (each is healed when its duration ends):
 - ``controller``: ``kill`` aimed at the current controller;
 - ``coordinator``: SIGKILL zk_lite, start it again;
 - ``coordinator-pause``: SIGSTOP zk_lite (longer than a session timeout makes the
-  brokers' sessions expire), SIGCONT it.
+  brokers' sessions expire), SIGCONT it;
+- ``slow``: the target runs in bursts (SIGSTOP for ``SLOW_STOP_MS``, SIGCONT for
+  ``SLOW_RUN_MS``, over and over): a replica that answers, but seconds late (this
+  kernel has no netem qdisc to delay packets);
+- ``power-failure``: SIGKILL the targets at the same moment, then cut each one's
+  segment files back to its recovery point (what had been flushed; the rest was in
+  the page cache), start them again when the fault ends;
+- ``partition`` (a ``--netns`` cluster only): cut links of the mesh, heal them. Its
+  target: ``isolate:X`` (X from everyone), ``X|Y`` (every X from every Y), ``halves``
+  (the servers split in two at random) or ``bridge`` (two halves and one node that
+  still sees both), where X and Y are ``leader``, ``follower`` (one of them),
+  ``followers``, ``controller``, ``broker`` (a broker not on the other side), ``zk``,
+  ``random``, ``clients`` (the workload's processes) or a node (``b1``, ``zk``, ``p0``).
+  The seed's scenarios: 1 ``follower|leader``, 2 ``leader|followers``, 3
+  ``follower|zk``, 4 ``leader|zk``, 5 ``isolate:follower``, 6 ``isolate:leader``,
+  7 ``controller|broker``, 8 ``controller|zk``.
 
-Targets for broker faults: a broker id, ``random``, ``leader`` (of the run's topic's
+Targets for broker faults: a broker id (``power-failure`` also takes ``all`` or a
+comma list), ``random``, ``leader`` (of the run's topic's
 partition 0 when the fault starts), ``followers`` (its other live replicas, all of them)
 or ``controller``. Each fault runs on its own timer, so a given schedule may overlap
 faults (pause the followers, then kill the leader: the seeds' acks=1 loss). ``plan``
@@ -31,9 +47,16 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-FAULTS = ("kill", "pause", "restart", "controller", "coordinator", "coordinator-pause")
-BROKER_FAULTS = ("kill", "pause", "restart")
+FAULTS = ("kill", "pause", "restart", "controller", "coordinator", "coordinator-pause",
+          "slow", "power-failure", "partition")
+BROKER_FAULTS = ("kill", "pause", "restart", "slow", "power-failure")
 TARGETS = ("random", "leader", "followers", "controller")
+# What a drawn partition cuts: the seed's scenarios 1-8, and Jepsen's shapes.
+PARTITION_TARGETS = ("follower|leader", "leader|followers", "follower|zk", "leader|zk",
+                     "isolate:follower", "isolate:leader", "controller|broker",
+                     "controller|zk", "halves", "bridge", "isolate:zk")
+SLOW_STOP_MS = 900
+SLOW_RUN_MS = 100
 FAULT_MS = (1000, 4000)          # a drawn fault lasts this long
 GAP_MS = (1500, 4000)            # and is followed by this much quiet
 FIRST_AT_MS = 2000
@@ -63,6 +86,8 @@ class Applied:
     start_ns: int
     end_ns: int = 0
     error: str | None = None
+    links: tuple = ()     # partition: the (node, node) pairs cut
+    detail: str = ""      # power-failure: records each broker lost
 
 
 def plan(seed: int, faults: list[str], duration_s: float,
@@ -76,8 +101,12 @@ def plan(seed: int, faults: list[str], duration_s: float,
         if at + length > end:
             return out
         fault = rng.choice(faults)
-        target = rng.choice(targets) if fault in BROKER_FAULTS else \
-            ("zk" if fault.startswith("coordinator") else "controller")
+        if fault == "partition":
+            target = rng.choice(PARTITION_TARGETS)
+        elif fault in BROKER_FAULTS:
+            target = rng.choice(targets)
+        else:
+            target = "zk" if fault.startswith("coordinator") else "controller"
         out.append(Planned(at, length, fault, target))
         at += length + rng.randint(*GAP_MS)
 
@@ -149,12 +178,41 @@ class Nemesis:
         applied = self._apply(planned)
         if applied is None:
             return
-        self._stop.wait(planned.duration_ms / 1000)
+        if planned.fault == "slow":
+            self._slow(applied, planned.duration_ms / 1000)
+        else:
+            self._stop.wait(planned.duration_ms / 1000)
         self._heal(applied)
+
+    def _slow(self, applied: Applied, duration_s: float) -> None:
+        """Duty-cycle the targets (they were stopped by _apply) until the fault ends."""
+        end = time.monotonic() + duration_s
+        while not self._stop.is_set():
+            if self._stop.wait(min(SLOW_STOP_MS / 1000, max(0.0, end - time.monotonic()))):
+                return
+            if time.monotonic() >= end:
+                return
+            self._signal_all(applied, "CONT")
+            if self._stop.wait(SLOW_RUN_MS / 1000) or time.monotonic() >= end:
+                return
+            self._signal_all(applied, "STOP")
+
+    def _signal_all(self, applied: Applied, signal: str) -> None:
+        for target in applied.target.split(","):
+            try:
+                self.cluster.kill(int(target), signal)
+            except Exception as e:  # killed by an overlapping fault: nothing to slow
+                log.debug("nemesis: %s to %s: %s", signal, target, e)
 
     def _resolve(self, planned: Planned) -> list[str]:
         if planned.fault.startswith("coordinator"):
             return ["zk"]
+        if planned.fault == "power-failure" and (
+                planned.target == "all" or "," in planned.target):
+            if planned.target == "all":
+                return [str(b) for b in self.cluster.broker_ids
+                        if self.cluster.process(b).pid() is not None]
+            return [t.strip() for t in planned.target.split(",") if t.strip()]
         target = "controller" if planned.fault == "controller" else planned.target
         live = [b for b in self.cluster.broker_ids
                 if self.cluster.process(b).state() == "alive"]
@@ -173,6 +231,10 @@ class Nemesis:
         return [target]
 
     def _apply(self, planned: Planned) -> Applied | None:
+        if planned.fault == "partition":
+            return self._apply_partition(planned)
+        if planned.fault == "power-failure":
+            return self._apply_power_failure(planned)
         try:
             targets = self._resolve(planned)
         except Exception as e:  # the coordinator may be away: skip this fault
@@ -186,7 +248,7 @@ class Nemesis:
             try:
                 if planned.fault in ("kill", "controller", "coordinator"):
                     self.cluster.kill(ident, "KILL")
-                elif planned.fault in ("pause", "coordinator-pause"):
+                elif planned.fault in ("pause", "coordinator-pause", "slow"):
                     self.cluster.kill(ident, "STOP")
                 elif planned.fault == "restart":
                     self.cluster.stop(ident)
@@ -198,11 +260,128 @@ class Nemesis:
             self.active.append(applied)
         return applied
 
+    def _apply_power_failure(self, planned: Planned) -> Applied | None:
+        try:
+            targets = [int(t) for t in self._resolve(planned)]
+        except Exception as e:
+            log.warning("nemesis: no target for %s: %s", planned.fault, e)
+            return None
+        applied = Applied(planned.fault, ",".join(map(str, targets)), time.monotonic_ns())
+        # Every target loses power at the same moment: signal them all, then wait.
+        processes = [self.cluster.process(b) for b in targets]
+        for process in processes:
+            process.signal(9)
+        lost = []
+        for broker_id, process in zip(targets, processes):
+            try:
+                process.kill_now()
+                cut = self.cluster.lose_unflushed(broker_id)
+                lost.append(f"broker {broker_id} lost " + (", ".join(
+                    f"{n} of {tp}" for tp, n in sorted(cut.items())) or "nothing"))
+            except Exception as e:
+                applied.error = (applied.error or "") + f"{broker_id}: {e}; "
+                log.warning("nemesis: power failure of %s: %s", broker_id, e)
+        applied.detail = "; ".join(lost)
+        with self._lock:
+            self.applied.append(applied)
+            self.active.append(applied)
+        return applied
+
+    # ------------------------------------------------------------- partitions
+    def _nodes(self, token: str, other_side: set[str]) -> list[str]:
+        """The mesh nodes a partition token names (see the module docstring)."""
+        mesh = self.cluster.mesh
+        brokers = [f"b{b}" for b in self.cluster.broker_ids]
+        if token in ("leader", "follower", "followers"):
+            state = self.cluster.partition_state(self.topic, 0)
+            if state is None or state.leader < 0:
+                raise ValueError(f"{self.topic}-0 has no leader now")
+            if token == "leader":
+                return [f"b{state.leader}"]
+            followers = [f"b{b}" for b in state.isr if b != state.leader] or \
+                [b for b in brokers if b != f"b{state.leader}"]
+            return followers if token == "followers" else [self.rng.choice(followers)]
+        if token == "controller":
+            controller = self.cluster.controller_id()
+            if controller is None:
+                raise ValueError("no controller now")
+            return [f"b{controller}"]
+        if token == "broker":
+            return [self.rng.choice([b for b in brokers if b not in other_side])]
+        if token == "random":
+            return [self.rng.choice(brokers)]
+        if token == "clients":
+            return [n for n in mesh.nodes if n[0] in "pc"]
+        if token.isdigit():
+            token = f"b{token}"
+        if token not in mesh.nodes:
+            raise ValueError(f"no node {token!r} (nodes: {', '.join(mesh.nodes)})")
+        return [token]
+
+    def links_of(self, target: str) -> list[tuple[str, str]]:
+        """The (node, node) pairs a partition target cuts, resolved against now."""
+        mesh = self.cluster.mesh
+        servers = [n for n in mesh.nodes if n == "zk" or n.startswith("b")]
+        if target.startswith("isolate:"):
+            alone = self._nodes(target.split(":", 1)[1], set())
+            return [(a, n) for a in alone for n in mesh.nodes if n not in alone]
+        if target in ("halves", "bridge"):
+            shuffled = servers[:]
+            self.rng.shuffle(shuffled)
+            if target == "bridge":
+                shuffled.pop()  # the bridge keeps every link: it is on neither side
+            half = len(shuffled) // 2
+            left, right = shuffled[:half], shuffled[half:]
+            return [(a, b) for a in left for b in right]
+        if "|" in target:
+            a_token, b_token = target.split("|", 1)
+            side_a = self._nodes(a_token, set())
+            side_b = self._nodes(b_token, set(side_a))
+            return [(a, b) for a in side_a for b in side_b if a != b]
+        raise ValueError(f"partition target {target!r}: isolate:X, X|Y, halves or bridge")
+
+    def _apply_partition(self, planned: Planned) -> Applied | None:
+        if self.cluster.mesh is None:
+            log.warning("nemesis: partition needs a --netns cluster; skipped")
+            return None
+        try:
+            links = self.links_of(planned.target)
+        except Exception as e:
+            log.warning("nemesis: no target for partition %s: %s", planned.target, e)
+            return None
+        applied = Applied("partition", planned.target, time.monotonic_ns(),
+                          links=tuple(links))
+        applied.detail = " ".join(f"{a}|{b}" for a, b in links)
+        for a, b in links:
+            try:
+                self.cluster.mesh.cut(a, b)
+            except Exception as e:
+                applied.error = str(e)
+                log.warning("nemesis: cutting %s|%s failed: %s", a, b, e)
+        with self._lock:
+            self.applied.append(applied)
+            self.active.append(applied)
+        return applied
+
     def _heal(self, applied: Applied) -> None:
+        if applied.fault == "partition":
+            with self._lock:  # a link another active partition also cuts stays cut
+                still = {frozenset(p) for a in self.active if a is not applied
+                         for p in a.links}
+            for a, b in applied.links:
+                if frozenset((a, b)) not in still:
+                    try:
+                        self.cluster.mesh.heal(a, b)
+                    except Exception as e:
+                        applied.error = (applied.error or "") + f"; heal: {e}"
+            applied.end_ns = time.monotonic_ns()
+            with self._lock:
+                self.active.remove(applied)
+            return
         for target in applied.target.split(","):
             ident = "zk" if target == "zk" else int(target)
             try:
-                if applied.fault in ("pause", "coordinator-pause"):
+                if applied.fault in ("pause", "coordinator-pause", "slow"):
                     self.cluster.kill(ident, "CONT")
                 else:
                     self.cluster.start(ident, wait=False)
@@ -215,7 +394,10 @@ class Nemesis:
             self.active.remove(applied)
 
     def heal_all(self) -> None:
-        """After the run: every process running again (resume the stopped, start the dead)."""
+        """After the run: every process running again (resume the stopped, start the
+        dead) and every link of the mesh up."""
+        if self.cluster.mesh is not None:
+            self.cluster.mesh.heal_all()
         for ident in ["zk", *self.cluster.broker_ids]:
             process = self.cluster.process(ident)
             state = process.state()

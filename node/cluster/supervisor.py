@@ -721,6 +721,40 @@ class Cluster:
             raise ClusterError(f"unknown signal {signal!r} (one of {', '.join(SIGNALS)})")
         return SIGNALS[name]
 
+    def lose_unflushed(self, broker_id: int) -> dict[str, int]:
+        """What a power cut does to a dead broker's disk: every partition's segment
+        files are cut back to its recovery point (what was flushed; the page cache held
+        the rest). Returns ``{"topic-partition": records lost}`` for the partitions that
+        lost any. The broker must not be running."""
+        from shm.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, OffsetCheckpointFile
+        from shm.log import Log
+
+        process = self.process(broker_id)
+        if process.pid() is not None:
+            raise ClusterError(f"{process.name} is running: a power cut needs it dead first")
+        data_dir = self.broker_dir(broker_id) / "logs"
+        try:
+            points = OffsetCheckpointFile(
+                str(data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)).read()
+        except (OSError, ValueError):
+            points = {}
+        lost = {}
+        for entry in sorted(os.listdir(data_dir)) if data_dir.is_dir() else []:
+            topic, _, number = entry.rpartition("-")
+            if not topic or not number.isdigit() or not (data_dir / entry).is_dir():
+                continue
+            log_ = Log.open(str(data_dir), topic, int(number), cluster_id=self.cluster_id,
+                            broker_id=broker_id)
+            try:
+                end = log_.log_end_offset
+                keep = max(log_.log_start_offset, points.get((topic, int(number)), 0))
+                if keep < end:
+                    log_.truncate_to(keep)
+                    lost[entry] = end - keep
+            finally:
+                log_.close()
+        return lost
+
     def stop(self, ident, grace_s: float = STOP_GRACE_S) -> None:
         """Clean stop of one process (CONT, TERM, KILL after grace_s), waits until gone."""
         self.process(ident).stop(grace_s)

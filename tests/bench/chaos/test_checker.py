@@ -92,3 +92,35 @@ def test_a_fault_with_no_acknowledgement_after_it():
     h, final = valid_history()
     v = check(h, final, [Fault("pause", 100 * MS, 200 * MS, "zk")])
     assert v.recovery_ms == [("pause", "zk", None)]
+
+
+def test_replicas_that_match_below_the_high_watermark_are_not_divergent():
+    h, final = valid_history()
+    same = [(0, b"a"), (1, b"b")]
+    replicas = {0: {0: same, 1: same + [(2, b"uncommitted")], 2: same}}
+    v = check(h, final, replicas=replicas, high_watermarks={0: 2})
+    assert v.divergent == [] and v.valid
+
+
+def test_two_values_at_one_offset_below_the_high_watermark_are_divergent():
+    """KIP-101 scenario 2: after a power failure offset 1 holds m2 on one replica and
+    m3 on the other, both below the HW."""
+    h, final = valid_history()
+    replicas = {0: {0: [(0, b"m1"), (1, b"m2")], 1: [(0, b"m1"), (1, b"m3")]}}
+    v = check(h, final, replicas=replicas, high_watermarks={0: 2})
+    assert v.divergent == [(0, 1, {0: b"m2", 1: b"m3"})]
+    assert not v.valid and v.summary()["divergent"] == 1
+
+
+def test_a_replica_short_of_the_high_watermark_is_divergent():
+    h, final = valid_history()
+    replicas = {0: {0: [(0, b"a"), (1, b"b")], 1: [(0, b"a")], 2: []}}
+    v = check(h, final, replicas=replicas, high_watermarks={0: 2})
+    assert (0, 1, {0: b"b", 1: None}) in v.divergent
+    assert (0, 0, {2: None}) in v.divergent and not v.valid
+
+
+def test_a_replica_whose_log_starts_later_is_compared_from_its_start():
+    h, final = valid_history()
+    replicas = {0: {0: [(0, b"a"), (1, b"b")], 1: [(1, b"b")]}}
+    assert check(h, final, replicas=replicas, high_watermarks={0: 2}).divergent == []
