@@ -218,7 +218,11 @@ class Mesh:
 
     # ------------------------------------------------------------- teardown
     def destroy(self) -> None:
-        """Every namespace of the cluster (veths go with them), then the host's routes."""
+        """Every namespace of the cluster (veths go with them), then the host's routes.
+        The host ends are deleted first, by name: a namespace's veths are otherwise
+        removed by the kernel a moment after the namespace, with their routes."""
+        for node in self.nodes:
+            _ip("link", "del", self._host_end(node), check=False)
         destroy_cluster(self.cluster_id)
         _ip("route", "del", "unreachable", f"{BLOCK}.{self.subnet}.0/24", check=False)
 

@@ -743,8 +743,8 @@ class Cluster:
             topic, _, number = entry.rpartition("-")
             if not topic or not number.isdigit() or not (data_dir / entry).is_dir():
                 continue
-            log_ = Log.open(str(data_dir), topic, int(number), cluster_id=self.cluster_id,
-                            broker_id=broker_id)
+            log_ = _open_when_released(Log, str(data_dir), topic, int(number),
+                                       self.cluster_id, broker_id)
             try:
                 end = log_.log_end_offset
                 keep = max(log_.log_start_offset, points.get((topic, int(number)), 0))
@@ -867,6 +867,26 @@ class Cluster:
 
     def __repr__(self) -> str:
         return f"<Cluster {self.cluster_id} in {self.dir}: {self.bootstrap_servers}>"
+
+
+def _open_when_released(log_class, data_dir: str, topic: str, partition: int,
+                        cluster_id: str, broker_id: int):
+    """Open a dead broker's log. A SIGKILLed process shows as a zombie as soon as its
+    main thread is gone, but its files (and the log's flock) are released only when its
+    last thread has exited: wait for that."""
+    from shm.errors import LogError
+
+    def attempt():
+        try:
+            return log_class.open(data_dir, topic, partition, cluster_id=cluster_id,
+                                  broker_id=broker_id)
+        except LogError as e:
+            if "is open in another Log" not in str(e):
+                raise
+            return None
+
+    return poll_until(attempt, KILL_WAIT_S, f"{data_dir}/{topic}-{partition}'s lock",
+                      interval_s=POLL_INTERVAL_S)
 
 
 def _write_spec(directory: Path, spec: dict) -> None:

@@ -54,6 +54,58 @@ def test_an_acks1_run_with_leader_kills_loses_acknowledged_writes(tmp_path):
     assert "INVALID" in result.stdout
 
 
+def test_an_unclean_election_loses_what_only_the_isr_had(tmp_path):
+    """The seeds' acks=all walkthrough, last step: the followers paused until they drop
+    out of the ISR, the leader alone acknowledges acks=all writes (min.insync.replicas=1),
+    then dies; with unclean election on, a follower that never had them leads."""
+    schedule = tmp_path / "plan.json"
+    schedule.write_text(json.dumps([
+        {"at_ms": 2000, "duration_ms": 6000, "fault": "pause", "target": "followers"},
+        {"at_ms": 7500, "duration_ms": 5000, "fault": "kill", "target": "leader"}]))
+    run = tmp_path / "unclean"
+    result = chaos("run", "--dir", str(run), "--profile", "unclean", "--duration", "16",
+                   "--schedule", str(schedule), "--consumers", "0", "--rate", "300",
+                   "--partitions", "1")
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert verdict["lost"] > 0 and verdict["divergent"] == 0, verdict
+
+
+def test_a_slow_follower_and_a_power_failure_of_the_leader_lose_nothing_under_safe(tmp_path):
+    """A follower slowed to bursts of 100 ms a second, then the leader's power cut (its
+    unflushed segment bytes gone): the other replicas had every acknowledged write."""
+    schedule = tmp_path / "plan.json"
+    schedule.write_text(json.dumps([
+        {"at_ms": 1500, "duration_ms": 5000, "fault": "slow", "target": "followers"},
+        {"at_ms": 8000, "duration_ms": 3000, "fault": "power-failure", "target": "leader"}]))
+    run = tmp_path / "safe"
+    result = chaos("run", "--dir", str(run), "--duration", "15", "--schedule", str(schedule),
+                   "--rate", "200", "--partitions", "1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["valid"] and verdict["divergent"] == 0 and verdict["acknowledged"] > 500
+    faults = {f["fault"]: f for f in json.loads((run / "faults.json").read_text())}
+    assert set(faults) == {"slow", "power-failure"}
+    lost_records = int(faults["power-failure"]["detail"].split(" lost ")[1].split()[0])
+    assert lost_records > 0, "the power cut removed the leader's unflushed records"
+    assert not cluster_objects(_cluster_id(run))
+
+
+def test_a_replay_runs_the_same_faults_in_the_same_order(tmp_path):
+    run = tmp_path / "first"
+    first = chaos("run", "--dir", str(run), "--duration", "14", "--seed", "8",
+                  "--faults", "kill,pause,restart", "--rate", "100", "--consumers", "0")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    again = chaos("replay", str(run))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    replay = tmp_path / "first-replay"
+    assert json.loads((replay / "schedule.json").read_text()) == \
+        json.loads((run / "schedule.json").read_text())
+    sequence = [[f["fault"] for f in json.loads((r / "faults.json").read_text())]
+                for r in (run, replay)]
+    assert sequence[0] == sequence[1] and len(sequence[0]) >= 2
+
+
 @pytest.mark.parametrize("args, words", [
     (("run", "--dir", "{tmp}/x", "--faults", "meteor"), "unknown fault"),
     (("run", "--dir", "{tmp}/x", "--duration", "0"), "must be positive"),
