@@ -390,6 +390,100 @@ def replay(args) -> int:
     return run_chaos(copy)
 
 
+def _seeds(text: str) -> list[int]:
+    out = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            out += list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise UsageError(f"--seeds {text!r}: e.g. 1-50 or 3,7,9") from None
+    return out
+
+
+def sweep(args) -> int:
+    """``chaos sweep``: ``chaos run`` once per seed (each in its own process), then one
+    summary over them all (``RUN/sweep.json`` and a table). Exit 1 if any run was
+    invalid or failed."""
+    import shutil
+    root = Path(args.dir)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for seed in _seeds(args.seeds):
+        run = root / f"seed-{seed}"
+        if run.exists():
+            shutil.rmtree(run)
+        command = [sys.executable, "-m", "node.cli", "chaos", "run", "--dir", str(run),
+                   "--profile", args.profile, "--faults", args.faults, "--seed", str(seed),
+                   "--duration", str(args.duration), "--rate", str(args.rate)] + \
+            (["--netns"] if args.netns else [])
+        started = time.monotonic()
+        with open(root / f"seed-{seed}.out", "w") as out:
+            code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT)
+        row = {"seed": seed, "exit": code, "wall_s": round(time.monotonic() - started, 1)}
+        try:
+            row["verdict"] = json.loads((run / "verdict.json").read_text())
+            row["faults"] = json.loads((run / "faults.json").read_text())
+        except (OSError, ValueError):
+            row["verdict"] = None
+        rows.append(row)
+        v = row["verdict"]
+        print(f"seed {seed}: exit {code} in {row['wall_s']} s" + (
+            f", {v['acknowledged']} acknowledged, lost {v['lost']}, duplicate "
+            f"{v['duplicate']}, divergent {v['divergent']}" if v else ""), flush=True)
+        if code == 0 and not args.keep and v is not None:
+            shutil.rmtree(run / "cluster", ignore_errors=True)
+        (root / "sweep.json").write_text(json.dumps(rows, indent=1, default=str))
+    summary = summarize(rows)
+    (root / "summary.json").write_text(json.dumps(summary, indent=1))
+    print_summary(args.profile, summary)
+    return 0 if summary["invalid"] == 0 and summary["failed_runs"] == 0 else 1
+
+
+ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "unexpected",
+             "divergent")
+
+
+def summarize(rows: list[dict]) -> dict:
+    done = [r for r in rows if r["verdict"] is not None]
+    out = {"runs": len(rows), "checked": len(done),
+           "failed_runs": [r["seed"] for r in rows if r["verdict"] is None],
+           "invalid": [r["seed"] for r in done if not r["verdict"]["valid"]],
+           "acknowledged": sum(r["verdict"]["acknowledged"] for r in done),
+           "unknown": sum(r["verdict"]["unknown"] for r in done)}
+    out["failed_runs"] = len(out["failed_runs"]) and out["failed_runs"]
+    for name in ANOMALIES:
+        out[name] = sum(r["verdict"].get(name, 0) for r in done)
+    by_fault: dict[str, list] = {}
+    for r in done:
+        for fault, _, ms in r["verdict"]["recovery_ms"]:
+            by_fault.setdefault(fault, []).append(ms)
+    out["recovery_ms"] = {}
+    for fault, values in sorted(by_fault.items()):
+        known = sorted(v for v in values if v is not None)
+        out["recovery_ms"][fault] = {
+            "n": len(values), "median": known[len(known) // 2] if known else None,
+            "worst": known[-1] if known else None, "never": len(values) - len(known)}
+    gaps = sorted(r["verdict"]["longest_gap_ms"] for r in done)
+    out["longest_gap_ms"] = {"median": gaps[len(gaps) // 2] if gaps else None,
+                             "worst": gaps[-1] if gaps else None}
+    return out
+
+
+def print_summary(profile: str, s: dict) -> None:
+    print(f"sweep: {s['runs']} runs of profile {profile}, {s['checked']} checked, "
+          f"{s['acknowledged']} acknowledged writes, {s['unknown']} unknown outcomes")
+    print("  " + ", ".join(f"{name} {s[name]}" for name in ANOMALIES))
+    for fault, r in s["recovery_ms"].items():
+        print(f"  recovery after {fault:<18} n={r['n']:<4} median {_ms(r['median'])}, "
+              f"worst {_ms(r['worst'])}" + (f", {r['never']} with no ack after"
+                                            if r["never"] else ""))
+    print(f"  longest window without an acknowledgement: median "
+          f"{_ms(s['longest_gap_ms']['median'])}, worst {_ms(s['longest_gap_ms']['worst'])}")
+    print(f"invalid runs: {s['invalid'] or 'none'}; runs that did not finish: "
+          f"{s['failed_runs'] or 'none'}")
+
+
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="chaos_command", required=True)
     run = sub.add_parser("run", help="start a cluster, run the workload under faults, check")
@@ -411,6 +505,17 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--value-format", choices=("plain", "avro"), default="plain",
                      help="avro: the producers write typed values (bench.chaos.worker's "
                           "CHAOS_VALUE_SCHEMA) registered in the cluster's schema registry")
+    sweep = sub.add_parser("sweep", help="many seeded runs one after another, and a summary")
+    sweep.add_argument("--dir", required=True, help="a directory for the runs (RUN/seed-N)")
+    sweep.add_argument("--seeds", default="1-50", help="e.g. 1-50 or 3,7,9")
+    sweep.add_argument("--profile", default="safe", choices=sorted(PROFILES))
+    sweep.add_argument("--faults", default="kill,pause,restart,controller,coordinator,"
+                                           "coordinator-pause,slow,power-failure")
+    sweep.add_argument("--duration", type=float, default=60.0)
+    sweep.add_argument("--netns", action="store_true")
+    sweep.add_argument("--rate", type=float, default=200.0)
+    sweep.add_argument("--keep", action="store_true",
+                       help="keep every run's files (default: only the invalid runs')")
     check_ = sub.add_parser("check", help="check a recorded run again")
     check_.add_argument("run")
     again = sub.add_parser("replay", help="run a recorded run's schedule again")
@@ -428,6 +533,8 @@ def run(args) -> int:
             return run_chaos(args)
         if args.chaos_command == "check":
             return judge(Path(args.run))
+        if args.chaos_command == "sweep":
+            return sweep(args)
         return replay(args)
     except UsageError as e:
         print(f"chaos: error: {e}", file=sys.stderr)
