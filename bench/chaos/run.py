@@ -523,7 +523,14 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run(args) -> int:
+    import signal
+    # SIGTERM stops a run like Ctrl-C: the cluster (and its namespaces) still go down.
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         if args.chaos_command == "run":
             if args.brokers < 1 or args.duration <= 0 or args.rate <= 0 or \
