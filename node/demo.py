@@ -101,29 +101,41 @@ def wait_until(what: str, predicate, timeout_s: float = WAIT_S_MAX):
 
 
 def replica_rows(cluster) -> list[tuple[int, str, str, str]]:
-    from shm.board import BoardError, BoardReader
+    """(broker, role, LEO, HW) per replica of the demo partition, as one consistent cut:
+    the leader's LEO and HW and each follower's LEO as the leader knows it, all from
+    the leader's board row (``node.cluster.view``), so a follower never shows ahead of
+    its leader. A follower's HW is its own (it learns the HW from the leader, so it
+    trails it), capped at the leader's: a follower never shows a HW its leader has not
+    published yet either."""
+    from node.cluster.view import snapshot
 
+    return _rows(snapshot(cluster, [TOPIC]).partition(TOPIC, 0), cluster.broker_ids)
+
+
+def _rows(p, broker_ids) -> list[tuple[int, str, str, str]]:
     rows = []
-    for broker_id in cluster.broker_ids:
-        try:
-            reader = BoardReader.open(cluster.cluster_id, broker_id)
-        except BoardError:
-            rows.append((broker_id, "down", "-", "-"))
+    for broker_id in broker_ids:
+        r = next((v for v in p.views if v.broker == broker_id), None) if p else None
+        if r is None or (r.leo is None and r.own_leo is None):
+            rows.append((broker_id, "down" if r is None else "-", "-", "-"))
             continue
-        try:
-            s = reader.get(TOPIC, 0)
-        finally:
-            reader.close()
-        if s is None:
-            rows.append((broker_id, "-", "-", "-"))
+        role = "leader" if broker_id == p.leader else \
+            ("follower" if p.leader >= 0 else "offline")
+        if broker_id == p.leader:
+            hw = p.hw
+        elif p.hw is not None and r.own_hw is not None:
+            hw = min(r.own_hw, p.hw)
         else:
-            rows.append((broker_id, s.role.name.lower(), str(s.log_end_offset),
-                         str(s.high_watermark)))
+            hw = r.own_hw
+        rows.append((broker_id, role, "-" if r.leo is None else str(r.leo),
+                     "-" if hw is None else str(hw)))
     return rows
 
 
 def show(cluster, alive: set[int]) -> None:
-    s = partition_state(cluster)
+    from node.cluster.view import snapshot
+
+    s = snapshot(cluster, [TOPIC]).partition(TOPIC, 0)  # one read: state and rows agree
     if s is None:
         say("  (no partition state yet)")
         return
@@ -131,7 +143,7 @@ def show(cluster, alive: set[int]) -> None:
     print(f"         partition {TOPIC}-0: leader {leader}, leader epoch {s.leader_epoch}, "
           f"ISR {list(s.isr)}")
     print(f"         {'broker':>8} {'process':>8} {'role':>9} {'LEO':>7} {'HW':>7}")
-    for broker_id, role, leo, hw in replica_rows(cluster):
+    for broker_id, role, leo, hw in _rows(s, cluster.broker_ids):
         process = "alive" if broker_id in alive else "killed"
         if broker_id not in alive:
             role, leo, hw = "-", "-", "-"

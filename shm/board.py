@@ -2,7 +2,7 @@
 
 The broker publishes, per partition replica it hosts, what the rest of the host may want
 to know without asking it: role, leader epoch, leader id, LEO, HW, log start offset, ISR
-and (on a leader) when each follower last caught up. Readers are LocalReaders (they read
+and (on a leader) each follower's LEO as of its last fetch and when it last caught up. Readers are LocalReaders (they read
 below HW straight from the segment files), the dashboard and the chaos checker.
 
 Rules and invariants:
@@ -60,7 +60,7 @@ assert TOPIC_BYTES_MAX <= 255
 assert READ_SPINS < READ_ATTEMPTS_MAX
 
 MAGIC = 0x444B424D               # b"MBKD" little-endian: minikafka board
-VERSION = 1
+VERSION = 2  # 2: a leader's row holds its followers' LEOs (follower_leo)
 CACHE_LINE_BYTES = 64
 
 
@@ -119,6 +119,7 @@ _ROW_FIELDS = np.dtype([
     ("isr", "<i4", (REPLICAS_MAX,)),
     ("follower_ids", "<i4", (REPLICAS_MAX,)),
     ("last_caught_up_ms", "<i8", (REPLICAS_MAX,)),
+    ("follower_leo", "<i8", (REPLICAS_MAX,)),   # -1: unknown
     ("topic", f"S{TOPIC_BYTES_MAX}"),
 ], align=True)
 ROW_DTYPE = _padded(_ROW_FIELDS, _round_up(_ROW_FIELDS.itemsize, CACHE_LINE_BYTES))
@@ -151,6 +152,10 @@ class ReplicaState:
     isr: tuple[int, ...] = ()
     # Leader's view: (follower broker id, last time it caught up to the LEO, ms) pairs.
     last_caught_up_ms: tuple[tuple[int, int], ...] = ()
+    # Leader's view: (follower broker id, its LEO as of its last fetch) pairs, for
+    # followers named in last_caught_up_ms. Written in the same row as the leader's own
+    # LEO and HW, so a reader gets one consistent cut: no follower ahead of its leader.
+    follower_leo: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self):
         topic_bytes = self.topic.encode("ascii", "replace")
@@ -174,6 +179,18 @@ class ReplicaState:
         if len(pairs) > REPLICAS_MAX or len(set(ids)) != len(ids):
             raise ValueError(f"last_caught_up_ms must name at most {REPLICAS_MAX} distinct followers")
         object.__setattr__(self, "last_caught_up_ms", pairs)
+        leos = self.follower_leo
+        leos = leos.items() if isinstance(leos, Mapping) else leos
+        leos = tuple(sorted((int(b), int(o)) for b, o in leos))
+        if not {b for b, _ in leos} <= set(ids) or len({b for b, _ in leos}) != len(leos):
+            raise ValueError("follower_leo must name followers of last_caught_up_ms, once each")
+        object.__setattr__(self, "follower_leo", leos)
+
+    def follower_log_end_offset(self, broker_id: int) -> int | None:
+        for b, offset in self.follower_leo:
+            if b == broker_id:
+                return offset
+        return None
 
     def caught_up_ms(self, broker_id: int) -> int | None:
         for b, ms in self.last_caught_up_ms:
@@ -196,9 +213,11 @@ def _encode(state: ReplicaState, out: np.ndarray) -> None:
     row["isr_count"] = len(state.isr)
     row["isr"][:len(state.isr)] = state.isr
     row["follower_count"] = len(state.last_caught_up_ms)
+    leos = dict(state.follower_leo)
     for i, (b, ms) in enumerate(state.last_caught_up_ms):
         row["follower_ids"][i] = b
         row["last_caught_up_ms"][i] = ms
+        row["follower_leo"][i] = leos.get(b, -1)
     row["topic"] = state.topic.encode("ascii")
 
 
@@ -220,6 +239,10 @@ def _decode(row: np.void) -> ReplicaState:
         last_caught_up_ms=tuple(
             (int(b), int(ms)) for b, ms in zip(row["follower_ids"][:follower_count],
                                                row["last_caught_up_ms"][:follower_count])),
+        follower_leo=tuple(
+            (int(b), int(o)) for b, o in zip(row["follower_ids"][:follower_count],
+                                             row["follower_leo"][:follower_count])
+            if o >= 0),
     )
 
 

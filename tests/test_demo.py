@@ -29,5 +29,29 @@ def test_demo_tells_the_replication_story_and_loses_nothing(tmp_path):
                         r"0 lost", out)
     assert counted and counted.group(1) == counted.group(2) and int(counted.group(1)) > 1000, out
     assert out.rstrip().endswith("done: every process stopped, shared memory removed"), out
+    tables = _tables(out)
+    assert len(tables) >= 4, out
+    for rows in tables:  # one consistent cut: nobody ahead of the leader
+        leader = [r for r in rows if r[2] == "leader"]
+        if leader:
+            (_, _, _, leo, hw), = leader
+            for r in rows:
+                if r[3] != "-":
+                    assert int(r[3]) <= int(leo) and int(r[4]) <= int(hw), (rows, out)
     after = {e for e in os.listdir(SHM_DIR) if e.startswith(PREFIX + "demo")}
     assert after <= before, f"the demo left shared memory behind: {sorted(after - before)}"
+
+
+def _tables(out: str) -> list[list[tuple]]:
+    """The demo's state tables: per table, (broker, process, role, LEO, HW) rows."""
+    tables, current = [], None
+    for line in out.splitlines():
+        words = line.split()
+        if words[:5] == ["broker", "process", "role", "LEO", "HW"]:
+            current = []
+            tables.append(current)
+        elif current is not None and len(words) == 5 and words[0].isdigit():
+            current.append(tuple(words))
+        else:
+            current = None
+    return tables

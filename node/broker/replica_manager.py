@@ -167,17 +167,19 @@ class ReplicaManager:
         if self.board is None or self.partitions.get(part.key) is not part:
             return
         core, log = part.core, part.log
-        caught_up = {}
+        caught_up, leos = {}, {}
         if core.role is Role.LEADER:
-            caught_up = {r: f.last_caught_up_ms + self._wall_offset_ms
-                         for r, f in list(core.followers.items())[:SB.REPLICAS_MAX]}
+            followers = list(core.followers.items())[:SB.REPLICAS_MAX]
+            caught_up = {r: f.last_caught_up_ms + self._wall_offset_ms for r, f in followers}
+            leos = {r: f.log_end_offset for r, f in followers if f.log_end_offset >= 0}
         try:
             self.board.publish(part.topic, part.partition, role=_BOARD_ROLE[core.role],
                                leader_epoch=core.leader_epoch, leader_id=core.leader,
                                log_end_offset=log.log_end_offset,
                                high_watermark=log.high_watermark,
                                log_start_offset=log.log_start_offset,
-                               isr=core.isr[:SB.REPLICAS_MAX], last_caught_up_ms=caught_up)
+                               isr=core.isr[:SB.REPLICAS_MAX], last_caught_up_ms=caught_up,
+                               follower_leo=leos)
         except (SB.BoardError, ValueError) as e:
             logger.error("%s-%d: cannot publish on the board: %s", part.topic,
                          part.partition, e)

@@ -35,6 +35,7 @@ def fields_of(n, i):
         log_start_offset=n // 2,
         isr=tuple(range(n % 4 + 1)),
         last_caught_up_ms={b: n * 1000 + b for b in range(1, n % 3 + 2)},
+        follower_leo={b: 2 * n + b for b in range(1, n % 3 + 2)},
     )
 """
 exec(FIELDS_OF)
@@ -198,9 +199,25 @@ def test_limits_are_enforced_before_anything_is_written(cluster_id):
             board.publish("x" * (TOPIC_BYTES_MAX + 1), 0)
         with pytest.raises(ValueError, match="topic"):
             board.publish("bad/topic", 0)
+        with pytest.raises(ValueError, match="follower_leo"):
+            board.publish("t", 0, last_caught_up_ms={1: 5}, follower_leo={2: 7})
         assert reader.snapshot() == []
         board.publish("x" * TOPIC_BYTES_MAX, 0, isr=tuple(range(REPLICAS_MAX)))
         assert reader.get("x" * TOPIC_BYTES_MAX, 0).isr == tuple(range(REPLICAS_MAX))
+
+
+def test_a_leader_row_holds_its_followers_log_end_offsets(cluster_id):
+    """The leader's view of its followers travels in its own row: one seqlock read gives
+    the leader's LEO, its HW and every follower's LEO as one cut."""
+    with ReplicaStateBoard.create(cluster_id, 0, capacity=4) as board, \
+            BoardReader.open(cluster_id, 0) as reader:
+        board.publish("t", 0, role=1, log_end_offset=1005, high_watermark=1001,
+                      last_caught_up_ms={1: 10, 2: 20}, follower_leo={1: 1005, 2: 1001})
+        row = reader.get("t", 0)
+        assert row.follower_log_end_offset(1) == 1005 and row.follower_log_end_offset(2) == 1001
+        assert row.follower_log_end_offset(3) is None
+        board.publish("t", 0, last_caught_up_ms={1: 11, 2: 20}, follower_leo={1: 1005})
+        assert reader.get("t", 0).follower_leo == ((1, 1005),)  # 2's LEO is unknown now
 
 
 def test_a_row_left_mid_write_is_an_error_not_a_value(cluster_id):
