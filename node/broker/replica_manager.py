@@ -321,6 +321,10 @@ class ReplicaManager:
                     logger.error("%s-%d: cannot delete the stray log in %s: %s", topic,
                                  partition, d, e)
 
+    def open_partition(self, topic: str, partition: int) -> Partition:
+        """The partition's replica, its log opened (and recovered) if it was not yet."""
+        return self._partition(topic, partition)
+
     def _partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
         if part is not None:

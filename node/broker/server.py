@@ -233,13 +233,29 @@ class Broker:
                                             self.config.broker_rack,
                                             lost_replicas=tuple(self.lost_replicas)))
 
+    def _checkpointed_high_watermarks(self) -> dict[tuple[str, int], int]:
+        """The replication-offset-checkpoint of every log dir, as the last run left it."""
+        from shm.checkpoint import (REPLICATION_OFFSET_CHECKPOINT, CheckpointError,
+                                    OffsetCheckpointFile)
+        out: dict[tuple[str, int], int] = {}
+        for d in self.config.log_dirs:
+            try:
+                out.update(OffsetCheckpointFile(
+                    os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)).read())
+            except (OSError, ValueError, CheckpointError) as e:
+                logger.warning("%s: cannot read the high-watermark checkpoint: %s", d, e)
+        return out
+
     def _find_lost_replicas(self) -> list[tuple[str, int]]:
         """Partitions whose ISR (as the coordinator holds it) names this broker although
-        none of its log dirs has the partition's directory: the data vanished (a wiped
-        or new disk). Kafka in ZooKeeper mode would let such a replica lead with an
-        empty log and truncate every other replica to nothing; our registration names
-        them, and the controller does not elect them until they are back in an ISR."""
+        its copy lost committed data: none of its log dirs has the partition's directory
+        (a wiped or new disk), or its log, once recovered, ends below the high watermark
+        it had checkpointed (a power failure took what the page cache held). Kafka in
+        ZooKeeper mode would let such a replica lead with a short log and truncate every
+        other replica to it (KIP-966 is Kafka's answer); our registration names them, and
+        the controller does not elect them until they are back in an ISR."""
         lost = []
+        checkpoints = self._checkpointed_high_watermarks()
         try:
             topics = self.zk.get_children(Z.BROKER_TOPICS)
             for topic in sorted(topics):
@@ -248,23 +264,40 @@ class Broker:
                 except (NoNodeError, Z.ZkDataError):
                     continue
                 for partition, replicas in sorted(assignment.items()):
-                    if self.broker_id not in replicas or any(
-                            os.path.isdir(os.path.join(d, f"{topic}-{partition}"))
-                            for d in self.config.log_dirs):
+                    if self.broker_id not in replicas:
                         continue
                     try:
                         data, stat = self.zk.get(Z.partition_state_path(topic, partition))
                         state = Z.decode_partition_state(data, stat.version)
                     except (NoNodeError, Z.ZkDataError):
                         continue
-                    if self.broker_id in state.isr:
+                    if self.broker_id not in state.isr:
+                        continue
+                    if not any(os.path.isdir(os.path.join(d, f"{topic}-{partition}"))
+                               for d in self.config.log_dirs):
                         lost.append((topic, partition))
+                        continue
+                    hw = checkpoints.get((topic, partition), 0)
+                    if hw > 0:
+                        try:
+                            end = self.replicas.open_partition(topic, partition) \
+                                .log.log_end_offset
+                        except STORAGE_ERRORS as e:  # the replica manager reports it later
+                            logger.warning("%s-%d: cannot open the log: %s", topic,
+                                           partition, e)
+                            continue
+                        if end < hw:
+                            logger.warning("%s-%d: the log ends at %d, below the high "
+                                           "watermark %d checkpointed before the crash: "
+                                           "committed records were lost (power failure?)",
+                                           topic, partition, end, hw)
+                            lost.append((topic, partition))
         except COORDINATOR_ERRORS as e:
             logger.warning("could not look for replicas whose data vanished: %s", e)
         if lost:
-            logger.warning("broker %d was in the ISR of %d partitions it holds no data for "
-                           "(a new or wiped log dir): %s; they will not lead until they "
-                           "have caught up", self.broker_id, len(lost),
+            logger.warning("broker %d was in the ISR of %d partitions it lost committed "
+                           "data of (a new or wiped log dir, or a power failure): %s; they "
+                           "will not lead until they have caught up", self.broker_id, len(lost),
                            ", ".join(f"{t}-{p}" for t, p in lost[:20]))
         return lost
 

@@ -726,7 +726,8 @@ class Cluster:
         files are cut back to its recovery point (what was flushed; the page cache held
         the rest). Returns ``{"topic-partition": records lost}`` for the partitions that
         lost any. The broker must not be running."""
-        from shm.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, OffsetCheckpointFile
+        from shm.checkpoint import (RECOVERY_POINT_OFFSET_CHECKPOINT,
+                                    REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile)
         from shm.log import Log
 
         process = self.process(broker_id)
@@ -738,6 +739,10 @@ class Cluster:
                 str(data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)).read()
         except (OSError, ValueError):
             points = {}
+        # The HW checkpoint was fsynced when written: it survives the power cut as it
+        # was. (Closing a Log would rewrite it clamped to the cut log: put it back.)
+        hw_file = data_dir / REPLICATION_OFFSET_CHECKPOINT
+        hw_bytes = hw_file.read_bytes() if hw_file.is_file() else None
         lost = {}
         for entry in sorted(os.listdir(data_dir)) if data_dir.is_dir() else []:
             topic, _, number = entry.rpartition("-")
@@ -753,6 +758,10 @@ class Cluster:
                     lost[entry] = end - keep
             finally:
                 log_.close()
+        if hw_bytes is not None:
+            tmp = hw_file.with_suffix(".power-cut.tmp")
+            tmp.write_bytes(hw_bytes)
+            os.replace(tmp, hw_file)
         return lost
 
     def stop(self, ident, grace_s: float = STOP_GRACE_S) -> None:

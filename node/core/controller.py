@@ -821,7 +821,13 @@ class Controller:
         # Kafka's onControllerFailover order: metadata to everyone, current state to the
         # replicas (carrying the new controller epoch), then the pending work.
         self._send_update_metadata(self.states)
-        self._leader_and_isr_to_replicas(sorted(self.states))
+        # A leader whose registration says it lost the partition's data (a wiped disk,
+        # or a power failure that cut its log below its checkpointed HW) must not hear
+        # that it leads: it would lead the current epoch with a short log, and the
+        # followers of that epoch would truncate to it. The reconcile below elects
+        # another leader and tells everyone.
+        self._leader_and_isr_to_replicas(sorted(
+            tp for tp in self.states if self.states[tp].leader not in self._offline_on(tp)))
         self._initialize_partitions(sorted(self.uninitialized))
         self._write_states(self._decide_reconcile, self._active_partitions(), "failover")
         self.reassign_znode_version = ev.reassignments_zk_version

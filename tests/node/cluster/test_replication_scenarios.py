@@ -16,6 +16,7 @@ from node.wire.errors import ErrorCode
 from node.client import Producer
 from node.net import Channel
 from node.wire import protocol as P
+from node.wire import zkdata as Z
 from tests.node.cluster.scenario import (BackgroundProducer, admin, board,
                                     check_no_acked_record_lost, cluster, log_text,
                                     read_partition, state, wait_state)
@@ -420,4 +421,59 @@ def test_replicas_diverge_after_a_power_failure_in_high_watermark_mode(tmp_path,
             print(f"{mode}: offset 1 read as {on_b[1]!r} from B, then {on_a[1]!r} from A")
         else:
             assert on_a == on_b
+        a.close()
+
+
+def test_a_leader_that_lost_committed_data_in_a_power_failure_does_not_lead_again(
+        tmp_path, cluster_id):
+    """Regression (chaos sweep, safe profile, seed 3): the broker that leads t-0 and is
+    the controller loses power; its log is cut to its recovery point (nothing was
+    flushed: everything), and it restarts at once. A new controller is elected only when
+    the old session expires, by when the restarted broker may have registered again:
+    the new controller cannot see the bounce. Before the fix it kept broker 0 as the
+    leader of the same epoch and the followers truncated every committed record to
+    match it. Now the broker registers t-0 as lost (its log ends below its checkpointed
+    HW), the controller elects another ISR member, and nothing acknowledged is lost."""
+    with cluster(tmp_path, cluster_id, replica_high_watermark_checkpoint_interval_ms=100,
+                 zookeeper_session_timeout_ms=6000) as c:
+        victim = c.controller_id()
+        rest = others(c, victim)
+        a = admin(c)
+        a.create_topic("t", 1, 3, replica_assignment={0: [victim] + rest},
+                       config={"min.insync.replicas": "2"})
+        wait_state(c, "t", lambda s: s.leader == victim and len(s.isr) == 3, "a full ISR")
+        producer = BackgroundProducer(c.bootstrap_servers, "t").start()
+        producer.wait_acks(300)
+        checkpoint = c.broker_dir(victim) / "logs" / "replication-offset-checkpoint"
+        c.wait_for(lambda: checkpoint.exists() and any(
+            line.startswith("t 0 ") and int(line.split()[2]) >= 200
+            for line in checkpoint.read_text().splitlines()), 10, "a checkpointed HW >= 200")
+        zk = c.zk()
+        registered = zk.get(Z.broker_path(victim))[1].czxid
+        killed_at = time.monotonic()
+        c.kill(victim, "KILL")
+        cut = c.lose_unflushed(victim)
+        assert cut.get("t-0", 0) >= 200, cut
+        c.start(victim, wait=False)
+        # Make the race deterministic: the other brokers (one of them the next
+        # controller) are paused from shortly before the old session expires (6 s, less
+        # than their own) until the victim has registered again.
+        c.wait_for(lambda: time.monotonic() >= killed_at + 4.0, 10, "the fault's moment")
+        for b in rest:
+            c.kill(b, "STOP")
+        try:
+            c.wait_for(lambda: (lambda n: n is not None and n[1].czxid != registered)(
+                zk.exists(Z.broker_path(victim)) and zk.get(Z.broker_path(victim))), 10,
+                "the victim's new registration")
+        finally:
+            for b in rest:
+                c.kill(b, "CONT")
+        wait_state(c, "t", lambda s: s.leader not in (victim, -1), "another leader",
+                   timeout_s=60)
+        producer.wait_acks(producer.log.count() + 100)
+        wait_state(c, "t", lambda s: victim in s.isr, "the victim caught up, in the ISR",
+                   timeout_s=60)
+        log = producer.stop()
+        check_no_acked_record_lost(c.bootstrap_servers, "t", log)
+        assert "committed records were lost (power failure?)" in log_text(c, victim)
         a.close()

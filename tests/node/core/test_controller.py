@@ -699,3 +699,23 @@ def test_removing_an_entry_from_the_reassignment_znode_cancels_it():
     assert 2 not in state(h).isr and state(h).leader == 0
     stop = h.requests(ApiKey.STOP_REPLICA, 2)
     assert stop and stop[0].body["delete_partitions"] is True
+
+
+def test_a_new_controller_does_not_tell_a_leader_that_lost_its_data_to_lead():
+    """Regression (chaos sweep, safe profile, seed 3): broker 0 led t-0 and was the
+    controller; a power failure cut its log, it restarted and registered (its
+    registration names t-0 as lost) before a new controller was elected. The new
+    controller cannot see the bounce (it never knew the old registration): it must not
+    send the current state (leader 0) to the replicas, or the followers of that epoch
+    truncate to 0's short log. It elects another leader from the ISR first."""
+    h = three_brokers(assignment={0: [0, 1, 2]})
+    h2 = Harness(broker_id=1, epoch=2)
+    h2.zk = h.zk
+    lost = C.Broker(0, "127.0.0.1", 9000, None, 600, frozenset({("t", 0)}))
+    h2.start([lost, B1, B2])
+    after = state(h2)
+    assert after.leader in (1, 2) and after.leader_epoch == 1, after
+    assert 0 not in after.isr
+    for entry in h2.leader_and_isr_entries(0) + h2.leader_and_isr_entries(1) + \
+            h2.leader_and_isr_entries(2):
+        assert entry[2] != 0, f"someone was told that broker 0 leads: {entry}"
