@@ -887,7 +887,7 @@ class Controller:
     def _log_lost(self, broker: Broker) -> None:
         if broker.lost:
             names = ", ".join(f"{t}-{p}" for t, p in sorted(broker.lost)[:20])
-            self._log("WARN", f"broker {broker.broker_id} holds no data for replicas it was "
+            self._log("WARN", f"broker {broker.broker_id} lost committed data of replicas it was "
                               f"in the ISR of ({names}{' ...' if len(broker.lost) > 20 else ''}"
                               f"): not eligible as leader until back in an ISR")
 

@@ -110,8 +110,9 @@ class BrokerInfo:
     port: int
     rack: str | None = None
     timestamp_ms: int = 0
-    # Ours: replicas this broker was in the ISR of but holds no data for (its log dir is
-    # new or was wiped): not to be elected until they have caught up (KIP-966's idea).
+    # Ours: replicas this broker was in the ISR of but lost committed data of (its log dir
+    # is new or was wiped, or its log ends below its checkpointed HW after a power
+    # failure): not to be elected until they have caught up (KIP-966's idea).
     lost_replicas: tuple[tuple[str, int], ...] = ()
 
     @property

@@ -55,6 +55,6 @@ def test_a_replica_whose_data_vanished_is_not_elected_from_a_stale_isr(tmp_path,
         got = read_partition(c.bootstrap_servers, "t", 0)
         assert got == {i: b"value-%04d" % i for i in range(RECORDS)}
         log = c.process(0).log_path.read_text(errors="replace")
-        assert "was in the ISR of 1 partitions it holds no data for" in log, log[-3000:]
+        assert "was in the ISR of 1 partitions it lost committed data of" in log, log[-3000:]
     finally:
         c.down(grace_s=10)

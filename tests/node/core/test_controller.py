@@ -132,7 +132,7 @@ def test_a_wiped_leader_restarting_alone_is_not_elected_and_the_isr_is_kept():
     h2.start([wiped])
     after = state(h2)
     assert after.leader == -1 and set(after.isr) == {0, 1, 2}, after
-    assert "broker 0 holds no data for replicas it was in the ISR of (t-0)" in h2.log_text()
+    assert "broker 0 lost committed data of replicas it was in the ISR of (t-0)" in h2.log_text()
     h2.brokers_changed([wiped, B2])              # a replica with the data returns
     assert state(h2).leader == 2 and state(h2).isr == (2,)
     # Broker 0 catches up and the leader takes it back into the ISR: eligible again.
