@@ -46,6 +46,24 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_scenario(args: argparse.Namespace) -> int:
+    from bench.teach.run import run
+
+    return run(args)
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from bench.teach.dashboard import run
+
+    return run(args)
+
+
+def _cmd_top(args: argparse.Namespace) -> int:
+    from bench.teach.top import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minikafka", description=__doc__)
     from node.tools.common import one_line_usage_errors
@@ -88,6 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     chaos = sub.add_parser("chaos", help="chaos runs: faults, a recorded history, a verdict")
     chaos_parser(chaos)
     chaos.set_defaults(func=_cmd_chaos)
+    from bench.teach.run import add_arguments as scenario_arguments
+
+    scenario = sub.add_parser("scenario", help="the seeds' replication stories on real "
+                                               "processes: list, run NAME [--step]")
+    scenario_arguments(scenario)
+    scenario.set_defaults(func=_cmd_scenario)
+    from bench.teach.dashboard import add_arguments as dashboard_arguments
+
+    dashboard = sub.add_parser("dashboard", help="a live web page of a running cluster, "
+                                                 "with controls (127.0.0.1)")
+    dashboard_arguments(dashboard)
+    dashboard.set_defaults(func=_cmd_dashboard)
+    from bench.teach.top import add_arguments as top_arguments
+
+    top = sub.add_parser("top", help="the dashboard's picture in a terminal, refreshed in place")
+    top_arguments(top)
+    top.set_defaults(func=_cmd_top)
     # Kafka's admin and console tools: topics, console-producer/consumer,
     # leader-election, reassign-partitions.
     from node.tools import add_subcommands as tool_subcommands

@@ -134,8 +134,15 @@ def _rows(p, broker_ids) -> list[tuple[int, str, str, str]]:
 
 def show(cluster, alive: set[int]) -> None:
     from node.cluster.view import snapshot
+    from node.waiting import poll_until
 
-    s = snapshot(cluster, [TOPIC]).partition(TOPIC, 0)  # one read: state and rows agree
+    def consistent():  # one read: state and rows agree; the new leader's row published
+        p = snapshot(cluster, [TOPIC]).partition(TOPIC, 0)
+        return p if p is None or p.leader < 0 or p.hw is not None else None
+    try:
+        s = poll_until(consistent, 3.0, "the leader's board row", interval_s=0.05)
+    except TimeoutError:
+        s = snapshot(cluster, [TOPIC]).partition(TOPIC, 0)
     if s is None:
         say("  (no partition state yet)")
         return

@@ -11,9 +11,11 @@ partition, offset 0 to the high watermark, is given as ``final`` =
 
 Anomalies, as Jepsen's Kafka checker names them:
 
-- **lost**: acknowledged, yet absent from the final read although it went past the
-  acknowledged offset (stricter than Jepsen's "never read": a value a consumer saw
-  before the log lost it counts too);
+- **lost**: acknowledged, yet absent from the final read. The final read covers the
+  whole committed log once every fault has healed and every writer has stopped, so an
+  acknowledged offset beyond its end is lost too (a deposed leader's log truncated
+  away). Stricter than Jepsen's "never read": a value a consumer saw before the log
+  lost it counts too. A partition the final read has no entry for is not judged.
 - **duplicate**: one value at two offsets (a retried send written twice; expected
   without the idempotent producer, so counted apart from the anomalies that fail a run);
 - **inconsistent offsets**: two different values read at one (partition, offset);
@@ -154,7 +156,6 @@ def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
     # Everything read: the final read and every poll, as (partition, offset) -> values.
     at: dict[tuple[int, int], set[bytes]] = {}
     where: dict[bytes, set[tuple[int, int]]] = {}
-    final_end = {p: (max(o for o, _ in rows) + 1 if rows else 0) for p, rows in final.items()}
     final_offsets = {p: {o for o, _ in rows} for p, rows in final.items()}
 
     def saw(partition: int, offset: int, value: bytes) -> None:
@@ -187,7 +188,7 @@ def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
     for value, (partition, offset, _) in sorted(acked.items(), key=lambda kv: kv[1][:2]):
         # Stricter than Jepsen's (never read by anyone): a value a consumer saw before
         # the log lost it is lost too (and its offset shows as inconsistent).
-        if value not in in_final and final_end.get(partition, 0) > offset:
+        if value not in in_final and partition in final:
             v.lost.append((value, partition, offset))
     for (partition, offset), values in sorted(at.items()):
         if len(values) > 1:

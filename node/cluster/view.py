@@ -32,8 +32,10 @@ class ReplicaView:
     leo: int | None              # from the leader's row (or its own when offline)
     source: str                  # "leader", "own" or "none"
     in_isr: bool
-    own_leo: int | None = None   # its own row: only for noticing truncations
-    own_hw: int | None = None
+    own_leo: int | None = None   # its own row: for noticing truncations, and a deposed
+    own_hw: int | None = None    # leader that does not know yet (it still believes it
+    own_leader_epoch: int | None = None  # leads an older epoch: two leaders)
+    believes_leader: bool = False
 
 
 @dataclass
@@ -122,6 +124,8 @@ def snapshot(cluster, topics: list[str] | None = None) -> Snapshot:
 
     rows: dict[int, dict] = {}
     for b in cluster.broker_ids:
+        if brokers[cluster.broker_ids.index(b)].state == "killed":
+            continue  # its board outlives it in /dev/shm, frozen: nothing true to read
         try:
             reader = BoardReader.open(cluster.cluster_id, b)
         except BoardError:
@@ -160,7 +164,9 @@ def snapshot(cluster, topics: list[str] | None = None) -> Snapshot:
                 own = rows.get(b, {}).get((topic, p))
                 r = ReplicaView(b, None, "none", b in isr,
                                 own.log_end_offset if own is not None else None,
-                                own.high_watermark if own is not None else None)
+                                own.high_watermark if own is not None else None,
+                                own.leader_epoch if own is not None else None,
+                                own is not None and int(own.role) == 1 and b != leader)
                 if lead_row is not None:
                     if b == leader:
                         r.leo, r.source = lead_row.log_end_offset, "leader"

@@ -47,9 +47,17 @@ def test_lost_an_acknowledged_write_the_final_read_went_past():
     assert v.inconsistent == [(0, 1, [b"b", b"x"])]   # c0 had read b there
 
 
-def test_not_lost_when_the_final_read_stops_before_it():
+def test_lost_when_the_log_after_healing_ends_before_it():
+    """An isolated leader acknowledged b at offset 1 alone; after healing the log ends
+    at 1 (it was truncated away): b is lost although no read went past offset 1."""
     h, final = valid_history()
     final[0] = [(0, b"a")]
+    assert check(h, final).lost == [(b"b", 0, 1)]
+
+
+def test_a_partition_the_final_read_did_not_cover_is_not_judged():
+    h, final = valid_history()
+    del final[0]
     assert check(h, final).lost == []
 
 

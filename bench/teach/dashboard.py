@@ -1,0 +1,452 @@
+"""``minikafka dashboard --dir D [--port P] [--scenario NAME]``: a live web page of a
+running cluster, on 127.0.0.1 only.
+
+The page shows the brokers (alive, paused, killed, isolated; the controller and its
+epoch), every partition (leader, leader epoch, ISR, each replica's log as a bar with its
+LEO, the committed part below the HW distinct from the rest), a timeline of events
+(elections, ISR shrinks and expansions, truncations, controller changes, faults) and a
+workload's counters (acknowledged, read, lost so far). Its buttons call the nemesis's
+operations: kill, pause, resume, restart, isolate, cut a link, heal. With
+``--scenario NAME`` it plays a scenario of the catalog on its own clusters (under
+``D``), one step per click, the narration beside the picture.
+
+The server is aiohttp (a maintained asyncio HTTP server with streaming responses): the
+picture is pushed to every open page as server-sent events (``GET /events``), five
+times a second by default. Every picture is one consistent read (``node.cluster.view``:
+a partition is drawn from its leader's single board row, so a follower is never drawn
+ahead of its leader). Endpoints: ``GET /`` (the page), ``GET /state`` (the last picture
+as JSON), ``GET /events`` (SSE), ``POST /api/action`` ``{"action", "target", "peer"}``,
+``POST /api/workload`` ``{"run": true|false}``, ``POST /api/next`` (scenario mode).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+HOST = "127.0.0.1"
+STATIC = Path(__file__).with_name("static")
+TIMELINE_MAX = 300
+ACTIONS = ("kill", "pause", "resume", "restart", "isolate", "cut", "heal", "stop")
+
+log = logging.getLogger("minikafka.dashboard")
+
+
+class Workload:
+    """A producer per partition (acks=all) and a consumer of the same topic; counts
+    acknowledged, read, and lost so far (an acknowledged value that the consumer, reading
+    past its offset, found replaced by another)."""
+
+    def __init__(self, cluster, topic: str):
+        from bench.teach.stage import Writer
+        from node.client import Admin
+        self.topic = topic
+        admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
+        try:
+            partitions = [m.partition for m in admin.describe_topics([topic])[topic]]
+        finally:
+            admin.close()
+        self.writers = [Writer(cluster.bootstrap_servers, topic, f"d{p}", partition=p,
+                               pause_s=0.02).start() for p in partitions]
+        self.read = self.lost = 0
+        self._stop = threading.Event()
+        self._bootstrap = cluster.bootstrap_servers
+        self._partitions = partitions
+        self._thread = threading.Thread(target=self._consume, name="dashboard-consumer",
+                                        daemon=True)
+        self._thread.start()
+
+    def _acked(self) -> dict:
+        out = {}
+        for w in self.writers:
+            for op in w.history():
+                if op.type == "ok":
+                    out[(op.partition, op.offset)] = op.value
+        return out
+
+    def _consume(self) -> None:
+        from node.client import Consumer
+        consumer = Consumer(bootstrap_servers=self._bootstrap, auto_offset_reset="earliest",
+                            fetch_max_wait_ms=100)
+        try:
+            consumer.assign([(self.topic, p) for p in self._partitions])
+            consumer.seek_to_beginning()
+            seen: dict = {}
+            while not self._stop.is_set():
+                try:
+                    records = consumer.poll(timeout_ms=200)
+                except Exception:
+                    self._stop.wait(0.2)
+                    continue
+                for r in records:
+                    seen[(r.partition, r.offset)] = r.value
+                    self.read += 1
+                if records:
+                    acked = self._acked()
+                    self.lost = sum(1 for key, value in acked.items()
+                                    if key in seen and seen[key] != value)
+        finally:
+            consumer.close()
+
+    def counts(self) -> dict:
+        return {"running": not self._stop.is_set(), "topic": self.topic,
+                "acknowledged": sum(w.acked for w in self.writers),
+                "refused": sum(w.failed for w in self.writers),
+                "unknown": sum(w.unknown for w in self.writers),
+                "read": self.read, "lost": self.lost}
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in self.writers:
+            w.stop()
+        self._thread.join(timeout=10)
+
+
+class Model:
+    """Everything the page shows, refreshed by ``refresh`` (one consistent read)."""
+
+    def __init__(self, cluster=None, topic: str | None = None):
+        self.cluster = cluster
+        self.topic = topic
+        self.previous = None
+        self.timeline: list[dict] = []
+        self.snapshot_json: dict | None = None
+        self.error: str | None = None
+        self.workload: Workload | None = None
+        self.last_counts: dict | None = None
+        self.scenario: dict | None = None
+        self.seq = 0
+        self.lock = threading.Lock()
+        self.refresh_ms = 0.0
+
+    def add_event(self, kind: str, text: str) -> None:
+        with self.lock:
+            self.timeline.append({"t_ms": int(time.time() * 1000), "kind": kind, "text": text})
+            del self.timeline[:-TIMELINE_MAX]
+
+    def refresh(self) -> None:
+        from node.cluster.view import events, snapshot
+        if self.cluster is None:
+            self.seq += 1
+            return
+        started = time.perf_counter()
+        try:
+            snap = snapshot(self.cluster)
+            self.error = None
+        except Exception as e:  # the coordinator is down: say so, keep the last picture
+            self.error = f"cannot read the cluster: {e}"
+            self.seq += 1
+            return
+        new = events(self.previous, snap)
+        self.previous = snap
+        with self.lock:
+            self.timeline += new
+            del self.timeline[:-TIMELINE_MAX]
+            self.snapshot_json = snap.to_json()
+        self.refresh_ms = (time.perf_counter() - started) * 1000
+        self.seq += 1
+
+    def state(self) -> dict:
+        with self.lock:
+            timeline = list(self.timeline[-60:])
+            snap = self.snapshot_json
+        counts = self.workload.counts() if self.workload is not None else self.last_counts
+        return {"seq": self.seq, "t_ms": int(time.time() * 1000), "snapshot": snap,
+                "timeline": timeline, "error": self.error, "workload": counts,
+                "scenario": self.scenario, "refresh_ms": round(self.refresh_ms, 1),
+                "netns": self.cluster is not None and self.cluster.mesh is not None,
+                "nodes": list(self.cluster.mesh.nodes)
+                if self.cluster is not None and self.cluster.mesh is not None else []}
+
+    # ------------------------------------------------------------- controls
+    def act(self, action: str, target, peer=None) -> str:
+        c = self.cluster
+        if c is None:
+            raise ValueError("no cluster yet")
+        if action not in ACTIONS:
+            raise ValueError(f"unknown action {action!r} (one of {', '.join(ACTIONS)})")
+        name = "coordinator" if str(target) == "zk" else f"broker {target}"
+        if action == "kill":
+            c.kill(target, "KILL")
+            text = f"{name} killed (SIGKILL)"
+        elif action == "pause":
+            c.kill(target, "STOP")
+            text = f"{name} paused (SIGSTOP)"
+        elif action == "resume":
+            c.kill(target, "CONT")
+            text = f"{name} resumed (SIGCONT)"
+        elif action == "restart":
+            c.start(target, wait=False)
+            text = f"{name} started"
+        elif action == "stop":
+            c.stop(target, grace_s=30)
+            text = f"{name} stopped (controlled shutdown)"
+        elif action == "isolate":
+            pairs = c.isolate(target)
+            text = f"{name} isolated: " + ", ".join(f"{a}|{b}" for a, b in pairs)
+        elif action == "cut":
+            a, b = c.cut(target, peer)
+            text = f"link {a} - {b} cut"
+        else:
+            pairs = c.heal() if target in (None, "", "all") else c.heal(target, peer)
+            text = "healed: " + (", ".join(f"{a}-{b}" for a, b in pairs) or "nothing was cut")
+        self.add_event("fault", text)
+        return text
+
+    def set_workload(self, run: bool) -> dict:
+        if run and self.workload is None:
+            topic = self.topic or self._default_topic()
+            self.workload = Workload(self.cluster, topic)
+            self.add_event("workload", f"workload started on {topic}")
+        elif not run and self.workload is not None:
+            w, self.workload = self.workload, None
+            w.stop()
+            self.last_counts = w.counts()
+            self.add_event("workload", "workload stopped")
+        return self.workload.counts() if self.workload else (self.last_counts or {})
+
+    def _default_topic(self) -> str:
+        from node.client import Admin
+        admin = Admin(bootstrap_servers=self.cluster.bootstrap_servers)
+        try:
+            topics = sorted(t for t in admin.list_topics() if not t.startswith("__"))
+            if topics:
+                return topics[0]
+            admin.create_topic("dashboard", 1, min(3, len(self.cluster.broker_ids)),
+                               config={"min.insync.replicas": "1"})
+            return "dashboard"
+        finally:
+            admin.close()
+
+    def close(self) -> None:
+        if self.workload is not None:
+            self.workload.stop()
+            self.workload = None
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+class ScenarioPlayer:
+    """A scenario of the catalog played in a thread, one step per ``next()``."""
+
+    def __init__(self, model: Model, name: str, directory: Path, speed: float):
+        from bench.teach.catalog import find
+        self.model = model
+        self.scenario = find(name)
+        self.directory = directory
+        self.speed = speed
+        self.go = threading.Event()
+        self.stopping = threading.Event()
+        model.scenario = {"name": self.scenario.name, "title": self.scenario.title,
+                          "source": self.scenario.source,
+                          "prediction": self.scenario.prediction, "lines": [],
+                          "waiting": False, "step": 0, "done": False, "verdict": None}
+        self.thread = threading.Thread(target=self._play, name="scenario", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _out(self, text: str) -> None:
+        self.model.scenario["lines"].append(text)
+
+    def _gate(self, n, step) -> None:
+        s = self.model.scenario
+        s["waiting"], s["step"] = True, n
+        self.model.add_event("scenario", f"step {n}: {step.title}")
+        while not self.go.wait(0.2):
+            if self.stopping.is_set():
+                return
+        self.go.clear()
+        s["waiting"] = False
+
+    def _on_stage(self, stage) -> None:
+        if self.model.cluster is None:
+            self.model.cluster = stage.cluster
+
+    def _detach(self) -> None:
+        """Before the clusters stop: keep the last picture (of the story's end)."""
+        self.model.refresh()
+        self.model.cluster = None
+
+    def _play(self) -> None:
+        from bench.teach.run import run_scenario
+        result = run_scenario(self.scenario, self.directory, speed=self.speed, out=self._out,
+                              gate=self._gate, should_stop=self.stopping,
+                              on_stage=self._on_stage, before_close=self._detach,
+                              show_pictures=False)  # the page draws the picture
+        self.model.scenario.update(done=True, waiting=False, verdict={
+            "matched": result.matched, "wall_s": round(result.wall_s, 1),
+            "expectations": result.expectations, "error": result.error})
+
+    def next(self) -> None:
+        self.go.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.go.set()
+        self.thread.join(timeout=120)
+
+
+# ----------------------------------------------------------------- the web server
+
+def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | None = None):
+    from aiohttp import web
+
+    async def index(request):
+        return web.FileResponse(STATIC / "dashboard.html")
+
+    async def state(request):
+        return web.json_response(model.state())
+
+    async def events(request):
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        cond = request.app["changed"]
+        last = -1
+        try:
+            while True:
+                async with cond:
+                    await cond.wait_for(lambda: model.seq != last)
+                last = model.seq
+                data = json.dumps(model.state(), default=str)
+                await response.write(f"data: {data}\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return response
+
+    async def action(request):
+        try:
+            body = await request.json()
+            text = await asyncio.get_running_loop().run_in_executor(
+                None, model.act, str(body.get("action", "")), body.get("target"),
+                body.get("peer"))
+        except Exception as e:  # a bad request or a refused operation: say why
+            return web.json_response({"ok": False, "message": str(e)}, status=400)
+        return web.json_response({"ok": True, "message": text})
+
+    async def workload(request):
+        try:
+            body = await request.json()
+            counts = await asyncio.get_running_loop().run_in_executor(
+                None, model.set_workload, bool(body.get("run")))
+        except Exception as e:
+            return web.json_response({"ok": False, "message": str(e)}, status=400)
+        return web.json_response({"ok": True, "workload": counts})
+
+    async def next_step(request):
+        if player is None:
+            return web.json_response({"ok": False, "message": "no scenario is playing"},
+                                     status=400)
+        player.next()
+        return web.json_response({"ok": True})
+
+    async def poller(app):
+        loop = asyncio.get_running_loop()
+        cond = app["changed"]
+        while True:
+            started = loop.time()
+            await loop.run_in_executor(None, model.refresh)
+            async with cond:
+                cond.notify_all()
+            await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
+
+    async def on_startup(app):
+        app["changed"] = asyncio.Condition()
+        app["poller"] = asyncio.create_task(poller(app))
+
+    async def on_cleanup(app):
+        app["poller"].cancel()
+
+    async def on_shutdown(app):
+        app["poller"].cancel()
+
+    app = web.Application()
+    app.router.add_get("/", index)
+    app.router.add_get("/state", state)
+    app.router.add_get("/events", events)
+    app.router.add_post("/api/action", action)
+    app.router.add_post("/api/workload", workload)
+    app.router.add_post("/api/next", next_step)
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--dir", required=True,
+                        help="a running cluster's directory (with --scenario: where the "
+                             "scenario's clusters go)")
+    parser.add_argument("--port", type=int, default=8090, help="on 127.0.0.1; 0: any free")
+    parser.add_argument("--topic", default=None, help="the workload's topic (default: the "
+                                                      "first topic, or a new 'dashboard')")
+    parser.add_argument("--interval", type=float, default=0.2,
+                        help="seconds between pictures pushed to the page")
+    parser.add_argument("--scenario", default=None, help="play a scenario of the catalog, "
+                                                         "one step per click")
+    parser.add_argument("--speed", type=float, default=1.0)
+
+
+def run(args) -> int:
+    from aiohttp import web
+
+    from node.cluster import Cluster, ClusterError
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    if args.interval <= 0 or not 0 <= args.port < 65536:
+        print("dashboard: error: --interval must be positive and --port 0..65535",
+              file=sys.stderr)
+        return 2
+    player = None
+    if args.scenario:
+        from bench.teach.catalog import find
+        try:
+            find(args.scenario)
+        except KeyError:
+            print(f"dashboard: error: no scenario {args.scenario!r} (see 'minikafka "
+                  f"scenario list')", file=sys.stderr)
+            return 2
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+        model = Model(None, args.topic)
+        player = ScenarioPlayer(model, args.scenario, Path(args.dir), args.speed)
+    else:
+        try:
+            model = Model(Cluster.open(args.dir), args.topic)
+        except ClusterError as e:
+            print(f"dashboard: error: {e}", file=sys.stderr)
+            return 1
+    app = make_app(model, args.interval, player)
+
+    async def serve():
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, HOST, args.port)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        print(f"dashboard on http://{HOST}:{port}/ (Ctrl-C to stop)", flush=True)
+        if player is not None:
+            player.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:
+        print(f"dashboard: error: cannot listen on {HOST}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if player is not None:
+            player.stop()
+        model.close()
+    return 0
+
