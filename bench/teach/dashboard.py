@@ -119,6 +119,7 @@ class Model:
         self.workload: Workload | None = None
         self.last_counts: dict | None = None
         self.scenario: dict | None = None
+        self.stage = None   # scenario mode: the stage whose writers are the workload
         self.seq = 0
         self.lock = threading.Lock()
         self.refresh_ms = 0.0
@@ -155,6 +156,13 @@ class Model:
             timeline = list(self.timeline[-60:])
             snap = self.snapshot_json
         counts = self.workload.counts() if self.workload is not None else self.last_counts
+        if counts is None and self.stage is not None and self.stage.writers:
+            writers = list(self.stage.writers)   # a scenario's own producers
+            counts = {"running": True, "topic": ", ".join(sorted({w.topic for w in writers})),
+                      "acknowledged": sum(w.acked for w in writers),
+                      "refused": sum(w.failed for w in writers),
+                      "unknown": sum(w.unknown for w in writers), "read": None,
+                      "lost": None}
         return {"seq": self.seq, "t_ms": int(time.time() * 1000), "snapshot": snap,
                 "timeline": timeline, "error": self.error, "workload": counts,
                 "scenario": self.scenario, "refresh_ms": round(self.refresh_ms, 1),
@@ -266,6 +274,7 @@ class ScenarioPlayer:
     def _on_stage(self, stage) -> None:
         if self.model.cluster is None:
             self.model.cluster = stage.cluster
+            self.model.stage = stage
 
     def _detach(self) -> None:
         """Before the clusters stop: keep the last picture (of the story's end)."""
