@@ -125,8 +125,11 @@ def load(entries: list) -> list[Planned]:
     out = []
     for i, entry in enumerate(entries):
         try:
+            target = entry.get("target", entry.get("targets", "random"))  # Trogdor: targets
+            if isinstance(target, list):
+                target = ",".join(str(t) for t in target)
             item = Planned(int(entry["at_ms"]), int(entry["duration_ms"]), str(entry["fault"]),
-                           str(entry.get("target", "random")))
+                           str(target))
         except (KeyError, TypeError, ValueError) as e:
             raise ScheduleError(f"fault {i}: needs at_ms, duration_ms, fault: {e}") from None
         check_faults([item.fault])

@@ -110,3 +110,9 @@ def test_drawn_partitions_and_slow_and_power_failures_have_targets():
             assert p.target in N.PARTITION_TARGETS
         else:
             assert p.target in ("random", "leader")
+
+
+def test_trogdor_style_targets_are_accepted_as_a_list():
+    [planned] = N.load([{"at_ms": 10, "duration_ms": 5, "fault": "power-failure",
+                         "targets": [0, 2]}])
+    assert planned.target == "0,2"
