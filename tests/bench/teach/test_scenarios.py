@@ -14,9 +14,9 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 NO_NETNS = netns.available()
 
 
-def scenario(*args, timeout=300):
+def scenario(*args, timeout=300, stdin=None):
     return subprocess.run([sys.executable, "-m", "node.cli", "scenario", *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, input=stdin)
 
 
 @pytest.mark.parametrize("name", [s.name for s in CATALOG])
@@ -24,8 +24,12 @@ def test_the_scenario_meets_its_prediction(name, tmp_path):
     entry = next(s for s in CATALOG if s.name == name)
     if entry.netns and NO_NETNS:
         pytest.skip(f"{name}: {NO_NETNS}")
-    done = scenario("run", name, "--dir", str(tmp_path / name), "--speed", "2")
+    stepped = name == "min-insync"   # one scenario also runs with --step (Enter per step)
+    done = scenario("run", name, "--dir", str(tmp_path / name), "--speed", "2",
+                    *(["--step"] if stepped else []), stdin="\n" * 10 if stepped else None)
     out = done.stdout
+    if stepped:
+        assert "[Enter] to run step 3" in out, out
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
     assert "outcome matches the prediction" in out and "NOT as predicted" not in out
     assert out.count("\nstep ") >= 2 and "leader epoch" in out and "ISR" in out
