@@ -76,13 +76,16 @@ class SimCoordinator:
 
     # ---------------------------------------------------------------- brokers, controller
 
-    def register(self, sid: int, broker_id: int) -> bool:
-        """Create the ephemeral /brokers/ids/N; False while another session holds it."""
+    def register(self, sid: int, broker_id: int, lost=()) -> bool:
+        """Create the ephemeral /brokers/ids/N; False while another session holds it.
+        ``lost``: the partitions the broker says it lost committed data of."""
         path = Z.broker_path(broker_id)
         if not self.alive(sid) or path in self.zk.nodes:
             return False
         self._create(path, Z.encode_broker(Z.BrokerInfo(broker_id, "127.0.0.1",
-                                                         9000 + broker_id)), sid)
+                                                         9000 + broker_id,
+                                                         lost_replicas=tuple(sorted(lost)))),
+                     sid)
         return True
 
     def brokers(self) -> tuple[C.Broker, ...]:
@@ -90,7 +93,9 @@ class SimCoordinator:
         for path in self.zk.nodes:
             if path.startswith(Z.BROKER_IDS + "/"):
                 b = int(path.rsplit("/", 1)[1])
-                found.append(C.Broker(b, "127.0.0.1", 9000 + b, None, self.czxid[path]))
+                info = Z.decode_broker(b, self.zk.get(path)[0])
+                found.append(C.Broker(b, "127.0.0.1", 9000 + b, None, self.czxid[path],
+                                      frozenset(info.lost_replicas)))
         return tuple(sorted(found))
 
     @property

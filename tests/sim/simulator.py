@@ -138,6 +138,8 @@ class Broker:
     term: int = 0                   # the running controller core's id (0: none)
     epoch_zk_version: int = -1
     controller_epoch: int = 0       # highest controller epoch seen (ReplicaManager's)
+    lost: frozenset = frozenset()   # partitions its registration names as lost (power cut)
+    power_cut: bool = False         # its last death was a power failure
 
     @property
     def core(self) -> ReplicaCore:
@@ -347,7 +349,7 @@ class Sim:
         """The coordinator handles a request."""
         kind = message[0]
         if kind == "Register":
-            ok = self.zk.register(sid, broker_id)
+            ok = self.zk.register(sid, broker_id, message[1] if len(message) > 1 else ())
             self._zk_push(sid, ("Registered", sid, ok))
             if ok:
                 self._note(f"zk: broker {broker_id} registered (session {sid})")
@@ -457,7 +459,7 @@ class Sim:
             self._session_lost(broker)
         self.zk.heartbeat(broker.session, self.now)
         if not broker.registered and not broker.register_in_flight:
-            broker.register_in_flight = self._zk_request(broker, ("Register",))
+            broker.register_in_flight = self._zk_request(broker, ("Register", broker.lost))
         if broker.want_election and broker.controller is None and \
                 not broker.election_in_flight:
             broker.election_in_flight = self._zk_request(broker, ("Elect",))
@@ -985,7 +987,8 @@ class Sim:
         self._at(self.now + self.random.randint(*c.fault_interval_ms), self._fault)
 
     def script(self, time_ms: int, action: str, b: int) -> "Sim":
-        """Schedule a fault by hand: crash, restart, pause, resume, isolate, heal."""
+        """Schedule a fault by hand: crash, power-cut, restart, pause, resume, isolate,
+        heal."""
         def act():
             self._note(f"script: {action} b{b}")
             self._act(action, b)
@@ -994,7 +997,8 @@ class Sim:
 
     def script_controller(self, time_ms: int, action: str, undo_after_ms: int) -> "Sim":
         """Fault whichever broker is the controller at ``time_ms``; undo it later."""
-        undo = {"crash": "restart", "pause": "resume", "isolate": "heal"}[action]
+        undo = {"crash": "restart", "pause": "resume", "isolate": "heal",
+                "power-cut": "restart"}[action]
 
         def act():
             owner = self.zk.controller_owner()
@@ -1011,6 +1015,14 @@ class Sim:
         broker = self.brokers[b]
         if action == "crash":
             broker.up = False
+        elif action == "power-cut":
+            # A power failure: the process dies and every log loses what was not flushed
+            # (nothing is flushed here: the logs are cut to their start), but the HW
+            # checkpoint survives (it was fsynced when written).
+            broker.up = False
+            for r in broker.parts.values():
+                r.log.truncate_to(r.log.log_start_offset)
+            broker.power_cut = True
         elif action == "pause":
             broker.paused = True
         elif action == "isolate":
@@ -1026,9 +1038,16 @@ class Sim:
 
     def _restart(self, b: int) -> None:
         old = self.brokers[b]
+        # As the broker shell at start-up: a partition whose ISR names it but whose log
+        # ends below its checkpointed HW lost committed records; the registration says so.
+        lost = frozenset(
+            (TOPIC, p) for p, r in old.parts.items()
+            if r.log.log_end_offset < r.checkpointed_hw and b in self.partition_state(p).get(
+                "isr", ()))
         for r in old.parts.values():
             r.log.hw = min(r.checkpointed_hw, r.log.log_end_offset)   # from its checkpoint
         self.brokers[b] = broker = self._new_broker(b, {p: r.log for p, r in old.parts.items()})
+        broker.lost = lost
         for r in broker.parts.values():
             r.checkpointed_hw = r.log.hw
         self.faulty.discard(b)
