@@ -38,6 +38,9 @@ def render(snap: Snapshot, timeline: list[dict], width_bar: int = BAR) -> str:
             lines.append(f"  {role} {r.broker:<3} {states.get(r.broker, '?'):<9}"
                          f"{'isr' if r.in_isr else '   '} LEO {'-' if r.leo is None else r.leo:>8}"
                          f"  {bar}")
+            if r.believes_leader:
+                lines.append(f"      ! broker {r.broker} still believes it leads (epoch "
+                             f"{r.own_leader_epoch}); its own log ends at {r.own_leo}")
     if timeline:
         lines.append("")
         lines.append("recent events:")
