@@ -72,9 +72,21 @@ class ClusterMetadata:
         return sorted(p for p, m in self.topics.get(topic, {}).items()
                       if m.leader >= 0 and m.leader in self.brokers)
 
-    def merged(self, newer: "ClusterMetadata") -> "ClusterMetadata":
-        """``newer`` for the topics it covers, this snapshot's for the others."""
-        topics = {**self.topics, **newer.topics}
+    def merged(self, newer: "ClusterMetadata", keep_others: bool = True) -> "ClusterMetadata":
+        """``newer`` for the topics it covers, this snapshot's for the others (unless
+        ``keep_others`` is false). As Kafka's clients since KIP-320, a partition whose
+        leader epoch in ``newer`` is older than the one already known keeps the known
+        one: a broker with a stale view (a deposed leader that has not heard of the
+        election yet) must not send the client back to the old leader, which would
+        answer a fetch beyond its shorter log with OFFSET_OUT_OF_RANGE and make a
+        consumer reset its position."""
+        fresh = {}
+        for name, parts in newer.topics.items():
+            known = self.topics.get(name, {})
+            fresh[name] = {p: (known[p] if p in known and known[p].leader_epoch > m.leader_epoch
+                               and known[p].replicas == m.replicas  # else: a new topic
+                               else m) for p, m in parts.items()}
+        topics = {**self.topics, **fresh} if keep_others else fresh
         errors = {t: c for t, c in {**self.topic_errors, **newer.topic_errors}.items()
                   if t not in newer.topics or t in newer.topic_errors}
         return ClusterMetadata(newer.brokers, newer.controller_id, topics, errors,
@@ -121,5 +133,5 @@ class MetadataFetcher:
             self.endpoints(), P.ApiKey.METADATA, {"topics": topics},
             timeout_ms=timeout_ms or self.timeout_ms)
         fresh = parse_metadata(response.body, time.monotonic())
-        self.current = self.current.merged(fresh) if merge and topics is not None else fresh
+        self.current = self.current.merged(fresh, keep_others=merge and topics is not None)
         return self.current

@@ -53,6 +53,27 @@ def test_merged_metadata_keeps_other_topics_and_takes_new_brokers():
     assert ClusterMetadata().partition_count("a") is None
 
 
+def test_a_stale_leader_epoch_does_not_replace_a_newer_one():
+    """KIP-320: a deposed leader that has not heard of the election yet still says it
+    leads (epoch 4); the client already knows epoch 5 (broker 0): it keeps that, so a
+    consumer is not sent back to a log that ends before its position. A newer epoch, or
+    a partition with other replicas (a re-created topic), is taken."""
+    known = parse_metadata(METADATA_BODY).merged(parse_metadata(
+        {"brokers": METADATA_BODY["brokers"], "topics": [["a", 0, [[0, 0, 0, 5, [1, 0], [0], []]]]]}))
+    assert known.partition("a", 0).leader == 0 and known.partition("a", 0).leader_epoch == 5
+    stale = parse_metadata({"brokers": METADATA_BODY["brokers"],
+                            "topics": [["a", 0, [[0, 0, 1, 4, [1, 0], [1, 0], []]]]]})
+    for keep_others in (True, False):
+        md = known.merged(stale, keep_others=keep_others)
+        assert md.partition("a", 0).leader == 0 and md.partition("a", 0).leader_epoch == 5
+    newer = parse_metadata({"brokers": METADATA_BODY["brokers"],
+                            "topics": [["a", 0, [[0, 0, 1, 6, [1, 0], [1, 0], []]]]]})
+    assert known.merged(newer).partition("a", 0).leader_epoch == 6
+    recreated = parse_metadata({"brokers": METADATA_BODY["brokers"],
+                                "topics": [["a", 0, [[0, 0, 1, 0, [0, 1], [0, 1], []]]]]})
+    assert known.merged(recreated).partition("a", 0).leader_epoch == 0
+
+
 @pytest.fixture
 def router():
     sock = context().socket(zmq.ROUTER)
