@@ -210,25 +210,13 @@ class Stage:
     # ------------------------------------------------------------- reading
     def read(self, topic: str, partition: int = 0) -> dict[int, bytes]:
         """offset -> value of everything below the high watermark, from the leader."""
-        from node.client import Consumer, TopicPartition
-        tp = TopicPartition(topic, partition)
-        consumer = Consumer(bootstrap_servers=self.cluster.bootstrap_servers,
-                            auto_offset_reset="earliest", fetch_max_wait_ms=100)
+        from bench.chaos.run import read_log
+        from node.tools.common import ToolError
         try:
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp], timeout_ms=30_000)[tp]
-            out: dict[int, bytes] = {}
-            deadline = time.monotonic() + WAIT_S
-            while consumer.position(tp) < end:
-                if time.monotonic() > deadline:
-                    raise ScenarioError(f"read {len(out)} of {end} records of {topic}")
-                for record in consumer.poll(timeout_ms=200):
-                    if record.offset < end:
-                        out[record.offset] = record.value
-            return out
-        finally:
-            consumer.close()
+            final, _ = read_log(self.cluster.bootstrap_servers, topic, [partition])
+        except ToolError as e:
+            raise ScenarioError(f"reading {topic}-{partition}: {e}") from None
+        return dict(final[partition])
 
     def verdict(self, topic: str, partition: int = 0, writers=None) -> Verdict:
         """The chaos checker over this topic's writers and a read of the partition now."""

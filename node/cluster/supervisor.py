@@ -336,12 +336,7 @@ class Cluster:
     def node_of(self, ident) -> str:
         """The mesh node of a process id: ``zk``, a broker id (-> ``bN``), ``controller``,
         or a client node's own name (``p0``)."""
-        key = str(ident).strip()
-        if key == "controller":
-            controller = self.controller_id()
-            if controller is None:
-                raise ClusterError("no controller is elected right now")
-            key = str(controller)
+        key = self._resolve_controller(ident)
         if key.isdigit():
             key = f"b{int(key)}"
         if self.mesh is None or key not in self.mesh.nodes:
@@ -511,14 +506,19 @@ class Cluster:
     def broker_address(self, broker_id: int) -> str:
         return f"{self.host_of(broker_id)}:{self.broker_ports[broker_id]}"
 
-    def process(self, ident) -> Process:
-        """The process named by ``ident``: a broker id, ``"controller"`` or ``"zk"``."""
+    def _resolve_controller(self, ident) -> str:
+        """``ident`` as text, with ``controller`` replaced by the elected broker's id."""
         key = str(ident).strip()
         if key == "controller":
             controller = self.controller_id()
             if controller is None:
                 raise ClusterError("no controller is elected right now")
             key = str(controller)
+        return key
+
+    def process(self, ident) -> Process:
+        """The process named by ``ident``: a broker id, ``"controller"`` or ``"zk"``."""
+        key = self._resolve_controller(ident)
         if key == "zk" and self.external_zookeeper:
             raise ClusterError(f"ZooKeeper is external ({self.zookeeper}); "
                                f"the supervisor does not manage it")

@@ -123,8 +123,9 @@ def snapshot(cluster, topics: list[str] | None = None) -> Snapshot:
         _PROCESS_STATE[cluster.process("zk").state()]
 
     rows: dict[int, dict] = {}
-    for b in cluster.broker_ids:
-        if brokers[cluster.broker_ids.index(b)].state == "killed":
+    for view in brokers:
+        b = view.id
+        if view.state == "killed":
             continue  # its board outlives it in /dev/shm, frozen: nothing true to read
         try:
             reader = BoardReader.open(cluster.cluster_id, b)

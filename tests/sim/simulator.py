@@ -995,16 +995,20 @@ class Sim:
         self._at(time_ms, act)
         return self
 
+    def controller_broker(self) -> int | None:
+        """The broker whose session holds /controller now, None if none does."""
+        owner = self.zk.controller_owner()
+        return None if owner is None else self.zk.sessions[owner].broker_id
+
     def script_controller(self, time_ms: int, action: str, undo_after_ms: int) -> "Sim":
         """Fault whichever broker is the controller at ``time_ms``; undo it later."""
         undo = {"crash": "restart", "pause": "resume", "isolate": "heal",
                 "power-cut": "restart"}[action]
 
         def act():
-            owner = self.zk.controller_owner()
-            if owner is None:
+            b = self.controller_broker()
+            if b is None:
                 return
-            b = self.zk.sessions[owner].broker_id
             self._note(f"script: {action} the controller b{b}")
             self._act(action, b)
             self._at(self.now + undo_after_ms, self._act, undo, b)

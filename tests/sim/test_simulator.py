@@ -269,10 +269,9 @@ def power_cut_of_the_controller(seed: int) -> Sim:
     sim = Sim(seed, config)
 
     def act():
-        owner = sim.zk.controller_owner()
-        if owner is None:
+        b = sim.controller_broker()
+        if b is None:
             return
-        b = sim.zk.sessions[owner].broker_id
         sim._note(f"script: power-cut the controller b{b}")
         sim._act("power-cut", b)
         sim._at(sim.now + 10, sim._act, "restart", b)
