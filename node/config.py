@@ -126,6 +126,20 @@ def _truncation_mode(key: str, text: str) -> str:
     return value
 
 
+def _optional_bool(key: str, text: str) -> bool | None:
+    return None if not text.strip() else _bool(key, text)
+
+
+UNCLEAN_RECOVERY_STRATEGIES = ("balanced", "none")
+
+
+def _unclean_recovery_strategy(key: str, text: str) -> str:
+    value = text.strip().lower()
+    if value not in UNCLEAN_RECOVERY_STRATEGIES:
+        raise ConfigError(f"{key}: expected Balanced or None, got {text!r}")
+    return value
+
+
 def _cluster_id(key: str, text: str) -> str | None:
     value = text.strip()
     if not value:
@@ -192,6 +206,14 @@ _KEYS: tuple[_Key, ...] = (
     # scrubber verifies per second; 0 turns it off.
     _Key("log.scrub.bytes.per.second", _NON_NEGATIVE, "1048576"),
     _Key("replication.truncation.mode", _truncation_mode, LEADER_EPOCH_MODE),
+    # KIP-966 (Kafka 4.x's eligible.leader.replicas.version feature): empty = on in
+    # leader-epoch mode, off in high-watermark mode (Kafka's ZooKeeper-mode behaviour,
+    # which the teaching scenarios show).
+    _Key("eligible.leader.replicas.enable", _optional_bool, ""),
+    # KIP-966's unclean recovery: Balanced elects the longest log once no eligible
+    # replica can lead (every replica heard, or the timeout passed); None never does.
+    _Key("unclean.recovery.strategy", _unclean_recovery_strategy, "balanced"),
+    _Key("unclean.recovery.timeout.ms", _LONG_POSITIVE, "300000"),
     _Key("cluster.id", _cluster_id, ""),
 )
 _BY_NAME = {k.name: k for k in _KEYS}
@@ -266,8 +288,18 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 300000
     log_scrub_bytes_per_second: int = 1048576
     replication_truncation_mode: str = LEADER_EPOCH_MODE
+    eligible_leader_replicas_enable: bool | None = None
+    unclean_recovery_strategy: str = "balanced"
+    unclean_recovery_timeout_ms: int = 300000
     cluster_id: str | None = None
     log_config: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def eligible_leader_replicas(self) -> bool:
+        """KIP-966 in force: set explicitly, or on in leader-epoch mode."""
+        if self.eligible_leader_replicas_enable is not None:
+            return self.eligible_leader_replicas_enable
+        return self.replication_truncation_mode == LEADER_EPOCH_MODE
 
     def __post_init__(self) -> None:
         if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:

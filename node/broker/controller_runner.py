@@ -326,7 +326,7 @@ class ControllerRunner:
                 log.error("ignoring broker registration %s: %s", child, e)
                 continue
             brokers.append(C.Broker(broker_id, info.host, info.port, info.rack, stat.czxid,
-                                    frozenset(info.lost_replicas)))
+                                    frozenset(info.lost_replicas), info.clean_shutdown))
         return tuple(sorted(brokers))
 
     def _topic_names(self) -> list[str]:

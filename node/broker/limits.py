@@ -45,6 +45,9 @@ SCRUB_BATCHES_PER_RUN_MAX = 20
 OLD_REGISTRATION_WAIT_SESSIONS = 3
 OLD_REGISTRATION_POLL_S = 0.1
 ZK_START_TIMEOUT_S = 30.0
+# A start-up step the coordinator did not answer is tried again after this long, until
+# zookeeper.connection.timeout.ms has passed.
+STARTUP_COORDINATOR_RETRY_S = 0.25
 # Ending the coordinator session on stop waits at most this (an absent coordinator never
 # answers the close; the session then expires). Calls made on the loop are bounded by
 # node.broker.coordinator.CALL_TIMEOUT_S.

@@ -42,7 +42,8 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from node.broker import limits as L
 from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
-from node.wire.control import LeaderAndIsrPartition
+from node.wire.control import LEADER_RECOVERING, LeaderAndIsrPartition
+from node.broker.lost_replicas import LostReplicas
 from node.broker.loop import EventLoop, now_ms
 from node.broker.coordinator import GuardedZk
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS, LogLimiter
@@ -124,6 +125,7 @@ class ReplicaManager:
         self.on_produce_complete = on_produce_complete
         self.on_high_watermark = on_high_watermark
         self.on_all_log_dirs_offline = on_all_log_dirs_offline
+        self.on_lost_cleared: Callable[[], None] = lambda: None
         self.offline_dirs: dict[str, str] = {}        # log dir -> why it went offline
         self.offline_partitions: dict[tuple[str, int], str] = {}   # a damaged log -> why
         self._corrupt_logged: set[tuple[str, int]] = set()
@@ -137,6 +139,7 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.leader_endpoints: dict[int, str] = {}   # from LeaderAndIsr live_leaders
         self.controller_epoch = -1                   # the highest seen (fencing)
+        self.lost = LostReplicas(())                 # the broker's, set by it
         # Partitions whose board row is out of date, published together by one timer
         # BOARD_PUBLISH_DELAY_MS after the first change: a row costs tens of
         # microseconds, so under load rows are written once per delay, not per request,
@@ -264,20 +267,28 @@ class ReplicaManager:
             logger.info("%s-%d: ignoring LeaderAndIsr with leader epoch %d (current %d)",
                         topic, partition, leader_epoch, part.core.leader_epoch)
             return error
+        if leader == self.broker_id and part.key in self.lost:
+            if entry.leader_recovery_state != LEADER_RECOVERING:
+                logger.warning("%s-%d: refusing to lead in epoch %d: this replica lost "
+                               "committed data (INELIGIBLE_REPLICA)", topic, partition,
+                               leader_epoch)
+                return ErrorCode.INELIGIBLE_REPLICA
+            self.lost.clear(part.key, f"elected by unclean recovery in epoch {leader_epoch} "
+                                      f"(log end {part.log.log_end_offset})")
         part.controller_epoch = controller_epoch
         now = now_ms()
         if leader == self.broker_id:
             self.fetchers.unfollow(part.key)
             effects = part.core.become_leader(leader_epoch=leader_epoch, isr=isr,
                                               replicas=replicas, zk_version=zk_version,
-                                              now_ms=now, log=part.view)
+                                              now_ms=now, log=part.view, elr=entry.elr)
             logger.info("%s-%d: leader in epoch %d, isr %s", topic, partition, leader_epoch,
                         isr)
         else:
             effects = part.core.become_follower(leader=leader, leader_epoch=leader_epoch,
                                                 isr=isr, replicas=replicas,
                                                 zk_version=zk_version, now_ms=now,
-                                                log=part.view)
+                                                log=part.view, elr=entry.elr)
             self.fetchers.follow(part.key, leader)
             part.fetch_backoff_until_ms = 0
             logger.info("%s-%d: follower of %d in epoch %d", topic, partition, leader,
@@ -301,6 +312,7 @@ class ReplicaManager:
         logger.info("%s-%d: replica stopped%s", topic, partition,
                     " and deleted" if delete else "")
         if delete:
+            self.lost.forget([part.key])
             del self.partitions[part.key]
             self.dirty.discard(part)
             part.log.delete()
@@ -339,7 +351,8 @@ class ReplicaManager:
         core = ReplicaCore(topic, partition, self.broker_id, ReplicationConfig(
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             min_insync_replicas=topic_setting(self.config, overrides, "min.insync.replicas"),
-            truncation_mode=TruncationMode(self.config.replication_truncation_mode)))
+            truncation_mode=TruncationMode(self.config.replication_truncation_mode),
+            eligible_leader_replicas=self.config.eligible_leader_replicas))
         part = Partition(topic, partition, log, core)
         self.partitions[part.key] = part
         return part
@@ -512,7 +525,7 @@ class ReplicaManager:
 
     def _write_isr(self, part: Partition, effect: WriteIsr) -> None:
         state = Z.PartitionState(self.broker_id, effect.leader_epoch, tuple(effect.isr),
-                                 part.controller_epoch)
+                                 part.controller_epoch, elr=tuple(effect.elr))
         path = Z.partition_state_path(part.topic, part.partition)
         logger.info("%s-%d: writing ISR %s (leader epoch %d, zk version %d)", part.topic,
                     part.partition, list(effect.isr), effect.leader_epoch, effect.zk_version)
@@ -591,10 +604,26 @@ class ReplicaManager:
     def tick(self, now: int) -> None:
         if self._unsent_log_dir_events and self.zk.available:
             self.send_log_dir_events()
+        if self.lost:
+            self._clear_recovered_lost()
         for part in list(self.partitions.values()):
             effects = part.core.tick(now, part.view)
             if effects:
                 self.apply_effects(part, effects)
+
+    def _clear_recovered_lost(self) -> None:
+        """A replica that lost committed data is back once it follows a leader, the
+        controller's metadata has it in the ISR, and its HW reached the one it lost."""
+        for key, lost_hw in sorted(self.lost.marked.items()):
+            part = self.partitions.get(key)
+            meta = self.metadata.partition(*key)
+            if part is None or meta is None or part.core.role is not Role.FOLLOWER:
+                continue
+            if self.broker_id in meta.isr and meta.leader != self.broker_id and \
+                    part.log.high_watermark >= lost_hw:
+                self.lost.clear(key, f"back in the ISR {list(meta.isr)} with its high "
+                                     f"watermark at {part.log.high_watermark}")
+                self.on_lost_cleared()
 
     def checkpoint_high_watermarks(self) -> None:
         """Every replica.high.watermark.checkpoint.interval.ms: one write (and fsync) of

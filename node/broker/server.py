@@ -72,6 +72,8 @@ from node.broker.replica_manager import Partition, ReplicaManager
 from node.config import BrokerConfig, ConfigError, parse_key_values
 from node.broker.fetcher import ReplicaFetcherManager
 from node.broker.metadata_cache import MetadataCache
+from node.broker.lost_replicas import (LostReplicas, find_lost, take_clean_shutdown_marker,
+                                       write_clean_shutdown_marker)
 from node.net import context
 from node import local_link
 from node.local_link import LinkClosed, LocalConnection
@@ -129,7 +131,13 @@ class Broker:
         self._stop = False
         self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
-        self.lost_replicas: list[tuple[str, int]] = []
+        self._startup_deadline = 0.0
+        # Partitions whose committed data this broker lost, durable until it is back in
+        # an ISR (node.broker.lost_replicas); never led meanwhile.
+        self.lost = LostReplicas(config.log_dirs)
+        self.replicas.lost = self.lost
+        self.replicas.on_lost_cleared = self._update_registration
+        self.clean_shutdown = True
         self._link_violations = LogLimiter(1.0)
         self.loop.after_iteration = self.fetchers.maybe_fetch
         self._handlers = {
@@ -142,6 +150,7 @@ class Broker:
             P.ApiKey.UPDATE_METADATA: self._handle_update_metadata,
             P.ApiKey.CONTROLLED_SHUTDOWN: self._handle_controlled_shutdown,
             P.ApiKey.OFFSET_FOR_LEADER_EPOCH: self._handle_offset_for_leader_epoch,
+            P.ApiKey.GET_REPLICA_LOG_INFO: self._handle_get_replica_log_info,
         }
 
     @property
@@ -154,18 +163,30 @@ class Broker:
         config = self.config
         signal.signal(signal.SIGTERM, lambda *_: self.loop.post(self.begin_shutdown))
         signal.signal(signal.SIGINT, lambda *_: self.loop.post(self.begin_shutdown))
+        self._startup_deadline = time.monotonic() + config.zookeeper_connection_timeout_ms / 1000
         self.zk.start(timeout=min(L.ZK_START_TIMEOUT_S,
                                   config.zookeeper_connection_timeout_ms / 1000))
         self.zk.add_listener(self._on_zk_state)
-        for path in Z.PERSISTENT_PATHS:
-            self.zk.ensure_path(path)
-        self.cluster_id = self._read_cluster_id()
+
+        def ensure_paths():
+            for path in Z.PERSISTENT_PATHS:
+                self.zk.ensure_path(path)
+
+        self._until_coordinator_answers("create the cluster's paths", ensure_paths)
+        self.cluster_id = self._until_coordinator_answers("read the cluster id",
+                                                          self._read_cluster_id)
         for d in config.log_dirs:
             os.makedirs(d, exist_ok=True)
         self._bind()
         self.replicas.open_board(self.cluster_id, L.BOARD_CAPACITY)
-        self.lost_replicas = self._find_lost_replicas()
-        self._register()
+        self.clean_shutdown = take_clean_shutdown_marker(config.log_dirs)
+        if not self.clean_shutdown:
+            logger.warning("the previous run of broker %d did not shut down cleanly",
+                           self.broker_id)
+        self.lost.load()
+        self._until_coordinator_answers("look for replicas that lost data",
+                                        lambda: self.lost.mark(self._find_lost_replicas()))
+        self._until_coordinator_answers("register", self._register)
         self.loop.every(L.TICK_INTERVAL_MS, self._tick)
         self.loop.every(config.replica_high_watermark_checkpoint_interval_ms,
                         self.replicas.checkpoint_high_watermarks)
@@ -184,6 +205,25 @@ class Broker:
         gc.freeze()
         print(f"broker {self.broker_id} started, listening on {config.host}:{self.port} "
               f"(cluster {self.cluster_id})", flush=True)
+
+    def _until_coordinator_answers(self, what: str, step):
+        """Run a start-up step that needs the coordinator, again while it does not
+        answer, until zookeeper.connection.timeout.ms after start-up began (Kafka's
+        brokers wait that long for ZooKeeper). A coordinator that is down or paused when
+        a broker starts is common in a chaos run; exiting at once left brokers down."""
+        said = False
+        while True:
+            try:
+                return step()
+            except COORDINATOR_ERRORS as e:
+                if time.monotonic() >= self._startup_deadline:
+                    raise
+                if not said:
+                    logger.warning("waiting for the coordinator to %s (%s); giving up after "
+                                   "zookeeper.connection.timeout.ms = %d ms", what, e,
+                                   self.config.zookeeper_connection_timeout_ms)
+                    said = True
+                time.sleep(L.STARTUP_COORDINATOR_RETRY_S)
 
     def _read_cluster_id(self) -> str:
         if self.config.cluster_id is not None:
@@ -231,74 +271,43 @@ class Broker:
     def _registration(self) -> bytes:
         return Z.encode_broker(Z.BrokerInfo(self.broker_id, self.config.host, self.port,
                                             self.config.broker_rack,
-                                            lost_replicas=tuple(self.lost_replicas)))
+                                            lost_replicas=tuple(sorted(self.lost.marked)),
+                                            clean_shutdown=self.clean_shutdown))
 
-    def _checkpointed_high_watermarks(self) -> dict[tuple[str, int], int]:
-        """The replication-offset-checkpoint of every log dir, as the last run left it."""
-        from shm.checkpoint import (REPLICATION_OFFSET_CHECKPOINT, CheckpointError,
-                                    OffsetCheckpointFile)
-        out: dict[tuple[str, int], int] = {}
-        for d in self.config.log_dirs:
-            try:
-                out.update(OffsetCheckpointFile(
-                    os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)).read())
-            except (OSError, ValueError, CheckpointError) as e:
-                logger.warning("%s: cannot read the high-watermark checkpoint: %s", d, e)
-        return out
-
-    def _find_lost_replicas(self) -> list[tuple[str, int]]:
+    def _find_lost_replicas(self) -> dict[tuple[str, int], int]:
         """Partitions whose ISR (as the coordinator holds it) names this broker although
-        its copy lost committed data: none of its log dirs has the partition's directory
-        (a wiped or new disk), or its log, once recovered, ends below the high watermark
-        it had checkpointed (a power failure took what the page cache held). Kafka in
-        ZooKeeper mode would let such a replica lead with a short log and truncate every
-        other replica to it (KIP-966 is Kafka's answer); our registration names them, and
-        the controller does not elect them until they are back in an ISR."""
-        lost = []
-        checkpoints = self._checkpointed_high_watermarks()
-        try:
-            topics = self.zk.get_children(Z.BROKER_TOPICS)
-            for topic in sorted(topics):
+        its copy lost committed data (``node.broker.lost_replicas.find_lost``)."""
+        in_isr = []
+        topics = self.zk.get_children(Z.BROKER_TOPICS)
+        for topic in sorted(topics):
+            try:
+                assignment = Z.decode_assignment(topic, self.zk.get(Z.topic_path(topic))[0])
+            except (NoNodeError, Z.ZkDataError):
+                continue
+            for partition, replicas in sorted(assignment.items()):
+                if self.broker_id not in replicas:
+                    continue
                 try:
-                    assignment = Z.decode_assignment(topic, self.zk.get(Z.topic_path(topic))[0])
+                    data, stat = self.zk.get(Z.partition_state_path(topic, partition))
+                    state = Z.decode_partition_state(data, stat.version)
                 except (NoNodeError, Z.ZkDataError):
                     continue
-                for partition, replicas in sorted(assignment.items()):
-                    if self.broker_id not in replicas:
-                        continue
-                    try:
-                        data, stat = self.zk.get(Z.partition_state_path(topic, partition))
-                        state = Z.decode_partition_state(data, stat.version)
-                    except (NoNodeError, Z.ZkDataError):
-                        continue
-                    if self.broker_id not in state.isr:
-                        continue
-                    if not any(os.path.isdir(os.path.join(d, f"{topic}-{partition}"))
-                               for d in self.config.log_dirs):
-                        lost.append((topic, partition))
-                        continue
-                    hw = checkpoints.get((topic, partition), 0)
-                    if hw > 0:
-                        try:
-                            end = self.replicas.open_partition(topic, partition) \
-                                .log.log_end_offset
-                        except STORAGE_ERRORS as e:  # the replica manager reports it later
-                            logger.warning("%s-%d: cannot open the log: %s", topic,
-                                           partition, e)
-                            continue
-                        if end < hw:
-                            logger.warning("%s-%d: the log ends at %d, below the high "
-                                           "watermark %d checkpointed before the crash: "
-                                           "committed records were lost (power failure?)",
-                                           topic, partition, end, hw)
-                            lost.append((topic, partition))
-        except COORDINATOR_ERRORS as e:
-            logger.warning("could not look for replicas whose data vanished: %s", e)
+                if self.broker_id in state.isr:
+                    in_isr.append((topic, partition))
+
+        def log_end(tp):
+            try:
+                return self.replicas.open_partition(*tp).log.log_end_offset
+            except STORAGE_ERRORS as e:  # the replica manager reports it later
+                logger.warning("%s-%d: cannot open the log: %s", tp[0], tp[1], e)
+                return None
+
+        lost = find_lost(in_isr, self.config.log_dirs, log_end)
         if lost:
             logger.warning("broker %d was in the ISR of %d partitions it lost committed "
                            "data of (a new or wiped log dir, or a power failure): %s; they "
                            "will not lead until they have caught up", self.broker_id, len(lost),
-                           ", ".join(f"{t}-{p}" for t, p in lost[:20]))
+                           ", ".join(f"{t}-{p}" for t, p in sorted(lost)[:20]))
         return lost
 
     def _register(self) -> None:
@@ -330,6 +339,14 @@ class Broker:
                                    "expire", path)
                     said = True
                 time.sleep(L.OLD_REGISTRATION_POLL_S)
+
+    def _update_registration(self) -> None:
+        """Rewrite /brokers/ids/N (same znode, same broker epoch) once a lost replica is
+        back, so a controller elected later does not count it lost again."""
+        try:
+            self.zk.set(Z.broker_path(self.broker_id), self._registration())
+        except COORDINATOR_ERRORS as e:   # the next controller waits for an ISR change
+            logger.warning("cannot update the registration: %s", e)
 
     def _on_zk_state(self, state) -> None:  # kazoo thread
         if state == KazooState.LOST:
@@ -851,16 +868,49 @@ class Broker:
 
     # ---------------------------------------------------------------- controller requests
 
-    def _fenced(self, request: P.Request) -> bool:
-        """True (and logged) if the request comes from a stale controller."""
+    def _handle_get_replica_log_info(self, identity: bytes, request: P.Request) -> None:
+        """KIP-966's unclean recovery asks each replica how far its log goes: the last
+        leader epoch in its epoch cache and its log end offset."""
+        entries = P.entries(request.body, "partitions", 2)
+        fenced = self._fenced(request)
+        if fenced:
+            self._reply(identity, request.correlation_id, request.api_key,
+                        {"error": fenced, "partitions": []})
+            return
+        out = []
+        for topic, partition in entries:
+            if not isinstance(topic, str) or not isinstance(partition, int):
+                raise P.ProtocolError("partitions are [topic, partition]")
+            try:
+                part = self.replicas.open_partition(topic, partition)
+                out.append([topic, partition, NONE, part.view.latest_epoch(),
+                            part.log.log_end_offset])
+            except STORAGE_ERRORS + COORDINATOR_ERRORS as e:
+                logger.warning("%s-%d: cannot tell the log's end: %s", topic, partition, e)
+                out.append([topic, partition, ErrorCode.KAFKA_STORAGE_ERROR, -1, -1])
+        self._reply(identity, request.correlation_id, request.api_key,
+                    {"error": NONE, "partitions": out})
+
+    def _fenced(self, request: P.Request) -> int:
+        """The error (logged) if the request comes from a stale controller
+        (STALE_CONTROLLER_EPOCH) or is meant for another incarnation of this broker
+        (STALE_BROKER_EPOCH, KIP-380: the controller read a registration this process
+        did not make); else NONE."""
         controller_id = P.field(request.body, "controller_id", int)
         epoch = P.field(request.body, "controller_epoch", int)
+        broker_epoch = P.field(request.body, "broker_epoch", int, optional=True, default=-1)
+        if broker_epoch >= 0 and broker_epoch != self.broker_epoch:
+            logger.warning("refusing %s from controller %d: it is meant for broker epoch %d, "
+                           "this incarnation's is %d (STALE_BROKER_EPOCH)",
+                           _api_name(request.api_key), controller_id, broker_epoch,
+                           self.broker_epoch)
+            return ErrorCode.STALE_BROKER_EPOCH
         if self.replicas.check_controller_epoch(epoch):
-            return False
+            return NONE
         logger.warning("refusing %s from controller %d with epoch %d: the latest controller "
                        "epoch seen is %d (STALE_CONTROLLER_EPOCH)", _api_name(request.api_key),
                        controller_id, epoch, self.replicas.controller_epoch)
-        return True
+        return ErrorCode.STALE_CONTROLLER_EPOCH
 
     def _handle_leader_and_isr(self, identity: bytes, request: P.Request) -> None:
         body = request.body
@@ -871,9 +921,10 @@ class Broker:
             if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
                     and isinstance(item[1], str) and isinstance(item[2], int)):
                 raise P.ProtocolError("live_leaders entries are [id, host, port]")
-        if self._fenced(request):
+        fenced = self._fenced(request)
+        if fenced:
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": ErrorCode.STALE_CONTROLLER_EPOCH, "partitions": []})
+                        {"error": fenced, "partitions": []})
             return
         for broker_id, host, port in live:
             self.replicas.leader_endpoints[broker_id] = f"tcp://{host}:{port}"
@@ -897,9 +948,9 @@ class Broker:
                 raise P.ProtocolError("brokers entries are [id, host, port, rack|None]")
         entries = UpdateMetadataPartition.list_from_wire(P.field(body, "partitions", list))
         _check_partitions(entries)
-        if self._fenced(request):
-            self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": ErrorCode.STALE_CONTROLLER_EPOCH})
+        fenced = self._fenced(request)
+        if fenced:
+            self._reply(identity, request.correlation_id, request.api_key, {"error": fenced})
             return
         self.metadata.update(body["controller_id"], brokers, entries)
         self._reply(identity, request.correlation_id, request.api_key, {"error": NONE})
@@ -909,9 +960,10 @@ class Broker:
         delete = P.field(body, "delete_partitions", bool)
         entries = StopReplicaPartition.list_from_wire(P.field(body, "partitions", list))
         _check_partitions(entries)
-        if self._fenced(request):
+        fenced = self._fenced(request)
+        if fenced:
             self._reply(identity, request.correlation_id, request.api_key,
-                        {"error": ErrorCode.STALE_CONTROLLER_EPOCH, "partitions": []})
+                        {"error": fenced, "partitions": []})
             return
         out = []
         for e in entries:
@@ -1016,6 +1068,8 @@ class Broker:
             self.local_listener.close()
             self.local_listener = None
         self.replicas.close()
+        if not self.replicas.offline_dirs:
+            write_clean_shutdown_marker(self.config.log_dirs)
         if self.cluster_id is not None:
             # Index objects of logs a SIGKILLed incarnation left and no LeaderAndIsr reopened.
             head = f"/mk-{self.cluster_id}-b{self.broker_id}-"

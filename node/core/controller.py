@@ -36,10 +36,34 @@ Rules (Kafka ZK mode, DESIGN.md "Replication"):
   StopReplica(delete) to every replica; once every replica confirmed (a dead broker's
   replica waits for it to come back), the topic's znodes go.
 
+- Broker epochs (KIP-380): every LeaderAndIsr, UpdateMetadata and StopReplica carries
+  the epoch (registration czxid) of the broker it is meant for, and a broker refuses
+  one meant for another incarnation (STALE_BROKER_EPOCH). A broker restarted before its
+  old session expired is still registered under the old one: the first such refusal
+  tells this core that registration belongs to a dead process, and it is treated as
+  failed (its leaderships move, it leaves the ISRs) until a new registration appears.
+- Lost replicas: a broker's registration names the partitions whose committed data it
+  lost (a wiped log dir, a power failure), and a broker refuses to lead one of them
+  (INELIGIBLE_REPLICA in the LeaderAndIsr answer): neither is elected again until it
+  is back in an ISR.
+- Eligible leader replicas (KIP-966, ``eligible_leader_replicas``): a replica that left
+  the ISR while the ISR was below min.insync.replicas stays in the partition's ELR
+  (``node.core.replication.next_elr``); when no ISR member can lead, a live ELR member
+  is elected (ISR = {it}). A replica that lost data, or whose broker comes back from
+  an unclean shutdown, leaves the ELR.
+- Unclean recovery (KIP-966, ``unclean_recovery_strategy`` "balanced"): a partition
+  that no ISR or ELR member can lead, with unclean election off, asks every live
+  replica for its log's end (GetReplicaLogInfo); once every replica has answered, or
+  ``unclean_recovery_timeout_ms`` after it went offline, it elects the one with the
+  highest (last leader epoch, log end offset), ISR = {it}, and marks the leader
+  RECOVERING in LeaderAndIsr (Kafka's LeaderRecoveryState) so a replica that lost data
+  may accept; what the others held beyond its end is logged as lost.
+
 Invariants (asserted on every state this core writes): leader ∈ ISR ⊆ replicas (an
-offline partition: leader -1, ISR non-empty ⊆ replicas); the leader epoch of a partition
-strictly increases with every controller write; every write is conditional on the
-znode version the core holds; every request carries the controller epoch.
+offline partition: leader -1, ISR non-empty ⊆ replicas); ELR ⊆ replicas, disjoint from
+the ISR; the leader epoch of a partition strictly increases with every controller
+write; every write is conditional on the znode version the core holds; every request
+carries the controller epoch and the receiving broker's epoch.
 
 Events (``Controller.step(event) -> list[Effect]``):
     BecomeController      this broker won /controller; a snapshot of the coordinator
@@ -86,9 +110,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from node.core.replication import next_elr
 from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
-from node.wire.control import LeaderAndIsrPartition, StopReplicaPartition, UpdateMetadataPartition
+from node.wire.control import (LEADER_RECOVERED, LEADER_RECOVERING, LeaderAndIsrPartition,
+                               StopReplicaPartition, UpdateMetadataPartition)
 from node.wire.protocol import ApiKey
 from node.wire.zkdata import PartitionState
 
@@ -112,10 +138,17 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    min_insync_replicas: int = 1
+    eligible_leader_replicas: bool = False       # KIP-966 (brokers turn it on)
+    unclean_recovery_strategy: str = "balanced"  # or "none"
+    unclean_recovery_timeout_ms: int = 300_000
 
     def __post_init__(self):
         assert self.leader_imbalance_check_interval_seconds > 0
         assert 0 <= self.leader_imbalance_per_broker_percentage <= 100
+        assert self.min_insync_replicas >= 1
+        assert self.unclean_recovery_strategy in ("balanced", "none")
+        assert self.unclean_recovery_timeout_ms > 0
 
     @classmethod
     def from_broker_config(cls, config) -> "ControllerConfig":
@@ -143,6 +176,7 @@ class Broker:
     # Replicas whose data this broker lost (its registration says so: the log dir is new
     # or was wiped): never elected until they are back in an ISR (KIP-966's intent).
     lost: frozenset = frozenset()
+    clean_shutdown: bool = True    # its previous run ended cleanly (else: leaves ELRs)
 
     @property
     def endpoint(self) -> str:
@@ -340,11 +374,17 @@ Effect = ZkOps | SendRequest | ReplyControlledShutdown | LogLine | Resign
 # there is nothing to elect. Kafka's PartitionLeaderElectionAlgorithms.
 
 def elect_offline(replicas: Iterable[int], isr: Iterable[int], eligible: set[int],
-                  unclean: bool) -> tuple[int, tuple[int, ...], bool] | None:
-    """(leader, isr, was_unclean) for a partition without a live leader, or None."""
+                  unclean: bool, elr: Iterable[int] = ()) -> tuple[int, tuple[int, ...], bool] | None:
+    """(leader, isr, was_unclean) for a partition without a live leader, or None: the
+    live ISR members; else a live ELR member (KIP-966: it holds everything below the
+    HW), alone in the ISR; else, with unclean election, any live replica."""
     live_isr = tuple(r for r in isr if r in eligible)
     if live_isr:
         return live_isr[0], live_isr, False
+    elr = set(elr)
+    live_elr = [r for r in replicas if r in elr and r in eligible]
+    if live_elr:
+        return live_elr[0], (live_elr[0],), False
     if unclean:
         live = [r for r in replicas if r in eligible]
         if live:
@@ -403,6 +443,14 @@ class _Reassignment:
 
 
 @dataclass
+class _Recovery:
+    """An unclean recovery in progress: the deadline, and the replicas' answers."""
+    deadline_ms: int
+    asked: set = field(default_factory=set)           # brokers asked (this incarnation)
+    answers: dict = field(default_factory=dict)       # broker -> (last epoch, log end)
+
+
+@dataclass
 class _Batch:
     """A group of state writes whose completion (with retries) runs ``then``."""
 
@@ -425,6 +473,13 @@ class Controller:
         self.offline_replicas: dict[int, set[TopicPartition]] = {}
         # (broker, partition) of lost replicas that have rejoined an ISR since
         self.recovered: set[tuple[int, TopicPartition]] = set()
+        # (broker, partition) whose leadership the broker refused (INELIGIBLE_REPLICA)
+        self.refused: set[tuple[int, TopicPartition]] = set()
+        # broker -> the epoch of a registration found to belong to a dead incarnation
+        self.replaced: dict[int, int] = {}
+        self.recovering: dict[TopicPartition, _Recovery] = {}
+        self.recovery_epochs: dict[TopicPartition, int] = {}   # leader epoch it elected
+        self.now_ms = 0
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self.topic_versions: dict[str, int] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
@@ -457,6 +512,7 @@ class Controller:
             ZkOpsDone: self._on_zk_ops_done,
             Tick: self._on_tick,
         }
+        assert set(self._handlers) == set(Event.__args__)
 
     # ---------------------------------------------------------------- driving
 
@@ -495,6 +551,8 @@ class Controller:
         for b, info in self.brokers.items():
             if info.lost and tp in info.lost and (b, tp) not in self.recovered:
                 out.add(b)
+        if self.refused:
+            out |= {b for b, x in self.refused if x == tp}
         return out
 
     def _live_for(self, tp: TopicPartition) -> set[int]:
@@ -512,6 +570,24 @@ class Controller:
     def _active_partitions(self) -> list[TopicPartition]:
         """Partitions not being deleted."""
         return [tp for tp in self._all_partitions() if tp[0] not in self.deleting]
+
+    def _min_insync(self, topic: str) -> int:
+        override = self.topic_configs.get(topic, {}).get("min.insync.replicas")
+        try:
+            return max(1, int(override)) if override is not None \
+                else self.config.min_insync_replicas
+        except ValueError:
+            return self.config.min_insync_replicas
+
+    def _elr_after(self, tp: TopicPartition, old: PartitionState, isr) -> tuple[int, ...]:
+        """The ELR once the ISR is ``isr``: KIP-966's rule, without the replicas that
+        lost data or cannot serve it, within the replica set."""
+        if not self.config.eligible_leader_replicas:
+            return ()
+        replicas = set(self._replicas(tp))
+        barred = self._offline_on(tp)
+        return tuple(r for r in next_elr(old.isr, isr, old.elr, self._min_insync(tp[0]))
+                     if r in replicas and r not in barred)
 
     def _unclean_enabled(self, topic: str) -> bool:
         override = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
@@ -532,6 +608,7 @@ class Controller:
         if broker is None:
             return
         assert body["controller_epoch"] == self.epoch
+        body = dict(body, broker_epoch=broker.epoch)     # KIP-380
         tag = None
         if on_response is not None:
             tag = self._next_tag
@@ -549,9 +626,11 @@ class Controller:
 
     def _leader_and_isr_entry(self, tp: TopicPartition, is_new: bool) -> LeaderAndIsrPartition:
         state = self.states[tp]
+        recovering = self.recovery_epochs.get(tp) == state.leader_epoch
         return LeaderAndIsrPartition(tp[0], tp[1], state.leader, state.leader_epoch,
                                      tuple(state.isr), state.zk_version,
-                                     tuple(self._replicas(tp)), is_new)
+                                     tuple(self._replicas(tp)), is_new, tuple(state.elr),
+                                     LEADER_RECOVERING if recovering else LEADER_RECOVERED)
 
     def _update_metadata_entry(self, tp: TopicPartition, offline: Iterable[int],
                                leader_override: int | None = None) -> UpdateMetadataPartition:
@@ -572,11 +651,13 @@ class Controller:
             entries = [self._leader_and_isr_entry(tp, bool(new and new(tp, broker_id)))
                        for tp in tps]
             leaders = sorted({self.states[tp].leader for tp in tps} & set(self.brokers))
+            epoch = self.brokers[broker_id].epoch
             self._send(broker_id, ApiKey.LEADER_AND_ISR, {
                 "controller_id": self.broker_id, "controller_epoch": self.epoch,
                 "partitions": [e.to_wire() for e in entries],
                 "live_leaders": [[b, self.brokers[b].host, self.brokers[b].port]
-                                 for b in leaders]})
+                                 for b in leaders]},
+                lambda body, b=broker_id, e=epoch: self._on_leader_and_isr_answer(b, e, body))
 
     def _leader_and_isr_to_replicas(self, tps: Iterable[TopicPartition],
                                     new: Callable[[TopicPartition, int], bool] | None = None,
@@ -634,6 +715,8 @@ class Controller:
         assert set(new.isr) <= replicas, f"{tp}: ISR {new.isr} not within replicas {replicas}"
         assert len(set(new.isr)) == len(new.isr), f"{tp}: duplicate in ISR {new.isr}"
         assert new.leader == NO_LEADER or new.leader in new.isr, f"{tp}: leader not in ISR {new}"
+        assert set(new.elr) <= replicas and not set(new.elr) & set(new.isr), \
+            f"{tp}: ELR {new.elr} not within replicas {replicas} outside the ISR {new.isr}"
         assert new.controller_epoch == self.epoch
         if old is not None:
             assert new.leader_epoch > old.leader_epoch, f"{tp}: epoch {old} -> {new}"
@@ -666,19 +749,21 @@ class Controller:
             if decision is None:
                 continue
             old = self.states[tp]
-            leader, isr = decision
-            if leader == old.leader and tuple(isr) == old.isr and not force:
+            leader, isr = decision[0], tuple(decision[1])
+            elr = tuple(decision[2]) if len(decision) > 2 else self._elr_after(tp, old, isr)
+            if leader == old.leader and isr == old.isr and elr == old.elr and not force:
                 continue
-            state = PartitionState(leader, old.leader_epoch + 1, tuple(isr), self.epoch,
-                                   old.zk_version)
+            state = PartitionState(leader, old.leader_epoch + 1, isr, self.epoch,
+                                   old.zk_version, elr)
             self._check_transition(tp, old, state)
             writes.append((tp, state))
         if not writes:
             return
         batch.outstanding += 1
         for tp, state in writes:
+            elr = f" elr {list(state.elr)}" if state.elr else ""
             self._log("INFO", f"{reason}: {tp[0]}-{tp[1]} leader {state.leader} "
-                              f"leader_epoch {state.leader_epoch} isr {list(state.isr)}")
+                              f"leader_epoch {state.leader_epoch} isr {list(state.isr)}{elr}")
 
         def on_done(results: tuple[ZkResult, ...]) -> None:
             retry: list[TopicPartition] = []
@@ -763,7 +848,11 @@ class Controller:
             return None if isr == state.isr else (state.leader, isr)
         replicas = self._replicas(tp)
         elected = elect_offline(replicas, state.isr, self._eligible_for(tp),
-                                self._unclean_enabled(tp[0]))
+                                self._unclean_enabled(tp[0]), state.elr)
+        if elected is not None and not elected[2] and elected[0] not in state.isr:
+            self._log("INFO", f"{tp[0]}-{tp[1]}: no ISR member {list(state.isr)} can lead; "
+                              f"electing {elected[0]} from the eligible leader replicas "
+                              f"{list(state.elr)} (KIP-966)")
         if elected is None:
             if state.leader != NO_LEADER:
                 self._log("ERROR", f"NoReplicaOnlineException: No replica in ISR for "
@@ -783,7 +872,8 @@ class Controller:
         state = self.states[tp]
         if state.leader != NO_LEADER and state.leader in self._live_for(tp):
             return None
-        elected = elect_offline(self._replicas(tp), state.isr, self._eligible_for(tp), True)
+        elected = elect_offline(self._replicas(tp), state.isr, self._eligible_for(tp), True,
+                                state.elr)
         if elected is None:
             return None
         if elected[2]:
@@ -830,6 +920,7 @@ class Controller:
             tp for tp in self.states if self.states[tp].leader not in self._offline_on(tp)))
         self._initialize_partitions(sorted(self.uninitialized))
         self._write_states(self._decide_reconcile, self._active_partitions(), "failover")
+        self._leave_elrs_after_unclean_shutdown(sorted(self.brokers))
         self.reassign_znode_version = ev.reassignments_zk_version
         if ev.reassignments:
             self._on_reassignment_requested(
@@ -842,7 +933,12 @@ class Controller:
     # ---------------------------------------------------------------- brokers
 
     def _on_brokers_changed(self, ev: BrokersChanged) -> None:
-        now = {b.broker_id: b for b in ev.brokers}
+        # A registration found to belong to a dead incarnation stays ignored until the
+        # broker registers again (a new epoch).
+        now = {b.broker_id: b for b in ev.brokers
+               if self.replaced.get(b.broker_id) != b.epoch}
+        self.replaced = {b: e for b, e in self.replaced.items()
+                         if any(x.broker_id == b and x.epoch == e for x in ev.brokers)}
         dead = sorted(b for b in self.brokers
                       if b not in now or now[b].epoch != self.brokers[b].epoch)
         born = sorted(b for b in now
@@ -859,8 +955,14 @@ class Controller:
             for b in born:
                 self.brokers[b] = now[b]
                 self.recovered = {(x, tp) for x, tp in self.recovered if x != b}
+                # Its new registration names what it lost (the marker is durable).
+                self.refused = {(x, tp) for x, tp in self.refused if x != b}
+                for recovery in self.recovering.values():
+                    recovery.asked.discard(b)
+                    recovery.answers.pop(b, None)
                 self._log_lost(now[b])
             self._on_brokers_startup(set(born))
+            self._leave_elrs_after_unclean_shutdown(born)
         for b, info in now.items():   # a re-registration with new endpoints, same epoch
             self.brokers[b] = info
 
@@ -883,6 +985,64 @@ class Controller:
                           f"{' ...' if len(affected) > 20 else ''}")
         self._send_update_metadata(affected)
         self._write_states(self._decide_reconcile, affected, "log dir failure")
+
+    def _leave_elrs_after_unclean_shutdown(self, brokers: Iterable[int]) -> None:
+        """KIP-966: a broker back from an unclean shutdown may have lost its unflushed
+        tail, so it leaves every ELR (it stays in an ISR it is in: the leader shrinks
+        it out if it lags)."""
+        unclean = {b for b in brokers if b in self.brokers and not self.brokers[b].clean_shutdown}
+        if not unclean:
+            return
+        tps = [tp for tp in self._active_partitions()
+               if tp in self.states and set(self.states[tp].elr) & unclean]
+        if not tps:
+            return
+        self._log("INFO", f"brokers {sorted(unclean)} restarted after an unclean shutdown: "
+                          f"they leave the eligible leader replicas of {len(tps)} partitions")
+
+        def decide(tp):
+            state = self.states[tp]
+            elr = tuple(r for r in state.elr if r not in unclean)
+            return None if elr == state.elr else (state.leader, state.isr, elr)
+
+        self._write_states(decide, tps, "unclean shutdown")
+
+    def _on_leader_and_isr_answer(self, broker_id: int, epoch: int, body: dict | None) -> None:
+        """A broker's answer to LeaderAndIsr: STALE_BROKER_EPOCH says the registration
+        it was sent for belongs to a dead incarnation (KIP-380); INELIGIBLE_REPLICA says
+        the broker lost committed data of a partition it was told to lead."""
+        if body is None or not isinstance(body, dict):
+            return
+        info = self.brokers.get(broker_id)
+        if info is None or info.epoch != epoch:
+            return
+        if body.get("error") == ErrorCode.STALE_BROKER_EPOCH:
+            self._log("WARN", f"broker {broker_id} refused a request for its registration of "
+                              f"broker epoch {epoch} (STALE_BROKER_EPOCH): that incarnation "
+                              f"is gone; broker {broker_id} counts as failed until it "
+                              f"registers again")
+            self.replaced[broker_id] = epoch
+            del self.brokers[broker_id]
+            self.shutting_down.discard(broker_id)
+            self.offline_replicas.pop(broker_id, None)
+            self._on_brokers_failure({broker_id})
+            return
+        refused = []
+        for entry in body.get("partitions", []):
+            if not (isinstance(entry, list) and len(entry) == 3):
+                continue
+            t, p, error = entry
+            tp = (t, p)
+            if error == ErrorCode.INELIGIBLE_REPLICA and tp in self.states and \
+                    self.states[tp].leader == broker_id:
+                self.refused.add((broker_id, tp))
+                refused.append(tp)
+        if refused:
+            self._log("WARN", f"broker {broker_id} refused to lead "
+                              f"{', '.join(f'{t}-{p}' for t, p in sorted(refused))}: it lost "
+                              f"committed data of them (INELIGIBLE_REPLICA); electing "
+                              f"another replica")
+            self._write_states(self._decide_reconcile, sorted(refused), "leader refused")
 
     def _log_lost(self, broker: Broker) -> None:
         if broker.lost:
@@ -1028,6 +1188,7 @@ class Controller:
                 info = self.brokers.get(b)
                 if info is not None and tp in info.lost:
                     self.recovered.add((b, tp))
+                self.refused.discard((b, tp))
         if changed:
             self._send_update_metadata(changed)
         for tp in changed:
@@ -1049,6 +1210,8 @@ class Controller:
         self._zk([ZkDelete(Z.PREFERRED_REPLICA_ELECTION, ev.zk_version)], lambda results: None)
 
     def _on_tick(self, ev: Tick) -> None:
+        self.now_ms = ev.now_ms
+        self._unclean_recovery()
         if not self.config.auto_leader_rebalance_enable:
             return
         if self.next_rebalance_check_ms is None or ev.now_ms < self.next_rebalance_check_ms:
@@ -1088,6 +1251,97 @@ class Controller:
                        and broker in self.states[tp].isr]
         if chosen:
             self._write_states(self._decide_preferred, chosen, "auto leader rebalance")
+
+    # ---------------------------------------------------------------- unclean recovery
+
+    def _needs_recovery(self, tp: TopicPartition) -> bool:
+        """Offline with no replica that may lead it cleanly, now or on its return: every
+        ISR and ELR member is registered and lost data of it (a dead one may come back
+        with its data, so the recovery waits for it, within the timeout)."""
+        state = self.states.get(tp)
+        if state is None or state.leader != NO_LEADER or tp[0] in self.deleting or \
+                self._unclean_enabled(tp[0]):
+            return False
+        barred = self._offline_on(tp)
+        return not any(r in self.brokers and r not in barred
+                       for r in set(state.isr) | set(state.elr))
+
+    def _unclean_recovery(self) -> None:
+        if not self.config.eligible_leader_replicas or \
+                self.config.unclean_recovery_strategy != "balanced":
+            return
+        for tp in sorted(self.recovering):
+            if not self._needs_recovery(tp):
+                del self.recovering[tp]
+        for tp in self._active_partitions():
+            if tp not in self.recovering and self._needs_recovery(tp):
+                self.recovering[tp] = _Recovery(
+                    self.now_ms + self.config.unclean_recovery_timeout_ms)
+                self._log("WARN", f"{tp[0]}-{tp[1]}: every replica that may lead it lost "
+                                  f"committed data or is away; unclean recovery asks the "
+                                  f"replicas for their logs (elects the longest once all "
+                                  f"answered, or in {self.config.unclean_recovery_timeout_ms} "
+                                  f"ms)")
+        for tp in sorted(self.recovering):
+            self._advance_recovery(tp)
+
+    def _advance_recovery(self, tp: TopicPartition) -> None:
+        recovery = self.recovering[tp]
+        for b in self._replicas(tp):
+            if b in self.brokers and b not in recovery.asked:
+                recovery.asked.add(b)
+                epoch = self.brokers[b].epoch
+                self._send(b, ApiKey.GET_REPLICA_LOG_INFO, {
+                    "controller_id": self.broker_id, "controller_epoch": self.epoch,
+                    "partitions": [[tp[0], tp[1]]]},
+                    lambda body, b=b, e=epoch: self._on_replica_log_info(tp, b, e, body))
+        replicas = self._replicas(tp)
+        everyone = all(b in recovery.answers for b in replicas)
+        if not recovery.answers or not (everyone or self.now_ms >= recovery.deadline_ms):
+            return
+        live = {b: v for b, v in recovery.answers.items() if b in self.brokers}
+        if not live:
+            return
+        best = max(live, key=lambda b: (live[b], -replicas.index(b)))
+        best_epoch, best_end = live[best]
+        del self.recovering[tp]
+        ends = ", ".join(f"broker {b}: epoch {e} end {o}"
+                         for b, (e, o) in sorted(recovery.answers.items()))
+        lost = {b: o - best_end for b, (e, o) in recovery.answers.items() if o > best_end}
+        self._log("WARN", f"unclean recovery of {tp[0]}-{tp[1]}: electing broker {best}, the "
+                          f"longest log (last leader epoch {best_epoch}, log end {best_end}; "
+                          f"{ends}{'' if everyone else '; not every replica answered'})"
+                          + (f"; records beyond {best_end} on "
+                             f"{', '.join(f'broker {b} ({n})' for b, n in sorted(lost.items()))}"
+                             f" are lost" if lost else ""))
+
+        def decide(tp_):
+            state = self.states[tp_]
+            if state.leader != NO_LEADER or best not in self.brokers:
+                return None
+            # Its LeaderAndIsr says RECOVERING, which a replica that lost data accepts.
+            self.recovery_epochs[tp_] = state.leader_epoch + 1
+            self.recovered.add((best, tp_))
+            self.refused.discard((best, tp_))
+            return best, (best,), ()
+
+        self._write_states(decide, [tp], "unclean recovery")
+
+    def _on_replica_log_info(self, tp: TopicPartition, broker_id: int, epoch: int,
+                             body: dict | None) -> None:
+        recovery = self.recovering.get(tp)
+        info = self.brokers.get(broker_id)
+        if recovery is None or info is None or info.epoch != epoch:
+            return
+        if body is None or not isinstance(body, dict) or body.get("error") != ErrorCode.NONE:
+            recovery.asked.discard(broker_id)      # asked again on the next tick
+            return
+        for entry in body.get("partitions", []):
+            if isinstance(entry, list) and len(entry) == 5 and (entry[0], entry[1]) == tp \
+                    and entry[2] == ErrorCode.NONE and all(
+                        isinstance(x, int) and not isinstance(x, bool) for x in entry[3:]):
+                recovery.answers[broker_id] = (entry[3], entry[4])
+        self._advance_recovery(tp)
 
     # ---------------------------------------------------------------- controlled shutdown
 

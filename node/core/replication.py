@@ -28,6 +28,12 @@ Theory of operation (Kafka's replication protocol, ZooKeeper mode, KIP-101/279/3
   min(leader's end offset, own end offset of the epoch the leader answered with), and
   only then fetch. When the follower never had the epoch the leader answered with, it
   cuts to the end of its own largest older epoch and asks again for that one (KIP-279). The follower's HW is min(its LEO, the leader's HW).
+- Eligible leader replicas (KIP-966, ``eligible_leader_replicas``): the HW does not
+  advance while the ISR is smaller than min.insync.replicas ("strict min ISR"), so a
+  replica that left the ISR while it was that small still holds everything below the
+  HW: it joins the ELR (``next_elr``), from which the controller may elect a leader
+  when no ISR member can lead. Once the ISR is back at min.insync.replicas the ELR
+  empties. ISR writes carry the ELR.
 - Fencing (KIP-320): a LeaderAndIsr with a leader epoch not newer than the current one
   is refused (STALE_CONTROLLER_EPOCH, as Kafka); a fetch carrying an older leader epoch
   gets FENCED_LEADER_EPOCH and a newer one UNKNOWN_LEADER_EPOCH.
@@ -88,6 +94,20 @@ class ReplicationConfig:
     replica_lag_time_max_ms: int = 30_000
     min_insync_replicas: int = 1
     truncation_mode: TruncationMode = TruncationMode.LEADER_EPOCH
+    eligible_leader_replicas: bool = False      # KIP-966 (the broker turns it on)
+
+
+def next_elr(old_isr, new_isr, old_elr, min_insync_replicas: int) -> tuple[int, ...]:
+    """KIP-966: the eligible leader replicas after the ISR goes from ``old_isr`` to
+    ``new_isr``. While the new ISR is below min.insync.replicas the HW cannot pass what
+    the replicas leaving it hold, so they join the ELR (and its members stay); once the
+    ISR is back at min.insync.replicas every replica that matters is in it, and the ELR
+    empties. An ISR member is never in the ELR. (The controller also removes a replica
+    that lost data or restarted after an unclean shutdown.)"""
+    if len(new_isr) >= min_insync_replicas:
+        return ()
+    new = set(new_isr)
+    return tuple(sorted((set(old_elr) | set(old_isr)) - new))
 
 
 class LogView(Protocol):
@@ -143,6 +163,7 @@ class WriteIsr:
     leader_epoch: int
     isr: tuple[int, ...]
     zk_version: int
+    elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,9 +225,11 @@ class ReplicaCore:
         self.leader_epoch_start_offset = 0
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self.elr: tuple[int, ...] = ()    # KIP-966, as the partition state holds it
         self.zk_version = -1
         # Leader: an ISR change proposed to the coordinator and not yet confirmed.
         self.pending_isr: tuple[int, ...] | None = None
+        self.pending_elr: tuple[int, ...] = ()
         self._isr_write_in_flight = False
         self._isr_retry_ms = 0
         self.followers: dict[int, FollowerProgress] = {}
@@ -231,18 +254,20 @@ class ReplicaCore:
         return 0 if leader_epoch > self.leader_epoch else ErrorCode.STALE_CONTROLLER_EPOCH
 
     def _apply_partition_state(self, leader: int, leader_epoch: int, isr, replicas,
-                               zk_version: int) -> None:
+                               zk_version: int, elr=()) -> None:
         assert leader_epoch > self.leader_epoch, (self, leader_epoch)
         isr, replicas = tuple(isr), tuple(replicas)
         assert set(isr) <= set(replicas), (isr, replicas)
         assert leader < 0 or leader in isr or not isr, (leader, isr)
         self.leader, self.leader_epoch = leader, leader_epoch
         self.isr, self.replicas, self.zk_version = isr, replicas, zk_version
+        self.elr = tuple(r for r in elr if r in replicas and r not in isr)
         self.pending_isr, self._isr_write_in_flight = None, False
 
     def become_leader(self, *, leader_epoch: int, isr, replicas, zk_version: int,
-                      now_ms: int, log: LogView) -> list[Effect]:
-        self._apply_partition_state(self.broker_id, leader_epoch, isr, replicas, zk_version)
+                      now_ms: int, log: LogView, elr=()) -> list[Effect]:
+        self._apply_partition_state(self.broker_id, leader_epoch, isr, replicas, zk_version,
+                                    elr)
         assert self.broker_id in self.isr, (self, "a leader must be in its ISR")
         self.role = Role.LEADER
         self.fetching = self.awaiting_epoch_answer = self._epoch_request_in_flight = False
@@ -258,10 +283,10 @@ class ReplicaCore:
         return effects
 
     def become_follower(self, *, leader: int, leader_epoch: int, isr, replicas,
-                        zk_version: int, now_ms: int, log: LogView) -> list[Effect]:
+                        zk_version: int, now_ms: int, log: LogView, elr=()) -> list[Effect]:
         assert leader != self.broker_id, self
         effects = self._fail_pending(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self._apply_partition_state(leader, leader_epoch, isr, replicas, zk_version)
+        self._apply_partition_state(leader, leader_epoch, isr, replicas, zk_version, elr)
         self.role = Role.FOLLOWER
         self.followers = {}
         self._hw = log.high_watermark
@@ -345,6 +370,9 @@ class ReplicaCore:
             if r != self.broker_id:
                 candidate = min(candidate, self.followers[r].log_end_offset)
         effects: list[Effect] = []
+        if self.config.eligible_leader_replicas and \
+                len(self.isr) < self.config.min_insync_replicas:
+            candidate = self._hw      # KIP-966's strict min ISR: the HW waits
         if candidate > self._hw:
             assert candidate <= leo
             self._hw = candidate
@@ -395,8 +423,10 @@ class ReplicaCore:
     def _propose_isr(self, isr: tuple[int, ...], now_ms: int) -> list[Effect]:
         assert self.broker_id in isr and set(isr) <= set(self.replicas), (isr, self)
         self.pending_isr = isr
+        self.pending_elr = next_elr(self.isr, isr, self.elr, self.config.min_insync_replicas) \
+            if self.config.eligible_leader_replicas else ()
         self._isr_write_in_flight = True
-        return [WriteIsr(self.leader_epoch, isr, self.zk_version)]
+        return [WriteIsr(self.leader_epoch, isr, self.zk_version, self.pending_elr)]
 
     def on_isr_written(self, ok: bool, *, isr=None, leader_epoch: int | None = None,
                        zk_version: int | None = None, now_ms: int, log: LogView
@@ -410,6 +440,12 @@ class ReplicaCore:
         if ok:
             assert zk_version is not None
             self.isr, self.zk_version, self.pending_isr = self.pending_isr, zk_version, None
+            self.elr = self.pending_elr
+            if self.config.eligible_leader_replicas and \
+                    len(self.isr) < self.config.min_insync_replicas:
+                # Strict min ISR: the HW will not reach them while the ISR is this small;
+                # say so now, as the HW passing them would (Kafka's answer).
+                return self._fail_pending(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
             return self._maybe_increment_hw(now_ms, log)
         if leader_epoch is not None and leader_epoch == self.leader_epoch and \
                 zk_version is not None and isr is not None and self.broker_id in isr:

@@ -6,7 +6,9 @@ The controller core builds these and sends ``to_wire()``; the broker reads the b
 positional list by hand. On the wire an entry is still a msgpack list (the order below),
 which keeps the format and the tests that speak it raw unchanged:
 
-    LeaderAndIsr    [topic, partition, leader, leader_epoch, isr, zk_version, replicas, is_new]
+    LeaderAndIsr    [topic, partition, leader, leader_epoch, isr, zk_version, replicas, is_new,
+                     elr, leader_recovery_state]   (the last two optional: an 8-field
+                     entry means no ELR and a recovered leader)
     UpdateMetadata  [topic, partition, leader, leader_epoch, isr, zk_version, replicas,
                      offline_replicas]
     StopReplica     [topic, partition, leader_epoch]
@@ -20,6 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from node.wire.protocol import PARTITIONS_PER_REQUEST_MAX, ProtocolError
+
+# Kafka's LeaderRecoveryState values (KIP-704).
+LEADER_RECOVERED = 0
+LEADER_RECOVERING = 1
 
 # The longest replica list a controller request may carry (the broker's replica-state
 # board holds this many per partition; node.broker.limits asserts they agree).
@@ -71,19 +77,34 @@ class LeaderAndIsrPartition:
     zk_version: int
     replicas: tuple[int, ...]
     is_new: bool = False
+    # KIP-966: the eligible leader replicas, and Kafka's LeaderRecoveryState (KIP-704):
+    # RECOVERING when the controller elected this leader by unclean recovery, which a
+    # replica that lost committed data may accept (it is then the longest log there is).
+    elr: tuple[int, ...] = ()
+    leader_recovery_state: int = 0
 
     def to_wire(self) -> list:
-        return [self.topic, self.partition, self.leader, self.leader_epoch, list(self.isr),
+        head = [self.topic, self.partition, self.leader, self.leader_epoch, list(self.isr),
                 self.zk_version, list(self.replicas), self.is_new]
+        if not self.elr and self.leader_recovery_state == LEADER_RECOVERED:
+            return head          # the 8-field form: no ELR, a recovered leader
+        return head + [list(self.elr), self.leader_recovery_state]
 
     @classmethod
     def from_wire(cls, entry) -> "LeaderAndIsrPartition":
-        topic, partition = _head(entry, 8, "LeaderAndIsr")
+        arity = 10 if isinstance(entry, list) and len(entry) == 10 else 8
+        topic, partition = _head(entry, arity, "LeaderAndIsr" if arity == 10 else
+                                 "LeaderAndIsr (or 10 with elr, leader_recovery_state)")
         if not isinstance(entry[7], bool):
             raise ProtocolError("LeaderAndIsr: is_new must be a bool")
+        elr, recovery = ((), 0) if arity == 8 else (_ids(entry[8], "elr"),
+                                                     _int(entry[9], "leader_recovery_state"))
+        if recovery not in (LEADER_RECOVERED, LEADER_RECOVERING):
+            raise ProtocolError(f"LeaderAndIsr: leader_recovery_state {recovery} is not 0 or 1")
         return cls(topic, partition, _int(entry[2], "leader"),
                    _int(entry[3], "leader_epoch"), _ids(entry[4], "isr"),
-                   _int(entry[5], "zk_version"), _ids(entry[6], "replicas"), entry[7])
+                   _int(entry[5], "zk_version"), _ids(entry[6], "replicas"), entry[7],
+                   elr, recovery)
 
     @classmethod
     def list_from_wire(cls, raw) -> list["LeaderAndIsrPartition"]:

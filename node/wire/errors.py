@@ -52,6 +52,7 @@ class ErrorCode(IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
+    INELIGIBLE_REPLICA = 107
 
 
 # Per code: (retriable, message), as Kafka's Errors enum.
@@ -111,6 +112,7 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
                                                      'available.'),
     ErrorCode.ELECTION_NOT_NEEDED: (True, 'Leader election not needed for topic partition.'),
     ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: (False, 'No partition reassignment is in progress.'),
+    ErrorCode.INELIGIBLE_REPLICA: (False, 'The new ISR contains at least one ineligible replica.'),
 }
 assert set(_INFO) == set(ErrorCode) - {ErrorCode.NONE}
 

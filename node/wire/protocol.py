@@ -53,12 +53,18 @@ METADATA (3)
   resp {"brokers": [[id, host, port, rack|None], ...], "controller_id": int (-1),
         "topics": [[topic, error, [[partition, error, leader (-1 = none),
                     leader_epoch, replicas, isr, offline_replicas], ...]], ...]}
+Every controller -> broker request may carry "broker_epoch": int, the epoch (the
+registration's czxid) of the broker it is meant for (KIP-380); a broker refuses one
+meant for another incarnation with {"error": STALE_BROKER_EPOCH} (absent or -1: not
+checked).
 LEADER_AND_ISR (4)            controller -> broker
   req  {"controller_id": int, "controller_epoch": int,
         "partitions": [[topic, partition, leader, leader_epoch, isr, zk_version,
-                        replicas, is_new], ...],
+                        replicas, is_new, elr, leader_recovery_state], ...],
         "live_leaders": [[id, host, port], ...]}
   resp {"error": int, "partitions": [[topic, partition, error], ...]}
+       INELIGIBLE_REPLICA for a partition the broker is told to lead but lost committed
+       data of (unless leader_recovery_state is 1, RECOVERING: an unclean recovery)
 STOP_REPLICA (5)              controller -> broker
   req  {"controller_id": int, "controller_epoch": int, "delete_partitions": bool,
         "partitions": [[topic, partition, leader_epoch (-1 = any)], ...]}
@@ -114,6 +120,10 @@ ALTER_PARTITION_REASSIGNMENTS (45)   any broker (-> /admin/reassign_partitions)
 LIST_PARTITION_REASSIGNMENTS (46)
   req  {"partitions": None | [[topic, partition], ...]}
   resp {"error": int, "partitions": [[topic, partition, replicas, adding, removing], ...]}
+GET_REPLICA_LOG_INFO (1000)   controller -> broker (KIP-966 unclean recovery)
+  req  {"controller_id": int, "controller_epoch": int, "partitions": [[topic, partition], ...]}
+  resp {"error": int, "partitions": [[topic, partition, error, last_leader_epoch,
+                                      log_end_offset], ...]}
 
 Malformed input raises ``ProtocolError`` here and never anything else; a broker answers
 it with INVALID_REQUEST when it can tell the correlation id, and drops it otherwise.
@@ -158,6 +168,9 @@ class ApiKey(enum.IntEnum):
     ELECT_LEADERS = 43
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    # Ours: KIP-966's GetReplicaLogInfo (unclean recovery asks each replica for its
+    # log's end), numbered outside Kafka's range since this Kafka has no number for it.
+    GET_REPLICA_LOG_INFO = 1000
 
 
 API_VERSION = 0

@@ -114,6 +114,10 @@ class BrokerInfo:
     # is new or was wiped, or its log ends below its checkpointed HW after a power
     # failure): not to be elected until they have caught up (KIP-966's idea).
     lost_replicas: tuple[tuple[str, int], ...] = ()
+    # Whether the broker's previous run ended with a clean shutdown (Kafka's
+    # .kafka_cleanshutdown; KRaft tells it by the previous broker epoch). A broker back
+    # from an unclean one may have lost its unflushed tail: it leaves every ELR (KIP-966).
+    clean_shutdown: bool = True
 
     @property
     def endpoint(self) -> str:
@@ -128,6 +132,8 @@ def encode_broker(info: BrokerInfo) -> bytes:
              "timestamp": str(info.timestamp_ms or int(time.time() * 1000))}
     if info.lost_replicas:
         value["lost_replicas"] = [[t, p] for t, p in sorted(info.lost_replicas)]
+    if not info.clean_shutdown:
+        value["clean_shutdown"] = False
     return _dump(value)
 
 
@@ -138,8 +144,11 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
         if not isinstance(host, str) or not isinstance(port, int):
             raise TypeError
         lost = tuple((str(t), int(p)) for t, p in value.get("lost_replicas", []))
+        clean = value.get("clean_shutdown", True)
+        if not isinstance(clean, bool):
+            raise TypeError
         return BrokerInfo(broker_id, host, port, value.get("rack"),
-                          int(value.get("timestamp", 0)), lost)
+                          int(value.get("timestamp", 0)), lost, clean)
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"broker {broker_id}: bad registration {value!r}") from None
 
@@ -174,11 +183,18 @@ class PartitionState:
     isr: tuple[int, ...]
     controller_epoch: int
     zk_version: int = -1
+    # KIP-966's eligible leader replicas: replicas that left the ISR while it was below
+    # min.insync.replicas, so the HW has not passed their log end since (not written
+    # when empty, so Kafka's own ZooKeeper-mode layout is unchanged).
+    elr: tuple[int, ...] = ()
 
 
 def encode_partition_state(state: PartitionState) -> bytes:
-    return _dump({"version": 1, "leader": state.leader, "leader_epoch": state.leader_epoch,
-                  "isr": list(state.isr), "controller_epoch": state.controller_epoch})
+    value = {"version": 1, "leader": state.leader, "leader_epoch": state.leader_epoch,
+             "isr": list(state.isr), "controller_epoch": state.controller_epoch}
+    if state.elr:
+        value["eligible_leader_replicas"] = list(state.elr)
+    return _dump(value)
 
 
 def decode_partition_state(data: bytes, zk_version: int = -1, what: str = "state"
@@ -187,7 +203,9 @@ def decode_partition_state(data: bytes, zk_version: int = -1, what: str = "state
     try:
         return PartitionState(int(value["leader"]), int(value["leader_epoch"]),
                               tuple(_int_list(value["isr"], what)),
-                              int(value["controller_epoch"]), zk_version)
+                              int(value["controller_epoch"]), zk_version,
+                              tuple(_int_list(value.get("eligible_leader_replicas", []),
+                                              what)))
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"{what}: bad partition state {value!r}") from None
 

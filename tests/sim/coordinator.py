@@ -76,17 +76,29 @@ class SimCoordinator:
 
     # ---------------------------------------------------------------- brokers, controller
 
-    def register(self, sid: int, broker_id: int, lost=()) -> bool:
-        """Create the ephemeral /brokers/ids/N; False while another session holds it.
-        ``lost``: the partitions the broker says it lost committed data of."""
+    def register(self, sid: int, broker_id: int, lost=(), clean_shutdown: bool = True
+                 ) -> int:
+        """Create the ephemeral /brokers/ids/N: its czxid (the broker epoch), or -1 while
+        another session holds it. ``lost``: the partitions the broker says it lost
+        committed data of; ``clean_shutdown``: how its previous run ended."""
         path = Z.broker_path(broker_id)
         if not self.alive(sid) or path in self.zk.nodes:
-            return False
+            return -1
         self._create(path, Z.encode_broker(Z.BrokerInfo(broker_id, "127.0.0.1",
                                                          9000 + broker_id,
-                                                         lost_replicas=tuple(sorted(lost)))),
+                                                         lost_replicas=tuple(sorted(lost)),
+                                                         clean_shutdown=clean_shutdown)),
                      sid)
-        return True
+        return self.czxid[path]
+
+    def update_registration(self, sid: int, broker_id: int, lost) -> None:
+        """The broker rewrites its own registration (a lost replica is back)."""
+        path = Z.broker_path(broker_id)
+        if self.alive(sid) and self.owner.get(path) == sid:
+            info = Z.decode_broker(broker_id, self.zk.nodes[path][0])
+            self.zk.nodes[path][0] = Z.encode_broker(Z.BrokerInfo(
+                broker_id, info.host, info.port, lost_replicas=tuple(sorted(lost)),
+                clean_shutdown=info.clean_shutdown))
 
     def brokers(self) -> tuple[C.Broker, ...]:
         found = []
@@ -95,7 +107,7 @@ class SimCoordinator:
                 b = int(path.rsplit("/", 1)[1])
                 info = Z.decode_broker(b, self.zk.get(path)[0])
                 found.append(C.Broker(b, "127.0.0.1", 9000 + b, None, self.czxid[path],
-                                      frozenset(info.lost_replicas)))
+                                      frozenset(info.lost_replicas), info.clean_shutdown))
         return tuple(sorted(found))
 
     @property

@@ -101,6 +101,13 @@ class SimConfig:
     # off); the no-loss guarantee holds for fewer than min.insync.replicas together.
     concurrent_faults_max: int = 1
     random_faults: bool = True
+    # Random faults may include power cuts (at most one broker without power at a time).
+    power_cuts: bool = False
+    # The fixes for composed faults, each switchable so a test can show what it prevents:
+    broker_epoch_fencing: bool = True     # KIP-380: refuse requests for another incarnation
+    durable_lost_marker: bool = True      # a lost replica stays lost across restarts
+    eligible_leader_replicas: bool = False    # KIP-966 ELR + strict min ISR + recovery
+    unclean_recovery_timeout_ms: int = 2_000
 
 
 @dataclass
@@ -139,6 +146,12 @@ class Broker:
     epoch_zk_version: int = -1
     controller_epoch: int = 0       # highest controller epoch seen (ReplicaManager's)
     lost: frozenset = frozenset()   # partitions its registration names as lost (power cut)
+    marked: dict = field(default_factory=dict)   # partition -> HW it lost (the marker)
+    clean_shutdown: bool = True     # how its previous incarnation ended
+    epoch: int = -1                 # its registration's czxid (broker epoch), -1: none yet
+    # Controller requests that arrived while its registration was in flight: the real
+    # broker registers synchronously on its loop, so they wait in the socket till then.
+    held_requests: list = field(default_factory=list)
     power_cut: bool = False         # its last death was a power failure
 
     @property
@@ -182,7 +195,10 @@ class Sim:
         self.controller_config = C.ControllerConfig(
             unclean_leader_election_enable=c.unclean_leader_election,
             auto_leader_rebalance_enable=c.auto_leader_rebalance,
-            leader_imbalance_check_interval_seconds=c.leader_imbalance_check_interval_s)
+            leader_imbalance_check_interval_seconds=c.leader_imbalance_check_interval_s,
+            min_insync_replicas=c.min_insync_replicas,
+            eligible_leader_replicas=c.eligible_leader_replicas,
+            unclean_recovery_timeout_ms=c.unclean_recovery_timeout_ms)
         self.zk_down: dict[int, Channel] = {}           # session -> coordinator-to-broker
         self.zk_up: dict[int, Channel] = {}             # session -> broker-to-coordinator
         self.channels: dict[tuple[int, int], Channel] = {}   # (term, broker) controller's
@@ -202,6 +218,7 @@ class Sim:
                        and not self.config.unclean_leader_election)
         self.violations: list[str] = []
         self.stats = {"controller_epochs": 0, "stale_controller_refused": 0,
+                      "stale_broker_epoch_refused": 0, "lost_registrations": 0,
                       "zombie_writes_refused": 0, "isr_writes": 0, "isr_write_conflicts": 0,
                       "controller_version_conflicts": 0}
 
@@ -210,7 +227,7 @@ class Sim:
     def _new_broker(self, broker_id: int, logs: dict[int, MemLog]) -> Broker:
         c = self.config
         config = ReplicationConfig(c.replica_lag_time_max_ms, c.min_insync_replicas,
-                                   c.truncation_mode)
+                                   c.truncation_mode, c.eligible_leader_replicas)
         self._incarnations += 1
         broker = Broker(broker_id, self._incarnations, {
             p: Replica(p, ReplicaCore(TOPIC, p, broker_id, config), log)
@@ -349,8 +366,9 @@ class Sim:
         """The coordinator handles a request."""
         kind = message[0]
         if kind == "Register":
-            ok = self.zk.register(sid, broker_id, message[1] if len(message) > 1 else ())
-            self._zk_push(sid, ("Registered", sid, ok))
+            epoch = self.zk.register(sid, broker_id, message[1], message[2])
+            ok = epoch >= 0
+            self._zk_push(sid, ("Registered", sid, epoch))
             if ok:
                 self._note(f"zk: broker {broker_id} registered (session {sid})")
                 self._watch_brokers()
@@ -459,7 +477,8 @@ class Sim:
             self._session_lost(broker)
         self.zk.heartbeat(broker.session, self.now)
         if not broker.registered and not broker.register_in_flight:
-            broker.register_in_flight = self._zk_request(broker, ("Register", broker.lost))
+            broker.register_in_flight = self._zk_request(
+                broker, ("Register", broker.lost, broker.clean_shutdown))
         if broker.want_election and broker.controller is None and \
                 not broker.election_in_flight:
             broker.election_in_flight = self._zk_request(broker, ("Elect",))
@@ -491,10 +510,16 @@ class Sim:
     def _zk_message(self, broker: Broker, message: tuple) -> None:
         kind = message[0]
         if kind == "Registered":
-            _, sid, ok = message
+            _, sid, epoch = message
             if sid == broker.session:
                 broker.register_in_flight = False
-                broker.registered = ok
+                broker.registered = epoch >= 0
+                if epoch >= 0:
+                    broker.epoch = epoch
+                held, broker.held_requests = broker.held_requests, []
+                for request in held:
+                    if broker.up and not broker.paused:
+                        self._controller_request(broker, request)
         elif kind == "Elected":
             _, sid, snapshot, epoch, version = message
             if sid == broker.session:
@@ -791,6 +816,9 @@ class Sim:
     def _controller_request(self, broker: Broker, message: tuple) -> None:
         """LeaderAndIsr / UpdateMetadata / StopReplica, as Kafka's ReplicaManager: an
         older controller epoch than the highest seen is refused."""
+        if broker.register_in_flight:
+            broker.held_requests.append(message)
+            return
         _, src, _, term, api_key, body, tag = message
         epoch = body["controller_epoch"]
         if epoch < broker.controller_epoch:
@@ -800,10 +828,23 @@ class Sim:
             self._controller_answer(broker, src, term, tag, {"error": ErrorCode.STALE_CONTROLLER_EPOCH,
                                                              "partitions": []})
             return
+        broker_epoch = body.get("broker_epoch", -1)
+        if self.config.broker_epoch_fencing and broker_epoch >= 0 and \
+                broker_epoch != broker.epoch:
+            self.stats["stale_broker_epoch_refused"] += 1
+            self._note(f"b{broker.broker_id} refuses {ApiKey(api_key).name} for broker epoch "
+                       f"{broker_epoch} (its own: {broker.epoch}): STALE_BROKER_EPOCH")
+            self._controller_answer(broker, src, term, tag, {
+                "error": ErrorCode.STALE_BROKER_EPOCH, "partitions": []})
+            return
         self._check_controller_acts(epoch, term, f"{ApiKey(api_key).name} accepted by "
                                                  f"b{broker.broker_id}")
         broker.controller_epoch = epoch
         results = []
+        if api_key == ApiKey.GET_REPLICA_LOG_INFO:
+            for t, p in body["partitions"]:
+                log = broker.parts[p].log
+                results.append([t, p, NONE, log.latest_epoch(), log.log_end_offset])
         if api_key == ApiKey.LEADER_AND_ISR:
             for entry in body["partitions"]:
                 results.append([entry[0], entry[1], self._leader_and_isr(broker, entry, epoch)])
@@ -829,20 +870,29 @@ class Sim:
 
     def _leader_and_isr(self, broker: Broker, entry: list, controller_epoch: int) -> int:
         topic, partition, leader, epoch, isr, version, replicas = entry[:7]
+        elr, recovery = (entry[8], entry[9]) if len(entry) == 10 else ((), 0)
         assert topic == TOPIC and partition in broker.parts, entry
         r = broker.parts[partition]
         core, log = r.core, r.log
         error = core.check_leader_and_isr(epoch)
         if error:
             return error
+        if leader == broker.broker_id and partition in broker.marked:
+            if not recovery:
+                self._note(f"b{broker.broker_id} refuses to lead t-{partition} in epoch {epoch}: "
+                           f"it lost committed data (INELIGIBLE_REPLICA)")
+                return ErrorCode.INELIGIBLE_REPLICA
+            self._note(f"b{broker.broker_id} leads t-{partition} by unclean recovery "
+                       f"(LEO {log.log_end_offset})")
+            del broker.marked[partition]
         r.partition_controller_epoch = controller_epoch
         if leader == broker.broker_id:
             effects = core.become_leader(leader_epoch=epoch, isr=isr, replicas=replicas,
-                                         zk_version=version, now_ms=self.now, log=log)
+                                         zk_version=version, now_ms=self.now, log=log, elr=elr)
         else:
             effects = core.become_follower(leader=leader, leader_epoch=epoch, isr=isr,
                                            replicas=replicas, zk_version=version,
-                                           now_ms=self.now, log=log)
+                                           now_ms=self.now, log=log, elr=elr)
             r.fetch_in_flight = None
         r.isr_write_in_flight = None
         self._note(f"b{broker.broker_id} LeaderAndIsr t-{partition} leader={leader} "
@@ -920,6 +970,8 @@ class Sim:
                         self._perform(broker, r, effects)
                     if checkpoint:
                         r.checkpointed_hw = r.log.hw
+                if broker.marked and broker.registered:
+                    self._clear_recovered_marks(broker)
                 if not broker.isolated:
                     self._zk_client(broker)
                 if broker.controller is not None:
@@ -927,6 +979,18 @@ class Sim:
         self._expire_sessions()
         self._check_log_matching()
         self._at(self.now + self.config.tick_ms, self._tick)
+
+    def _clear_recovered_marks(self, broker: Broker) -> None:
+        """As the broker shell: a lost replica is back once it follows, is in the ISR,
+        and its HW reached the one it lost; its registration then says so."""
+        for p, lost_hw in sorted(broker.marked.items()):
+            r, state = broker.parts[p], self.partition_state(p)
+            if r.core.role is Role.FOLLOWER and broker.broker_id in state.get("isr", ()) and \
+                    state.get("leader") != broker.broker_id and r.log.hw >= lost_hw:
+                del broker.marked[p]
+                broker.lost = frozenset((TOPIC, q) for q in broker.marked)
+                self._note(f"b{broker.broker_id}: t-{p} is back (HW {r.log.hw} >= {lost_hw})")
+                self.zk.update_registration(broker.session, broker.broker_id, broker.lost)
 
     # ------------------------------------------------------------------ client
 
@@ -977,13 +1041,17 @@ class Sim:
             return
         b = self.random.choice(self.replicas)
         if b not in self.faulty and len(self.faulty) < c.concurrent_faults_max:
-            kind = self.random.choice(["crash", "pause", "isolate"])
+            kinds = ["crash", "pause", "isolate"]
+            if c.power_cuts and not any(not x.up and x.power_cut for x in self.brokers.values()):
+                kinds.append("power-cut")
+            kind = self.random.choice(kinds)
             length = self.random.randint(100, 1200)
             self.faulty.add(b)
             self._note(f"fault: {kind} b{b} for {length} ms")
             self._act(kind, b)
             self._at(self.now + length, self._act,
-                     {"crash": "restart", "pause": "resume", "isolate": "heal"}[kind], b)
+                     {"crash": "restart", "pause": "resume", "isolate": "heal",
+                      "power-cut": "restart"}[kind], b)
         self._at(self.now + self.random.randint(*c.fault_interval_ms), self._fault)
 
     def script(self, time_ms: int, action: str, b: int) -> "Sim":
@@ -1044,14 +1112,18 @@ class Sim:
         old = self.brokers[b]
         # As the broker shell at start-up: a partition whose ISR names it but whose log
         # ends below its checkpointed HW lost committed records; the registration says so.
-        lost = frozenset(
-            (TOPIC, p) for p, r in old.parts.items()
-            if r.log.log_end_offset < r.checkpointed_hw and b in self.partition_state(p).get(
-                "isr", ()))
+        found = {p: r.checkpointed_hw for p, r in old.parts.items()
+                 if r.log.log_end_offset < r.checkpointed_hw
+                 and b in self.partition_state(p).get("isr", ())}
+        marked = dict(old.marked) if self.config.durable_lost_marker else {}
+        marked.update(found)
         for r in old.parts.values():
             r.log.hw = min(r.checkpointed_hw, r.log.log_end_offset)   # from its checkpoint
         self.brokers[b] = broker = self._new_broker(b, {p: r.log for p, r in old.parts.items()})
-        broker.lost = lost
+        broker.marked = marked
+        broker.lost = frozenset((TOPIC, p) for p in marked)
+        broker.clean_shutdown = False           # a crash or a power cut
+        self.stats["lost_registrations"] += bool(marked)
         for r in broker.parts.values():
             r.checkpointed_hw = r.log.hw
         self.faulty.discard(b)

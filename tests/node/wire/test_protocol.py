@@ -186,6 +186,8 @@ def test_random_controller_entries_only_ever_raise_protocol_error(raw, cls):
 def test_controller_entries_round_trip(topic, partition, leader, epoch, isr, replicas, new):
     for entry in (LeaderAndIsrPartition(topic, partition, leader, epoch, tuple(isr), 3,
                                         tuple(replicas), new),
+                  LeaderAndIsrPartition(topic, partition, leader, epoch, tuple(isr), 3,
+                                        tuple(replicas), new, tuple(replicas[:2]), int(new)),
                   UpdateMetadataPartition(topic, partition, leader, epoch, tuple(isr), 3,
                                           tuple(replicas), tuple(isr)),
                   StopReplicaPartition(topic, partition, epoch)):
