@@ -1,9 +1,12 @@
 """The dashboard on a running cluster, in a real browser (Playwright + Debian's
 Chromium): the page shows the leader, a kill from its button shows the new leader and
-the shrunken ISR, and a scenario plays step by step. Screenshots go to
+the shrunken ISR, and a scenario plays step by step. Only the holder of the printed
+token drives it: other sites' pages (a cross-site POST, a DNS-rebinding name) are
+refused and kill nothing, over HTTP and in Chromium. Screenshots go to
 .test-artifacts/dashboard/ at the repository's root, for a person to look at."""
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import shutil
@@ -224,6 +227,63 @@ def _browser():
     if CHROMIUM is None:
         pytest.skip("Chromium is not installed (apt-get install chromium)")
     return playwright
+
+
+ATTACK = """<!doctype html><title>other site</title>
+<form id="form" method="POST" enctype="text/plain" action="{url}api/action">
+<input name='{{"action": "kill", "target": 1, "x": "' value='"}}'></form>
+<script>
+fetch("{url}api/action", {{method: "POST", mode: "no-cors", body: '{{"action": "kill", "target": 0}}',
+                            headers: {{"Content-Type": "text/plain"}}}})
+  .then(() => {{ document.title = "sent"; document.getElementById("form").submit(); }});
+</script>"""
+
+
+class _OtherSite(http.server.BaseHTTPRequestHandler):
+    """Another site the teacher has open: a page on another local port."""
+    page = b""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(self.page)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.browser
+def test_pages_of_other_sites_in_the_browser_can_neither_drive_nor_read_it(cluster):
+    """In Chromium, without a token (``--no-token``) to leave only the Host, Origin and
+    Content-Type checks: another site's form and text/plain fetch POST a kill (no
+    preflight), and the dashboard under a rebinding name (mapped to 127.0.0.1) is
+    refused. (A rebinding page's own fetch of /state is blocked by Chromium's Private
+    Network Access before it leaves; browsers without it send it, with that Host.)"""
+    playwright = _browser()
+    dashboard = _start_dashboard("--dir", str(cluster.dir), "--no-token")
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type(
+        "Attack", (_OtherSite,), {"page": ATTACK.format(url=dashboard.url).encode()}))
+    serving = threading.Thread(target=site.serve_forever, daemon=True)
+    serving.start()
+    rebind = f"http://rebind.test:{dashboard.port}/"
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+                "--no-sandbox", "--host-resolver-rules=MAP rebind.test 127.0.0.1"])
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{site.server_address[1]}/")
+            page.wait_for_url(dashboard.url + "api/action", timeout=30_000)  # the form went
+            assert "refused" in page.content()
+            answer = page.goto(rebind + "state")
+            status, read = answer.status, answer.text()
+            browser.close()
+        assert status == 403 and "Host 'rebind.test:" in read, (status, read[:200])
+        assert all(cluster.process(b).state() == "alive" for b in cluster.broker_ids)
+    finally:
+        site.shutdown()
+        site.server_close()
+        _stop(dashboard)
 
 
 @pytest.mark.browser
