@@ -29,6 +29,7 @@ LAYERS: dict[str, set[str]] = {
     "node.local_link": _BASE | {"node.net"},
     "node.config": set(),
     "node.waiting": set(),
+    "node.http_guard": set(),   # any HTTP surface may use it; it uses nothing of node
     "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config"},
     "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group"},
     "node.tools": _CLIENT_SIDE,

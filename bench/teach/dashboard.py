@@ -1,5 +1,5 @@
 """``minikafka dashboard --dir D [--port P] [--scenario NAME]``: a live web page of a
-running cluster, on 127.0.0.1 only.
+running cluster, on 127.0.0.1 by default.
 
 The page shows the brokers (alive, paused, killed, isolated; the controller and its
 epoch), every partition (leader, leader epoch, ISR, each replica's log as a bar with its
@@ -17,12 +17,18 @@ a partition is drawn from its leader's single board row, so a follower is never 
 ahead of its leader). Endpoints: ``GET /`` (the page), ``GET /state`` (the last picture
 as JSON), ``GET /events`` (SSE), ``POST /api/action`` ``{"action", "target", "peer"}``,
 ``POST /api/workload`` ``{"run": true|false}``, ``POST /api/next`` (scenario mode).
+
+Only its user can drive it (``node.http_guard``): every request needs the token printed
+with the address at start (``http://127.0.0.1:PORT/?token=T``; ``--token`` sets it),
+a Host that names this server, no foreign Origin, and a POST needs
+``Content-Type: application/json``. ``--no-token`` drops the token (loopback only).
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import secrets
 import sys
 import threading
 import time
@@ -302,8 +308,11 @@ class ScenarioPlayer:
 
 # ----------------------------------------------------------------- the web server
 
-def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | None = None):
+def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | None = None,
+             *, token: str | None, host: str = HOST):
     from aiohttp import web
+
+    from node import http_guard
 
     async def index(request):
         return web.FileResponse(STATIC / "dashboard.html")
@@ -375,6 +384,7 @@ def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | Non
         app["poller"].cancel()
 
     app = web.Application()
+    http_guard.install(app, token=token, host=host)
     app.router.add_get("/", index)
     app.router.add_get("/state", state)
     app.router.add_get("/events", events)
@@ -387,11 +397,52 @@ def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | Non
     return app
 
 
+TOKEN_BYTES = 24   # secrets.token_urlsafe: 32 characters, as Jupyter's 48 hex digits
+NO_TOKEN_WARNING = (
+    "dashboard: warning: --no-token: any program on this machine, of any user, can read "
+    "the cluster's state and kill, pause and partition its brokers through this page; "
+    "web pages of other sites are still refused (Host, Origin and Content-Type checks)")
+
+
+def _access_error(args) -> str | None:
+    """Why the --host/--token/--no-token combination is refused, or None."""
+    from node.http_guard import TOKEN_RE, is_loopback
+    if args.no_token and not is_loopback(args.host):
+        return (f"--no-token is only allowed on a loopback --host (127.0.0.1, localhost, "
+                f"::1), not {args.host!r}: anyone who can reach it could kill its brokers")
+    if args.token is not None and not TOKEN_RE.fullmatch(args.token):
+        return "--token must be 1 to 256 visible ASCII characters (no spaces)"
+    return None
+
+
+def address(host: str, port: int, token: str | None) -> str:
+    """The address to open: ``http://HOST:PORT/?token=T`` (127.0.0.1 for a wildcard bind,
+    whose own name no Host header may carry)."""
+    import ipaddress
+    from urllib.parse import quote
+    try:
+        host = HOST if ipaddress.ip_address(host).is_unspecified else host
+    except ValueError:
+        pass
+    name = f"[{host}]" if ":" in host else host
+    return f"http://{name}:{port}/" + (f"?token={quote(token, safe='')}" if token else "")
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--dir", required=True,
                         help="a running cluster's directory (with --scenario: where the "
                              "scenario's clusters go)")
-    parser.add_argument("--port", type=int, default=8090, help="on 127.0.0.1; 0: any free")
+    parser.add_argument("--host", default=HOST,
+                        help="the address to listen on (default 127.0.0.1; another than a "
+                             "loopback address lets other machines reach the page)")
+    parser.add_argument("--port", type=int, default=8090, help="0: any free")
+    access = parser.add_mutually_exclusive_group()
+    access.add_argument("--token", default=None,
+                        help="the token every request must carry (default: a random one, "
+                             "printed with the address)")
+    access.add_argument("--no-token", action="store_true",
+                        help="no token (loopback --host only): any program of this machine "
+                             "can drive the dashboard")
     parser.add_argument("--topic", default=None, help="the workload's topic (default: the "
                                                       "first topic, or a new 'dashboard')")
     parser.add_argument("--interval", type=float, default=0.2,
@@ -410,6 +461,13 @@ def run(args) -> int:
         print("dashboard: error: --interval must be positive and --port 0..65535",
               file=sys.stderr)
         return 2
+    refused = _access_error(args)
+    if refused:
+        print(f"dashboard: error: {refused}", file=sys.stderr)
+        return 2
+    token = None if args.no_token else (args.token or secrets.token_urlsafe(TOKEN_BYTES))
+    if args.no_token:
+        print(NO_TOKEN_WARNING, file=sys.stderr, flush=True)
     player = None
     if args.scenario:
         from bench.teach.catalog import find
@@ -428,15 +486,15 @@ def run(args) -> int:
         except ClusterError as e:
             print(f"dashboard: error: {e}", file=sys.stderr)
             return 1
-    app = make_app(model, args.interval, player)
+    app = make_app(model, args.interval, player, token=token, host=args.host)
 
     async def serve():
         runner = web.AppRunner(app)
         await runner.setup()
-        site = web.TCPSite(runner, HOST, args.port)
+        site = web.TCPSite(runner, args.host, args.port)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        print(f"dashboard on http://{HOST}:{port}/ (Ctrl-C to stop)", flush=True)
+        print(f"dashboard on {address(args.host, port, token)} (Ctrl-C to stop)", flush=True)
         if player is not None:
             player.start()
         try:
@@ -451,7 +509,8 @@ def run(args) -> int:
     except KeyboardInterrupt:
         pass
     except OSError as e:
-        print(f"dashboard: error: cannot listen on {HOST}:{args.port}: {e}", file=sys.stderr)
+        print(f"dashboard: error: cannot listen on {args.host}:{args.port}: {e}",
+              file=sys.stderr)
         return 1
     finally:
         if player is not None:

@@ -51,8 +51,8 @@ def measure(runs: int, interval: float) -> list[float]:
             line = dashboard.stdout.readline()
             if not line:
                 raise SystemExit("delay: error: the dashboard exited")
-            found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-            url = found.group(1) if found else None
+            found = re.search(r"http://127\.0\.0\.1:\d+/\?token=\S+", line)
+            url = found.group(0) if found else None   # the page's address, with its token
         threading.Thread(target=dashboard.stdout.read, daemon=True).start()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])

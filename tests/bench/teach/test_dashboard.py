@@ -1,9 +1,12 @@
 """The dashboard on a running cluster, in a real browser (Playwright + Debian's
 Chromium): the page shows the leader, a kill from its button shows the new leader and
-the shrunken ISR, and a scenario plays step by step. Screenshots go to
+the shrunken ISR, and a scenario plays step by step. Only the holder of the printed
+token drives it: other sites' pages (a cross-site POST, a DNS-rebinding name) are
+refused and kill nothing, over HTTP and in Chromium. Screenshots go to
 .test-artifacts/dashboard/ at the repository's root, for a person to look at."""
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import shutil
@@ -13,7 +16,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
@@ -27,24 +32,49 @@ FAST = {"zookeeper.session.timeout.ms": "2000", "replica.lag.time.max.ms": "2000
         "replica.fetch.wait.max.ms": "100", "auto.leader.rebalance.enable": "false"}
 
 
-def _start_dashboard(*args) -> tuple[subprocess.Popen, str]:
+@dataclass
+class Dashboard:
+    proc: subprocess.Popen
+    url: str                 # http://127.0.0.1:PORT/
+    token: str | None        # from the printed address, None with --no-token
+    printed: str             # what it printed up to its address
+
+    @property
+    def page(self) -> str:
+        """The address a person opens: with its token, as printed."""
+        return self.url + (f"?token={quote(self.token, safe='')}" if self.token else "")
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port
+
+    @property
+    def auth(self) -> dict:
+        return {"Authorization": f"token {self.token}"}
+
+
+def _start_dashboard(*args) -> Dashboard:
     proc = subprocess.Popen([sys.executable, "-m", "node.cli", "dashboard", "--port", "0",
                              *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.monotonic() + 60
+    printed = ""
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
-        found = re.search(r"(http://127\.0\.0\.1:\d+/)", line or "")
+        printed += line
+        found = re.search(r"(http://127\.0\.0\.1:\d+/)(\?token=(\S+))?", line or "")
         if found:
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
-            return proc, found.group(1)
+            token = unquote(found.group(3)) if found.group(3) else None
+            return Dashboard(proc, found.group(1), token, printed)
         if proc.poll() is not None:
-            raise AssertionError(f"the dashboard exited: {line}{proc.stdout.read()}")
+            raise AssertionError(f"the dashboard exited: {printed}{proc.stdout.read()}")
     proc.kill()
     raise AssertionError("the dashboard did not print its address")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(dashboard: Dashboard) -> None:
+    proc = dashboard.proc
     proc.terminate()
     try:
         proc.wait(timeout=60)
@@ -53,14 +83,22 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+def _request(url: str, body: bytes | None = None, headers: dict | None = None,
+             ) -> tuple[int, dict]:
+    """(status, JSON answer); a POST when there is a body."""
+    request = urllib.request.Request(url, body, headers or {})
     try:
         with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def _post(dashboard: Dashboard, path: str, body: dict, headers: dict | None = None,
+          ) -> tuple[int, dict]:
+    """A POST as the page sends it: JSON, with the token (``headers`` adds or replaces)."""
+    return _request(dashboard.url + path, json.dumps(body).encode(),
+                    {"Content-Type": "application/json", **dashboard.auth, **(headers or {})})
 
 
 @pytest.fixture
@@ -77,24 +115,110 @@ def cluster(tmp_path, cluster_id):
 
 
 def test_the_state_endpoint_and_a_bad_action_answer_clearly(cluster):
-    proc, url = _start_dashboard("--dir", str(cluster.dir))
+    dashboard = _start_dashboard("--dir", str(cluster.dir), "--token", "class-demo/1")
     try:
+        assert dashboard.token == "class-demo/1"   # --token sets it, quoted in the address
+        assert "?token=class-demo%2F1" in dashboard.printed
+
         def leader_shown():
-            with urllib.request.urlopen(url + "state", timeout=10) as r:
-                snap = json.loads(r.read())["snapshot"]
+            status, state = _request(dashboard.url + "state", headers=dashboard.auth)
+            snap = state["snapshot"]
             return snap and any(p["topic"] == "t" and p["leader"] == 0
                                 for p in snap["partitions"])
         cluster.wait_for(leader_shown, 30, "t-0 with its leader in /state")
-        assert url.startswith("http://127.0.0.1:")
-        status, answer = _post(url + "api/action", {"action": "meteor", "target": 1})
+        assert dashboard.url.startswith("http://127.0.0.1:")
+        status, answer = _post(dashboard, "api/action", {"action": "meteor", "target": 1})
         assert status == 400 and "unknown action" in answer["message"]
-        status, answer = _post(url + "api/action", {"action": "kill", "target": 9})
+        status, answer = _post(dashboard, "api/action", {"action": "kill", "target": 9})
         assert status == 400 and "unknown process id" in answer["message"]
-        status, answer = _post(url + "api/next", {})
+        status, answer = _post(dashboard, "api/next", {})
         assert status == 400 and "no scenario" in answer["message"]
         assert all(cluster.process(b).state() == "alive" for b in cluster.broker_ids)
     finally:
-        _stop(proc)
+        _stop(dashboard)
+
+
+def test_only_the_holder_of_the_token_drives_the_dashboard(cluster):
+    """Another tab's cross-site POST, a DNS-rebinding page and a request without the
+    token are refused and kill nothing; the page's own request kills."""
+    dashboard = _start_dashboard("--dir", str(cluster.dir))
+    url, port, auth = dashboard.url, dashboard.port, dashboard.auth
+    kill_0 = json.dumps({"action": "kill", "target": 0}).encode()
+    try:
+        assert dashboard.token and len(dashboard.token) >= 32   # secrets.token_urlsafe
+        # another site's "simple" POST (text/plain: no CORS preflight), token or not
+        for headers in ({}, auth):
+            status, answer = _request(url + "api/action", kill_0,
+                                      {"Content-Type": "text/plain",
+                                       "Origin": "http://evil.example", **headers})
+            assert status == 403 and "Origin" in answer["message"], answer
+        for origin in (f"http://127.0.0.1:{port + 1}", "null", f"https://localhost:{port}"):
+            status, _ = _post(dashboard, "api/action", {"action": "kill", "target": 0},
+                              {"Origin": origin})
+            assert status == 403, origin
+        # with the token but not JSON (a form, a text/plain fetch): 415
+        status, answer = _request(url + "api/action", kill_0,
+                                  {"Content-Type": "text/plain", **auth})
+        assert status == 415 and "application/json" in answer["message"]
+        # without the token, or a wrong one, or the token only in the address of a POST
+        for headers, path in (({}, "api/action"), ({"Authorization": "token nope"}, "api/action"),
+                              ({}, f"api/action?token={dashboard.token}")):
+            status, answer = _request(url + path, kill_0,
+                                      {"Content-Type": "application/json", **headers})
+            assert status == 401 and "token" in answer["message"], (headers, path)
+        for path in ("", "state", "events", "state?token=nope"):
+            assert _request(url + path)[0] == 401, path
+        # a DNS-rebinding page: its name in Host, refused even with the token
+        for host in (f"evil.example:{port}", "evil.example", f"localhost:{port + 1}"):
+            status, answer = _request(url + "state", headers={"Host": host, **auth})
+            assert status == 403 and "Host" in answer["message"], host
+            status, _ = _post(dashboard, "api/action", {"action": "kill", "target": 0},
+                              {"Host": host, "Origin": f"http://{host}"})
+            assert status == 403, host
+        assert all(cluster.process(b).state() == "alive" for b in cluster.broker_ids)
+
+        # reads with the token: the header, or ?token= as the page's address and its stream
+        assert _request(url + "state", headers=auth)[0] == 200
+        assert _request(url + f"state?token={dashboard.token}")[0] == 200
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            assert _request(url + "state", headers={"Host": host, **auth})[0] == 200
+        # the page's own request: JSON, the token, its own Origin
+        status, answer = _post(dashboard, "api/action", {"action": "kill", "target": 2},
+                               {"Origin": f"http://localhost:{port}"})
+        assert status == 200 and answer["ok"], answer
+        assert cluster.process(2).state() == "dead"
+        assert cluster.process(0).state() == cluster.process(1).state() == "alive"
+    finally:
+        _stop(dashboard)
+
+
+def test_no_token_is_for_loopback_only_and_says_what_it_allows(cluster):
+    base = [sys.executable, "-m", "node.cli", "dashboard", "--dir", str(cluster.dir),
+            "--port", "0"]
+    for extra, says in ((["--no-token", "--host", "0.0.0.0"], "only allowed on a loopback"),
+                        (["--no-token", "--token", "x"], "not allowed with"),
+                        (["--token", "two words"], "visible ASCII")):
+        done = subprocess.run(base + extra, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and says in done.stderr, (extra, done.stderr)
+    dashboard = _start_dashboard("--dir", str(cluster.dir), "--no-token")
+    try:
+        assert dashboard.token is None
+        assert "--no-token: any program on this machine" in dashboard.printed
+        assert _request(dashboard.url + "state")[0] == 200
+        status, answer = _request(dashboard.url + "api/action", b'{"action": "meteor"}',
+                                  {"Content-Type": "application/json"})
+        assert status == 400 and "unknown action" in answer["message"]
+        # other sites' pages are still refused
+        status, _ = _request(dashboard.url + "api/action",
+                             json.dumps({"action": "kill", "target": 0}).encode(),
+                             {"Content-Type": "text/plain", "Origin": "http://evil.example"})
+        assert status == 403
+        status, _ = _request(dashboard.url + "state",
+                             headers={"Host": f"evil.example:{dashboard.port}"})
+        assert status == 403
+        assert all(cluster.process(b).state() == "alive" for b in cluster.broker_ids)
+    finally:
+        _stop(dashboard)
 
 
 def _browser():
@@ -105,17 +229,74 @@ def _browser():
     return playwright
 
 
+ATTACK = """<!doctype html><title>other site</title>
+<form id="form" method="POST" enctype="text/plain" action="{url}api/action">
+<input name='{{"action": "kill", "target": 1, "x": "' value='"}}'></form>
+<script>
+fetch("{url}api/action", {{method: "POST", mode: "no-cors", body: '{{"action": "kill", "target": 0}}',
+                            headers: {{"Content-Type": "text/plain"}}}})
+  .then(() => {{ document.title = "sent"; document.getElementById("form").submit(); }});
+</script>"""
+
+
+class _OtherSite(http.server.BaseHTTPRequestHandler):
+    """Another site the teacher has open: a page on another local port."""
+    page = b""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(self.page)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.browser
+def test_pages_of_other_sites_in_the_browser_can_neither_drive_nor_read_it(cluster):
+    """In Chromium, without a token (``--no-token``) to leave only the Host, Origin and
+    Content-Type checks: another site's form and text/plain fetch POST a kill (no
+    preflight), and the dashboard under a rebinding name (mapped to 127.0.0.1) is
+    refused. (A rebinding page's own fetch of /state is blocked by Chromium's Private
+    Network Access before it leaves; browsers without it send it, with that Host.)"""
+    playwright = _browser()
+    dashboard = _start_dashboard("--dir", str(cluster.dir), "--no-token")
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type(
+        "Attack", (_OtherSite,), {"page": ATTACK.format(url=dashboard.url).encode()}))
+    serving = threading.Thread(target=site.serve_forever, daemon=True)
+    serving.start()
+    rebind = f"http://rebind.test:{dashboard.port}/"
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+                "--no-sandbox", "--host-resolver-rules=MAP rebind.test 127.0.0.1"])
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{site.server_address[1]}/")
+            page.wait_for_url(dashboard.url + "api/action", timeout=30_000)  # the form went
+            assert "refused" in page.content()
+            answer = page.goto(rebind + "state")
+            status, read = answer.status, answer.text()
+            browser.close()
+        assert status == 403 and "Host 'rebind.test:" in read, (status, read[:200])
+        assert all(cluster.process(b).state() == "alive" for b in cluster.broker_ids)
+    finally:
+        site.shutdown()
+        site.server_close()
+        _stop(dashboard)
+
+
 @pytest.mark.browser
 def test_killing_the_leader_from_the_page_shows_the_new_leader_and_the_shrunk_isr(cluster):
     playwright = _browser()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    proc, url = _start_dashboard("--dir", str(cluster.dir), "--topic", "t")
+    dashboard = _start_dashboard("--dir", str(cluster.dir), "--topic", "t")
     elected = {}
     try:
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(url)
+            page.goto(dashboard.page)
             leader = page.get_by_test_id("leader-t-0")
             page.wait_for_function(
                 "() => document.querySelector('[data-testid=\"leader-t-0\"]')?.textContent"
@@ -159,20 +340,20 @@ def test_killing_the_leader_from_the_page_shows_the_new_leader_and_the_shrunk_is
         print(f"page showed the new leader {delay_ms:.0f} ms after the coordinator's state "
               f"changed; screenshots in {SHOTS}")
     finally:
-        _stop(proc)
+        _stop(dashboard)
 
 
 @pytest.mark.browser
 def test_a_scenario_plays_step_by_step_beside_the_picture(tmp_path):
     playwright = _browser()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    proc, url = _start_dashboard("--dir", str(tmp_path / "scenario"), "--scenario",
+    dashboard = _start_dashboard("--dir", str(tmp_path / "scenario"), "--scenario",
                                  "min-insync")
     try:
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(url)
+            page.goto(dashboard.page)
             deadline = time.monotonic() + 240
             steps = 0
             while not page.get_by_test_id("verdict").count():
@@ -192,7 +373,7 @@ def test_a_scenario_plays_step_by_step_beside_the_picture(tmp_path):
         assert steps == 3 and "matches the prediction" in verdict, narration
         assert "NOT_ENOUGH_REPLICAS" in narration and "[as predicted]" in narration
     finally:
-        _stop(proc)
+        _stop(dashboard)
     from shm.names import cluster_objects
     ids = [json.loads(f.read_text())["cluster_id"]
            for f in (tmp_path / "scenario").glob("*/cluster.json")]
