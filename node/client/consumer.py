@@ -753,7 +753,7 @@ class Consumer:
         answered = set()
         try:
             entries = P.entries(c.response.body, "partitions", 5)
-        except P.ProtocolError as e:
+        except (P.ProtocolError, TypeError) as e:
             entries = []
             log.warning("malformed OffsetForLeaderEpoch answer from %s: %s", c.endpoint, e)
         for topic, partition, code, epoch, end_offset in entries:
