@@ -175,8 +175,9 @@ class LogTruncationException(E.OffsetOutOfRangeError):
 @dataclass(frozen=True, eq=False)
 class _Validation:
     """The context of an OffsetForLeaderEpoch in flight: {tp: (position, last fetched
-    epoch, leader)} as asked."""
+    epoch, leader)} as asked, and when (monotonic s)."""
     asked: dict
+    sent_s: float
 
 
 class _PartitionState:
@@ -581,7 +582,10 @@ class Consumer:
             if remaining_ms <= 0:
                 return False
             now = time.monotonic()
-            if any(now - sent_s > self._fetch_suspect_s for _, sent_s in self._fetches.values()):
+            if any(now - sent_s > self._fetch_suspect_s for _, sent_s in self._fetches.values()) \
+                    or any(s.validation is not None and
+                           now - s.validation.sent_s > self._fetch_suspect_s
+                           for s in self._states.values()):
                 self._metadata_wanted = True  # a silent leader (paused?): did it move?
             busy = self._metadata_wanted or self._pending_resets() or any(
                 s.paused_until_s > now or s.validating for s in self._states.values())
@@ -728,7 +732,7 @@ class Consumer:
             by_leader[endpoint].append(state)
         for endpoint, group in by_leader.items():
             request = _Validation({s.tp: (s.position, s.position_epoch, s.leader)
-                                   for s in group})
+                                   for s in group}, now)
             body = {"replica_id": P.CONSUMER_REPLICA_ID,
                     "partitions": [[s.tp.topic, s.tp.partition, s.leader[1], s.position_epoch]
                                    for s in group]}

@@ -433,3 +433,42 @@ def test_a_validation_answered_unknown_leader_epoch_is_retried_after_a_metadata_
         assert poll_until(consumer, 2) == [(3, b"x"), (4, b"y")]
     assert broker.count(P.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 2
     assert broker.count(P.ApiKey.METADATA) >= refreshes + 2
+
+
+def test_a_validation_a_silent_leader_leaves_unanswered_moves_on_with_metadata(scripted):
+    """The new leader is paused (its OffsetForLeaderEpoch hangs); when metadata names a
+    third leader, the consumer validates there, long before the request timeout."""
+    view = {}
+    log = make_log([[b"a"], [b"b"]])
+    errors: list = []
+    old = scripted(fetch_handler(log, errors), view=view)
+    silent = scripted(lambda r: None, view=view)
+    c = build_batch([b"c"])
+    stamp(c, 2, 5)
+
+    def third_leader(request):
+        if request.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            return ({"partitions": [["t", 0, 0, 3, 2]]}, ())
+        return fetch_handler(log + [c], [])(request)
+
+    third = scripted(third_leader, view=view)
+    view.update(port=old.port, epoch=3)
+    with Consumer(old.bootstrap, fetch_max_wait_ms=50, request_timeout_ms=30_000,
+                  retry_backoff_ms=10, metadata_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        consumer.seek(("t", 0), 0)
+        assert poll_until(consumer, 2) == [(0, b"a"), (1, b"b")]
+        errors.append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        view.update(port=silent.port, epoch=4)
+        deadline = time.monotonic() + 10
+        while silent.count(P.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 0:
+            assert time.monotonic() < deadline, "the consumer asks the new leader"
+            assert consumer.poll(50) == []
+        view.update(port=third.port, epoch=5)
+        started = time.monotonic()
+        assert poll_until(consumer, 1, timeout_s=20) == [(2, b"c")]
+        assert time.monotonic() - started < 5  # not the 30 s request timeout
+    assert silent.count(P.ApiKey.FETCH) == 0
+    asked = [r.body["partitions"] for r in third.requests
+             if r.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH]
+    assert asked == [[["t", 0, 5, 3]]]
