@@ -281,7 +281,7 @@ class Consumer:
         self.net = Network(self.client_id, request_timeout_ms)
         self.meta = MetadataFetcher(self.net, self.bootstrap, request_timeout_ms)
         self._states: dict[TopicPartition, _PartitionState] = {}
-        # leader endpoint -> ({tp: fetch_offset asked}, monotonic time sent)
+        # leader endpoint -> ({tp: (fetch_offset, leader) asked}, monotonic time sent)
         self._fetches: dict[str, tuple[dict, float]] = {}
         self._metadata_wanted = True
         self._metadata_next_s = 0.0
