@@ -4,11 +4,11 @@
 
 Modules: ``types`` (records, metadata tuples, errors), ``metadata`` (bootstrap parsing,
 the Metadata snapshot and its fetcher), ``network`` (one thread's channels to the
-brokers), ``producer``, ``consumer``, ``admin``, ``partitioner``. This package only
-re-exports; no submodule imports it.
+brokers), ``producer``, ``consumer`` (its KIP-320 position check in ``offset_validation``),
+``admin``, ``partitioner``. This package only re-exports; no submodule imports it.
 """
 from node.client.admin import Admin
-from node.client.consumer import Consumer
+from node.client.consumer import Consumer, LogTruncationException
 from node.client.metadata import (ClusterMetadata, MetadataFetcher, PartitionMetadata,
                                   parse_bootstrap, parse_metadata)
 from node.client.network import Completion, Network
@@ -17,7 +17,7 @@ from node.client.types import (METADATA_STALE_CODES, BatchMetadata, BrokerMetada
                                ConsumerRecord, KafkaError, KafkaTimeoutError,
                                RecordMetadata, TopicPartition, error)
 
-__all__ = ["Producer", "Consumer", "Admin", "TopicPartition", "RecordMetadata",
+__all__ = ["Producer", "Consumer", "LogTruncationException", "Admin", "TopicPartition", "RecordMetadata",
            "BatchMetadata", "ConsumerRecord", "PartitionMetadata", "BrokerMetadata",
            "ClusterMetadata", "KafkaTimeoutError", "KafkaError", "Network", "Completion",
            "MetadataFetcher", "METADATA_STALE_CODES", "error", "parse_bootstrap",

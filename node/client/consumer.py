@@ -31,6 +31,18 @@ Theory of operation (Kafka's Fetcher, without groups):
   UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE and lost connections refresh
   metadata (after ``retry_backoff_ms``) and fetch from the new leader; ErrorCode.OFFSET_OUT_OF_RANGE
   applies ``auto_offset_reset`` ("earliest", "latest", or "none" = raise).
+- KIP-320: the position carries the leader epoch of the last batch consumed and the
+  leader it is known good with. When metadata names another leader or a newer leader
+  epoch, what was fetched from the old leader is dropped and the partition awaits
+  validation: no Fetch until the new leader has answered OffsetForLeaderEpoch (current
+  leader epoch, last consumed epoch) and ``node.client.offset_validation`` has judged
+  the answer. A log truncated beneath the position (an unclean election, a deposed
+  leader's tail) moves the position back to the first offset known to diverge, logged
+  as Kafka's "Truncation detected for partition ..."; with ``auto_offset_reset="none"``
+  every ``poll`` raises LogTruncationException (an OffsetOutOfRangeError carrying the
+  divergent offsets) until the caller seeks. Failed validations refresh metadata and
+  are retried. A position set by ``seek`` or a reset has no epoch and is not validated
+  (as in Kafka; committed offsets carry no epoch here).
 - A fetched region may start inside a batch (records before the position are skipped)
   and may end with a partial batch (ignored; fetched again).
 - A corrupt batch (bad header, wrong CRC, or no whole batch at the fetch offset although
@@ -61,6 +73,7 @@ from node.wire.errors import ErrorCode
 from node.wire import protocol as P
 from node.client.metadata import MetadataFetcher, parse_bootstrap
 from node.client.network import Network
+from node.client import offset_validation as V
 from node.client.types import (METADATA_STALE_CODES, ConsumerRecord, KafkaTimeoutError,
                                TopicPartition, error)
 from shm.batch import (HEADER_BYTES, LENGTH_OVERHEAD_BYTES, CorruptRecordError,
@@ -142,13 +155,49 @@ class DeserializationError(ValueError):
         self.offset = offset
 
 
+class LogTruncationException(E.OffsetOutOfRangeError):
+    """KIP-320: the log a partition's position was on was truncated beneath it (a leader
+    change left it past the new leader's copy) and ``auto_offset_reset`` is "none".
+    ``offset_out_of_range_partitions`` {tp: position}; ``divergent_offsets`` {tp: first
+    offset known to diverge}, missing where the leader could not tell. Raised by every
+    ``poll`` until the caller seeks the partition (Kafka's LogTruncationException)."""
+
+    def __init__(self, positions: dict, divergent_offsets: dict):
+        def named(offsets: dict) -> str:
+            return ", ".join(f"{tp.topic}-{tp.partition}={o}" for tp, o in offsets.items())
+        super().__init__(f"truncated partitions detected with divergent offsets "
+                         f"{{{named(divergent_offsets)}}} (positions {{{named(positions)}}}); "
+                         f"seek to go on")
+        self.offset_out_of_range_partitions = dict(positions)
+        self.divergent_offsets = dict(divergent_offsets)
+
+
+@dataclass(frozen=True, eq=False)
+class _Validation:
+    """The context of an OffsetForLeaderEpoch in flight: {tp: (position, last fetched
+    epoch, leader)} as asked, and when (monotonic s)."""
+    asked: dict
+    sent_s: float
+
+
 class _PartitionState:
     __slots__ = ("tp", "position", "fetch_offset", "reset", "buffered", "buffered_bytes",
-                 "paused_until_s", "paused_epoch", "high_watermark", "corrupt")
+                 "paused_until_s", "paused_epoch", "high_watermark", "corrupt",
+                 "position_epoch", "leader", "validating", "validation", "validation_retry_s",
+                 "truncation")
 
     def __init__(self, tp: TopicPartition, reset: str):
         self.tp = tp
         self.position: int | None = None
+        # KIP-320: the leader epoch of the last batch consumed (None: unknown, e.g. after
+        # a seek) and the (leader id, leader epoch) the position is known good with
+        # (Kafka's FetchPosition.offsetEpoch and .currentLeader).
+        self.position_epoch: int | None = None
+        self.leader: tuple[int, int] | None = None
+        self.validating = False  # AWAIT_VALIDATION: no fetch until OffsetForLeaderEpoch
+        self.validation: _Validation | None = None  # its request in flight
+        self.validation_retry_s = 0.0
+        self.truncation: tuple[int, int | None] | None = None  # (position, divergent)
         self.fetch_offset: int | None = None
         self.reset: str | None = reset  # "earliest" | "latest" | None (position known)
         self.buffered: collections.deque = collections.deque()  # FetchedBatch
@@ -165,6 +214,14 @@ class _PartitionState:
         self.buffered.clear()
         self.buffered_bytes = 0
         self.corrupt = None
+        self.position_epoch = self.leader = self.validation = self.truncation = None
+        self.validating = False
+
+    def consumed(self, batch: RecordBatch, next_offset: int) -> None:
+        """The caller got records up to ``next_offset`` (exclusive), the last from ``batch``."""
+        self.position = next_offset
+        epoch = batch.header.partition_leader_epoch
+        self.position_epoch = epoch if epoch >= 0 else None
 
 
 def _tp(item) -> TopicPartition:
@@ -224,7 +281,7 @@ class Consumer:
         self.net = Network(self.client_id, request_timeout_ms)
         self.meta = MetadataFetcher(self.net, self.bootstrap, request_timeout_ms)
         self._states: dict[TopicPartition, _PartitionState] = {}
-        # leader endpoint -> ({tp: fetch_offset asked}, monotonic time sent)
+        # leader endpoint -> ({tp: (fetch_offset, leader) asked}, monotonic time sent)
         self._fetches: dict[str, tuple[dict, float]] = {}
         self._metadata_wanted = True
         self._metadata_next_s = 0.0
@@ -463,7 +520,7 @@ class Consumer:
                             fetched.skip + room))
                         state.buffered_bytes += fetched.batch.size_bytes
                     out += records
-                    state.position = records[-1].offset + 1
+                    state.consumed(fetched.batch, records[-1].offset + 1)
         self._send_fetches()
         if out and (self.key_deserializer or self.value_deserializer):
             out = self._deserialized(out)
@@ -501,7 +558,7 @@ class Consumer:
                     raise state.corrupt
                 while state.buffered:
                     fetched = state.buffered.popleft()
-                    state.position = fetched.next_offset
+                    state.consumed(fetched.batch, fetched.next_offset)
                     out.append(fetched)
                 state.buffered_bytes = 0
         self._send_fetches()
@@ -516,6 +573,8 @@ class Consumer:
             self._group_step()
             self._update_metadata_if_needed(deadline)
             self._resolve_resets(deadline)
+            self._send_validations()
+            self._raise_truncations()
             self._send_fetches()
             if any(s.buffered or s.corrupt is not None for s in self._states.values()):
                 return True
@@ -523,16 +582,22 @@ class Consumer:
             if remaining_ms <= 0:
                 return False
             now = time.monotonic()
-            if any(now - sent_s > self._fetch_suspect_s for _, sent_s in self._fetches.values()):
+            if any(now - sent_s > self._fetch_suspect_s for _, sent_s in self._fetches.values()) \
+                    or any(s.validation is not None and
+                           now - s.validation.sent_s > self._fetch_suspect_s
+                           for s in self._states.values()):
                 self._metadata_wanted = True  # a silent leader (paused?): did it move?
             busy = self._metadata_wanted or self._pending_resets() or any(
-                s.paused_until_s > now for s in self._states.values())
+                s.paused_until_s > now or s.validating for s in self._states.values())
             wait_ms = min(remaining_ms, 100) if busy else remaining_ms
             if self._group is not None:
                 wait_ms = min(wait_ms, GROUP_STEP_MS)   # watches are seen in poll
             completions, _ = self.net.poll(wait_ms)
             for c in completions:
-                self._on_fetch(c)
+                if isinstance(c.context, _Validation):
+                    self._on_validation(c)
+                else:
+                    self._on_fetch(c)
 
     def _pending_resets(self) -> bool:
         return any(s.reset is not None for s in self._states.values())
@@ -630,6 +695,130 @@ class Consumer:
                     out[tp] = (ts, offset) if with_timestamps else offset
         return out
 
+    # ------------------------------------------------------------- validation (KIP-320)
+    def _on_current_leader(self, state: _PartitionState) -> bool:
+        """Kafka's maybeValidatePositionForCurrentLeader: True if ``state`` may be
+        fetched from the leader metadata names. After a leader change what was fetched
+        from the old leader is dropped, and a position whose epoch is known awaits
+        validation (AWAIT_VALIDATION) before any fetch."""
+        pm = self.meta.current.partition(*state.tp)
+        if pm is not None and pm.leader >= 0 and state.position is not None and \
+                state.corrupt is None and state.truncation is None and \
+                state.leader != (pm.leader, pm.leader_epoch):
+            if state.leader is not None:
+                state.buffered.clear()
+                state.buffered_bytes = 0
+                state.fetch_offset = state.position
+            state.leader = (pm.leader, pm.leader_epoch)
+            state.validating = state.position_epoch is not None
+            state.validation = None
+            state.validation_retry_s = 0.0
+        return not state.validating and state.truncation is None
+
+    def _send_validations(self) -> None:
+        """OffsetForLeaderEpoch to each new leader for the positions awaiting validation:
+        the current leader epoch and the epoch of the last batch consumed."""
+        now = time.monotonic()
+        by_leader: dict[str, list[_PartitionState]] = collections.defaultdict(list)
+        for state in self._states.values():
+            self._on_current_leader(state)
+            if not state.validating or state.validation is not None or \
+                    state.truncation is not None or state.validation_retry_s > now:
+                continue
+            endpoint = self.meta.current.endpoint(state.leader[0])
+            if endpoint is None:
+                self._metadata_wanted = True
+                continue
+            by_leader[endpoint].append(state)
+        for endpoint, group in by_leader.items():
+            request = _Validation({s.tp: (s.position, s.position_epoch, s.leader)
+                                   for s in group}, now)
+            body = {"replica_id": P.CONSUMER_REPLICA_ID,
+                    "partitions": [[s.tp.topic, s.tp.partition, s.leader[1], s.position_epoch]
+                                   for s in group]}
+            try:
+                self.net.send(endpoint, P.ApiKey.OFFSET_FOR_LEADER_EPOCH, body,
+                              context=request, timeout_ms=self.request_timeout_ms)
+            except E.KafkaError as e:
+                self._retry_validation(group, f"{endpoint}: {e}")
+                continue
+            for s in group:
+                s.validation = request
+
+    def _on_validation(self, c) -> None:
+        request: _Validation = c.context
+        mine = [s for tp in request.asked
+                if (s := self._states.get(tp)) is not None and s.validation is request]
+        for s in mine:
+            s.validation = None
+        if c.response is None:
+            self._retry_validation(mine, c.error_message)
+            return
+        answered = set()
+        try:
+            entries = P.entries(c.response.body, "partitions", 5)
+        except (P.ProtocolError, TypeError) as e:
+            entries = []
+            log.warning("malformed OffsetForLeaderEpoch answer from %s: %s", c.endpoint, e)
+        for topic, partition, code, epoch, end_offset in entries:
+            tp = TopicPartition(topic, partition)
+            state = self._states.get(tp)
+            if state not in mine or not state.validating or \
+                    (state.position, state.position_epoch, state.leader) != request.asked[tp]:
+                continue  # Kafka: "Skipping completed validation"
+            answered.add(tp)
+            if code:
+                self._retry_validation([state], E.NAMES.get(code, str(code)))
+            elif not (isinstance(epoch, int) and isinstance(end_offset, int)):
+                self._retry_validation([state], "malformed entry")
+            else:
+                self._complete_validation(state, epoch, end_offset)
+        self._retry_validation([s for s in mine if s.tp not in answered and s.validating],
+                               "no answer")
+
+    def _retry_validation(self, states, why: str) -> None:
+        """Kafka's OffsetsForLeaderEpochClient: every failure (FENCED_LEADER_EPOCH,
+        UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, a lost connection...) refreshes
+        metadata and asks again after ``retry_backoff_ms``."""
+        if not states:
+            return
+        log.debug("validating the positions of %s failed (%s); retrying",
+                  [f"{s.tp.topic}-{s.tp.partition}" for s in states], why)
+        until = time.monotonic() + self.retry_backoff_s
+        for state in states:
+            state.validation_retry_s = until
+        self._metadata_wanted = True
+
+    def _complete_validation(self, state: _PartitionState, epoch: int, end_offset: int) -> None:
+        tp, position = state.tp, state.position
+        decision = V.complete_validation(position, state.position_epoch, epoch, end_offset,
+                                         self.auto_offset_reset != "none")
+        name = f"{tp.topic}-{tp.partition}"
+        if isinstance(decision, V.Validated):
+            state.validating = False
+        elif isinstance(decision, V.SeekValidated):
+            log.info("Truncation detected for partition %s at offset %d, resetting offset to "
+                     "the first offset known to diverge %d", name, position, decision.offset)
+            leader = state.leader
+            state.seek(decision.offset)
+            state.position_epoch, state.leader = decision.leader_epoch, leader
+        elif isinstance(decision, V.ResetOffset):
+            log.info("Truncation detected for partition %s at offset %d, resetting offset",
+                     name, position)
+            self._mark_reset(state, self.auto_offset_reset)
+        else:
+            log.warning("Truncation detected for partition %s at offset %d (the end offset "
+                        "from the broker is %d in epoch %d), but no reset policy is set",
+                        name, position, end_offset, epoch)
+            state.truncation = (position, decision.divergent_offset)
+
+    def _raise_truncations(self) -> None:
+        truncated = [s for s in self._states.values() if s.truncation is not None]
+        if truncated:
+            raise LogTruncationException(
+                {s.tp: s.truncation[0] for s in truncated},
+                {s.tp: s.truncation[1] for s in truncated if s.truncation[1] is not None})
+
     # ------------------------------------------------------------- fetching
     def _send_fetches(self) -> None:
         now = time.monotonic()
@@ -645,6 +834,8 @@ class Consumer:
             if endpoint is None:
                 self._metadata_wanted = True
                 continue
+            if not self._on_current_leader(state):
+                continue  # awaiting validation (or truncated) after a leader change
             if endpoint in self._fetches or in_flight.get(tp) == endpoint:
                 continue
             by_leader[endpoint].append((tp, state, epoch))
@@ -654,7 +845,7 @@ class Consumer:
             body = {"replica_id": P.CONSUMER_REPLICA_ID, "max_wait_ms": self.fetch_max_wait_ms,
                     "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
                     "partitions": entries}
-            asked = {tp: state.fetch_offset for tp, state, _ in items}
+            asked = {tp: (state.fetch_offset, state.leader) for tp, state, _ in items}
             try:
                 self.net.send(endpoint, P.ApiKey.FETCH, body, context=(endpoint, asked),
                               timeout_ms=self.request_timeout_ms + self.fetch_max_wait_ms)
@@ -684,9 +875,10 @@ class Consumer:
                 continue
             tp = TopicPartition(topic, partition)
             state = self._states.get(tp)
-            if state is None or tp not in asked or state.fetch_offset != asked[tp] or \
-                    state.reset is not None:
-                continue  # unassigned or sought meanwhile: stale answer
+            if state is None or tp not in asked or \
+                    (state.fetch_offset, state.leader) != asked[tp] or \
+                    state.reset is not None or state.validating:
+                continue  # unassigned, sought meanwhile, or from a former leader: stale
             if code:
                 self._on_partition_error(state, code)
                 continue

@@ -15,7 +15,8 @@ import zmq
 from node.wire import errors as E
 from node.wire.errors import ErrorCode
 from node.wire import protocol as P
-from node.client import Consumer, KafkaTimeoutError, Producer
+from node.client import (Consumer, KafkaTimeoutError, LogTruncationException, Producer,
+                         TopicPartition)
 from node.net import context
 from shm.batch import build_batch, parse_batches, stamp
 
@@ -322,3 +323,152 @@ def test_producer_leaves_a_silent_leader_when_metadata_names_another(scripted):
         assert future.get(20).offset == 11
         assert time.monotonic() - started < 5  # not the 30 s request timeout
     assert serving.count(P.ApiKey.PRODUCE) == 1
+
+
+def poll_until(consumer, n, timeout_s=10.0):
+    got = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        got += consumer.poll(100)
+    return [(r.offset, r.value) for r in got]
+
+
+def deposed_leader_script(answers: list):
+    """Serves a, b, c (leader epoch 3) until ``depose()``: then the leader epoch is 4,
+    the next Fetch is answered FENCED_LEADER_EPOCH and the log is a (epoch 3) then x, y
+    (epoch 4): b and c were a deposed leader's tail. OffsetForLeaderEpoch is answered
+    from ``answers`` (code, epoch, end offset), the last one repeated."""
+    log = make_log([[b"a", b"b"], [b"c"]])
+    errors: list = []
+    holder = {}
+    inner = fetch_handler(log, errors)
+
+    def handle(request):
+        if request.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            code, epoch, end = answers.pop(0) if len(answers) > 1 else answers[0]
+            return ({"partitions": [[t, p, code, epoch, end]
+                                    for t, p, _current, _epoch in request.body["partitions"]]},
+                    ())
+        return inner(request)
+
+    def depose():  # the fetch in flight, if any, is answered FENCED or from a, b, c
+        errors.append(ErrorCode.FENCED_LEADER_EPOCH)
+        holder["broker"].leader_epoch = 4
+        new = make_log([[b"a"]]) + [build_batch([b"x", b"y"])]
+        stamp(new[1], 1, 4)
+        log[:] = new
+
+    return holder, handle, depose
+
+
+def test_a_fenced_fetch_validates_the_position_and_truncates_it_to_the_divergence(
+        scripted, caplog):
+    """KIP-320: the consumer read b, c from a leader that was then deposed. The fetch
+    answered FENCED_LEADER_EPOCH makes it refresh metadata (epoch 4), ask the new leader
+    where epoch 3 ends (1) and go back there, rather than reset or skip to offset 3."""
+    holder, handle, depose = deposed_leader_script([(0, 3, 1)])
+    broker = holder["broker"] = scripted(handle, leader_epoch=3)
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                  retry_backoff_ms=10, metadata_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        assert poll_until(consumer, 3) == [(0, b"a"), (1, b"b"), (2, b"c")]
+        depose()
+        with caplog.at_level("INFO", logger="minikafka.consumer"):
+            assert poll_until(consumer, 2) == [(1, b"x"), (2, b"y")]
+        assert consumer.position(("t", 0)) == 3
+    asked = [r.body for r in broker.requests if r.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH]
+    assert asked == [{"replica_id": -1, "partitions": [["t", 0, 4, 3]]}]
+    assert "Truncation detected for partition t-0 at offset 3, resetting offset to the " \
+           "first offset known to diverge 1" in caplog.text
+    assert broker.count(P.ApiKey.LIST_OFFSETS) == 1  # the first position only: no reset
+
+
+def test_without_a_reset_policy_poll_raises_log_truncation_until_the_caller_seeks(scripted):
+    holder, handle, depose = deposed_leader_script([(0, 3, 1)])
+    broker = holder["broker"] = scripted(handle, leader_epoch=3)
+    tp = TopicPartition("t", 0)
+    with Consumer(broker.bootstrap, auto_offset_reset="none", fetch_max_wait_ms=50,
+                  retry_backoff_ms=10, metadata_backoff_ms=10) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        assert len(poll_until(consumer, 3)) == 3
+        depose()
+        for _ in range(2):  # raised again by the next poll
+            with pytest.raises(LogTruncationException) as raised:
+                poll_until(consumer, 1)
+            assert raised.value.divergent_offsets == {tp: 1}
+            assert raised.value.offset_out_of_range_partitions == {tp: 3}
+            assert isinstance(raised.value, E.OffsetOutOfRangeError)
+        consumer.seek(tp, raised.value.divergent_offsets[tp])
+        assert poll_until(consumer, 2) == [(1, b"x"), (2, b"y")]
+
+
+def test_a_validation_answered_unknown_leader_epoch_is_retried_after_a_metadata_refresh(
+        scripted):
+    """A new leader that has not yet heard of its epoch answers UNKNOWN_LEADER_EPOCH:
+    the consumer refreshes metadata and asks again; a position the leader's log covers
+    is kept (a clean election: x and y follow at 3 and 4)."""
+    log = make_log([[b"a", b"b"], [b"c"]])
+    errors: list = []
+    answers = [(ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1), (0, 3, 3)]
+    inner = fetch_handler(log, errors)
+
+    def handle(request):
+        if request.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            code, epoch, end = answers.pop(0) if len(answers) > 1 else answers[0]
+            return ({"partitions": [["t", 0, code, epoch, end]]}, ())
+        return inner(request)
+
+    broker = scripted(handle, leader_epoch=3)
+    with Consumer(broker.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                  retry_backoff_ms=10, metadata_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        assert len(poll_until(consumer, 3)) == 3
+        refreshes = broker.count(P.ApiKey.METADATA)
+        errors.append(ErrorCode.FENCED_LEADER_EPOCH)  # before x, y: no fetch sees them
+        broker.leader_epoch = 4                      # before the FENCED answer is read
+        new = build_batch([b"x", b"y"])
+        stamp(new, 3, 4)
+        log.append(new)
+        assert poll_until(consumer, 2) == [(3, b"x"), (4, b"y")]
+    assert broker.count(P.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 2
+    assert broker.count(P.ApiKey.METADATA) >= refreshes + 2
+
+
+def test_a_validation_a_silent_leader_leaves_unanswered_moves_on_with_metadata(scripted):
+    """The new leader is paused (its OffsetForLeaderEpoch hangs); when metadata names a
+    third leader, the consumer validates there, long before the request timeout."""
+    view = {}
+    log = make_log([[b"a"], [b"b"]])
+    errors: list = []
+    old = scripted(fetch_handler(log, errors), view=view)
+    silent = scripted(lambda r: None, view=view)
+    c = build_batch([b"c"])
+    stamp(c, 2, 5)
+
+    def third_leader(request):
+        if request.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            return ({"partitions": [["t", 0, 0, 3, 2]]}, ())
+        return fetch_handler(log + [c], [])(request)
+
+    third = scripted(third_leader, view=view)
+    view.update(port=old.port, epoch=3)
+    with Consumer(old.bootstrap, fetch_max_wait_ms=50, request_timeout_ms=30_000,
+                  retry_backoff_ms=10, metadata_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        consumer.seek(("t", 0), 0)
+        assert poll_until(consumer, 2) == [(0, b"a"), (1, b"b")]
+        errors.append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        view.update(port=silent.port, epoch=4)
+        deadline = time.monotonic() + 10
+        while silent.count(P.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 0:
+            assert time.monotonic() < deadline, "the consumer asks the new leader"
+            assert consumer.poll(50) == []
+        view.update(port=third.port, epoch=5)
+        started = time.monotonic()
+        assert poll_until(consumer, 1, timeout_s=20) == [(2, b"c")]
+        assert time.monotonic() - started < 5  # not the 30 s request timeout
+    assert silent.count(P.ApiKey.FETCH) == 0
+    asked = [r.body["partitions"] for r in third.requests
+             if r.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH]
+    assert asked == [[["t", 0, 5, 3]]]
