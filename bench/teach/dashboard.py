@@ -388,7 +388,9 @@ def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | Non
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--dir", required=True,
+    from node.paths import absolute_path
+
+    parser.add_argument("--dir", required=True, type=absolute_path,
                         help="a running cluster's directory (with --scenario: where the "
                              "scenario's clusters go)")
     parser.add_argument("--port", type=int, default=8090, help="on 127.0.0.1; 0: any free")
