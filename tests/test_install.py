@@ -81,12 +81,14 @@ def venv(wheel, tmp_path_factory) -> Path:
     purelib = subprocess.run([str(python), "-c", "import sysconfig; "
                               "print(sysconfig.get_paths()['purelib'])"], check=True,
                              capture_output=True, text=True).stdout.strip()
-    Path(purelib, "minikafka-test-deps.pth").write_text(
-        "\n".join(site.getsitepackages()) + "\n")
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                            "--no-deps", "--no-index", "-q", str(wheel)],
                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
+    # After the install: pip must not see (nor offer to replace) this interpreter's own
+    # minikafka, an editable install in the directories the .pth names.
+    Path(purelib, "minikafka-test-deps.pth").write_text(
+        "\n".join(site.getsitepackages()) + "\n")
     return root
 
 
