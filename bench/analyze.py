@@ -41,6 +41,7 @@ import sys
 import time
 from pathlib import Path
 
+from node.paths import absolute_path
 from node.tools.common import ToolError
 
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
@@ -620,8 +621,8 @@ def analyze_chaos_runs(root: Path, out_dir: str | None, master: str | None) -> i
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("results", metavar="RESULTS", help="a results store (--results DIR)")
-    parser.add_argument("--out", default=None, help="where to write (default RESULTS/report)")
+    parser.add_argument("results", metavar="RESULTS", type=absolute_path, help="a results store (--results DIR)")
+    parser.add_argument("--out", default=None, type=absolute_path, help="where to write (default RESULTS/report)")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (local[N], local-cluster[N,CORES,MB], "
                              "spark://HOST:PORT; default local[2], or spark-submit's "

@@ -54,10 +54,10 @@ from node.wire import protocol as P
 from node.config import write_properties
 from node import local_link
 from node.net import Channel
+from node.paths import child_env
 from shm.batch import build_batch
 from shm.names import cleanup_cluster
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 BROKERS = 3
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -84,7 +84,7 @@ class LatencyCluster:
 
     def start(self) -> "LatencyCluster":
         self.zk = zkservers.start("zk_lite", tick_time_ms=500)
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        env = child_env()
         for broker_id in range(BROKERS):
             port = zkservers.free_port()
             self.ports[broker_id] = port
@@ -102,7 +102,7 @@ class LatencyCluster:
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "node.broker", "--config",
                      str(broker_dir / "server.properties")],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), env=env,
+                    stdout=log, stderr=subprocess.STDOUT, cwd=broker_dir, env=env,
                     start_new_session=True))
         wait_for(lambda: len(self.metadata(0).body["brokers"]) == BROKERS,
                  "the controller's UpdateMetadata naming every broker")

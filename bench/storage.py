@@ -47,6 +47,7 @@ import uuid
 
 import numpy as np
 
+from node.paths import child_env
 from shm.batch import HEADER_BYTES, LENGTH_OVERHEAD_BYTES, build_batch
 from shm.names import cleanup_cluster
 
@@ -138,8 +139,7 @@ except (OSError, AttributeError):
 
 
 def _spawn(code: str, *args: str) -> subprocess.Popen:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     return subprocess.Popen([sys.executable, "-c", _CHILD_PREAMBLE + code, *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -25,7 +25,9 @@ the results store (``--results``), tagged with the workload's name and the point
       replication_factor: [1, 3]
 
 A matrix value may also be a list of mappings (the keys of each change together), and
-the matrix itself such a list (see bench/workloads/record-size.yaml).
+the matrix itself such a list (see bench/workloads/record-size.yaml). The workloads of
+``bench/workloads/`` ship with minikafka: ``WORKLOAD`` may be one's name
+(``minikafka bench sweep acks-x-replication --results R``).
 Unknown keys and wrong types are one line and exit 2; ``--dry-run`` prints the points.
 Then ``minikafka analyze DIR`` compares them.
 """
@@ -41,6 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from node.paths import absolute_path
 from node.perf.results import TAGS_ENV
 from node.tools.common import ToolError
 
@@ -57,6 +60,21 @@ class WorkloadError(ToolError):
     """A mistake in the workload file: a usage error (exit 2), like a wrong flag."""
 PRODUCERS_MAX = 16
 TOOL_TIMEOUT_S = 3600
+WORKLOADS = Path(__file__).with_name("workloads")  # package data: the shipped workloads
+
+
+def shipped_workloads() -> list[str]:
+    return sorted(p.stem for p in WORKLOADS.glob("*.yaml"))
+
+
+def workload_path(text: str) -> str:
+    """argparse ``type``: a workload file (absolute), or a shipped workload's name
+    (``acks-x-replication``: ``bench/workloads/acks-x-replication.yaml``, wherever
+    minikafka is installed). A file of that name in the current directory wins."""
+    path = absolute_path(text)
+    if not os.path.exists(path) and text in shipped_workloads():
+        return str(WORKLOADS / f"{text}.yaml")
+    return path
 
 
 def load(path: str) -> tuple[dict, list[dict]]:
@@ -208,8 +226,10 @@ def _producers(bootstrap: str, topic: str, point: dict, results: str | None, tag
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("workload", metavar="WORKLOAD.yaml")
-    parser.add_argument("--results", required=True, metavar="DIR",
+    parser.add_argument("workload", metavar="WORKLOAD.yaml", type=workload_path,
+                        help="a workload file, or the name of one that ships with "
+                             f"minikafka ({', '.join(shipped_workloads())})")
+    parser.add_argument("--results", required=True, type=absolute_path, metavar="DIR",
                         help="the results store the runs go to")
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--dry-run", action="store_true", help="print the points only")

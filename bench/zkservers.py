@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from node.paths import child_env
+
 ZOOKEEPER_HOME = Path("/usr/share/zookeeper")
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 KINDS = ("zk_lite", "zookeeper")
@@ -112,7 +113,7 @@ class ServerHandle:
         assert kind in KINDS
         self.kind = kind
         self.tick_time_ms = tick_time_ms
-        self.workdir = workdir
+        self.workdir = Path(os.path.abspath(workdir))  # the process runs in it
         self.data_dir = workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.host = "127.0.0.1"
@@ -158,8 +159,8 @@ class ServerHandle:
         self.starts += 1
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self._command(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                self._command(), cwd=self.workdir, env=child_env(), stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def is_ready(self) -> bool:
         try:

@@ -29,6 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
+from node.paths import absolute_path
+
 TOPIC = "demo"
 SESSION_TIMEOUT_MS = 2000
 CONFIG = {"zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
@@ -273,7 +275,7 @@ def story(cluster) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="./scripts/demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run-dir", help="keep the cluster's files (logs, data) here")
+    parser.add_argument("--run-dir", type=absolute_path, help="keep the cluster's files (logs, data) here")
     args = parser.parse_args(argv)
     from node.cluster import Cluster
 

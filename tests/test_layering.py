@@ -21,7 +21,7 @@ PACKAGES = ("node", "shm", "zk_lite", "bench")
 # What each part of node may import from node (its own part always).
 _BASE = {"node.wire"}
 _CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.local_link", "node.config",
-                        "node.client", "node.waiting"}
+                        "node.client", "node.waiting", "node.paths"}
 LAYERS: dict[str, set[str]] = {
     "node.wire": set(),
     "node.core": _BASE,
@@ -30,6 +30,7 @@ LAYERS: dict[str, set[str]] = {
     "node.config": set(),
     "node.waiting": set(),
     "node.http_guard": set(),   # any HTTP surface may use it; it uses nothing of node
+    "node.paths": set(),
     "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config"},
     "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group"},
     "node.tools": _CLIENT_SIDE,

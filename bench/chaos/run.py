@@ -488,9 +488,11 @@ def print_summary(profile: str, s: dict) -> None:
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from node.paths import absolute_path
+
     sub = parser.add_subparsers(dest="chaos_command", required=True)
     run = sub.add_parser("run", help="start a cluster, run the workload under faults, check")
-    run.add_argument("--dir", required=True, help="a new directory for the run")
+    run.add_argument("--dir", required=True, type=absolute_path, help="a new directory for the run")
     run.add_argument("--brokers", type=int, default=3)
     run.add_argument("--netns", action="store_true",
                      help="every process in its own network namespace (root): enables the "
@@ -504,12 +506,12 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--producers", type=int, default=2)
     run.add_argument("--consumers", type=int, default=1)
     run.add_argument("--rate", type=float, default=200.0, help="sends/s per producer")
-    run.add_argument("--schedule", default=None, help="a schedule.json to run instead")
+    run.add_argument("--schedule", default=None, type=absolute_path, help="a schedule.json to run instead")
     run.add_argument("--value-format", choices=("plain", "avro"), default="plain",
                      help="avro: the producers write typed values (bench.chaos.worker's "
                           "CHAOS_VALUE_SCHEMA) registered in the cluster's schema registry")
     sweep = sub.add_parser("sweep", help="many seeded runs one after another, and a summary")
-    sweep.add_argument("--dir", required=True, help="a directory for the runs (RUN/seed-N)")
+    sweep.add_argument("--dir", required=True, type=absolute_path, help="a directory for the runs (RUN/seed-N)")
     sweep.add_argument("--seeds", default="1-50", help="e.g. 1-50 or 3,7,9")
     sweep.add_argument("--profile", default="safe", choices=sorted(PROFILES))
     sweep.add_argument("--faults", default="kill,pause,restart,controller,coordinator,"
@@ -520,9 +522,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sweep.add_argument("--keep", action="store_true",
                        help="keep every run's files (default: only the invalid runs')")
     check_ = sub.add_parser("check", help="check a recorded run again")
-    check_.add_argument("run")
+    check_.add_argument("run", type=absolute_path)
     again = sub.add_parser("replay", help="run a recorded run's schedule again")
-    again.add_argument("run")
+    again.add_argument("run", type=absolute_path)
     return parser
 
 

@@ -429,7 +429,9 @@ def address(host: str, port: int, token: str | None) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--dir", required=True,
+    from node.paths import absolute_path
+
+    parser.add_argument("--dir", required=True, type=absolute_path,
                         help="a running cluster's directory (with --scenario: where the "
                              "scenario's clusters go)")
     parser.add_argument("--host", default=HOST,

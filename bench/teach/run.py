@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.teach.catalog import CATALOG, Play, Scenario, find
 from bench.teach.stage import ScenarioError, Stage
+from node.paths import absolute_path
 
 
 @dataclass
@@ -172,7 +173,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--step", action="store_true", help="wait for Enter before each step")
     run.add_argument("--speed", type=float, default=1.0,
                      help="shorten (>1) or lengthen (<1) the pauses that let writes flow")
-    run.add_argument("--dir", default=None,
+    run.add_argument("--dir", default=None, type=absolute_path,
                      help="where the clusters live (kept); a temporary directory otherwise")
 
 

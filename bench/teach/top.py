@@ -6,6 +6,7 @@ import sys
 import time
 
 from node.cluster.view import Snapshot, events, snapshot
+from node.paths import absolute_path
 
 BAR = 40
 
@@ -51,7 +52,7 @@ def render(snap: Snapshot, timeline: list[dict], width_bar: int = BAR) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--dir", required=True, help="the cluster's directory")
+    parser.add_argument("--dir", required=True, type=absolute_path, help="the cluster's directory")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between frames")
     parser.add_argument("--once", action="store_true", help="print one picture and exit")
 

@@ -8,6 +8,7 @@ import sys
 
 from node.cluster.scale import add_arguments as scale_arguments
 from node.cluster.scale import run as run_scale
+from node.paths import absolute_path
 from node.cluster.supervisor import (READY_TIMEOUT_S, STOP_GRACE_S, Cluster, ClusterError,
                                      parse_config_pairs)
 
@@ -16,7 +17,7 @@ def add_arguments(parser) -> None:
     """The ``cluster`` subcommands (``node.cli`` mounts them under ``minikafka cluster``)."""
     sub = parser.add_subparsers(dest="cluster_command", required=True)
     up = sub.add_parser("up", help="start zk_lite and N brokers, wait until ready")
-    up.add_argument("--dir", required=True, help="cluster directory")
+    up.add_argument("--dir", required=True, type=absolute_path, help="cluster directory")
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--zookeeper", default=None,
                     help="HOST:PORT[,HOST:PORT...][/chroot] of an external ZooKeeper")
@@ -29,26 +30,26 @@ def add_arguments(parser) -> None:
                     help="each process in its own network namespace, fully meshed by veth "
                          "links that 'cluster partition' can cut (root only)")
     status = sub.add_parser("status", help="each process: pid, state, role")
-    status.add_argument("--dir", required=True)
+    status.add_argument("--dir", required=True, type=absolute_path)
     kill = sub.add_parser("kill", help="signal a process (broker id, controller, zk)")
-    kill.add_argument("--dir", required=True)
+    kill.add_argument("--dir", required=True, type=absolute_path)
     kill.add_argument("id")
     kill.add_argument("--signal", default="KILL", help="KILL (default), TERM, STOP, CONT")
     start = sub.add_parser("start", help="restart a dead process with its config and data")
-    start.add_argument("--dir", required=True)
+    start.add_argument("--dir", required=True, type=absolute_path)
     start.add_argument("id")
     start.add_argument("--timeout", type=float, default=READY_TIMEOUT_S)
     down = sub.add_parser("down", help="stop everything and remove shared memory")
-    down.add_argument("--dir", required=True)
+    down.add_argument("--dir", required=True, type=absolute_path)
     down.add_argument("--grace", type=float, default=STOP_GRACE_S,
                       help="seconds between TERM and KILL")
     cut = sub.add_parser("partition", help="--netns: cut the link between two processes "
                                            "(or isolate one from all)")
-    cut.add_argument("--dir", required=True)
+    cut.add_argument("--dir", required=True, type=absolute_path)
     cut.add_argument("a", help="zk, a broker id, controller, or a client node (p0)")
     cut.add_argument("b", nargs="?", default=None, help="the other end; omit to isolate a")
     heal = sub.add_parser("heal", help="--netns: bring a cut link back (all of them by default)")
-    heal.add_argument("--dir", required=True)
+    heal.add_argument("--dir", required=True, type=absolute_path)
     heal.add_argument("a", nargs="?", default=None)
     heal.add_argument("b", nargs="?", default=None)
     scale_arguments(sub)

@@ -30,18 +30,19 @@ from node.tools.common import WAIT_TIMEOUT_S, ToolError, open_admin, tp_name
 from node.tools.leader_election import elect
 from node.tools.reassign import current_assignment, execute_and_wait
 from node.cluster.supervisor import Cluster, ClusterError
+from node.paths import absolute_path
 
 
 def add_arguments(sub) -> None:
     """Mount add-broker and remove-broker on ``minikafka cluster``'s subparsers."""
     add = sub.add_parser("add-broker", help="start a new broker and move a balanced share "
                                             "of the replicas onto it")
-    add.add_argument("--dir", required=True)
+    add.add_argument("--dir", required=True, type=absolute_path)
     add.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S,
                      help="seconds to wait for the reassignment")
     remove = sub.add_parser("remove-broker", help="move every replica off a broker, then "
                                                   "stop it and remove it")
-    remove.add_argument("--dir", required=True)
+    remove.add_argument("--dir", required=True, type=absolute_path)
     remove.add_argument("id", type=int)
     remove.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S,
                         help="seconds to wait for the reassignment")

@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config import ConfigError, parse_key_values
+from node.paths import child_env
 from node.waiting import poll_until
 from shm.names import check_cluster_id, cleanup_cluster
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_FILE = "cluster.json"
 NETNS_FILE = "netns.json"  # the live mesh of a --netns cluster (subnet, nodes)
 HOST = "127.0.0.1"
@@ -147,16 +147,14 @@ class Process:
         if self.pid() is not None:
             raise ClusterError(f"{self.name} is already running (pid {self.pid()})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env = child_env()  # the same code as this process, in a checkout or installed
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.log_path, "ab") as out:
             out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} supervisor starts: "
                       f"{' '.join(self.command)}\n".encode())
             out.flush()
             self.popen = subprocess.Popen(
-                self.command, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=out,
+                self.command, cwd=self.log_path.parent, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, env=env)
         stat = _proc_stat(self.popen.pid)
         start_ticks = stat[1] if stat is not None else 0
@@ -238,7 +236,9 @@ class Cluster:
     """
 
     def __init__(self, directory: Path, spec: dict):
-        self.dir = Path(directory)
+        # Absolute: the configs and command lines name files in it, and the processes
+        # run in it, not in the directory the user gave it from (node.paths).
+        self.dir = Path(os.path.abspath(directory))
         self.spec = spec
         self.cluster_id: str = spec["cluster_id"]
         self.zookeeper: str = spec["zookeeper"]

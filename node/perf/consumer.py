@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from node.paths import absolute_path
 from node.perf import results
 from node.perf.common import (MB_BYTES, ToolError, add_tool_parser, check_topic, positive_int,
                               run_tool)
@@ -327,12 +328,12 @@ def register(subparsers) -> None:
     parser.add_argument("--hide-header", action="store_true", help="skip the header line")
     parser.add_argument("--show-detailed-stats", action="store_true",
                         help="a line per --reporting-interval instead of the summary")
-    parser.add_argument("--results", default=None, metavar="DIR",
+    parser.add_argument("--results", default=None, type=absolute_path, metavar="DIR",
                         help="record the run in the results store DIR (node.perf.results)")
     parser.add_argument("--reporting-interval", type=positive_int, default=5000,
                         help="ms between --show-detailed-stats lines (default 5000)")
     parser.add_argument("--local", action="store_true",
                         help="read the segment files zero-copy (LocalReader), not with Fetch")
-    parser.add_argument("--dir", default=None,
+    parser.add_argument("--dir", default=None, type=absolute_path,
                         help="the cluster directory (for --local; also gives the brokers)")
     parser.set_defaults(func=lambda args: run_tool(NAME, run, args))

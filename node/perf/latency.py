@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from node.paths import absolute_path
 from node.perf import results
 from node.perf.common import (NS_PER_MS, ToolError, add_tool_parser, bootstrap_of,
                               check_topic, parse_props, percentile, positive_int, run_tool)
@@ -117,7 +118,7 @@ def register(subparsers) -> None:
     parser = add_tool_parser(subparsers, NAME, "Kafka's end-to-end latency test", __doc__)
     parser.add_argument("--bootstrap-server", default=None, help="HOST:PORT[,...]")
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--results", default=None, metavar="DIR",
+    parser.add_argument("--results", default=None, type=absolute_path, metavar="DIR",
                         help="record the run in the results store DIR (node.perf.results)")
     parser.add_argument("--num-messages", "--num-records", dest="num_messages",
                         type=positive_int, required=True)

@@ -44,6 +44,7 @@ import time
 
 import numpy as np
 
+from node.paths import absolute_path
 from node.perf import results
 from node.tools.common import read_properties_file
 from node.perf.common import (MB_BYTES, NS_PER_MS, ToolError, add_tool_parser, bootstrap_of,
@@ -502,11 +503,11 @@ def register(subparsers) -> None:
                         help="throttle to about THROUGHPUT messages/sec; -1: no throttling")
     parser.add_argument("--producer-props", nargs="+", default=[], metavar="PROP=VALUE",
                         help="producer configs (Kafka keys), e.g. bootstrap.servers=H:P acks=all")
-    parser.add_argument("--producer.config", dest="producer_config", default=None,
+    parser.add_argument("--producer.config", dest="producer_config", default=None, type=absolute_path,
                         metavar="CONFIG-FILE", help="producer config properties file")
     parser.add_argument("--bootstrap-server", default=None,
                         help="HOST:PORT[,...] (overrides bootstrap.servers)")
-    parser.add_argument("--results", default=None, metavar="DIR",
+    parser.add_argument("--results", default=None, type=absolute_path, metavar="DIR",
                         help="record the run in the results store DIR (run.json and "
                              "per-record samples as Parquet; node.perf.results)")
     parser.add_argument("--value-format", choices=("bytes", "avro"), default="bytes",
@@ -514,7 +515,7 @@ def register(subparsers) -> None:
                              "schema registry of --schema-registry")
     parser.add_argument("--schema-registry", default=None, metavar="HOST:PORT",
                         help="the coordinator holding the schema registry")
-    parser.add_argument("--samples-out", default=None, metavar="FILE",
+    parser.add_argument("--samples-out", default=None, type=absolute_path, metavar="FILE",
                         help="write every record's send/ack time, partition and offset "
                              "as Parquet")
     parser.set_defaults(func=lambda args: run_tool(NAME, run, args))

@@ -53,15 +53,18 @@ import time
 import uuid
 from pathlib import Path
 
+from node.paths import CODE_ROOT
 from node.tools.common import ToolError
 
 SAMPLE_KINDS = ("produce", "consume", "latency", "request", "breakdown")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str | None:
+    """The checkout's commit; None when installed (site-packages is no checkout)."""
+    if not (CODE_ROOT / ".git").exists():  # a directory, or a file in a git worktree
+        return None
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+        out = subprocess.run(["git", "-C", str(CODE_ROOT), "rev-parse", "HEAD"],
                              capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
