@@ -292,7 +292,7 @@ class Broker:
                     state = Z.decode_partition_state(data, stat.version)
                 except (NoNodeError, Z.ZkDataError):
                     continue
-                if self.broker_id in state.isr:
+                if self.broker_id in state.isr or self.broker_id in state.elr:
                     in_isr.append((topic, partition))
 
         def log_end(tp):

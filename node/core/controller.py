@@ -477,6 +477,9 @@ class Controller:
         self.refused: set[tuple[int, TopicPartition]] = set()
         # broker -> the epoch of a registration found to belong to a dead incarnation
         self.replaced: dict[int, int] = {}
+        # (broker, partition): an ELR member whose broker came back from an unclean
+        # shutdown; not elected from the ELR even before the write removing it lands.
+        self.elr_barred: set[tuple[int, TopicPartition]] = set()
         self.recovering: dict[TopicPartition, _Recovery] = {}
         self.recovery_epochs: dict[TopicPartition, int] = {}   # leader epoch it elected
         self.now_ms = 0
@@ -585,9 +588,15 @@ class Controller:
         if not self.config.eligible_leader_replicas:
             return ()
         replicas = set(self._replicas(tp))
-        barred = self._offline_on(tp)
+        barred = self._offline_on(tp) | {b for b, x in self.elr_barred if x == tp}
         return tuple(r for r in next_elr(old.isr, isr, old.elr, self._min_insync(tp[0]))
                      if r in replicas and r not in barred)
+
+    def _electable_elr(self, tp: TopicPartition) -> tuple[int, ...]:
+        state = self.states[tp]
+        if not self.elr_barred:
+            return state.elr
+        return tuple(r for r in state.elr if (r, tp) not in self.elr_barred)
 
     def _unclean_enabled(self, topic: str) -> bool:
         override = self.topic_configs.get(topic, {}).get("unclean.leader.election.enable")
@@ -848,7 +857,7 @@ class Controller:
             return None if isr == state.isr else (state.leader, isr)
         replicas = self._replicas(tp)
         elected = elect_offline(replicas, state.isr, self._eligible_for(tp),
-                                self._unclean_enabled(tp[0]), state.elr)
+                                self._unclean_enabled(tp[0]), self._electable_elr(tp))
         if elected is not None and not elected[2] and elected[0] not in state.isr:
             self._log("INFO", f"{tp[0]}-{tp[1]}: no ISR member {list(state.isr)} can lead; "
                               f"electing {elected[0]} from the eligible leader replicas "
@@ -873,7 +882,7 @@ class Controller:
         if state.leader != NO_LEADER and state.leader in self._live_for(tp):
             return None
         elected = elect_offline(self._replicas(tp), state.isr, self._eligible_for(tp), True,
-                                state.elr)
+                                self._electable_elr(tp))
         if elected is None:
             return None
         if elected[2]:
@@ -895,6 +904,9 @@ class Controller:
         self.brokers = {b.broker_id: b for b in ev.brokers}
         for b in ev.brokers:
             self._log_lost(b)
+        unclean = {b.broker_id for b in ev.brokers if not b.clean_shutdown}
+        self.elr_barred = {(b, tp) for tp, st in ev.states.items() for b in st.elr
+                           if b in unclean}
         for topic in ev.topics:
             self.assignments[topic.name] = {p: tuple(r) for p, r in topic.assignment.items()}
             self.topic_versions[topic.name] = topic.zk_version
@@ -961,6 +973,9 @@ class Controller:
                     recovery.asked.discard(b)
                     recovery.answers.pop(b, None)
                 self._log_lost(now[b])
+                self.elr_barred = {(x, tp) for x, tp in self.elr_barred if x != b}
+                if not now[b].clean_shutdown:
+                    self.elr_barred |= {(b, tp) for tp, st in self.states.items() if b in st.elr}
             self._on_brokers_startup(set(born))
             self._leave_elrs_after_unclean_shutdown(born)
         for b, info in now.items():   # a re-registration with new endpoints, same epoch
@@ -1189,6 +1204,7 @@ class Controller:
                 if info is not None and tp in info.lost:
                     self.recovered.add((b, tp))
                 self.refused.discard((b, tp))
+                self.elr_barred.discard((b, tp))
         if changed:
             self._send_update_metadata(changed)
         for tp in changed:
@@ -1260,7 +1276,8 @@ class Controller:
         with its data, so the recovery waits for it, within the timeout)."""
         state = self.states.get(tp)
         if state is None or state.leader != NO_LEADER or tp[0] in self.deleting or \
-                self._unclean_enabled(tp[0]):
+                self._unclean_enabled(tp[0]) or \
+                self.recovery_epochs.get(tp, -1) > state.leader_epoch:   # its write in flight
             return False
         barred = self._offline_on(tp)
         return not any(r in self.brokers and r not in barred
