@@ -21,7 +21,11 @@ Anomalies, as Jepsen's Kafka checker names them:
 - **inconsistent offsets**: two different values read at one (partition, offset);
 - **nonmonotonic poll**: a consumer's reads of a partition went backwards;
 - **poll skip**: a consumer jumped over offsets that the final read holds;
-- **unexpected**: a value read that no process ever sent.
+- **unexpected**: a value read that no process ever sent;
+- **aborted read** (Adya's G1a): a value in the log, read by a poll or the final read,
+  whose send completed ``fail`` (the client was told it certainly did not happen). An
+  ``info`` send's value may or may not be there: neither its absence nor its presence
+  is an anomaly.
 
 And one Jepsen cannot check, from the brokers' own segment files after the run
 (``replicas`` = {partition: {broker: [(offset, value), ...]}} below each partition's
@@ -76,6 +80,7 @@ class Verdict:
     nonmonotonic: list = field(default_factory=list)
     skip: list = field(default_factory=list)
     unexpected: list = field(default_factory=list)
+    aborted_read: list = field(default_factory=list)  # (value, [(partition, offset)])
     divergent: list = field(default_factory=list)   # (partition, offset, {broker: value})
     recovery_ms: list = field(default_factory=list)   # (fault, target, ms or None)
     longest_gap_ms: float = 0.0
@@ -86,7 +91,8 @@ class Verdict:
         return {"lost": len(self.lost), "duplicate": len(self.duplicate),
                 "inconsistent": len(self.inconsistent),
                 "nonmonotonic": len(self.nonmonotonic), "skip": len(self.skip),
-                "unexpected": len(self.unexpected), "divergent": len(self.divergent)}
+                "unexpected": len(self.unexpected), "aborted_read": len(self.aborted_read),
+                "divergent": len(self.divergent)}
 
     @property
     def valid(self) -> bool:
@@ -138,6 +144,7 @@ def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
     if replicas is not None:
         v.divergent = log_matching(replicas, high_watermarks or {})
     sent: set[bytes] = set()
+    failed: set[bytes] = set()
     acked: dict[bytes, tuple[int, int, int]] = {}      # value -> (partition, offset, t)
     for op in history:
         if op.f != "send":
@@ -149,6 +156,7 @@ def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
             acked[op.value] = (op.partition, op.offset, op.time_ns)
         elif op.type == "fail":
             v.failed += 1
+            failed.add(op.value)
         elif op.type == "info":
             v.unknown += 1
     v.acknowledged = len(acked)
@@ -198,8 +206,11 @@ def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
             v.duplicate.append((value, sorted(places)))
         if value not in sent:
             v.unexpected.append((value, sorted(places)))
+        if value in failed:
+            v.aborted_read.append((value, sorted(places)))
     v.duplicate.sort()
     v.unexpected.sort()
+    v.aborted_read.sort()
 
     ack_times = sorted(t for _, _, t in acked.values())
     for fault in faults:

@@ -165,7 +165,8 @@ def print_verdict(meta: dict, s: dict) -> None:
     print(f"profile {meta['profile']}, seed {meta['seed']}, {meta['duration']} s, "
           f"faults {len(meta.get('schedule', []))}")
     for name in ("sends", "acknowledged", "failed", "unknown", "read", "lost", "duplicate",
-                 "inconsistent", "nonmonotonic", "skip", "unexpected", "divergent"):
+                 "inconsistent", "nonmonotonic", "skip", "unexpected", "aborted_read",
+                 "divergent"):
         note = ""
         if name == "duplicate" and s[name] and not meta.get("idempotent"):
             note = "  (expected without the idempotent producer)"
@@ -445,7 +446,7 @@ def sweep(args) -> int:
 
 
 ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "unexpected",
-             "divergent")
+             "aborted_read", "divergent")
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -276,8 +276,8 @@ class World:
         assert wanted == subscribed
 
 
-def simulate(seed: int) -> World:
-    world = World(seed)
+def simulate(seed: int, world_class: type[World] = World) -> World:
+    world = world_class(seed)
     rng = world.rng
     for _ in range(rng.randint(1, 4)):
         world.join()
@@ -351,6 +351,29 @@ def test_a_lost_session_stops_without_committing():
     assert G.Revoke(frozenset({("t", 0)})) in actions and \
         not any(isinstance(a, (G.Commit, G.Release)) for a in actions)
     assert actions[-1] == G.ReadRegistries() and G.Register() in actions
+
+
+class ClaimOverwrites(World):
+    """A planted coordinator bug: an ownership claim replaces the znode of a live owner
+    instead of failing (a create that does not check for an existing node)."""
+
+    def claim(self, member_id, gen, todo, won, lost):
+        m = self.members[member_id]
+        if todo and m.alive and gen == m.gen and m.session in self.live_sessions and \
+                self.now >= m.paused_until:   # the claim lands now
+            self.owners.pop(todo[0], None)
+        super().claim(member_id, gen, todo, won, lost)
+
+
+def test_a_claim_that_overwrites_a_live_owner_is_caught():
+    caught = []
+    for seed in range(50):
+        try:
+            simulate(seed, ClaimOverwrites)
+        except AssertionError as e:
+            assert f"seed {seed}: " in str(e) and " fetches " in str(e), e
+            caught.append(seed)
+    assert len(caught) > 10, caught
 
 
 @pytest.mark.parametrize("block", range(5))

@@ -9,6 +9,7 @@ from kazoo.client import KazooClient
 
 from zk_lite import persist, txn
 from zk_lite.tree import OPEN_ACL, Tree
+from tests.powercut import PowerCut
 from .zkl_helpers import Driver, wait_for
 
 pytestmark = pytest.mark.process
@@ -46,6 +47,25 @@ def test_log_replay_rebuilds_the_same_tree(tmp_path):
     assert restored.zxid == d.core.tree.zxid
     assert restored.sessions == d.core.tree.sessions
     assert restored.ephemerals == d.core.tree.ephemerals
+
+
+@pytest.mark.parametrize("preallocate_bytes", [0, 4096])
+def test_a_power_cut_keeps_every_appended_txn(tmp_path, monkeypatch, preallocate_bytes):
+    """Each append is a group commit: once it returns, its txns survive a power cut
+    (tests.powercut keeps only what the real fdatasync/fsync calls made durable)."""
+    d = _run_some_txns()
+    power = PowerCut(str(tmp_path), monkeypatch)
+    store = persist.Store(str(tmp_path), log=lambda m: None,
+                          preallocate_bytes=preallocate_bytes)
+    store.open_log(1)
+    for record in d.txns:
+        store.append(persist.encode_txns([record]))
+    os.close(store._fd)  # as the power goes: no close, so no last fsync
+    store._fd = None
+    assert list(power.cut()) == _logs(tmp_path)
+    restored = persist.Store(str(tmp_path), log=lambda m: None).load()
+    assert restored.zxid == d.core.tree.zxid
+    assert _tree_dump(restored) == _tree_dump(d.core.tree)
 
 
 @pytest.mark.parametrize("damage", ["cut-header", "cut-payload", "bad-crc"])
@@ -230,8 +250,9 @@ def test_clean_stop_flushes_and_restores(zk_process, tmp_path):
         zk.close()
 
 
-def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
-    """The shell's ordering rule, checked without sockets: fsync, then the frames."""
+def test_replies_are_released_only_after_their_txns_are_durable(tmp_path, monkeypatch):
+    """The shell's ordering rule, checked without sockets: the txn log's real fdatasync,
+    then the frames."""
     import asyncio
 
     from zk_lite import jute
@@ -241,8 +262,8 @@ def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
     loop = asyncio.new_event_loop()
     server.loop = loop
     trace = []
-    real_append = server.store.append
-    server.store.append = lambda data: (real_append(data), trace.append("fsync"))
+    PowerCut(str(tmp_path / "d"), monkeypatch, trace)  # traces the real syncs
+    log_name = _logs(tmp_path / "d")[0]
 
     class Transport:
         def write(self, data):
@@ -271,7 +292,7 @@ def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
         server.after_input()
         assert trace == []  # createSession is not durable yet: nothing may be sent
         server._flush()
-        assert trace == ["fsync", ("write", "connect")]
+        assert trace == [("fdatasync", log_name), ("write", "connect")]
         trace.clear()
         create = jute.encode_record(jute.CreateRequest("/x", b"", [(31, "world", "anyone")], 0))
         server.core.receive(conn, 1, 1, create, now)
@@ -279,7 +300,7 @@ def test_replies_are_released_only_after_their_txns_are_durable(tmp_path):
         server.after_input()
         assert trace == []
         server._flush()
-        assert trace == ["fsync", ("write", 1)]  # both replies in one write, after the fsync
+        assert trace == [("fdatasync", log_name), ("write", 1)]  # both replies, one write
         trace.clear()
         server.core.receive(conn, 3, 3, jute.encode_record(jute.ExistsRequest("/x", False)), now)
         server.after_input()

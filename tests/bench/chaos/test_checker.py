@@ -86,7 +86,31 @@ def test_nonmonotonic_poll_and_poll_skip():
     final[0].append((2, b"e"))
     h += send("p0", b"e", 45 * MS, 0, 2)
     h += poll("c1", 50 * MS, (0, 0, b"a"), (0, 2, b"e"))
-    assert check(h, final).skip == [("c1", 0, 0, 2)]
+    v = check(h, final)
+    assert v.skip == [("c1", 0, 0, 2)] and not v.valid
+
+
+def test_an_unknown_outcome_write_missing_from_the_final_read_is_not_lost():
+    """d's send timed out (info): it may never have been written."""
+    h, final = valid_history()
+    final[1] = [(0, b"c")]
+    v = check(h, final)
+    assert v.lost == [] and v.valid and v.unknown == 1
+
+
+def test_a_failed_write_in_the_log_is_an_aborted_read():
+    """The client was told e certainly was not written (fail), and a consumer and the
+    final read find it: not lost, not unexpected (it was sent), but an aborted read."""
+    h, final = valid_history()
+    h += send("p0", b"e", 45 * MS, outcome="fail")
+    h += poll("c1", 50 * MS, (0, 2, b"e"))
+    final[0].append((2, b"e"))
+    v = check(h, final)
+    assert v.aborted_read == [(b"e", [(0, 2)])] and not v.valid
+    assert (v.lost, v.unexpected, v.failed) == ([], [], 1)
+    assert v.summary()["aborted_read"] == 1
+    h, final = valid_history()                     # failed, and nowhere: no anomaly
+    assert check(h + send("p0", b"e", 45 * MS, outcome="fail"), final).valid
 
 
 def test_unexpected_value():

@@ -1,19 +1,17 @@
 """Brokers hosting the real controller (node.broker.controller_runner): admin CreateTopics,
-controlled shutdown on SIGTERM, fail-over after SIGKILL. Skipped until the controller is
-on the branch."""
+controlled shutdown on SIGTERM, fail-over after SIGKILL."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
+from node.broker import admin_manager, controller_runner  # noqa: F401 (what the brokers run)
 from node.wire import errors as E
 from node.wire import protocol as P
 from node.wire import zkdata as Z
 from tests.node.broker.harness import Cluster, wait_for
 
-pytest.importorskip("node.broker.controller_runner")
-pytest.importorskip("node.broker.admin_manager")
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 TOPIC = "ctl"
 

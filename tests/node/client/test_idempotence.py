@@ -9,11 +9,13 @@ import time
 import pytest
 
 from node.client import Admin, Consumer, Network, Producer
+from node.client.producer import _Sender
 from node.cluster import Cluster
 from node.wire import protocol as P
 from node.wire.errors import ErrorCode
 from shm.batch import build_batch
 from tests.conftest import new_cluster_id
+from tests.waiting import poll_until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -137,15 +139,23 @@ def test_retries_after_lost_answers_write_every_record_once(cluster, idempotent)
                                                     "did not provoke a lost answer"
 
 
-def test_a_leader_killed_mid_stream_duplicates_nothing(cluster):
+def test_a_leader_killed_mid_stream_duplicates_nothing(cluster, monkeypatch):
     """acks=all, RF 3, min.insync 2: the leader is SIGKILLed while a producer sends;
     batches in flight are retried at the new leader, which knows their sequences from
     replication: every acknowledged record once, in order."""
     topic, leader = _topic(cluster, 3, min_isr=2)
     producer = Producer(cluster.bootstrap_servers, acks="all", request_timeout_ms=2000,
-                        retry_backoff_ms=50, linger_ms=2)
+                        retry_backoff_ms=50, linger_ms=0)
+    retried_at: list[float] = []         # a spy: the sender's retry decisions, timed
+    real_retry_or_fail = _Sender.retry_or_fail
+
+    def retry_or_fail(self, tp, batches, e, now):
+        retried_at.append(time.monotonic())
+        return real_retry_or_fail(self, tp, batches, e, now)
+    monkeypatch.setattr(_Sender, "retry_or_fail", retry_or_fail)
     stop = threading.Event()
     acked: list[bytes] = []
+    acked_at: list[float] = []
     errors: list[BaseException] = []
 
     def send() -> None:
@@ -155,28 +165,35 @@ def test_a_leader_killed_mid_stream_duplicates_nothing(cluster):
             try:
                 producer.send(topic, value, partition=0).get(30)
                 acked.append(value)
+                acked_at.append(time.monotonic())
             except Exception as e:       # surfaced below
                 errors.append(e)
             i += 1
 
     sender = threading.Thread(target=send)
     sender.start()
+    killed = False
     try:
-        deadline = time.monotonic() + 10
-        while len(acked) < 200 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        poll_until(lambda: len(acked) >= 200 or errors, 60, "200 acknowledgements")
+        assert not errors, errors[:3]
+        killed_at = time.monotonic()
         cluster.kill(leader, "KILL")
-        time.sleep(0.01)
+        killed = True
         n = len(acked)
-        deadline = time.monotonic() + 30
-        while len(acked) < n + 300 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll_until(lambda: len(acked) >= n + 300 or errors, 60,
+                   "300 acknowledgements after the kill")
     finally:
         stop.set()
         sender.join(60)
         producer.close()
-        cluster.start(leader)
+        if killed:
+            cluster.start(leader)
+    assert not sender.is_alive(), "the sender is stuck"
     assert not errors, errors[:3]
+    # Mid-stream: acknowledgements before the kill and after it, and the record in
+    # flight at the kill failed at the dead leader and was sent again.
+    assert acked_at[0] < killed_at < acked_at[-1]
+    assert any(t > killed_at for t in retried_at), "nothing was retried after the kill"
     values = _values(cluster, topic)
     counts = collections.Counter(values)
     assert all(counts[v] == 1 for v in acked), [v for v in acked if counts[v] != 1][:5]

@@ -7,13 +7,17 @@ show, never sleeps standing in for synchronisation.
 """
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
+from kazoo.client import KazooClient
 
 from node.wire import errors as E
 from node.wire.errors import ErrorCode
+from node.broker.limits import BOARD_PUBLISH_DELAY_MS
 from node.client import Producer
+from node.cluster.supervisor import ZK_TICK_TIME_MS
 from node.net import Channel
 from node.wire import protocol as P
 from node.wire import zkdata as Z
@@ -27,6 +31,44 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 def others(c, *excluded):
     return [b for b in c.broker_ids if b not in excluded]
+
+
+def fetches_answered(c, leader: int, topic: str, followers, wait_max_ms: int) -> bool:
+    """No fetch of ``followers`` can still be parked at ``leader``: each one's last
+    caught-up fetch (the leader's board) is older than a fetch may wait (plus the
+    board's publish delay)."""
+    row = board(c, leader, topic)
+    if row is None:
+        return False
+    now_ms = time.time() * 1000
+    return all(now_ms - (row.caught_up_ms(f) or 0) > wait_max_ms + BOARD_PUBLISH_DELAY_MS
+               for f in followers)
+
+
+def session_of(c, broker_id: int) -> int:
+    """The coordinator session of a broker (the owner of its registration znode)."""
+    zk = KazooClient(hosts=c.zookeeper, timeout=10)
+    zk.start(timeout=15)
+    try:
+        return zk.get(f"{Z.BROKER_IDS}/{broker_id}")[1].ephemeralOwner
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def packets_received(c, session_id: int) -> int:
+    """How many packets zk_lite has received on the connection of ``session_id``
+    (its ``cons`` four-letter word); every packet renews the session."""
+    host, port = c.zookeeper.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"cons")
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    for line in out.decode().splitlines():
+        if f"sid=0x{session_id:x}," in line:
+            return int(line.split("recved=")[1].split(",")[0])
+    raise AssertionError(f"no connection of session 0x{session_id:x} in cons: {out!r}")
 
 
 def elect_preferred(c, a, topic: str, preferred: int) -> None:
@@ -136,10 +178,14 @@ def test_acks_1_loses_an_acknowledged_write_when_the_leader_dies_and_acks_all_do
         # A follower fetch parked at the leader would carry the next write to the paused
         # follower's socket; the leader answers every parked fetch within
         # replica.fetch.wait.max.ms (100 ms), and a paused follower sends no new one.
-        time.sleep(0.5)
+        c.wait_for(lambda: fetches_answered(c, 0, "one", (1, 2), wait_max_ms=100), 10,
+                   "the paused followers' last fetches to be answered")
         lost_offset = p1.send("one", b"acked-then-lost", partition=0).get(timeout=10).offset
         pending = pall.send("all", b"never-acked", partition=0)
-        time.sleep(0.05)  # let the leader append it (it cannot be acknowledged: no follower)
+        # Appended by the leader, and never acknowledged: no follower fetches it.
+        c.wait_for(lambda: (lambda r: r is not None and
+                            r.log_end_offset > acked_all[b"before"] + 1)(board(c, 0, "all")),
+                   10, "the leader to append the acks=all write")
         c.kill(0, "KILL")
         for f in (1, 2):
             c.kill(f, "CONT")
@@ -237,12 +283,27 @@ def test_hw_truncation_loses_acked_writes_after_a_double_failure(tmp_path, clust
         c.wait_for(lambda: board(c, A, "t") and board(c, A, "t").high_watermark == last + 1,
                    10, "A's HW to cover the last write")
         assert board(c, C, "t").high_watermark <= last, "C's HW lags the leader's"
+        epoch = state(c, "t").leader_epoch
+        b_session = session_of(c, B)
         c.kill(A, "KILL")
-        time.sleep(1.2)  # B must lose its session at least one zk tick after A does
+        # B must lose its session at least one zk tick after A does (A's last packet came
+        # before the kill): pause B just after a packet of B's session that arrived a tick
+        # after the kill, and before A's session expires.
+        after_s = time.monotonic() + ZK_TICK_TIME_MS / 1000
+        seen = [packets_received(c, b_session)]
+
+        def b_heard_after_a_tick() -> bool:
+            now, count = time.monotonic(), packets_received(c, b_session)
+            heard = count > seen[0] and seen[1] >= after_s if len(seen) > 1 else False
+            seen[:] = [count, now]
+            return heard
+        c.wait_for(b_heard_after_a_tick, 10, f"a packet of broker {B}'s session a tick "
+                                             f"after the kill", interval_s=0.02)
         c.kill(B, "STOP")
         try:
             wait_state(c, "t", lambda s: s.leader == C, "C elected after B's session expired")
-            wait_state(c, "t", lambda s: True, "state")
+            # Two elections: B's (while paused, C became its follower), then C's.
+            assert state(c, "t").leader_epoch == epoch + 2, state(c, "t")
             data = read_partition(c.bootstrap_servers, "t")
         finally:
             c.kill(B, "CONT")

@@ -309,13 +309,14 @@ def test_version_conflict_rereads_the_state_and_decides_again():
 
 def test_every_state_write_is_conditional_on_the_version_held():
     h = three_brokers()
-    h.brokers_changed([B1, B2])
+    h.brokers_changed([B1, B2])          # t-0 leader 0 -> 1, and 0 leaves every ISR
     h.brokers_changed([B0, B1, B2])
-    h.run(C.ElectionRequested(None))
-    for ops in h.zk_ops:
-        for op in ops.ops:
-            if isinstance(op, C.ZkSetData) and op.path.endswith("/state"):
-                assert op.version >= 0
+    h.isr_changed("t", 0, [1, 2, 0])     # t-0's leader takes 0 back: version 2
+    h.run(C.ElectionRequested(None))     # preferred: t-0 back to 0
+    writes = [(op.path.split("/")[5], op.version) for ops in h.zk_ops for op in ops.ops
+              if isinstance(op, C.ZkSetData) and op.path.endswith("/state")]
+    assert writes == [("0", 0), ("1", 0), ("2", 0), ("0", 2)]
+    assert state(h) == Z.PartitionState(0, 2, (1, 2, 0), 1, 3)
 
 
 def test_a_state_written_by_a_newer_controller_makes_this_one_resign():

@@ -220,7 +220,7 @@ class World:
                         and not self.unclean_requested:
                     # Clean elections only pick a replica that was in the ISR.
                     assert s.leader in set(old.isr) | self.isr_written.get(tp, set()), \
-                        (tp, old, s)
+                        ("a clean election outside the ISR", tp, old, s)
             if s.leader != -1 and tp[0] not in core.deleting:   # deletion freezes a topic
                 assert s.leader in self.live, (tp, s, self.live)
         for req in sent:
@@ -238,14 +238,39 @@ def _seeds():
     return [int(fixed)] if fixed else list(range(SEEDS))
 
 
+def run_seed(seed: int, unclean: bool) -> None:
+    world = World(seed, unclean)
+    try:
+        for _ in range(STEPS):
+            world.step()
+        world.settle()
+    except AssertionError as e:
+        raise AssertionError(f"seed {seed} (unclean={unclean}): {e}\n"
+                             f"{world.h.log_text()[-3000:]}") from e
+
+
 @pytest.mark.parametrize("unclean", [False, True])
 def test_random_event_sequences_keep_the_invariants(unclean):
     for seed in _seeds():
-        world = World(seed, unclean)
+        run_seed(seed, unclean)
+
+
+def test_an_election_outside_the_isr_is_caught(monkeypatch):
+    """A planted bug: the offline election takes the first live replica, in the ISR or
+    not (and adds it to the ISR, so the core's own transition checks pass)."""
+    def elect_first_live(replicas, isr, eligible, unclean):
+        live = [r for r in replicas if r in eligible]
+        if not live:
+            return None
+        leader = live[0]
+        return leader, tuple(dict.fromkeys([leader] + [r for r in isr if r in eligible])), False
+    monkeypatch.setattr(C, "elect_offline", elect_first_live)
+    caught = []
+    for seed in range(40):
         try:
-            for _ in range(STEPS):
-                world.step()
-            world.settle()
+            run_seed(seed, unclean=False)
         except AssertionError as e:
-            raise AssertionError(f"seed {seed} (unclean={unclean}): {e}\n"
-                                 f"{world.h.log_text()[-3000:]}") from e
+            caught.append(str(e).split("\n")[0])
+    assert len(caught) > 20, caught
+    assert all(line.startswith("seed ") and "a clean election outside the ISR" in line
+               for line in caught), caught

@@ -61,6 +61,29 @@ def test_every_request_whole(api_key, body, batches):
     assert P.peek_api_key(frames) == api_key
 
 
+def test_golden_frames_of_a_request_and_a_response():
+    """The frames byte for byte, built by hand from the msgpack spec
+    (https://github.com/msgpack/msgpack/blob/master/spec.md), beside the round trips:
+    a codec that changes the format on both sides at once fails here."""
+    frames = _bytes(P.encode_request(P.ApiKey.PRODUCE, 300, "mk",
+                                     {"acks": -1, "timeout_ms": 1000, "partitions": [["t", 0]]},
+                                     [BATCH]))
+    assert P.API_VERSION < 128   # a positive fixint: its own byte
+    assert frames[0] == bytes([0x94,                         # fixarray of 4
+                               0x00,                         # api_key 0 (PRODUCE)
+                               P.API_VERSION,
+                               0xcd, 0x01, 0x2c,             # uint16 300, big-endian
+                               0xa2]) + b"mk"                # fixstr of 2
+    assert frames[1] == (b"\x83"                             # fixmap of 3, in order
+                         b"\xa4acks" b"\xff"                 # -1: negative fixint
+                         b"\xaatimeout_ms" b"\xcd\x03\xe8"   # uint16 1000
+                         b"\xaapartitions" b"\x91\x92\xa1t\x00")  # [["t", 0]]
+    assert frames[2:] == [BATCH]                             # batches go as they are
+    response = _bytes(P.encode_response(2**31 - 1, P.ApiKey.FETCH, {}, [b""]))
+    assert response == [b"\x92\xce\x7f\xff\xff\xff\x01",     # [uint32 cid, api_key 1]
+                        b"\x80", b""]                        # empty fixmap, empty frame
+
+
 @pytest.mark.parametrize("cid,api_key,body,batches", RESPONSES, ids=lambda x: str(x)[:12])
 def test_every_response_whole(cid, api_key, body, batches):
     response = P.decode_response(_bytes(P.encode_response(cid, api_key, body, batches)))
