@@ -2,7 +2,8 @@
 
     minikafka chaos run --dir RUN [--brokers 3] [--netns] \\
         [--profile safe|acks1|unclean|hw-truncation] \\
-        [--faults kill,pause,restart,controller,controller-move,coordinator,slow,power-failure,partition] \\
+        [--faults kill,pause,restart,controller,controller-move,coordinator,slow,\\
+                  power-failure,partition] \\
         [--duration 30] [--seed S] [--compose] \\
         [--producers 2 --consumers 1 --rate 200] [--schedule plan.json]
     minikafka chaos check RUN       # check a recorded run again
