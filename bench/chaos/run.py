@@ -2,8 +2,9 @@
 
     minikafka chaos run --dir RUN [--brokers 3] [--netns] \\
         [--profile safe|acks1|unclean|hw-truncation] \\
-        [--faults kill,pause,restart,controller,coordinator,slow,power-failure,partition] \\
-        [--duration 30] [--seed S] \\
+        [--faults kill,pause,restart,controller,controller-move,coordinator,slow,\\
+                  power-failure,partition] \\
+        [--duration 30] [--seed S] [--compose] \\
         [--producers 2 --consumers 1 --rate 200] [--schedule plan.json]
     minikafka chaos check RUN       # check a recorded run again
     minikafka chaos replay RUN      # the same schedule and profile, as a new run in RUN-replay
@@ -25,6 +26,11 @@ Profiles:
 - ``hw-truncation``: as ``safe`` but with ``replication.truncation.mode=high-watermark``
   (Kafka before KIP-101): a follower that restarts cuts its log to its HW, and a second
   failure then loses acknowledged writes.
+
+``--compose`` draws the seed's schedule as rounds of one or two OVERLAPPING faults
+(``node.cluster.compose``: the ISR shrunk to the leader and then the leader killed, a
+kill during a controller move, a partition while a broker is paused, random pairs),
+as Jepsen composes its nemeses; the verdict lists the windows where faults overlapped.
 
 ``--netns`` (root) runs the cluster with ``cluster up --netns`` and every workload
 process in its own namespace too, so the ``partition`` fault can cut real links.
@@ -156,14 +162,31 @@ def judge(run: Path) -> int:
                     high_watermarks={int(p): hw for p, hw in
                                      meta.get("high_watermarks", {}).items()})
     summary = verdict.summary()
+    summary["overlaps"] = fault_overlaps(faults, meta.get("workload_start_ns") or 0)
     (run / "verdict.json").write_text(json.dumps(summary, indent=1, default=str))
     print_verdict(meta, summary)
     return 0 if verdict.valid else 1
 
 
+def fault_overlaps(faults: list[Fault], origin_ns: int) -> list[dict]:
+    """The windows where two or more of the applied faults were active at once, in
+    seconds since ``origin_ns`` (the workload's start)."""
+    from node.cluster.compose import overlaps
+    windows = [(f"{f.name} {f.target}", f.start_ns, f.end_ns or f.start_ns)
+               for f in faults]
+    return [{"from_s": round((a - origin_ns) / 1e9, 1), "to_s": round((b - origin_ns) / 1e9, 1),
+             "faults": labels} for a, b, labels in overlaps(windows)]
+
+
 def print_verdict(meta: dict, s: dict) -> None:
     print(f"profile {meta['profile']}, seed {meta['seed']}, {meta['duration']} s, "
-          f"faults {len(meta.get('schedule', []))}")
+          f"faults {len(meta.get('schedule', []))}"
+          + (", composed (--compose)" if meta.get("compose") else ""))
+    overlapping = s.get("overlaps", [])
+    if meta.get("compose") or overlapping:
+        print(f"  overlapping fault windows: {len(overlapping)}")
+        for o in overlapping:
+            print(f"    {o['from_s']:6.1f}-{o['to_s']:.1f} s: {' + '.join(o['faults'])}")
     for name in ("sends", "acknowledged", "failed", "unknown", "read", "lost", "duplicate",
                  "inconsistent", "nonmonotonic", "skip", "unexpected", "aborted_read",
                  "divergent"):
@@ -206,6 +229,11 @@ def run_chaos(args) -> int:
     try:
         if args.schedule:
             schedule = N.load(json.loads(Path(args.schedule).read_text()))
+        elif getattr(args, "compose", False):
+            from node.cluster import compose
+            schedule = compose.plan(
+                args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
+                args.duration, lag_ms=int(BROKER_SETTINGS["replica.lag.time.max.ms"]))
         else:
             schedule = N.plan(args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
                               args.duration)
@@ -230,7 +258,7 @@ def run_chaos(args) -> int:
             # acks=all producers are idempotent (the client's default, as Kafka 3's):
             # then a duplicate is an anomaly like any other.
             "idempotent": profile["acks"] == "all",
-            "partitions": args.partitions}
+            "partitions": args.partitions, "compose": bool(getattr(args, "compose", False))}
     from node.cluster import ClusterError
     try:
         cluster = Cluster.up(run / "cluster", args.brokers,
@@ -391,6 +419,7 @@ def replay(args) -> int:
                               netns=meta.get("netns", False),
                               value_format=meta.get("value_format", "plain"),
                               partitions=meta.get("partitions", PARTITIONS),
+                              compose=meta.get("compose", False),
                               schedule=str(run / "schedule.json"))
     return run_chaos(copy)
 
@@ -421,7 +450,7 @@ def sweep(args) -> int:
         command = [sys.executable, "-m", "node.cli", "chaos", "run", "--dir", str(run),
                    "--profile", args.profile, "--faults", args.faults, "--seed", str(seed),
                    "--duration", str(args.duration), "--rate", str(args.rate)] + \
-            (["--netns"] if args.netns else [])
+            (["--netns"] if args.netns else []) + (["--compose"] if args.compose else [])
         started = time.monotonic()
         with open(root / f"seed-{seed}.out", "w") as out:
             code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT)
@@ -435,11 +464,13 @@ def sweep(args) -> int:
         v = row["verdict"]
         print(f"seed {seed}: exit {code} in {row['wall_s']} s" + (
             f", {v['acknowledged']} acknowledged, lost {v['lost']}, duplicate "
-            f"{v['duplicate']}, divergent {v['divergent']}" if v else ""), flush=True)
+            f"{v['duplicate']}, divergent {v['divergent']}, overlapping fault windows "
+            f"{len(v.get('overlaps', []))}" if v else ""), flush=True)
         if code == 0 and not args.keep and v is not None:
             shutil.rmtree(run / "cluster", ignore_errors=True)
         (root / "sweep.json").write_text(json.dumps(rows, indent=1, default=str))
     summary = summarize(rows)
+    summary["compose"] = bool(args.compose)
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
     print_summary(args.profile, summary)
     return 0 if not summary["invalid"] and not summary["failed_runs"] else 1
@@ -455,7 +486,9 @@ def summarize(rows: list[dict]) -> dict:
            "failed_runs": [r["seed"] for r in rows if r["verdict"] is None],
            "invalid": [r["seed"] for r in done if not r["verdict"]["valid"]],
            "acknowledged": sum(r["verdict"]["acknowledged"] for r in done),
-           "unknown": sum(r["verdict"]["unknown"] for r in done)}
+           "unknown": sum(r["verdict"]["unknown"] for r in done),
+           "losing": [r["seed"] for r in done if r["verdict"]["lost"]],
+           "overlaps": sum(len(r["verdict"].get("overlaps", [])) for r in done)}
     for name in ANOMALIES:
         out[name] = sum(r["verdict"].get(name, 0) for r in done)
     by_fault: dict[str, list] = {}
@@ -475,8 +508,11 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def print_summary(profile: str, s: dict) -> None:
-    print(f"sweep: {s['runs']} runs of profile {profile}, {s['checked']} checked, "
+    print(f"sweep: {s['runs']} runs of profile {profile}"
+          + (" (composed faults)" if s.get("compose") else "") + f", {s['checked']} checked, "
           f"{s['acknowledged']} acknowledged writes, {s['unknown']} unknown outcomes")
+    print(f"  runs that lost acknowledged writes: {len(s['losing'])} {s['losing'] or ''}; "
+          f"overlapping fault windows: {s['overlaps']}")
     print("  " + ", ".join(f"{name} {s[name]}" for name in ANOMALIES))
     for fault, r in s["recovery_ms"].items():
         print(f"  recovery after {fault:<18} n={r['n']:<4} median {_ms(r['median'])}, "
@@ -486,6 +522,10 @@ def print_summary(profile: str, s: dict) -> None:
           f"{_ms(s['longest_gap_ms']['median'])}, worst {_ms(s['longest_gap_ms']['worst'])}")
     print(f"invalid runs: {s['invalid'] or 'none'}; runs that did not finish: "
           f"{s['failed_runs'] or 'none'}")
+
+
+COMPOSE_HELP = ("the seed draws rounds of one or two overlapping faults (Jepsen's "
+                "composed nemeses) instead of one fault at a time")
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -507,7 +547,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--producers", type=int, default=2)
     run.add_argument("--consumers", type=int, default=1)
     run.add_argument("--rate", type=float, default=200.0, help="sends/s per producer")
-    run.add_argument("--schedule", default=None, type=absolute_path, help="a schedule.json to run instead")
+    run.add_argument("--schedule", default=None, type=absolute_path,
+                     help="a schedule.json to run instead")
+    run.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
     run.add_argument("--value-format", choices=("plain", "avro"), default="plain",
                      help="avro: the producers write typed values (bench.chaos.worker's "
                           "CHAOS_VALUE_SCHEMA) registered in the cluster's schema registry")
@@ -519,6 +561,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                            "coordinator-pause,slow,power-failure")
     sweep.add_argument("--duration", type=float, default=60.0)
     sweep.add_argument("--netns", action="store_true")
+    sweep.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
     sweep.add_argument("--rate", type=float, default=200.0)
     sweep.add_argument("--keep", action="store_true",
                        help="keep every run's files (default: only the invalid runs')")

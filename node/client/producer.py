@@ -432,7 +432,7 @@ class Producer:
                 self._sealed.append(buf)
                 wake = True
             else:
-                wake = self.linger_s == 0
+                wake = self.linger_s == 0 or index == 0   # a new batch: Kafka's doSend wakes the sender
         if wake and self._sleeping:
             self._wake()
         return FutureRecordMetadata(buf.result, index, self._done)

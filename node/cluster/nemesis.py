@@ -11,6 +11,8 @@ Faults (each is healed when its duration ends):
 - ``pause``: SIGSTOP it, SIGCONT it;
 - ``restart``: SIGTERM (a controlled shutdown), start it again;
 - ``controller``: ``kill`` aimed at the current controller;
+- ``controller-move``: delete /controller, so the brokers elect a controller again
+  (nothing to heal: the election is the fault);
 - ``coordinator``: SIGKILL zk_lite, start it again;
 - ``coordinator-pause``: SIGSTOP zk_lite (longer than a session timeout makes the
   brokers' sessions expire), SIGCONT it;
@@ -37,7 +39,8 @@ or ``controller``. Each fault runs on its own timer, so a given schedule may ove
 faults (pause the followers, then kill the leader: the seeds' acks=1 loss). ``plan``
 draws a schedule from a seed: faults one after another, never overlapping, with quiet
 gaps between them, ending early enough for the cluster to heal before the run ends; the
-same seed gives the same schedule.
+same seed gives the same schedule. ``node.cluster.compose.plan`` draws rounds of
+overlapping faults instead (``chaos run --compose``).
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ import time
 from dataclasses import asdict, dataclass
 
 FAULTS = ("kill", "pause", "restart", "controller", "coordinator", "coordinator-pause",
-          "slow", "power-failure", "partition")
+          "slow", "power-failure", "partition", "controller-move")
 BROKER_FAULTS = ("kill", "pause", "restart", "slow", "power-failure")
 TARGETS = ("random", "leader", "followers", "controller")
 # What a drawn partition cuts: the seed's scenarios 1-8, and Jepsen's shapes.
@@ -155,6 +158,9 @@ class Nemesis:
         self.active: list[Applied] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        # Overlapping faults may aim at one broker: a power cut's kill-and-cut and any
+        # fault's restart of a process never interleave.
+        self._acting = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.started_ns = 0
 
@@ -237,7 +243,10 @@ class Nemesis:
         if planned.fault == "partition":
             return self._apply_partition(planned)
         if planned.fault == "power-failure":
-            return self._apply_power_failure(planned)
+            with self._acting:
+                return self._apply_power_failure(planned)
+        if planned.fault == "controller-move":
+            return self._apply_controller_move(planned)
         try:
             targets = self._resolve(planned)
         except Exception as e:  # the coordinator may be away: skip this fault
@@ -285,6 +294,19 @@ class Nemesis:
                 applied.error = (applied.error or "") + f"{broker_id}: {e}; "
                 log.warning("nemesis: power failure of %s: %s", broker_id, e)
         applied.detail = "; ".join(lost)
+        with self._lock:
+            self.applied.append(applied)
+            self.active.append(applied)
+        return applied
+
+    def _apply_controller_move(self, planned: Planned) -> Applied | None:
+        try:
+            deposed = self.cluster.move_controller()
+        except Exception as e:  # the coordinator may be away: skip this fault
+            log.warning("nemesis: no controller to move: %s", e)
+            return None
+        applied = Applied(planned.fault, "controller", time.monotonic_ns(),
+                          detail=f"deposed {deposed}")
         with self._lock:
             self.applied.append(applied)
             self.active.append(applied)
@@ -381,6 +403,19 @@ class Nemesis:
             with self._lock:
                 self.active.remove(applied)
             return
+        if applied.fault == "controller-move":
+            self._healed(applied)
+            return
+        with self._acting:
+            self._heal_processes(applied)
+        self._healed(applied)
+
+    def _healed(self, applied: Applied) -> None:
+        applied.end_ns = time.monotonic_ns()
+        with self._lock:
+            self.active.remove(applied)
+
+    def _heal_processes(self, applied: Applied) -> None:
         for target in applied.target.split(","):
             ident = "zk" if target == "zk" else int(target)
             try:
@@ -392,9 +427,6 @@ class Nemesis:
                 applied.error = (applied.error or "") + f"; heal: {e}"
                 log.warning("nemesis: healing %s of %s failed: %s", applied.fault,
                             target, e)
-        applied.end_ns = time.monotonic_ns()
-        with self._lock:
-            self.active.remove(applied)
 
     def heal_all(self) -> None:
         """After the run: every process running again (resume the stopped, start the

@@ -587,6 +587,19 @@ class Cluster:
 
         return self._zk_call(lambda zk: decode_controller(zk.get(CONTROLLER)[0]), None)
 
+    def move_controller(self) -> int | None:
+        """Delete /controller: every broker's watch fires and a new election runs (the
+        operators' way to move Kafka's controller). Returns the controller it deposed,
+        None if none was elected."""
+        from node.wire.zkdata import CONTROLLER, decode_controller
+
+        def delete(zk):
+            data, stat = zk.get(CONTROLLER)
+            zk.delete(CONTROLLER, version=stat.version)
+            return decode_controller(data)
+
+        return self._zk_call(delete, None)
+
     def partition_state(self, topic: str, partition: int):
         """The partition-state znode (``node.wire.zkdata.PartitionState``: leader,
         leader_epoch, isr, controller_epoch, zk_version), None if absent."""

@@ -106,6 +106,30 @@ def test_a_replay_runs_the_same_faults_in_the_same_order(tmp_path):
     assert sequence[0] == sequence[1] and len(sequence[0]) >= 2
 
 
+def test_a_composed_run_shrinks_the_isr_to_the_leader_then_kills_it(tmp_path):
+    """--compose, seed 2: its first round pauses both followers past
+    replica.lag.time.max.ms and kills the leader while they are still paused (drawn,
+    not scripted); under unclean election a follower that lacks the leader's last
+    acks=all writes leads: the checker finds them lost and the verdict shows the overlap."""
+    run = tmp_path / "composed"
+    result = chaos("run", "--dir", str(run), "--compose", "--profile", "unclean",
+                   "--seed", "2", "--faults", "kill,pause", "--duration", "18",
+                   "--partitions", "1", "--consumers", "0", "--rate", "300")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr
+    assert "composed (--compose)" in result.stdout
+    schedule = json.loads((run / "schedule.json").read_text())
+    assert [(p["fault"], p["target"]) for p in schedule] == [("pause", "followers"),
+                                                             ("kill", "leader")]
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["lost"] > 0 and verdict["divergent"] == 0, verdict
+    [overlap] = verdict["overlaps"]
+    assert [f.split()[0] for f in overlap["faults"]] == ["pause", "kill"]
+    assert overlap["to_s"] > overlap["from_s"]
+    faults = json.loads((run / "faults.json").read_text())
+    assert len(faults) == 2 and all(f["end_ns"] > f["start_ns"] for f in faults), faults
+    assert not cluster_objects(_cluster_id(run))
+
+
 @pytest.mark.parametrize("args, words", [
     (("run", "--dir", "{tmp}/x", "--faults", "meteor"), "unknown fault"),
     (("run", "--dir", "{tmp}/x", "--duration", "0"), "must be positive"),

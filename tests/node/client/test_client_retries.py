@@ -142,9 +142,6 @@ def test_callbacks_and_flush(scripted):
     assert broker.count(P.ApiKey.PRODUCE) == 1  # one linger window, one batch
 
 
-@pytest.mark.xfail(strict=True, reason="the sender is woken for a new batch only when it "
-                   "is full or linger.ms is 0 (Kafka's doSend also wakes it when a new batch "
-                   "is created): an idle sender sleeps IDLE_POLL_MS (1 s) past the linger")
 def test_a_send_to_an_idle_producer_goes_out_after_the_linger(scripted):
     broker = scripted(lambda r: produce_answer(r, 0))
     with Producer(broker.bootstrap, acks=1, linger_ms=2) as producer:
