@@ -258,7 +258,7 @@ def test_random_event_sequences_keep_the_invariants(unclean):
 def test_an_election_outside_the_isr_is_caught(monkeypatch):
     """A planted bug: the offline election takes the first live replica, in the ISR or
     not (and adds it to the ISR, so the core's own transition checks pass)."""
-    def elect_first_live(replicas, isr, eligible, unclean):
+    def elect_first_live(replicas, isr, eligible, unclean, elr=()):
         live = [r for r in replicas if r in eligible]
         if not live:
             return None
