@@ -301,12 +301,20 @@ def hw_truncation(play: Play) -> Iterator[Step]:
     for m, s in stages.items():
         s.wait_state("t", lambda st, C=cast[m][2]: st.leader == C, "C elected")
     yield Step("What C has", _s(
-        "Read the partition from C, now the leader, and compare with what was",
-        "acknowledged."))
+        "B comes back and follows C. Read the partition from C, now the leader, and",
+        "compare with what was acknowledged. (In leader-epoch mode KIP-966's strict min",
+        "ISR holds C's HW while C is alone in the ISR: the last write shows once B is",
+        "back in it.)"))
     for m, s in stages.items():
+        s.resume(cast[m][1])
+    for m, s in stages.items():
+        if m != "high-watermark":
+            C, last = cast[m][2], max(acked[m])
+            s.wait(lambda s=s, C=C, last=last: (lambda b: b is not None and
+                                                b.high_watermark > last)(s.board(C, "t")),
+                   "C's HW to cover the last write (B back in the ISR)")
         data = s.read("t")
         lost = [v.decode() for o, v in acked[m].items() if data.get(o) != v]
-        s.resume(cast[m][1])
         if m == "high-watermark":
             play.expect(bool(lost), f"{m}: acknowledged and lost: {lost}")
         else:

@@ -51,7 +51,8 @@ Rules (Kafka ZK mode, DESIGN.md "Replication"):
   (``node.core.replication.next_elr``); when no ISR member can lead, a live ELR member
   is elected (ISR = {it}). A replica that lost data, or whose broker comes back from
   an unclean shutdown, leaves the ELR.
-- Unclean recovery (KIP-966, ``unclean_recovery_strategy`` "balanced"): a partition
+- Unclean recovery (KIP-966, ``unclean_recovery_strategy`` "balanced", with or without
+  ELR: a replica registered as lost is never elected otherwise): a partition
   that no ISR or ELR member can lead, with unclean election off, asks every live
   replica for its log's end (GetReplicaLogInfo); once every replica has answered, or
   ``unclean_recovery_timeout_ms`` after it went offline, it elects the one with the
@@ -1284,8 +1285,7 @@ class Controller:
                        for r in set(state.isr) | set(state.elr))
 
     def _unclean_recovery(self) -> None:
-        if not self.config.eligible_leader_replicas or \
-                self.config.unclean_recovery_strategy != "balanced":
+        if self.config.unclean_recovery_strategy != "balanced":
             return
         for tp in sorted(self.recovering):
             if not self._needs_recovery(tp):

@@ -108,6 +108,7 @@ class SimConfig:
     durable_lost_marker: bool = True      # a lost replica stays lost across restarts
     eligible_leader_replicas: bool = False    # KIP-966 ELR + strict min ISR + recovery
     unclean_recovery_timeout_ms: int = 2_000
+    unclean_recovery: bool = True         # KIP-966's Balanced strategy (else None)
 
 
 @dataclass
@@ -198,7 +199,8 @@ class Sim:
             leader_imbalance_check_interval_seconds=c.leader_imbalance_check_interval_s,
             min_insync_replicas=c.min_insync_replicas,
             eligible_leader_replicas=c.eligible_leader_replicas,
-            unclean_recovery_timeout_ms=c.unclean_recovery_timeout_ms)
+            unclean_recovery_timeout_ms=c.unclean_recovery_timeout_ms,
+            unclean_recovery_strategy="balanced" if c.unclean_recovery else "none")
         self.zk_down: dict[int, Channel] = {}           # session -> coordinator-to-broker
         self.zk_up: dict[int, Channel] = {}             # session -> broker-to-coordinator
         self.channels: dict[tuple[int, int], Channel] = {}   # (term, broker) controller's

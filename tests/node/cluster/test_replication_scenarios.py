@@ -265,7 +265,8 @@ def test_hw_truncation_loses_acked_writes_after_a_double_failure(tmp_path, clust
     paused just after, so the controller elects B, and C becomes B's follower; then B's
     session expires and C is elected. In high-watermark mode C cut its log to its HW on
     becoming follower, so the last acknowledged write is gone. In leader-epoch mode C
-    waits for B's OffsetForLeaderEpoch answer, never cuts, and loses nothing."""
+    waits for B's OffsetForLeaderEpoch answer, never cuts, and loses nothing (the last
+    write is visible once B is back in the ISR: KIP-966's strict min ISR)."""
     with cluster(tmp_path, cluster_id, brokers=4, zookeeper_session_timeout_ms=2000,
                  replica_lag_time_max_ms=60000, replica_fetch_wait_max_ms=30000,
                  replication_truncation_mode=mode) as c:
@@ -304,9 +305,15 @@ def test_hw_truncation_loses_acked_writes_after_a_double_failure(tmp_path, clust
             wait_state(c, "t", lambda s: s.leader == C, "C elected after B's session expired")
             # Two elections: B's (while paused, C became its follower), then C's.
             assert state(c, "t").leader_epoch == epoch + 2, state(c, "t")
-            data = read_partition(c.bootstrap_servers, "t")
         finally:
             c.kill(B, "CONT")
+        if not loses:
+            # KIP-966's strict min ISR: C alone in the ISR holds its HW; the last write
+            # shows once B is back in the ISR.
+            c.wait_for(lambda: (board(c, C, "t") is not None and
+                                board(c, C, "t").high_watermark > last), 30,
+                       "C's HW to cover the last write once B is back in the ISR")
+        data = read_partition(c.bootstrap_servers, "t")
         lost = [v for o, v in acked.items() if data.get(o) != v.encode()]
         if loses:
             assert lost, "high-watermark truncation lost the last acknowledged write"
