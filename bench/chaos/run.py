@@ -586,6 +586,9 @@ def run(args) -> int:
                     args.producers < 1 or args.consumers < 0 or args.partitions < 1:
                 raise UsageError("--brokers, --duration, --rate and --producers must be "
                                  "positive")
+            if args.compose and args.schedule:
+                raise UsageError("--compose draws a schedule from --seed; --schedule gives "
+                                 "one: not both")
             return run_chaos(args)
         if args.chaos_command == "check":
             return judge(Path(args.run))

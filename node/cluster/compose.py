@@ -48,8 +48,8 @@ def plan(seed: int, faults: list[str], duration_s: float,
     out: list[N.Planned] = []
     at = N.FIRST_AT_MS
     end = int(duration_s * 1000) - N.HEAL_TAIL_MS
+    patterns = [p for p, needs in PATTERNS.items() if needs(faults)]
     while True:
-        patterns = [p for p, needs in PATTERNS.items() if needs(faults)]
         if patterns and rng.randrange(100) < PATTERN_PERCENT:
             round_ = PATTERN_DRAW[rng.choice(patterns)](rng, faults, targets, lag_ms)
         else:

@@ -134,6 +134,7 @@ def test_a_composed_run_shrinks_the_isr_to_the_leader_then_kills_it(tmp_path):
     (("run", "--dir", "{tmp}/x", "--faults", "meteor"), "unknown fault"),
     (("run", "--dir", "{tmp}/x", "--duration", "0"), "must be positive"),
     (("check", "{tmp}"), "not a chaos run"),
+    (("run", "--dir", "{tmp}/x", "--compose", "--schedule", "{tmp}/p.json"), "not both"),
 ])
 def test_a_bad_use_is_one_line_and_exit_2(tmp_path, args, words):
     result = chaos(*[a.format(tmp=tmp_path) for a in args], timeout=60)
