@@ -23,6 +23,8 @@ from node.wire.protocol import ApiKey
 
 
 class BrokerRequests:
+    """Builds and sends the controller's requests to brokers (state: ``core.Controller``)."""
+
     # ---------------------------------------------------------------- requests to brokers
 
     def _leader_and_isr_entry(self, tp: TopicPartition, is_new: bool) -> LeaderAndIsrPartition:

@@ -129,7 +129,7 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
     def pending_op_count(self) -> int:
         return len(self._pending_ops)
 
-    # ---------------------------------------------------------------- what it knows (every part asks)
+    # -------------------------------------------------------- what it knows (every part asks)
 
     def _log(self, level: str, message: str) -> None:
         self._out.append(LogLine(level, message))

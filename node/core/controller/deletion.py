@@ -16,6 +16,8 @@ from node.wire.errors import ErrorCode
 
 
 class TopicDeletion:
+    """Topic deletion (rules above; state: ``core.Controller``)."""
+
     # ---------------------------------------------------------------- topic deletion
 
     def _topic_replica_brokers(self, topic: str) -> set[int]:

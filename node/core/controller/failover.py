@@ -34,6 +34,8 @@ from node.wire.errors import ErrorCode
 
 
 class Failover:
+    """Failover and broker changes (rules above; state: ``core.Controller``)."""
+
     # ---------------------------------------------------------------- failover
 
     def _on_become_controller(self, ev: BecomeController) -> None:

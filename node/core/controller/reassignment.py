@@ -47,6 +47,8 @@ class _Reassignment:
 
 
 class Reassignments:
+    """Partition reassignment (rules above; state: ``core.Controller``)."""
+
     # ---------------------------------------------------------------- reassignment
 
     def _on_reassignment_requested(self, ev: ReassignmentRequested) -> None:

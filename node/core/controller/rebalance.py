@@ -13,11 +13,14 @@ Rules:
 from __future__ import annotations
 
 from node.core.controller import elections
-from node.core.controller.events import NO_LEADER, ElectionRequested, Tick, TopicPartition, ZkDelete
+from node.core.controller.events import (NO_LEADER, ElectionRequested, Tick, TopicPartition,
+                                         ZkDelete)
 from node.wire import zkdata as Z
 
 
 class Rebalance:
+    """Requested elections and the auto leader rebalance (rules above)."""
+
     # ---------------------------------------------------------------- elections
 
     def _on_election_requested(self, ev: ElectionRequested) -> None:

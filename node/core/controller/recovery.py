@@ -29,6 +29,8 @@ class _Recovery:
 
 
 class UncleanRecovery:
+    """Unclean recovery of partitions no clean replica can lead (rules above)."""
+
     # ---------------------------------------------------------------- unclean recovery
 
     def _needs_recovery(self, tp: TopicPartition) -> bool:

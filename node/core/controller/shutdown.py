@@ -15,6 +15,8 @@ from node.wire.errors import ErrorCode
 
 
 class ControlledShutdown:
+    """A broker's controlled shutdown (rules above; state: ``core.Controller``)."""
+
     # ---------------------------------------------------------------- controlled shutdown
 
     def _on_controlled_shutdown(self, ev: ControlledShutdownRequested) -> None:

@@ -19,6 +19,8 @@ from node.wire.zkdata import PartitionState
 
 
 class Topics:
+    """Topic and partition changes (rules above; state: ``core.Controller``)."""
+
     # ---------------------------------------------------------------- topics
 
     def _on_topic_changed(self, ev: TopicChanged) -> None:
