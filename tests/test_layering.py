@@ -5,6 +5,7 @@ the project (imports inside functions count too).
     node.wire  <-  node.client  <-  node.tools, node.perf, node.cluster  <-  bench
     node.client may use node.core.group (the consumer group's pure rebalance core).
     shm and zk_lite never import node; node.core imports no I/O module.
+    The controller's parts (node.core.controller.*) import only its events and elections.
 
 A new package of ``node`` must be given its place in ``LAYERS`` before it can land.
 """
@@ -40,6 +41,25 @@ LAYERS: dict[str, set[str]] = {
     "node.demo": _CLIENT_SIDE | {"node.tools", "node.cluster"},
     "node.cli": {"*"},
     "node": set(),  # node/__init__.py
+}
+# The controller's parts (node.core.controller, cut along Kafka's controller): each may
+# import these modules of its own package, nothing else of it ("core" puts the mixins
+# together; the package's __init__ only re-exports).
+CONTROLLER = "node.core.controller"
+_VOCABULARY = {"events", "elections"}
+CONTROLLER_PARTS: dict[str, set[str]] = {
+    "events": set(),
+    "elections": set(),
+    "broker_requests": _VOCABULARY,
+    "failover": _VOCABULARY,
+    "recovery": _VOCABULARY,
+    "topics": _VOCABULARY,
+    "rebalance": _VOCABULARY,
+    "shutdown": _VOCABULARY,
+    "reassignment": _VOCABULARY,
+    "deletion": _VOCABULARY,
+    "core": _VOCABULARY | {"broker_requests", "failover", "recovery", "topics", "rebalance",
+                           "shutdown", "reassignment", "deletion"},
 }
 # Modules a pure core must not import: I/O, clocks, processes, the network.
 CORE_FORBIDDEN = {"zmq", "kazoo", "socket", "time", "os", "subprocess", "threading",
@@ -198,19 +218,39 @@ def _cycle() -> list[str] | None:
     return None
 
 
+def test_every_part_of_the_controller_has_a_place():
+    found = {m[len(CONTROLLER) + 1:] for m in MODULES if m.startswith(CONTROLLER + ".")}
+    assert found == set(CONTROLLER_PARTS), f"give these a place: {found ^ set(CONTROLLER_PARTS)}"
+
+
+@pytest.mark.parametrize("part", sorted(CONTROLLER_PARTS))
+def test_controller_parts_import_only_what_they_may(part):
+    name = f"{CONTROLLER}.{part}"
+    bad = [f"{MODULES[name].relative_to(ROOT)}:{line} imports {target}"
+           for target, line in GRAPH[name]
+           if (target == CONTROLLER or target.startswith(CONTROLLER + "."))
+           and target[len(CONTROLLER) + 1:] not in CONTROLLER_PARTS[part]]
+    assert not bad, "\n".join(bad)
+
+
 def test_no_import_cycles():
     cycle = _cycle()
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 def test_the_checker_sees_a_layer_violation_and_a_cycle(monkeypatch):
-    """The checks above can fail: a made-up core importing the broker, and a cycle."""
+    """The checks above can fail: a made-up core importing the broker, a controller part
+    importing another part, and a cycle."""
     monkeypatch.setitem(MODULES, "node.core.fake", MODULES["node.core.replication"])
     monkeypatch.setitem(GRAPH, "node.core.fake", [("node.broker.server", 1), ("time", 2)])
     with pytest.raises(AssertionError):
         test_node_imports_follow_the_layers("node.core.fake")
     with pytest.raises(AssertionError):
         test_pure_cores_import_no_io("node.core.fake")
+    monkeypatch.setitem(GRAPH, f"{CONTROLLER}.topics",
+                        GRAPH[f"{CONTROLLER}.topics"] + [(f"{CONTROLLER}.failover", 1)])
+    with pytest.raises(AssertionError):
+        test_controller_parts_import_only_what_they_may("topics")
     monkeypatch.setitem(GRAPH, "node.wire.errors", GRAPH["node.wire.errors"] + [("node.core.fake", 1)])
     monkeypatch.setitem(GRAPH, "node.core.fake", [("node.wire.errors", 1)])
     assert _cycle() is not None

@@ -672,6 +672,18 @@ def test_same_events_give_the_same_effects_whatever_the_input_order():
     assert run([0, 1, 2, 3]) == run([3, 1, 0, 2])
 
 
+def test_no_part_of_the_controller_hides_another_parts_method():
+    """The core is the sum of its mixins: a name defined by two parts would silently
+    take one of them (the first in the MRO)."""
+    owners: dict[str, list[str]] = {}
+    for part in C.Controller.__mro__[:-1]:
+        for name in vars(part):
+            if not name.startswith("__"):
+                owners.setdefault(name, []).append(part.__name__)
+    shared = {name: parts for name, parts in owners.items() if len(parts) > 1}
+    assert not shared, shared
+
+
 def test_unknown_event_is_a_type_error():
     with pytest.raises(TypeError):
         C.Controller(0).step("hello")
