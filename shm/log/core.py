@@ -2,6 +2,9 @@
 flush, high watermark, truncation and close. Opening runs the loader (``loader``),
 retention's deletions live in ``retention``, the producers' snapshot files in
 ``producer_snapshots``; the layout and the rules they all keep are in ``shm.log``.
+About 640 lines, kept whole: every operation here changes the segment list, the
+offsets and the checkpoints together under the invariants of ``check``, as Kafka's
+LocalLog does; the parts that only run at open or on a schedule are cut out.
 
 Rules of the core:
 - Single writer (the ``.lock`` file is flock'd); appends are whole-batch copies published
@@ -125,7 +128,7 @@ class Log:
         # a truncation (rebuilt again on the next need). None: not built.
         self._producers: ProducerStates | None = None
 
-    # ================================================================ open / recovery
+    # ================================================================ open (recovery: loader)
 
     @classmethod
     def open(cls, data_dir: str, topic: str, partition: int, config: LogConfig | None = None,
