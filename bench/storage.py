@@ -176,7 +176,7 @@ class _Children:
 
 
 # ---------------------------------------------------------------- log adapter
-# The only place that knows the Log API (shm/log.py).
+# The only place that knows the Log API (shm.log).
 
 def open_log(root: str, cluster_id: str, *, reattach_indexes: bool = True, **config):
     from shm.config import LogConfig

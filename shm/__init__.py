@@ -1,10 +1,13 @@
 """Storage: record batches, segmented mmap'd logs, shared-memory indexes and board.
 
 - ``shm.batch``: the record-batch codec (Kafka v2 header, Arrow columnar body, CRC-32C);
-  ``build_batch``, ``parse_batch``, ``iter_batches``, ``stamp``, ``CorruptRecordError``.
+  ``build_batch`` (and ``encode_small_batch``, its struct fast path for a few records:
+  the one encoder, the producer's included), ``parse_batch``, ``iter_batches``,
+  ``stamp``, ``CorruptRecordError``.
 - ``shm.log``: ``Log`` - one partition replica's log (append as leader / follower, read,
-  roll, truncate, retention, flush, crash recovery); its docstring is the on-disk and
-  shared-memory layout that readers in other processes rely on.
+  roll, truncate, flush in ``core``; crash recovery in ``loader``; ``retention``; the
+  producers' ``producer_snapshots``); its docstring is the on-disk and shared-memory
+  layout that readers in other processes rely on.
 - ``shm.segment``: one segment file and its indexes (used by ``Log``).
 - ``shm.index``: ``OffsetIndex`` / ``TimeIndex`` in POSIX shared memory
   (``attach_readonly`` for other processes).

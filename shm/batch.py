@@ -43,10 +43,11 @@ Rules:
 """
 from __future__ import annotations
 
+import itertools
 import struct
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -199,11 +200,66 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
         buf[position:position + size] = memoryview(np.ascontiguousarray(part)).cast("B")
         position += size
     assert position == total_bytes
-    HEADER.pack_into(buf, 0, base_offset, total_bytes - LENGTH_OVERHEAD_BYTES,
+    _pack_header(buf, base_offset, partition_leader_epoch, attributes, n, base_timestamp,
+                 base_timestamp + int(deltas.max()), producer_id, producer_epoch,
+                 base_sequence)
+    return buf
+
+
+def _pack_header(buf: bytearray, base_offset: int, partition_leader_epoch: int,
+                 attributes: int, n: int, base_timestamp: int, max_timestamp: int,
+                 producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Write the header of the one batch filling ``buf`` (its body already in place),
+    then its CRC: the one header packing of both encoders."""
+    HEADER.pack_into(buf, 0, base_offset, len(buf) - LENGTH_OVERHEAD_BYTES,
                      partition_leader_epoch, MAGIC, 0, attributes, n - 1, base_timestamp,
-                     base_timestamp + int(deltas.max()), producer_id, producer_epoch,
-                     base_sequence, n)
+                     max_timestamp, producer_id, producer_epoch, base_sequence, n)
     CRC.pack_into(buf, CRC_POSITION, crc32c(memoryview(buf)[CRC_START:]))
+
+
+# Up to this many records, ``encode_small_batch`` packs with struct: numpy's and
+# pyarrow's fixed cost dominates a one-record batch (~50 us vs ~8 us). Not to be mixed
+# up with SMALL_BATCH_RECORDS, the struct path of ``check_batch``.
+SMALL_ENCODE_RECORDS_MAX = 256
+
+
+def encode_small_batch(values: list, keys: list | None, timestamps) -> bytearray | None:
+    """``build_batch``'s fast path for a few records, byte for byte the same batch,
+    without numpy or pyarrow (the producer's path for what ``send`` buffers). ``values``
+    and ``keys``: lists of bytes; ``timestamps``: an int or a list of n ints. Returns
+    None when the input needs the general encoder (null values, mixed null keys, too
+    many records, a too wide time span or size): then call ``build_batch``."""
+    n = len(values)
+    if not 1 <= n <= SMALL_ENCODE_RECORDS_MAX or None in values:
+        return None
+    if isinstance(timestamps, int):
+        base_timestamp = max_timestamp = timestamps
+        deltas = bytes(4 * n)
+    else:
+        base_timestamp, max_timestamp = min(timestamps), max(timestamps)
+        if max_timestamp - base_timestamp > 2**31 - 1:
+            return None
+        deltas = struct.pack(f"<{n}i", *[t - base_timestamp for t in timestamps])
+    attributes = 0
+    if keys is None:
+        key_offsets, key_data, key_bitmap = bytes(4 * (n + 1)), b"", bytes((n + 7) // 8)
+        attributes |= ATTR_KEY_NULLS
+    else:
+        if None in keys:
+            return None
+        key_offsets = struct.pack(f"<{n + 1}i", *itertools.accumulate(map(len, keys),
+                                                                        initial=0))
+        key_data, key_bitmap = b"".join(keys), b""
+    value_offsets = struct.pack(f"<{n + 1}i", *itertools.accumulate(map(len, values),
+                                                                      initial=0))
+    body = b"".join((deltas, key_offsets, value_offsets, key_data, *values, key_bitmap))
+    total = HEADER_BYTES + len(body)
+    if total > BATCH_BYTES_MAX:
+        return None
+    buf = bytearray(total)
+    buf[HEADER_BYTES:] = body
+    _pack_header(buf, 0, -1, attributes, n, base_timestamp, max_timestamp, NO_PRODUCER_ID,
+                 NO_PRODUCER_EPOCH, NO_SEQUENCE)
     return buf
 
 

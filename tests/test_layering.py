@@ -254,3 +254,47 @@ def test_the_checker_sees_a_layer_violation_and_a_cycle(monkeypatch):
     monkeypatch.setitem(GRAPH, "node.wire.errors", GRAPH["node.wire.errors"] + [("node.core.fake", 1)])
     monkeypatch.setitem(GRAPH, "node.core.fake", [("node.wire.errors", 1)])
     assert _cycle() is not None
+
+
+# ---------------------------------------------------------------- one batch encoder
+# shm.batch is the one record-batch encoder (the producer's small-batch fast path
+# included): no other module packs a batch header or its CRC.
+_BATCH_STRUCTS = {"HEADER", "CRC", "PRODUCER", "BASE_OFFSET", "LEADER_EPOCH"}
+
+
+def _batch_packers(tree: ast.AST) -> list[int]:
+    """Lines that import shm.batch's header structs or pack through one of them."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "shm.batch" and \
+                any(alias.name in _BATCH_STRUCTS for alias in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("pack", "pack_into") and \
+                isinstance(node.func.value, ast.Attribute) and \
+                node.func.value.attr in _BATCH_STRUCTS:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_shm_batch_packs_record_batch_headers():
+    bad = [f"{path.relative_to(ROOT)}:{line}" for name, path in MODULES.items()
+           if name != "shm.batch"
+           for line in _batch_packers(ast.parse(path.read_text(), filename=str(path)))]
+    assert not bad, "a second batch-header packing (use shm.batch):\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_a_second_header_packing():
+    assert _batch_packers(ast.parse("from shm.batch import HEADER, CRC\n")) == [1]
+    assert _batch_packers(ast.parse("from shm import batch as B\n"
+                                    "B.HEADER.pack_into(buf, 0, *fields)\n")) == [2]
+    assert _batch_packers(ast.parse("from shm.batch import build_batch\n")) == []
+
+
+@pytest.mark.parametrize("name", ["shm.log.loader", "shm.log.retention",
+                                  "shm.log.producer_snapshots"])
+def test_the_logs_parts_do_not_import_its_core(name):
+    """The loader and retention are functions of a Log: the core imports them, never
+    the reverse (the cycle test would see it; this names the rule)."""
+    assert name in MODULES
+    assert not [t for t, _ in GRAPH[name] if t == "shm.log.core" or t == "shm.log"]

@@ -4,8 +4,9 @@
 
 Modules: ``types`` (records, metadata tuples, errors), ``metadata`` (bootstrap parsing,
 the Metadata snapshot and its fetcher), ``network`` (one thread's channels to the
-brokers), ``producer``, ``consumer`` (its KIP-320 position check in ``offset_validation``),
-``admin``, ``partitioner``. This package only re-exports; no submodule imports it.
+brokers), ``producer`` (a package: its API, accumulator, sender and futures),
+``consumer`` (its KIP-320 position check in ``offset_validation``), ``admin``,
+``partitioner``. This package only re-exports; no submodule imports it.
 """
 from node.client.admin import Admin
 from node.client.consumer import Consumer, LogTruncationException

@@ -82,7 +82,7 @@ def test_snapshots_at_each_roll_rebuild_the_same_state(tmp_path, cluster_id):
     retention remove the snapshots they make wrong."""
     import os
 
-    from shm import log as L
+    from shm.log.producer_snapshots import SNAPSHOTS_KEPT, snapshot_offsets, snapshot_path
     from tests.shm.test_log_recovery import open_log
     log = open_log(tmp_path, cluster_id)
     try:
@@ -90,28 +90,28 @@ def test_snapshots_at_each_roll_rebuild_the_same_state(tmp_path, cluster_id):
         for i in range(300):
             log.append_as_leader(_batch(1 + i % 3, 0, (i // 3) * 2, 2), 0)
         assert len(log.segments) > 3
-        snapshots = log._snapshot_offsets()
-        assert snapshots and len(snapshots) <= L.SNAPSHOTS_KEPT
+        snapshots = snapshot_offsets(log.directory)
+        assert snapshots and len(snapshots) <= SNAPSHOTS_KEPT
         assert all(o in log._bases for o in snapshots)
         expected = log.producer_states().to_json()
         log.close()
         log = open_log(tmp_path, cluster_id)
         assert log.producer_states().to_json() == expected
         log._producers = None
-        for offset in log._snapshot_offsets():      # every snapshot torn: a full walk
-            with open(log._snapshot_path(offset), "r+b") as f:
+        for offset in snapshot_offsets(log.directory):      # every snapshot torn: a full walk
+            with open(snapshot_path(log.directory, offset), "r+b") as f:
                 f.seek(12)
                 f.write(b"#")
         assert log.producer_states().to_json() == expected
-        assert log._snapshot_offsets() == []        # the torn ones are gone
+        assert snapshot_offsets(log.directory) == []        # the torn ones are gone
         log.append_as_leader(_batch(1, 0, 200, 2), 0)
         log.roll()
-        newest = log._snapshot_offsets()[-1]
+        newest = snapshot_offsets(log.directory)[-1]
         log.truncate_to(newest - 2)
-        assert all(o <= log.log_end_offset for o in log._snapshot_offsets())
+        assert all(o <= log.log_end_offset for o in snapshot_offsets(log.directory))
         assert log.producer_states().check(1, 0, 200, 201)[0] is Verdict.APPEND
         log.truncate_fully_and_start_at(5000)
-        assert log._snapshot_offsets() == [] and len(log.producer_states()) == 0
+        assert snapshot_offsets(log.directory) == [] and len(log.producer_states()) == 0
         assert not [n for n in os.listdir(log.directory) if n.endswith(".tmp")]
     finally:
         log.delete()

@@ -249,23 +249,3 @@ def test_producer_against_a_broker_speaking_the_protocol(router):
         assert seen == [b"v%d" % i for i in range(5)]
         assert {f.get(1).partition for f in futures} == {1}
 
-
-def test_small_batch_encoder_matches_build_batch_byte_for_byte():
-    import random
-
-    from node.client.producer import encode_small_batch
-    from shm.batch import build_batch, parse_batch
-
-    rng = random.Random(5)
-    for n in (1, 2, 7, 8, 9, 100, 256):
-        values = [rng.randbytes(rng.randrange(0, 40)) for _ in range(n)]
-        keys = [rng.randbytes(rng.randrange(0, 9)) for _ in range(n)]
-        stamps = [1_700_000_000_000 + rng.randrange(0, 5000) for _ in range(n)]
-        for k in (None, keys):
-            for ts in (1_700_000_000_123, stamps):
-                small = encode_small_batch(values, k, ts)
-                assert small == build_batch(values, k, ts), (n, k is None, ts)
-                assert parse_batch(small).values.to_pylist() == values
-    assert encode_small_batch([b"a", None], None, 1) is None  # null value: general path
-    assert encode_small_batch([b"a", b"b"], [b"k", None], 1) is None
-    assert encode_small_batch([b"a"] * 257, None, 1) is None

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from node.client import Admin, Consumer, Network, Producer
-from node.client.producer import _Sender
+from node.client.producer.sender import Sender
 from node.cluster import Cluster
 from node.wire import protocol as P
 from node.wire.errors import ErrorCode
@@ -147,12 +147,12 @@ def test_a_leader_killed_mid_stream_duplicates_nothing(cluster, monkeypatch):
     producer = Producer(cluster.bootstrap_servers, acks="all", request_timeout_ms=2000,
                         retry_backoff_ms=50, linger_ms=0)
     retried_at: list[float] = []         # a spy: the sender's retry decisions, timed
-    real_retry_or_fail = _Sender.retry_or_fail
+    real_retry_or_fail = Sender.retry_or_fail
 
     def retry_or_fail(self, tp, batches, e, now):
         retried_at.append(time.monotonic())
         return real_retry_or_fail(self, tp, batches, e, now)
-    monkeypatch.setattr(_Sender, "retry_or_fail", retry_or_fail)
+    monkeypatch.setattr(Sender, "retry_or_fail", retry_or_fail)
     stop = threading.Event()
     acked: list[bytes] = []
     acked_at: list[float] = []

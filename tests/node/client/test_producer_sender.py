@@ -7,7 +7,10 @@ import time
 
 from node.client.metadata import ClusterMetadata
 from node.client.network import Completion
-from node.client.producer import Producer, _Batch, _Result, _Sender
+from node.client.producer import Producer
+from node.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from node.client.producer.futures import ProduceRequestResult
+from node.client.producer.sender import Sender
 from node.wire.errors import ErrorCode
 
 
@@ -21,20 +24,21 @@ class _Net:
         self.cancelled.append((endpoint, cid))
 
 
-def _sender() -> tuple[_Sender, Producer]:
+def _sender() -> tuple[Sender, Producer]:
     p = Producer.__new__(Producer)          # no I/O thread: the test is the I/O thread
     p._lock, p._done = threading.Lock(), threading.Condition()
-    p._incomplete, p._metadata_wanted = 1, False
+    p._accumulator = RecordAccumulator(p._lock, batch_size=16384, linger_s=0.0)
+    p._accumulator.incomplete, p._metadata_wanted = 1, False
     p.retries, p.retry_backoff_s, p.delivery_timeout_s = 10, 0.0, 60.0
     p.idempotent = False                    # its subject is retries and abandons
     p._metadata = ClusterMetadata()
-    return _Sender(p, _Net()), p
+    return Sender(p, _Net()), p
 
 
 def test_a_failure_of_an_abandoned_request_does_not_queue_its_batches_twice():
     sender, p = _sender()
     tp = ("t", 0)
-    batch = _Batch(tp, b"x", 1, _Result("t", 0), created_s=0.0)
+    batch = ProducerBatch(tp, b"x", 1, ProduceRequestResult("t", 0), created_s=0.0)
     batch.sent_epoch = 3
     context = ("produce", [(tp, [batch])])
     sender.produce_in_flight[id(context)] = ("tcp://a:1", 7, context, 0.0)
@@ -49,13 +53,13 @@ def test_a_failure_of_an_abandoned_request_does_not_queue_its_batches_twice():
     sender.on_produce(Completion("tcp://a:1", context, None, ErrorCode.NETWORK_EXCEPTION,
                                  "connection lost"))
     assert list(sender.queues[tp]) == [batch], "queued twice: sent twice, counted twice"
-    assert p._incomplete == 1 and not batch.result.done
+    assert p._accumulator.incomplete == 1 and not batch.result.done
 
 
 def test_a_completion_of_a_request_in_flight_still_retries_it():
     sender, p = _sender()
     tp = ("t", 0)
-    batch = _Batch(tp, b"x", 1, _Result("t", 0), created_s=time.monotonic())
+    batch = ProducerBatch(tp, b"x", 1, ProduceRequestResult("t", 0), created_s=time.monotonic())
     context = ("produce", [(tp, [batch])])
     sender.produce_in_flight[id(context)] = ("tcp://a:1", 7, context, 0.0)
     sender.on_produce(Completion("tcp://a:1", context, None, ErrorCode.NETWORK_EXCEPTION,

@@ -1,122 +1,57 @@
-"""A partition replica's log: segments on disk, indexes in shared memory, crash recovery.
+"""``Log``: one partition replica's log - append (as leader, as follower), read, roll,
+flush, high watermark, truncation and close. Opening runs the loader (``loader``),
+retention's deletions live in ``retention``, the producers' snapshot files in
+``producer_snapshots``; the layout and the rules they all keep are in ``shm.log``.
+About 640 lines, kept whole: every operation here changes the segment list, the
+offsets and the checkpoints together under the invariants of ``check``, as Kafka's
+LocalLog does; the parts that only run at open or on a schedule are cut out.
 
-On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
-
-    <data_dir>/recovery-point-offset-checkpoint    Kafka text format, all partitions
-    <data_dir>/replication-offset-checkpoint       high watermarks, same format
-    <data_dir>/log-start-offset-checkpoint         durable lower bound of each log start
-    <data_dir>/<topic>-<partition>/
-        00000000000000000000.log        segment: whole record batches back to back
-        00000000000000000000.index      offset index (written on roll and clean close)
-        00000000000000000000.timeindex  time index (same)
-        00000000000000004711.log        next segment, named by its base offset
-        leader-epoch-checkpoint         epoch -> start offset
-        truncation-intent               only while a truncation is under way
-        *.log.deleted                   a segment being deleted (not part of the log)
-        .lock                           flock'd by the one Log that has it open
-
-- Segment files are named by base offset (``%020d.log``); the segment with the highest
-  base offset is the active one. Its file is preallocated (sparse, zero-filled) to
-  ``log.segment.bytes`` and mmap'd; bytes after the last batch are zero. Every other
-  segment's file is trimmed to its data. So a reader mapping a segment must stop at
-  an offset it knows is written (HW) or at the first 12-byte zero prefix, and must
-  never touch bytes past the file's current size: a roll trims the file it mapped at
-  full capacity, and touching a page past the end of a file is SIGBUS.
-- The log start offset is the base offset of the first segment; retention deletes
-  whole segments, never the active one.
-
-Shared memory (see ``shm/index.py`` for the object layout): per segment
-
-    /mk-<cluster_id>-b<broker_id>-<topic>-<partition>-<segment base offset>-idx
-    /mk-<cluster_id>-b<broker_id>-<topic>-<partition>-<segment base offset>-tidx
-
-Another process attaches them with ``OffsetIndex.attach_readonly(cluster_id,
-broker_id, topic, partition, base_offset)`` (``TimeIndex`` likewise); they live while
-the log is open (and after a crash, until the log is reopened or ``cleanup_cluster``)
-and are unlinked by ``close()``. A new segment's index objects are created before its
-``.log`` file, so a reader that sees the file finds the index (possibly still empty:
-then it scans from position 0). A reader finds a batch: pick the segment file with
-the largest base offset <= target, ``OffsetIndex.lookup(target)`` -> (offset,
-position), then walk batch headers (size = batch_length + 12) from that position.
-
-Rules and invariants:
-- log_start_offset <= high_watermark <= log_end_offset; recovery_point <= LEO.
-- Offsets are contiguous: each batch starts at the previous batch's next offset, each
-  segment at the previous segment's next offset.
-- Appends are whole-batch copies published by advancing the segment size, so
-  ``read`` never returns a torn batch; views are read-only.
-- Default flush policy: never fsync on append (acks come from the page cache and
-  durability from replication, as Kafka). ``flush()`` fsyncs and advances the
-  recovery point, which is checkpointed; a roll flushes the sealed segment in a
-  background thread and then advances the recovery point, as Kafka.
-- Recovery (``Log.open`` after an unclean shutdown) trusts everything below the
-  recovery point and verifies CRC and structure from there on, so its cost is the
-  unflushed tail. It cuts a torn or corrupt tail and reports each cut
-  (``RecoveryReport.truncations``, and a warning on the ``shm.log`` logger).
-- Multi-step changes of the segment set are crash-safe (SIGKILL at any point, and
-  power loss for what they made durable): ``truncate_to`` and
-  ``truncate_fully_and_start_at`` first write a ``truncation-intent`` durably, and
-  recovery finishes an interrupted one; retention first checkpoints the new log start
-  offset, and recovery deletes every segment below it. Segments are deleted by renaming
-  to ``.log.deleted`` (from the end for truncation, so a crash leaves a prefix), one
-  directory fsync, then unlinking; recovery removes ``.deleted`` and orphan index
-  files. A roll creates the new segment only after sealing the old one, so any crash
-  leaves either the old active segment or an empty new one after it.
-  ``shm.faults`` names every intermediate step; the crash tests die at each.
-- Indexes: ``reattach_indexes=True`` (default) reattaches shared memory left by the
-  previous incarnation, or loads the ``.index`` files, validating entries against the
-  segments; anything invalid is rebuilt. ``reattach_indexes=False`` rebuilds all.
+Rules of the core:
+- Single writer (the ``.lock`` file is flock'd); appends are whole-batch copies published
+  by advancing the segment size, so ``read`` never returns a torn batch.
+- Offsets are contiguous; log_start_offset <= high_watermark <= log_end_offset and
+  recovery_point <= LEO hold after every operation (``check``).
+- A multi-step change of the segment set writes its intent durably first (truncation)
+  or its new log start offset (retention), so a crash at any named ``shm.faults`` point
+  leaves what recovery finishes.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
 import fcntl
-import json
 import logging
 import os
-import re
 import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-from crc32c import crc32c
 
 from shm import batch as B
 from shm import faults
 from shm.batch import CorruptRecordError
-from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
-                            RECOVERY_POINT_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
-                            TRUNCATION_INTENT, CheckpointError, LeaderEpochCache,
-                            OffsetCheckpointFile, TruncationIntent, fsync_dir)
-from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX, LogConfig
-from shm.errors import (LogClosedError, LogError, OffsetOutOfRangeError,  # noqa: F401
+from shm.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
+                            REPLICATION_OFFSET_CHECKPOINT, TRUNCATION_INTENT, CheckpointError,
+                            LeaderEpochCache, OffsetCheckpointFile, TruncationIntent,
+                            fsync_dir)
+from shm.config import SEGMENTS_PER_LOG_MAX, LogConfig
+from shm.errors import (LogClosedError, LogError, OffsetOutOfRangeError,
                         RecordTooLargeError, UnexpectedAppendOffsetError)
-from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
-                       index_name)
-from shm.names import check_cluster_id, cluster_objects, unlink
+from shm.index import KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name
+from shm.log import loader, retention
+from shm.log.loader import TRUNCATE_FULLY, TRUNCATE_TO, RecoveryReport
+from shm.log.producer_snapshots import (delete_snapshots, read_snapshot, snapshot_offsets,
+                                        write_snapshot)
+from shm.names import check_cluster_id
 from shm.producer_state import ProducerStates, last_sequence
-from shm.segment import DELETED_SUFFIX, Segment, segment_file_name
+from shm.segment import Segment
 
 logger = logging.getLogger("shm.log")
 
 BATCHES_PER_APPEND_MAX = 100_000
 LOCK_FILE = ".lock"
-_INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
-_INDEX_FILE = re.compile(r"^(\d{20})\.(index|timeindex)$")
-SNAPSHOT_SUFFIX = ".snapshot"      # idempotent producers' state as of an offset
-SNAPSHOTS_KEPT = 3
-TRUNCATE_TO = "truncate_to"
-TRUNCATE_FULLY = "truncate_fully_and_start_at"
-
-
-def _unlink_if_present(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 @dataclass(frozen=True)
@@ -125,37 +60,6 @@ class AppendInfo:
     last_offset: int
     record_count: int
     batch_count: int
-
-
-@dataclass(frozen=True)
-class Truncation:
-    """What recovery cut: ``bytes`` from ``position`` of ``file`` (offset ``offset`` on)."""
-
-    file: str
-    position: int
-    offset: int
-    bytes: int
-    reason: str
-
-
-@dataclass
-class RecoveryReport:
-    recovery_point: int = 0
-    log_end_offset: int = 0
-    segments_scanned: int = 0
-    bytes_scanned: int = 0
-    batches_scanned: int = 0
-    indexes_reattached: int = 0
-    indexes_loaded: int = 0
-    indexes_rebuilt: int = 0
-    truncations: list[Truncation] = field(default_factory=list)
-    # Operations a crash interrupted and recovery finished, e.g. "truncate_to(264)".
-    completed_operations: list[str] = field(default_factory=list)
-    elapsed_s: float = 0.0
-
-    @property
-    def truncated(self) -> bool:
-        return bool(self.truncations)
 
 
 @dataclass
@@ -224,7 +128,7 @@ class Log:
         # a truncation (rebuilt again on the next need). None: not built.
         self._producers: ProducerStates | None = None
 
-    # ================================================================ open / recovery
+    # ================================================================ open (recovery: loader)
 
     @classmethod
     def open(cls, data_dir: str, topic: str, partition: int, config: LogConfig | None = None,
@@ -236,58 +140,12 @@ class Log:
         os.makedirs(log.directory, exist_ok=True)
         log._lock()
         try:
-            log._load(reattach_indexes, wall_clock_ms() if now_ms is None else now_ms)
+            loader.load(log, reattach_indexes, wall_clock_ms() if now_ms is None else now_ms)
         except BaseException:
             log.abandon()  # drop maps, descriptors and the lock; leave files for a retry
             raise
         log.recovery.elapsed_s = time.perf_counter() - started
         return log
-
-    def _load(self, reattach_indexes: bool, now_ms: int) -> None:
-        for name in os.listdir(self.directory):
-            if name.endswith(".tmp") or name.endswith(DELETED_SUFFIX):
-                os.unlink(os.path.join(self.directory, name))  # half-written or deleted
-        self._last_flush_ms = now_ms
-        epoch_path = os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT)
-        try:
-            self.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: self.log_end_offset)
-        except CheckpointError as e:
-            logger.warning("%s; starting with an empty leader epoch cache", e)
-            os.unlink(epoch_path)
-            self.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: self.log_end_offset)
-        intent = self._read_intent()
-        if intent is not None and intent[0] == TRUNCATE_FULLY:
-            self._redo_truncate_fully_files(intent[1])
-        bases = self._segment_bases()
-        if len(bases) > SEGMENTS_PER_LOG_MAX:
-            raise LogError(f"{self.directory}: {len(bases)} segments > {SEGMENTS_PER_LOG_MAX}")
-        bases = self._delete_below_log_start(bases)
-        self._unlink_stray_index_files(bases)
-        self._unlink_orphan_indexes(bases)
-        if not bases:
-            start = self._read_checkpoint(self._log_start_file)
-            self._add_segment(self._new_segment(start, now_ms))
-            fsync_dir(self.directory)
-            self.recovery_point = start
-        else:
-            self._recover(bases, reattach_indexes, now_ms)
-        self.high_watermark = min(max(self._read_checkpoint(self._hw_file),
-                                      self.log_start_offset), self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        if intent is not None:
-            # Finish what the crash interrupted, then forget it.
-            if intent[0] == TRUNCATE_TO:
-                self._truncate_to(intent[1])
-            else:
-                self._start_at(intent[1])
-            logger.warning("recovery of %s finished an interrupted %s(%d)", self.directory,
-                           intent[0], intent[1])
-            self.recovery.completed_operations.append(f"{intent[0]}({intent[1]})")
-            self._intent.remove()
-        self.recovery.log_end_offset = self.log_end_offset
-        self._delete_snapshots(lambda o: o > self.log_end_offset or o < self.log_start_offset)
-        self.check()
 
     def _lock(self) -> None:
         """One writer per partition directory (Kafka locks its log dirs the same way);
@@ -306,231 +164,9 @@ class Log:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = -1
 
-    def _unlink_orphan_indexes(self, bases: list[int]) -> None:
-        """Shared memory of segments that are gone (a crash between deleting a segment's
-        file and its indexes, or the reverse) would leak until ``cluster down``."""
-        head = index_name(self.cluster_id, self.broker_id, self.topic, self.partition, 0,
-                          KIND_OFFSET)[:-len("0-idx")]
-        wanted = set(bases)
-        for name in cluster_objects(self.cluster_id):
-            rest = name[len(head):] if name.startswith(head) else ""
-            match = _INDEX_SUFFIX.match(rest)
-            if match and int(match.group(1)) not in wanted:
-                unlink(name)
-
-    def _segment_bases(self) -> list[int]:
-        return sorted(int(n[:-4]) for n in os.listdir(self.directory)
-                      if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
-
-    def _read_intent(self) -> tuple[str, int] | None:
-        try:
-            return self._intent.read()
-        except CheckpointError as e:
-            # Written atomically, so not a crash artifact: guessing could resurrect data.
-            raise LogError(f"{e}; refusing to open {self.directory}") from e
-
-    def _delete_segment_files(self, base: int) -> None:
-        """Recovery's deletion of a segment it never opened: .log first (renamed, so a
-        crash here leaves a .deleted file, not a segment without its start)."""
-        stem = os.path.join(self.directory, f"{base:020d}")
-        try:
-            os.rename(stem + ".log", stem + ".log" + DELETED_SUFFIX)
-        except FileNotFoundError:
-            pass
-        for path in (stem + ".index", stem + ".timeindex", stem + ".log" + DELETED_SUFFIX):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-
-    def _redo_truncate_fully_files(self, offset: int) -> None:
-        """A crash interrupted truncate_fully_and_start_at(offset) after its intent was
-        durable: every segment file goes (the new one, if created, is still empty: no
-        append runs while the intent exists); the caller creates the segment at
-        ``offset`` (from the log start checkpoint) and ``_start_at`` does the rest."""
-        for base in self._segment_bases():
-            self._delete_segment_files(base)
-        fsync_dir(self.directory)
-        self._log_start_file.update(self.topic, self.partition, offset)
-
-    def _delete_below_log_start(self, bases: list[int]) -> list[int]:
-        """Finish a retention that a crash interrupted: the new log start offset was
-        checkpointed before any file went, so every segment that ends at or below it
-        (the next segment starts at or below it) is deleted; returns the bases kept."""
-        log_start = self._read_checkpoint(self._log_start_file)
-        first = 0
-        while first + 1 < len(bases) and bases[first + 1] <= log_start:
-            first += 1
-        if first:
-            for base in bases[:first]:
-                self._delete_segment_files(base)
-            fsync_dir(self.directory)
-            self.recovery.completed_operations.append(f"delete_old_segments({log_start})")
-            logger.warning("recovery of %s deleted %d segment(s) below the checkpointed log "
-                           "start offset %d (retention interrupted)", self.directory, first,
-                           log_start)
-        if bases[first:] and bases[first] < log_start:
-            logger.warning("%s: log start offset %d is inside segment %d", self.directory,
-                           log_start, bases[first])
-        return bases[first:]
-
-    def _unlink_stray_index_files(self, bases: list[int]) -> None:
-        """Index files of deleted segments (a crash between a deletion's unlinks) must not
-        be loaded if a segment with that base offset appears again."""
-        wanted = set(bases)
-        for name in os.listdir(self.directory):
-            match = _INDEX_FILE.match(name)
-            if match and int(match.group(1)) not in wanted:
-                os.unlink(os.path.join(self.directory, name))
-
-    def _read_checkpoint(self, file: OffsetCheckpointFile) -> int:
-        try:
-            return file.read().get((self.topic, self.partition), 0)
-        except CheckpointError as e:
-            logger.warning("%s; treating it as 0 (recover everything)", e)
-            return 0
-
-    def _recover(self, bases: list[int], reattach: bool, now_ms: int) -> None:
-        report = self.recovery
-        checkpointed = self._read_checkpoint(self._recovery_file)
-        recovery_point = max(checkpointed, bases[0])
-        report.recovery_point = recovery_point
-        first_scanned = bisect.bisect_right(bases, recovery_point) - 1
-        segments = []
-        for base in bases:
-            offset_index, time_index, from_files = self._open_indexes(base, reattach)
-            segment = Segment.open(self.directory, base, self.config.segment_bytes,
-                                   offset_index, time_index, self.config.index_interval_bytes,
-                                   now_ms)
-            segment.indexes_dirty = not from_files  # cuts and appends set it again
-            segments.append(segment)
-        # Below the recovery point: sealed, flushed, trusted (indexes validated).
-        for i in range(first_scanned):
-            segment = segments[i]
-            segment.map_readonly()
-            if not self._trust(segment):
-                first_scanned = i  # damaged below the recovery point: verify it too
-                recovery_point = segment.base_offset
-                break
-        for i in range(first_scanned, len(segments)):
-            segment = segments[i]
-            last = i == len(segments) - 1
-            if last:
-                segment.activate()
-            else:
-                segment.map_readonly()
-            start = 0
-            if i == first_scanned:
-                start = self._scan_start(segment, recovery_point)
-            if start == 0:
-                self._clear_indexes(segment)
-            file_end = segment.file_bytes
-            result = segment.recover_from(start, BATCH_BYTES_MAX, self._recovered_batch)
-            report.segments_scanned += 1
-            report.bytes_scanned += result.end_position - start
-            report.batches_scanned += result.batches
-            error = result.error
-            if error is None and not last and result.end_position != file_end:
-                error = f"zero bytes at position {result.end_position} of a sealed segment"
-            if error is not None:
-                dirty_end = segment.nonzero_end(result.end_position)
-                cut = dirty_end - result.end_position
-                for later in reversed(segments[i + 1:]):  # a crash leaves a prefix
-                    cut += later.file_bytes
-                    later.delete()
-                del segments[i + 1:]
-                segment.truncate_at(result.end_position, dirty_end)
-                truncation = Truncation(segment.path, result.end_position, segment.next_offset,
-                                        cut, error)
-                report.truncations.append(truncation)
-                logger.warning("recovery of %s cut %d bytes at position %d of %s (offset %d "
-                               "on): %s", self.directory, cut, truncation.position,
-                               truncation.file, truncation.offset, error)
-                break
-        for i, segment in enumerate(segments):
-            if self.segments and segment.base_offset != self.log_end_offset:
-                # A missing segment file: offsets must stay contiguous, so the log ends
-                # where the gap starts.
-                error = (f"segment {segment_file_name(segment.base_offset)} starts at "
-                         f"{segment.base_offset}, the log before it ends at "
-                         f"{self.log_end_offset}")
-                cut = sum(later.size_bytes for later in segments[i:])
-                for later in reversed(segments[i:]):
-                    later.delete()
-                report.truncations.append(
-                    Truncation(segment.path, 0, self.log_end_offset, cut, error))
-                logger.warning("recovery of %s cut %d bytes: %s", self.directory, cut, error)
-                break
-            self._add_segment(segment)
-        if not self.segments[-1].active:
-            self.segments[-1].activate()
-        self.recovery_point = min(recovery_point, self.log_end_offset)
-        if report.truncations or checkpointed > self.log_end_offset:
-            self._write_recovery_point()  # never leave a checkpoint above the LEO
-
-    def _recovered_batch(self, header: B.BatchHeader) -> None:
-        # As Kafka: epochs of recovered batches re-enter the cache (it may lag the log).
-        if header.partition_leader_epoch >= 0:
-            self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-
-    def _open_indexes(self, base: int, reattach: bool) -> tuple[OffsetIndex, TimeIndex, bool]:
-        """(offset index, time index, both loaded from their files)."""
-        indexes, loaded = [], 0
-        stem = os.path.join(self.directory, f"{base:020d}")
-        for cls, kind, suffix in ((OffsetIndex, KIND_OFFSET, ".index"),
-                                  (TimeIndex, KIND_TIME, ".timeindex")):
-            name = index_name(self.cluster_id, self.broker_id, self.topic, self.partition,
-                              base, kind)
-            index = None
-            if reattach:
-                try:
-                    index = cls.attach(name, base)
-                    self.recovery.indexes_reattached += 1
-                except IndexCorruptError:
-                    index = None
-            if index is None:
-                index = cls.create(name, base, self._index_entries_max())
-                if reattach:
-                    try:
-                        keys, values = cls.read_file(stem + suffix, base)
-                        index.load(keys, values)
-                        self.recovery.indexes_loaded += 1
-                        loaded += 1
-                    except IndexCorruptError:
-                        index.truncate_to_count(0)
-            indexes.append(index)
-        return indexes[0], indexes[1], loaded == 2
-
     def _index_entries_max(self) -> int:
         by_segment = self.config.segment_bytes // self.config.index_interval_bytes + 2
         return max(2, min(self.config.index_entries_max, by_segment))
-
-    def _clear_indexes(self, segment: Segment) -> None:
-        segment.offset_index.truncate_to_count(0)
-        segment.time_index.truncate_to_count(0)
-        segment.indexes_dirty = True
-
-    def _trust(self, segment: Segment) -> bool:
-        """Accept a sealed segment below the recovery point; rebuild bad indexes by a
-        header walk. False if even the walk fails (then the segment is verified)."""
-        size = segment.file_bytes
-        segment.cut_indexes_after(size)
-        if not segment.indexes_valid():
-            self._clear_indexes(segment)
-        if segment.offset_index.count == 0 and size > 0:
-            self.recovery.indexes_rebuilt += 1
-        return segment.trust(size)
-
-    def _scan_start(self, segment: Segment, recovery_point: int) -> int:
-        """Where verification starts: the indexed batch at or below the recovery point,
-        if the index entry checks out; else the segment's start."""
-        segment.cut_indexes_after(segment.file_bytes)
-        offset, position = segment.offset_index.lookup(recovery_point)
-        if position > 0 and segment.indexes_valid():
-            return position
-        if segment.offset_index.count > 0 or segment.file_bytes > 0:
-            self.recovery.indexes_rebuilt += 1
-        return 0
 
     # ================================================================ state
 
@@ -664,9 +300,9 @@ class Log:
         self._ensure_open()
         if self._producers is None:
             states, start = None, self.log_start_offset
-            for offset in reversed(self._snapshot_offsets()):
+            for offset in reversed(snapshot_offsets(self.directory)):
                 if self.log_start_offset <= offset <= self.log_end_offset:
-                    states = self._read_producer_snapshot(offset)
+                    states = read_snapshot(self.directory, offset)
                     if states is not None:
                         start = offset
                         break
@@ -683,50 +319,6 @@ class Log:
                         self._learn_producer(header)
                     position += header.size_bytes
         return self._producers
-
-    def _snapshot_path(self, offset: int) -> str:
-        return os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
-
-    def _snapshot_offsets(self) -> list[int]:
-        return sorted(int(n[:20]) for n in os.listdir(self.directory)
-                      if n.endswith(SNAPSHOT_SUFFIX) and len(n) == 20 + len(SNAPSHOT_SUFFIX)
-                      and n[:20].isdigit())
-
-    def _write_producer_snapshot(self, offset: int) -> None:
-        """The producers' state as of ``offset`` (every batch below it), with its CRC.
-        Not fsynced: it is derived from the log, and a lost or torn one is rebuilt."""
-        payload = json.dumps({"offset": offset, "producers": self._producers.to_json()},
-                             separators=(",", ":")).encode()
-        path = self._snapshot_path(offset)
-        with open(path + ".tmp", "wb") as f:
-            f.write(b"%08x\n" % crc32c(payload) + payload)
-        os.replace(path + ".tmp", path)
-        self._delete_snapshots(lambda o: o < self.log_start_offset)
-        kept = self._snapshot_offsets()
-        for old in kept[:-SNAPSHOTS_KEPT]:
-            _unlink_if_present(self._snapshot_path(old))
-
-    def _read_producer_snapshot(self, offset: int) -> ProducerStates | None:
-        path = self._snapshot_path(offset)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-            crc, payload = int(data[:8], 16), data[9:]
-            if crc != crc32c(payload):
-                raise ValueError("CRC mismatch")
-            snapshot = json.loads(payload)
-            if snapshot["offset"] != offset:
-                raise ValueError(f"it says offset {snapshot['offset']}")
-            return ProducerStates.from_json(snapshot["producers"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            logger.warning("ignoring producer-state snapshot %s: %s", path, e)
-            _unlink_if_present(path)
-            return None
-
-    def _delete_snapshots(self, which) -> None:
-        for offset in self._snapshot_offsets():
-            if which(offset):
-                _unlink_if_present(self._snapshot_path(offset))
 
     def _learn_producer(self, header: B.BatchHeader) -> None:
         if header.base_sequence < 0 or header.producer_epoch < 0:
@@ -810,7 +402,8 @@ class Log:
         self._add_segment(self._new_segment(self.log_end_offset, now_ms))
         faults.point("roll:segment-created")
         if self._producers is not None and len(self._producers):
-            self._write_producer_snapshot(self.log_end_offset)
+            write_snapshot(self.directory, self.log_end_offset, self._producers,
+                           self.log_start_offset)
         fsync_dir(self.directory)
         faults.point("roll:directory-synced")
         # As Kafka: the sealed segments are fsynced in the background and the recovery
@@ -972,7 +565,7 @@ class Log:
     def _start_at(self, offset: int) -> None:
         """The checkpoints of an empty log restarted at ``offset`` (its only segment)."""
         self._producers = None
-        self._delete_snapshots(lambda o: True)
+        delete_snapshots(self.directory, lambda o: True)
         assert self.log_start_offset == self.log_end_offset == offset
         self.high_watermark = offset
         self.recovery_point = offset
@@ -984,7 +577,7 @@ class Log:
     def _after_truncation(self) -> None:
         self._roll_flush = None  # its offset may now name different data: forget it
         self._producers = None   # rebuilt from what is left when next needed
-        self._delete_snapshots(lambda o: o > self.log_end_offset)
+        delete_snapshots(self.directory, lambda o: o > self.log_end_offset)
         if self.high_watermark > self.log_end_offset:
             # Lower the checkpoint too: otherwise, after new appends at these offsets
             # and a crash, the old HW would cover records no replica has confirmed.
@@ -1003,46 +596,10 @@ class Log:
         from the start, only below the HW, never the active one. Returns how many."""
         self._ensure_open()
         now_ms = wall_clock_ms() if now_ms is None else now_ms
-        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-        total = self.size_bytes
-        victims = 0
-        while victims < len(self.segments) - 1:
-            first = self.segments[victims]
-            if first.next_offset > self.high_watermark:
-                break
-            expired = retention_ms >= 0 and first.max_timestamp >= 0 and \
-                now_ms - first.max_timestamp > retention_ms
-            too_big = retention_bytes >= 0 and total - first.size_bytes >= retention_bytes
-            if not (expired or too_big):
-                break
-            total -= first.size_bytes
-            victims += 1
+        victims = retention.segments_past_retention(self, now_ms)
         if victims:
-            self._delete_first_segments(victims)
+            retention.delete_first_segments(self, victims)
         return victims
-
-    def _delete_first_segments(self, count: int) -> None:
-        """Crash-safe: the new log start offset is durable before any file goes (Kafka's
-        log-start-offset-checkpoint), and recovery deletes every segment below it."""
-        victims = self.segments[:count]
-        self._log_start_file.update(self.topic, self.partition, self.segments[count].base_offset)
-        faults.point("retention:log-start-written")
-        for victim in victims:
-            victim.mark_deleted()
-            faults.point("retention:segment-renamed")
-        fsync_dir(self.directory)
-        faults.point("retention:segments-renamed-durable")
-        for victim in victims:
-            victim.delete()
-            faults.point("retention:segment-deleted")
-        del self.segments[:count]
-        del self._bases[:count]
-        self._delete_snapshots(lambda o: o < self.log_start_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        if self.recovery_point < self.log_start_offset:
-            self.recovery_point = self.log_start_offset
-            self._write_recovery_point()
-        self.check()
 
     # ================================================================ close / delete
 
