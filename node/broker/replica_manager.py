@@ -30,6 +30,10 @@ The directory stays offline until the broker restarts. When every log directory 
 offline the broker stops (``on_all_log_dirs_offline``), as Kafka halts.
 
 Everything runs on the loop thread; kazoo completions are posted back to it.
+
+About 700 lines, kept whole: every part (LeaderAndIsr, effects, ISR writes, offline
+dirs, the periodic duties) changes the same table of partitions on the loop thread; the
+shared-memory board's publishing is the part that could leave first.
 """
 from __future__ import annotations
 
