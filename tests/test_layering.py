@@ -166,6 +166,42 @@ def test_bench_does_not_reach_into_the_broker():
     assert not bad, "\n".join(bad)
 
 
+# The broker's request handlers (node.broker.apis, Kafka's KafkaApis) answer through
+# KafkaApis.send_response: they know neither the broker's lifecycle nor the transport, so
+# another wire can call them. The listener knows no handler and no lifecycle.
+_BROKER_SEAMS = {
+    "node.broker.apis": ("node.broker.server", "node.broker.socket_server",
+                         "node.broker.__main__", "node.net", "node.local_link", "zmq", "kazoo"),
+    "node.broker.socket_server": ("node.broker.apis", "node.broker.server",
+                                  "node.broker.replica_manager", "kazoo"),
+}
+
+
+def _seam_violations(graph) -> list[str]:
+    bad = []
+    for name in sorted(graph):
+        for seam, forbidden in _BROKER_SEAMS.items():
+            if name != seam and not name.startswith(seam + "."):
+                continue
+            bad += [f"{name}:{line} imports {t}" for t, line in graph[name]
+                    if any(t == f or t.startswith(f + ".") for f in forbidden)]
+    return bad
+
+
+def test_request_handlers_know_neither_the_lifecycle_nor_the_transport():
+    assert "node.broker.apis.kafka_apis" in MODULES and "node.broker.socket_server" in MODULES
+    bad = _seam_violations(GRAPH)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_seam_check_sees_a_handler_reaching_into_the_listener(monkeypatch):
+    monkeypatch.setitem(GRAPH, "node.broker.apis.produce",
+                        GRAPH["node.broker.apis.produce"] + [("node.broker.socket_server", 1)])
+    monkeypatch.setitem(GRAPH, "node.broker.socket_server",
+                        GRAPH["node.broker.socket_server"] + [("node.broker.apis.fetch", 2)])
+    assert len(_seam_violations(GRAPH)) == 2
+
+
 def test_a_package_is_not_imported_by_its_own_submodules():
     """``__init__`` only re-exports: a submodule importing its package is a cycle."""
     bad = []

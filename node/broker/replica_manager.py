@@ -7,7 +7,8 @@ order (``apply_effects``), writes ISR changes to the coordinator, ticks the core
 the logs' periodic duties (HW checkpoint, retention, flush) and publishes each replica
 on the shared-memory board.
 
-Effects, in the order a core returns them (``node.core.replication`` says why):
+Effects, in the order a core returns them (``node.core.replication`` says why), each
+by its handler in a table keyed by effect type:
 - ``Truncate`` / ``TruncateFully`` / ``AssignEpoch`` / ``SetHighWatermark`` on the
   local log before anything after them;
 - ``WriteIsr``: a conditional ``set`` of the partition-state znode at ``zk_version``,
@@ -29,6 +30,10 @@ The directory stays offline until the broker restarts. When every log directory 
 offline the broker stops (``on_all_log_dirs_offline``), as Kafka halts.
 
 Everything runs on the loop thread; kazoo completions are posted back to it.
+
+About 700 lines, kept whole: every part (LeaderAndIsr, effects, ISR writes, offline
+dirs, the periodic duties) changes the same table of partitions on the loop thread; the
+shared-memory board's publishing is the part that could leave first.
 """
 from __future__ import annotations
 
@@ -49,9 +54,10 @@ from node.broker.coordinator import GuardedZk
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS, LogLimiter
 from node.config import BrokerConfig, topic_log_config, topic_setting
 from node.broker.metadata_cache import MetadataCache
-from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
-                              Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
-                              TruncateFully, TruncationMode, WriteIsr)
+from node.core.replication import (AssignEpoch, CompleteProduce, Effect, ReplicaCore,
+                                   ReplicationConfig, Role, SendOffsetForLeaderEpoch,
+                                   SetHighWatermark, Truncate, TruncateFully, TruncationMode,
+                                   WriteIsr)
 from shm import batch as B
 from shm import board as SB
 from shm.batch import CorruptRecordError
@@ -146,6 +152,17 @@ class ReplicaManager:
         # and never between a request and its answer.
         self.dirty: set[Partition] = set()
         self._wall_offset_ms = int(time.time() * 1000) - now_ms()
+        # One handler per effect type (the controller's events have such a table too).
+        self._effect_handlers: dict[type, Callable[[Partition, Effect], None]] = {
+            CompleteProduce: self._complete_produce,
+            SetHighWatermark: self._set_high_watermark,
+            Truncate: self._truncate,
+            TruncateFully: self._truncate_fully,
+            AssignEpoch: self._assign_epoch,
+            WriteIsr: self._write_isr,
+            SendOffsetForLeaderEpoch: self._send_offset_for_leader_epoch,
+        }
+        assert set(self._effect_handlers) == set(Effect.__args__)
 
     def endpoint_of(self, broker_id: int) -> str | None:
         return self.leader_endpoints.get(broker_id) or self.metadata.endpoint(broker_id)
@@ -191,29 +208,35 @@ class ReplicaManager:
 
     def apply_effects(self, part: Partition, effects) -> None:
         """Perform a core's effects in the order it returned them."""
-        log = part.log
+        handlers = self._effect_handlers
         for effect in effects:
-            kind = type(effect)
-            if kind is CompleteProduce:
-                self.on_produce_complete(part, effect)
-            elif kind is SetHighWatermark:
-                log.update_high_watermark(effect.offset)
-                self.on_high_watermark(part)
-            elif kind is Truncate:
-                self._log_truncation(part, effect.offset, "truncating to")
-                log.truncate_to(effect.offset)
-            elif kind is TruncateFully:
-                self._log_truncation(part, effect.offset, "truncating fully, restarting at")
-                log.truncate_fully_and_start_at(effect.offset)
-            elif kind is AssignEpoch:
-                log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
-            elif kind is WriteIsr:
-                self._write_isr(part, effect)
-            elif kind is SendOffsetForLeaderEpoch:
-                self.fetchers.send_offset_for_leader_epoch(part, effect)
-            else:
+            handler = handlers.get(type(effect))
+            if handler is None:
                 raise AssertionError(f"unknown effect {effect!r}")
+            handler(part, effect)
         self.mark_dirty(part)
+
+    def _complete_produce(self, part: Partition, effect: CompleteProduce) -> None:
+        self.on_produce_complete(part, effect)
+
+    def _set_high_watermark(self, part: Partition, effect: SetHighWatermark) -> None:
+        part.log.update_high_watermark(effect.offset)
+        self.on_high_watermark(part)
+
+    def _truncate(self, part: Partition, effect: Truncate) -> None:
+        self._log_truncation(part, effect.offset, "truncating to")
+        part.log.truncate_to(effect.offset)
+
+    def _truncate_fully(self, part: Partition, effect: TruncateFully) -> None:
+        self._log_truncation(part, effect.offset, "truncating fully, restarting at")
+        part.log.truncate_fully_and_start_at(effect.offset)
+
+    def _assign_epoch(self, part: Partition, effect: AssignEpoch) -> None:
+        part.log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
+
+    def _send_offset_for_leader_epoch(self, part: Partition,
+                                      effect: SendOffsetForLeaderEpoch) -> None:
+        self.fetchers.send_offset_for_leader_epoch(part, effect)
 
     def _log_truncation(self, part: Partition, offset: int, what: str) -> None:
         """INFO for a truncation of uncommitted records; WARN with counts when it cuts

@@ -1,0 +1,21 @@
+"""The broker's request handling, as Kafka's ``KafkaApis``: one dispatch table
+(``kafka_apis.HANDLERS``) from API key to one handler per request family, each a module:
+
+    kafka_apis   KafkaApis: decoding, the table, ApiVersions, errors a handler raises
+    produce      Produce, and the idempotent producer's duplicate check
+    fetch        Fetch (consumers and followers; long polls parked in the purgatory)
+    offsets      ListOffsets, OffsetForLeaderEpoch
+    metadata     Metadata
+    control      LeaderAndIsr, UpdateMetadata, StopReplica, GetReplicaLogInfo,
+                 ControlledShutdown (requests from and to the controller)
+    tracing      the stamps of traced writes (bench.latency --breakdown)
+    common       an API's name, the error for a partition not hosted here
+
+Admin requests go to ``node.broker.admin_manager`` through the same table. A handler
+takes a decoded request and answers through ``KafkaApis.send_response``; it knows
+nothing of the broker's lifecycle (``node.broker.server``) nor of the transport
+(``node.broker.socket_server``).
+"""
+from node.broker.apis.kafka_apis import HANDLERS, KafkaApis
+
+__all__ = ["HANDLERS", "KafkaApis"]

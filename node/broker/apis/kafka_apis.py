@@ -1,0 +1,140 @@
+"""``KafkaApis``: one dispatch table from API key to the handler of its request family.
+
+A handler is ``handler(apis, peer, request)``: a decoded ``node.wire.protocol.Request``,
+the ``KafkaApis`` (what the handlers need of the broker: its replica manager, metadata
+cache, purgatory, coordinator client, controller, epoch) and the peer to answer, which it
+answers once through ``apis.send_response(peer, correlation_id, api_key, body, frames)``
+(at once, or later from the purgatory or the controller). The peer is opaque to the
+handlers: the listener that received the request knows how to answer it
+(``node.broker.socket_server``), so another wire can decode its own requests and call the
+same table.
+
+``handle`` decodes the native wire's frames. A request that does not decode gets
+INVALID_REQUEST when its correlation id can be read (and is dropped otherwise); another
+version than ``P.API_VERSION`` gets UNSUPPORTED_VERSION; an unknown API key gets
+INVALID_REQUEST. A handler's ``ProtocolError`` becomes INVALID_REQUEST; a disk or
+coordinator failure costs only its request (``node.broker.failures``); anything else is
+a bug and stops the broker.
+"""
+from __future__ import annotations
+
+from functools import partial
+import logging
+from typing import Callable
+
+from node.broker.admin_manager import ADMIN_API_KEYS, handle_admin_request
+from node.broker.apis import control, fetch, metadata, offsets, produce
+from node.broker.apis.common import api_name
+from node.broker.coordinator import GuardedZk
+from node.broker.failures import EXPECTED_ERRORS
+from node.broker.loop import EventLoop
+from node.broker.metadata_cache import MetadataCache
+from node.broker.purgatory import FetchPurgatory
+from node.broker.replica_manager import ReplicaManager
+from node.config import BrokerConfig
+from node.wire import errors as E
+from node.wire import protocol as P
+from node.wire.errors import ErrorCode
+
+logger = logging.getLogger("node.broker.server")
+
+
+def _handle_admin(apis, identity, request: P.Request) -> None:
+    body = handle_admin_request(request.api_key, request.body, zk=apis.zk, config=apis.config)
+    apis.send_response(identity, request.correlation_id, request.api_key, body)
+
+
+Handler = Callable[["KafkaApis", object, P.Request], None]
+
+HANDLERS: dict[int, Handler] = {
+    P.ApiKey.PRODUCE: produce.handle_produce,
+    P.ApiKey.FETCH: fetch.handle_fetch,
+    P.ApiKey.LIST_OFFSETS: offsets.handle_list_offsets,
+    P.ApiKey.METADATA: metadata.handle_metadata,
+    P.ApiKey.LEADER_AND_ISR: control.handle_leader_and_isr,
+    P.ApiKey.STOP_REPLICA: control.handle_stop_replica,
+    P.ApiKey.UPDATE_METADATA: control.handle_update_metadata,
+    P.ApiKey.CONTROLLED_SHUTDOWN: control.handle_controlled_shutdown,
+    P.ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
+    P.ApiKey.GET_REPLICA_LOG_INFO: control.handle_get_replica_log_info,
+}
+assert not set(HANDLERS) & set(ADMIN_API_KEYS)
+HANDLERS.update((key, _handle_admin) for key in ADMIN_API_KEYS)
+
+
+class KafkaApis:
+    def __init__(self, *, config: BrokerConfig, zk: GuardedZk, loop: EventLoop,
+                 replicas: ReplicaManager, metadata: MetadataCache,
+                 send_response: Callable[..., None], broker_epoch: Callable[[], int],
+                 controller: Callable[[], object]) -> None:
+        self.config = config
+        self.zk = zk
+        self.replicas = replicas
+        self.metadata = metadata
+        self.send_response = send_response   # (peer, correlation id, api key, body, frames)
+        self.broker_epoch = broker_epoch     # this incarnation's (KIP-380); -1 unregistered
+        self.controller = controller         # the ControllerRunner, once started
+        self.purgatory = FetchPurgatory(loop, partial(fetch.read_fetch, self),
+                                        partial(fetch.answer_fetch, self))
+        self.on_produce_complete = partial(produce.on_produce_complete, self)
+        self.pending_produces = 0            # acks=all partition appends waiting
+        # Traced acks=all writes waiting for their followers: partition key ->
+        # (last offset, the request's trace). Empty unless a client asked for a trace.
+        self.traces: dict[tuple[str, int], tuple[int, dict]] = {}
+        self.trace_replica = -1  # the follower whose fetch is being applied
+
+    def handle(self, identity, frames) -> None:
+        """One request of the native wire (``node.wire.protocol``), answered through
+        ``send_response``."""
+        try:
+            request = P.decode_request(frames)
+        except P.ProtocolError as e:
+            correlation_id = P.peek_correlation_id(frames)
+            logger.warning("malformed request (correlation id %s): %s", correlation_id, e)
+            if correlation_id is not None:
+                api_key = P.peek_api_key(frames)
+                self.send_response(identity, correlation_id,
+                                   api_key if api_key is not None else -1,
+                                   {"error": ErrorCode.INVALID_REQUEST, "error_message": str(e)})
+            return
+        if request.api_key == P.ApiKey.API_VERSIONS:
+            self._handle_api_versions(identity, request)
+            return
+        if request.api_version != P.API_VERSION:
+            name = api_name(request.api_key)
+            self.send_response(identity, request.correlation_id, request.api_key,
+                               {"error": ErrorCode.UNSUPPORTED_VERSION,
+                                "error_message": f"{name} version {request.api_version} is "
+                                                 f"not supported (versions {P.API_VERSION} "
+                                                 f"to {P.API_VERSION}; see ApiVersions)"})
+            return
+        try:
+            handler = HANDLERS.get(request.api_key)
+            if handler is not None:
+                handler(self, identity, request)
+            else:
+                self.send_response(identity, request.correlation_id, request.api_key,
+                                   {"error": ErrorCode.INVALID_REQUEST,
+                                    "error_message": f"unsupported api key {request.api_key}"})
+        except P.ProtocolError as e:
+            logger.warning("invalid %s request from %s: %s", api_name(request.api_key),
+                           request.client_id, e)
+            self.send_response(identity, request.correlation_id, request.api_key,
+                               {"error": ErrorCode.INVALID_REQUEST, "error_message": str(e)})
+        except EXPECTED_ERRORS as e:
+            # A disk or coordinator failure costs this request; anything else is a bug
+            # and stops the broker (node.broker.failures).
+            code = E.code_for_exception(e)
+            logger.error("%s request failed: %s", api_name(request.api_key), e)
+            self.send_response(identity, request.correlation_id, request.api_key,
+                               {"error": code, "error_message": str(e)})
+
+    def _handle_api_versions(self, identity, request: P.Request) -> None:
+        """Kafka's ApiVersions: every API this broker answers, with its version range.
+        Answered in any version (a client learns the ranges from it)."""
+        keys = [[int(k), P.API_VERSION, P.API_VERSION] for k in sorted(P.ApiKey)
+                if k in HANDLERS or k == P.ApiKey.API_VERSIONS]
+        error = ErrorCode.NONE if request.api_version == P.API_VERSION else \
+            ErrorCode.UNSUPPORTED_VERSION
+        self.send_response(identity, request.correlation_id, request.api_key,
+                           {"error": error, "api_keys": keys})

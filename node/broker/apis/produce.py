@@ -1,0 +1,176 @@
+"""Produce (Kafka's handleProduceRequest and the leader's append).
+
+Each partition's frame (whole batches, never re-encoded) is appended by its leader, which
+stamps offsets and its epoch in place. acks 0 and 1 are answered after the append (acks=0
+with nothing, as Kafka); acks=all waits in a ``ProduceRequest`` until the core's
+``CompleteProduce`` (the replica manager calls ``on_produce_complete``). A frame of an
+idempotent producer (KIP-98) is checked first (``producer_verdict``): a retry of batches
+already appended gets their original offsets and nothing is appended twice.
+"""
+from __future__ import annotations
+
+import time
+
+from node.broker import limits as L
+from node.broker.apis.common import not_hosted_error
+from node.broker.apis.tracing import start_trace
+from node.broker.failures import STORAGE_ERRORS
+from node.broker.loop import now_ms
+from node.broker.purgatory import ProduceRequest
+from node.broker.replica_manager import Partition
+from node.core.replication import CompleteProduce
+from node.wire import errors as E
+from node.wire import protocol as P
+from node.wire.errors import ErrorCode
+from shm import batch as B
+from shm.batch import CorruptRecordError
+from shm.producer_state import Verdict, check_frame
+
+
+def handle_produce(apis, identity, request: P.Request) -> None:
+    body = request.body
+    acks = P.field(body, "acks", int)
+    if acks not in (-1, 0, 1):
+        raise P.ProtocolError(f"acks must be -1, 0 or 1, got {acks}")
+    timeout_ms = min(max(P.field(body, "timeout_ms", int), 0), L.PRODUCE_TIMEOUT_MS_MAX)
+    entries = P.entries(body, "partitions", 2)
+    if len(request.frames) != len(entries):
+        raise P.ProtocolError(f"{len(entries)} partitions but {len(request.frames)} "
+                              f"batch frames")
+    produce = ProduceRequest(identity, request.correlation_id, acks,
+                             [[t, p, None, -1, -1, None] for t, p in entries], len(entries))
+    if "trace" in body:
+        produce.trace = start_trace(body["trace"])
+    now = now_ms()
+    appended = []
+    for i, ((topic, partition), frame) in enumerate(zip(entries, request.frames)):
+        part = _produce_partition(apis, produce, i, topic, partition, frame, timeout_ms, now)
+        if part is not None:
+            appended.append(part)
+    produce.in_handler = False
+    answer_produce(apis, produce)
+    if acks != -1:
+        # The producer's answer first; then the parked fetches get the new bytes.
+        for part in appended:
+            apis.purgatory.wake(part.key, leo_moved=True)
+
+
+def _produce_partition(apis, produce: ProduceRequest, index: int, topic: str,
+                       partition: int, frame, timeout_ms: int, now: int) -> Partition | None:
+    """Append one partition's batches (one frame, whole batches, never re-encoded);
+    the partition if they were appended. With acks=all the parked follower fetches
+    get them at once (their next fetch is what completes the request); with acks 0
+    and 1 the caller wakes them after answering the producer."""
+    replicas = apis.replicas
+    part = replicas.partitions.get((topic, partition))
+    if part is None:
+        produce.complete(index, not_hosted_error(apis.metadata, topic, partition), -1, -1)
+        return None
+    log = part.log
+    if replicas.is_offline(part):
+        produce.complete(index, ErrorCode.KAFKA_STORAGE_ERROR, -1, -1,
+                         f"the replica of {topic}-{partition} is offline")
+        return None
+    error = part.core.check_produce(produce.acks)
+    if error:
+        produce.complete(index, error, -1, log.log_start_offset)
+        return None
+    if produce.acks == -1 and apis.pending_produces >= L.PENDING_PRODUCE_REQUESTS_MAX:
+        produce.complete(index, ErrorCode.REQUEST_TIMED_OUT, -1, log.log_start_offset,
+                         "too many produce requests waiting for acks")
+        return None
+    # The leader stamps offsets and its epoch in place: a zmq frame is writable.
+    data = frame.buffer if hasattr(frame, "buffer") else bytearray(frame)
+    try:
+        verdict = producer_verdict(log, data)
+    except STORAGE_ERRORS as e:     # building the producers' state read the log
+        produce.complete(index, E.code_for_exception(e), -1, log.log_start_offset, str(e))
+        return None
+    if verdict is not None:
+        code, first, last = verdict
+        if code:
+            produce.complete(index, code, -1, log.log_start_offset)
+            return None
+        # A retry of batches already appended (their answer was lost): the original
+        # offsets, once committed (acks=all), and nothing appended twice.
+        if produce.acks != -1 or last < log.high_watermark:
+            produce.complete(index, ErrorCode.NONE, first, log.log_start_offset)
+            return None
+        apis.pending_produces += 1
+        effects = part.core.on_leader_append((produce, index), produce.acks, first, last,
+                                             timeout_ms, now, part.view)
+        replicas.apply_effects(part, effects)
+        return None
+    try:
+        info = log.append_as_leader(data, part.core.leader_epoch)
+    except STORAGE_ERRORS as e:  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR
+        code = E.code_for_exception(e)
+        if isinstance(e, OSError):      # a full or failing disk: the dir goes offline
+            code = ErrorCode.KAFKA_STORAGE_ERROR
+            replicas.storage_failed(part, e)
+        elif code == ErrorCode.UNKNOWN_SERVER_ERROR:
+            replicas.log_storage_error(part, "append", e)
+        produce.complete(index, code, -1, log.log_start_offset, str(e))
+        return None
+    if produce.trace is not None:
+        produce.trace["append"] = time.monotonic_ns()
+        if produce.acks == -1 and len(apis.traces) < L.TRACED_WRITES_MAX:
+            apis.traces[part.key] = (info.last_offset, produce.trace)
+    if produce.acks == -1:
+        apis.pending_produces += 1
+        apis.purgatory.wake(part.key, leo_moved=True)
+    effects = part.core.on_leader_append((produce, index), produce.acks, info.first_offset,
+                                         info.last_offset, timeout_ms, now, part.view)
+    replicas.apply_effects(part, effects)
+    return part
+
+
+def on_produce_complete(apis, part: Partition, effect: CompleteProduce) -> None:
+    produce, index = effect.request_id
+    if produce.acks == -1:
+        apis.pending_produces -= 1
+    if produce.trace is not None:
+        produce.trace["high_watermark"] = time.monotonic_ns()
+        produce.trace["by"] = apis.trace_replica
+        apis.traces.pop(part.key, None)
+    produce.complete(index, effect.error, effect.base_offset, part.log.log_start_offset)
+    answer_produce(apis, produce)
+
+
+def answer_produce(apis, produce: ProduceRequest) -> None:
+    if produce.ready() and produce.acks != 0:  # Kafka sends nothing for acks=0
+        body = {"partitions": produce.results}
+        if produce.trace is not None:
+            produce.trace["answer"] = time.monotonic_ns()
+            body["trace"] = produce.trace
+        apis.send_response(produce.identity, produce.correlation_id, P.ApiKey.PRODUCE, body)
+
+
+_VERDICT_ERRORS = {Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                   Verdict.UNKNOWN_PRODUCER: ErrorCode.UNKNOWN_PRODUCER_ID,
+                   Verdict.FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+                   Verdict.MIXED: ErrorCode.INVALID_REQUEST}
+
+
+def producer_verdict(log, data) -> tuple[int, int, int] | None:
+    """For a frame of an idempotent producer (KIP-98): None to append it; (error, -1, -1)
+    to refuse it; (0, first offset, last offset) when every batch of it was appended
+    before (a retry whose answer was lost). The decision is ``check_frame``'s."""
+    view = memoryview(data).cast("B")
+    headers, position = [], 0
+    while position < len(view):
+        try:
+            header = B.read_header(view, position)
+        except CorruptRecordError:
+            return None                 # the append refuses it with CORRUPT_MESSAGE
+        headers.append(header)
+        position += header.size_bytes
+    if not any(h.producer_id >= 0 for h in headers):
+        return None                     # not idempotent: no state is needed
+    found = check_frame(log.producer_states(), headers)
+    if found is None or found[0] is Verdict.APPEND:
+        return None
+    verdict, first, last = found
+    if verdict is Verdict.DUPLICATE:
+        return ErrorCode.NONE, first, last
+    return _VERDICT_ERRORS[verdict], -1, -1
