@@ -5,7 +5,7 @@ on this 2-core machine that costs about 100 µs per one-way hop at low load, aga
 about 15 µs for a Unix socket read straight by the receiving loop (measured: a
 DEALER/ROUTER round trip p50 ≈ 250 µs, a Unix socket one ≈ 30 µs). An acks=all write
 makes four such hops (client → leader → follower → leader → client), so they are most
-of its latency (``python -m bench.latency --breakdown``).
+of its latency (``python -m bench.perf.latency --breakdown``).
 
 What: every broker also listens on a Linux *abstract* Unix socket named after its TCP
 listener, ``\\0minikafka:<host>:<port>``. A peer that would connect to

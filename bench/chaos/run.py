@@ -11,7 +11,7 @@
 
 A run starts its own cluster under ``RUN/cluster`` (zk_lite and ``--brokers`` brokers),
 creates the topic ``chaos`` (``--partitions``, default 3; replication factor 3), starts the workload
-processes (``bench.chaos.worker``) and the nemesis (``node.cluster.nemesis``), prints a
+processes (``bench.chaos.worker``) and the nemesis (``bench.chaos.nemesis``), prints a
 progress line every second, then heals every process, reads every partition from
 offset 0 to the high watermark, and checks the history (``bench.chaos.checker``).
 
@@ -28,7 +28,7 @@ Profiles:
   failure then loses acknowledged writes.
 
 ``--compose`` draws the seed's schedule as rounds of one or two OVERLAPPING faults
-(``node.cluster.compose``: the ISR shrunk to the leader and then the leader killed, a
+(``bench.chaos.compose``: the ISR shrunk to the leader and then the leader killed, a
 kill during a controller move, a partition while a broker is paused, random pairs),
 as Jepsen composes its nemeses; the verdict lists the windows where faults overlapped.
 
@@ -171,7 +171,7 @@ def judge(run: Path) -> int:
 def fault_overlaps(faults: list[Fault], origin_ns: int) -> list[dict]:
     """The windows where two or more of the applied faults were active at once, in
     seconds since ``origin_ns`` (the workload's start)."""
-    from node.cluster.compose import overlaps
+    from bench.chaos.compose import overlaps
     windows = [(f"{f.name} {f.target}", f.start_ns, f.end_ns or f.start_ns)
                for f in faults]
     return [{"from_s": round((a - origin_ns) / 1e9, 1), "to_s": round((b - origin_ns) / 1e9, 1),
@@ -219,7 +219,7 @@ def _ms(value) -> str:
 def run_chaos(args) -> int:
     from node.client import Admin
     from node.cluster import Cluster
-    from node.cluster import nemesis as N
+    from bench.chaos import nemesis as N
     run = Path(args.dir)
     if run.exists() and any(run.iterdir()):
         raise UsageError(f"{run} is not empty: give a new run directory")
@@ -230,7 +230,7 @@ def run_chaos(args) -> int:
         if args.schedule:
             schedule = N.load(json.loads(Path(args.schedule).read_text()))
         elif getattr(args, "compose", False):
-            from node.cluster import compose
+            from bench.chaos import compose
             schedule = compose.plan(
                 args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
                 args.duration, lag_ms=int(BROKER_SETTINGS["replica.lag.time.max.ms"]))
@@ -447,7 +447,7 @@ def sweep(args) -> int:
         run = root / f"seed-{seed}"
         if run.exists():
             shutil.rmtree(run)
-        command = [sys.executable, "-m", "node.cli", "chaos", "run", "--dir", str(run),
+        command = [sys.executable, "-m", "bench.cli", "chaos", "run", "--dir", str(run),
                    "--profile", args.profile, "--faults", args.faults, "--seed", str(seed),
                    "--duration", str(args.duration), "--rate", str(args.rate)] + \
             (["--netns"] if args.netns else []) + (["--compose"] if args.compose else [])

@@ -780,7 +780,7 @@ class Broker:
         self._reply(fetch.identity, fetch.correlation_id, P.ApiKey.FETCH, body, read[1])
 
     # ---------------------------------------------------------------- tracing
-    # bench.latency --breakdown: a Produce with "trace": [client send ns] is followed
+    # bench.perf.latency --breakdown: a Produce with "trace": [client send ns] is followed
     # through the leader, each follower's fetch and the HW advance; its answer carries
     # every stamp (time.monotonic_ns: CLOCK_MONOTONIC, one clock for every process of a
     # host). Nothing here runs unless such a request is pending.

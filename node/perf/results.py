@@ -21,9 +21,9 @@ differences are exact to the µs; ``latency_ms`` keeps the nanoseconds):
   timestamp[us, UTC] (its start), ``records`` int64, ``bytes`` int64;
 - ``latency`` (end-to-end-latency, one row per message): ``message`` int64,
   ``send_time``, ``receive_time`` timestamp[us, UTC], ``latency_ms`` float64;
-- ``request`` (bench.latency, one row per timed request): ``scenario`` string,
+- ``request`` (bench.perf.latency, one row per timed request): ``scenario`` string,
   ``round`` int32, ``latency_ms`` float64;
-- ``breakdown`` (bench.latency --breakdown, one row per traced write): ``write`` int64,
+- ``breakdown`` (bench.perf.latency --breakdown, one row per traced write): ``write`` int64,
   then one int64 column per stamp, in ns: ``send``, ``receive``, ``append``,
   ``f_answered``, ``f_received``, ``f_appended``, ``f_sent``, ``f_leader``,
   ``high_watermark``, ``answer``, ``client_receive``.

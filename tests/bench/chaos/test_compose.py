@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.cluster import compose as C
-from node.cluster import nemesis as N
+from bench.chaos import compose as C
+from bench.chaos import nemesis as N
 
 ALL = list(N.FAULTS)
 SWEEP = ["kill", "pause", "restart", "controller", "coordinator", "coordinator-pause",

@@ -1,6 +1,6 @@
 """Single-record request latency of a real 3-broker cluster, through a raw Channel.
 
-    python -m bench.latency [--runs 5] [--requests 1000] [--rate 1000] [--warmup 200]
+    python -m bench.perf.latency [--runs 5] [--requests 1000] [--rate 1000] [--warmup 200]
 
 Starts zk_lite and three broker processes (they elect a real controller among
 themselves), creates ``rf1`` (1 partition, replication factor 1) and ``rf3`` (1
@@ -46,7 +46,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench import zkservers
+from bench.perf import zkservers
 from node.perf import results
 from node.tools.common import ToolError
 from node.waiting import poll_until
@@ -342,7 +342,7 @@ def print_breakdown(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.latency", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--requests", type=int, default=1000, help="timed requests per run")
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     recording = None
     if args.results:
         try:
-            recording = results.Run.start(args.results, "bench.latency", args, argv)
+            recording = results.Run.start(args.results, "bench.perf.latency", args, argv)
         except ToolError as e:
             parser.exit(2, f"{parser.prog}: {e}\n")
     samples: list | None = [] if recording is not None else None

@@ -3,7 +3,7 @@ seed, as Jepsen's combined nemeses compose theirs (``nemesis/compose``). The pla
 ``nemesis.plan`` never overlaps two faults, so the losses that need two failures at
 once (the ISR shrunk to one replica, then that replica lost) never show in it.
 
-Rules (``tests/node/cluster/test_compose.py`` checks each):
+Rules (``tests/bench/chaos/test_compose.py`` checks each):
 
 - A schedule is rounds separated by quiet gaps (``nemesis.GAP_MS``). A round holds one
   fault or two whose windows overlap; never more than two are active at once.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 
-from node.cluster import nemesis as N
+from bench.chaos import nemesis as N
 
 ISR_LAG_MS = 4000                    # replica.lag.time.max.ms of the chaos runs
 PAIR_PERCENT = 70                    # random rounds: two overlapping faults this often

@@ -1,6 +1,6 @@
 """A coordinator outage under load, measured (issue 10, item 1).
 
-    python -m bench.outage [--fault KILL|STOP] [--outage-s 20] [--session-ms 18000]
+    python -m bench.perf.outage [--fault KILL|STOP] [--outage-s 20] [--session-ms 18000]
                            [--dir DIR] [--after-s 10]
 
 Starts a supervised cluster (zk_lite and 3 brokers), creates the topic ``load`` with 3
@@ -230,7 +230,7 @@ def run(directory: Path, *, fault: str = "KILL", outage_s: float = 20.0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.outage", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.outage", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fault", choices=("KILL", "STOP"), default="KILL")
     parser.add_argument("--outage-s", type=float, default=20.0)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.cluster import nemesis as N
+from bench.chaos import nemesis as N
 
 ALL = list(N.FAULTS)
 

@@ -6,17 +6,17 @@ partition column) and computes, with Spark's aggregations (``percentile_approx``
 one-second ``window``s):
 
 - per run: records, errors, records/s and MB/s, latency p50, p95, p99, p99.9 and max
-  (producer runs; end-to-end runs; ``bench.latency`` requests per scenario), and the
+  (producer runs; end-to-end runs; ``bench.perf.latency`` requests per scenario), and the
   same per second (``per_second``);
 - consumer runs: records/s and MB/s overall and per second;
-- ``bench.latency --breakdown`` runs: p50 and p99 of every hop, in µs;
+- ``bench.perf.latency --breakdown`` runs: p50 and p99 of every hop, in µs;
 - across producer runs: one comparison table keyed by the settings that differ
   between them (flags, producer properties, topic), with each run's throughput and
   p99 as a ratio to the baseline run (``--baseline``, else the earliest), and the
   throughput-latency curve (achieved records/s against p50 and p99);
 - given chaos runs instead (a ``minikafka chaos run`` folder or a folder of them):
   acknowledged and failed sends per second with the faults' windows shaded, recovery
-  per fault type and the anomalies per run (``bench.analyze_chaos``);
+  per fault type and the anomalies per run (``bench.analysis.analyze_chaos``);
 - with ``--audit BOOTSTRAP``, the Kafka paper's audit, exact: every acknowledged record
   of each producer run is looked up in its topic (``format("minikafka")``) by partition
   and offset; per 10 s window of send time: produced against found, mismatched windows
@@ -471,7 +471,7 @@ def audit(spark, F, produce, runs: dict, bootstrap: str) -> tuple[list[dict], li
 def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline: str | None,
             bootstrap: str | None = None) -> int:
     root = Path(results_dir)
-    from bench import analyze_chaos
+    from bench.analysis import analyze_chaos
     if analyze_chaos.find_runs(root):     # a chaos run folder, or a folder of them
         return analyze_chaos_runs(root, out_dir, master)
     runs = load_runs(root)
@@ -523,7 +523,7 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
             write_table(out, "consume_runs", consume_runs)
             write_table(out, "consume_per_second", consume_seconds)
         for kind, title, fn in (("latency", "End-to-end latency runs", latency_table),
-                                ("request", "bench.latency requests", request_table),
+                                ("request", "bench.perf.latency requests", request_table),
                                 ("breakdown", "acks=all breakdown (µs)", breakdown_table)):
             samples = read_kind(spark, root, kind)
             if samples is None:
@@ -566,8 +566,8 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
 
 
 def analyze_chaos_runs(root: Path, out_dir: str | None, master: str | None) -> int:
-    """The report over chaos runs (``bench.analyze_chaos``)."""
-    from bench import analyze_chaos as AC
+    """The report over chaos runs (``bench.analysis.analyze_chaos``)."""
+    from bench.analysis import analyze_chaos as AC
     runs = AC.find_runs(root)
     assert runs, root
     out = Path(out_dir) if out_dir else root / "report"
