@@ -42,23 +42,13 @@ import time
 from pathlib import Path
 
 from node.paths import absolute_path
+from node.perf.results import HOPS, TOTAL_HOP
 from node.tools.common import ToolError
 
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
 ACCURACY = 100_000           # percentile_approx: exact below this many samples per group
 JAVA_HINT = "apt-get install openjdk-17-jre-headless"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2-analyze.properties")
-HOPS = (("client send -> leader receive", "send", "receive"),
-        ("leader receive -> appended", "receive", "append"),
-        ("appended -> follower fetch answered", "append", "f_answered"),
-        ("fetch answer -> follower receive", "f_answered", "f_received"),
-        ("follower receive -> appended", "f_received", "f_appended"),
-        ("follower appended -> next fetch sent", "f_appended", "f_sent"),
-        ("next fetch sent -> leader receive", "f_sent", "f_leader"),
-        ("leader receive -> HW advanced", "f_leader", "high_watermark"),
-        ("HW advanced -> answer sent", "high_watermark", "answer"),
-        ("answer sent -> client receive", "answer", "client_receive"),
-        ("total", "send", "client_receive"))
 
 
 def progress(message: str) -> None:
@@ -198,14 +188,14 @@ def request_table(F, samples) -> list[dict]:
 
 def breakdown_table(F, samples) -> list[dict]:
     columns = []
-    for name, start, end in HOPS:
+    for name, start, end in (*HOPS, TOTAL_HOP):
         hop = (F.col(end) - F.col(start)) / 1000.0
         approx = F.percentile_approx(hop, [0.5, 0.99], ACCURACY)
         columns += [approx[0].alias(f"{name}|p50"), approx[1].alias(f"{name}|p99")]
     rows = _rows(samples.groupBy("run_id").agg(*columns).orderBy("run_id"))
     out = []
     for row in rows:
-        for name, _, _ in HOPS:
+        for name, _, _ in (*HOPS, TOTAL_HOP):
             out.append({"run_id": row["run_id"], "hop": name,
                         "p50_us": row[f"{name}|p50"], "p99_us": row[f"{name}|p99"]})
     return out

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from bench.perf import zkservers
 from node.perf import results
+from node.perf.results import HOPS, TOTAL_HOP
 from node.tools.common import ToolError
 from node.waiting import poll_until
 from node.wire import protocol as P
@@ -249,18 +250,6 @@ def run(runs: int, count: int, rate: int, warmup: int,
         cluster.close()
 
 
-HOPS = (
-    ("client send -> leader receive", "send", "receive"),
-    ("leader receive -> appended", "receive", "append"),
-    ("appended -> follower fetch answered", "append", "f_answered"),
-    ("fetch answer -> follower receive", "f_answered", "f_received"),
-    ("follower receive -> appended", "f_received", "f_appended"),
-    ("follower appended -> next fetch sent", "f_appended", "f_sent"),
-    ("next fetch sent -> leader receive", "f_sent", "f_leader"),
-    ("leader receive -> HW advanced", "f_leader", "high_watermark"),
-    ("HW advanced -> answer sent", "high_watermark", "answer"),
-    ("answer sent -> client receive", "answer", "client_receive"),
-)
 FOLLOWER_STAMPS = ("f_answered", "f_received", "f_appended", "f_sent", "f_leader")
 
 
@@ -303,7 +292,7 @@ def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int
 def breakdown_table(paths: list[dict]) -> dict[str, dict[str, float]]:
     """Median and p99 (µs) of every hop and of the whole write."""
     table = {}
-    for name, start, end in (*HOPS, ("total", "send", "client_receive")):
+    for name, start, end in (*HOPS, TOTAL_HOP):
         samples = sorted((p[end] - p[start]) / 1000 for p in paths)
         table[name] = {"p50": round(samples[len(samples) // 2], 1),
                        "p99": round(samples[min(len(samples) - 1,

@@ -57,6 +57,22 @@ from node.paths import CODE_ROOT
 from node.tools.common import ToolError
 
 SAMPLE_KINDS = ("produce", "consume", "latency", "request", "breakdown")
+# The hops of a traced acks=all write (the ``breakdown`` kind): (name, start stamp, end
+# stamp) in the order the write takes them, along the follower whose fetch advanced the
+# high watermark. The one table: bench.perf.latency prints it, bench.analysis reports it.
+HOPS = (
+    ("client send -> leader receive", "send", "receive"),
+    ("leader receive -> appended", "receive", "append"),
+    ("appended -> follower fetch answered", "append", "f_answered"),
+    ("fetch answer -> follower receive", "f_answered", "f_received"),
+    ("follower receive -> appended", "f_received", "f_appended"),
+    ("follower appended -> next fetch sent", "f_appended", "f_sent"),
+    ("next fetch sent -> leader receive", "f_sent", "f_leader"),
+    ("leader receive -> HW advanced", "f_leader", "high_watermark"),
+    ("HW advanced -> answer sent", "high_watermark", "answer"),
+    ("answer sent -> client receive", "answer", "client_receive"),
+)
+TOTAL_HOP = ("total", "send", "client_receive")  # the whole write
 
 
 def git_commit() -> str | None:
