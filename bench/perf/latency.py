@@ -5,7 +5,7 @@
 Starts zk_lite and three broker processes (they elect a real controller among
 themselves), creates ``rf1`` (1 partition, replication factor 1) and ``rf3`` (1
 partition, replication factor 3, ``min.insync.replicas=2``), then, talking to each
-partition's leader with a ``node.net.Channel`` (no client library, so only the brokers
+partition's leader with a ``node.net.RequestChannel`` (no client library, so only the brokers
 are measured), times one request at a time at ``--rate`` requests/s (open loop: a
 request is sent at its slot, or at once when the previous answer came late):
 
@@ -54,7 +54,7 @@ from node.waiting import poll_until
 from node.wire import protocol as P
 from node.config import write_properties
 from node import local_link
-from node.net import Channel
+from node.net import RequestChannel
 from node.paths import child_env
 from shm.batch import build_batch
 from shm.names import cleanup_cluster
@@ -81,7 +81,7 @@ class LatencyCluster:
         self.processes: list[subprocess.Popen] = []
         self.ports: dict[int, int] = {}
         self.overrides = broker_overrides or {}
-        self.channels: dict[int, Channel] = {}
+        self.channels: dict[int, RequestChannel] = {}
 
     def start(self) -> "LatencyCluster":
         self.zk = zkservers.start("zk_lite", tick_time_ms=500)
@@ -114,7 +114,7 @@ class LatencyCluster:
         self.channels.clear()
         return self
 
-    def channel(self, broker_id: int) -> Channel:
+    def channel(self, broker_id: int) -> RequestChannel:
         if broker_id not in self.channels:
             self.channels[broker_id] = local_link.open_channel(
                 f"tcp://127.0.0.1:{self.ports[broker_id]}", client_id="bench-latency")
@@ -176,7 +176,7 @@ class LatencyCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def time_requests(channel: Channel, api_key: int, body: dict, frames_fn, count: int,
+def time_requests(channel: RequestChannel, api_key: int, body: dict, frames_fn, count: int,
                   rate: int, warmup: int) -> list[float]:
     """Latencies in ms of ``count`` sequential requests paced at ``rate``/s."""
     interval_s = 1.0 / rate
