@@ -557,15 +557,15 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
 
 def analyze_chaos_runs(root: Path, out_dir: str | None, master: str | None) -> int:
     """The report over chaos runs (``bench.analysis.analyze_chaos``)."""
-    from bench.analysis import analyze_chaos as AC
-    runs = AC.find_runs(root)
+    from bench.analysis import analyze_chaos
+    runs = analyze_chaos.find_runs(root)
     assert runs, root
     out = Path(out_dir) if out_dir else root / "report"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    specs = {p.name: AC.load_json(p / "run.json", {}) for p in runs}
-    verdicts = {p.name: AC.load_json(p / "verdict.json", {}) for p in runs}
-    faults = {p.name: AC.load_json(p / "faults.json", []) for p in runs}
+    specs = {p.name: analyze_chaos.load_json(p / "run.json", {}) for p in runs}
+    verdicts = {p.name: analyze_chaos.load_json(p / "verdict.json", {}) for p in runs}
+    faults = {p.name: analyze_chaos.load_json(p / "faults.json", []) for p in runs}
     progress(f"{len(runs)} chaos run(s) in {root}; starting Spark "
              f"({master or 'default master'})")
     spark = spark_session(master)
@@ -573,29 +573,30 @@ def analyze_chaos_runs(root: Path, out_dir: str | None, master: str | None) -> i
         spark.sparkContext.setLogLevel("OFF")
         from pyspark.sql import functions as F
         progress("histories: acknowledged and failed sends per second")
-        seconds, starts = AC.per_second(spark, F, runs)
+        seconds, starts = analyze_chaos.per_second(spark, F, runs)
     finally:
         spark.stop()
-    recovery = AC.recovery_table(verdicts)
-    anomalies = AC.anomaly_table(specs, verdicts)
+    recovery = analyze_chaos.recovery_table(verdicts)
+    anomalies = analyze_chaos.anomaly_table(specs, verdicts)
     write_table(out, "chaos_per_second", seconds)
     write_table(out, "chaos_recovery", recovery)
     write_table(out, "chaos_anomalies", anomalies)
     progress("plots")
-    figures = AC.timeline_plots(out, seconds, starts, faults, specs) + \
-        AC.recovery_plot(out, recovery)
+    figures = analyze_chaos.timeline_plots(out, seconds, starts, faults, specs) + \
+        analyze_chaos.recovery_plot(out, recovery)
     sections = [("Anomalies per run (the checker's verdict)", anomalies),
                 ("Recovery per fault type (fault start to the next acknowledgement)",
                  recovery)]
-    if len(runs) > AC.PLOTTED_RUNS_MAX:
-        sections.append((f"Timelines are drawn for the first {AC.PLOTTED_RUNS_MAX} runs; "
+    if len(runs) > analyze_chaos.PLOTTED_RUNS_MAX:
+        sections.append((f"Timelines are drawn for the first "
+                         f"{analyze_chaos.PLOTTED_RUNS_MAX} runs; "
                          f"every run's seconds are in tables/chaos_per_second", []))
     described = {p.name: {"tool": f"chaos run ({specs[p.name].get('profile')}, seed "
                                   f"{specs[p.name].get('seed')})"} for p in runs}
     report = write_report(out, sections, figures, described)
     print(f"{len(runs)} chaos run(s) analysed in {time.monotonic() - started:.1f} s")
     for row in anomalies:
-        counts = ", ".join(f"{k} {row[k]}" for k in AC.ANOMALIES)
+        counts = ", ".join(f"{k} {row[k]}" for k in analyze_chaos.ANOMALIES)
         print(f"chaos {row['run']}: profile {row['profile']}, seed {row['seed']}, "
               f"{row['acknowledged']} acknowledged, {counts}, longest window without an "
               f"acknowledgement {_fmt(row['longest_gap_ms'])} ms, "

@@ -219,7 +219,7 @@ def _ms(value) -> str:
 def run_chaos(args) -> int:
     from node.client import Admin
     from node.cluster import Cluster
-    from bench.chaos import nemesis as N
+    from bench.chaos import nemesis
     run = Path(args.dir)
     if run.exists() and any(run.iterdir()):
         raise UsageError(f"{run} is not empty: give a new run directory")
@@ -228,15 +228,16 @@ def run_chaos(args) -> int:
     profile = PROFILES[args.profile]
     try:
         if args.schedule:
-            schedule = N.load(json.loads(Path(args.schedule).read_text()))
+            schedule = nemesis.load(json.loads(Path(args.schedule).read_text()))
         elif getattr(args, "compose", False):
             from bench.chaos import compose
             schedule = compose.plan(
                 args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
                 args.duration, lag_ms=int(BROKER_SETTINGS["replica.lag.time.max.ms"]))
         else:
-            schedule = N.plan(args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
-                              args.duration)
+            schedule = nemesis.plan(
+                args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
+                args.duration)
     except (OSError, ValueError) as e:
         raise UsageError(f"schedule: {e}") from None
     if any(p.fault == "partition" for p in schedule) and not getattr(args, "netns", False):
@@ -250,10 +251,10 @@ def run_chaos(args) -> int:
             raise UsageError(str(e)) from None
     (run / "history").mkdir(parents=True)
     (run / "progress").mkdir()
-    (run / "schedule.json").write_text(json.dumps(N.dump(schedule), indent=1))
+    (run / "schedule.json").write_text(json.dumps(nemesis.dump(schedule), indent=1))
     meta = {"profile": args.profile, "seed": args.seed, "duration": args.duration,
             "brokers": args.brokers, "producers": args.producers, "consumers": args.consumers,
-            "rate": args.rate, "schedule": N.dump(schedule), "topic": TOPIC,
+            "rate": args.rate, "schedule": nemesis.dump(schedule), "topic": TOPIC,
             "value_format": getattr(args, "value_format", "plain"),
             # acks=all producers are idempotent (the client's default, as Kafka 3's):
             # then a duplicate is an anomaly like any other.
@@ -276,7 +277,7 @@ def run_chaos(args) -> int:
                                config={"min.insync.replicas": profile["min.insync.replicas"]})
         finally:
             admin.close()
-        nemesis = N.Nemesis(cluster, schedule, TOPIC, args.seed)
+        running_nemesis = nemesis.Nemesis(cluster, schedule, TOPIC, args.seed)
         env = dict(os.environ)
         for role, count in (("producer", args.producers), ("consumer", args.consumers)):
             for i in range(count):
@@ -292,7 +293,7 @@ def run_chaos(args) -> int:
                      "--schema-registry", cluster.zookeeper],
                     env=env, stdout=subprocess.DEVNULL, stderr=open(run / f"{name}.log", "w")))
         meta["workload_start_ns"] = time.monotonic_ns()
-        nemesis.start()
+        running_nemesis.start()
         started = time.monotonic()
         last = {}
         while any(w.poll() is None for w in workers):
@@ -309,14 +310,14 @@ def run_chaos(args) -> int:
             rate = acks - last.get("acks", 0)
             last["acks"] = acks
             active = ", ".join(f"{a.fault} {a.target}" + (f" ({a.detail})" if a.detail else "")
-                               for a in list(nemesis.active)) or "-"
+                               for a in list(running_nemesis.active)) or "-"
             print(f"[{time.monotonic() - started:5.1f}/{args.duration:.0f} s] acks {acks} "
                   f"({rate}/s), errors {errors}, faults: {active}", flush=True)
             if time.monotonic() - started > args.duration + WORKER_GRACE_S:
                 raise ToolError("workload processes did not finish")
         meta["workload_end_ns"] = time.monotonic_ns()
-        nemesis.stop()
-        nemesis.heal_all()
+        running_nemesis.stop()
+        running_nemesis.heal_all()
         for w in workers:
             if w.returncode:
                 raise ToolError(f"a workload process failed: see {run}/*.log")
@@ -337,7 +338,8 @@ def run_chaos(args) -> int:
         (run / "faults.json").write_text(json.dumps(
             [{"fault": a.fault, "target": a.target, "start_ns": a.start_ns,
               "end_ns": a.end_ns, "error": a.error, "detail": a.detail,
-              "links": [list(link) for link in a.links]} for a in nemesis.applied], indent=1))
+              "links": [list(link) for link in a.links]}
+             for a in running_nemesis.applied], indent=1))
         meta["high_watermarks"] = {str(p): hw for p, hw in ends.items()}
         meta["replica_brokers"] = {
             str(p): list(cluster.partition_state(TOPIC, p).isr) for p in range(args.partitions)}

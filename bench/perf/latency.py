@@ -51,7 +51,7 @@ from node.perf import results
 from node.perf.results import HOPS, TOTAL_HOP
 from node.tools.common import ToolError
 from node.waiting import poll_until
-from node.wire import protocol as P
+from node.wire import protocol
 from node.config import write_properties
 from node import local_link
 from node.net import RequestChannel
@@ -120,17 +120,17 @@ class LatencyCluster:
                 f"tcp://127.0.0.1:{self.ports[broker_id]}", client_id="bench-latency")
         return self.channels[broker_id]
 
-    def request(self, broker_id: int, api_key: int, body: dict, frames=()) -> P.Response:
+    def request(self, broker_id: int, api_key: int, body: dict, frames=()) -> protocol.Response:
         return self.channel(broker_id).request(api_key, body, frames,
                                                timeout_ms=REQUEST_TIMEOUT_MS)
 
-    def metadata(self, broker_id: int, topics=None) -> P.Response:
+    def metadata(self, broker_id: int, topics=None) -> protocol.Response:
         self._check_alive()
-        return self.request(broker_id, P.ApiKey.METADATA, {"topics": topics})
+        return self.request(broker_id, protocol.ApiKey.METADATA, {"topics": topics})
 
     def create_topic(self, name: str, replication_factor: int, configs: dict) -> int:
         """Create a one-partition topic; wait until every replica is in sync; its leader."""
-        response = self.request(0, P.ApiKey.CREATE_TOPICS, {
+        response = self.request(0, protocol.ApiKey.CREATE_TOPICS, {
             "topics": [[name, 1, replication_factor, None, configs]],
             "timeout_ms": REQUEST_TIMEOUT_MS, "validate_only": False})
         error = response.body["topics"][0][1]
@@ -145,8 +145,8 @@ class LatencyCluster:
             if error or leader < 0 or len(isr) != replication_factor:
                 return None
             # The leader itself must be serving it (LeaderAndIsr applied).
-            probe = self.request(leader, P.ApiKey.LIST_OFFSETS, {
-                "replica_id": -1, "partitions": [[name, 0, P.LATEST_TIMESTAMP]]})
+            probe = self.request(leader, protocol.ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "partitions": [[name, 0, protocol.LATEST_TIMESTAMP]]})
             return (leader,) if probe.body["partitions"][0][2] == 0 else None
         return wait_for(ready, f"topic {name} online with its full ISR")[0]
 
@@ -197,8 +197,8 @@ def time_requests(channel: RequestChannel, api_key: int, body: dict, frames_fn, 
     return samples
 
 
-def _check_response(api_key: int, response: P.Response) -> None:
-    if api_key == P.ApiKey.PRODUCE:
+def _check_response(api_key: int, response: protocol.Response) -> None:
+    if api_key == protocol.ApiKey.PRODUCE:
         error = response.body["partitions"][0][2]
         if error:
             raise RuntimeError(f"produce failed: {response.body}")
@@ -225,11 +225,11 @@ def run(runs: int, count: int, rate: int, warmup: int,
             return (bytearray(build_batch([record])),)
 
         def produce(topic: str, acks: int):
-            return (leaders[topic], P.ApiKey.PRODUCE,
+            return (leaders[topic], protocol.ApiKey.PRODUCE,
                     {"acks": acks, "timeout_ms": REQUEST_TIMEOUT_MS,
                      "partitions": [[topic, 0]]}, batch)
 
-        plans = {"metadata": (0, P.ApiKey.METADATA, {"topics": ["rf3"]}, tuple),
+        plans = {"metadata": (0, protocol.ApiKey.METADATA, {"topics": ["rf3"]}, tuple),
                  "rf1_acks1": produce("rf1", 1),
                  "rf3_acks1": produce("rf3", 1),
                  "rf3_acks_all": produce("rf3", -1)}
@@ -269,10 +269,10 @@ def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int
         frames = (bytearray(build_batch([record])),)
         body = {"acks": -1, "timeout_ms": REQUEST_TIMEOUT_MS, "partitions": [[topic, 0]],
                 "trace": [time.monotonic_ns()]}
-        response = channel.request(P.ApiKey.PRODUCE, body, frames,
+        response = channel.request(protocol.ApiKey.PRODUCE, body, frames,
                                     timeout_ms=REQUEST_TIMEOUT_MS)
         received = time.monotonic_ns()
-        _check_response(P.ApiKey.PRODUCE, response)
+        _check_response(protocol.ApiKey.PRODUCE, response)
         next_send = max(next_send + interval_s, time.perf_counter())
         if i < warmup:
             continue

@@ -44,7 +44,7 @@ from pathlib import Path
 from bench.perf import zkservers
 from bench.perf.latency import RECORD_BYTES, LatencyCluster, percentiles, time_requests
 from node.waiting import poll_until
-from node.wire import protocol as P
+from node.wire import protocol
 from shm.batch import build_batch
 
 PEERS = ("minikafka", "redis", "nats")
@@ -99,7 +99,7 @@ def run_minikafka(args) -> dict:
                 lambda: producer.send("rf3", RECORD, partition=0).get(timeout=10)))
         finally:
             producer.close()
-        raw = time_requests(cluster.channel(leader), P.ApiKey.PRODUCE,
+        raw = time_requests(cluster.channel(leader), protocol.ApiKey.PRODUCE,
                             {"acks": -1, "timeout_ms": 10_000, "partitions": [["rf3", 0]]},
                             lambda: (bytearray(build_batch([RECORD])),),
                             args.records, args.rate, args.warmup)
