@@ -174,17 +174,17 @@ def _dashboard_page(minikafka: Path, cwd: Path) -> None:
     try:
         url = None
         for line in proc.stdout:  # ends when the dashboard exits
-            found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-            if found:
-                url = found.group(1)
+            found = re.search(r"(http://127\.0\.0\.1:\d+/)(\?token=\S+)?", line)
+            if found:  # the address as printed: its token authorizes every read
+                url, query = found.group(1), found.group(2) or ""
                 break
         assert url, f"the dashboard exited: {proc.stdout.read()}"
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
-        with urllib.request.urlopen(url, timeout=30) as r:
+        with urllib.request.urlopen(url + query, timeout=30) as r:
             assert r.status == 200 and "<html" in r.read().decode().lower()
 
         def a_picture():
-            with urllib.request.urlopen(url + "state", timeout=10) as r:
+            with urllib.request.urlopen(url + "state" + query, timeout=10) as r:
                 return json.loads(r.read())["snapshot"]
         poll_until(a_picture, 30, "a picture of the cluster in /state", interval_s=0.2)
     finally:

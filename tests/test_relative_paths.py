@@ -161,15 +161,15 @@ def _dashboard_shows_the_topic(work: Path) -> None:
     try:
         url = None
         for line in proc.stdout:  # ends when the dashboard exits
-            found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-            if found:
-                url = found.group(1)
+            found = re.search(r"(http://127\.0\.0\.1:\d+/)(\?token=\S+)?", line)
+            if found:  # the address as printed: its token authorizes every read
+                url, query = found.group(1), found.group(2) or ""
                 break
         assert url, f"the dashboard exited: {proc.stdout.read()}"
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
 
         def topic_shown():
-            with urllib.request.urlopen(url + "state", timeout=10) as r:
+            with urllib.request.urlopen(url + "state" + query, timeout=10) as r:
                 snap = json.loads(r.read())["snapshot"]
             return snap and any(p["topic"] == "t" for p in snap["partitions"])
         poll_until(topic_shown, 30, "topic t in the dashboard's /state", interval_s=0.2)
