@@ -1,4 +1,6 @@
 """``minikafka analyze RESULTS [--out DIR] [--master URL] [--baseline RUN_ID]``.
+(Over 600 lines: one job whose tables, plots and report share one Spark session and the
+same column helpers; the chaos runs' part is apart, in ``analyze_chaos``.)
 
 A PySpark job over a results store (``node.perf.results``): it reads every run's
 samples as DataFrames (one per sample kind, the runs told apart by their ``run_id``
