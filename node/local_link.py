@@ -5,7 +5,7 @@ on this 2-core machine that costs about 100 µs per one-way hop at low load, aga
 about 15 µs for a Unix socket read straight by the receiving loop (measured: a
 DEALER/ROUTER round trip p50 ≈ 250 µs, a Unix socket one ≈ 30 µs). An acks=all write
 makes four such hops (client → leader → follower → leader → client), so they are most
-of its latency (``python -m bench.latency --breakdown``).
+of its latency (``python -m bench.perf.latency --breakdown``).
 
 What: every broker also listens on a Linux *abstract* Unix socket named after its TCP
 listener, ``\\0minikafka:<host>:<port>``. A peer that would connect to
@@ -24,9 +24,9 @@ protocol error: the connection is closed); at most ``OUTPUT_BYTES_MAX`` queued f
 peer that does not read (then the connection is dropped, as a ZeroMQ ROUTER drops at
 its HWM).
 
-``LocalChannel`` has ``node.net.Channel``'s interface (``send``, ``receive_ready``,
-``request``, ``forget``, ``close``; ``socket`` is a file descriptor a ``zmq.Poller``
-can watch). ``LocalConnection`` is one accepted peer inside a broker's loop.
+``LocalChannel`` is a ``node.net.RequestChannel``, as ``node.net.Channel`` is (``send``,
+``receive_ready``, ``request``, ``forget``, ``close``; ``socket`` is a file descriptor a
+``zmq.Poller`` can watch). ``LocalConnection`` is one accepted peer inside a broker's loop.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ import socket
 import struct
 import time
 
-from node.net import IN_FLIGHT_MAX, Channel, ChannelError, RequestTimedOut
+from node.net import IN_FLIGHT_MAX, Channel, ChannelError, RequestChannel, RequestTimedOut
 from node.wire import protocol as P
 
 FRAMES_MAX = P.FRAMES_PER_MESSAGE_MAX + 1
@@ -337,7 +337,7 @@ def connect(endpoint: str) -> socket.socket | None:
 
 
 class LocalChannel(_Stream):
-    """``node.net.Channel`` over a local link (see the module docstring)."""
+    """A ``node.net.RequestChannel`` over a local link (see the module docstring)."""
 
     def __init__(self, endpoint: str, sock: socket.socket, *,
                  client_id: str = "minikafka") -> None:
@@ -415,7 +415,7 @@ def enabled() -> bool:
 
 
 def open_channel(endpoint: str, *, client_id: str = "minikafka",
-                 local: bool = True) -> "Channel | LocalChannel":
+                 local: bool = True) -> RequestChannel:
     """A local link to the broker behind ``endpoint`` when one answers on this host,
     else a ZeroMQ ``Channel``."""
     if local and enabled():

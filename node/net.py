@@ -1,5 +1,9 @@
 """Request/response channels over ZeroMQ DEALER sockets (the client side of node.wire.protocol).
 
+``RequestChannel`` is the interface every channel to a broker offers: this module's
+``Channel`` (ZeroMQ) and ``node.local_link.LocalChannel`` (a Unix socket on one host);
+users hold a ``RequestChannel`` and need not know which it is.
+
 ``Channel`` is one DEALER connection to one broker listener. It is used two ways:
 - inside an event loop (a broker's fetchers and controller): register ``channel.socket``
   with the loop's ``zmq.Poller``, ``send(...)`` returns a correlation id at once, and
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import Any, Protocol
 
 import zmq
 
@@ -33,6 +38,32 @@ class RequestTimedOut(ChannelError):
     pass
 
 
+class RequestChannel(Protocol):
+    """A request/response channel to one broker listener, as its users drive it."""
+
+    endpoint: str
+    client_id: str
+    in_flight: dict[int, int]   # correlation id -> api key, for requests awaiting answers
+    socket: Any                 # what a poller watches: a zmq socket, or a socket object
+
+    def send(self, api_key: int, body: dict, frames=(), *, expect_response: bool = True
+             ) -> int:
+        """Queue one request; returns its correlation id (never blocks)."""
+
+    def forget(self, correlation_id: int) -> None:
+        """Drop a request that will not be waited for; a late answer is discarded."""
+
+    def receive_ready(self) -> list[P.Response]:
+        """Every response already received (non-blocking); unknown ids are dropped."""
+
+    def request(self, api_key: int, body: dict, frames=(), *, timeout_ms: int = 30_000
+                ) -> P.Response:
+        """Send and wait for this request's response (blocking)."""
+
+    def close(self) -> None:
+        """Close the channel; requests in flight are forgotten."""
+
+
 _context: zmq.Context | None = None
 
 
@@ -45,6 +76,8 @@ def context() -> zmq.Context:
 
 
 class Channel:
+    """A ``RequestChannel`` over a ZeroMQ DEALER socket."""
+
     def __init__(self, endpoint: str, *, client_id: str = "minikafka",
                  ctx: zmq.Context | None = None) -> None:
         self.endpoint = endpoint

@@ -62,13 +62,13 @@ def test_the_wheel_holds_every_module_and_every_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     tree = _tree_files()
     assert sorted(tree - names) == []
-    assert {"bench/teach/static/dashboard.html", "bench/workloads/rate-sweep.yaml",
-            "bench/log4j2-analyze.properties", "node/cluster/supervisor.py",
+    assert {"bench/teach/static/dashboard.html", "bench/perf/workloads/rate-sweep.yaml",
+            "bench/analysis/log4j2-analyze.properties", "node/cluster/supervisor.py",
             "node/paths.py"} <= tree
     assert not [n for n in names if n.startswith("tests/")]
     assert sum(n.endswith(".py") for n in names) == sum(t.endswith(".py") for t in tree)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "minikafka = node.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "minikafka = bench.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def _env() -> dict[str, str]:
 
 
 _HELP_OF_EVERY_COMMAND = r"""
-import argparse, contextlib, io, json, node.cli
+import argparse, contextlib, io, json, bench.cli
 def walk(parser, words=()):
     yield words
     for action in parser._actions:
@@ -107,18 +107,18 @@ def walk(parser, words=()):
             for name, sub in action.choices.items():
                 yield from walk(sub, words + (name,))
 answered, silent = [], []
-for words in walk(node.cli.build_parser()):
+for words in walk(bench.cli.build_parser()):
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            node.cli.main([*words, "--help"])
+            bench.cli.main([*words, "--help"])
     except SystemExit as e:
         (answered if e.code == 0 and "usage:" in out.getvalue() else silent).append(words)
     else:
         silent.append(words)
-import bench.analyze, bench.sweep, bench.teach.dashboard
-print(json.dumps({"answered": answered, "silent": silent, "cli": node.cli.__file__,
-                  "data": [str(bench.analyze.LOG4J_CONFIG), str(bench.sweep.WORKLOADS),
+import bench.analysis.analyze, bench.perf.sweep, bench.teach.dashboard
+print(json.dumps({"answered": answered, "silent": silent, "cli": bench.cli.__file__,
+                  "data": [str(bench.analysis.analyze.LOG4J_CONFIG), str(bench.perf.sweep.WORKLOADS),
                            str(bench.teach.dashboard.STATIC / "dashboard.html")]}))
 """
 

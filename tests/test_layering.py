@@ -6,8 +6,12 @@ the project (imports inside functions count too).
     node.client may use node.core.group (the consumer group's pure rebalance core).
     shm and zk_lite never import node; node.core imports no I/O module.
     The controller's parts (node.core.controller.*) import only its events and elections.
+    node never imports bench (node.cli included: bench.cli adds bench's subcommands).
+    bench.perf, bench.chaos, bench.analysis  <-  bench.teach (uses bench.chaos)  <-  bench.cli
+    The pure cores (node.core, zk_lite's, shm's codecs) use no unseeded randomness.
 
-A new package of ``node`` must be given its place in ``LAYERS`` before it can land.
+A new package of ``node`` or ``bench`` must be given its place in ``LAYERS`` or
+``BENCH_LAYERS`` before it can land.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ LAYERS: dict[str, set[str]] = {
     "node.cluster": _CLIENT_SIDE | {"node.tools"},
     "node.spark": _CLIENT_SIDE | {"node.tools", "node.perf"},
     "node.demo": _CLIENT_SIDE | {"node.tools", "node.cluster"},
-    "node.cli": {"*"},
+    "node.cli": _CLIENT_SIDE | {"node.tools", "node.perf", "node.cluster"},
     "node": set(),  # node/__init__.py
 }
 # The controller's parts (node.core.controller, cut along Kafka's controller): each may
@@ -61,6 +65,23 @@ CONTROLLER_PARTS: dict[str, set[str]] = {
     "core": _VOCABULARY | {"broker_requests", "failover", "recovery", "topics", "rebalance",
                            "shutdown", "reassignment", "deletion"},
 }
+# What each package of bench may import from bench and node (its own package always;
+# shm and zk_lite are below node, so any part of bench may use them). The packages'
+# ``__init__`` docstrings say the same in words.
+_BENCH_NODE = _CLIENT_SIDE | {"node.tools", "node.perf", "node.cluster"}
+BENCH_LAYERS: dict[str, set[str]] = {
+    "bench.perf": _BENCH_NODE,
+    "bench.chaos": _BENCH_NODE,
+    "bench.analysis": _BENCH_NODE | {"node.spark"},
+    "bench.teach": _BENCH_NODE | {"node.http_guard", "bench.chaos"},
+    "bench.cli": {"*"},     # the console script: node.cli and every package of bench
+    "bench": set(),         # bench/__init__.py
+}
+# The pure cores: their behaviour is a function of their inputs, so the simulator and
+# the tests can replay them from a seed.
+PURE_CORES = {"zk_lite.jute", "zk_lite.errors", "zk_lite.tree", "zk_lite.watches",
+              "zk_lite.core", "zk_lite.txn", "shm.batch", "shm.config", "shm.errors",
+              "shm.producer_state"}
 # Modules a pure core must not import: I/O, clocks, processes, the network.
 CORE_FORBIDDEN = {"zmq", "kazoo", "socket", "time", "os", "subprocess", "threading",
                   "select", "signal", "shm", "zk_lite", "posix_ipc", "mmap"}
@@ -157,6 +178,94 @@ def test_storage_and_coordinator_never_import_node(package):
            for n in MODULES if n.split(".")[0] == package
            for t, line in GRAPH[n] if t.split(".")[0] == "node"]
     assert not bad, "\n".join(bad)
+
+
+def test_node_never_imports_bench():
+    bad = [f"{MODULES[n].relative_to(ROOT)}:{line} imports {t}"
+           for n in MODULES if n.split(".")[0] == "node"
+           for t, line in GRAPH[n] if t.split(".")[0] == "bench"]
+    assert not bad, "\n".join(bad)
+
+
+def _bench_part(module: str) -> str | None:
+    best = None
+    for key in BENCH_LAYERS:
+        if module == key or module.startswith(key + "."):
+            if best is None or len(key) > len(best):
+                best = key
+    return best
+
+
+def test_every_module_of_bench_has_a_layer():
+    missing = [m for m in MODULES if m.startswith("bench") and _bench_part(m) is None]
+    assert not missing, f"give these a place in BENCH_LAYERS: {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("bench")))
+def test_bench_imports_follow_the_layers(name):
+    own = _bench_part(name)
+    allowed = BENCH_LAYERS[own]
+    bad = []
+    for target, line in GRAPH[name]:
+        if target.split(".")[0] not in ("bench", "node") or "*" in allowed:
+            continue
+        part = _bench_part(target) if target.startswith("bench") else _part(target)
+        if part == own or part in allowed or target in allowed:
+            continue
+        bad.append(f"{MODULES[name].relative_to(ROOT)}:{line} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def _is_pure_core(name: str) -> bool:
+    return name == "node.core" or name.startswith("node.core.") or name in PURE_CORES
+
+
+def _unseeded_randomness(tree: ast.AST) -> list[tuple[str, int]]:
+    """(what, line) for each use of randomness that no seed governs: ``random``'s module
+    functions (its hidden global generator), ``random.Random()`` without a seed,
+    ``random.SystemRandom``, and ``secrets``. A ``random.Random(seed)`` is fine."""
+    modules = set()     # names bound to the random module
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "random":
+                    modules.add(alias.asname or "random")
+                elif alias.name == "secrets":
+                    found.append(("import secrets", node.lineno))
+        elif isinstance(node, ast.ImportFrom) and node.module in ("random", "secrets"):
+            found += [(f"from {node.module} import {a.name}", node.lineno)
+                      for a in node.names if not (node.module == "random" and a.name == "Random")]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules and node.attr != "Random"):
+            found.append((f"{node.value.id}.{node.attr}", node.lineno))
+        elif isinstance(node, ast.Call) and not node.args and not node.keywords:
+            func = node.func
+            if ((isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                 and func.value.id in modules and func.attr == "Random")
+                    or (isinstance(func, ast.Name) and func.id == "Random")):
+                found.append(("Random() without a seed", node.lineno))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if _is_pure_core(m)))
+def test_pure_cores_use_no_unseeded_randomness(name):
+    path = MODULES[name]
+    bad = [f"{path.relative_to(ROOT)}:{line} uses {what}"
+           for what, line in _unseeded_randomness(ast.parse(path.read_text()))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_randomness_check_sees_a_global_draw_and_passes_a_seeded_one():
+    seeded = "import random\nrng = random.Random(7)\nx = rng.random()\n"
+    assert _unseeded_randomness(ast.parse(seeded)) == []
+    for planted in ("import random\nx = random.random()\n",
+                    "import random as r\nr.shuffle(xs)\n",
+                    "from random import choice\n",
+                    "import random\nrng = random.Random()\n",
+                    "import secrets\n"):
+        assert _unseeded_randomness(ast.parse(planted)), planted
 
 
 def test_bench_does_not_reach_into_the_broker():
@@ -287,6 +396,13 @@ def test_the_checker_sees_a_layer_violation_and_a_cycle(monkeypatch):
                         GRAPH[f"{CONTROLLER}.topics"] + [(f"{CONTROLLER}.failover", 1)])
     with pytest.raises(AssertionError):
         test_controller_parts_import_only_what_they_may("topics")
+    monkeypatch.setitem(GRAPH, "node.cli", GRAPH["node.cli"] + [("bench.chaos.run", 1)])
+    with pytest.raises(AssertionError):
+        test_node_never_imports_bench()
+    monkeypatch.setitem(GRAPH, "bench.perf.sweep",
+                        GRAPH["bench.perf.sweep"] + [("bench.teach.stage", 1)])
+    with pytest.raises(AssertionError):
+        test_bench_imports_follow_the_layers("bench.perf.sweep")
     monkeypatch.setitem(GRAPH, "node.wire.errors", GRAPH["node.wire.errors"] + [("node.core.fake", 1)])
     monkeypatch.setitem(GRAPH, "node.core.fake", [("node.wire.errors", 1)])
     assert _cycle() is not None

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.sweep import workload_path
-from node.cli import build_parser
+from bench.perf.sweep import workload_path
+from bench.cli import build_parser
 from node.cluster import Cluster
 from node.paths import absolute_path, child_env
 from shm.names import cluster_objects
@@ -109,7 +109,7 @@ def test_the_supervisor_takes_a_relative_directory(tmp_path, monkeypatch, cluste
 
 def minikafka(cwd: Path, *args, timeout_s: float = 120) -> subprocess.CompletedProcess:
     """``minikafka ARGS`` run in ``cwd``, importing this checkout's code."""
-    return subprocess.run([sys.executable, "-m", "node.cli", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "bench.cli", *map(str, args)], cwd=cwd,
                           env=child_env(), capture_output=True, text=True,
                           timeout=timeout_s)
 
@@ -155,7 +155,7 @@ def test_a_cluster_its_tools_and_its_dashboard_from_a_scratch_directory(tmp_path
 
 
 def _dashboard_shows_the_topic(work: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "node.cli", "dashboard", "--dir",
+    proc = subprocess.Popen([sys.executable, "-m", "bench.cli", "dashboard", "--dir",
                              "mycluster", "--port", "0"], cwd=work, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

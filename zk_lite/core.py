@@ -36,8 +36,8 @@ import hashlib
 import hmac
 
 from . import errors, jute
-from . import txn as T
-from .jute import OpCode as Op
+from . import txn
+from .jute import OpCode
 from .errors import ZkError
 from .watches import PERSISTENT, RECURSIVE, WatchTable
 from .tree import (ADMIN, CONTAINER_OWNER, CREATE, DELETE, NODE_CHILDREN_CHANGED,
@@ -105,21 +105,21 @@ class Core:
         for sid, (passwd, timeout_ms) in self.tree.sessions.items():
             self.sessions[sid] = Session(sid, passwd, timeout_ms)
         self._handlers = {
-            Op.CREATE: self._op_create, Op.CREATE2: self._op_create,
-            Op.CREATE_CONTAINER: self._op_create, Op.CREATE_TTL: self._op_create,
-            Op.DELETE: self._op_delete, Op.EXISTS: self._op_exists,
-            Op.GET_DATA: self._op_get_data, Op.SET_DATA: self._op_set_data,
-            Op.GET_ACL: self._op_get_acl, Op.SET_ACL: self._op_set_acl,
-            Op.GET_CHILDREN: self._op_get_children, Op.SYNC: self._op_sync,
-            Op.GET_CHILDREN2: self._op_get_children2, Op.CHECK: self._op_check,
-            Op.MULTI: self._op_multi, Op.RECONFIG: self._op_reconfig,
-            Op.CHECK_WATCHES: self._op_check_watches,
-            Op.REMOVE_WATCHES: self._op_remove_watches, Op.MULTI_READ: self._op_multi_read,
-            Op.AUTH: self._op_auth, Op.SET_WATCHES: self._op_set_watches,
-            Op.SASL: self._op_sasl, Op.GET_EPHEMERALS: self._op_get_ephemerals,
-            Op.GET_ALL_CHILDREN_NUMBER: self._op_get_all_children_number,
-            Op.SET_WATCHES2: self._op_set_watches, Op.ADD_WATCH: self._op_add_watch,
-            Op.WHO_AM_I: self._op_who_am_i, Op.CLOSE_SESSION: self._op_close_session,
+            OpCode.CREATE: self._op_create, OpCode.CREATE2: self._op_create,
+            OpCode.CREATE_CONTAINER: self._op_create, OpCode.CREATE_TTL: self._op_create,
+            OpCode.DELETE: self._op_delete, OpCode.EXISTS: self._op_exists,
+            OpCode.GET_DATA: self._op_get_data, OpCode.SET_DATA: self._op_set_data,
+            OpCode.GET_ACL: self._op_get_acl, OpCode.SET_ACL: self._op_set_acl,
+            OpCode.GET_CHILDREN: self._op_get_children, OpCode.SYNC: self._op_sync,
+            OpCode.GET_CHILDREN2: self._op_get_children2, OpCode.CHECK: self._op_check,
+            OpCode.MULTI: self._op_multi, OpCode.RECONFIG: self._op_reconfig,
+            OpCode.CHECK_WATCHES: self._op_check_watches,
+            OpCode.REMOVE_WATCHES: self._op_remove_watches, OpCode.MULTI_READ: self._op_multi_read,
+            OpCode.AUTH: self._op_auth, OpCode.SET_WATCHES: self._op_set_watches,
+            OpCode.SASL: self._op_sasl, OpCode.GET_EPHEMERALS: self._op_get_ephemerals,
+            OpCode.GET_ALL_CHILDREN_NUMBER: self._op_get_all_children_number,
+            OpCode.SET_WATCHES2: self._op_set_watches, OpCode.ADD_WATCH: self._op_add_watch,
+            OpCode.WHO_AM_I: self._op_who_am_i, OpCode.CLOSE_SESSION: self._op_close_session,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -153,7 +153,7 @@ class Core:
             sid = self._new_session_id(now_ms)
             passwd = hmac.new(self.secret, sid.to_bytes(8, "big", signed=True),
                               hashlib.sha256).digest()[:16]
-            self._commit(now_ms, T.CreateSession(sid, passwd, timeout_ms))
+            self._commit(now_ms, txn.CreateSession(sid, passwd, timeout_ms))
             sess = Session(sid, passwd, timeout_ms)
             self.sessions[sid] = sess
             self._bind(conn, sess, now_ms)
@@ -186,7 +186,7 @@ class Core:
             self._reply(key, xid, errors.SESSIONEXPIRED)
             return
         sess.deadline_ms = (now_ms + sess.timeout_ms) // self.tick_ms * self.tick_ms + self.tick_ms
-        if opcode == Op.PING:
+        if opcode == OpCode.PING:
             self._reply(key, -2, 0)
             return
         handler = self._handlers.get(opcode)
@@ -231,7 +231,7 @@ class Core:
         for path in sorted(tree.containers):
             node = tree.nodes.get(path)
             if node is not None and not node.children and node.cc > 0:
-                self._commit(now_ms, T.Delete(path))
+                self._commit(now_ms, txn.Delete(path))
 
     # ------------------------------------------------------------------ helpers
     def _new_session_id(self, now_ms: int) -> int:
@@ -278,7 +278,7 @@ class Core:
 
     def _end_session(self, sess: Session, now_ms: int, how: str, xid: int | None = None) -> None:
         sess.closing = True
-        self._commit(now_ms, T.CloseSession(sess.sid))
+        self._commit(now_ms, txn.CloseSession(sess.sid))
         conn = sess.conn
         if conn is not None:
             if xid is not None:
@@ -287,7 +287,7 @@ class Core:
         self.sessions.pop(sess.sid, None)
         self.logs.append(f"session 0x{sess.sid:x} {how}")
 
-    def _commit(self, now_ms: int, op: T.Txn) -> int:
+    def _commit(self, now_ms: int, op: txn.Txn) -> int:
         tree = self.tree
         zxid = tree.zxid + 1
         events: list = []
@@ -341,7 +341,7 @@ class Core:
             raise ZkError(errors.BADARGUMENTS)
         if flags >= 5:  # TTL nodes: extended types are disabled, as by default in 3.8
             raise ZkError(errors.UNIMPLEMENTED)
-        if opcode == Op.CREATE_TTL and req.ttl >= 0:  # a TTL for a mode that has none
+        if opcode == OpCode.CREATE_TTL and req.ttl >= 0:  # a TTL for a mode that has none
             raise ZkError(errors.BADARGUMENTS)
         path = req.path
         if path is None:
@@ -365,11 +365,11 @@ class Core:
             raise ZkError(errors.NOCHILDRENFOREPHEMERALS)
         if flags == 1 or flags == 3:
             owner = sess.sid
-        elif flags == 4 or opcode == Op.CREATE_CONTAINER:
+        elif flags == 4 or opcode == OpCode.CREATE_CONTAINER:
             owner = CONTAINER_OWNER
         else:
             owner = 0
-        return T.Create(path, req.data, acl, owner)
+        return txn.Create(path, req.data, acl, owner)
 
     def _prep_delete(self, conn: Conn, req) -> tuple:
         path = req.path
@@ -384,11 +384,11 @@ class Core:
             raise ZkError(errors.BADVERSION)
         if node.children:
             raise ZkError(errors.NOTEMPTY)
-        return T.Delete(path)
+        return txn.Delete(path)
 
     def _prep_set_data(self, conn: Conn, req) -> tuple:
         self._versioned_node(conn, req.path, req.version, WRITE)
-        return T.SetData(req.path, req.data)
+        return txn.SetData(req.path, req.data)
 
     def _check_version(self, conn: Conn, req) -> None:
         self._versioned_node(conn, req.path, req.version, READ)
@@ -409,7 +409,7 @@ class Core:
         op = self._prep_create(conn, sess, opcode, req)
         self._commit(now_ms, op)
         path = op.path
-        if opcode == Op.CREATE:
+        if opcode == OpCode.CREATE:
             return jute.encode_string(path)
         return jute.encode_string(path) + jute.encode_stat(self.tree.nodes[path].stat())
 
@@ -431,7 +431,7 @@ class Core:
         self._require(node.acl, ADMIN, conn)
         if req.version != -1 and req.version != node.aversion:
             raise ZkError(errors.BADVERSION)
-        self._commit(now_ms, T.SetAcl(path, acl))
+        self._commit(now_ms, txn.SetAcl(path, acl))
         return jute.encode_stat(self.tree.nodes[path].stat())
 
     def _op_check(self, conn, sess, xid, opcode, req, now_ms):
@@ -449,39 +449,39 @@ class Core:
         results: list = []
         for i, (op_type, req) in enumerate(ops):
             try:
-                if op_type == Op.CHECK:
+                if op_type == OpCode.CHECK:
                     self._check_version(conn, req)
-                    results.append((Op.CHECK, 0, None))
+                    results.append((OpCode.CHECK, 0, None))
                     continue
                 if op_type in jute.CREATE_OPS:
                     op = self._prep_create(conn, sess, op_type, req)
-                elif op_type == Op.DELETE:
+                elif op_type == OpCode.DELETE:
                     op = self._prep_delete(conn, req)
-                elif op_type == Op.SET_DATA:
+                elif op_type == OpCode.SET_DATA:
                     op = self._prep_set_data(conn, req)
                 else:
                     raise AssertionError(op_type)
                 tree.apply(zxid, now_ms, op, events, undo)
                 subops.append(op)
                 path = op.path
-                if op_type == Op.CREATE:
-                    results.append((Op.CREATE, 0, jute.CreateResponse(path)))
-                elif op_type == Op.DELETE:
-                    results.append((Op.DELETE, 0, None))
-                elif op_type == Op.SET_DATA:
-                    results.append((Op.SET_DATA, 0, jute.StatResponse(tree.nodes[path].stat())))
+                if op_type == OpCode.CREATE:
+                    results.append((OpCode.CREATE, 0, jute.CreateResponse(path)))
+                elif op_type == OpCode.DELETE:
+                    results.append((OpCode.DELETE, 0, None))
+                elif op_type == OpCode.SET_DATA:
+                    results.append((OpCode.SET_DATA, 0, jute.StatResponse(tree.nodes[path].stat())))
                 else:
-                    results.append((Op.CREATE2, 0,
+                    results.append((OpCode.CREATE2, 0,
                                     jute.Create2Response(path, tree.nodes[path].stat())))
             except ZkError as exc:
                 tree.rollback(undo)
                 tree.zxid = zxid - 1
-                failed = ([(Op.ERROR, 0, None)] * i + [(Op.ERROR, exc.code, None)]
-                          + [(Op.ERROR, errors.RUNTIMEINCONSISTENCY, None)]
+                failed = ([(OpCode.ERROR, 0, None)] * i + [(OpCode.ERROR, exc.code, None)]
+                          + [(OpCode.ERROR, errors.RUNTIMEINCONSISTENCY, None)]
                           * (len(ops) - i - 1))
                 return jute.encode_multi_response(failed)
         if subops:
-            self.txns.append((zxid, now_ms, T.Multi(tuple(subops))))
+            self.txns.append((zxid, now_ms, txn.Multi(tuple(subops))))
             if events:
                 self._fire(events)
         return jute.encode_multi_response(results)
@@ -638,7 +638,7 @@ class Core:
                 self._notify(conn, NODE_CHILDREN_CHANGED, path)
             else:
                 self.child_watches.add(path, conn)
-        if opcode == Op.SET_WATCHES2:
+        if opcode == OpCode.SET_WATCHES2:
             for path in req.persistentWatches:
                 self.data_watches.add(path, conn, PERSISTENT)
                 self.child_watches.add(path, conn, PERSISTENT)

@@ -18,7 +18,7 @@ import ipaddress
 import re
 
 from . import errors
-from . import txn as T
+from . import txn
 
 # Permission bits (ZooDefs.Perms)
 READ, WRITE, CREATE, DELETE, ADMIN = 1, 2, 4, 8, 16
@@ -231,13 +231,13 @@ class Tree:
         return sum(1 for p in self.nodes if p.startswith(prefix))
 
     # -- txns
-    def apply(self, zxid: int, time_ms: int, op: T.Txn, events: list, undo=None) -> None:
+    def apply(self, zxid: int, time_ms: int, op: txn.Txn, events: list, undo=None) -> None:
         kind = type(op)
-        if kind is T.Create:
+        if kind is txn.Create:
             self._create(zxid, time_ms, op.path, op.data, op.acl, op.owner, events, undo)
-        elif kind is T.Delete:
+        elif kind is txn.Delete:
             self._delete(zxid, op.path, events, undo)
-        elif kind is T.SetData:
+        elif kind is txn.SetData:
             node = self.nodes[op.path]
             if undo is not None:
                 undo.append((op.path, node.copy()))
@@ -246,18 +246,18 @@ class Tree:
             node.mzxid = zxid
             node.mtime = time_ms
             events.append((NODE_DATA_CHANGED, op.path, node.acl))
-        elif kind is T.SetAcl:
+        elif kind is txn.SetAcl:
             node = self.nodes[op.path]
             if undo is not None:
                 undo.append((op.path, node.copy()))
             node.acl = op.acl
             node.aversion = _int32(node.aversion + 1)
-        elif kind is T.Multi:
+        elif kind is txn.Multi:
             for sub in op.ops:
                 self.apply(zxid, time_ms, sub, events, undo)
-        elif kind is T.CreateSession:
+        elif kind is txn.CreateSession:
             self.sessions[op.sid] = (op.passwd, op.timeout_ms)
-        elif kind is T.CloseSession:
+        elif kind is txn.CloseSession:
             sid = op.sid
             for path in sorted(self.ephemerals.get(sid, ())):
                 self._delete(zxid, path, events, None)

@@ -11,7 +11,7 @@
 
 A run starts its own cluster under ``RUN/cluster`` (zk_lite and ``--brokers`` brokers),
 creates the topic ``chaos`` (``--partitions``, default 3; replication factor 3), starts the workload
-processes (``bench.chaos.worker``) and the nemesis (``node.cluster.nemesis``), prints a
+processes (``bench.chaos.worker``) and the nemesis (``bench.chaos.nemesis``), prints a
 progress line every second, then heals every process, reads every partition from
 offset 0 to the high watermark, and checks the history (``bench.chaos.checker``).
 
@@ -28,7 +28,7 @@ Profiles:
   failure then loses acknowledged writes.
 
 ``--compose`` draws the seed's schedule as rounds of one or two OVERLAPPING faults
-(``node.cluster.compose``: the ISR shrunk to the leader and then the leader killed, a
+(``bench.chaos.compose``: the ISR shrunk to the leader and then the leader killed, a
 kill during a controller move, a partition while a broker is paused, random pairs),
 as Jepsen composes its nemeses; the verdict lists the windows where faults overlapped.
 
@@ -171,7 +171,7 @@ def judge(run: Path) -> int:
 def fault_overlaps(faults: list[Fault], origin_ns: int) -> list[dict]:
     """The windows where two or more of the applied faults were active at once, in
     seconds since ``origin_ns`` (the workload's start)."""
-    from node.cluster.compose import overlaps
+    from bench.chaos.compose import overlaps
     windows = [(f"{f.name} {f.target}", f.start_ns, f.end_ns or f.start_ns)
                for f in faults]
     return [{"from_s": round((a - origin_ns) / 1e9, 1), "to_s": round((b - origin_ns) / 1e9, 1),
@@ -219,7 +219,7 @@ def _ms(value) -> str:
 def run_chaos(args) -> int:
     from node.client import Admin
     from node.cluster import Cluster
-    from node.cluster import nemesis as N
+    from bench.chaos import nemesis
     run = Path(args.dir)
     if run.exists() and any(run.iterdir()):
         raise UsageError(f"{run} is not empty: give a new run directory")
@@ -228,15 +228,16 @@ def run_chaos(args) -> int:
     profile = PROFILES[args.profile]
     try:
         if args.schedule:
-            schedule = N.load(json.loads(Path(args.schedule).read_text()))
+            schedule = nemesis.load(json.loads(Path(args.schedule).read_text()))
         elif getattr(args, "compose", False):
-            from node.cluster import compose
+            from bench.chaos import compose
             schedule = compose.plan(
                 args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
                 args.duration, lag_ms=int(BROKER_SETTINGS["replica.lag.time.max.ms"]))
         else:
-            schedule = N.plan(args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
-                              args.duration)
+            schedule = nemesis.plan(
+                args.seed, [f.strip() for f in args.faults.split(",") if f.strip()],
+                args.duration)
     except (OSError, ValueError) as e:
         raise UsageError(f"schedule: {e}") from None
     if any(p.fault == "partition" for p in schedule) and not getattr(args, "netns", False):
@@ -250,10 +251,10 @@ def run_chaos(args) -> int:
             raise UsageError(str(e)) from None
     (run / "history").mkdir(parents=True)
     (run / "progress").mkdir()
-    (run / "schedule.json").write_text(json.dumps(N.dump(schedule), indent=1))
+    (run / "schedule.json").write_text(json.dumps(nemesis.dump(schedule), indent=1))
     meta = {"profile": args.profile, "seed": args.seed, "duration": args.duration,
             "brokers": args.brokers, "producers": args.producers, "consumers": args.consumers,
-            "rate": args.rate, "schedule": N.dump(schedule), "topic": TOPIC,
+            "rate": args.rate, "schedule": nemesis.dump(schedule), "topic": TOPIC,
             "value_format": getattr(args, "value_format", "plain"),
             # acks=all producers are idempotent (the client's default, as Kafka 3's):
             # then a duplicate is an anomaly like any other.
@@ -276,7 +277,7 @@ def run_chaos(args) -> int:
                                config={"min.insync.replicas": profile["min.insync.replicas"]})
         finally:
             admin.close()
-        nemesis = N.Nemesis(cluster, schedule, TOPIC, args.seed)
+        running_nemesis = nemesis.Nemesis(cluster, schedule, TOPIC, args.seed)
         env = dict(os.environ)
         for role, count in (("producer", args.producers), ("consumer", args.consumers)):
             for i in range(count):
@@ -292,7 +293,7 @@ def run_chaos(args) -> int:
                      "--schema-registry", cluster.zookeeper],
                     env=env, stdout=subprocess.DEVNULL, stderr=open(run / f"{name}.log", "w")))
         meta["workload_start_ns"] = time.monotonic_ns()
-        nemesis.start()
+        running_nemesis.start()
         started = time.monotonic()
         last = {}
         while any(w.poll() is None for w in workers):
@@ -309,14 +310,14 @@ def run_chaos(args) -> int:
             rate = acks - last.get("acks", 0)
             last["acks"] = acks
             active = ", ".join(f"{a.fault} {a.target}" + (f" ({a.detail})" if a.detail else "")
-                               for a in list(nemesis.active)) or "-"
+                               for a in list(running_nemesis.active)) or "-"
             print(f"[{time.monotonic() - started:5.1f}/{args.duration:.0f} s] acks {acks} "
                   f"({rate}/s), errors {errors}, faults: {active}", flush=True)
             if time.monotonic() - started > args.duration + WORKER_GRACE_S:
                 raise ToolError("workload processes did not finish")
         meta["workload_end_ns"] = time.monotonic_ns()
-        nemesis.stop()
-        nemesis.heal_all()
+        running_nemesis.stop()
+        running_nemesis.heal_all()
         for w in workers:
             if w.returncode:
                 raise ToolError(f"a workload process failed: see {run}/*.log")
@@ -337,7 +338,8 @@ def run_chaos(args) -> int:
         (run / "faults.json").write_text(json.dumps(
             [{"fault": a.fault, "target": a.target, "start_ns": a.start_ns,
               "end_ns": a.end_ns, "error": a.error, "detail": a.detail,
-              "links": [list(link) for link in a.links]} for a in nemesis.applied], indent=1))
+              "links": [list(link) for link in a.links]}
+             for a in running_nemesis.applied], indent=1))
         meta["high_watermarks"] = {str(p): hw for p, hw in ends.items()}
         meta["replica_brokers"] = {
             str(p): list(cluster.partition_state(TOPIC, p).isr) for p in range(args.partitions)}
@@ -447,7 +449,7 @@ def sweep(args) -> int:
         run = root / f"seed-{seed}"
         if run.exists():
             shutil.rmtree(run)
-        command = [sys.executable, "-m", "node.cli", "chaos", "run", "--dir", str(run),
+        command = [sys.executable, "-m", "bench.cli", "chaos", "run", "--dir", str(run),
                    "--profile", args.profile, "--faults", args.faults, "--seed", str(seed),
                    "--duration", str(args.duration), "--rate", str(args.rate)] + \
             (["--netns"] if args.netns else []) + (["--compose"] if args.compose else [])

@@ -1,4 +1,6 @@
 """The catalog of teaching scenarios: the seeds' stories, each on real processes.
+(Over 600 lines because it is a catalog: one short generator per story, read top to
+bottom; the machinery they share is in ``stage`` and ``run``.)
 
 A scenario is a generator over a ``Play``: it yields a ``Step`` (what is about to happen
 and why, in our own words) *before* doing it; the runner shows the narration, waits if

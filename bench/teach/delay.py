@@ -43,7 +43,7 @@ def measure(runs: int, interval: float) -> list[float]:
             admin.create_topic("t", replica_assignment={0: [0, 1, 2]},
                                config={"min.insync.replicas": "1"})
         dashboard = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", "dashboard", "--dir", str(cluster.dir),
+            [sys.executable, "-m", "bench.cli", "dashboard", "--dir", str(cluster.dir),
              "--port", "0", "--interval", str(interval), "--topic", "t"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         url = None

@@ -31,7 +31,7 @@ PRODUCE_TIMEOUT_MS_MAX = 300_000
 BOARD_PUBLISH_DELAY_MS = 10
 # Rows of the replica-state board (partition replicas one broker may host).
 BOARD_CAPACITY = 4096
-# Traced acks=all writes (bench.latency --breakdown) followed at once; more go untraced.
+# Traced acks=all writes (bench.perf.latency --breakdown) followed at once; more go untraced.
 TRACED_WRITES_MAX = 64
 # The cores' tick (replica.lag.time.max.ms / 2 at least, produce timeouts).
 TICK_INTERVAL_MS = 50

@@ -7,7 +7,7 @@
 - Timers (``call_later``) run on the loop; ``every`` repeats.
 - An event that raises is logged and the loop goes on (a failed assertion, a broken
   invariant, stops the process instead).
-- ``Outbound`` is a pool of request channels (one ``node.net.Channel`` per endpoint)
+- ``Outbound`` is a pool of request channels (one ``node.net.RequestChannel`` per endpoint)
   whose responses and timeouts become callbacks on the loop: ``on_response(Response)``
   or ``on_response(None)`` after the timeout or when the request could not be sent.
 
@@ -28,7 +28,7 @@ import zmq
 from node.wire import protocol as P
 from node import local_link
 from node.local_link import LinkClosed, LocalChannel
-from node.net import Channel, ChannelError
+from node.net import ChannelError, RequestChannel
 from node.broker.failures import EXPECTED_ERRORS
 
 logger = logging.getLogger("node.broker.server")
@@ -166,11 +166,11 @@ class Outbound:
         self.client_id = client_id
         self.timeout_ms = timeout_ms
         self.local = local
-        self.channels: dict[str, Channel | LocalChannel] = {}
+        self.channels: dict[str, RequestChannel] = {}
         # (endpoint, correlation id) -> (deadline ms, callback)
         self._pending: dict[tuple[str, int], tuple[int, OnResponse]] = {}
 
-    def channel(self, endpoint: str) -> Channel:
+    def channel(self, endpoint: str) -> RequestChannel:
         channel = self.channels.get(endpoint)
         if channel is None:
             channel = local_link.open_channel(endpoint, client_id=self.client_id,

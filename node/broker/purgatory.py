@@ -32,7 +32,7 @@ class ProduceRequest:
     remaining: int
     in_handler: bool = True
     answered: bool = False
-    # A traced request (bench.latency --breakdown): the CLOCK_MONOTONIC ns stamps of its
+    # A traced request (bench.perf.latency --breakdown): the CLOCK_MONOTONIC ns stamps of its
     # path, answered with it. None, and never looked at, otherwise.
     trace: dict | None = None
 

@@ -22,6 +22,15 @@ from node.client.types import BrokerMetadata, KafkaTimeoutError, error
 
 ELECTION_TYPES = {"preferred": P.ELECTION_PREFERRED, "unclean": P.ELECTION_UNCLEAN}
 WAIT_INTERVAL_S = 0.05
+# A request that carries a ``timeout_ms`` for the broker to wait in (for the controller,
+# for new leaders) is given this much longer on the client's side: the broker's own
+# answer at its deadline (REQUEST_TIMED_OUT, or what was done by then) arrives before the
+# client gives up, so the caller learns what the broker did.
+BROKER_DEADLINE_MARGIN_MS = 5_000
+# Each broker's Metadata answer, asked one by one while waiting for a topic to show
+# everywhere: a broker slower than this is asked again on the next poll rather than
+# holding the whole wait.
+EACH_BROKER_METADATA_TIMEOUT_MS = 5_000
 _client_ids = itertools.count(1)
 
 
@@ -93,7 +102,8 @@ class Admin:
         body = {"topics": [[name, partitions, replication_factor, assignment,
                             {str(k): str(v) for k, v in (config or {}).items()}]],
                 "timeout_ms": timeout_ms, "validate_only": False}
-        response = self._request(P.ApiKey.CREATE_TOPICS, body, timeout_ms + 5000)
+        response = self._request(P.ApiKey.CREATE_TOPICS, body,
+                                 timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         self._raise_entries(response.get("topics", []), "create topic")
         if wait:
             self.wait_for(lambda: self._all_led(name), timeout_ms,
@@ -108,7 +118,8 @@ class Admin:
             try:
                 response = self.net.request(md.endpoint(broker_id), P.ApiKey.METADATA,
                                             {"topics": topics},
-                                            timeout_ms=min(self.request_timeout_ms, 5000))
+                                            timeout_ms=min(self.request_timeout_ms,
+                                                           EACH_BROKER_METADATA_TIMEOUT_MS))
                 out.append(parse_metadata(response.body))
             except (E.KafkaError, P.ProtocolError):
                 return []
@@ -130,13 +141,14 @@ class Admin:
         body = {"topics": [[name, total, None if assignment is None else
                             {int(p): list(r) for p, r in assignment.items()}]],
                 "timeout_ms": timeout_ms}
-        response = self._request(P.ApiKey.CREATE_PARTITIONS, body, timeout_ms + 5000)
+        response = self._request(P.ApiKey.CREATE_PARTITIONS, body,
+                                 timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         self._raise_entries(response.get("topics", []), "create partitions of")
 
     def delete_topic(self, name: str, timeout_ms: int = 30_000, wait: bool = True) -> None:
         response = self._request(P.ApiKey.DELETE_TOPICS, {"topics": [name],
                                                            "timeout_ms": timeout_ms},
-                                 timeout_ms + 5000)
+                                 timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         self._raise_entries(response.get("topics", []), "delete topic")
         if wait:
             self.wait_for(lambda: self._gone_everywhere(name), timeout_ms,
@@ -192,7 +204,8 @@ class Admin:
         body = {"election_type": ELECTION_TYPES[type],
                 "partitions": None if partitions is None else
                 [[str(t), int(p)] for t, p in partitions], "timeout_ms": timeout_ms}
-        response = self._request(P.ApiKey.ELECT_LEADERS, body, timeout_ms + 5000)
+        response = self._request(P.ApiKey.ELECT_LEADERS, body,
+                                 timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         if response.get("error"):
             raise error(response["error"], "elect leaders")
         return {(t, p): (error(code, message) if code else None)
@@ -203,7 +216,8 @@ class Admin:
         partition): None or the KafkaError of that partition}."""
         body = {"partitions": [[str(t), int(p), None if r is None else [int(b) for b in r]]
                                for (t, p), r in moves.items()], "timeout_ms": timeout_ms}
-        response = self._request(P.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body, timeout_ms + 5000)
+        response = self._request(P.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body,
+                                 timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         if response.get("error"):
             raise error(response["error"], "reassign partitions")
         return {(t, p): (error(code, message) if code else None)

@@ -28,7 +28,7 @@ from node.wire import errors as E
 from node.wire import protocol as P
 from node import local_link
 from node.local_link import LinkClosed, LocalChannel
-from node.net import ChannelError, context
+from node.net import ChannelError, RequestChannel, context
 from node.client.types import error
 from node.wire.errors import ErrorCode
 
@@ -58,7 +58,7 @@ class Completion:
 class _Connection:
     def __init__(self, endpoint: str, client_id: str):
         self.endpoint = endpoint
-        self.channel = local_link.open_channel(endpoint, client_id=client_id)
+        self.channel: RequestChannel = local_link.open_channel(endpoint, client_id=client_id)
         self.local = isinstance(self.channel, LocalChannel)
         self.monitor = None if self.local else \
             self.channel.socket.get_monitor_socket(MONITOR_EVENTS)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 
-from node.wire import errors as E
+from node.wire import errors
 from node.core import placement
 from node.client.types import KafkaTimeoutError
 from node.tools.common import WAIT_TIMEOUT_S, ToolError, open_admin, tp_name
@@ -67,7 +67,7 @@ def _user_errors(fn):
             return fn(*args, **kwargs)
         except ToolError as e:
             raise ClusterError(str(e)) from None
-        except E.KafkaError as e:
+        except errors.KafkaError as e:
             raise ClusterError(e.message or e.name) from None
         except (KafkaTimeoutError, placement.PlacementError) as e:
             raise ClusterError(str(e)) from None

@@ -620,12 +620,12 @@ class Cluster:
     def broker_metadata(self, broker_id: int) -> tuple[list[int], int] | None:
         """(broker ids, controller id) from broker ``broker_id``'s Metadata answer, or
         None if it does not answer."""
-        from node.wire import protocol as P
+        from node.wire import protocol
         from node.net import Channel, ChannelError
 
         channel = Channel(f"tcp://{self.broker_address(broker_id)}", client_id="supervisor")
         try:
-            body = channel.request(P.ApiKey.METADATA, {"topics": []},
+            body = channel.request(protocol.ApiKey.METADATA, {"topics": []},
                                    timeout_ms=METADATA_TIMEOUT_MS).body
             return sorted(int(b[0]) for b in body["brokers"]), int(body.get("controller_id", -1))
         except (ChannelError, KeyError, TypeError, ValueError, IndexError):

@@ -90,7 +90,7 @@ def snapshot(cluster, topics: list[str] | None = None) -> Snapshot:
     the coordinator cannot be read."""
     from kazoo.exceptions import NoNodeError
 
-    from node.wire import zkdata as Z
+    from node.wire import zkdata
     from shm.board import BoardError, BoardReader
 
     zk = cluster._connected_zk()
@@ -100,13 +100,13 @@ def snapshot(cluster, topics: list[str] | None = None) -> Snapshot:
         try:
             data, stat = zk.get(path)
             return decode(data, stat)
-        except (NoNodeError, Z.ZkDataError, ValueError):
+        except (NoNodeError, zkdata.ZkDataError, ValueError):
             return default
 
-    controller = get(Z.CONTROLLER, lambda d, s: Z.decode_controller(d))
-    controller_epoch = get(Z.CONTROLLER_EPOCH, lambda d, s: Z.decode_controller_epoch(d))
+    controller = get(zkdata.CONTROLLER, lambda d, s: zkdata.decode_controller(d))
+    controller_epoch = get(zkdata.CONTROLLER_EPOCH, lambda d, s: zkdata.decode_controller_epoch(d))
     try:
-        registered = {int(c) for c in zk.get_children(Z.BROKER_IDS) if c.isdigit()}
+        registered = {int(c) for c in zk.get_children(zkdata.BROKER_IDS) if c.isdigit()}
     except NoNodeError:
         registered = set()
     cut = cluster.mesh.cut_links() if cluster.mesh is not None else []
@@ -139,18 +139,18 @@ def snapshot(cluster, topics: list[str] | None = None) -> Snapshot:
             reader.close()
 
     try:
-        names = sorted(zk.get_children(Z.BROKER_TOPICS))
+        names = sorted(zk.get_children(zkdata.BROKER_TOPICS))
     except NoNodeError:
         names = []
     if topics is not None:
         names = [t for t in names if t in topics]
     partitions = []
     for topic in names:
-        assignment = get(Z.topic_path(topic), lambda d, s, t=topic: Z.decode_assignment(t, d),
-                         {})
+        assignment = get(zkdata.topic_path(topic),
+                         lambda d, s, t=topic: zkdata.decode_assignment(t, d), {})
         for p, replicas in sorted(assignment.items()):
-            state = get(Z.partition_state_path(topic, p),
-                        lambda d, s: Z.decode_partition_state(d, s.version))
+            state = get(zkdata.partition_state_path(topic, p),
+                        lambda d, s: zkdata.decode_partition_state(d, s.version))
             leader = state.leader if state is not None else -1
             epoch = state.leader_epoch if state is not None else -1
             isr = list(state.isr) if state is not None else []

@@ -6,7 +6,7 @@
 - ``end-to-end-latency`` (``node.perf.latency``): Kafka's EndToEndLatency.
 
 ``register(subparsers)`` adds the three to the ``minikafka`` command line (``node.cli``).
-The physical limit the figures are a ratio of is ``python -m bench.limits``.
+The physical limit the figures are a ratio of is ``python -m bench.perf.zmq_limits``.
 
 One deliberate difference from Kafka's lines: Kafka prints latency percentiles in whole
 milliseconds (``%d ms 50th``); ours are well below a millisecond, so the same lines

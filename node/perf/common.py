@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from node.wire import errors as E
+from node.wire import errors
 from node.wire.errors import ErrorCode
 from node.client import KafkaTimeoutError
 from node.config import ConfigError, parse_key_values
@@ -47,8 +47,8 @@ def run_tool(name: str, body, args) -> int:
         return body(args)
     except (ToolError, ConfigError) as e:
         message = str(e)
-    except (E.KafkaError, KafkaTimeoutError, TimeoutError, ValueError, OSError) as e:
-        message = f"{type(e).__name__}: {e}" if not isinstance(e, E.KafkaError) else str(e)
+    except (errors.KafkaError, KafkaTimeoutError, TimeoutError, ValueError, OSError) as e:
+        message = f"{type(e).__name__}: {e}" if not isinstance(e, errors.KafkaError) else str(e)
     except KeyboardInterrupt:
         print(f"minikafka {name}: interrupted", file=sys.stderr)
         return 130
@@ -82,13 +82,13 @@ def check_topic(bootstrap: str, topic: str) -> dict:
         raise ToolError(str(e)) from None
     try:
         md = admin.meta.refresh([topic], timeout_ms=CLUSTER_CHECK_TIMEOUT_MS, merge=False)
-    except (E.KafkaError, KafkaTimeoutError) as e:
+    except (errors.KafkaError, KafkaTimeoutError) as e:
         raise ToolError(f"cannot reach the cluster at {bootstrap}: {e}") from None
     finally:
         admin.net.close()
     if topic in md.topic_errors or not md.topics.get(topic):
         code = md.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        raise ToolError(f"Topic {topic} does not exist ({E.error_for(code).name})")
+        raise ToolError(f"Topic {topic} does not exist ({errors.error_for(code).name})")
     return md.topics[topic]
 
 

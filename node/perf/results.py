@@ -21,9 +21,9 @@ differences are exact to the µs; ``latency_ms`` keeps the nanoseconds):
   timestamp[us, UTC] (its start), ``records`` int64, ``bytes`` int64;
 - ``latency`` (end-to-end-latency, one row per message): ``message`` int64,
   ``send_time``, ``receive_time`` timestamp[us, UTC], ``latency_ms`` float64;
-- ``request`` (bench.latency, one row per timed request): ``scenario`` string,
+- ``request`` (bench.perf.latency, one row per timed request): ``scenario`` string,
   ``round`` int32, ``latency_ms`` float64;
-- ``breakdown`` (bench.latency --breakdown, one row per traced write): ``write`` int64,
+- ``breakdown`` (bench.perf.latency --breakdown, one row per traced write): ``write`` int64,
   then one int64 column per stamp, in ns: ``send``, ``receive``, ``append``,
   ``f_answered``, ``f_received``, ``f_appended``, ``f_sent``, ``f_leader``,
   ``high_watermark``, ``answer``, ``client_receive``.
@@ -57,6 +57,22 @@ from node.paths import CODE_ROOT
 from node.tools.common import ToolError
 
 SAMPLE_KINDS = ("produce", "consume", "latency", "request", "breakdown")
+# The hops of a traced acks=all write (the ``breakdown`` kind): (name, start stamp, end
+# stamp) in the order the write takes them, along the follower whose fetch advanced the
+# high watermark. The one table: bench.perf.latency prints it, bench.analysis reports it.
+HOPS = (
+    ("client send -> leader receive", "send", "receive"),
+    ("leader receive -> appended", "receive", "append"),
+    ("appended -> follower fetch answered", "append", "f_answered"),
+    ("fetch answer -> follower receive", "f_answered", "f_received"),
+    ("follower receive -> appended", "f_received", "f_appended"),
+    ("follower appended -> next fetch sent", "f_appended", "f_sent"),
+    ("next fetch sent -> leader receive", "f_sent", "f_leader"),
+    ("leader receive -> HW advanced", "f_leader", "high_watermark"),
+    ("HW advanced -> answer sent", "high_watermark", "answer"),
+    ("answer sent -> client receive", "answer", "client_receive"),
+)
+TOTAL_HOP = ("total", "send", "client_receive")  # the whole write
 
 
 def git_commit() -> str | None:

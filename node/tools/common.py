@@ -14,7 +14,7 @@ import re
 import sys
 import time
 
-from node.wire import errors as E
+from node.wire import errors
 from node.waiting import poll_until
 from node.client import KafkaTimeoutError
 from node.config import ConfigError, parse_key_values  # noqa: F401 - the tools' KEY=VALUE
@@ -52,7 +52,7 @@ def guarded(prefix: str, fn, args) -> int:
         return fn(args)
     except (ToolError, ConfigError) as e:
         message = str(e)
-    except E.KafkaError as e:
+    except errors.KafkaError as e:
         message = e.message or e.name
     except KafkaTimeoutError as e:
         message = str(e)
@@ -138,9 +138,9 @@ def open_admin(bootstrap_server: str | None, timeout_ms: int = CONNECT_TIMEOUT_M
         raise ToolError(f"--bootstrap-server: {e}") from None
     try:
         admin.describe_cluster()
-    except (E.KafkaError, KafkaTimeoutError) as e:
+    except (errors.KafkaError, KafkaTimeoutError) as e:
         admin.close()
-        detail = e.message if isinstance(e, E.KafkaError) else str(e)
+        detail = e.message if isinstance(e, errors.KafkaError) else str(e)
         raise ToolError(f"cannot reach the cluster at {bootstrap_server} ({detail})") from None
     return admin
 

@@ -33,7 +33,7 @@ import signal
 import sys
 import time
 
-from node.wire import errors as E
+from node.wire import errors
 from node.tools.common import (EXIT_ERROR, EXIT_OK, ToolError, check_topics_exist, guarded,
                                one_line_usage_errors, open_admin, parse_key_values)
 
@@ -238,7 +238,7 @@ def _on_error(topic: str, key, value, failures: list):
         if exception is not None:
             failures.append(exception)
             key_text = "null" if key is None else f"{len(key)} bytes"
-            detail = exception.message if isinstance(exception, E.KafkaError) else exception
+            detail = exception.message if isinstance(exception, errors.KafkaError) else exception
             sys.stderr.write(f"ERROR Error when sending message to topic {topic} with key: "
                              f"{key_text}, value: {len(value)} bytes with error: {detail}\n")
     return callback

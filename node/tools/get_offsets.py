@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from node.wire import errors as E
+from node.wire import errors
 from node.tools.common import (EXIT_OK, ToolError, guarded, one_line_usage_errors,
                                open_admin, topic_filter)
 
@@ -86,7 +86,7 @@ def _run(args) -> int:
                 else:
                     entry = consumer.offsets_for_times({tp: time_ms})[_key(tp)]
                     found[tp] = None if entry is None else entry.offset
-            except E.KafkaError as e:
+            except errors.KafkaError as e:
                 sys.stderr.write(f"Skip getting offsets for topic-partition "
                                  f"{tp[0]}-{tp[1]} due to error: {e.message or e.name}\n")
     for (topic, partition), offset in sorted(found.items(),

@@ -18,7 +18,7 @@ others as already elected (ELECTION_NOT_NEEDED).
 """
 from __future__ import annotations
 
-from node.wire import errors as E
+from node.wire import errors
 from node.tools.common import (ADMIN_TIMEOUT_MS, EXIT_OK, WAIT_TIMEOUT_S, Progress,
                                ToolError, guarded, one_line_usage_errors, open_admin,
                                read_json_file, tp_name, wait_until)
@@ -130,7 +130,7 @@ def elect(admin, kind: str, requested, wait_timeout_s: float = WAIT_TIMEOUT_S) -
             problem = results.get(tp)
             if problem is None:
                 started.append(tp)
-            elif isinstance(problem, E.ElectionNotNeededError):
+            elif isinstance(problem, errors.ElectionNotNeededError):
                 noop.append(tp)
             else:
                 failed[tp] = problem
@@ -143,7 +143,7 @@ def elect(admin, kind: str, requested, wait_timeout_s: float = WAIT_TIMEOUT_S) -
               + ", ".join(tp_name(*tp) for tp in sorted(noop)))
     for tp, problem in sorted(failed.items()):
         name = type(problem).__name__
-        detail = problem.message if isinstance(problem, E.KafkaError) else str(problem)
+        detail = problem.message if isinstance(problem, errors.KafkaError) else str(problem)
         print(f"Error completing leader election ({label}) for partition: {tp_name(*tp)}: "
               f"{name}: {detail}")
     if failed:
@@ -176,5 +176,5 @@ def _wait_for_elections(admin, kind: str, started: list, timeout_s: float,
     except ToolError:
         for tp in started:
             if tp not in done:
-                failed[tp] = E.RequestTimedOutError("Timeout waiting for election results")
+                failed[tp] = errors.RequestTimedOutError("Timeout waiting for election results")
     return [tp for tp in started if tp in done]

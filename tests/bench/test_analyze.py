@@ -8,7 +8,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from bench import analyze
+from bench.analysis import analyze
 from node.perf import results
 
 T0_NS = 1_800_000_000 * 1_000_000_000      # a whole second, UTC
@@ -114,7 +114,7 @@ def test_the_baseline_can_be_chosen_and_must_exist(store, tmp_path):
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "node.cli", "analyze", *args],
+    return subprocess.run([sys.executable, "-m", "bench.cli", "analyze", *args],
                           capture_output=True, text=True, timeout=300, env=env)
 
 

@@ -1,4 +1,4 @@
-"""bench.groups runs end to end on a small topic and prints its figures."""
+"""bench.perf.groups runs end to end on a small topic and prints its figures."""
 from __future__ import annotations
 
 import re
@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 def test_the_groups_bench_prints_its_figures(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "bench.groups", "--records", "30000", "--repeats", "1",
+        [sys.executable, "-m", "bench.perf.groups", "--records", "30000", "--repeats", "1",
          "--session-ms", "2000", "--dir", str(tmp_path)],
         capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""bench.latency --breakdown --results: the traced writes' stamps land in the store."""
+"""bench.perf.latency --breakdown --results: the traced writes' stamps land in the store."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pyarrow.dataset as ds
 import pytest
 
-from bench import latency
+from bench.perf import latency
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""bench.peers: its table and flags (pure), and a short real run of the peers here."""
+"""bench.perf.peers: its table and flags (pure), and a short real run of the peers here."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from bench import peers
+from bench.perf import peers
 
 
 def test_the_table_gives_ratios_to_the_minikafka_producer():

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import analyze, sweep
+from bench.analysis import analyze
+from bench.perf import sweep
 
-WORKLOADS = Path(__file__).resolve().parents[2] / "bench" / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[2] / "bench" / "perf" / "workloads"
 
 
 def _write(tmp_path, text: str) -> str:
@@ -59,7 +60,7 @@ def test_the_shipped_workloads_load(path):
     ("name: [t", "not YAML"),
 ])
 def test_a_wrong_workload_is_one_line_and_exit_2(tmp_path, text, words):
-    result = subprocess.run([sys.executable, "-m", "node.cli", "bench", "sweep",
+    result = subprocess.run([sys.executable, "-m", "bench.cli", "bench", "sweep",
                              _write(tmp_path, text), "--results", str(tmp_path / "r")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
@@ -86,7 +87,7 @@ matrix:
   acks: ["1", all]
 """)
     store = tmp_path / "results"
-    result = subprocess.run([sys.executable, "-m", "node.cli", "bench", "sweep", workload,
+    result = subprocess.run([sys.executable, "-m", "bench.cli", "bench", "sweep", workload,
                              "--results", str(store), "--brokers", "1"],
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr

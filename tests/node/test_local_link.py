@@ -135,3 +135,31 @@ def test_a_peer_that_does_not_read_is_cut_off(monkeypatch):
     finally:
         stream.close()
         b.close()
+
+
+def test_both_channels_are_request_channels():
+    """``node.net.RequestChannel`` is the one interface: ZeroMQ's ``Channel`` and the local
+    link's ``LocalChannel`` offer each of its methods with its parameters, and a real
+    channel of each kind has each of its attributes."""
+    import inspect
+
+    from node.net import RequestChannel
+
+    methods = [name for name, value in vars(RequestChannel).items()
+               if inspect.isfunction(value) and not name.startswith("_")]
+    assert {"send", "forget", "receive_ready", "request", "close"} <= set(methods)
+    for cls in (Channel, LL.LocalChannel):
+        for name in methods:
+            assert (inspect.signature(getattr(cls, name))
+                    == inspect.signature(getattr(RequestChannel, name))), (cls, name)
+    ours, theirs = socket.socketpair()
+    channels = [Channel("tcp://127.0.0.1:1", client_id="c"),
+                LL.LocalChannel("tcp://127.0.0.1:1", ours, client_id="c")]
+    try:
+        for channel in channels:
+            missing = [a for a in RequestChannel.__annotations__ if not hasattr(channel, a)]
+            assert not missing, (type(channel), missing)
+    finally:
+        for channel in channels:
+            channel.close()
+        theirs.close()

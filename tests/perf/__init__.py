@@ -1,1 +1,1 @@
-"""Real-process tests of the perf tools (node.perf) and bench.limits."""
+"""Real-process tests of the perf tools (node.perf) and bench.perf.zmq_limits."""

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.zkservers import free_port
+from bench.perf.zkservers import free_port
 from node.client.admin import Admin
 from node.cluster import Cluster
 from shm.names import cleanup_cluster, cluster_objects
@@ -181,7 +181,7 @@ def test_end_to_end_latency_prints_average_and_percentiles(cluster):
 
 
 def test_bench_limits_prints_one_json_line():
-    result = subprocess.run([sys.executable, "-m", "bench.limits", "--frame-bytes", "65536",
+    result = subprocess.run([sys.executable, "-m", "bench.perf.zmq_limits", "--frame-bytes", "65536",
                              "--seconds", "0.3"], capture_output=True, text=True,
                             timeout=TOOL_TIMEOUT_S)
     assert result.returncode == 0, result.stderr

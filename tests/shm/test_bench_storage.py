@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench.storage import RECORDS_PER_BATCH, build_pool, walk
+from bench.perf.storage import RECORDS_PER_BATCH, build_pool, walk
 from shm.names import PREFIX, SHM_DIR
 
 pytestmark = pytest.mark.process
@@ -39,7 +39,7 @@ def test_walk_refuses_a_gap_in_offsets():
 @pytest.mark.slow
 def test_benchmark_prints_one_json_line_with_positive_figures(tmp_path):
     before = {e for e in os.listdir(SHM_DIR) if e.startswith(PREFIX)}
-    out = subprocess.run([sys.executable, "-m", "bench.storage", "--size-mb", "32",
+    out = subprocess.run([sys.executable, "-m", "bench.perf.storage", "--size-mb", "32",
                           "--dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                          timeout=240)
     assert out.returncode == 0, out.stderr

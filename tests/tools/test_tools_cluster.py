@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node.wire import errors as E
+from node.wire import errors
 from node.client import Admin
 from node.cluster import Cluster
 from shm.names import cluster_objects
@@ -63,7 +63,7 @@ def partition_0(admin, topic):
     """For waits across broker kills: None while no broker answers this client."""
     try:
         return describe(admin, topic)[0]
-    except E.NetworkException:
+    except errors.NetworkException:
         return None
 
 

@@ -1,11 +1,11 @@
-"""Server fixtures' process control: a thin re-export of ``bench.zkservers``.
+"""Server fixtures' process control: a thin re-export of ``bench.perf.zkservers``.
 
 The benchmark and the tests start servers with the same code; this module adds the
 per-process pool the fixtures share (one server per xdist worker, kind and tick time).
 """
 from __future__ import annotations
 
-from bench.zkservers import (  # noqa: F401  (re-exported for the tests)
+from bench.perf.zkservers import (  # noqa: F401  (re-exported for the tests)
     KINDS,
     ServerHandle,
     four_letter,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.zk import FIGURES
+from bench.perf.zk import FIGURES
 
 from .workers import REPO_ROOT
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.process
 
 @pytest.mark.slow
 def test_bench_zk_prints_positive_figures():
-    run = subprocess.run([sys.executable, "-m", "bench.zk", "--ops", "200"], cwd=REPO_ROOT,
+    run = subprocess.run([sys.executable, "-m", "bench.perf.zk", "--ops", "200"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()

@@ -8,7 +8,7 @@
     metadata     Metadata
     control      LeaderAndIsr, UpdateMetadata, StopReplica, GetReplicaLogInfo,
                  ControlledShutdown (requests from and to the controller)
-    tracing      the stamps of traced writes (bench.latency --breakdown)
+    tracing      the stamps of traced writes (bench.perf.latency --breakdown)
     common       an API's name, the error for a partition not hosted here
 
 Admin requests go to ``node.broker.admin_manager`` through the same table. A handler

@@ -1,4 +1,4 @@
-"""Traced writes (``bench.latency --breakdown``).
+"""Traced writes (``bench.perf.latency --breakdown``).
 
 A Produce with "trace": [client send ns] is followed through the leader, each follower's
 fetch and the HW advance; its answer carries every stamp (time.monotonic_ns:

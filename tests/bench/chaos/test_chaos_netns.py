@@ -107,7 +107,7 @@ def _refused_as_nobody(tmp_path: Path) -> None:
     for command in (["cluster", "up", "--dir", str(tmp_path / "c"), "--netns"],
                     ["chaos", "run", "--dir", str(tmp_path / "r"), "--netns"]):
         done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               sys.executable, "-m", "node.cli", *command],
+                               sys.executable, "-m", "bench.cli", *command],
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "HOME": str(tmp_path)})
         assert done.returncode in (1, 2), done.stdout + done.stderr
@@ -119,7 +119,7 @@ def test_a_partition_without_netns_is_bad_usage(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps([{"at_ms": 1000, "duration_ms": 1000, "fault": "partition",
                                  "target": "leader|zk"}]))
-    done = subprocess.run([sys.executable, "-m", "node.cli", "chaos", "run", "--dir",
+    done = subprocess.run([sys.executable, "-m", "bench.cli", "chaos", "run", "--dir",
                            str(tmp_path / "r"), "--schedule", str(plan)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "needs --netns" in done.stderr
@@ -138,7 +138,7 @@ def test_a_safe_run_through_the_seed_partition_scenarios_is_valid(tmp_path):
         {"at_ms": 20000, "duration_ms": 6000, "fault": "partition",
          "target": "follower|leader"}]))
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "node.cli", "chaos", "run", "--dir", str(run),
+    done = subprocess.run([sys.executable, "-m", "bench.cli", "chaos", "run", "--dir", str(run),
                            "--netns", "--schedule", str(plan), "--duration", "30",
                            "--rate", "150", "--partitions", "1"],
                           capture_output=True, text=True, timeout=300)

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 
 def chaos(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "node.cli", "chaos", *args],
+    return subprocess.run([sys.executable, "-m", "bench.cli", "chaos", *args],
                           capture_output=True, text=True, timeout=timeout)
 
 

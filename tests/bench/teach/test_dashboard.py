@@ -54,7 +54,7 @@ class Dashboard:
 
 
 def _start_dashboard(*args) -> Dashboard:
-    proc = subprocess.Popen([sys.executable, "-m", "node.cli", "dashboard", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "bench.cli", "dashboard", "--port", "0",
                              *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.monotonic() + 60
@@ -193,7 +193,7 @@ def test_only_the_holder_of_the_token_drives_the_dashboard(cluster):
 
 
 def test_no_token_is_for_loopback_only_and_says_what_it_allows(cluster):
-    base = [sys.executable, "-m", "node.cli", "dashboard", "--dir", str(cluster.dir),
+    base = [sys.executable, "-m", "bench.cli", "dashboard", "--dir", str(cluster.dir),
             "--port", "0"]
     for extra, says in ((["--no-token", "--host", "0.0.0.0"], "only allowed on a loopback"),
                         (["--no-token", "--token", "x"], "not allowed with"),
@@ -381,12 +381,12 @@ def test_a_scenario_plays_step_by_step_beside_the_picture(tmp_path):
 
 
 def test_top_prints_the_same_picture_once(cluster):
-    done = subprocess.run([sys.executable, "-m", "node.cli", "top", "--dir", str(cluster.dir),
+    done = subprocess.run([sys.executable, "-m", "bench.cli", "top", "--dir", str(cluster.dir),
                            "--once"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "controller broker" in done.stdout and "t-0" in done.stdout
     assert "leader 0" in done.stdout and "ISR [0, 1, 2]" in done.stdout
-    bad = subprocess.run([sys.executable, "-m", "node.cli", "top", "--dir",
+    bad = subprocess.run([sys.executable, "-m", "bench.cli", "top", "--dir",
                           str(cluster.dir) + "-missing", "--once"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "no such directory" in bad.stderr

@@ -15,7 +15,7 @@ NO_NETNS = netns.available()
 
 
 def scenario(*args, timeout=300, stdin=None):
-    return subprocess.run([sys.executable, "-m", "node.cli", "scenario", *args],
+    return subprocess.run([sys.executable, "-m", "bench.cli", "scenario", *args],
                           capture_output=True, text=True, timeout=timeout, input=stdin)
 
 

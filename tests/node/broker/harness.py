@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bench import zkservers
+from bench.perf import zkservers
 from node.wire import protocol as P
 from node.wire import zkdata as Z
 from node.config import write_properties

@@ -247,7 +247,7 @@ def _traced_produce(cluster: Cluster, trace, acks: int = -1) -> P.Response:
 
 
 def test_a_traced_acks_all_write_comes_back_with_its_path(cluster):
-    """bench.latency --breakdown: every stamp is there, on one clock, in causal order."""
+    """bench.perf.latency --breakdown: every stamp is there, on one clock, in causal order."""
     start_brokers(cluster, 3, min_insync_replicas=2)
     cluster.create_topic(TOPIC, {0: [0, 1, 2]})
     wait_for(lambda: cluster.partition_state(TOPIC, 0).isr == (0, 1, 2), "full ISR")

@@ -11,7 +11,7 @@ import pytest
 from kazoo.client import KazooState
 from kazoo.exceptions import NoNodeError
 
-from bench import zkservers
+from bench.perf import zkservers
 from node.broker import coordinator
 from node.broker.coordinator import CoordinatorUnavailable
 from node.wire.errors import ErrorCode, code_for_exception

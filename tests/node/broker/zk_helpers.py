@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 from kazoo.client import KazooClient
 
-from bench.zkservers import KINDS, missing_reason
-from bench.zkservers import start as start_zk
+from bench.perf.zkservers import KINDS, missing_reason
+from bench.perf.zkservers import start as start_zk
 from node.wire import zkdata as Z
 from tests.waiting import poll_until
 

@@ -151,7 +151,7 @@ def test_cli_unknown_id_is_one_line(zk_cluster):
 
 
 def test_external_zookeeper_is_used_and_not_managed(tmp_path, cluster_id):
-    from bench import zkservers
+    from bench.perf import zkservers
 
     server = zkservers.start("zk_lite")
     try:

@@ -1,6 +1,6 @@
 """A coordinator outage under load (issue 10, item 1): zk_lite SIGKILLed or SIGSTOPped
 for 20 s while clients send Metadata, Produce with acks=1 and acks=all, and Fetch to
-every leader (``bench.outage``). As in Kafka, the brokers keep serving what they lead
+every leader (``bench.perf.outage``). As in Kafka, the brokers keep serving what they lead
 with the metadata they have; after the coordinator returns, what needs it (creating a
 topic, an election) works again within seconds. SIGTERM during an outage still gives a
 controlled stop."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from bench import outage
+from bench.perf import outage
 from node.cluster import Cluster
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]

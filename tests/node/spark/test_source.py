@@ -239,7 +239,7 @@ def test_the_audit_finds_every_acknowledged_record_and_names_a_missing_one(clust
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from bench import analyze
+    from bench.analysis import analyze
     topic = "audited"
     _produce(cluster, topic, 0, partitions=2)
     store = tmp_path / "store"

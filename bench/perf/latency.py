@@ -1,11 +1,11 @@
 """Single-record request latency of a real 3-broker cluster, through a raw Channel.
 
-    python -m bench.latency [--runs 5] [--requests 1000] [--rate 1000] [--warmup 200]
+    python -m bench.perf.latency [--runs 5] [--requests 1000] [--rate 1000] [--warmup 200]
 
 Starts zk_lite and three broker processes (they elect a real controller among
 themselves), creates ``rf1`` (1 partition, replication factor 1) and ``rf3`` (1
 partition, replication factor 3, ``min.insync.replicas=2``), then, talking to each
-partition's leader with a ``node.net.Channel`` (no client library, so only the brokers
+partition's leader with a ``node.net.RequestChannel`` (no client library, so only the brokers
 are measured), times one request at a time at ``--rate`` requests/s (open loop: a
 request is sent at its slot, or at once when the previous answer came late):
 
@@ -46,14 +46,15 @@ import time
 import uuid
 from pathlib import Path
 
-from bench import zkservers
+from bench.perf import zkservers
 from node.perf import results
+from node.perf.results import HOPS, TOTAL_HOP
 from node.tools.common import ToolError
 from node.waiting import poll_until
-from node.wire import protocol as P
+from node.wire import protocol
 from node.config import write_properties
 from node import local_link
-from node.net import Channel
+from node.net import RequestChannel
 from node.paths import child_env
 from shm.batch import build_batch
 from shm.names import cleanup_cluster
@@ -80,7 +81,7 @@ class LatencyCluster:
         self.processes: list[subprocess.Popen] = []
         self.ports: dict[int, int] = {}
         self.overrides = broker_overrides or {}
-        self.channels: dict[int, Channel] = {}
+        self.channels: dict[int, RequestChannel] = {}
 
     def start(self) -> "LatencyCluster":
         self.zk = zkservers.start("zk_lite", tick_time_ms=500)
@@ -113,23 +114,23 @@ class LatencyCluster:
         self.channels.clear()
         return self
 
-    def channel(self, broker_id: int) -> Channel:
+    def channel(self, broker_id: int) -> RequestChannel:
         if broker_id not in self.channels:
             self.channels[broker_id] = local_link.open_channel(
                 f"tcp://127.0.0.1:{self.ports[broker_id]}", client_id="bench-latency")
         return self.channels[broker_id]
 
-    def request(self, broker_id: int, api_key: int, body: dict, frames=()) -> P.Response:
+    def request(self, broker_id: int, api_key: int, body: dict, frames=()) -> protocol.Response:
         return self.channel(broker_id).request(api_key, body, frames,
                                                timeout_ms=REQUEST_TIMEOUT_MS)
 
-    def metadata(self, broker_id: int, topics=None) -> P.Response:
+    def metadata(self, broker_id: int, topics=None) -> protocol.Response:
         self._check_alive()
-        return self.request(broker_id, P.ApiKey.METADATA, {"topics": topics})
+        return self.request(broker_id, protocol.ApiKey.METADATA, {"topics": topics})
 
     def create_topic(self, name: str, replication_factor: int, configs: dict) -> int:
         """Create a one-partition topic; wait until every replica is in sync; its leader."""
-        response = self.request(0, P.ApiKey.CREATE_TOPICS, {
+        response = self.request(0, protocol.ApiKey.CREATE_TOPICS, {
             "topics": [[name, 1, replication_factor, None, configs]],
             "timeout_ms": REQUEST_TIMEOUT_MS, "validate_only": False})
         error = response.body["topics"][0][1]
@@ -144,8 +145,8 @@ class LatencyCluster:
             if error or leader < 0 or len(isr) != replication_factor:
                 return None
             # The leader itself must be serving it (LeaderAndIsr applied).
-            probe = self.request(leader, P.ApiKey.LIST_OFFSETS, {
-                "replica_id": -1, "partitions": [[name, 0, P.LATEST_TIMESTAMP]]})
+            probe = self.request(leader, protocol.ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "partitions": [[name, 0, protocol.LATEST_TIMESTAMP]]})
             return (leader,) if probe.body["partitions"][0][2] == 0 else None
         return wait_for(ready, f"topic {name} online with its full ISR")[0]
 
@@ -175,7 +176,7 @@ class LatencyCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def time_requests(channel: Channel, api_key: int, body: dict, frames_fn, count: int,
+def time_requests(channel: RequestChannel, api_key: int, body: dict, frames_fn, count: int,
                   rate: int, warmup: int) -> list[float]:
     """Latencies in ms of ``count`` sequential requests paced at ``rate``/s."""
     interval_s = 1.0 / rate
@@ -196,8 +197,8 @@ def time_requests(channel: Channel, api_key: int, body: dict, frames_fn, count: 
     return samples
 
 
-def _check_response(api_key: int, response: P.Response) -> None:
-    if api_key == P.ApiKey.PRODUCE:
+def _check_response(api_key: int, response: protocol.Response) -> None:
+    if api_key == protocol.ApiKey.PRODUCE:
         error = response.body["partitions"][0][2]
         if error:
             raise RuntimeError(f"produce failed: {response.body}")
@@ -224,11 +225,11 @@ def run(runs: int, count: int, rate: int, warmup: int,
             return (bytearray(build_batch([record])),)
 
         def produce(topic: str, acks: int):
-            return (leaders[topic], P.ApiKey.PRODUCE,
+            return (leaders[topic], protocol.ApiKey.PRODUCE,
                     {"acks": acks, "timeout_ms": REQUEST_TIMEOUT_MS,
                      "partitions": [[topic, 0]]}, batch)
 
-        plans = {"metadata": (0, P.ApiKey.METADATA, {"topics": ["rf3"]}, tuple),
+        plans = {"metadata": (0, protocol.ApiKey.METADATA, {"topics": ["rf3"]}, tuple),
                  "rf1_acks1": produce("rf1", 1),
                  "rf3_acks1": produce("rf3", 1),
                  "rf3_acks_all": produce("rf3", -1)}
@@ -249,18 +250,6 @@ def run(runs: int, count: int, rate: int, warmup: int,
         cluster.close()
 
 
-HOPS = (
-    ("client send -> leader receive", "send", "receive"),
-    ("leader receive -> appended", "receive", "append"),
-    ("appended -> follower fetch answered", "append", "f_answered"),
-    ("fetch answer -> follower receive", "f_answered", "f_received"),
-    ("follower receive -> appended", "f_received", "f_appended"),
-    ("follower appended -> next fetch sent", "f_appended", "f_sent"),
-    ("next fetch sent -> leader receive", "f_sent", "f_leader"),
-    ("leader receive -> HW advanced", "f_leader", "high_watermark"),
-    ("HW advanced -> answer sent", "high_watermark", "answer"),
-    ("answer sent -> client receive", "answer", "client_receive"),
-)
 FOLLOWER_STAMPS = ("f_answered", "f_received", "f_appended", "f_sent", "f_leader")
 
 
@@ -280,10 +269,10 @@ def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int
         frames = (bytearray(build_batch([record])),)
         body = {"acks": -1, "timeout_ms": REQUEST_TIMEOUT_MS, "partitions": [[topic, 0]],
                 "trace": [time.monotonic_ns()]}
-        response = channel.request(P.ApiKey.PRODUCE, body, frames,
+        response = channel.request(protocol.ApiKey.PRODUCE, body, frames,
                                     timeout_ms=REQUEST_TIMEOUT_MS)
         received = time.monotonic_ns()
-        _check_response(P.ApiKey.PRODUCE, response)
+        _check_response(protocol.ApiKey.PRODUCE, response)
         next_send = max(next_send + interval_s, time.perf_counter())
         if i < warmup:
             continue
@@ -303,7 +292,7 @@ def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int
 def breakdown_table(paths: list[dict]) -> dict[str, dict[str, float]]:
     """Median and p99 (µs) of every hop and of the whole write."""
     table = {}
-    for name, start, end in (*HOPS, ("total", "send", "client_receive")):
+    for name, start, end in (*HOPS, TOTAL_HOP):
         samples = sorted((p[end] - p[start]) / 1000 for p in paths)
         table[name] = {"p50": round(samples[len(samples) // 2], 1),
                        "p99": round(samples[min(len(samples) - 1,
@@ -342,7 +331,7 @@ def print_breakdown(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.latency", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--requests", type=int, default=1000, help="timed requests per run")
@@ -366,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     recording = None
     if args.results:
         try:
-            recording = results.Run.start(args.results, "bench.latency", args, argv)
+            recording = results.Run.start(args.results, "bench.perf.latency", args, argv)
         except ToolError as e:
             parser.exit(2, f"{parser.prog}: {e}\n")
     samples: list | None = [] if recording is not None else None

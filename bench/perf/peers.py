@@ -1,13 +1,13 @@
 """minikafka beside the peers a user would pick instead, in one sitting.
 
-    python -m bench.peers [--records 2000] [--rate 1000] [--warmup 300]
+    python -m bench.perf.peers [--records 2000] [--rate 1000] [--warmup 300]
                           [--throughput-records 100000] [--peers minikafka,redis,nats]
 
 Each system runs three replicas on this host, and the same two workloads with
 100-byte records, every write acknowledged only once two replicas have it:
 
 - ``single``: one write at a time at ``--rate`` writes/s (open loop, as
-  ``bench.latency``): its p50 and p99 in ms;
+  ``bench.perf.latency``): its p50 and p99 in ms;
 - ``throughput``: ``--throughput-records`` writes as fast as the system's own client
   pipelines them: records/s and MB/s.
 
@@ -41,10 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import zkservers
-from bench.latency import RECORD_BYTES, LatencyCluster, percentiles, time_requests
+from bench.perf import zkservers
+from bench.perf.latency import RECORD_BYTES, LatencyCluster, percentiles, time_requests
 from node.waiting import poll_until
-from node.wire import protocol as P
+from node.wire import protocol
 from shm.batch import build_batch
 
 PEERS = ("minikafka", "redis", "nats")
@@ -99,7 +99,7 @@ def run_minikafka(args) -> dict:
                 lambda: producer.send("rf3", RECORD, partition=0).get(timeout=10)))
         finally:
             producer.close()
-        raw = time_requests(cluster.channel(leader), P.ApiKey.PRODUCE,
+        raw = time_requests(cluster.channel(leader), protocol.ApiKey.PRODUCE,
                             {"acks": -1, "timeout_ms": 10_000, "partitions": [["rf3", 0]]},
                             lambda: (bytearray(build_batch([RECORD])),),
                             args.records, args.rate, args.warmup)
@@ -326,7 +326,7 @@ def table(results: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.peers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2000, help="timed single writes")
     parser.add_argument("--rate", type=int, default=1000, help="single writes per second")

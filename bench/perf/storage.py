@@ -1,4 +1,4 @@
-"""Storage benchmark: ``python -m bench.storage [--size-mb N] [--dir D]``.
+"""Storage benchmark: ``python -m bench.perf.storage [--size-mb N] [--dir D]``.
 
 Prints exactly one JSON line:
 
@@ -250,7 +250,7 @@ def measure_read(log, end_offset: int) -> tuple[int, float]:
 
 LOCAL_READ_CHILD = """
 import json, sys, time
-from bench.storage import walk
+from bench.perf.storage import walk
 from shm.local_reader import LocalReader
 cluster_id, log_dir, topic, end_offset = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 with LocalReader(cluster_id, 0, log_dir, topic, 0) as reader:
@@ -269,7 +269,7 @@ print(json.dumps({"bytes": total, "seconds": elapsed, "records": records}), flus
 
 RECOVER_WRITER_CHILD = """
 import sys, time
-from bench.storage import build_pool, open_log
+from bench.perf.storage import build_pool, open_log
 size_mb, root_a, cid_a, root_b, cid_b = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 pool = build_pool(size_mb)
 for root, cid in ((root_a, cid_a), (root_b, cid_b)):
@@ -283,7 +283,7 @@ time.sleep(600)  # until SIGKILL
 
 REOPEN_CHILD = """
 import json, sys, time
-from bench.storage import open_log
+from bench.perf.storage import open_log
 root, cid, reattach = sys.argv[1], sys.argv[2], sys.argv[3] == "reattach"
 start = time.perf_counter()
 log = open_log(root, cid, reattach_indexes=reattach)
@@ -310,7 +310,7 @@ def measure_recovery(root: str, size_mb: int, children: _Children,
             raise AssertionError(f"recovered logs differ: {reattached} {rebuilt}")
         if reattached["reattached"] > 0:
             return reattached["seconds"], rebuilt["seconds"]
-        print(f"bench.storage: the crashed log's shared memory vanished before the reopen"
+        print(f"bench.perf.storage: the crashed log's shared memory vanished before the reopen"
               f" (attempt {attempt + 1}); crashing again", file=sys.stderr)
     raise RuntimeError(f"no reattach in {RECOVERY_ATTEMPTS_MAX} attempts: {reattached}")
 
@@ -394,7 +394,7 @@ def run(size_mb: int, base_dir: str | None, verify_crc: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.storage", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.storage", description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="log size in MiB (default 1024)")
     parser.add_argument("--dir", default=None, help="parent of the temporary directory")
     parser.add_argument("--verify-crc", action="store_true", help="check CRCs while reading")

@@ -1,6 +1,6 @@
 """The physical limit: raw ZeroMQ PUSH/PULL throughput between two processes.
 
-    python -m bench.limits [--frame-bytes 262144] [--seconds 3]
+    python -m bench.perf.zmq_limits [--frame-bytes 262144] [--seconds 3]
 
 A child process binds a PULL socket on 127.0.0.1 and counts frames; this process
 PUSHes frames of ``--frame-bytes`` (zero-copy on the sending side, one reused buffer)
@@ -91,7 +91,7 @@ def measure(frame_bytes: int, seconds: float) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.limits", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.zmq_limits", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frame-bytes", type=int, default=FRAME_BYTES_DEFAULT)
     parser.add_argument("--seconds", type=float, default=3.0)

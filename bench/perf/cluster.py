@@ -1,6 +1,6 @@
 """Cluster throughput and latency: one producer process against a live 3-broker cluster.
 
-    python -m bench.cluster [--seconds 5] [--batch-size 262144] [--zookeeper HOST:PORT]
+    python -m bench.perf.cluster [--seconds 5] [--batch-size 262144] [--zookeeper HOST:PORT]
 
 Starts zk_lite and 3 brokers under a temporary directory (the supervisor), creates the
 topics, and prints one JSON line per workload (records of 100 bytes, 6 partitions):
@@ -72,7 +72,7 @@ def _latency(producer, topic: str, count: int, rate_per_s: int) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--batch-size", type=int, default=256 * 1024)

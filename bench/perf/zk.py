@@ -1,6 +1,6 @@
 """zk_lite benchmark through kazoo, optionally side by side with a real ZooKeeper 3.8.
 
-    python -m bench.zk [--compare-zookeeper] [--ops N]
+    python -m bench.perf.zk [--compare-zookeeper] [--ops N]
 
 Prints one JSON line per server (stdout; progress goes to stderr):
 
@@ -29,7 +29,7 @@ import time
 
 from kazoo.client import KazooClient
 
-from bench.zkservers import ServerHandle, missing_reason, start
+from bench.perf.zkservers import ServerHandle, missing_reason, start
 
 TICK_TIME_MS = 2000  # ZooKeeper's sample config; allows the 4 s session below
 EPHEMERAL_SESSION_TIMEOUT_S = 4.0
@@ -45,7 +45,7 @@ FIGURES = ("create_per_s", "get_per_s", "set_per_s", "get_async_pipelined_per_s"
 
 
 def log(message: str) -> None:
-    print(f"bench.zk: {message}", file=sys.stderr, flush=True)
+    print(f"bench.perf.zk: {message}", file=sys.stderr, flush=True)
 
 
 def per_second(ops: int, func) -> float:
@@ -116,7 +116,7 @@ def measure_ephemeral_expiry(watcher: KazooClient, hosts: str) -> dict:
     sample alone mostly measures where in the tick the kill fell)."""
     paths = [f"/bench/owned-{n}" for n in range(EXPIRY_SAMPLES)]
     owners = [subprocess.Popen(
-        [sys.executable, "-m", "bench.zk", "--ephemeral-owner", hosts, path],
+        [sys.executable, "-m", "bench.perf.zk", "--ephemeral-owner", hosts, path],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
         for path in paths]
     try:
@@ -191,7 +191,7 @@ def _rounded(figures: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.zk", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.zk", description=__doc__.split("\n")[0])
     parser.add_argument("--compare-zookeeper", action="store_true",
                         help="also measure a real ZooKeeper 3.8 (Debian's zookeeper package)")
     parser.add_argument("--ops", type=int, default=5000, help="operations per figure (default 5000)")

@@ -25,8 +25,8 @@ the results store (``--results``), tagged with the workload's name and the point
       replication_factor: [1, 3]
 
 A matrix value may also be a list of mappings (the keys of each change together), and
-the matrix itself such a list (see bench/workloads/record-size.yaml). The workloads of
-``bench/workloads/`` ship with minikafka: ``WORKLOAD`` may be one's name
+the matrix itself such a list (see bench/perf/workloads/record-size.yaml). The workloads of
+``bench/perf/workloads/`` ship with minikafka: ``WORKLOAD`` may be one's name
 (``minikafka bench sweep acks-x-replication --results R``).
 Unknown keys and wrong types are one line and exit 2; ``--dry-run`` prints the points.
 Then ``minikafka analyze DIR`` compares them.
@@ -69,7 +69,7 @@ def shipped_workloads() -> list[str]:
 
 def workload_path(text: str) -> str:
     """argparse ``type``: a workload file (absolute), or a shipped workload's name
-    (``acks-x-replication``: ``bench/workloads/acks-x-replication.yaml``, wherever
+    (``acks-x-replication``: ``bench/perf/workloads/acks-x-replication.yaml``, wherever
     minikafka is installed). A file of that name in the current directory wins."""
     path = absolute_path(text)
     if not os.path.exists(path) and text in shipped_workloads():

@@ -1,6 +1,6 @@
 """How fast Spark reads a topic through ``format("minikafka")``, against Parquet.
 
-    python -m bench.spark_source [--records 10000000] [--partitions 6] [--master local[2]] [--values random|constant]
+    python -m bench.analysis.spark_source [--records 10000000] [--partitions 6] [--master local[2]] [--values random|constant]
 
 Starts zk_lite and one broker (the supervisor), fills a topic of ``--partitions``
 partitions with ``--records`` records of 100 bytes (the producer's bulk path, 256 KiB
@@ -65,7 +65,7 @@ def timed(spark, df, repeat: int) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark_source", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.analysis.spark_source", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--partitions", type=int, default=6)

@@ -1,7 +1,7 @@
 """Start and stop ZooKeeper-protocol servers: zk_lite, or a real Apache ZooKeeper 3.8.
 
 One interface for both kinds, shared by the test fixtures (``tests/zk``) and the
-benchmark (``bench.zk``)::
+benchmark (``bench.perf.zk``)::
 
     handle = start("zk_lite", tick_time_ms=500)
     handle.hosts        # "127.0.0.1:PORT"

@@ -3,7 +3,7 @@ seed, as Jepsen's combined nemeses compose theirs (``nemesis/compose``). The pla
 ``nemesis.plan`` never overlaps two faults, so the losses that need two failures at
 once (the ISR shrunk to one replica, then that replica lost) never show in it.
 
-Rules (``tests/node/cluster/test_compose.py`` checks each):
+Rules (``tests/bench/chaos/test_compose.py`` checks each):
 
 - A schedule is rounds separated by quiet gaps (``nemesis.GAP_MS``). A round holds one
   fault or two whose windows overlap; never more than two are active at once.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 
-from node.cluster import nemesis as N
+from bench.chaos import nemesis
 
 ISR_LAG_MS = 4000                    # replica.lag.time.max.ms of the chaos runs
 PAIR_PERCENT = 70                    # random rounds: two overlapping faults this often
@@ -41,13 +41,13 @@ ACTIVE_AT_ONCE_MAX = 2
 
 def plan(seed: int, faults: list[str], duration_s: float,
          targets: tuple[str, ...] = ("random", "leader"),
-         lag_ms: int = ISR_LAG_MS) -> list[N.Planned]:
+         lag_ms: int = ISR_LAG_MS) -> list[nemesis.Planned]:
     """Rounds of overlapping faults from ``faults`` (see the rules above)."""
-    N.check_faults(faults)
+    nemesis.check_faults(faults)
     rng = random.Random(seed)
-    out: list[N.Planned] = []
-    at = N.FIRST_AT_MS
-    end = int(duration_s * 1000) - N.HEAL_TAIL_MS
+    out: list[nemesis.Planned] = []
+    at = nemesis.FIRST_AT_MS
+    end = int(duration_s * 1000) - nemesis.HEAL_TAIL_MS
     patterns = [p for p, needs in PATTERNS.items() if needs(faults)]
     while True:
         if patterns and rng.randrange(100) < PATTERN_PERCENT:
@@ -57,60 +57,63 @@ def plan(seed: int, faults: list[str], duration_s: float,
         length = max(p.at_ms + p.duration_ms for p in round_)
         if at + length > end:
             return out
-        out += sorted((N.Planned(at + p.at_ms, p.duration_ms, p.fault, p.target)
+        out += sorted((nemesis.Planned(at + p.at_ms, p.duration_ms, p.fault, p.target)
                        for p in round_), key=lambda p: p.at_ms)
-        at += length + rng.randint(*N.GAP_MS)
+        at += length + rng.randint(*nemesis.GAP_MS)
 
 
 def _target(rng: random.Random, fault: str, targets) -> str:
     if fault == "partition":
-        return rng.choice(N.PARTITION_TARGETS)
-    if fault in N.BROKER_FAULTS:
+        return rng.choice(nemesis.PARTITION_TARGETS)
+    if fault in nemesis.BROKER_FAULTS:
         return rng.choice(targets)
     if fault.startswith("coordinator"):
         return "zk"
     return "controller"
 
 
-def _random_round(rng: random.Random, faults, targets) -> list[N.Planned]:
+def _random_round(rng: random.Random, faults, targets) -> list[nemesis.Planned]:
     first = rng.choice(faults)
-    length = rng.randint(*N.FAULT_MS)
-    out = [N.Planned(0, length, first, _target(rng, first, targets))]
+    length = rng.randint(*nemesis.FAULT_MS)
+    out = [nemesis.Planned(0, length, first, _target(rng, first, targets))]
     # One power cut per round; zk_lite and the controller are one process each, so the
     # same fault twice on them is one fault.
-    seconds = [f for f in faults if f != first or f in N.BROKER_FAULTS and f != "power-failure"]
+    seconds = [f for f in faults
+               if f != first or f in nemesis.BROKER_FAULTS and f != "power-failure"]
     if seconds and rng.randrange(100) < PAIR_PERCENT:
         second = rng.choice(seconds)
         at = rng.randint(0, length - OVERLAP_MIN_MS)
-        out.append(N.Planned(at, rng.randint(*N.FAULT_MS), second,
-                             _target(rng, second, targets)))
+        out.append(nemesis.Planned(at, rng.randint(*nemesis.FAULT_MS), second,
+                                   _target(rng, second, targets)))
     return out
 
 
-def _isr_shrink_then_kill(rng, faults, targets, lag_ms) -> list[N.Planned]:
+def _isr_shrink_then_kill(rng, faults, targets, lag_ms) -> list[nemesis.Planned]:
     # The leader's ISR check drops a follower lag_ms after it stopped catching up;
     # kill the leader once that surely happened, resume the followers while it is down.
     kill_at = lag_ms + rng.randint(1000, 2000)
     isolate = rng.choice([f for f in ("pause", "partition") if f in faults])
-    isolated = N.Planned(0, kill_at + rng.randint(500, 1500), isolate,
-                         "followers" if isolate == "pause" else "leader|followers")
+    isolated = nemesis.Planned(0, kill_at + rng.randint(500, 1500), isolate,
+                               "followers" if isolate == "pause" else "leader|followers")
     killer = rng.choice([f for f in ("kill", "power-failure") if f in faults])
-    return [isolated, N.Planned(kill_at, rng.randint(3000, 5000), killer, "leader")]
+    return [isolated, nemesis.Planned(kill_at, rng.randint(3000, 5000), killer, "leader")]
 
 
-def _kill_during_controller_move(rng, faults, targets, lag_ms) -> list[N.Planned]:
+def _kill_during_controller_move(rng, faults, targets, lag_ms) -> list[nemesis.Planned]:
     mover = rng.choice([f for f in ("controller-move", "controller") if f in faults])
-    move = N.Planned(0, MOVE_MS if mover == "controller-move" else rng.randint(*N.FAULT_MS),
-                     mover, "controller")
-    return [move, N.Planned(rng.randint(*MOVE_KILL_DELAY_MS), rng.randint(*N.FAULT_MS),
-                            "kill", rng.choice(targets))]
+    move = nemesis.Planned(
+        0, MOVE_MS if mover == "controller-move" else rng.randint(*nemesis.FAULT_MS),
+        mover, "controller")
+    return [move, nemesis.Planned(rng.randint(*MOVE_KILL_DELAY_MS),
+                                  rng.randint(*nemesis.FAULT_MS), "kill", rng.choice(targets))]
 
 
-def _partition_while_paused(rng, faults, targets, lag_ms) -> list[N.Planned]:
-    pause_ms = rng.randint(*N.FAULT_MS) + 1000
-    return [N.Planned(0, pause_ms, "pause", rng.choice(targets)),
-            N.Planned(rng.randint(0, pause_ms - OVERLAP_MIN_MS), rng.randint(*N.FAULT_MS),
-                      "partition", rng.choice(N.PARTITION_TARGETS))]
+def _partition_while_paused(rng, faults, targets, lag_ms) -> list[nemesis.Planned]:
+    pause_ms = rng.randint(*nemesis.FAULT_MS) + 1000
+    return [nemesis.Planned(0, pause_ms, "pause", rng.choice(targets)),
+            nemesis.Planned(rng.randint(0, pause_ms - OVERLAP_MIN_MS),
+                            rng.randint(*nemesis.FAULT_MS),
+                            "partition", rng.choice(nemesis.PARTITION_TARGETS))]
 
 
 PATTERNS = {
@@ -126,9 +129,9 @@ PATTERN_DRAW = {"isr-shrink-then-kill": _isr_shrink_then_kill,
 assert set(PATTERNS) == set(PATTERN_DRAW)
 
 
-def rounds(schedule: list[N.Planned]) -> list[list[N.Planned]]:
+def rounds(schedule: list[nemesis.Planned]) -> list[list[nemesis.Planned]]:
     """The schedule's rounds: its faults grouped by overlapping windows."""
-    out: list[list[N.Planned]] = []
+    out: list[list[nemesis.Planned]] = []
     end = -1
     for p in sorted(schedule, key=lambda p: p.at_ms):
         if out and p.at_ms < end:

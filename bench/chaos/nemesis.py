@@ -39,7 +39,7 @@ or ``controller``. Each fault runs on its own timer, so a given schedule may ove
 faults (pause the followers, then kill the leader: the seeds' acks=1 loss). ``plan``
 draws a schedule from a seed: faults one after another, never overlapping, with quiet
 gaps between them, ending early enough for the cluster to heal before the run ends; the
-same seed gives the same schedule. ``node.cluster.compose.plan`` draws rounds of
+same seed gives the same schedule. ``bench.chaos.compose.plan`` draws rounds of
 overlapping faults instead (``chaos run --compose``).
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ GAP_MS = (1500, 4000)            # and is followed by this much quiet
 FIRST_AT_MS = 2000
 HEAL_TAIL_MS = 4000              # no fault starts this close to the end
 
-log = logging.getLogger("node.cluster.nemesis")
+log = logging.getLogger("bench.chaos.nemesis")
 
 
 class ScheduleError(ValueError):

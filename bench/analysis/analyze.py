@@ -1,4 +1,6 @@
 """``minikafka analyze RESULTS [--out DIR] [--master URL] [--baseline RUN_ID]``.
+(Over 600 lines: one job whose tables, plots and report share one Spark session and the
+same column helpers; the chaos runs' part is apart, in ``analyze_chaos``.)
 
 A PySpark job over a results store (``node.perf.results``): it reads every run's
 samples as DataFrames (one per sample kind, the runs told apart by their ``run_id``
@@ -6,17 +8,17 @@ partition column) and computes, with Spark's aggregations (``percentile_approx``
 one-second ``window``s):
 
 - per run: records, errors, records/s and MB/s, latency p50, p95, p99, p99.9 and max
-  (producer runs; end-to-end runs; ``bench.latency`` requests per scenario), and the
+  (producer runs; end-to-end runs; ``bench.perf.latency`` requests per scenario), and the
   same per second (``per_second``);
 - consumer runs: records/s and MB/s overall and per second;
-- ``bench.latency --breakdown`` runs: p50 and p99 of every hop, in µs;
+- ``bench.perf.latency --breakdown`` runs: p50 and p99 of every hop, in µs;
 - across producer runs: one comparison table keyed by the settings that differ
   between them (flags, producer properties, topic), with each run's throughput and
   p99 as a ratio to the baseline run (``--baseline``, else the earliest), and the
   throughput-latency curve (achieved records/s against p50 and p99);
 - given chaos runs instead (a ``minikafka chaos run`` folder or a folder of them):
   acknowledged and failed sends per second with the faults' windows shaded, recovery
-  per fault type and the anomalies per run (``bench.analyze_chaos``);
+  per fault type and the anomalies per run (``bench.analysis.analyze_chaos``);
 - with ``--audit BOOTSTRAP``, the Kafka paper's audit, exact: every acknowledged record
   of each producer run is looked up in its topic (``format("minikafka")``) by partition
   and offset; per 10 s window of send time: produced against found, mismatched windows
@@ -42,23 +44,13 @@ import time
 from pathlib import Path
 
 from node.paths import absolute_path
+from node.perf.results import HOPS, TOTAL_HOP
 from node.tools.common import ToolError
 
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
 ACCURACY = 100_000           # percentile_approx: exact below this many samples per group
 JAVA_HINT = "apt-get install openjdk-17-jre-headless"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2-analyze.properties")
-HOPS = (("client send -> leader receive", "send", "receive"),
-        ("leader receive -> appended", "receive", "append"),
-        ("appended -> follower fetch answered", "append", "f_answered"),
-        ("fetch answer -> follower receive", "f_answered", "f_received"),
-        ("follower receive -> appended", "f_received", "f_appended"),
-        ("follower appended -> next fetch sent", "f_appended", "f_sent"),
-        ("next fetch sent -> leader receive", "f_sent", "f_leader"),
-        ("leader receive -> HW advanced", "f_leader", "high_watermark"),
-        ("HW advanced -> answer sent", "high_watermark", "answer"),
-        ("answer sent -> client receive", "answer", "client_receive"),
-        ("total", "send", "client_receive"))
 
 
 def progress(message: str) -> None:
@@ -198,14 +190,14 @@ def request_table(F, samples) -> list[dict]:
 
 def breakdown_table(F, samples) -> list[dict]:
     columns = []
-    for name, start, end in HOPS:
+    for name, start, end in (*HOPS, TOTAL_HOP):
         hop = (F.col(end) - F.col(start)) / 1000.0
         approx = F.percentile_approx(hop, [0.5, 0.99], ACCURACY)
         columns += [approx[0].alias(f"{name}|p50"), approx[1].alias(f"{name}|p99")]
     rows = _rows(samples.groupBy("run_id").agg(*columns).orderBy("run_id"))
     out = []
     for row in rows:
-        for name, _, _ in HOPS:
+        for name, _, _ in (*HOPS, TOTAL_HOP):
             out.append({"run_id": row["run_id"], "hop": name,
                         "p50_us": row[f"{name}|p50"], "p99_us": row[f"{name}|p99"]})
     return out
@@ -471,7 +463,7 @@ def audit(spark, F, produce, runs: dict, bootstrap: str) -> tuple[list[dict], li
 def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline: str | None,
             bootstrap: str | None = None) -> int:
     root = Path(results_dir)
-    from bench import analyze_chaos
+    from bench.analysis import analyze_chaos
     if analyze_chaos.find_runs(root):     # a chaos run folder, or a folder of them
         return analyze_chaos_runs(root, out_dir, master)
     runs = load_runs(root)
@@ -523,7 +515,7 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
             write_table(out, "consume_runs", consume_runs)
             write_table(out, "consume_per_second", consume_seconds)
         for kind, title, fn in (("latency", "End-to-end latency runs", latency_table),
-                                ("request", "bench.latency requests", request_table),
+                                ("request", "bench.perf.latency requests", request_table),
                                 ("breakdown", "acks=all breakdown (µs)", breakdown_table)):
             samples = read_kind(spark, root, kind)
             if samples is None:
@@ -566,16 +558,16 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
 
 
 def analyze_chaos_runs(root: Path, out_dir: str | None, master: str | None) -> int:
-    """The report over chaos runs (``bench.analyze_chaos``)."""
-    from bench import analyze_chaos as AC
-    runs = AC.find_runs(root)
+    """The report over chaos runs (``bench.analysis.analyze_chaos``)."""
+    from bench.analysis import analyze_chaos
+    runs = analyze_chaos.find_runs(root)
     assert runs, root
     out = Path(out_dir) if out_dir else root / "report"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    specs = {p.name: AC.load_json(p / "run.json", {}) for p in runs}
-    verdicts = {p.name: AC.load_json(p / "verdict.json", {}) for p in runs}
-    faults = {p.name: AC.load_json(p / "faults.json", []) for p in runs}
+    specs = {p.name: analyze_chaos.load_json(p / "run.json", {}) for p in runs}
+    verdicts = {p.name: analyze_chaos.load_json(p / "verdict.json", {}) for p in runs}
+    faults = {p.name: analyze_chaos.load_json(p / "faults.json", []) for p in runs}
     progress(f"{len(runs)} chaos run(s) in {root}; starting Spark "
              f"({master or 'default master'})")
     spark = spark_session(master)
@@ -583,29 +575,30 @@ def analyze_chaos_runs(root: Path, out_dir: str | None, master: str | None) -> i
         spark.sparkContext.setLogLevel("OFF")
         from pyspark.sql import functions as F
         progress("histories: acknowledged and failed sends per second")
-        seconds, starts = AC.per_second(spark, F, runs)
+        seconds, starts = analyze_chaos.per_second(spark, F, runs)
     finally:
         spark.stop()
-    recovery = AC.recovery_table(verdicts)
-    anomalies = AC.anomaly_table(specs, verdicts)
+    recovery = analyze_chaos.recovery_table(verdicts)
+    anomalies = analyze_chaos.anomaly_table(specs, verdicts)
     write_table(out, "chaos_per_second", seconds)
     write_table(out, "chaos_recovery", recovery)
     write_table(out, "chaos_anomalies", anomalies)
     progress("plots")
-    figures = AC.timeline_plots(out, seconds, starts, faults, specs) + \
-        AC.recovery_plot(out, recovery)
+    figures = analyze_chaos.timeline_plots(out, seconds, starts, faults, specs) + \
+        analyze_chaos.recovery_plot(out, recovery)
     sections = [("Anomalies per run (the checker's verdict)", anomalies),
                 ("Recovery per fault type (fault start to the next acknowledgement)",
                  recovery)]
-    if len(runs) > AC.PLOTTED_RUNS_MAX:
-        sections.append((f"Timelines are drawn for the first {AC.PLOTTED_RUNS_MAX} runs; "
+    if len(runs) > analyze_chaos.PLOTTED_RUNS_MAX:
+        sections.append((f"Timelines are drawn for the first "
+                         f"{analyze_chaos.PLOTTED_RUNS_MAX} runs; "
                          f"every run's seconds are in tables/chaos_per_second", []))
     described = {p.name: {"tool": f"chaos run ({specs[p.name].get('profile')}, seed "
                                   f"{specs[p.name].get('seed')})"} for p in runs}
     report = write_report(out, sections, figures, described)
     print(f"{len(runs)} chaos run(s) analysed in {time.monotonic() - started:.1f} s")
     for row in anomalies:
-        counts = ", ".join(f"{k} {row[k]}" for k in AC.ANOMALIES)
+        counts = ", ".join(f"{k} {row[k]}" for k in analyze_chaos.ANOMALIES)
         print(f"chaos {row['run']}: profile {row['profile']}, seed {row['seed']}, "
               f"{row['acknowledged']} acknowledged, {counts}, longest window without an "
               f"acknowledgement {_fmt(row['longest_gap_ms'])} ms, "

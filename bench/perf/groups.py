@@ -1,6 +1,6 @@
 """Consumer groups measured (issue 12): rebalance times and group read throughput.
 
-    python -m bench.groups [--records 2000000] [--record-size 100] [--repeats 5]
+    python -m bench.perf.groups [--records 2000000] [--record-size 100] [--repeats 5]
                            [--session-ms 6000] [--dir DIR]
 
 One broker, topic ``groups`` with 6 partitions filled with ``--records`` records (the
@@ -66,7 +66,7 @@ def _start_members(cluster, group: str, n: int, directory: Path, session_ms: int
     for i in range(n):
         out = directory / f"{group}-{i}.json"
         procs.append((subprocess.Popen(
-            [sys.executable, "-m", "bench.groups", "--member", "--bootstrap",
+            [sys.executable, "-m", "bench.perf.groups", "--member", "--bootstrap",
              cluster.bootstrap_servers, "--zookeeper", cluster.zookeeper, "--group", group,
              "--out", str(out), "--session-ms", str(session_ms)]), out))
     return procs
@@ -94,7 +94,7 @@ def _owners(zk, group: str) -> dict:
 def _wait(predicate, timeout_s: float, what: str):
     from node.waiting import poll_until
     return poll_until(predicate, timeout_s, what, interval_s=POLL_S,
-                      error=lambda message: SystemExit(f"bench.groups: {message}"))
+                      error=lambda message: SystemExit(f"bench.perf.groups: {message}"))
 
 
 def throughput(cluster, directory: Path, records: int, session_ms: int
@@ -152,7 +152,7 @@ def rebalance(cluster, zk, directory: Path, how: str, k: int, session_ms: int) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.groups", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.groups", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--record-size", type=int, default=100)

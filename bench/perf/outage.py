@@ -1,6 +1,6 @@
 """A coordinator outage under load, measured (issue 10, item 1).
 
-    python -m bench.outage [--fault KILL|STOP] [--outage-s 20] [--session-ms 18000]
+    python -m bench.perf.outage [--fault KILL|STOP] [--outage-s 20] [--session-ms 18000]
                            [--dir DIR] [--after-s 10]
 
 Starts a supervised cluster (zk_lite and 3 brokers), creates the topic ``load`` with 3
@@ -35,8 +35,8 @@ from node.client import Admin
 from node.cluster import Cluster
 from node.cluster.supervisor import ClusterError
 from node.net import Channel, ChannelError
-from node.wire import protocol as P
-from shm import batch as B
+from node.wire import protocol
+from shm import batch
 
 TOPIC = "load"
 ASSIGNMENT = {0: [0, 1, 2], 1: [1, 2, 0], 2: [2, 0, 1]}    # broker b leads partition b
@@ -85,16 +85,16 @@ def client_loop(addresses: dict[int, str], partition: int, stop: threading.Event
         while not stop.is_set():
             n += 1
             steps = (
-                ("metadata", P.ApiKey.METADATA, {"topics": [TOPIC]}, ()),
-                ("acks=1", P.ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 2000,
-                                             "partitions": [[TOPIC, partition]]},
-                 (B.build_batch([b"one-%d" % n]),)),
-                ("acks=all", P.ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 2000,
-                                               "partitions": [[TOPIC, partition]]},
-                 (B.build_batch([b"all-%d" % n]),)),
-                ("fetch", P.ApiKey.FETCH, {"replica_id": -1, "max_wait_ms": 0,
-                                           "min_bytes": 1, "max_bytes": 1 << 16,
-                                           "partitions": [[TOPIC, partition, 0, -1, 1 << 16]]},
+                ("metadata", protocol.ApiKey.METADATA, {"topics": [TOPIC]}, ()),
+                ("acks=1", protocol.ApiKey.PRODUCE,
+                 {"acks": 1, "timeout_ms": 2000, "partitions": [[TOPIC, partition]]},
+                 (batch.build_batch([b"one-%d" % n]),)),
+                ("acks=all", protocol.ApiKey.PRODUCE,
+                 {"acks": -1, "timeout_ms": 2000, "partitions": [[TOPIC, partition]]},
+                 (batch.build_batch([b"all-%d" % n]),)),
+                ("fetch", protocol.ApiKey.FETCH,
+                 {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 16,
+                  "partitions": [[TOPIC, partition, 0, -1, 1 << 16]]},
                  ()),
             )
             for op, api_key, body, frames in steps:
@@ -230,7 +230,7 @@ def run(directory: Path, *, fault: str = "KILL", outage_s: float = 20.0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.outage", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.outage", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fault", choices=("KILL", "STOP"), default="KILL")
     parser.add_argument("--outage-s", type=float, default=20.0)

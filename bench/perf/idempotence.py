@@ -1,7 +1,7 @@
 """What idempotence costs (issue 12): acks=all, replication factor 3 throughput with
 ``enable.idempotence`` true and false, measured alternately in one run.
 
-    python -m bench.idempotence [--records 1000000] [--record-size 100] [--rounds 3]
+    python -m bench.perf.idempotence [--records 1000000] [--record-size 100] [--rounds 3]
                                 [--batch-size 262144] [--dir DIR]
 
 Three brokers, a topic of 6 partitions (replication factor 3, min.insync.replicas 2);
@@ -36,7 +36,7 @@ def run_once(bootstrap: str, records: int, size: int, batch: int, idempotent: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.idempotence", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.idempotence", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--record-size", type=int, default=100)

@@ -3,27 +3,27 @@ from __future__ import annotations
 
 import pytest
 
-from node.cluster import nemesis as N
+from bench.chaos import nemesis
 
-ALL = list(N.FAULTS)
+ALL = list(nemesis.FAULTS)
 
 
 @pytest.mark.parametrize("seed", range(200))
 def test_a_drawn_schedule_is_replayable_and_leaves_time_to_heal(seed):
-    schedule = N.plan(seed, ALL, 40)
-    assert schedule == N.plan(seed, ALL, 40) == N.load(N.dump(schedule))
+    schedule = nemesis.plan(seed, ALL, 40)
+    assert schedule == nemesis.plan(seed, ALL, 40) == nemesis.load(nemesis.dump(schedule))
     end = 0
     for fault in schedule:
         assert fault.at_ms >= end, "faults never overlap"
-        assert fault.fault in N.FAULTS
+        assert fault.fault in nemesis.FAULTS
         end = fault.at_ms + fault.duration_ms
         if fault.fault.startswith("coordinator"):
             assert fault.target == "zk"
-    assert end <= 40_000 - N.HEAL_TAIL_MS
+    assert end <= 40_000 - nemesis.HEAL_TAIL_MS
 
 
 def test_different_seeds_give_different_schedules():
-    assert len({tuple(N.plan(s, ALL, 60)) for s in range(20)}) > 15
+    assert len({tuple(nemesis.plan(s, ALL, 60)) for s in range(20)}) > 15
 
 
 @pytest.mark.parametrize("entries, words", [
@@ -33,13 +33,13 @@ def test_different_seeds_give_different_schedules():
     ([{"at_ms": -1, "duration_ms": 5, "fault": "kill"}], "negative"),
 ])
 def test_a_bad_schedule_is_one_clear_error(entries, words):
-    with pytest.raises(N.ScheduleError, match=words):
-        N.load(entries)
+    with pytest.raises(nemesis.ScheduleError, match=words):
+        nemesis.load(entries)
 
 
 def test_unknown_faults_are_refused():
-    with pytest.raises(N.ScheduleError, match="meteor"):
-        N.plan(1, ["kill", "meteor"], 30)
+    with pytest.raises(nemesis.ScheduleError, match="meteor"):
+        nemesis.plan(1, ["kill", "meteor"], 30)
 
 
 # ------------------------------------------------------------- partition targets
@@ -67,8 +67,8 @@ class _Cluster:
 
 
 def _links(target, seed=0):
-    nemesis = N.Nemesis(_Cluster(), [], "chaos", seed)
-    return {frozenset(pair) for pair in nemesis.links_of(target)}
+    running_nemesis = nemesis.Nemesis(_Cluster(), [], "chaos", seed)
+    return {frozenset(pair) for pair in running_nemesis.links_of(target)}
 
 
 def _pairs(*text):
@@ -103,16 +103,16 @@ def test_a_partition_target_that_names_nothing_is_refused(target):
 
 
 def test_drawn_partitions_and_slow_and_power_failures_have_targets():
-    schedule = N.plan(7, ["partition", "slow", "power-failure"], 120)
+    schedule = nemesis.plan(7, ["partition", "slow", "power-failure"], 120)
     assert {p.fault for p in schedule} == {"partition", "slow", "power-failure"}
     for p in schedule:
         if p.fault == "partition":
-            assert p.target in N.PARTITION_TARGETS
+            assert p.target in nemesis.PARTITION_TARGETS
         else:
             assert p.target in ("random", "leader")
 
 
 def test_trogdor_style_targets_are_accepted_as_a_list():
-    [planned] = N.load([{"at_ms": 10, "duration_ms": 5, "fault": "power-failure",
-                         "targets": [0, 2]}])
+    [planned] = nemesis.load([{"at_ms": 10, "duration_ms": 5, "fault": "power-failure",
+                               "targets": [0, 2]}])
     assert planned.target == "0,2"

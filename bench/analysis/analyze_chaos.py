@@ -14,7 +14,7 @@ ones (``groupBy`` over the history, no Python loop over operations). With the ru
   nonmonotonic, skip, unexpected, longest window without an acknowledgement);
 
 as ``report.html`` (plots embedded), tables (Parquet and CSV) and a text summary
-(``bench.analyze.analyze_chaos_runs`` puts these parts together).
+(``bench.analysis.analyze.analyze_chaos_runs`` puts these parts together).
 """
 from __future__ import annotations
 
