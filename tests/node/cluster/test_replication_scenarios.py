@@ -45,6 +45,28 @@ def fetches_answered(c, leader: int, topic: str, followers, wait_max_ms: int) ->
                for f in followers)
 
 
+def fetches_settled(c, leader: int, topic: str, followers, wait_max_ms: int,
+                    quiet_s: float = 1.0):
+    """A condition for ``c.wait_for``: ``fetches_answered`` has held, with the followers'
+    caught-up times unchanged, for ``quiet_s``. A fetch a follower sent just before it
+    was paused may still sit unread in the leader's socket while the leader is slow (a
+    loaded machine); once read it would be parked and answered with the next write. A
+    quiet second is far longer than the leader takes to read what is queued."""
+    seen: dict = {}
+
+    def settled() -> bool:
+        row = board(c, leader, topic)
+        if row is None or not fetches_answered(c, leader, topic, followers, wait_max_ms):
+            seen.clear()
+            return False
+        times = tuple(row.caught_up_ms(f) for f in followers)
+        if seen.get("times") != times:
+            seen.update(times=times, since=time.monotonic())
+            return False
+        return time.monotonic() - seen["since"] >= quiet_s
+    return settled
+
+
 def session_of(c, broker_id: int) -> int:
     """The coordinator session of a broker (the owner of its registration znode)."""
     zk = KazooClient(hosts=c.zookeeper, timeout=10)
@@ -178,7 +200,7 @@ def test_acks_1_loses_an_acknowledged_write_when_the_leader_dies_and_acks_all_do
         # A follower fetch parked at the leader would carry the next write to the paused
         # follower's socket; the leader answers every parked fetch within
         # replica.fetch.wait.max.ms (100 ms), and a paused follower sends no new one.
-        c.wait_for(lambda: fetches_answered(c, 0, "one", (1, 2), wait_max_ms=100), 10,
+        c.wait_for(fetches_settled(c, 0, "one", (1, 2), wait_max_ms=100), 10,
                    "the paused followers' last fetches to be answered")
         lost_offset = p1.send("one", b"acked-then-lost", partition=0).get(timeout=10).offset
         pending = pall.send("all", b"never-acked", partition=0)
