@@ -9,7 +9,8 @@ A producer sends unique values (``<name>-<n>``, or with ``--value-format avro`` 
 record ``CHAOS_VALUE_SCHEMA`` {producer, seq, sent} in the registry's wire format, so
 the analysis has typed values to read) one at a time at up to ``--rate`` per
 second and records ``invoke``, then ``ok`` (partition, offset), ``fail`` (the broker
-refused it: NOT_ENOUGH_REPLICAS) or ``info`` (anything else: the outcome is unknown).
+refused it, NOT_ENOUGH_REPLICAS, on the only attempt) or ``info`` (anything else,
+retried refusals included: an earlier attempt may have landed; the outcome is unknown).
 A consumer reads every partition from the start and records each poll's records.
 History schema (one row per operation): process string, type string, f string,
 time_ns int64 (CLOCK_MONOTONIC), value binary, partition int32, offset int64,
@@ -95,15 +96,20 @@ def produce(args) -> list[dict]:
             n += 1
             rows.append({"process": args.name, "type": "invoke", "f": "send",
                          "time_ns": time.monotonic_ns(), "value": value})
+            future = None
             try:
-                md = producer.send(args.topic, value).get(timeout=10)
+                future = producer.send(args.topic, value)
+                md = future.get(timeout=10)
                 rows.append({"process": args.name, "type": "ok", "f": "send",
                              "time_ns": time.monotonic_ns(), "value": value,
                              "partition": md.partition, "offset": md.offset})
                 ok += 1
             except Exception as e:  # every failure is recorded; its kind decides the type
                 code = getattr(e, "code", None)
-                definite = isinstance(e, KafkaError) and code == ErrorCode.NOT_ENOUGH_REPLICAS
+                # Refused before the append, and no earlier attempt of it could have
+                # landed (one attempt): anything else leaves the outcome unknown.
+                definite = isinstance(e, KafkaError) and code == ErrorCode.NOT_ENOUGH_REPLICAS \
+                    and future is not None and future.attempts <= 1
                 rows.append({"process": args.name, "type": "fail" if definite else "info",
                              "f": "send", "time_ns": time.monotonic_ns(), "value": value,
                              "error": f"{type(e).__name__}: {e}"[:200]})

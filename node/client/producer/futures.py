@@ -18,7 +18,7 @@ class ProduceRequestResult:
     """The outcome of one batch, shared by the futures of its records."""
 
     __slots__ = ("topic", "partition", "base_offset", "record_count", "timestamp",
-                 "timestamps", "error", "done", "callbacks")
+                 "timestamps", "error", "done", "callbacks", "attempts")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -30,6 +30,7 @@ class ProduceRequestResult:
         self.error: BaseException | None = None
         self.done = False
         self.callbacks = None
+        self.attempts = 0       # Produce requests that carried the batch (retries + 1)
 
 
 class _Future:
@@ -62,6 +63,13 @@ class _Future:
 
     def failed(self) -> bool:
         return self._result.done and self._result.error is not None
+
+    @property
+    def attempts(self) -> int:
+        """How many Produce requests carried the record's batch. A failure after more
+        than one is not definite: an earlier attempt's outcome may have been unknown
+        (a timeout, a lost connection) and the record may be in the log."""
+        return self._result.attempts
 
     def add_callback(self, fn) -> "_Future":
         """``fn(metadata, exception)`` — called in the I/O thread (or now, if done)."""

@@ -446,6 +446,7 @@ class Sender:
         self.finish(r, batch.record_count)
 
     def fail(self, batch: ProducerBatch, e: BaseException) -> None:
+        batch.result.attempts = batch.attempts + (batch.last_error is not None)
         if self.p.idempotent and batch.producer is not None:
             self.epoch_bump_wanted = True   # its sequence is a gap now: start an epoch
         self.fail_result(batch.result, batch.record_count, e)

@@ -103,9 +103,22 @@ def test_not_leader_refreshes_metadata_and_retries(scripted):
 def test_retries_exhausted_raise_the_broker_error_with_its_message(scripted):
     broker = scripted(lambda r: produce_answer(r, ErrorCode.NOT_ENOUGH_REPLICAS, message="isr 1 < 2"))
     with Producer(broker.bootstrap, acks="all", retries=2, retry_backoff_ms=10) as producer:
+        future = producer.send("t", b"x", partition=0)
         with pytest.raises(E.NotEnoughReplicasError, match="isr 1 < 2"):
-            producer.send("t", b"x", partition=0).get(10)
+            future.get(10)
     assert broker.count(P.ApiKey.PRODUCE) == 3  # the first try and 2 retries
+    # Three attempts: the failure is not definite (an earlier one could have landed had
+    # it timed out), which a checker must know (bench.chaos.worker).
+    assert future.attempts == 3
+
+
+def test_a_refusal_without_retries_is_one_attempt(scripted):
+    broker = scripted(lambda r: produce_answer(r, ErrorCode.NOT_ENOUGH_REPLICAS))
+    with Producer(broker.bootstrap, acks="all", retries=0) as producer:
+        future = producer.send("t", b"x", partition=0)
+        with pytest.raises(E.NotEnoughReplicasError):
+            future.get(10)
+    assert future.attempts == 1
 
 
 def test_a_non_retriable_error_is_raised_at_once(scripted):
