@@ -6,6 +6,7 @@ the project (imports inside functions count too).
     node.client may use node.core.group (the consumer group's pure rebalance core).
     shm and zk_lite never import node; node.core imports no I/O module.
     The controller's parts (node.core.controller.*) import only its events and elections.
+    The consumer's parts (node.client.consumer.*) share only its subscription state.
     node never imports bench (node.cli included: bench.cli adds bench's subcommands).
     bench.perf, bench.chaos, bench.analysis  <-  bench.teach (uses bench.chaos)  <-  bench.cli
     The pure cores (node.core, zk_lite's, shm's codecs) use no unseeded randomness.
@@ -450,3 +451,46 @@ def test_the_logs_parts_do_not_import_its_core(name):
     the reverse (the cycle test would see it; this names the rule)."""
     assert name in MODULES
     assert not [t for t, _ in GRAPH[name] if t == "shm.log.core" or t == "shm.log"]
+
+
+# ---------------------------------------------------------------- the consumer's parts
+# node.client.consumer, cut along Kafka's consumer: the parts are mixins of api.Consumer
+# and share only the partitions' state (subscription); api puts them together, and the
+# package's __init__ only re-exports.
+CONSUMER = "node.client.consumer"
+CONSUMER_PARTS: dict[str, set[str]] = {
+    "subscription": set(),
+    "fetcher": {"subscription"},
+    "offset_fetcher": {"subscription"},
+    "validation": {"subscription"},
+    "membership": {"subscription"},
+    "api": {"subscription", "fetcher", "offset_fetcher", "validation", "membership"},
+}
+
+
+def _consumer_violations(part: str) -> list[str]:
+    name = f"{CONSUMER}.{part}"
+    return [f"{MODULES[name].relative_to(ROOT)}:{line} imports {target}"
+            for target, line in GRAPH[name]
+            if (target == CONSUMER or target.startswith(CONSUMER + "."))
+            and target[len(CONSUMER) + 1:] not in CONSUMER_PARTS[part]]
+
+
+def test_every_part_of_the_consumer_has_a_place():
+    found = {m[len(CONSUMER) + 1:] for m in MODULES if m.startswith(CONSUMER + ".")}
+    assert found == set(CONSUMER_PARTS), f"give these a place: {found ^ set(CONSUMER_PARTS)}"
+
+
+@pytest.mark.parametrize("part", sorted(CONSUMER_PARTS))
+def test_consumer_parts_import_only_what_they_may(part):
+    bad = _consumer_violations(part)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_consumer_check_sees_a_part_reaching_into_another(monkeypatch):
+    monkeypatch.setitem(GRAPH, f"{CONSUMER}.fetcher",
+                        GRAPH[f"{CONSUMER}.fetcher"] + [(f"{CONSUMER}.validation", 1)])
+    monkeypatch.setitem(GRAPH, f"{CONSUMER}.subscription",
+                        GRAPH[f"{CONSUMER}.subscription"] + [(f"{CONSUMER}.api", 2)])
+    assert len(_consumer_violations("fetcher")) == 1
+    assert len(_consumer_violations("subscription")) == 1

@@ -5,8 +5,9 @@
 Modules: ``types`` (records, metadata tuples, errors), ``metadata`` (bootstrap parsing,
 the Metadata snapshot and its fetcher), ``network`` (one thread's channels to the
 brokers), ``producer`` (a package: its API, accumulator, sender and futures),
-``consumer`` (its KIP-320 position check in ``offset_validation``), ``admin``,
-``partitioner``. This package only re-exports; no submodule imports it.
+``consumer`` (a package: its API, subscription state, fetcher, offset fetcher,
+position validation and group membership; KIP-320's pure decision in
+``offset_validation``), ``admin``, ``partitioner``. This package only re-exports; no submodule imports it.
 """
 from node.client.admin import Admin
 from node.client.consumer import Consumer, LogTruncationException

@@ -1,0 +1,85 @@
+"""The consumer: manual assignment or a group, fetch pipelining, leader following. One
+thread.
+
+Offers ``Consumer`` (kafka-python-like) and what it returns or raises: ``FetchedBatch``
+(``poll_batches``), ``OffsetAndTimestamp`` (``offsets_for_times``),
+``LogTruncationException``, ``DeserializationError``, ``NoOffsetForPartitionError``.
+Its modules, cut as Kafka's consumer (one class, ``Consumer``, made of the mixins):
+
+    api.py             Consumer: configs, poll / poll_batches, position, close
+    subscription.py    SubscriptionState: assignment, positions with their leader
+                       epochs, seek, reset and validation states
+    fetcher.py         Fetcher: Fetch requests, buffered batches, leader following
+    offset_fetcher.py  OffsetFetcher: ListOffsets for resets and offset look-ups
+    validation.py      KIP-320 position validation (OffsetForLeaderEpoch); the pure
+                       decision is node.client.offset_validation
+    membership.py      the consumer's side of a group (node.client.group): subscribe,
+                       commit, committed, rebalance hooks
+
+Groups (``group_id=``, then ``subscribe``): the Kafka paper's consumer groups, in the
+coordinator as Kafka 0.8 kept them (``node.client.group``, its rebalance decided by
+``node.core.group``). The rebalance runs inside ``poll``/``commit``/``close``, in the
+caller's thread; a member that stops polling holds its partitions until its session
+ends (Kafka 0.8's consumer rebalanced on a thread of its own; Kafka's current consumer
+also rebalances in ``poll``). The coordinator's address comes from ``zookeeper_connect``
+or, as a Kafka client would ask for a broker config, from a broker's DescribeConfigs
+(``zookeeper.connect``). Committed offsets are the next offsets to read; a member that
+joins reads from them, or from ``auto_offset_reset`` where there are none; with
+``enable_auto_commit`` the positions are committed every ``auto_commit_interval_ms``,
+before each rebalance and on ``close``, so a record is never skipped: what a member
+had not committed when it died is read again by the next owner (at least once).
+
+Theory of operation (Kafka's Fetcher, without groups):
+
+- Per assigned partition the consumer keeps ``position`` (the next offset ``poll``
+  returns) and ``fetch_offset`` (the next offset to ask for: position plus what is
+  buffered). A partition whose position is unknown (just assigned, ``seek_to_*``, or
+  ErrorCode.OFFSET_OUT_OF_RANGE) is reset with ListOffsets (earliest -2 / latest -1) first.
+- At most one Fetch is in flight per leader broker; it carries every fetchable
+  partition that broker leads, with ``current_leader_epoch`` from metadata (KIP-320),
+  so a stale leader answers FENCED_LEADER_EPOCH instead of serving a diverged log.
+  The next Fetch goes out as soon as the previous answer is buffered — before the
+  records are handed to the caller — so fetching overlaps processing.
+- A response entry is applied only if the partition is still assigned and its
+  fetch_offset is still the one asked for (a ``seek`` in between makes it stale).
+- NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+  UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE and lost connections refresh
+  metadata (after ``retry_backoff_ms``) and fetch from the new leader; ErrorCode.OFFSET_OUT_OF_RANGE
+  applies ``auto_offset_reset`` ("earliest", "latest", or "none" = raise).
+- KIP-320: the position carries the leader epoch of the last batch consumed and the
+  leader it is known good with. When metadata names another leader or a newer leader
+  epoch, what was fetched from the old leader is dropped and the partition awaits
+  validation: no Fetch until the new leader has answered OffsetForLeaderEpoch (current
+  leader epoch, last consumed epoch) and ``node.client.offset_validation`` has judged
+  the answer. A log truncated beneath the position (an unclean election, a deposed
+  leader's tail) moves the position back to the first offset known to diverge, logged
+  as Kafka's "Truncation detected for partition ..."; with ``auto_offset_reset="none"``
+  every ``poll`` raises LogTruncationException (an OffsetOutOfRangeError carrying the
+  divergent offsets) until the caller seeks. Failed validations refresh metadata and
+  are retried. A position set by ``seek`` or a reset has no epoch and is not validated
+  (as in Kafka; committed offsets carry no epoch here).
+- A fetched region may start inside a batch (records before the position are skipped)
+  and may end with a partial batch (ignored; fetched again).
+- A corrupt batch (bad header, wrong CRC, or no whole batch at the fetch offset although
+  the broker always sends at least one) is not skipped silently: the valid batches before
+  it are delivered first, then ``poll`` raises CorruptMessageError naming the partition
+  and the offset, and keeps raising until the caller seeks past it (Kafka's behaviour).
+
+``poll()`` returns ConsumerRecord tuples (per-record Python work); ``poll_batches()``
+returns the parsed batches themselves (``FetchedBatch``), for the perf tool.
+
+``key_deserializer`` / ``value_deserializer`` (kafka-python's names) are applied by
+``poll``. A record that cannot be deserialized is not skipped: the records before it are
+returned, the partition's position stays on it, and the next ``poll`` raises the
+deserializer's error naming the partition and offset until the caller seeks past it
+(Kafka's RecordDeserializationException).
+"""
+from node.client.consumer.api import Consumer, DeserializationError
+from node.client.consumer.fetcher import FETCH_MAX_BYTES, FETCH_SUSPECT_MS, FetchedBatch
+from node.client.consumer.membership import GROUP_STEP_MS, NoOffsetForPartitionError
+from node.client.consumer.offset_fetcher import OffsetAndTimestamp
+from node.client.consumer.validation import LogTruncationException
+
+__all__ = ["Consumer", "FetchedBatch", "OffsetAndTimestamp", "LogTruncationException",
+           "DeserializationError", "NoOffsetForPartitionError", "FETCH_MAX_BYTES",
+           "FETCH_SUSPECT_MS", "GROUP_STEP_MS"]

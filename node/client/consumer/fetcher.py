@@ -1,0 +1,243 @@
+"""Kafka's Fetcher: Fetch requests to the leaders, what they bring back parsed into
+buffered batches, and leader following. A mixin of ``api.Consumer``.
+
+Rules:
+- At most one Fetch in flight per leader broker, carrying every fetchable partition it
+  leads with ``current_leader_epoch`` (KIP-320). The next one goes out as soon as the
+  answer is buffered, so fetching overlaps processing.
+- An answer is applied only if the partition is still assigned and its fetch_offset
+  and leader are still the ones asked for (a ``seek`` in between makes it stale).
+- Leadership errors and lost connections pause the partition ``retry_backoff_ms`` and
+  refresh metadata; fresh metadata with a newer leader epoch ends the pause at once.
+  OFFSET_OUT_OF_RANGE applies ``auto_offset_reset``.
+- A region may start inside a batch (the records before the position are skipped) and
+  end with a cut batch (fetched again). A corrupt batch is raised once every batch
+  before it is delivered.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from dataclasses import dataclass
+
+from node.client.consumer.subscription import _PartitionState
+from node.client.types import METADATA_STALE_CODES, ConsumerRecord, TopicPartition, error
+from node.wire import errors as E
+from node.wire import protocol as P
+from node.wire.errors import ErrorCode
+from shm.batch import (HEADER_BYTES, LENGTH_OVERHEAD_BYTES, CorruptRecordError,
+                       RecordBatch, parse_batch, read_header)
+
+log = logging.getLogger("minikafka.consumer")
+
+FETCH_MAX_BYTES = 50 * 1024 * 1024  # fetch.max.bytes
+# A fetch unanswered this long after its max wait makes the consumer check metadata:
+# if the leader moved, the partition is fetched from the new leader without waiting
+# for the request timeout of the old one (a SIGSTOPped broker keeps its connection).
+FETCH_SUSPECT_MS = 1000
+
+
+@dataclass(frozen=True)
+class FetchedBatch:
+    """A batch as ``poll_batches`` returns it: records ``skip..record_count-1`` are new."""
+
+    topic: str
+    partition: int
+    batch: RecordBatch
+    skip: int  # records before the consumer's position
+
+    @property
+    def record_count(self) -> int:
+        return self.batch.record_count - self.skip
+
+    @property
+    def first_offset(self) -> int:
+        return self.batch.base_offset + self.skip
+
+    @property
+    def next_offset(self) -> int:
+        return self.batch.header.next_offset
+
+    def records(self) -> list[ConsumerRecord]:
+        b = self.batch
+        offsets = b.offsets.tolist()[self.skip:]
+        timestamps = b.timestamps.tolist()[self.skip:]
+        keys = b.keys.to_pylist()[self.skip:]
+        values = b.values.to_pylist()[self.skip:]
+        t, p = self.topic, self.partition
+        return [ConsumerRecord(t, p, o, ts, k, v)
+                for o, ts, k, v in zip(offsets, timestamps, keys, values)]
+
+
+class Fetcher:
+    """Fetching and leader following (rules above; state: ``api.Consumer``)."""
+
+    # ------------------------------------------------------------- metadata & leaders
+    def _update_metadata_if_needed(self, deadline: float) -> None:
+        now = time.monotonic()
+        if not self._states or not self._metadata_wanted or now < self._metadata_next_s:
+            return
+        self._metadata_next_s = now + self.metadata_backoff_s
+        topics = sorted({tp.topic for tp in self._states})
+        timeout_ms = int(max(100.0, min(self.request_timeout_ms, (deadline - now) * 1000)))
+        try:
+            md = self.meta.refresh(topics, timeout_ms=timeout_ms)
+        except E.KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+            return
+        self._metadata_wanted = any(md.leader_endpoint(*tp) is None for tp in self._states)
+        for tp, state in self._states.items():  # a newer leader: no need to wait more
+            pm = md.partition(*tp)
+            if state.paused_until_s > now and pm is not None and pm.leader >= 0 and \
+                    state.paused_epoch >= 0 and pm.leader_epoch > state.paused_epoch:
+                state.paused_until_s = 0.0
+
+    def _leader(self, tp: TopicPartition) -> tuple[str | None, int]:
+        pm = self.meta.current.partition(*tp)
+        if pm is None or pm.leader < 0:
+            return None, -1
+        return self.meta.current.endpoint(pm.leader), pm.leader_epoch
+
+    # ------------------------------------------------------------- fetching
+    def _send_fetches(self) -> None:
+        now = time.monotonic()
+        by_leader: dict[str, list] = collections.defaultdict(list)
+        in_flight = {tp: endpoint for endpoint, (asked, _) in self._fetches.items()
+                     for tp in asked}
+        for tp, state in self._states.items():
+            if state.reset is not None or state.fetch_offset is None or \
+                    state.corrupt is not None or state.paused_until_s > now or \
+                    state.buffered_bytes >= self.max_partition_fetch_bytes:
+                continue
+            endpoint, epoch = self._leader(tp)
+            if endpoint is None:
+                self._metadata_wanted = True
+                continue
+            if not self._on_current_leader(state):
+                continue  # awaiting validation (or truncated) after a leader change
+            if endpoint in self._fetches or in_flight.get(tp) == endpoint:
+                continue
+            by_leader[endpoint].append((tp, state, epoch))
+        for endpoint, items in by_leader.items():
+            entries = [[tp.topic, tp.partition, state.fetch_offset, epoch,
+                        self.max_partition_fetch_bytes] for tp, state, epoch in items]
+            body = {"replica_id": P.CONSUMER_REPLICA_ID, "max_wait_ms": self.fetch_max_wait_ms,
+                    "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
+                    "partitions": entries}
+            asked = {tp: (state.fetch_offset, state.leader) for tp, state, _ in items}
+            try:
+                self.net.send(endpoint, P.ApiKey.FETCH, body, context=(endpoint, asked),
+                              timeout_ms=self.request_timeout_ms + self.fetch_max_wait_ms)
+            except E.KafkaError:
+                self._metadata_wanted = True
+                continue
+            self._fetches[endpoint] = (asked, time.monotonic())
+
+    def _on_fetch(self, c) -> None:
+        endpoint, asked = c.context
+        if self._fetches.get(endpoint, (None,))[0] is asked:
+            del self._fetches[endpoint]
+        if c.response is None:
+            self._backoff(asked, metadata=True)
+            return
+        body = c.response.body
+        try:
+            entries = body["partitions"]
+        except (KeyError, TypeError):
+            self._backoff(asked, metadata=True)
+            return
+        frames = c.response.frames
+        for i, entry in enumerate(entries):
+            try:
+                topic, partition, code, high_watermark, _log_start, _leo = entry
+            except (TypeError, ValueError):
+                continue
+            tp = TopicPartition(topic, partition)
+            state = self._states.get(tp)
+            if state is None or tp not in asked or \
+                    (state.fetch_offset, state.leader) != asked[tp] or \
+                    state.reset is not None or state.validating:
+                continue  # unassigned, sought meanwhile, or from a former leader: stale
+            if code:
+                self._on_partition_error(state, code)
+                continue
+            state.high_watermark = high_watermark
+            frame = frames[i] if i < len(frames) else b""
+            self._buffer(state, frame)
+
+    def _on_partition_error(self, state: _PartitionState, code: int) -> None:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if self.auto_offset_reset == "none":
+                raise error(code, f"{state.tp.topic}-{state.tp.partition} offset "
+                                  f"{state.fetch_offset}")
+            self._mark_reset(state, self.auto_offset_reset)
+            return
+        if code in METADATA_STALE_CODES or E.error_for(code).retriable:
+            self._backoff({state.tp: None}, metadata=code in METADATA_STALE_CODES)
+            return
+        raise error(code, f"fetching {state.tp.topic}-{state.tp.partition}")
+
+    def _backoff(self, tps, metadata: bool) -> None:
+        until = time.monotonic() + self.retry_backoff_s
+        for tp in tps:
+            state = self._states.get(tp)
+            if state is not None:
+                state.paused_until_s = until
+                _, state.paused_epoch = self._leader(tp)
+        if metadata:
+            self._metadata_wanted = True
+
+    def _buffer(self, state: _PartitionState, frame) -> None:
+        buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+        position = 0
+        end = len(buf)
+        offset = state.fetch_offset
+        delivered = False           # a whole batch at or after the fetch offset
+        while position < end:
+            try:
+                header = read_header(buf, position)
+            except CorruptRecordError as e:
+                # The broker sends whole batches, at least one from the fetch offset on.
+                # A cut batch after whole ones is the end of the region (fetched again);
+                # anything else at the fetch offset is corruption in the leader's log.
+                if delivered and _truncated(buf, position):
+                    break
+                self._corrupt(state, offset, str(e))
+                break
+            size = header.size_bytes
+            if header.next_offset > offset:
+                try:
+                    batch = parse_batch(buf, position, verify_crc=self.check_crcs)
+                except CorruptRecordError as e:
+                    self._corrupt(state, offset, str(e))
+                    break
+                skip = max(0, offset - header.base_offset)
+                state.buffered.append(FetchedBatch(state.tp.topic, state.tp.partition,
+                                                   batch, skip))
+                state.buffered_bytes += size
+                offset = header.next_offset
+                delivered = True
+            position += size
+        if end and not delivered and state.corrupt is None:
+            self._corrupt(state, offset, f"the {end}-byte region the leader sent holds "
+                                         f"no whole batch at or after the fetch offset")
+        state.fetch_offset = offset
+
+    def _corrupt(self, state: _PartitionState, offset: int, why: str) -> None:
+        tp = state.tp
+        log.error("%s-%d: corrupt batch at offset %d: %s", tp.topic, tp.partition, offset, why)
+        state.corrupt = error(ErrorCode.CORRUPT_MESSAGE,
+                              f"{tp.topic}-{tp.partition} at offset {offset}: {why}; seek "
+                              f"past it to go on")
+
+
+def _truncated(buf, position: int) -> bool:
+    """True if the batch at ``position`` is cut short by the end of ``buf`` (and its
+    length is otherwise plausible), as opposed to malformed."""
+    available = len(buf) - position
+    if available < HEADER_BYTES:
+        return True
+    length = int.from_bytes(buf[position + 8:position + 12], "little", signed=True)
+    return length >= HEADER_BYTES - LENGTH_OVERHEAD_BYTES and \
+        length + LENGTH_OVERHEAD_BYTES > available
