@@ -80,8 +80,8 @@ BENCH_LAYERS: dict[str, set[str]] = {
 # The pure cores: their behaviour is a function of their inputs, so the simulator and
 # the tests can replay them from a seed.
 PURE_CORES = {"zk_lite.jute", "zk_lite.errors", "zk_lite.tree", "zk_lite.watches",
-              "zk_lite.core", "zk_lite.txn", "shm.batch", "shm.config", "shm.errors",
-              "shm.producer_state"}
+              "zk_lite.core", "zk_lite.requests", "zk_lite.session", "zk_lite.txn",
+              "shm.batch", "shm.config", "shm.errors", "shm.producer_state"}
 # Modules a pure core must not import: I/O, clocks, processes, the network.
 CORE_FORBIDDEN = {"zmq", "kazoo", "socket", "time", "os", "subprocess", "threading",
                   "select", "signal", "shm", "zk_lite", "posix_ipc", "mmap"}
