@@ -6,7 +6,9 @@ Pure cores, thin shell (see /work/shared/STYLE.md):
 * ``errors``   the one registry of ZooKeeper error codes
 * ``tree``     the data tree: znodes, stats, ACLs, ephemerals, txns (pure)
 * ``watches``  data/child watch tables with ZooKeeper 3.8's modes (pure)
-* ``core``     sessions, connections, requests, watches; effects returned as data (pure)
+* ``core``     sessions, connections, watches; effects returned as data (pure)
+* ``requests`` the request processors, checked then applied (a mixin of core; pure)
+* ``session``  a connection's and a session's state (pure)
 * ``persist``  txn log (length + CRC, group-committed fdatasync) and snapshots
 * ``server``   the asyncio TCP shell: ``python -m zk_lite --port 2181 --data-dir DIR``
 

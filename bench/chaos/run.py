@@ -42,6 +42,10 @@ The run folder keeps ``schedule.json`` (replayable), ``history/*.parquet`` (one 
 workload process; schema in ``bench.chaos.worker``), ``final.parquet`` (the final read),
 ``faults.json`` (what the nemesis did, when) and ``verdict.json``. Exit 0 when the
 history is valid, 1 when the checker found anomalies, 2 on bad usage.
+
+About 600 lines, kept whole: run, check, replay and sweep share the run folder's files,
+the verdict and the command line; the sweep with its summary is the part that could
+leave first (it needs ``UsageError`` and ``_ms`` moved below both to avoid a cycle).
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ logs; core effects dispatched by type), ``fetcher`` (follower fetch sessions),
 ``purgatory`` (parked produce and fetch requests), ``lost_replicas`` (replicas that lost
 committed data, and the clean-shutdown marker), ``limits``, ``failures``,
 ``coordinator``, ``metadata_cache``, ``controller_runner`` (the controller core, run
-while this broker holds /controller) and ``admin_manager`` (admin requests written to
-the coordinator).
+while this broker holds /controller); the admin requests, written to the coordinator,
+are ``apis.admin``.
 
     python -m node.broker --config server.properties
 """

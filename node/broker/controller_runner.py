@@ -28,6 +28,10 @@ Watches (kazoo's are one-shot; each handler re-reads and re-arms):
 /admin/delete_topics (children), /isr_change_notification (children),
 /log_dir_event_notification (children: a broker's failed log dir). Callbacks of a
 term that has ended are ignored (kazoo cannot take a watch back).
+
+About 640 lines, kept whole: the election, the watches, the reads and the effects all
+act on one controller term on the loop thread (a watch or a response of an ended term
+is dropped); the reads of the cluster state are the part that could leave first.
 """
 from __future__ import annotations
 

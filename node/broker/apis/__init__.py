@@ -11,7 +11,8 @@
     tracing      the stamps of traced writes (bench.perf.latency --breakdown)
     common       an API's name, the error for a partition not hosted here
 
-Admin requests go to ``node.broker.admin_manager`` through the same table. A handler
+Admin requests go through the same table to ``admin`` (a package: one module per admin
+request family, behind its own table ``ADMIN_API_KEYS``/``handle_admin_request``). A handler
 takes a decoded request and answers through ``KafkaApis.send_response``; it knows
 nothing of the broker's lifecycle (``node.broker.server``) nor of the transport
 (``node.broker.socket_server``).

@@ -22,8 +22,8 @@ from functools import partial
 import logging
 from typing import Callable
 
-from node.broker.admin_manager import ADMIN_API_KEYS, handle_admin_request
 from node.broker.apis import control, fetch, metadata, offsets, produce
+from node.broker.apis.admin import ADMIN_API_KEYS, handle_admin_request
 from node.broker.apis.common import api_name
 from node.broker.coordinator import GuardedZk
 from node.broker.failures import EXPECTED_ERRORS

@@ -9,8 +9,9 @@ import pytest
 
 from node.wire.errors import ErrorCode
 from node.wire import zkdata as Z
-from node.broker.admin_manager import (ADMIN_API_KEYS, InvalidConfig, handle_admin_request,
-                        topic_name_error, validate_topic_config)
+from node.broker.apis.admin import (ADMIN_API_KEYS, InvalidConfig, handle_admin_request,
+                                    validate_topic_config)
+from shm.names import topic_name_error
 from node.wire.protocol import ApiKey, ProtocolError
 
 from tests.node.broker.zk_helpers import (StandInConfig, make_client, register_broker,  # noqa: F401
@@ -53,7 +54,7 @@ def test_admin_api_keys():
 def test_init_producer_id_hands_out_blocks_reserved_in_the_coordinator(cluster):
     """Each broker process reserves blocks of 1,000 ids with conditional writes of
     /latest_producer_id_block; a known id gets its next epoch."""
-    from node.broker import admin_manager as A
+    from node.broker.apis.admin import producer_ids as A
     A._producer_ids.update(next=0, end=-1)          # a fresh broker process
     first = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
     second = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from node.broker import admin_manager, controller_runner  # noqa: F401 (what the brokers run)
+from node.broker import controller_runner  # noqa: F401
+from node.broker.apis import admin  # noqa: F401 (what the brokers run)
 from node.wire import errors as E
 from node.wire import protocol as P
 from node.wire import zkdata as Z

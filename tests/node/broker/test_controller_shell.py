@@ -242,7 +242,7 @@ def test_election_znode_decoding():
 
 
 def _admin(zk, api_key, body):
-    from node.broker.admin_manager import handle_admin_request
+    from node.broker.apis.admin import handle_admin_request
     return handle_admin_request(api_key, body, zk=zk, config=StandInConfig())
 
 

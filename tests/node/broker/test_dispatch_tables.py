@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.broker.admin_manager import ADMIN_API_KEYS
+from node.broker.apis.admin import ADMIN_API_KEYS
 from node.broker.apis import HANDLERS
 from node.broker.apis import control, fetch, offsets, produce
 from node.broker.loop import EventLoop

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from node.cluster import Cluster, ClusterError
-from node.cluster.supervisor import _proc_stat
+from node.cluster.process import _proc_stat
 from shm.names import cluster_objects
 
 pytestmark = pytest.mark.process

@@ -17,7 +17,7 @@ from node.wire import errors as E
 from node.wire.errors import ErrorCode
 from node.broker.limits import BOARD_PUBLISH_DELAY_MS
 from node.client import Producer
-from node.cluster.supervisor import ZK_TICK_TIME_MS
+from node.cluster.layout import ZK_TICK_TIME_MS
 from node.net import Channel
 from node.wire import protocol as P
 from node.wire import zkdata as Z

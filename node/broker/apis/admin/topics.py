@@ -1,0 +1,225 @@
+"""CreateTopics, DeleteTopics and CreatePartitions: writes of /config/topics/T and
+/brokers/topics/T (one multi), /admin/delete_topics/T, and appends to /brokers/topics/T
+conditional on its version. The controller's watches do the rest.
+"""
+from __future__ import annotations
+
+import json
+
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+
+from node.broker.apis.admin.common import (PARTITIONS_PER_TOPIC_MAX, WRITE_ATTEMPTS_MAX,
+                                           _assignment_map, _being_deleted, _error, _int,
+                                           _int_list, _live_brokers, _read_topic, _topic_list,
+                                           _topics)
+from node.broker.apis.admin.configs import InvalidConfig, validate_topic_config
+from node.broker.coordinator import GuardedZk
+from node.core import placement
+from node.wire.errors import ErrorCode
+from node.wire import protocol as P
+from node.wire.protocol import ProtocolError
+from node.wire import zkdata as Z
+from shm.names import topic_name_error
+
+
+# ------------------------------------------------------------------ CreateTopics
+
+def create_topics(body: dict, zk: GuardedZk, config) -> dict:
+    items = _topic_list(body, "topics")
+    validate_only = P.field(body, "validate_only", bool, optional=True, default=False)
+    parsed = []
+    for item in items:
+        if not isinstance(item, list) or len(item) != 5:
+            raise ProtocolError("topics: every entry is [name, num_partitions, "
+                                "replication_factor, assignment, configs]")
+        name, num_partitions, rf, assignment, configs = item
+        if not isinstance(name, str):
+            raise ProtocolError("topic name must be a string")
+        num_partitions = _int(num_partitions, "num_partitions", low=-1)
+        rf = _int(rf, "replication_factor", low=-1)
+        if assignment is not None:
+            assignment = _assignment_map(assignment, "assignment")
+        if configs is None:
+            configs = {}
+        if not isinstance(configs, dict):
+            raise ProtocolError("configs must be a map")
+        parsed.append((name, num_partitions, rf, assignment, configs))
+    brokers = _live_brokers(zk)
+    existing = _topics(zk)
+    results = []
+    seen: set[str] = set()
+    for name, num_partitions, rf, assignment, configs in parsed:
+        if name in seen:
+            code, message = _error("INVALID_REQUEST", f"Create topics request from client "
+                                   f"contains a duplicate topic: {name}")
+        else:
+            code, message = _create_topic(zk, config, brokers, existing, name, num_partitions,
+                                          rf, assignment, configs, validate_only)
+        seen.add(name)
+        results.append([name, code, message])
+    return {"topics": results}
+
+
+def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assignment,
+                  configs, validate_only) -> tuple[int, str | None]:
+    problem = topic_name_error(name)
+    if problem:
+        return _error("INVALID_TOPIC_EXCEPTION", problem)
+    if name in existing:
+        return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+    collides = [t for t in existing if t.replace(".", "_") == name.replace(".", "_")]
+    if collides:
+        return _error("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing "
+                      f"topics: {', '.join(collides)}")
+    if _being_deleted(zk, name):
+        return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' is marked for deletion.")
+    if assignment is not None and (num_partitions != -1 or rf != -1):
+        return _error("INVALID_REQUEST", "Both numPartitions or replicationFactor and "
+                      "replicasAssignments were set. Both cannot be used at the same time.")
+    try:
+        overrides = validate_topic_config(configs)
+    except InvalidConfig as e:
+        return _error("INVALID_CONFIG", str(e))
+    if assignment is not None:
+        try:
+            placement.validate_assignment(assignment, brokers)
+        except placement.PlacementError as e:
+            return _error(e.kafka_error, str(e))
+        replicas = assignment
+    else:
+        if num_partitions == -1:
+            num_partitions = int(getattr(config, "num_partitions", 1))
+        if rf == -1:
+            rf = int(getattr(config, "default_replication_factor", 1))
+        if num_partitions > PARTITIONS_PER_TOPIC_MAX:
+            return _error("INVALID_PARTITIONS", f"Number of partitions {num_partitions} "
+                          f"exceeds {PARTITIONS_PER_TOPIC_MAX}")
+        try:
+            replicas = placement.assign_replicas(sorted(brokers), brokers, num_partitions, rf)
+        except placement.PlacementError as e:
+            return _error(e.kafka_error, str(e))
+    if validate_only:
+        return ErrorCode.NONE, None
+    for path in (Z.CONFIG_TOPICS, Z.BROKER_TOPICS):
+        zk.ensure_path(path)
+    txn = zk.transaction()
+    config_path = Z.topic_config_path(name)
+    stale_config = zk.exists(config_path)
+    if stale_config is None:
+        txn.create(config_path, Z.encode_topic_config(overrides))
+    else:   # left behind by an interrupted deletion
+        txn.set_data(config_path, Z.encode_topic_config(overrides), version=stale_config.version)
+    txn.create(Z.topic_path(name), Z.encode_assignment(replicas))
+    results = txn.commit()
+    if any(isinstance(r, NodeExistsError) for r in results):
+        return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+    failure = next((r for r in results if isinstance(r, Exception)), None)
+    if failure is not None:
+        return _error("UNKNOWN_SERVER_ERROR", f"coordinator refused the write: {failure!r}")
+    existing.append(name)
+    return ErrorCode.NONE, None
+
+
+# ------------------------------------------------------------------ DeleteTopics
+
+def delete_topics(body: dict, zk: GuardedZk, config) -> dict:
+    names = _topic_list(body, "topics")
+    if not all(isinstance(n, str) for n in names):
+        raise ProtocolError("topics must be a list of names")
+    existing = set(_topics(zk))
+    zk.ensure_path(Z.DELETE_TOPICS)
+    results = []
+    for name in names:
+        problem = topic_name_error(name)
+        if problem:
+            results.append([name, *_error("INVALID_TOPIC_EXCEPTION", problem)])
+            continue
+        if name not in existing:
+            results.append([name, *_error("UNKNOWN_TOPIC_OR_PARTITION",
+                                          "This server does not host this topic-partition.")])
+            continue
+        try:
+            zk.create(Z.delete_topic_path(name), b"")
+        except NodeExistsError:
+            pass    # already queued
+        results.append([name, ErrorCode.NONE, None])
+    return {"topics": results}
+
+
+# ------------------------------------------------------------------ CreatePartitions
+
+def create_partitions(body: dict, zk: GuardedZk, config) -> dict:
+    items = _topic_list(body, "topics")
+    parsed = []
+    for item in items:
+        if not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str):
+            raise ProtocolError("topics: every entry is [name, new_total_count, assignment]")
+        name, total, assignment = item
+        total = _int(total, "new_total_count")
+        if assignment is not None:
+            if isinstance(assignment, list):     # Kafka's form: the new partitions in order
+                assignment = [_int_list(r, "assignment") for r in assignment]
+            else:
+                assignment = _assignment_map(assignment, "assignment")
+        parsed.append((name, total, assignment))
+    brokers = _live_brokers(zk)
+    results = []
+    for name, total, assignment in parsed:
+        code, message = _create_partitions_one(zk, brokers, name, total, assignment)
+        results.append([name, code, message])
+    return {"topics": results}
+
+
+def _create_partitions_one(zk, brokers, name, total, assignment) -> tuple[int, str | None]:
+    for _ in range(WRITE_ATTEMPTS_MAX):
+        found = _read_topic(zk, name)
+        if found is None:
+            return _error("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
+        if _being_deleted(zk, name):
+            return _error("INVALID_TOPIC_EXCEPTION", "The topic is queued for deletion.")
+        current, raw, version = found
+        count = len(current)
+        if total <= count:
+            return _error("INVALID_PARTITIONS", f"Topic currently has {count} partitions, "
+                          f"which is higher than the requested {total}." if total < count else
+                          f"Topic already has {count} partitions.")
+        if total > PARTITIONS_PER_TOPIC_MAX:
+            return _error("INVALID_PARTITIONS", f"{total} partitions exceed "
+                          f"{PARTITIONS_PER_TOPIC_MAX}")
+        rf = len(current[min(current)])
+        added_count = total - count
+        if assignment is not None:
+            new = (dict(enumerate(assignment, start=count)) if isinstance(assignment, list)
+                   else dict(assignment))
+            if len(new) != added_count:
+                return _error("INVALID_REPLICA_ASSIGNMENT", f"Increasing the number of "
+                              f"partitions by {added_count} but {len(new)} assignments provided.")
+            try:
+                placement.validate_assignment(new, brokers, first_partition=count)
+            except placement.PlacementError as e:
+                return _error(e.kafka_error, str(e))
+            if any(len(r) != rf for r in new.values()):
+                return _error("INVALID_REPLICA_ASSIGNMENT",
+                              "Inconsistent replication factor between partitions, partition 0 "
+                              f"has {rf} while the new partitions have another.")
+        else:
+            start = placement.start_index_for_new_partitions(brokers, current)
+            try:
+                new = placement.assign_replicas(sorted(brokers), brokers, added_count, rf,
+                                                start_index=start, start_partition_id=count)
+            except placement.PlacementError as e:
+                return _error(e.kafka_error, str(e))
+        raw = dict(raw)
+        raw["partitions"] = {**raw.get("partitions", {}),
+                             **{str(p): list(r) for p, r in sorted(new.items())}}
+        data = json.dumps(raw, separators=(",", ":"), sort_keys=True).encode()
+        try:
+            zk.set(Z.topic_path(name), data, version=version)
+            return ErrorCode.NONE, None
+        except BadVersionError:
+            continue       # the controller or another admin wrote meanwhile: read again
+        except NoNodeError:
+            return _error("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
+    return _error("REQUEST_TIMED_OUT", "the topic kept changing; retry")
+
+
