@@ -39,9 +39,9 @@ import struct
 import time
 
 from node.net import IN_FLIGHT_MAX, Channel, ChannelError, RequestChannel, RequestTimedOut
-from node.wire import protocol as P
+from node.wire import protocol
 
-FRAMES_MAX = P.FRAMES_PER_MESSAGE_MAX + 1
+FRAMES_MAX = protocol.FRAMES_PER_MESSAGE_MAX + 1
 MESSAGE_BYTES_MAX = 128 * 1024 * 1024
 OUTPUT_BYTES_MAX = 256 * 1024 * 1024
 RECEIVE_CHUNK_BYTES = 256 * 1024
@@ -353,8 +353,8 @@ class LocalChannel(_Stream):
             raise ChannelError(f"{self.endpoint}: {IN_FLIGHT_MAX} requests in flight")
         correlation_id = next(self._ids)
         try:
-            self.send_frames(P.encode_request(api_key, correlation_id, self.client_id, body,
-                                              frames))
+            self.send_frames(protocol.encode_request(api_key, correlation_id, self.client_id,
+                                                     body, frames))
         except (LinkClosed, ValueError) as e:
             raise ChannelError(f"{self.endpoint}: {e}") from None
         if expect_response:
@@ -364,7 +364,7 @@ class LocalChannel(_Stream):
     def forget(self, correlation_id: int) -> None:
         self.in_flight.pop(correlation_id, None)
 
-    def receive_ready(self) -> list[P.Response]:
+    def receive_ready(self) -> list[protocol.Response]:
         """Responses received so far (non-blocking). A closed link raises LinkClosed once
         its last responses were returned."""
         if self.output:
@@ -372,15 +372,15 @@ class LocalChannel(_Stream):
         out = []
         for frames in self.receive():
             try:
-                response = P.decode_response(frames)
-            except P.ProtocolError:
+                response = protocol.decode_response(frames)
+            except protocol.ProtocolError:
                 continue
             if self.in_flight.pop(response.correlation_id, None) is not None:
                 out.append(response)
         return out
 
     def request(self, api_key: int, body: dict, frames=(), *, timeout_ms: int = 30_000
-                ) -> P.Response:
+                ) -> protocol.Response:
         correlation_id = self.send(api_key, body, frames)
         deadline = time.monotonic() + timeout_ms / 1000
         poller = select.poll()

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from node.wire import protocol as P
+from node.wire import protocol
 
 IN_FLIGHT_MAX = 100_000
 SEND_HWM = 100_000
@@ -53,11 +53,11 @@ class RequestChannel(Protocol):
     def forget(self, correlation_id: int) -> None:
         """Drop a request that will not be waited for; a late answer is discarded."""
 
-    def receive_ready(self) -> list[P.Response]:
+    def receive_ready(self) -> list[protocol.Response]:
         """Every response already received (non-blocking); unknown ids are dropped."""
 
     def request(self, api_key: int, body: dict, frames=(), *, timeout_ms: int = 30_000
-                ) -> P.Response:
+                ) -> protocol.Response:
         """Send and wait for this request's response (blocking)."""
 
     def close(self) -> None:
@@ -97,7 +97,7 @@ class Channel:
         if len(self.in_flight) >= IN_FLIGHT_MAX:
             raise ChannelError(f"{self.endpoint}: {IN_FLIGHT_MAX} requests in flight")
         correlation_id = next(self._ids)
-        message = P.encode_request(api_key, correlation_id, self.client_id, body, frames)
+        message = protocol.encode_request(api_key, correlation_id, self.client_id, body, frames)
         self.socket.send_multipart(message, copy=len(frames) == 0, flags=zmq.NOBLOCK)
         if expect_response:
             self.in_flight[correlation_id] = int(api_key)
@@ -106,7 +106,7 @@ class Channel:
     def forget(self, correlation_id: int) -> None:
         self.in_flight.pop(correlation_id, None)
 
-    def receive_ready(self) -> list[P.Response]:
+    def receive_ready(self) -> list[protocol.Response]:
         """Every response already received (non-blocking); unknown ids are dropped."""
         out = []
         for _ in range(RECEIVE_BATCH_MAX):
@@ -115,15 +115,15 @@ class Channel:
             except zmq.Again:
                 break
             try:
-                response = P.decode_response(frames)
-            except P.ProtocolError:
+                response = protocol.decode_response(frames)
+            except protocol.ProtocolError:
                 continue  # a garbled answer is treated as lost; the request times out
             if self.in_flight.pop(response.correlation_id, None) is not None:
                 out.append(response)
         return out
 
     def request(self, api_key: int, body: dict, frames=(), *, timeout_ms: int = 30_000
-                ) -> P.Response:
+                ) -> protocol.Response:
         """Send and wait for this request's response (blocking)."""
         correlation_id = self.send(api_key, body, frames)
         deadline = time.monotonic() + timeout_ms / 1000

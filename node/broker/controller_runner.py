@@ -47,10 +47,10 @@ from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError,
                               NoNodeError, NotEmptyError, RolledBackError)
 
 from node.broker.coordinator import GuardedZk
-from node.core import controller as C
-from node.wire import errors as E
+from node.core import controller
+from node.wire import errors
 from node.wire.errors import ErrorCode
-from node.wire import zkdata as Z
+from node.wire import zkdata
 
 log = logging.getLogger("minikafka.controller")
 
@@ -75,7 +75,7 @@ class ControllerRunner:
         self._post = post
         self._send = send
         self._now_ms = now_ms
-        self._core: C.Controller | None = None
+        self._core: controller.Controller | None = None
         self._epoch = -1
         self._epoch_zk_version = -1
         self._term = 0                     # increments on every win and every resignation
@@ -101,7 +101,7 @@ class ControllerRunner:
         return self._epoch
 
     @property
-    def core(self) -> C.Controller | None:
+    def core(self) -> controller.Controller | None:
         return self._core
 
     def start(self) -> None:
@@ -116,7 +116,7 @@ class ControllerRunner:
         if self._want_election and not self.active:
             self._elect()
         if self.active:
-            self._run(C.Tick(now_ms))
+            self._run(controller.Tick(now_ms))
 
     def handle_controlled_shutdown(self, body: dict, reply: Callable[[dict], None]) -> None:
         broker_id = body.get("broker_id") if isinstance(body, dict) else None
@@ -130,7 +130,7 @@ class ControllerRunner:
             return
         request_id = next(self._request_ids)
         self._replies[request_id] = reply
-        self._run(C.ControlledShutdownRequested(request_id, broker_id, broker_epoch))
+        self._run(controller.ControlledShutdownRequested(request_id, broker_id, broker_epoch))
 
     def stop(self) -> None:
         """Resign and stop competing: ignore every watch, delete /controller if ours."""
@@ -142,10 +142,10 @@ class ControllerRunner:
         self._resign("stopping")
         if was_active:
             try:
-                data, stat = self.zk.get(Z.CONTROLLER)
-                if Z.decode_controller(data) == self.broker_id:
-                    self.zk.delete(Z.CONTROLLER, version=stat.version)
-            except (KazooException, Z.ZkDataError):
+                data, stat = self.zk.get(zkdata.CONTROLLER)
+                if zkdata.decode_controller(data) == self.broker_id:
+                    self.zk.delete(zkdata.CONTROLLER, version=stat.version)
+            except (KazooException, zkdata.ZkDataError):
                 pass
 
     # ---------------------------------------------------------------- election
@@ -167,13 +167,13 @@ class ControllerRunner:
             return
         if not won:
             try:
-                stat = self.zk.exists(Z.CONTROLLER, watch=self._controller_watch)
+                stat = self.zk.exists(zkdata.CONTROLLER, watch=self._controller_watch)
                 if stat is None:
                     self._want_election = True     # vanished meanwhile: next tick
                 elif stat.ephemeralOwner == self.zk.client_id[0]:
                     # Ours but we resigned (a newer controller wrote a state): give it up
                     # so that a proper election with a new epoch happens.
-                    self.zk.delete(Z.CONTROLLER, version=stat.version)
+                    self.zk.delete(zkdata.CONTROLLER, version=stat.version)
                     self._want_election = True
             except KazooException:
                 self._want_election = True
@@ -189,20 +189,20 @@ class ControllerRunner:
         registerControllerAndIncrementControllerEpoch)."""
         for _ in range(EPOCH_BUMP_ATTEMPTS_MAX):
             try:
-                data, stat = self.zk.get(Z.CONTROLLER_EPOCH)
-                epoch = Z.decode_controller_epoch(data) if data else 0
+                data, stat = self.zk.get(zkdata.CONTROLLER_EPOCH)
+                epoch = zkdata.decode_controller_epoch(data) if data else 0
             except NoNodeError:
                 try:
-                    self.zk.create(Z.CONTROLLER_EPOCH, Z.encode_controller_epoch(0))
+                    self.zk.create(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(0))
                 except NodeExistsError:
                     pass
                 continue
-            except Z.ZkDataError:
+            except zkdata.ZkDataError:
                 log.error("/controller_epoch is garbled: %r; starting over from it", data)
                 epoch = 0
             txn = self.zk.transaction()
-            txn.create(Z.CONTROLLER, Z.encode_controller(self.broker_id), ephemeral=True)
-            txn.set_data(Z.CONTROLLER_EPOCH, Z.encode_controller_epoch(epoch + 1),
+            txn.create(zkdata.CONTROLLER, zkdata.encode_controller(self.broker_id), ephemeral=True)
+            txn.set_data(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(epoch + 1),
                          version=stat.version)
             created, epoch_stat = txn.commit()
             if isinstance(created, NodeExistsError):
@@ -221,12 +221,12 @@ class ControllerRunner:
         self._term += 1
         log.info("broker %d won the controller election (controller_epoch %d)",
                  self.broker_id, self._epoch)
-        for path in Z.PERSISTENT_PATHS:
+        for path in zkdata.PERSISTENT_PATHS:
             self.zk.ensure_path(path)
         self._watched_topics = set()
-        self._core = C.Controller(self.broker_id, C.ControllerConfig.from_broker_config(
-            self.config))
-        self.zk.exists(Z.CONTROLLER, watch=self._controller_watch)
+        self._core = controller.Controller(
+            self.broker_id, controller.ControllerConfig.from_broker_config(self.config))
+        self.zk.exists(zkdata.CONTROLLER, watch=self._controller_watch)
         brokers = self._read_brokers()
         topics = tuple(t for t in (self._read_topic(name) for name in self._topic_names())
                        if t is not None)
@@ -236,10 +236,10 @@ class ControllerRunner:
         deleting = self._read_deletions()
         self._drain_isr_notifications()    # the states above are fresher than them
         offline = self._drain_log_dir_events()
-        self._run(C.BecomeController(self._epoch, brokers, topics, states, moves,
+        self._run(controller.BecomeController(self._epoch, brokers, topics, states, moves,
                                      moves_version, election, deleting, self._now_ms()))
         for broker_id, partitions in offline:
-            self._run(C.ReplicasOffline(broker_id, partitions))
+            self._run(controller.ReplicasOffline(broker_id, partitions))
 
     def _resign(self, reason: str) -> None:
         if self._core is not None:
@@ -303,9 +303,9 @@ class ControllerRunner:
         if self._stopped:
             return
         try:
-            stat = self.zk.exists(Z.CONTROLLER, watch=self._controller_watch)
-            owner = Z.decode_controller(self.zk.get(Z.CONTROLLER)[0]) if stat else None
-        except (KazooException, Z.ZkDataError):
+            stat = self.zk.exists(zkdata.CONTROLLER, watch=self._controller_watch)
+            owner = zkdata.decode_controller(self.zk.get(zkdata.CONTROLLER)[0]) if stat else None
+        except (KazooException, zkdata.ZkDataError):
             self._want_election = True
             return
         if self.active and owner != self.broker_id:
@@ -315,54 +315,55 @@ class ControllerRunner:
 
     # ---------------------------------------------------------------- reads
 
-    def _read_brokers(self) -> tuple[C.Broker, ...]:
+    def _read_brokers(self) -> tuple[controller.Broker, ...]:
         watch = self._watcher("brokers", self._on_brokers_changed)
-        ids = self.zk.get_children(Z.BROKER_IDS, watch=watch)
+        ids = self.zk.get_children(zkdata.BROKER_IDS, watch=watch)
         brokers = []
         for child in sorted(ids, key=lambda s: (len(s), s)):
             try:
                 broker_id = int(child)
-                data, stat = self.zk.get(Z.broker_path(broker_id))
-                info = Z.decode_broker(broker_id, data)
+                data, stat = self.zk.get(zkdata.broker_path(broker_id))
+                info = zkdata.decode_broker(broker_id, data)
             except NoNodeError:
                 continue
-            except (ValueError, Z.ZkDataError) as e:
+            except (ValueError, zkdata.ZkDataError) as e:
                 log.error("ignoring broker registration %s: %s", child, e)
                 continue
-            brokers.append(C.Broker(broker_id, info.host, info.port, info.rack, stat.czxid,
-                                    frozenset(info.lost_replicas), info.clean_shutdown))
+            brokers.append(controller.Broker(broker_id, info.host, info.port, info.rack,
+                                             stat.czxid, frozenset(info.lost_replicas),
+                                             info.clean_shutdown))
         return tuple(sorted(brokers))
 
     def _topic_names(self) -> list[str]:
         watch = self._watcher("topics", self._on_topics_changed)
-        return sorted(self.zk.get_children(Z.BROKER_TOPICS, watch=watch))
+        return sorted(self.zk.get_children(zkdata.BROKER_TOPICS, watch=watch))
 
-    def _read_topic(self, name: str) -> C.TopicSnapshot | None:
+    def _read_topic(self, name: str) -> controller.TopicSnapshot | None:
         self._watched_topics.add(name)
         try:
-            data, stat = self.zk.get(Z.topic_path(name),
+            data, stat = self.zk.get(zkdata.topic_path(name),
                                      watch=self._watcher(("topic", name),
                                                          lambda: self._on_topic_data(name)))
-            assignment = Z.decode_assignment(name, data)
+            assignment = zkdata.decode_assignment(name, data)
         except NoNodeError:
             self._watched_topics.discard(name)
             return None
-        except Z.ZkDataError as e:
+        except zkdata.ZkDataError as e:
             log.error("ignoring topic %s: %s", name, e)
             return None
-        return C.TopicSnapshot(name, {p: tuple(r) for p, r in assignment.items()},
+        return controller.TopicSnapshot(name, {p: tuple(r) for p, r in assignment.items()},
                                stat.version, self._read_topic_config(name))
 
     def _read_topic_config(self, name: str) -> dict[str, str]:
-        path = Z.topic_config_path(name)
+        path = zkdata.topic_config_path(name)
         watch = self._watcher(("config", name), lambda: self._on_topic_config(name))
         if self.zk.exists(path, watch=watch) is None:
             return {}
         try:
-            return Z.decode_topic_config(name, self.zk.get(path)[0])
+            return zkdata.decode_topic_config(name, self.zk.get(path)[0])
         except NoNodeError:
             return {}
-        except Z.ZkDataError as e:
+        except zkdata.ZkDataError as e:
             log.error("%s", e)
             return {}
 
@@ -372,121 +373,121 @@ class ControllerRunner:
         for start in range(0, len(partitions), READ_PIPELINE_MAX):
             chunk = partitions[start:start + READ_PIPELINE_MAX]
             self.zk.check_available("get", "partition states")
-            pending = [(tp, self.zk.get_async(Z.partition_state_path(*tp))) for tp in chunk]
+            pending = [(tp, self.zk.get_async(zkdata.partition_state_path(*tp))) for tp in chunk]
             for tp, result in pending:
                 try:
-                    data, stat = self.zk.wait("get", Z.partition_state_path(*tp), result)
-                    states[tp] = Z.decode_partition_state(data, stat.version,
+                    data, stat = self.zk.wait("get", zkdata.partition_state_path(*tp), result)
+                    states[tp] = zkdata.decode_partition_state(data, stat.version,
                                                           f"{tp[0]}-{tp[1]} state")
                 except NoNodeError:
                     continue
-                except Z.ZkDataError as e:
+                except zkdata.ZkDataError as e:
                     log.error("%s", e)
         return states
 
     def _read_reassignments(self) -> tuple[dict, int]:
         watch = self._watcher("reassign", self._on_reassignments_changed)
-        if self.zk.exists(Z.REASSIGN_PARTITIONS, watch=watch) is None:
+        if self.zk.exists(zkdata.REASSIGN_PARTITIONS, watch=watch) is None:
             return {}, -1
         try:
-            data, stat = self.zk.get(Z.REASSIGN_PARTITIONS)
+            data, stat = self.zk.get(zkdata.REASSIGN_PARTITIONS)
         except NoNodeError:
             return {}, -1
         try:
-            moves = Z.decode_reassignment(data)
-        except Z.ZkDataError as e:
+            moves = zkdata.decode_reassignment(data)
+        except zkdata.ZkDataError as e:
             log.error("%s", e)
             moves = {}
         return {tp: tuple(r) for tp, r in moves.items()}, stat.version
 
-    def _read_election(self) -> C.ElectionRequested | None:
+    def _read_election(self) -> controller.ElectionRequested | None:
         watch = self._watcher("election", self._on_election_changed)
-        if self.zk.exists(Z.PREFERRED_REPLICA_ELECTION, watch=watch) is None:
+        if self.zk.exists(zkdata.PREFERRED_REPLICA_ELECTION, watch=watch) is None:
             return None
         try:
-            data, stat = self.zk.get(Z.PREFERRED_REPLICA_ELECTION)
+            data, stat = self.zk.get(zkdata.PREFERRED_REPLICA_ELECTION)
         except NoNodeError:
             return None
         try:
             return decode_election(data, stat.version)
-        except Z.ZkDataError as e:
+        except zkdata.ZkDataError as e:
             log.error("%s; deleting it", e)
-            self.zk.delete(Z.PREFERRED_REPLICA_ELECTION, version=stat.version)
+            self.zk.delete(zkdata.PREFERRED_REPLICA_ELECTION, version=stat.version)
             return None
 
     def _read_deletions(self) -> tuple[str, ...]:
         watch = self._watcher("deletions", self._on_deletions_changed)
-        return tuple(sorted(self.zk.get_children(Z.DELETE_TOPICS, watch=watch)))
+        return tuple(sorted(self.zk.get_children(zkdata.DELETE_TOPICS, watch=watch)))
 
     def _drain_isr_notifications(self) -> list[tuple[str, int]]:
         """Read and delete the ISR change notifications; the partitions they name."""
         watch = self._watcher("isr", self._on_isr_notifications)
-        children = sorted(self.zk.get_children(Z.ISR_CHANGE_NOTIFICATION, watch=watch))
+        children = sorted(self.zk.get_children(zkdata.ISR_CHANGE_NOTIFICATION, watch=watch))
         partitions: set[tuple[str, int]] = set()
         for child in children:
-            path = f"{Z.ISR_CHANGE_NOTIFICATION}/{child}"
+            path = f"{zkdata.ISR_CHANGE_NOTIFICATION}/{child}"
             try:
-                partitions.update(Z.decode_partition_list(self.zk.get(path)[0], path))
+                partitions.update(zkdata.decode_partition_list(self.zk.get(path)[0], path))
             except NoNodeError:
                 continue
-            except Z.ZkDataError as e:
+            except zkdata.ZkDataError as e:
                 log.error("%s", e)
-            self._fenced([C.ZkDelete(path)])
+            self._fenced([controller.ZkDelete(path)])
         return sorted(partitions)
 
     def _drain_log_dir_events(self) -> list[tuple[int, tuple]]:
         """Read and delete the log dir event notifications: (broker, partitions) each."""
         watch = self._watcher("log_dir_events", self._on_log_dir_events)
-        self.zk.ensure_path(Z.LOG_DIR_EVENT_NOTIFICATION)
-        children = sorted(self.zk.get_children(Z.LOG_DIR_EVENT_NOTIFICATION, watch=watch))
+        self.zk.ensure_path(zkdata.LOG_DIR_EVENT_NOTIFICATION)
+        children = sorted(self.zk.get_children(zkdata.LOG_DIR_EVENT_NOTIFICATION, watch=watch))
         events = []
         for child in children:
-            path = f"{Z.LOG_DIR_EVENT_NOTIFICATION}/{child}"
+            path = f"{zkdata.LOG_DIR_EVENT_NOTIFICATION}/{child}"
             try:
-                broker_id, partitions = Z.decode_log_dir_event(self.zk.get(path)[0], path)
+                broker_id, partitions = zkdata.decode_log_dir_event(self.zk.get(path)[0], path)
                 events.append((broker_id, tuple(sorted(partitions))))
             except NoNodeError:
                 continue
-            except Z.ZkDataError as e:
+            except zkdata.ZkDataError as e:
                 log.error("%s", e)
-            self._fenced([C.ZkDelete(path)])
+            self._fenced([controller.ZkDelete(path)])
         return events
 
     # ---------------------------------------------------------------- watch handlers
 
     def _on_log_dir_events(self) -> None:
         for broker_id, partitions in self._drain_log_dir_events():
-            self._run(C.ReplicasOffline(broker_id, partitions))
+            self._run(controller.ReplicasOffline(broker_id, partitions))
 
     def _on_brokers_changed(self) -> None:
-        self._run(C.BrokersChanged(self._read_brokers()))
+        self._run(controller.BrokersChanged(self._read_brokers()))
 
     def _on_topics_changed(self) -> None:
         names = set(self._topic_names())
         for name in sorted(names - self._watched_topics):
             snapshot = self._read_topic(name)
             if snapshot is not None:
-                self._run(C.TopicChanged(snapshot))
+                self._run(controller.TopicChanged(snapshot))
         for name in sorted(self._watched_topics - names):
             self._watched_topics.discard(name)
-            self._run(C.TopicRemoved(name))
+            self._run(controller.TopicRemoved(name))
 
     def _on_topic_data(self, name: str) -> None:
         if name not in self._watched_topics:
             return
         snapshot = self._read_topic(name)
         if snapshot is None:
-            self._run(C.TopicRemoved(name))
+            self._run(controller.TopicRemoved(name))
         else:
-            self._run(C.TopicChanged(snapshot))
+            self._run(controller.TopicChanged(snapshot))
 
     def _on_topic_config(self, name: str) -> None:
         if name in self._watched_topics:
-            self._run(C.TopicConfigChanged(name, self._read_topic_config(name)))
+            self._run(controller.TopicConfigChanged(name, self._read_topic_config(name)))
 
     def _on_reassignments_changed(self) -> None:
         moves, version = self._read_reassignments()
-        self._run(C.ReassignmentRequested(moves, version))
+        self._run(controller.ReassignmentRequested(moves, version))
 
     def _on_election_changed(self) -> None:
         election = self._read_election()
@@ -496,13 +497,13 @@ class ControllerRunner:
     def _on_deletions_changed(self) -> None:
         topics = self._read_deletions()
         if topics:
-            self._run(C.TopicDeletionRequested(topics))
+            self._run(controller.TopicDeletionRequested(topics))
 
     def _on_isr_notifications(self) -> None:
         partitions = self._drain_isr_notifications()
         if partitions:
             states = self._read_states(partitions)
-            self._run(C.IsrChanged({tp: states.get(tp) for tp in partitions}))
+            self._run(controller.IsrChanged({tp: states.get(tp) for tp in partitions}))
 
     # ---------------------------------------------------------------- effects
 
@@ -532,25 +533,25 @@ class ControllerRunner:
             self._running = False
 
     def _perform(self, effect) -> None:
-        if isinstance(effect, C.ZkOps):
-            self._queue.append(C.ZkOpsDone(effect.op_id, tuple(
+        if isinstance(effect, controller.ZkOps):
+            self._queue.append(controller.ZkOpsDone(effect.op_id, tuple(
                 self._fenced([op]) for op in effect.ops)))
-        elif isinstance(effect, C.SendRequest):
+        elif isinstance(effect, controller.SendRequest):
             self._send_request(effect)
-        elif isinstance(effect, C.ReplyControlledShutdown):
+        elif isinstance(effect, controller.ReplyControlledShutdown):
             reply = self._replies.pop(effect.request_id, None)
             if reply is not None:
                 reply(effect.body)
-        elif isinstance(effect, C.LogLine):
+        elif isinstance(effect, controller.LogLine):
             log.log(logging.getLevelName(effect.level if effect.level != "WARN" else "WARNING"),
                     "%s", effect.message)
-        elif isinstance(effect, C.Resign):
+        elif isinstance(effect, controller.Resign):
             self._resign(effect.reason)
             self._want_election = not self._stopped
         else:  # pragma: no cover
             raise AssertionError(f"unknown controller effect {effect!r}")
 
-    def _send_request(self, effect: C.SendRequest) -> None:
+    def _send_request(self, effect: controller.SendRequest) -> None:
         term = self._term
         tag = effect.tag
 
@@ -558,28 +559,29 @@ class ControllerRunner:
             if tag is None:
                 if response is not None and response.body.get("error", 0) not in (0, None):
                     log.warning("broker %d answered %s with %s", effect.broker_id,
-                                effect.api_key, E.name_of(response.body.get("error")))
+                                effect.api_key, errors.name_of(response.body.get("error")))
                 return
             body = None if response is None else response.body
-            self._post(lambda: self._if_term(term, lambda: self._run(C.BrokerResponse(tag, body))))
+            self._post(lambda: self._if_term(
+                term, lambda: self._run(controller.BrokerResponse(tag, body))))
 
         self._send(effect.endpoint, effect.api_key, effect.body, on_response)
 
-    def _fenced(self, ops: list) -> C.ZkResult:
+    def _fenced(self, ops: list) -> controller.ZkResult:
         """One op in a multi behind a check of /controller_epoch's version."""
         op = ops[0]
         try:
-            if isinstance(op, C.ZkCreate) and op.makepath:
+            if isinstance(op, controller.ZkCreate) and op.makepath:
                 parent = op.path.rsplit("/", 1)[0]
                 if parent:
                     self.zk.ensure_path(parent)
             txn = self.zk.transaction()
-            txn.check(Z.CONTROLLER_EPOCH, self._epoch_zk_version)
-            if isinstance(op, C.ZkCreate):
+            txn.check(zkdata.CONTROLLER_EPOCH, self._epoch_zk_version)
+            if isinstance(op, controller.ZkCreate):
                 txn.create(op.path, op.data)
-            elif isinstance(op, C.ZkSetData):
+            elif isinstance(op, controller.ZkSetData):
                 txn.set_data(op.path, op.data, version=op.version)
-            elif isinstance(op, C.ZkDelete):
+            elif isinstance(op, controller.ZkDelete):
                 if op.recursive:
                     for child in self._subtree(op.path):
                         txn.delete(child)
@@ -588,27 +590,28 @@ class ControllerRunner:
                 raise AssertionError(op)
             results = txn.commit()
         except NoNodeError:
-            return C.ZkResult("NoNode")       # the subtree walk found nothing
+            return controller.ZkResult("NoNode")       # the subtree walk found nothing
         except KazooException as e:
-            return C.ZkResult(type(e).__name__)
+            return controller.ZkResult(type(e).__name__)
         check, last = results[0], results[-1]
         if isinstance(check, Exception) and not isinstance(check, RolledBackError):
-            return C.ZkResult("Fenced")
+            return controller.ZkResult("Fenced")
         failure = next((r for r in results[1:] if isinstance(r, Exception)
                         and not isinstance(r, RolledBackError)), None)
         if failure is None:
             version = last.version if hasattr(last, "version") else 0
-            return C.ZkResult(None, version if not isinstance(op, C.ZkDelete) else -1)
+            return controller.ZkResult(
+                None, version if not isinstance(op, controller.ZkDelete) else -1)
         name = _ERROR_NAMES.get(type(failure), type(failure).__name__)
-        if isinstance(op, C.ZkDelete) and name != "BadVersion":
-            return C.ZkResult(name)
+        if isinstance(op, controller.ZkDelete) and name != "BadVersion":
+            return controller.ZkResult(name)
         try:
             data, stat = self.zk.get(op.path)
-            return C.ZkResult(name, current_data=data, current_version=stat.version)
+            return controller.ZkResult(name, current_data=data, current_version=stat.version)
         except NoNodeError:
-            return C.ZkResult(name)
+            return controller.ZkResult(name)
         except KazooException as e:
-            return C.ZkResult(type(e).__name__)
+            return controller.ZkResult(type(e).__name__)
 
     def _subtree(self, path: str) -> list[str]:
         """Every descendant of ``path``, deepest first."""
@@ -625,17 +628,17 @@ class ControllerRunner:
         return found
 
 
-def decode_election(data: bytes, zk_version: int = -1) -> C.ElectionRequested:
+def decode_election(data: bytes, zk_version: int = -1) -> controller.ElectionRequested:
     """/admin/preferred_replica_election -> ElectionRequested. No "partitions" (or null)
     means every partition."""
     try:
         value = json.loads(data.decode("utf-8")) if data else {}
     except (UnicodeDecodeError, ValueError) as e:
-        raise Z.ZkDataError(f"preferred_replica_election: not JSON ({e})") from None
+        raise zkdata.ZkDataError(f"preferred_replica_election: not JSON ({e})") from None
     if not isinstance(value, dict):
-        raise Z.ZkDataError(f"preferred_replica_election: bad value {value!r}")
-    kind = Z.decode_election_type(data) if data else "preferred"
+        raise zkdata.ZkDataError(f"preferred_replica_election: bad value {value!r}")
+    kind = zkdata.decode_election_type(data) if data else "preferred"
     if value.get("partitions") is None:
-        return C.ElectionRequested(None, kind, zk_version)
-    partitions = Z.decode_partition_list(data, "preferred_replica_election")
-    return C.ElectionRequested(tuple(sorted(set(partitions))), kind, zk_version)
+        return controller.ElectionRequested(None, kind, zk_version)
+    partitions = zkdata.decode_partition_list(data, "preferred_replica_election")
+    return controller.ElectionRequested(tuple(sorted(set(partitions))), kind, zk_version)

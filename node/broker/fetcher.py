@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from node.wire import errors as E
+from node.wire import errors
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from node.broker.loop import Outbound, now_ms
 from node.core.replication import SendOffsetForLeaderEpoch
 from shm.batch import CorruptRecordError
@@ -139,13 +139,13 @@ class ReplicaFetcherManager:
             body["trace"] = [[*mark, sent_ns] for mark in trace]
         timeout = self.config.replica_fetch_wait_max_ms + self.config.request_timeout_ms
         session.correlation_id = self.outbound.send(
-            session.endpoint, P.ApiKey.FETCH, body,
+            session.endpoint, protocol.ApiKey.FETCH, body,
             lambda response, s=session: self._on_fetch_response(s, response),
             timeout_ms=timeout)
         if session.correlation_id is None:
             session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
 
-    def _on_fetch_response(self, session: _Session, response: P.Response | None) -> None:
+    def _on_fetch_response(self, session: _Session, response: protocol.Response | None) -> None:
         session.correlation_id = None
         if self.sessions.get(session.leader) is not session:
             return  # the session was dropped while the request was out
@@ -159,8 +159,8 @@ class ReplicaFetcherManager:
         if "trace" in response.body:
             trace = _trace_marks(response.body["trace"], time.monotonic_ns())
         try:
-            entries = P.entries(response.body, "partitions", 6)
-        except P.ProtocolError as e:
+            entries = protocol.entries(response.body, "partitions", 6)
+        except protocol.ProtocolError as e:
             logger.warning("malformed fetch response from broker %d: %s", session.leader, e)
             session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
             return
@@ -183,7 +183,7 @@ class ReplicaFetcherManager:
             self.replicas.apply_effects(part, effects)
             if error:
                 logger.info("%s-%d: fetch from broker %d: %s", part.topic, part.partition,
-                            session.leader, E.name_of(error))
+                            session.leader, errors.name_of(error))
                 part.fetch_backoff_until_ms = now + self.config.replica_fetch_backoff_ms
 
     def _append_fetched(self, session: _Session, entries: list, frames, now: int
@@ -231,16 +231,16 @@ class ReplicaFetcherManager:
         key = (part.topic, part.partition)
         endpoint = self.replicas.endpoint_of(effect.leader)
 
-        def answer(response: P.Response | None) -> None:
+        def answer(response: protocol.Response | None) -> None:
             if self.replicas.partitions.get(key) is not part:
                 return
-            error, epoch, end_offset = ErrorCode.REQUEST_TIMED_OUT, P.UNDEFINED_EPOCH, \
-                P.UNDEFINED_EPOCH_OFFSET
+            error, epoch, end_offset = ErrorCode.REQUEST_TIMED_OUT, protocol.UNDEFINED_EPOCH, \
+                protocol.UNDEFINED_EPOCH_OFFSET
             if response is not None:
                 try:
-                    entry = P.entries(response.body, "partitions", 5)[0]
+                    entry = protocol.entries(response.body, "partitions", 5)[0]
                     error, epoch, end_offset = entry[2], entry[3], entry[4]
-                except (P.ProtocolError, IndexError):
+                except (protocol.ProtocolError, IndexError):
                     error = ErrorCode.UNKNOWN_SERVER_ERROR
             effects = part.core.on_offset_for_leader_epoch(
                 error=error, leader_epoch=epoch, end_offset=end_offset, now_ms=now_ms(),
@@ -254,7 +254,7 @@ class ReplicaFetcherManager:
         body = {"replica_id": self.replicas.broker_id,
                 "partitions": [[part.topic, part.partition, effect.current_leader_epoch,
                                 effect.leader_epoch]]}
-        self.outbound.send(endpoint, P.ApiKey.OFFSET_FOR_LEADER_EPOCH, body, answer)
+        self.outbound.send(endpoint, protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH, body, answer)
 
     def close(self) -> None:
         for leader in list(self.sessions):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from node.core.replication import PENDING_PRODUCES_MAX
-from node.wire import control as C
-from node.wire import protocol as P
-from shm import board as SB
+from node.wire import control
+from node.wire import protocol
+from shm import board
 
 # Requests taken from the listener per readiness event before timers and posted work run.
 RECEIVE_BATCH_MAX = 256
@@ -53,7 +53,7 @@ STARTUP_COORDINATOR_RETRY_S = 0.25
 # node.broker.coordinator.CALL_TIMEOUT_S.
 ZK_CLOSE_TIMEOUT_S = 2.0
 
-assert SOCKET_REQUEST_BYTES_MAX >= P.BODY_BYTES_MAX
+assert SOCKET_REQUEST_BYTES_MAX >= protocol.BODY_BYTES_MAX
 assert TICK_INTERVAL_MS <= 100
 assert PENDING_PRODUCE_REQUESTS_MAX <= PENDING_PRODUCES_MAX
-assert C.REPLICAS_MAX <= SB.REPLICAS_MAX  # a controller request fits the board
+assert control.REPLICAS_MAX <= board.REPLICAS_MAX  # a controller request fits the board

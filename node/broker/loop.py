@@ -25,7 +25,7 @@ from typing import Callable
 
 import zmq
 
-from node.wire import protocol as P
+from node.wire import protocol
 from node import local_link
 from node.local_link import LinkClosed, LocalChannel
 from node.net import ChannelError, RequestChannel
@@ -152,7 +152,7 @@ class EventLoop:
                 pass
 
 
-OnResponse = Callable[[P.Response | None], None]
+OnResponse = Callable[[protocol.Response | None], None]
 
 
 class Outbound:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from node.broker import limits as L
+from node.broker import limits
 from node.broker.loop import EventLoop
 
 
@@ -85,12 +85,12 @@ class FetchPurgatory:
 
     @property
     def full(self) -> bool:
-        return self.count >= L.PARKED_FETCHES_MAX
+        return self.count >= limits.PARKED_FETCHES_MAX
 
     def may_park(self, identity) -> bool:
         """Room for one more parked fetch, overall and for this connection."""
-        return self.count < L.PARKED_FETCHES_MAX and \
-            len(self._by_peer.get(identity, ())) < L.PARKED_FETCHES_PER_CONNECTION_MAX
+        return self.count < limits.PARKED_FETCHES_MAX and \
+            len(self._by_peer.get(identity, ())) < limits.PARKED_FETCHES_PER_CONNECTION_MAX
 
     def forget_peer(self, identity) -> int:
         """The connection went away: drop its parked fetches unanswered; how many."""

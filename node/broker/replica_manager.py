@@ -44,9 +44,9 @@ from typing import Callable
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from node.broker import limits as L
+from node.broker import limits
 from node.wire.errors import ErrorCode
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.wire.control import LEADER_RECOVERING, LeaderAndIsrPartition
 from node.broker.lost_replicas import LostReplicas
 from node.broker.loop import EventLoop, now_ms
@@ -58,8 +58,8 @@ from node.core.replication import (AssignEpoch, CompleteProduce, Effect, Replica
                                    ReplicationConfig, Role, SendOffsetForLeaderEpoch,
                                    SetHighWatermark, Truncate, TruncateFully, TruncationMode,
                                    WriteIsr)
-from shm import batch as B
-from shm import board as SB
+from shm import batch
+from shm import board
 from shm.batch import CorruptRecordError
 from shm.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from shm.log import Log
@@ -67,8 +67,8 @@ from shm.log import Log
 logger = logging.getLogger("node.broker.server")
 
 NONE = 0
-_BOARD_ROLE = {Role.LEADER: SB.Role.LEADER, Role.FOLLOWER: SB.Role.FOLLOWER,
-               Role.NONE: SB.Role.OFFLINE}
+_BOARD_ROLE = {Role.LEADER: board.Role.LEADER, Role.FOLLOWER: board.Role.FOLLOWER,
+               Role.NONE: board.Role.OFFLINE}
 
 
 class LogView:
@@ -141,7 +141,7 @@ class ReplicaManager:
         self._storage_errors = LogLimiter(60.0)      # once a minute per partition
         self.fetchers = None             # node.broker.fetcher.ReplicaFetcherManager, set by the broker
         self.cluster_id: str | None = None
-        self.board: SB.ReplicaStateBoard | None = None
+        self.board: board.ReplicaStateBoard | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.leader_endpoints: dict[int, str] = {}   # from LeaderAndIsr live_leaders
         self.controller_epoch = -1                   # the highest seen (fencing)
@@ -171,11 +171,11 @@ class ReplicaManager:
 
     def open_board(self, cluster_id: str, capacity: int) -> None:
         self.cluster_id = cluster_id
-        self.board = SB.ReplicaStateBoard.create(cluster_id, self.broker_id, capacity=capacity)
+        self.board = board.ReplicaStateBoard.create(cluster_id, self.broker_id, capacity=capacity)
 
     def mark_dirty(self, part: Partition) -> None:
         if not self.dirty:
-            self.loop.call_later(L.BOARD_PUBLISH_DELAY_MS, self.publish_dirty)
+            self.loop.call_later(limits.BOARD_PUBLISH_DELAY_MS, self.publish_dirty)
         self.dirty.add(part)
 
     def publish_dirty(self) -> None:
@@ -189,7 +189,7 @@ class ReplicaManager:
         core, log = part.core, part.log
         caught_up, leos = {}, {}
         if core.role is Role.LEADER:
-            followers = list(core.followers.items())[:SB.REPLICAS_MAX]
+            followers = list(core.followers.items())[:board.REPLICAS_MAX]
             caught_up = {r: f.last_caught_up_ms + self._wall_offset_ms for r, f in followers}
             leos = {r: f.log_end_offset for r, f in followers if f.log_end_offset >= 0}
         try:
@@ -198,9 +198,9 @@ class ReplicaManager:
                                log_end_offset=log.log_end_offset,
                                high_watermark=log.high_watermark,
                                log_start_offset=log.log_start_offset,
-                               isr=core.isr[:SB.REPLICAS_MAX], last_caught_up_ms=caught_up,
+                               isr=core.isr[:board.REPLICAS_MAX], last_caught_up_ms=caught_up,
                                follower_leo=leos)
-        except (SB.BoardError, ValueError) as e:
+        except (board.BoardError, ValueError) as e:
             logger.error("%s-%d: cannot publish on the board: %s", part.topic,
                          part.partition, e)
 
@@ -382,8 +382,8 @@ class ReplicaManager:
 
     def _topic_overrides(self, topic: str) -> dict[str, str]:
         try:
-            data, _ = self.zk.get(Z.topic_config_path(topic))  # bounded (GuardedZk)
-            return Z.decode_topic_config(topic, data)
+            data, _ = self.zk.get(zkdata.topic_config_path(topic))  # bounded (GuardedZk)
+            return zkdata.decode_topic_config(topic, data)
         except NoNodeError:
             return {}
         except COORDINATOR_ERRORS as e:  # garbled or unreadable: the broker's defaults
@@ -474,8 +474,8 @@ class ReplicaManager:
         while self._unsent_log_dir_events:
             partitions = self._unsent_log_dir_events[0]
             try:
-                self.zk.create(Z.LOG_DIR_EVENT_PREFIX,
-                               Z.encode_log_dir_event(self.broker_id, partitions),
+                self.zk.create(zkdata.LOG_DIR_EVENT_PREFIX,
+                               zkdata.encode_log_dir_event(self.broker_id, partitions),
                                sequence=True, makepath=True)
             except COORDINATOR_ERRORS as e:
                 logger.warning("cannot write the log dir event notification yet: %s", e)
@@ -492,7 +492,7 @@ class ReplicaManager:
         it; here the replica goes offline first (``replica_corrupt``)."""
         seen: set[tuple[tuple[str, int], int]] = set()
         checked = batches = 0
-        while checked < budget_bytes and batches < L.SCRUB_BATCHES_PER_RUN_MAX:
+        while checked < budget_bytes and batches < limits.SCRUB_BATCHES_PER_RUN_MAX:
             target = self._scrub_target()
             if target is None:
                 return
@@ -504,8 +504,8 @@ class ReplicaManager:
             view = segment.view(0, size) if size else memoryview(b"")
             try:
                 while position < size and checked < budget_bytes and \
-                        batches < L.SCRUB_BATCHES_PER_RUN_MAX:
-                    header = B.check_batch(view, position)
+                        batches < limits.SCRUB_BATCHES_PER_RUN_MAX:
+                    header = batch.check_batch(view, position)
                     position += header.size_bytes
                     checked += header.size_bytes
                     batches += 1
@@ -547,13 +547,13 @@ class ReplicaManager:
     # ================================================================ ISR writes
 
     def _write_isr(self, part: Partition, effect: WriteIsr) -> None:
-        state = Z.PartitionState(self.broker_id, effect.leader_epoch, tuple(effect.isr),
-                                 part.controller_epoch, elr=tuple(effect.elr))
-        path = Z.partition_state_path(part.topic, part.partition)
+        state = zkdata.PartitionState(self.broker_id, effect.leader_epoch, tuple(effect.isr),
+                                      part.controller_epoch, elr=tuple(effect.elr))
+        path = zkdata.partition_state_path(part.topic, part.partition)
         logger.info("%s-%d: writing ISR %s (leader epoch %d, zk version %d)", part.topic,
                     part.partition, list(effect.isr), effect.leader_epoch, effect.zk_version)
         try:
-            result = self.zk.set_async(path, Z.encode_partition_state(state),
+            result = self.zk.set_async(path, zkdata.encode_partition_state(state),
                                        version=effect.zk_version)
         except COORDINATOR_ERRORS as e:
             logger.warning("%s-%d: ISR write failed: %s", part.topic, part.partition, e)
@@ -578,7 +578,7 @@ class ReplicaManager:
 
     def _isr_conflict(self, part: Partition) -> None:
         """BadVersion: read what the znode holds now and tell the core."""
-        path = Z.partition_state_path(part.topic, part.partition)
+        path = zkdata.partition_state_path(part.topic, part.partition)
         try:
             result = self.zk.get_async(path)
         except COORDINATOR_ERRORS:
@@ -588,7 +588,7 @@ class ReplicaManager:
         def done(async_result) -> None:  # on the loop; the result is ready
             try:
                 data, stat = async_result.get()
-                state = Z.decode_partition_state(data, stat.version, path)
+                state = zkdata.decode_partition_state(data, stat.version, path)
             except COORDINATOR_ERRORS as e:
                 logger.warning("%s: cannot read after a conflict: %s", path, e)
                 self._isr_written(part, ok=False)
@@ -617,8 +617,8 @@ class ReplicaManager:
 
     def _notify_isr_change(self, part: Partition) -> None:
         try:
-            self.zk.create_async(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([part.key]),
-                                 sequence=True)
+            self.zk.create_async(zkdata.ISR_CHANGE_PREFIX,
+                                 zkdata.encode_partition_list([part.key]), sequence=True)
         except COORDINATOR_ERRORS as e:
             logger.warning("cannot create an ISR change notification: %s", e)
 

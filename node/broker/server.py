@@ -56,7 +56,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from node.broker import coordinator
 from node.broker import failures
-from node.broker import limits as L
+from node.broker import limits
 from node.broker.apis import KafkaApis
 from node.broker.controller_runner import ControllerRunner
 from node.broker.failures import COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ERRORS
@@ -68,9 +68,9 @@ from node.broker.metadata_cache import MetadataCache
 from node.broker.replica_manager import Partition, ReplicaManager
 from node.broker.socket_server import SocketServer
 from node.config import BrokerConfig, ConfigError, parse_key_values
-from node.wire import errors as E
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import errors
+from node.wire import protocol
+from node.wire import zkdata
 from node.wire.errors import ErrorCode
 from shm import faults
 from shm.names import check_cluster_id, cluster_objects, unlink
@@ -141,12 +141,12 @@ class Broker:
         signal.signal(signal.SIGTERM, lambda *_: self.loop.post(self.begin_shutdown))
         signal.signal(signal.SIGINT, lambda *_: self.loop.post(self.begin_shutdown))
         self._startup_deadline = time.monotonic() + config.zookeeper_connection_timeout_ms / 1000
-        self.zk.start(timeout=min(L.ZK_START_TIMEOUT_S,
+        self.zk.start(timeout=min(limits.ZK_START_TIMEOUT_S,
                                   config.zookeeper_connection_timeout_ms / 1000))
         self.zk.add_listener(self._on_zk_state)
 
         def ensure_paths():
-            for path in Z.PERSISTENT_PATHS:
+            for path in zkdata.PERSISTENT_PATHS:
                 self.zk.ensure_path(path)
 
         self._until_coordinator_answers("create the cluster's paths", ensure_paths)
@@ -155,7 +155,7 @@ class Broker:
         for d in config.log_dirs:
             os.makedirs(d, exist_ok=True)
         self.port = self.network.bind(self.apis.handle, self.apis.purgatory.forget_peer)
-        self.replicas.open_board(self.cluster_id, L.BOARD_CAPACITY)
+        self.replicas.open_board(self.cluster_id, limits.BOARD_CAPACITY)
         self.clean_shutdown = take_clean_shutdown_marker(config.log_dirs)
         if not self.clean_shutdown:
             logger.warning("the previous run of broker %d did not shut down cleanly",
@@ -164,14 +164,14 @@ class Broker:
         self._until_coordinator_answers("look for replicas that lost data",
                                         lambda: self.lost.mark(self._find_lost_replicas()))
         self._until_coordinator_answers("register", self._register)
-        self.loop.every(L.TICK_INTERVAL_MS, self._tick)
+        self.loop.every(limits.TICK_INTERVAL_MS, self._tick)
         self.loop.every(config.replica_high_watermark_checkpoint_interval_ms,
                         self.replicas.checkpoint_high_watermarks)
         self.loop.every(config.log_retention_check_interval_ms, self.replicas.retention)
         if config.log_scrub_bytes_per_second > 0:
-            budget = max(1, config.log_scrub_bytes_per_second * L.SCRUB_INTERVAL_MS // 1000)
-            self.loop.every(L.SCRUB_INTERVAL_MS, lambda: self.replicas.scrub(budget))
-        self.loop.every(L.FLUSH_CHECK_INTERVAL_MS, self.replicas.flush_due)
+            budget = max(1, config.log_scrub_bytes_per_second * limits.SCRUB_INTERVAL_MS // 1000)
+            self.loop.every(limits.SCRUB_INTERVAL_MS, lambda: self.replicas.scrub(budget))
+        self.loop.every(limits.FLUSH_CHECK_INTERVAL_MS, self.replicas.flush_due)
         self.controller = ControllerRunner(
             broker_id=self.broker_id, zk=self.zk, config=config, post=self.loop.post,
             send=self.send_to_broker, now_ms=now_ms)
@@ -200,7 +200,7 @@ class Broker:
                                    "zookeeper.connection.timeout.ms = %d ms", what, e,
                                    self.config.zookeeper_connection_timeout_ms)
                     said = True
-                time.sleep(L.STARTUP_COORDINATOR_RETRY_S)
+                time.sleep(limits.STARTUP_COORDINATOR_RETRY_S)
 
     def _read_cluster_id(self) -> str:
         if self.config.cluster_id is not None:
@@ -222,28 +222,29 @@ class Broker:
         raise RuntimeError(f"could not read or create {CLUSTER_ID_PATH}")
 
     def _registration(self) -> bytes:
-        return Z.encode_broker(Z.BrokerInfo(self.broker_id, self.config.host, self.port,
-                                            self.config.broker_rack,
-                                            lost_replicas=tuple(sorted(self.lost.marked)),
-                                            clean_shutdown=self.clean_shutdown))
+        return zkdata.encode_broker(zkdata.BrokerInfo(
+            self.broker_id, self.config.host, self.port, self.config.broker_rack,
+            lost_replicas=tuple(sorted(self.lost.marked)),
+            clean_shutdown=self.clean_shutdown))
 
     def _find_lost_replicas(self) -> dict[tuple[str, int], int]:
         """Partitions whose ISR (as the coordinator holds it) names this broker although
         its copy lost committed data (``node.broker.lost_replicas.find_lost``)."""
         in_isr = []
-        topics = self.zk.get_children(Z.BROKER_TOPICS)
+        topics = self.zk.get_children(zkdata.BROKER_TOPICS)
         for topic in sorted(topics):
             try:
-                assignment = Z.decode_assignment(topic, self.zk.get(Z.topic_path(topic))[0])
-            except (NoNodeError, Z.ZkDataError):
+                assignment = zkdata.decode_assignment(
+                    topic, self.zk.get(zkdata.topic_path(topic))[0])
+            except (NoNodeError, zkdata.ZkDataError):
                 continue
             for partition, replicas in sorted(assignment.items()):
                 if self.broker_id not in replicas:
                     continue
                 try:
-                    data, stat = self.zk.get(Z.partition_state_path(topic, partition))
-                    state = Z.decode_partition_state(data, stat.version)
-                except (NoNodeError, Z.ZkDataError):
+                    data, stat = self.zk.get(zkdata.partition_state_path(topic, partition))
+                    state = zkdata.decode_partition_state(data, stat.version)
+                except (NoNodeError, zkdata.ZkDataError):
                     continue
                 if self.broker_id in state.isr or self.broker_id in state.elr:
                     in_isr.append((topic, partition))
@@ -266,8 +267,9 @@ class Broker:
     def _register(self) -> None:
         """Create /brokers/ids/N; if a previous session still holds it, wait for it to
         expire (Kafka's checkedEphemeralCreate). The znode's czxid is the broker epoch."""
-        path = Z.broker_path(self.broker_id)
-        wait_s = L.OLD_REGISTRATION_WAIT_SESSIONS * self.config.zookeeper_session_timeout_ms / 1000
+        path = zkdata.broker_path(self.broker_id)
+        wait_s = (limits.OLD_REGISTRATION_WAIT_SESSIONS
+                  * self.config.zookeeper_session_timeout_ms / 1000)
         deadline = time.monotonic() + wait_s
         said = False
         while True:
@@ -291,13 +293,13 @@ class Broker:
                     logger.warning("%s exists from a previous session; waiting for it to "
                                    "expire", path)
                     said = True
-                time.sleep(L.OLD_REGISTRATION_POLL_S)
+                time.sleep(limits.OLD_REGISTRATION_POLL_S)
 
     def _update_registration(self) -> None:
         """Rewrite /brokers/ids/N (same znode, same broker epoch) once a lost replica is
         back, so a controller elected later does not count it lost again."""
         try:
-            self.zk.set(Z.broker_path(self.broker_id), self._registration())
+            self.zk.set(zkdata.broker_path(self.broker_id), self._registration())
         except COORDINATOR_ERRORS as e:   # the next controller waits for an ISR change
             logger.warning("cannot update the registration: %s", e)
 
@@ -374,10 +376,10 @@ class Broker:
         closer = threading.Thread(target=self._end_session, daemon=True,
                                   name="coordinator-close")
         closer.start()
-        closer.join(L.ZK_CLOSE_TIMEOUT_S)
+        closer.join(limits.ZK_CLOSE_TIMEOUT_S)
         if closer.is_alive():
             logger.warning("the coordinator did not answer the session close within %g s; "
-                           "the session will expire", L.ZK_CLOSE_TIMEOUT_S)
+                           "the session will expire", limits.ZK_CLOSE_TIMEOUT_S)
 
     def _tick(self) -> None:
         now = now_ms()
@@ -412,14 +414,14 @@ class Broker:
         endpoint = None
         try:
             # Bounded: the loop keeps serving while the coordinator is slow or away.
-            data, _ = self.zk.get(Z.CONTROLLER)
-            controller_id = Z.decode_controller(data)
-            info, _ = self.zk.get(Z.broker_path(controller_id))
-            endpoint = Z.decode_broker(controller_id, info).endpoint
+            data, _ = self.zk.get(zkdata.CONTROLLER)
+            controller_id = zkdata.decode_controller(data)
+            info, _ = self.zk.get(zkdata.broker_path(controller_id))
+            endpoint = zkdata.decode_broker(controller_id, info).endpoint
         except COORDINATOR_ERRORS as e:
             logger.warning("controlled shutdown: no controller found (%s)", e)
 
-        def answered(response: P.Response | None) -> None:
+        def answered(response: protocol.Response | None) -> None:
             error = ErrorCode.REQUEST_TIMED_OUT if response is None else response.body.get("error", -1)
             remaining = [] if response is None else response.body.get(
                 "remaining_partitions", [])
@@ -428,7 +430,7 @@ class Broker:
                 self._stop = True
                 return
             logger.warning("controlled shutdown attempt failed: %s, %d partitions remaining",
-                           E.name_of(error) if isinstance(error, int) else error,
+                           errors.name_of(error) if isinstance(error, int) else error,
                            len(remaining) if isinstance(remaining, list) else -1)
             retry()
 
@@ -443,7 +445,7 @@ class Broker:
         if endpoint is None:
             retry()
             return
-        self.controller_outbound.send(endpoint, P.ApiKey.CONTROLLED_SHUTDOWN,
+        self.controller_outbound.send(endpoint, protocol.ApiKey.CONTROLLED_SHUTDOWN,
                                       {"broker_id": self.broker_id,
                                        "broker_epoch": self.broker_epoch}, answered)
 

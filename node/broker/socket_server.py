@@ -20,13 +20,13 @@ from typing import Callable
 import zmq
 
 from node import local_link
-from node.broker import limits as L
+from node.broker import limits
 from node.broker.failures import LogLimiter
 from node.broker.loop import EventLoop
 from node.config import BrokerConfig
 from node.local_link import LinkClosed, LocalConnection
 from node.net import context
-from node.wire import protocol as P
+from node.wire import protocol
 
 logger = logging.getLogger("node.broker.server")
 
@@ -53,9 +53,9 @@ class SocketServer:
         self.on_peer_closed = on_peer_closed
         router = context().socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
-        router.setsockopt(zmq.SNDHWM, L.LISTENER_SEND_HWM)
-        router.setsockopt(zmq.RCVHWM, L.LISTENER_RECEIVE_HWM)
-        router.setsockopt(zmq.MAXMSGSIZE, L.SOCKET_REQUEST_BYTES_MAX)
+        router.setsockopt(zmq.SNDHWM, limits.LISTENER_SEND_HWM)
+        router.setsockopt(zmq.RCVHWM, limits.LISTENER_RECEIVE_HWM)
+        router.setsockopt(zmq.MAXMSGSIZE, limits.SOCKET_REQUEST_BYTES_MAX)
         if self.config.port == 0:
             self.port = router.bind_to_random_port(f"tcp://{self.config.host}")
         else:
@@ -92,7 +92,7 @@ class SocketServer:
 
     def _on_listener_readable(self) -> None:
         router = self.router
-        for _ in range(L.RECEIVE_BATCH_MAX):
+        for _ in range(limits.RECEIVE_BATCH_MAX):
             # Ask before receiving: ending the batch on zmq.Again costs an exception per
             # wake-up, and a wake-up usually brings one request.
             if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
@@ -105,7 +105,7 @@ class SocketServer:
                 self.on_request(frames[0].bytes, frames[1:])
 
     def _on_local_accept(self) -> None:
-        for _ in range(L.RECEIVE_BATCH_MAX):
+        for _ in range(limits.RECEIVE_BATCH_MAX):
             try:
                 sock, _ = self.local_listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -151,7 +151,7 @@ class SocketServer:
         if type(identity) is LocalConnection:
             if not identity.closed:
                 try:
-                    identity.send_frames(P.encode_response(correlation_id, api_key, body,
+                    identity.send_frames(protocol.encode_response(correlation_id, api_key, body,
                                                            frames))
                 except LinkClosed as e:
                     logger.warning("cannot answer correlation id %d: %s", correlation_id, e)
@@ -160,7 +160,7 @@ class SocketServer:
                 if identity.output:
                     self.loop.watch_writable(identity.socket, True)
             return
-        message = [identity, *P.encode_response(correlation_id, api_key, body, frames)]
+        message = [identity, *protocol.encode_response(correlation_id, api_key, body, frames)]
         try:
             # Batch frames are zero-copy views of the log.
             self.router.send_multipart(message, copy=not frames, flags=zmq.NOBLOCK)

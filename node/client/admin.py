@@ -11,16 +11,16 @@ import itertools
 import os
 from dataclasses import dataclass
 
-from node.wire import errors as E
+from node.wire import errors
 from node.waiting import poll_until
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from node.client.metadata import (MetadataFetcher, PartitionMetadata, parse_bootstrap,
                                   parse_metadata)
 from node.client.network import Network
 from node.client.types import BrokerMetadata, KafkaTimeoutError, error
 
-ELECTION_TYPES = {"preferred": P.ELECTION_PREFERRED, "unclean": P.ELECTION_UNCLEAN}
+ELECTION_TYPES = {"preferred": protocol.ELECTION_PREFERRED, "unclean": protocol.ELECTION_UNCLEAN}
 WAIT_INTERVAL_S = 0.05
 # A request that carries a ``timeout_ms`` for the broker to wait in (for the controller,
 # for new leaders) is given this much longer on the client's side: the broker's own
@@ -60,18 +60,18 @@ class Admin:
     def _request(self, api_key: int, body: dict, timeout_ms: int | None = None) -> dict:
         """Send to the brokers one at a time until one answers; returns the body."""
         timeout_ms = timeout_ms or self.request_timeout_ms
-        last: E.KafkaError | None = None
+        last: errors.KafkaError | None = None
         for endpoint in self.meta.endpoints():
             try:
                 answer = self.net.request(endpoint, api_key, body, timeout_ms=timeout_ms).body
-            except E.KafkaError as e:
+            except errors.KafkaError as e:
                 last = e
                 continue
             code = answer.get("error", 0) if isinstance(answer, dict) else 0
             if code and not any(isinstance(v, list) and v for v in answer.values()):
                 # The request failed as a whole (a coordinator that did not answer, a
                 # malformed request): there are no per-entry errors to report instead.
-                raise error(code, answer.get("error_message") or E.name_of(code))
+                raise error(code, answer.get("error_message") or errors.name_of(code))
             return answer
         raise last or error(ErrorCode.NETWORK_EXCEPTION, "no broker to ask")
 
@@ -102,7 +102,7 @@ class Admin:
         body = {"topics": [[name, partitions, replication_factor, assignment,
                             {str(k): str(v) for k, v in (config or {}).items()}]],
                 "timeout_ms": timeout_ms, "validate_only": False}
-        response = self._request(P.ApiKey.CREATE_TOPICS, body,
+        response = self._request(protocol.ApiKey.CREATE_TOPICS, body,
                                  timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         self._raise_entries(response.get("topics", []), "create topic")
         if wait:
@@ -116,12 +116,12 @@ class Admin:
         out = []
         for broker_id in sorted(md.brokers):
             try:
-                response = self.net.request(md.endpoint(broker_id), P.ApiKey.METADATA,
+                response = self.net.request(md.endpoint(broker_id), protocol.ApiKey.METADATA,
                                             {"topics": topics},
                                             timeout_ms=min(self.request_timeout_ms,
                                                            EACH_BROKER_METADATA_TIMEOUT_MS))
                 out.append(parse_metadata(response.body))
-            except (E.KafkaError, P.ProtocolError):
+            except (errors.KafkaError, protocol.ProtocolError):
                 return []
         return out
 
@@ -141,13 +141,13 @@ class Admin:
         body = {"topics": [[name, total, None if assignment is None else
                             {int(p): list(r) for p, r in assignment.items()}]],
                 "timeout_ms": timeout_ms}
-        response = self._request(P.ApiKey.CREATE_PARTITIONS, body,
+        response = self._request(protocol.ApiKey.CREATE_PARTITIONS, body,
                                  timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         self._raise_entries(response.get("topics", []), "create partitions of")
 
     def delete_topic(self, name: str, timeout_ms: int = 30_000, wait: bool = True) -> None:
-        response = self._request(P.ApiKey.DELETE_TOPICS, {"topics": [name],
-                                                           "timeout_ms": timeout_ms},
+        response = self._request(protocol.ApiKey.DELETE_TOPICS,
+                                 {"topics": [name], "timeout_ms": timeout_ms},
                                  timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         self._raise_entries(response.get("topics", []), "delete topic")
         if wait:
@@ -169,7 +169,7 @@ class Admin:
         return {t: [parts[p] for p in sorted(parts)] for t, parts in wanted.items()}
 
     def describe_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
-        response = self._request(P.ApiKey.DESCRIBE_CONFIGS, {"topics": list(topics)})
+        response = self._request(protocol.ApiKey.DESCRIBE_CONFIGS, {"topics": list(topics)})
         out = {}
         for name, code, configs in response.get("topics", []):
             if code:
@@ -183,10 +183,11 @@ class Admin:
         md = self._metadata([])
         for broker_id in sorted(md.brokers):
             try:
-                response = self.net.request(md.endpoint(broker_id), P.ApiKey.DESCRIBE_CONFIGS,
+                response = self.net.request(md.endpoint(broker_id),
+                                            protocol.ApiKey.DESCRIBE_CONFIGS,
                                             {"topics": [], "brokers": [broker_id]},
                                             timeout_ms=self.request_timeout_ms)
-            except (E.KafkaError, P.ProtocolError):
+            except (errors.KafkaError, protocol.ProtocolError):
                 continue
             for broker_id, code, configs in response.body.get("brokers", []):
                 if not code:
@@ -204,7 +205,7 @@ class Admin:
         body = {"election_type": ELECTION_TYPES[type],
                 "partitions": None if partitions is None else
                 [[str(t), int(p)] for t, p in partitions], "timeout_ms": timeout_ms}
-        response = self._request(P.ApiKey.ELECT_LEADERS, body,
+        response = self._request(protocol.ApiKey.ELECT_LEADERS, body,
                                  timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         if response.get("error"):
             raise error(response["error"], "elect leaders")
@@ -216,7 +217,7 @@ class Admin:
         partition): None or the KafkaError of that partition}."""
         body = {"partitions": [[str(t), int(p), None if r is None else [int(b) for b in r]]
                                for (t, p), r in moves.items()], "timeout_ms": timeout_ms}
-        response = self._request(P.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body,
+        response = self._request(protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body,
                                  timeout_ms + BROKER_DEADLINE_MARGIN_MS)
         if response.get("error"):
             raise error(response["error"], "reassign partitions")
@@ -226,7 +227,7 @@ class Admin:
     def list_reassignments(self, partitions=None) -> dict[tuple[str, int], Reassignment]:
         body = {"partitions": None if partitions is None else
                 [[str(t), int(p)] for t, p in partitions]}
-        response = self._request(P.ApiKey.LIST_PARTITION_REASSIGNMENTS, body)
+        response = self._request(protocol.ApiKey.LIST_PARTITION_REASSIGNMENTS, body)
         if response.get("error"):
             raise error(response["error"], "list reassignments")
         return {(t, p): Reassignment(list(replicas), list(adding), list(removing))

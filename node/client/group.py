@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 
-from node.core import group as G
+from node.core import group
 
 ROOT = "/consumers"
 SESSION_TIMEOUT_MS = 6_000       # Kafka 0.8's zookeeper.session.timeout.ms
@@ -54,17 +54,17 @@ def paths(group_id: str) -> tuple[str, str, str]:
     return f"{base}/ids", f"{base}/owners", f"{base}/offsets"
 
 
-def decode_subscription(data: bytes) -> G.Subscription:
+def decode_subscription(data: bytes) -> group.Subscription:
     """A consumer registry entry's subscription (Kafka 0.8's JSON)."""
     return subscription_of(json.loads(data))
 
 
-def subscription_of(entry: dict) -> G.Subscription:
+def subscription_of(entry: dict) -> group.Subscription:
     subscription = entry.get("subscription") or {}
     if entry.get("pattern") in ("white_list", "black_list"):
         pattern = "|".join(f"(?:{p})" for p in subscription) or "(?!)"
-        return G.Subscription(pattern=pattern)
-    return G.Subscription(frozenset(subscription))
+        return group.Subscription(pattern=pattern)
+    return group.Subscription(frozenset(subscription))
 
 
 class GroupMember:
@@ -83,9 +83,9 @@ class GroupMember:
         self.member_id = f"{client_id}-{uuid.uuid4()}"
         self.client_id = client_id
         self.ids, self.owners, self.offsets = paths(group_id)
-        self.core = G.GroupCore(self.member_id, backoff_ms=rebalance_backoff_ms,
+        self.core = group.GroupCore(self.member_id, backoff_ms=rebalance_backoff_ms,
                                 auto_commit=auto_commit)
-        self.subscription: G.Subscription | None = None
+        self.subscription: group.Subscription | None = None
         self.listener = None
         self._changed = threading.Event()
         self._lost = threading.Event()
@@ -108,7 +108,7 @@ class GroupMember:
 
     @property
     def stable(self) -> bool:
-        return self.core.state is G.State.STABLE
+        return self.core.state is group.State.STABLE
 
     # ------------------------------------------------------------- kazoo's thread
     def _on_state(self, state) -> None:
@@ -126,12 +126,12 @@ class GroupMember:
                 re.compile(pattern)
             except re.error as e:
                 raise GroupError(f"subscription pattern {pattern!r}: {e}") from None
-            self.subscription = G.Subscription(pattern=pattern)
+            self.subscription = group.Subscription(pattern=pattern)
         else:
             topics = frozenset(topics)
             if not topics:
                 raise GroupError("subscribe() needs topics or a pattern")
-            self.subscription = G.Subscription(topics)
+            self.subscription = group.Subscription(topics)
         self.listener = listener
         if self._registered_session is None:
             self.core.join()
@@ -181,38 +181,38 @@ class GroupMember:
     def _retry_later(self, action) -> None:
         """An action failed on the coordinator: answer the core so it owns nothing, and
         rebalance again at the next step."""
-        if isinstance(action, G.ReadRegistries):
+        if isinstance(action, group.ReadRegistries):
             self.core.registries_read({}, {})
-        elif isinstance(action, G.Claim):
+        elif isinstance(action, group.Claim):
             self._stray |= action.partitions     # some creates may have landed
             self.core.claimed(frozenset(), frozenset())
         self._changed.set()
 
     def _do(self, action) -> None:
-        if isinstance(action, G.Register):
+        if isinstance(action, group.Register):
             self._register()
-        elif isinstance(action, G.Commit):
+        elif isinstance(action, group.Commit):
             self.commit_positions(action.partitions)
-        elif isinstance(action, G.Revoke):
+        elif isinstance(action, group.Revoke):
             self.rebalance_started_s = self.rebalance_started_s or time.monotonic()
             self.consumer._group_revoke(action.partitions)
             if self.listener is not None:
                 self.listener.on_partitions_revoked(_tps(action.partitions))
-        elif isinstance(action, G.Release):
+        elif isinstance(action, group.Release):
             self._release(action.partitions)
-        elif isinstance(action, G.ReadRegistries):
+        elif isinstance(action, group.ReadRegistries):
             self.rebalance_started_s = self.rebalance_started_s or time.monotonic()
             members, partitions = self._read()
             self.core.registries_read(members, partitions)
-        elif isinstance(action, G.Claim):
+        elif isinstance(action, group.Claim):
             won, lost = self._claim(action.partitions)
             if self._stray - won:      # claims of a failed attempt we do not want now
                 self._release(self._stray - won)
             self._stray = set()
             self.core.claimed(won, lost)
-        elif isinstance(action, G.BackOff):
+        elif isinstance(action, group.BackOff):
             self._backoff_until = time.monotonic() + action.ms / 1000
-        elif isinstance(action, G.Assigned):
+        elif isinstance(action, group.Assigned):
             offsets = self.committed_offsets(action.partitions)
             self.consumer._group_assign(action.partitions, offsets)
             if self.rebalance_started_s is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from node.wire import protocol as P
+from node.wire import protocol
 from node.client.network import Network
 from node.client.types import BrokerMetadata
 
@@ -110,7 +110,7 @@ def parse_metadata(body: dict, now_s: float = 0.0) -> ClusterMetadata:
                 for p in partitions}
         controller = int(body.get("controller_id", -1))
     except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise P.ProtocolError(f"malformed Metadata response: {e!r}") from None
+        raise protocol.ProtocolError(f"malformed Metadata response: {e!r}") from None
     return ClusterMetadata(brokers, controller, topics, topic_errors, now_s)
 
 
@@ -130,7 +130,7 @@ class MetadataFetcher:
     def refresh(self, topics: list[str] | None, timeout_ms: int | None = None,
                 merge: bool = True) -> ClusterMetadata:
         _, response = self.network.request_first(
-            self.endpoints(), P.ApiKey.METADATA, {"topics": topics},
+            self.endpoints(), protocol.ApiKey.METADATA, {"topics": topics},
             timeout_ms=timeout_ms or self.timeout_ms)
         fresh = parse_metadata(response.body, time.monotonic())
         self.current = self.current.merged(fresh, keep_others=merge and topics is not None)

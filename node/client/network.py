@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from node.wire import errors as E
-from node.wire import protocol as P
+from node.wire import errors
+from node.wire import protocol
 from node import local_link
 from node.local_link import LinkClosed, LocalChannel
 from node.net import ChannelError, RequestChannel, context
@@ -50,7 +50,7 @@ class Completion:
 
     endpoint: str
     context: object
-    response: P.Response | None = None
+    response: protocol.Response | None = None
     error_code: int = 0
     error_message: str = ""
 
@@ -137,10 +137,11 @@ class Network:
                 cid = conn.channel.send(api_key, body, frames,
                                         expect_response=expect_response)
         except zmq.Again:
-            raise E.error_for(ErrorCode.NETWORK_EXCEPTION)(f"{endpoint}: send queue full") from None
+            raise errors.error_for(ErrorCode.NETWORK_EXCEPTION)(
+                f"{endpoint}: send queue full") from None
         except ChannelError as e:
             self._drop(conn, ErrorCode.NETWORK_EXCEPTION, f"{endpoint}: {e}", self.backlog)
-            raise E.error_for(ErrorCode.NETWORK_EXCEPTION)(str(e)) from None
+            raise errors.error_for(ErrorCode.NETWORK_EXCEPTION)(str(e)) from None
         if conn.local and conn.channel.output:
             self.poller.register(conn.channel.socket, zmq.POLLIN | zmq.POLLOUT)
         if expect_response:
@@ -225,7 +226,7 @@ class Network:
         return False
 
     def request(self, endpoint: str, api_key: int, body: dict, frames=(), *,
-                timeout_ms: int | None = None) -> P.Response:
+                timeout_ms: int | None = None) -> protocol.Response:
         """Blocking request; raises the KafkaError of a network failure or timeout.
         Completions of other requests that arrive meanwhile are kept for ``poll``."""
         marker = object()
@@ -252,7 +253,7 @@ class Network:
         return completions
 
     def request_first(self, endpoints: list[str], api_key: int, body: dict, *,
-                      timeout_ms: int | None = None) -> tuple[str, P.Response]:
+                      timeout_ms: int | None = None) -> tuple[str, protocol.Response]:
         """Send to every endpoint at once; the first answer wins, the rest are cancelled.
         Raises the last failure if none answers."""
         pending = {}

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from node.wire import errors as E
+from node.wire import errors
 from node.wire.errors import ErrorCode
 
-KafkaError = E.KafkaError
+KafkaError = errors.KafkaError
 TopicPartition = namedtuple("TopicPartition", "topic partition")
 RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
 BatchMetadata = namedtuple("BatchMetadata", "topic partition base_offset record_count timestamp")
@@ -23,6 +23,6 @@ class KafkaTimeoutError(TimeoutError):
     """The client gave up waiting (a future's ``get``, metadata, a delivery timeout)."""
 
 
-def error(code: int, message: str | None = None) -> E.KafkaError:
+def error(code: int, message: str | None = None) -> errors.KafkaError:
     """The exception instance for a broker error code."""
-    return E.error_for(code)(message)
+    return errors.error_for(code)(message)

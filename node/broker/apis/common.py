@@ -3,7 +3,7 @@ partition this broker does not host."""
 from __future__ import annotations
 
 from node.broker.metadata_cache import MetadataCache
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 
 NONE = 0
@@ -11,7 +11,7 @@ NONE = 0
 
 def api_name(api_key: int) -> str:
     try:
-        return P.ApiKey(api_key).name
+        return protocol.ApiKey(api_key).name
     except ValueError:
         return f"api {api_key}"
 

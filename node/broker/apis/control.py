@@ -14,7 +14,7 @@ import logging
 
 from node.broker.apis.common import NONE, api_name
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.control import (LeaderAndIsrPartition, StopReplicaPartition,
                                UpdateMetadataPartition)
 from node.wire.errors import ErrorCode
@@ -23,14 +23,14 @@ from shm.names import topic_name_error
 logger = logging.getLogger("node.broker.server")
 
 
-def fenced(apis, request: P.Request) -> int:
+def fenced(apis, request: protocol.Request) -> int:
     """The error (logged) if the request comes from a stale controller
     (STALE_CONTROLLER_EPOCH) or is meant for another incarnation of this broker
     (STALE_BROKER_EPOCH, KIP-380: the controller read a registration this process
     did not make); else NONE."""
-    controller_id = P.field(request.body, "controller_id", int)
-    epoch = P.field(request.body, "controller_epoch", int)
-    broker_epoch = P.field(request.body, "broker_epoch", int, optional=True, default=-1)
+    controller_id = protocol.field(request.body, "controller_id", int)
+    epoch = protocol.field(request.body, "controller_epoch", int)
+    broker_epoch = protocol.field(request.body, "broker_epoch", int, optional=True, default=-1)
     if broker_epoch >= 0 and broker_epoch != apis.broker_epoch():
         logger.warning("refusing %s from controller %d: it is meant for broker epoch %d, "
                        "this incarnation's is %d (STALE_BROKER_EPOCH)",
@@ -50,18 +50,18 @@ def check_partitions(entries) -> None:
     only (a name like ``../x`` must never reach a path)."""
     for e in entries:
         if topic_name_error(e.topic) is not None:
-            raise P.ProtocolError(f"illegal topic-partition {e.topic!r}-{e.partition}")
+            raise protocol.ProtocolError(f"illegal topic-partition {e.topic!r}-{e.partition}")
 
 
-def handle_leader_and_isr(apis, identity, request: P.Request) -> None:
+def handle_leader_and_isr(apis, identity, request: protocol.Request) -> None:
     body = request.body
-    entries = LeaderAndIsrPartition.list_from_wire(P.field(body, "partitions", list))
+    entries = LeaderAndIsrPartition.list_from_wire(protocol.field(body, "partitions", list))
     check_partitions(entries)
-    live = P.field(body, "live_leaders", list, optional=True, default=[])
+    live = protocol.field(body, "live_leaders", list, optional=True, default=[])
     for item in live:
         if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
                 and isinstance(item[1], str) and isinstance(item[2], int)):
-            raise P.ProtocolError("live_leaders entries are [id, host, port]")
+            raise protocol.ProtocolError("live_leaders entries are [id, host, port]")
     error = fenced(apis, request)
     if error:
         apis.send_response(identity, request.correlation_id, request.api_key,
@@ -80,15 +80,15 @@ def handle_leader_and_isr(apis, identity, request: P.Request) -> None:
                        {"error": NONE, "partitions": out})
 
 
-def handle_update_metadata(apis, identity, request: P.Request) -> None:
+def handle_update_metadata(apis, identity, request: protocol.Request) -> None:
     body = request.body
-    brokers = P.field(body, "brokers", list)
+    brokers = protocol.field(body, "brokers", list)
     for b in brokers:
         if not (isinstance(b, list) and len(b) == 4 and isinstance(b[0], int) and
                 isinstance(b[1], str) and isinstance(b[2], int) and
                 (b[3] is None or isinstance(b[3], str))):
-            raise P.ProtocolError("brokers entries are [id, host, port, rack|None]")
-    entries = UpdateMetadataPartition.list_from_wire(P.field(body, "partitions", list))
+            raise protocol.ProtocolError("brokers entries are [id, host, port, rack|None]")
+    entries = UpdateMetadataPartition.list_from_wire(protocol.field(body, "partitions", list))
     check_partitions(entries)
     error = fenced(apis, request)
     if error:
@@ -98,10 +98,10 @@ def handle_update_metadata(apis, identity, request: P.Request) -> None:
     apis.send_response(identity, request.correlation_id, request.api_key, {"error": NONE})
 
 
-def handle_stop_replica(apis, identity, request: P.Request) -> None:
+def handle_stop_replica(apis, identity, request: protocol.Request) -> None:
     body = request.body
-    delete = P.field(body, "delete_partitions", bool)
-    entries = StopReplicaPartition.list_from_wire(P.field(body, "partitions", list))
+    delete = protocol.field(body, "delete_partitions", bool)
+    entries = StopReplicaPartition.list_from_wire(protocol.field(body, "partitions", list))
     check_partitions(entries)
     error = fenced(apis, request)
     if error:
@@ -117,10 +117,10 @@ def handle_stop_replica(apis, identity, request: P.Request) -> None:
                        {"error": NONE, "partitions": out})
 
 
-def handle_get_replica_log_info(apis, identity, request: P.Request) -> None:
+def handle_get_replica_log_info(apis, identity, request: protocol.Request) -> None:
     """KIP-966's unclean recovery asks each replica how far its log goes: the last
     leader epoch in its epoch cache and its log end offset."""
-    entries = P.entries(request.body, "partitions", 2)
+    entries = protocol.entries(request.body, "partitions", 2)
     error = fenced(apis, request)
     if error:
         apis.send_response(identity, request.correlation_id, request.api_key,
@@ -129,7 +129,7 @@ def handle_get_replica_log_info(apis, identity, request: P.Request) -> None:
     out = []
     for topic, partition in entries:
         if not isinstance(topic, str) or not isinstance(partition, int):
-            raise P.ProtocolError("partitions are [topic, partition]")
+            raise protocol.ProtocolError("partitions are [topic, partition]")
         try:
             part = apis.replicas.open_partition(topic, partition)
             out.append([topic, partition, NONE, part.view.latest_epoch(),
@@ -141,8 +141,8 @@ def handle_get_replica_log_info(apis, identity, request: P.Request) -> None:
                        {"error": NONE, "partitions": out})
 
 
-def handle_controlled_shutdown(apis, identity, request: P.Request) -> None:
-    P.field(request.body, "broker_id", int)
+def handle_controlled_shutdown(apis, identity, request: protocol.Request) -> None:
+    protocol.field(request.body, "broker_id", int)
     controller = apis.controller()
     if controller is None or not controller.active:
         apis.send_response(identity, request.correlation_id, request.api_key,

@@ -6,28 +6,28 @@ the leader core before the read (it may advance the HW). A fetch that finds fewe
 """
 from __future__ import annotations
 
-from node.broker import limits as L
+from node.broker import limits
 from node.broker.apis.common import not_hosted_error
 from node.broker.apis.tracing import follower_traced, trace_marks
 from node.broker.loop import now_ms
 from node.broker.purgatory import FetchRead, ParkedFetch
 from node.core.replication import Role
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 from shm.batch import CorruptRecordError
 from shm.errors import OffsetOutOfRangeError
 
 
-def handle_fetch(apis, identity, request: P.Request) -> None:
+def handle_fetch(apis, identity, request: protocol.Request) -> None:
     body = request.body
-    replica_id = P.field(body, "replica_id", int)
-    max_wait_ms = min(max(P.field(body, "max_wait_ms", int), 0), L.FETCH_WAIT_MS_MAX)
-    min_bytes = P.field(body, "min_bytes", int)
-    max_bytes = P.field(body, "max_bytes", int)
-    entries = P.entries(body, "partitions", 5)
+    replica_id = protocol.field(body, "replica_id", int)
+    max_wait_ms = min(max(protocol.field(body, "max_wait_ms", int), 0), limits.FETCH_WAIT_MS_MAX)
+    min_bytes = protocol.field(body, "min_bytes", int)
+    max_bytes = protocol.field(body, "max_bytes", int)
+    entries = protocol.entries(body, "partitions", 5)
     for entry in entries:
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in entry[2:]):
-            raise P.ProtocolError("fetch entries are [topic, partition, offset, epoch, "
+            raise protocol.ProtocolError("fetch entries are [topic, partition, offset, epoch, "
                                   "max_bytes] with int fields")
     fetch = ParkedFetch(identity, request.correlation_id, replica_id, min_bytes,
                         max(max_bytes, 0), entries)
@@ -109,4 +109,4 @@ def answer_fetch(apis, fetch: ParkedFetch, read: FetchRead) -> None:
         marks = trace_marks(apis.traces, fetch, read)
         if marks:
             body["trace"] = marks
-    apis.send_response(fetch.identity, fetch.correlation_id, P.ApiKey.FETCH, body, read[1])
+    apis.send_response(fetch.identity, fetch.correlation_id, protocol.ApiKey.FETCH, body, read[1])

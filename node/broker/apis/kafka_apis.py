@@ -11,7 +11,7 @@ same table.
 
 ``handle`` decodes the native wire's frames. A request that does not decode gets
 INVALID_REQUEST when its correlation id can be read (and is dropped otherwise); another
-version than ``P.API_VERSION`` gets UNSUPPORTED_VERSION; an unknown API key gets
+version than ``protocol.API_VERSION`` gets UNSUPPORTED_VERSION; an unknown API key gets
 INVALID_REQUEST. A handler's ``ProtocolError`` becomes INVALID_REQUEST; a disk or
 coordinator failure costs only its request (``node.broker.failures``); anything else is
 a bug and stops the broker.
@@ -32,31 +32,31 @@ from node.broker.metadata_cache import MetadataCache
 from node.broker.purgatory import FetchPurgatory
 from node.broker.replica_manager import ReplicaManager
 from node.config import BrokerConfig
-from node.wire import errors as E
-from node.wire import protocol as P
+from node.wire import errors
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 
 logger = logging.getLogger("node.broker.server")
 
 
-def _handle_admin(apis, identity, request: P.Request) -> None:
+def _handle_admin(apis, identity, request: protocol.Request) -> None:
     body = handle_admin_request(request.api_key, request.body, zk=apis.zk, config=apis.config)
     apis.send_response(identity, request.correlation_id, request.api_key, body)
 
 
-Handler = Callable[["KafkaApis", object, P.Request], None]
+Handler = Callable[["KafkaApis", object, protocol.Request], None]
 
 HANDLERS: dict[int, Handler] = {
-    P.ApiKey.PRODUCE: produce.handle_produce,
-    P.ApiKey.FETCH: fetch.handle_fetch,
-    P.ApiKey.LIST_OFFSETS: offsets.handle_list_offsets,
-    P.ApiKey.METADATA: metadata.handle_metadata,
-    P.ApiKey.LEADER_AND_ISR: control.handle_leader_and_isr,
-    P.ApiKey.STOP_REPLICA: control.handle_stop_replica,
-    P.ApiKey.UPDATE_METADATA: control.handle_update_metadata,
-    P.ApiKey.CONTROLLED_SHUTDOWN: control.handle_controlled_shutdown,
-    P.ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
-    P.ApiKey.GET_REPLICA_LOG_INFO: control.handle_get_replica_log_info,
+    protocol.ApiKey.PRODUCE: produce.handle_produce,
+    protocol.ApiKey.FETCH: fetch.handle_fetch,
+    protocol.ApiKey.LIST_OFFSETS: offsets.handle_list_offsets,
+    protocol.ApiKey.METADATA: metadata.handle_metadata,
+    protocol.ApiKey.LEADER_AND_ISR: control.handle_leader_and_isr,
+    protocol.ApiKey.STOP_REPLICA: control.handle_stop_replica,
+    protocol.ApiKey.UPDATE_METADATA: control.handle_update_metadata,
+    protocol.ApiKey.CONTROLLED_SHUTDOWN: control.handle_controlled_shutdown,
+    protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
+    protocol.ApiKey.GET_REPLICA_LOG_INFO: control.handle_get_replica_log_info,
 }
 assert not set(HANDLERS) & set(ADMIN_API_KEYS)
 HANDLERS.update((key, _handle_admin) for key in ADMIN_API_KEYS)
@@ -87,26 +87,26 @@ class KafkaApis:
         """One request of the native wire (``node.wire.protocol``), answered through
         ``send_response``."""
         try:
-            request = P.decode_request(frames)
-        except P.ProtocolError as e:
-            correlation_id = P.peek_correlation_id(frames)
+            request = protocol.decode_request(frames)
+        except protocol.ProtocolError as e:
+            correlation_id = protocol.peek_correlation_id(frames)
             logger.warning("malformed request (correlation id %s): %s", correlation_id, e)
             if correlation_id is not None:
-                api_key = P.peek_api_key(frames)
+                api_key = protocol.peek_api_key(frames)
                 self.send_response(identity, correlation_id,
                                    api_key if api_key is not None else -1,
                                    {"error": ErrorCode.INVALID_REQUEST, "error_message": str(e)})
             return
-        if request.api_key == P.ApiKey.API_VERSIONS:
+        if request.api_key == protocol.ApiKey.API_VERSIONS:
             self._handle_api_versions(identity, request)
             return
-        if request.api_version != P.API_VERSION:
+        if request.api_version != protocol.API_VERSION:
             name = api_name(request.api_key)
             self.send_response(identity, request.correlation_id, request.api_key,
                                {"error": ErrorCode.UNSUPPORTED_VERSION,
                                 "error_message": f"{name} version {request.api_version} is "
-                                                 f"not supported (versions {P.API_VERSION} "
-                                                 f"to {P.API_VERSION}; see ApiVersions)"})
+                                                 f"not supported (versions {protocol.API_VERSION} "
+                                                 f"to {protocol.API_VERSION}; see ApiVersions)"})
             return
         try:
             handler = HANDLERS.get(request.api_key)
@@ -116,7 +116,7 @@ class KafkaApis:
                 self.send_response(identity, request.correlation_id, request.api_key,
                                    {"error": ErrorCode.INVALID_REQUEST,
                                     "error_message": f"unsupported api key {request.api_key}"})
-        except P.ProtocolError as e:
+        except protocol.ProtocolError as e:
             logger.warning("invalid %s request from %s: %s", api_name(request.api_key),
                            request.client_id, e)
             self.send_response(identity, request.correlation_id, request.api_key,
@@ -124,17 +124,18 @@ class KafkaApis:
         except EXPECTED_ERRORS as e:
             # A disk or coordinator failure costs this request; anything else is a bug
             # and stops the broker (node.broker.failures).
-            code = E.code_for_exception(e)
+            code = errors.code_for_exception(e)
             logger.error("%s request failed: %s", api_name(request.api_key), e)
             self.send_response(identity, request.correlation_id, request.api_key,
                                {"error": code, "error_message": str(e)})
 
-    def _handle_api_versions(self, identity, request: P.Request) -> None:
+    def _handle_api_versions(self, identity, request: protocol.Request) -> None:
         """Kafka's ApiVersions: every API this broker answers, with its version range.
         Answered in any version (a client learns the ranges from it)."""
-        keys = [[int(k), P.API_VERSION, P.API_VERSION] for k in sorted(P.ApiKey)
-                if k in HANDLERS or k == P.ApiKey.API_VERSIONS]
-        error = ErrorCode.NONE if request.api_version == P.API_VERSION else \
+        keys = [[int(k), protocol.API_VERSION, protocol.API_VERSION]
+                for k in sorted(protocol.ApiKey)
+                if k in HANDLERS or k == protocol.ApiKey.API_VERSIONS]
+        error = ErrorCode.NONE if request.api_version == protocol.API_VERSION else \
             ErrorCode.UNSUPPORTED_VERSION
         self.send_response(identity, request.correlation_id, request.api_key,
                            {"error": error, "api_keys": keys})

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from node.broker.apis.common import NONE, not_hosted_error
 from node.core.replication import Role
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 
 
-def handle_list_offsets(apis, identity, request: P.Request) -> None:
-    replica_id = P.field(request.body, "replica_id", int)
+def handle_list_offsets(apis, identity, request: protocol.Request) -> None:
+    replica_id = protocol.field(request.body, "replica_id", int)
     out = []
-    for topic, partition, timestamp in P.entries(request.body, "partitions", 3):
+    for topic, partition, timestamp in protocol.entries(request.body, "partitions", 3):
         if not isinstance(timestamp, int):
-            raise P.ProtocolError("timestamp must be an int")
+            raise protocol.ProtocolError("timestamp must be an int")
         part = apis.replicas.partitions.get((topic, partition))
         if part is None:
             out.append([topic, partition, not_hosted_error(apis.metadata, topic, partition),
@@ -25,9 +25,9 @@ def handle_list_offsets(apis, identity, request: P.Request) -> None:
             continue
         log = part.log
         limit = log.log_end_offset if replica_id >= 0 else log.high_watermark
-        if timestamp == P.LATEST_TIMESTAMP:
+        if timestamp == protocol.LATEST_TIMESTAMP:
             out.append([topic, partition, NONE, -1, limit])
-        elif timestamp == P.EARLIEST_TIMESTAMP:
+        elif timestamp == protocol.EARLIEST_TIMESTAMP:
             out.append([topic, partition, NONE, -1, log.log_start_offset])
         else:
             if timestamp < 0:
@@ -41,15 +41,15 @@ def handle_list_offsets(apis, identity, request: P.Request) -> None:
     apis.send_response(identity, request.correlation_id, request.api_key, {"partitions": out})
 
 
-def handle_offset_for_leader_epoch(apis, identity, request: P.Request) -> None:
+def handle_offset_for_leader_epoch(apis, identity, request: protocol.Request) -> None:
     out = []
-    for topic, partition, current_epoch, epoch in P.entries(request.body, "partitions", 4):
+    for topic, partition, current_epoch, epoch in protocol.entries(request.body, "partitions", 4):
         if not isinstance(current_epoch, int) or not isinstance(epoch, int):
-            raise P.ProtocolError("epochs must be ints")
+            raise protocol.ProtocolError("epochs must be ints")
         part = apis.replicas.partitions.get((topic, partition))
         if part is None:
             out.append([topic, partition, not_hosted_error(apis.metadata, topic, partition),
-                        P.UNDEFINED_EPOCH, P.UNDEFINED_EPOCH_OFFSET])
+                        protocol.UNDEFINED_EPOCH, protocol.UNDEFINED_EPOCH_OFFSET])
             continue
         error, leader_epoch, end_offset = part.core.answer_offset_for_leader_epoch(
             current_epoch, epoch, part.view)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from node.broker import limits as L
+from node.broker import limits
 from node.broker.apis.common import not_hosted_error
 from node.broker.apis.tracing import start_trace
 from node.broker.failures import STORAGE_ERRORS
@@ -19,23 +19,24 @@ from node.broker.loop import now_ms
 from node.broker.purgatory import ProduceRequest
 from node.broker.replica_manager import Partition
 from node.core.replication import CompleteProduce
-from node.wire import errors as E
-from node.wire import protocol as P
+from node.wire import errors
+from node.wire import protocol
 from node.wire.errors import ErrorCode
-from shm import batch as B
+from shm import batch
 from shm.batch import CorruptRecordError
 from shm.producer_state import Verdict, check_frame
 
 
-def handle_produce(apis, identity, request: P.Request) -> None:
+def handle_produce(apis, identity, request: protocol.Request) -> None:
     body = request.body
-    acks = P.field(body, "acks", int)
+    acks = protocol.field(body, "acks", int)
     if acks not in (-1, 0, 1):
-        raise P.ProtocolError(f"acks must be -1, 0 or 1, got {acks}")
-    timeout_ms = min(max(P.field(body, "timeout_ms", int), 0), L.PRODUCE_TIMEOUT_MS_MAX)
-    entries = P.entries(body, "partitions", 2)
+        raise protocol.ProtocolError(f"acks must be -1, 0 or 1, got {acks}")
+    timeout_ms = min(max(protocol.field(body, "timeout_ms", int), 0),
+                     limits.PRODUCE_TIMEOUT_MS_MAX)
+    entries = protocol.entries(body, "partitions", 2)
     if len(request.frames) != len(entries):
-        raise P.ProtocolError(f"{len(entries)} partitions but {len(request.frames)} "
+        raise protocol.ProtocolError(f"{len(entries)} partitions but {len(request.frames)} "
                               f"batch frames")
     produce = ProduceRequest(identity, request.correlation_id, acks,
                              [[t, p, None, -1, -1, None] for t, p in entries], len(entries))
@@ -75,7 +76,7 @@ def _produce_partition(apis, produce: ProduceRequest, index: int, topic: str,
     if error:
         produce.complete(index, error, -1, log.log_start_offset)
         return None
-    if produce.acks == -1 and apis.pending_produces >= L.PENDING_PRODUCE_REQUESTS_MAX:
+    if produce.acks == -1 and apis.pending_produces >= limits.PENDING_PRODUCE_REQUESTS_MAX:
         produce.complete(index, ErrorCode.REQUEST_TIMED_OUT, -1, log.log_start_offset,
                          "too many produce requests waiting for acks")
         return None
@@ -84,7 +85,7 @@ def _produce_partition(apis, produce: ProduceRequest, index: int, topic: str,
     try:
         verdict = producer_verdict(log, data)
     except STORAGE_ERRORS as e:     # building the producers' state read the log
-        produce.complete(index, E.code_for_exception(e), -1, log.log_start_offset, str(e))
+        produce.complete(index, errors.code_for_exception(e), -1, log.log_start_offset, str(e))
         return None
     if verdict is not None:
         code, first, last = verdict
@@ -104,7 +105,7 @@ def _produce_partition(apis, produce: ProduceRequest, index: int, topic: str,
     try:
         info = log.append_as_leader(data, part.core.leader_epoch)
     except STORAGE_ERRORS as e:  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, KAFKA_STORAGE_ERROR
-        code = E.code_for_exception(e)
+        code = errors.code_for_exception(e)
         if isinstance(e, OSError):      # a full or failing disk: the dir goes offline
             code = ErrorCode.KAFKA_STORAGE_ERROR
             replicas.storage_failed(part, e)
@@ -114,7 +115,7 @@ def _produce_partition(apis, produce: ProduceRequest, index: int, topic: str,
         return None
     if produce.trace is not None:
         produce.trace["append"] = time.monotonic_ns()
-        if produce.acks == -1 and len(apis.traces) < L.TRACED_WRITES_MAX:
+        if produce.acks == -1 and len(apis.traces) < limits.TRACED_WRITES_MAX:
             apis.traces[part.key] = (info.last_offset, produce.trace)
     if produce.acks == -1:
         apis.pending_produces += 1
@@ -143,7 +144,7 @@ def answer_produce(apis, produce: ProduceRequest) -> None:
         if produce.trace is not None:
             produce.trace["answer"] = time.monotonic_ns()
             body["trace"] = produce.trace
-        apis.send_response(produce.identity, produce.correlation_id, P.ApiKey.PRODUCE, body)
+        apis.send_response(produce.identity, produce.correlation_id, protocol.ApiKey.PRODUCE, body)
 
 
 _VERDICT_ERRORS = {Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -160,7 +161,7 @@ def producer_verdict(log, data) -> tuple[int, int, int] | None:
     headers, position = [], 0
     while position < len(view):
         try:
-            header = B.read_header(view, position)
+            header = batch.read_header(view, position)
         except CorruptRecordError:
             return None                 # the append refuses it with CORRUPT_MESSAGE
         headers.append(header)

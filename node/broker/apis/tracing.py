@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from node.broker.purgatory import FetchRead, ParkedFetch
-from node.wire import protocol as P
+from node.wire import protocol
 
 Traces = dict[tuple[str, int], tuple[int, dict]]
 
@@ -19,7 +19,7 @@ Traces = dict[tuple[str, int], tuple[int, dict]]
 def start_trace(value) -> dict | None:
     """A Produce's "trace": [client send ns] -> the trace the broker fills in."""
     if not (isinstance(value, list) and len(value) == 1 and isinstance(value[0], int)):
-        raise P.ProtocolError('"trace" must be [client send time in ns]')
+        raise protocol.ProtocolError('"trace" must be [client send time in ns]')
     return {"send": value[0], "receive": time.monotonic_ns()}
 
 

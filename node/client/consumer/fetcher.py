@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from node.client.consumer.subscription import _PartitionState
 from node.client.types import METADATA_STALE_CODES, ConsumerRecord, TopicPartition, error
-from node.wire import errors as E
-from node.wire import protocol as P
+from node.wire import errors
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 from shm.batch import (HEADER_BYTES, LENGTH_OVERHEAD_BYTES, CorruptRecordError,
                        RecordBatch, parse_batch, read_header)
@@ -83,7 +83,7 @@ class Fetcher:
         timeout_ms = int(max(100.0, min(self.request_timeout_ms, (deadline - now) * 1000)))
         try:
             md = self.meta.refresh(topics, timeout_ms=timeout_ms)
-        except E.KafkaError as e:
+        except errors.KafkaError as e:
             log.debug("metadata refresh failed: %s", e)
             return
         self._metadata_wanted = any(md.leader_endpoint(*tp) is None for tp in self._states)
@@ -122,14 +122,15 @@ class Fetcher:
         for endpoint, items in by_leader.items():
             entries = [[tp.topic, tp.partition, state.fetch_offset, epoch,
                         self.max_partition_fetch_bytes] for tp, state, epoch in items]
-            body = {"replica_id": P.CONSUMER_REPLICA_ID, "max_wait_ms": self.fetch_max_wait_ms,
+            body = {"replica_id": protocol.CONSUMER_REPLICA_ID,
+                    "max_wait_ms": self.fetch_max_wait_ms,
                     "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
                     "partitions": entries}
             asked = {tp: (state.fetch_offset, state.leader) for tp, state, _ in items}
             try:
-                self.net.send(endpoint, P.ApiKey.FETCH, body, context=(endpoint, asked),
+                self.net.send(endpoint, protocol.ApiKey.FETCH, body, context=(endpoint, asked),
                               timeout_ms=self.request_timeout_ms + self.fetch_max_wait_ms)
-            except E.KafkaError:
+            except errors.KafkaError:
                 self._metadata_wanted = True
                 continue
             self._fetches[endpoint] = (asked, time.monotonic())
@@ -173,7 +174,7 @@ class Fetcher:
                                   f"{state.fetch_offset}")
             self._mark_reset(state, self.auto_offset_reset)
             return
-        if code in METADATA_STALE_CODES or E.error_for(code).retriable:
+        if code in METADATA_STALE_CODES or errors.error_for(code).retriable:
             self._backoff({state.tp: None}, metadata=code in METADATA_STALE_CODES)
             return
         raise error(code, f"fetching {state.tp.topic}-{state.tp.partition}")

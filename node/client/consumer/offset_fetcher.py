@@ -14,8 +14,8 @@ import time
 
 from node.client.consumer.subscription import _tp
 from node.client.types import METADATA_STALE_CODES, TopicPartition, error
-from node.wire import errors as E
-from node.wire import protocol as P
+from node.wire import errors
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 
 OffsetAndTimestamp = collections.namedtuple("OffsetAndTimestamp", "offset timestamp")
@@ -25,10 +25,10 @@ class OffsetFetcher:
     """Offsets by timestamp (rules above; state: ``api.Consumer``)."""
 
     def beginning_offsets(self, tps, timeout_ms: int | None = None) -> dict:
-        return self._list_offsets([_tp(t) for t in tps], P.EARLIEST_TIMESTAMP, timeout_ms)
+        return self._list_offsets([_tp(t) for t in tps], protocol.EARLIEST_TIMESTAMP, timeout_ms)
 
     def end_offsets(self, tps, timeout_ms: int | None = None) -> dict:
-        return self._list_offsets([_tp(t) for t in tps], P.LATEST_TIMESTAMP, timeout_ms)
+        return self._list_offsets([_tp(t) for t in tps], protocol.LATEST_TIMESTAMP, timeout_ms)
 
     def offsets_for_times(self, timestamps: dict, timeout_ms: int | None = None) -> dict:
         """{tp: OffsetAndTimestamp(offset, timestamp) or None}: for each partition the
@@ -56,13 +56,14 @@ class OffsetFetcher:
             tps = [s.tp for s in pending if s.reset == how]
             if not tps:
                 continue
-            timestamp = P.EARLIEST_TIMESTAMP if how == "earliest" else P.LATEST_TIMESTAMP
+            timestamp = (protocol.EARLIEST_TIMESTAMP if how == "earliest"
+                         else protocol.LATEST_TIMESTAMP)
             remaining_ms = int(max(100.0, (deadline - time.monotonic()) * 1000))
             try:
                 offsets = self._list_offsets(tps, timestamp,
                                              min(remaining_ms, self.request_timeout_ms),
                                              raise_errors=False)
-            except E.KafkaError:
+            except errors.KafkaError:
                 self._metadata_wanted = True
                 continue
             for tp, offset in offsets.items():
@@ -78,7 +79,7 @@ class OffsetFetcher:
         if any(self.meta.current.partition(*tp) is None for tp in tps):
             try:
                 self.meta.refresh(sorted({tp.topic for tp in tps}), timeout_ms=timeout_ms)
-            except E.KafkaError:
+            except errors.KafkaError:
                 if raise_errors:
                     raise
         by_leader = collections.defaultdict(list)
@@ -93,12 +94,12 @@ class OffsetFetcher:
                 continue
             by_leader[endpoint].append(tp)
         for endpoint, group in by_leader.items():
-            body = {"replica_id": P.CONSUMER_REPLICA_ID,
+            body = {"replica_id": protocol.CONSUMER_REPLICA_ID,
                     "partitions": [[tp.topic, tp.partition, timestamp] for tp in group]}
             try:
-                response = self.net.request(endpoint, P.ApiKey.LIST_OFFSETS, body,
+                response = self.net.request(endpoint, protocol.ApiKey.LIST_OFFSETS, body,
                                             timeout_ms=timeout_ms or self.request_timeout_ms)
-            except E.KafkaError:
+            except errors.KafkaError:
                 self._metadata_wanted = True
                 if raise_errors:
                     raise

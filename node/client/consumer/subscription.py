@@ -16,7 +16,7 @@ import collections
 from dataclasses import dataclass
 
 from node.client.types import TopicPartition
-from node.wire import errors as E
+from node.wire import errors
 from shm.batch import RecordBatch
 
 
@@ -54,7 +54,7 @@ class _PartitionState:
         self.paused_epoch = -1  # leader epoch when a leadership error paused it
         self.high_watermark = -1
         # A corrupt batch at fetch_offset: raised once the position reaches it.
-        self.corrupt: E.KafkaError | None = None
+        self.corrupt: errors.KafkaError | None = None
 
     def seek(self, offset: int) -> None:
         self.position = self.fetch_offset = offset

@@ -19,16 +19,16 @@ import collections
 import logging
 import time
 
-from node.client import offset_validation as V
+from node.client import offset_validation
 from node.client.consumer.subscription import _PartitionState, _Validation
 from node.client.types import TopicPartition
-from node.wire import errors as E
-from node.wire import protocol as P
+from node.wire import errors
+from node.wire import protocol
 
 log = logging.getLogger("minikafka.consumer")
 
 
-class LogTruncationException(E.OffsetOutOfRangeError):
+class LogTruncationException(errors.OffsetOutOfRangeError):
     """KIP-320: the log a partition's position was on was truncated beneath it (a leader
     change left it past the new leader's copy) and ``auto_offset_reset`` is "none".
     ``offset_out_of_range_partitions`` {tp: position}; ``divergent_offsets`` {tp: first
@@ -85,13 +85,13 @@ class PositionValidation:
         for endpoint, group in by_leader.items():
             request = _Validation({s.tp: (s.position, s.position_epoch, s.leader)
                                    for s in group}, now)
-            body = {"replica_id": P.CONSUMER_REPLICA_ID,
+            body = {"replica_id": protocol.CONSUMER_REPLICA_ID,
                     "partitions": [[s.tp.topic, s.tp.partition, s.leader[1], s.position_epoch]
                                    for s in group]}
             try:
-                self.net.send(endpoint, P.ApiKey.OFFSET_FOR_LEADER_EPOCH, body,
+                self.net.send(endpoint, protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH, body,
                               context=request, timeout_ms=self.request_timeout_ms)
-            except E.KafkaError as e:
+            except errors.KafkaError as e:
                 self._retry_validation(group, f"{endpoint}: {e}")
                 continue
             for s in group:
@@ -108,8 +108,8 @@ class PositionValidation:
             return
         answered = set()
         try:
-            entries = P.entries(c.response.body, "partitions", 5)
-        except (P.ProtocolError, TypeError) as e:
+            entries = protocol.entries(c.response.body, "partitions", 5)
+        except (protocol.ProtocolError, TypeError) as e:
             entries = []
             log.warning("malformed OffsetForLeaderEpoch answer from %s: %s", c.endpoint, e)
         for topic, partition, code, epoch, end_offset in entries:
@@ -120,7 +120,7 @@ class PositionValidation:
                 continue  # Kafka: "Skipping completed validation"
             answered.add(tp)
             if code:
-                self._retry_validation([state], E.NAMES.get(code, str(code)))
+                self._retry_validation([state], errors.NAMES.get(code, str(code)))
             elif not (isinstance(epoch, int) and isinstance(end_offset, int)):
                 self._retry_validation([state], "malformed entry")
             else:
@@ -143,18 +143,19 @@ class PositionValidation:
 
     def _complete_validation(self, state: _PartitionState, epoch: int, end_offset: int) -> None:
         tp, position = state.tp, state.position
-        decision = V.complete_validation(position, state.position_epoch, epoch, end_offset,
-                                         self.auto_offset_reset != "none")
+        decision = offset_validation.complete_validation(
+            position, state.position_epoch, epoch, end_offset,
+            self.auto_offset_reset != "none")
         name = f"{tp.topic}-{tp.partition}"
-        if isinstance(decision, V.Validated):
+        if isinstance(decision, offset_validation.Validated):
             state.validating = False
-        elif isinstance(decision, V.SeekValidated):
+        elif isinstance(decision, offset_validation.SeekValidated):
             log.info("Truncation detected for partition %s at offset %d, resetting offset to "
                      "the first offset known to diverge %d", name, position, decision.offset)
             leader = state.leader
             state.seek(decision.offset)
             state.position_epoch, state.leader = decision.leader_epoch, leader
-        elif isinstance(decision, V.ResetOffset):
+        elif isinstance(decision, offset_validation.ResetOffset):
             log.info("Truncation detected for partition %s at offset %d, resetting offset",
                      name, position)
             self._mark_reset(state, self.auto_offset_reset)

@@ -33,8 +33,8 @@ from node.client.network import Network
 from node.client.producer.accumulator import OpenBatch, ProducerBatch, encode
 from node.client.producer.futures import ProduceRequestResult
 from node.client.types import METADATA_STALE_CODES, KafkaTimeoutError, error
-from node.wire import errors as E
-from node.wire import protocol as P
+from node.wire import errors
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 from shm.batch import stamp_producer
 
@@ -158,7 +158,7 @@ class Sender:
         known = [md.endpoint(b) for b in sorted(md.brokers)]
         for endpoint in dict.fromkeys([e for e in known if e] + p.bootstrap):
             marker = ("metadata", endpoint)
-            cid = self.net.send(endpoint, P.ApiKey.METADATA, {"topics": topics},
+            cid = self.net.send(endpoint, protocol.ApiKey.METADATA, {"topics": topics},
                                 context=marker, timeout_ms=p.request_timeout_ms)
             self.metadata_requests[marker] = (endpoint, cid)
         self.metadata_next_s = now + p.metadata_backoff_s
@@ -175,7 +175,7 @@ class Sender:
         self.metadata_requests.clear()
         try:
             fresh = parse_metadata(completion.response.body, time.monotonic())
-        except P.ProtocolError as e:
+        except protocol.ProtocolError as e:
             log.warning("%s", e)
             p._metadata_wanted = True
             return
@@ -221,10 +221,10 @@ class Sender:
         body = {"producer_id": self.producer_id if self.epoch_bump_wanted else -1,
                 "producer_epoch": self.producer_epoch if self.epoch_bump_wanted else -1}
         try:
-            self.net.send(endpoint, P.ApiKey.INIT_PRODUCER_ID, body, context=("init",),
+            self.net.send(endpoint, protocol.ApiKey.INIT_PRODUCER_ID, body, context=("init",),
                           timeout_ms=p.request_timeout_ms)
             self.init_in_flight = True
-        except E.KafkaError:
+        except errors.KafkaError:
             self.init_next_s = now + p.retry_backoff_s
         return False
 
@@ -324,9 +324,9 @@ class Sender:
         body = {"acks": p.acks, "timeout_ms": p.request_timeout_ms, "partitions": entries}
         context = ("produce", sent)
         try:
-            cid = self.net.send(endpoint, P.ApiKey.PRODUCE, body, frames, context=context,
+            cid = self.net.send(endpoint, protocol.ApiKey.PRODUCE, body, frames, context=context,
                                 expect_response=p.acks != 0)
-        except E.KafkaError as e:
+        except errors.KafkaError as e:
             for tp, batches in sent:
                 self.retry_or_fail(tp, batches, e, now)
             return

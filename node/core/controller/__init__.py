@@ -6,7 +6,7 @@ machines). ``node.broker.controller_runner.ControllerRunner`` feeds it events an
 effects; a seeded simulator in tests can do the same.
 
 What it offers (every name below is importable from this package,
-``from node.core import controller as C``): ``Controller`` (``step(event) ->
+``from node.core import controller``): ``Controller`` (``step(event) ->
 list[Effect]``), its events and effects, ``ControllerConfig``, ``Broker``,
 ``TopicSnapshot`` and the election rules. Cut along the seams of Kafka's controller;
 each part's rules open its module:

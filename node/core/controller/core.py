@@ -35,7 +35,7 @@ from node.core.controller.shutdown import ControlledShutdown
 from node.core.controller.topics import Topics
 from node.core.replication import next_elr
 from node.wire.errors import ErrorCode
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.wire.protocol import ApiKey
 from node.wire.zkdata import PartitionState
 
@@ -317,8 +317,8 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
         """Take a state read back from the coordinator; False if it shows a newer
         controller (this one then resigns)."""
         try:
-            state = Z.decode_partition_state(data, version, f"state of {tp[0]}-{tp[1]}")
-        except Z.ZkDataError as e:
+            state = zkdata.decode_partition_state(data, version, f"state of {tp[0]}-{tp[1]}")
+        except zkdata.ZkDataError as e:
             self._log("ERROR", str(e))
             return True
         if state.controller_epoch > self.epoch:
@@ -372,5 +372,5 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
 
 
 def _set_state_op(tp: TopicPartition, state: PartitionState) -> ZkSetData:
-    return ZkSetData(Z.partition_state_path(*tp), Z.encode_partition_state(state),
+    return ZkSetData(zkdata.partition_state_path(*tp), zkdata.encode_partition_state(state),
                      state.zk_version)

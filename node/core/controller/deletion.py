@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from node.core.controller.events import (DELETE_STOP_REPLICA_ATTEMPTS_MAX,
                                          TopicDeletionRequested, ZkDelete, ZkResult)
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.wire.errors import ErrorCode
 
 
@@ -30,7 +30,7 @@ class TopicDeletion:
             if topic not in self.assignments:
                 self._log("INFO", f"deletion of unknown topic {topic}: nothing to do")
                 self.deletion_queued.discard(topic)
-                self._zk([ZkDelete(Z.delete_topic_path(topic))], lambda results: None)
+                self._zk([ZkDelete(zkdata.delete_topic_path(topic))], lambda results: None)
                 continue
             if any(tp[0] == topic for tp in self.reassigning):
                 self._log("INFO", f"deletion of {topic} waits for its reassignments")
@@ -71,9 +71,9 @@ class TopicDeletion:
     def _maybe_finish_deletion(self, topic: str) -> None:
         if self.deleting.get(topic):
             return
-        ops = [ZkDelete(Z.topic_path(topic), recursive=True),
-               ZkDelete(Z.topic_config_path(topic)),
-               ZkDelete(Z.delete_topic_path(topic))]
+        ops = [ZkDelete(zkdata.topic_path(topic), recursive=True),
+               ZkDelete(zkdata.topic_config_path(topic)),
+               ZkDelete(zkdata.delete_topic_path(topic))]
 
         def on_done(results: tuple[ZkResult, ...]) -> None:
             self._log("INFO", f"topic {topic} deleted")

@@ -22,7 +22,7 @@ from node.core.controller import elections
 from node.core.controller.events import (
     NO_LEADER, STATE_WRITE_ATTEMPTS_MAX, ReassignmentRequested, TopicDeletionRequested,
     TopicPartition, ZkDelete, ZkResult, ZkSetData)
-from node.wire import zkdata as Z
+from node.wire import zkdata
 
 
 @dataclass
@@ -184,7 +184,7 @@ class Reassignments:
                   if (topic, p) in self.reassigning and self.reassigning[(topic, p)].adding}
         removing = {p: list(self.reassigning[(topic, p)].removing) for p in sorted(parts)
                     if (topic, p) in self.reassigning and self.reassigning[(topic, p)].removing}
-        data = Z.encode_assignment({p: list(r) for p, r in parts.items()}, adding, removing)
+        data = zkdata.encode_assignment({p: list(r) for p, r in parts.items()}, adding, removing)
 
         def on_done(results: tuple[ZkResult, ...]) -> None:
             result = results[0]
@@ -195,8 +195,8 @@ class Reassignments:
                     and attempt < STATE_WRITE_ATTEMPTS_MAX:
                 # Someone added partitions meanwhile: take them, write again.
                 try:
-                    theirs = Z.decode_assignment(topic, result.current_data)
-                except Z.ZkDataError as e:
+                    theirs = zkdata.decode_assignment(topic, result.current_data)
+                except zkdata.ZkDataError as e:
                     self._log("ERROR", str(e))
                     theirs = {}
                 self.topic_versions[topic] = result.current_version
@@ -208,7 +208,7 @@ class Reassignments:
             else:
                 self._log("ERROR", f"topic {topic} assignment not written ({result.error})")
 
-        self._zk([ZkSetData(Z.topic_path(topic), data, self.topic_versions.get(topic, -1))],
+        self._zk([ZkSetData(zkdata.topic_path(topic), data, self.topic_versions.get(topic, -1))],
                  on_done)
 
     def _remove_reassignment_entries(self, tps: list[TopicPartition]) -> None:
@@ -217,12 +217,12 @@ class Reassignments:
         if self.reassign_znode_version < 0:
             return
         if self.reassign_znode:
-            op = ZkSetData(Z.REASSIGN_PARTITIONS,
-                           Z.encode_reassignment({tp: list(r) for tp, r in
+            op = ZkSetData(zkdata.REASSIGN_PARTITIONS,
+                           zkdata.encode_reassignment({tp: list(r) for tp, r in
                                                   self.reassign_znode.items()}),
                            self.reassign_znode_version)
         else:
-            op = ZkDelete(Z.REASSIGN_PARTITIONS, self.reassign_znode_version)
+            op = ZkDelete(zkdata.REASSIGN_PARTITIONS, self.reassign_znode_version)
 
         def on_done(results: tuple[ZkResult, ...]) -> None:
             result = results[0]
@@ -234,8 +234,8 @@ class Reassignments:
                 # New requests arrived meanwhile: take the znode as it is now; the
                 # finished entries (target == replicas) are dropped from it again.
                 try:
-                    moves = Z.decode_reassignment(result.current_data)
-                except Z.ZkDataError as e:
+                    moves = zkdata.decode_reassignment(result.current_data)
+                except zkdata.ZkDataError as e:
                     self._log("ERROR", str(e))
                     return
                 self._on_reassignment_requested(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from node.core.controller import elections
 from node.core.controller.events import (NO_LEADER, ElectionRequested, Tick, TopicPartition,
                                          ZkDelete)
-from node.wire import zkdata as Z
+from node.wire import zkdata
 
 
 class Rebalance:
@@ -33,7 +33,8 @@ class Rebalance:
         self._write_states(decide, [tp for tp in tps if tp in self.states],
                            f"{ev.election_type} election")
         # A merged request written meanwhile fails the delete and comes back by the watch.
-        self._zk([ZkDelete(Z.PREFERRED_REPLICA_ELECTION, ev.zk_version)], lambda results: None)
+        self._zk([ZkDelete(zkdata.PREFERRED_REPLICA_ELECTION, ev.zk_version)],
+                 lambda results: None)
 
     def _on_tick(self, ev: Tick) -> None:
         self.now_ms = ev.now_ms

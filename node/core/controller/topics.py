@@ -14,7 +14,7 @@ from dataclasses import replace
 from node.core.controller.events import (
     NO_LEADER, IsrChanged, TopicChanged, TopicConfigChanged, TopicPartition, TopicRemoved,
     ZkCreate, ZkResult)
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.wire.zkdata import PartitionState
 
 
@@ -82,7 +82,7 @@ class Topics:
             self._leader_and_isr_to_replicas(ready, new=lambda tp, b: True)
             self._send_update_metadata(ready)
 
-        self._zk([ZkCreate(Z.partition_state_path(*tp), Z.encode_partition_state(state))
+        self._zk([ZkCreate(zkdata.partition_state_path(*tp), zkdata.encode_partition_state(state))
                   for tp, state in creates], on_done)
 
     def _on_topic_removed(self, ev: TopicRemoved) -> None:

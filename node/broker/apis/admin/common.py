@@ -10,9 +10,9 @@ from kazoo.exceptions import NoNodeError
 
 from node.broker.coordinator import GuardedZk
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.protocol import ProtocolError
-from node.wire import zkdata as Z
+from node.wire import zkdata
 
 # Limits
 TOPICS_PER_REQUEST_MAX = 10_000
@@ -28,21 +28,22 @@ def _live_brokers(zk: GuardedZk) -> dict[int, str | None]:
     """broker id -> rack, of the registered brokers."""
     out: dict[int, str | None] = {}
     try:
-        children = zk.get_children(Z.BROKER_IDS)
+        children = zk.get_children(zkdata.BROKER_IDS)
     except NoNodeError:
         return out
     for child in children:
         try:
             broker_id = int(child)
-            out[broker_id] = Z.decode_broker(broker_id, zk.get(Z.broker_path(broker_id))[0]).rack
-        except (ValueError, NoNodeError, Z.ZkDataError):
+            data = zk.get(zkdata.broker_path(broker_id))[0]
+            out[broker_id] = zkdata.decode_broker(broker_id, data).rack
+        except (ValueError, NoNodeError, zkdata.ZkDataError):
             continue
     return out
 
 
 def _topics(zk: GuardedZk) -> list[str]:
     try:
-        return sorted(zk.get_children(Z.BROKER_TOPICS))
+        return sorted(zk.get_children(zkdata.BROKER_TOPICS))
     except NoNodeError:
         return []
 
@@ -50,19 +51,19 @@ def _topics(zk: GuardedZk) -> list[str]:
 def _read_topic(zk: GuardedZk, topic: str):
     """(assignment, raw JSON dict, version) or None."""
     try:
-        data, stat = zk.get(Z.topic_path(topic))
+        data, stat = zk.get(zkdata.topic_path(topic))
     except NoNodeError:
         return None
     try:
-        assignment = Z.decode_assignment(topic, data)
+        assignment = zkdata.decode_assignment(topic, data)
         raw = json.loads(data.decode())
-    except (Z.ZkDataError, ValueError):
+    except (zkdata.ZkDataError, ValueError):
         return None
     return assignment, raw, stat.version
 
 
 def _being_deleted(zk: GuardedZk, topic: str) -> bool:
-    return zk.exists(Z.delete_topic_path(topic)) is not None
+    return zk.exists(zkdata.delete_topic_path(topic)) is not None
 
 
 def _partition_exists(zk, cache: dict, topic: str, partition: int) -> bool:
@@ -100,7 +101,7 @@ def _assignment_map(value, what: str) -> dict[int, list[int]]:
 
 
 def _topic_list(body: dict, name: str) -> list:
-    items = P.field(body, name, list)
+    items = protocol.field(body, name, list)
     if len(items) > TOPICS_PER_REQUEST_MAX:
         raise ProtocolError(f"{name}: more than {TOPICS_PER_REQUEST_MAX} entries")
     return items

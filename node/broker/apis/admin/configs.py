@@ -10,7 +10,7 @@ from node.broker.coordinator import GuardedZk
 from node.config import TOPIC_KEYS
 from node.wire.errors import ErrorCode
 from node.wire.protocol import ProtocolError
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from shm.config import KAFKA_NAMES, LogConfig
 
 # Topic-level config keys (Kafka's) -> the broker key they override.
@@ -106,8 +106,9 @@ def describe_configs(body: dict, zk: GuardedZk, config) -> dict:
         values = {k: v for k in sorted(TOPIC_CONFIG_KEYS)
                   if (v := _broker_default(config, k)) is not None}
         try:
-            values.update(Z.decode_topic_config(name, zk.get(Z.topic_config_path(name))[0]))
-        except (NoNodeError, Z.ZkDataError):
+            values.update(zkdata.decode_topic_config(
+                name, zk.get(zkdata.topic_config_path(name))[0]))
+        except (NoNodeError, zkdata.ZkDataError):
             pass
         results.append([name, ErrorCode.NONE, values])
     out = {"topics": results}

@@ -11,19 +11,19 @@ from node.broker.apis.admin.common import (WRITE_ATTEMPTS_MAX, _error, _live_bro
                                            _partition_exists)
 from node.broker.coordinator import GuardedZk
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.protocol import ProtocolError
-from node.wire import zkdata as Z
+from node.wire import zkdata
 
 
 # ------------------------------------------------------------------ ElectLeaders
 
 def elect_leaders(body: dict, zk: GuardedZk, config) -> dict:
-    kind_code = P.field(body, "election_type", int)
-    if kind_code not in (P.ELECTION_PREFERRED, P.ELECTION_UNCLEAN):
+    kind_code = protocol.field(body, "election_type", int)
+    if kind_code not in (protocol.ELECTION_PREFERRED, protocol.ELECTION_UNCLEAN):
         raise ProtocolError(f"election_type must be 0 or 1, got {kind_code}")
-    kind = "preferred" if kind_code == P.ELECTION_PREFERRED else "unclean"
-    requested = P.entries(body, "partitions", 2, optional=True)
+    kind = "preferred" if kind_code == protocol.ELECTION_PREFERRED else "unclean"
+    requested = protocol.entries(body, "partitions", 2, optional=True)
     results = []
     chosen: list[tuple[str, int]] | None = None
     if requested is not None:
@@ -55,9 +55,9 @@ def elect_leaders(body: dict, zk: GuardedZk, config) -> dict:
 def _election_precheck(zk, kind, replicas, live, topic, partition) -> tuple[int, str | None]:
     """What Kafka would answer for a partition that needs no election or cannot have one."""
     try:
-        data, stat = zk.get(Z.partition_state_path(topic, partition))
-        state = Z.decode_partition_state(data, stat.version)
-    except (NoNodeError, Z.ZkDataError):
+        data, stat = zk.get(zkdata.partition_state_path(topic, partition))
+        state = zkdata.decode_partition_state(data, stat.version)
+    except (NoNodeError, zkdata.ZkDataError):
         return ErrorCode.NONE, None      # no state yet: let the controller decide
     if kind == "preferred":
         if state.leader == replicas[0]:
@@ -88,20 +88,20 @@ def _write_election(zk: GuardedZk, kind: str, partitions) -> str | None:
     """Create the election znode, or merge into a pending one of the same type. None on
     success, else why not."""
     from node.broker.controller_runner import decode_election   # one decoder for the znode
-    zk.ensure_path(Z.ADMIN)
+    zk.ensure_path(zkdata.ADMIN)
     for _ in range(WRITE_ATTEMPTS_MAX):
         try:
-            zk.create(Z.PREFERRED_REPLICA_ELECTION, _encode_election(kind, partitions))
+            zk.create(zkdata.PREFERRED_REPLICA_ELECTION, _encode_election(kind, partitions))
             return None
         except NodeExistsError:
             pass
         try:
-            data, stat = zk.get(Z.PREFERRED_REPLICA_ELECTION)
+            data, stat = zk.get(zkdata.PREFERRED_REPLICA_ELECTION)
         except NoNodeError:
             continue      # the controller finished it meanwhile
         try:
             pending = decode_election(data)
-        except Z.ZkDataError:
+        except zkdata.ZkDataError:
             pending = None
         if pending is not None and pending.election_type != kind:
             return (f"a {pending.election_type} leader election is in progress; retry when "
@@ -111,7 +111,7 @@ def _write_election(zk: GuardedZk, kind: str, partitions) -> str | None:
         else:
             merged = sorted(set(pending.partitions) | set(partitions))
         try:
-            zk.set(Z.PREFERRED_REPLICA_ELECTION, _encode_election(kind, merged),
+            zk.set(zkdata.PREFERRED_REPLICA_ELECTION, _encode_election(kind, merged),
                    version=stat.version)
             return None
         except (BadVersionError, NoNodeError):

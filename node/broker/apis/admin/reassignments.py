@@ -10,31 +10,31 @@ from node.broker.apis.admin.common import (WRITE_ATTEMPTS_MAX, _error, _int_list
 from node.broker.coordinator import GuardedZk
 from node.wire.control import REPLICAS_MAX
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import protocol
+from node.wire import zkdata
 
 
 # ------------------------------------------------------------------ reassignments
 
 def _read_reassignments(zk: GuardedZk) -> tuple[dict, int]:
     try:
-        data, stat = zk.get(Z.REASSIGN_PARTITIONS)
+        data, stat = zk.get(zkdata.REASSIGN_PARTITIONS)
     except NoNodeError:
         return {}, -1
     try:
-        return Z.decode_reassignment(data), stat.version
-    except Z.ZkDataError:
+        return zkdata.decode_reassignment(data), stat.version
+    except zkdata.ZkDataError:
         return {}, stat.version
 
 
 def alter_reassignments(body: dict, zk: GuardedZk, config) -> dict:
-    items = P.entries(body, "partitions", 3)
+    items = protocol.entries(body, "partitions", 3)
     requests = []
     for topic, partition, replicas in items:
         requests.append((topic, partition,
                          None if replicas is None else _int_list(replicas, "replicas")))
     live = set(_live_brokers(zk))
-    zk.ensure_path(Z.ADMIN)
+    zk.ensure_path(zkdata.ADMIN)
     for _ in range(WRITE_ATTEMPTS_MAX):
         moves, version = _read_reassignments(zk)
         updated = dict(moves)
@@ -77,11 +77,12 @@ def alter_reassignments(body: dict, zk: GuardedZk, config) -> dict:
             return {"error": ErrorCode.NONE, "partitions": results}
         try:
             if not updated:
-                zk.delete(Z.REASSIGN_PARTITIONS, version=version)
+                zk.delete(zkdata.REASSIGN_PARTITIONS, version=version)
             elif version < 0:
-                zk.create(Z.REASSIGN_PARTITIONS, Z.encode_reassignment(updated))
+                zk.create(zkdata.REASSIGN_PARTITIONS, zkdata.encode_reassignment(updated))
             else:
-                zk.set(Z.REASSIGN_PARTITIONS, Z.encode_reassignment(updated), version=version)
+                zk.set(zkdata.REASSIGN_PARTITIONS, zkdata.encode_reassignment(updated),
+                       version=version)
             return {"error": ErrorCode.NONE, "partitions": results}
         except (BadVersionError, NodeExistsError, NoNodeError):
             continue
@@ -89,7 +90,7 @@ def alter_reassignments(body: dict, zk: GuardedZk, config) -> dict:
 
 
 def list_reassignments(body: dict, zk: GuardedZk, config) -> dict:
-    wanted = P.entries(body, "partitions", 2, optional=True)
+    wanted = protocol.entries(body, "partitions", 2, optional=True)
     moves, _ = _read_reassignments(zk)
     chosen = sorted(moves) if wanted is None else sorted(
         {(t, p) for t, p in wanted} & set(moves))

@@ -16,9 +16,9 @@ from node.broker.apis.admin.configs import InvalidConfig, validate_topic_config
 from node.broker.coordinator import GuardedZk
 from node.core import placement
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.protocol import ProtocolError
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from shm.names import topic_name_error
 
 
@@ -26,7 +26,7 @@ from shm.names import topic_name_error
 
 def create_topics(body: dict, zk: GuardedZk, config) -> dict:
     items = _topic_list(body, "topics")
-    validate_only = P.field(body, "validate_only", bool, optional=True, default=False)
+    validate_only = protocol.field(body, "validate_only", bool, optional=True, default=False)
     parsed = []
     for item in items:
         if not isinstance(item, list) or len(item) != 5:
@@ -100,16 +100,17 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
             return _error(e.kafka_error, str(e))
     if validate_only:
         return ErrorCode.NONE, None
-    for path in (Z.CONFIG_TOPICS, Z.BROKER_TOPICS):
+    for path in (zkdata.CONFIG_TOPICS, zkdata.BROKER_TOPICS):
         zk.ensure_path(path)
     txn = zk.transaction()
-    config_path = Z.topic_config_path(name)
+    config_path = zkdata.topic_config_path(name)
     stale_config = zk.exists(config_path)
     if stale_config is None:
-        txn.create(config_path, Z.encode_topic_config(overrides))
+        txn.create(config_path, zkdata.encode_topic_config(overrides))
     else:   # left behind by an interrupted deletion
-        txn.set_data(config_path, Z.encode_topic_config(overrides), version=stale_config.version)
-    txn.create(Z.topic_path(name), Z.encode_assignment(replicas))
+        txn.set_data(config_path, zkdata.encode_topic_config(overrides),
+                     version=stale_config.version)
+    txn.create(zkdata.topic_path(name), zkdata.encode_assignment(replicas))
     results = txn.commit()
     if any(isinstance(r, NodeExistsError) for r in results):
         return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
@@ -127,7 +128,7 @@ def delete_topics(body: dict, zk: GuardedZk, config) -> dict:
     if not all(isinstance(n, str) for n in names):
         raise ProtocolError("topics must be a list of names")
     existing = set(_topics(zk))
-    zk.ensure_path(Z.DELETE_TOPICS)
+    zk.ensure_path(zkdata.DELETE_TOPICS)
     results = []
     for name in names:
         problem = topic_name_error(name)
@@ -139,7 +140,7 @@ def delete_topics(body: dict, zk: GuardedZk, config) -> dict:
                                           "This server does not host this topic-partition.")])
             continue
         try:
-            zk.create(Z.delete_topic_path(name), b"")
+            zk.create(zkdata.delete_topic_path(name), b"")
         except NodeExistsError:
             pass    # already queued
         results.append([name, ErrorCode.NONE, None])
@@ -214,7 +215,7 @@ def _create_partitions_one(zk, brokers, name, total, assignment) -> tuple[int, s
                              **{str(p): list(r) for p, r in sorted(new.items())}}
         data = json.dumps(raw, separators=(",", ":"), sort_keys=True).encode()
         try:
-            zk.set(Z.topic_path(name), data, version=version)
+            zk.set(zkdata.topic_path(name), data, version=version)
             return ErrorCode.NONE, None
         except BadVersionError:
             continue       # the controller or another admin wrote meanwhile: read again
