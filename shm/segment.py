@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shm import batch as B
+from shm import batch
 from shm import faults
 from shm.batch import CorruptRecordError
 from shm.config import PREALLOCATE_CHUNK_BYTES
 from shm.index import OffsetIndex, TimeIndex
 
-ZERO_PREFIX = bytes(B.LENGTH_OVERHEAD_BYTES)
+ZERO_PREFIX = bytes(batch.LENGTH_OVERHEAD_BYTES)
 _ZERO_CHUNK = bytes(1 << 20)
 EXTENTS_SCANNED_MAX = 4096  # walking more extents than this costs more than a scan
 NO_TIMESTAMP = -1
@@ -229,16 +229,17 @@ class Segment:
 
     def peek(self, position: int) -> tuple[int, int, int]:
         """(base_offset, size_bytes, next_offset) of the trusted batch at ``position``."""
-        base_offset, batch_length = B.PREFIX.unpack_from(self._map, position)
-        last_delta = B.LAST_OFFSET_DELTA.unpack_from(
-            self._map, position + B.LAST_OFFSET_DELTA_POSITION)[0]
-        return base_offset, batch_length + B.LENGTH_OVERHEAD_BYTES, base_offset + last_delta + 1
+        base_offset, batch_length = batch.PREFIX.unpack_from(self._map, position)
+        last_delta = batch.LAST_OFFSET_DELTA.unpack_from(
+            self._map, position + batch.LAST_OFFSET_DELTA_POSITION)[0]
+        return (base_offset, batch_length + batch.LENGTH_OVERHEAD_BYTES,
+                base_offset + last_delta + 1)
 
     def _check_walk(self, position: int, size: int) -> None:
         """A header walk over trusted data must land on batch boundaries: a batch length
         that would leave the segment (or not move) means the file was damaged after it
         was written (a sealed segment below the recovery point is not re-read at start)."""
-        if size < B.HEADER_BYTES or position + size > self.size_bytes:
+        if size < batch.HEADER_BYTES or position + size > self.size_bytes:
             raise CorruptRecordError(
                 f"{self.path}: the batch at position {position} claims {size} bytes, "
                 f"the segment holds {self.size_bytes}: the segment is damaged", position)
@@ -282,7 +283,7 @@ class Segment:
 
     # ------------------------------------------------------------ writing
 
-    def append(self, buf, header: B.BatchHeader) -> int:
+    def append(self, buf, header: batch.BatchHeader) -> int:
         """Copy one checked batch to the end; returns its position."""
         assert self.active
         assert header.base_offset == self.next_offset, (header.base_offset, self.next_offset)
@@ -337,7 +338,7 @@ class Segment:
         if self.size_bytes == 0:
             return NO_TIMESTAMP
         if self._first_batch_max_timestamp is None:
-            self._first_batch_max_timestamp = B.read_header(self._map, 0).max_timestamp
+            self._first_batch_max_timestamp = batch.read_header(self._map, 0).max_timestamp
         return self._first_batch_max_timestamp
 
     def time_waited_for_roll_ms(self, now_ms: int, batch_max_timestamp: int) -> int:
@@ -406,13 +407,13 @@ class Segment:
             self.next_offset = self.base_offset + last[0]
             position = last[1]
             self._last_indexed_position = position
-        header_struct, overhead = B.HEADER, B.LENGTH_OVERHEAD_BYTES
+        header_struct, overhead = batch.HEADER, batch.LENGTH_OVERHEAD_BYTES
         while position < self.size_bytes:
-            if position + B.HEADER_BYTES > self.size_bytes:
+            if position + batch.HEADER_BYTES > self.size_bytes:
                 return False
             header = header_struct.unpack_from(self._map, position)
             base_offset, size = header[0], header[1] + overhead
-            if size < B.HEADER_BYTES or position + size > self.size_bytes or \
+            if size < batch.HEADER_BYTES or position + size > self.size_bytes or \
                     base_offset != self.next_offset or header[6] < 0:
                 return False
             self._note_batch(position, base_offset, base_offset + header[6] + 1, header[8])
@@ -450,7 +451,7 @@ class Segment:
             elif self._map[position:end] == ZERO_PREFIX[:end - position]:
                 break
             try:
-                header = B.check_batch(self._map, position, max_bytes=max_batch_bytes)
+                header = batch.check_batch(self._map, position, max_bytes=max_batch_bytes)
             except CorruptRecordError as e:
                 error = str(e)
                 break
@@ -520,7 +521,7 @@ class Segment:
             return False
         keys = self.offset_index._keys[:count]
         positions = self.offset_index._values[:count]
-        if int(positions[-1]) + B.HEADER_BYTES > len(self._map):
+        if int(positions[-1]) + batch.HEADER_BYTES > len(self._map):
             return False
         data = np.frombuffer(self._map, dtype=np.uint8)
         try:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shm import batch as B
+from shm import batch
 from shm import faults
 from shm.batch import CorruptRecordError
 from shm.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
@@ -217,7 +217,7 @@ class Log:
         next_offset = self.log_end_offset
         stamped = []
         for position, header in batches:
-            B.stamp(view[position:position + header.size_bytes], next_offset, leader_epoch)
+            batch.stamp(view[position:position + header.size_bytes], next_offset, leader_epoch)
             stamped.append((position, dataclasses.replace(
                 header, base_offset=next_offset, partition_leader_epoch=leader_epoch)))
             next_offset += header.record_count
@@ -242,14 +242,14 @@ class Log:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         return self._append(view, batches, now_ms)
 
-    def _check_records(self, view: memoryview) -> list[tuple[int, B.BatchHeader]]:
+    def _check_records(self, view: memoryview) -> list[tuple[int, batch.BatchHeader]]:
         limit = self.config.message_max_bytes
         batches, position = [], 0
         while position < len(view):
             if len(batches) >= BATCHES_PER_APPEND_MAX:
                 raise RecordTooLargeError(f"more than {BATCHES_PER_APPEND_MAX} batches")
-            if len(view) - position >= B.PREFIX.size:
-                size = B.PREFIX.unpack_from(view, position)[1] + B.LENGTH_OVERHEAD_BYTES
+            if len(view) - position >= batch.PREFIX.size:
+                size = batch.PREFIX.unpack_from(view, position)[1] + batch.LENGTH_OVERHEAD_BYTES
                 if size > limit:
                     raise RecordTooLargeError(
                         f"batch of {size} bytes exceeds message.max.bytes={limit}")
@@ -257,7 +257,7 @@ class Log:
                     raise RecordTooLargeError(
                         f"batch of {size} bytes exceeds log.segment.bytes="
                         f"{self.config.segment_bytes}")
-            header = B.check_batch(view, position, max_bytes=limit)
+            header = batch.check_batch(view, position, max_bytes=limit)
             batches.append((position, header))
             position += header.size_bytes
         if not batches:
@@ -314,13 +314,13 @@ class Log:
                 view = segment.view(0, end)
                 position = segment.position_of(start) if segment.base_offset < start else 0
                 while position is not None and position < end:
-                    header = B.read_header(view, position)
+                    header = batch.read_header(view, position)
                     if header.producer_id >= 0 and header.base_offset >= start:
                         self._learn_producer(header)
                     position += header.size_bytes
         return self._producers
 
-    def _learn_producer(self, header: B.BatchHeader) -> None:
+    def _learn_producer(self, header: batch.BatchHeader) -> None:
         if header.base_sequence < 0 or header.producer_epoch < 0:
             return
         self._producers.update(
@@ -374,11 +374,11 @@ class Log:
             start = max(segment.time_index.scan_start(timestamp_ms), segment.base_offset)
             position = segment.position_of(min(start, segment.next_offset - 1))
             while position is not None and position < segment.size_bytes:
-                header = B.read_header(segment.view(position, segment.size_bytes))
+                header = batch.read_header(segment.view(position, segment.size_bytes))
                 if header.max_timestamp >= timestamp_ms:
                     deltas = np.frombuffer(segment.view(position, position + header.size_bytes),
                                            dtype="<i4", count=header.record_count,
-                                           offset=B.HEADER_BYTES)
+                                           offset=batch.HEADER_BYTES)
                     stamps = deltas.astype(np.int64) + header.base_timestamp
                     first = int(np.argmax(stamps >= timestamp_ms))
                     return header.base_offset + first, int(stamps[first])

@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from shm import batch as B
+from shm import batch
 from shm.checkpoint import (LEADER_EPOCH_CHECKPOINT, CheckpointError, LeaderEpochCache,
                             OffsetCheckpointFile, fsync_dir)
 from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX
@@ -297,7 +297,7 @@ def _recover(log, bases: list[int], reattach: bool, now_ms: int) -> None:
         log._write_recovery_point()  # never leave a checkpoint above the LEO
 
 
-def _recovered_batch(log, header: B.BatchHeader) -> None:
+def _recovered_batch(log, header: batch.BatchHeader) -> None:
     # As Kafka: epochs of recovered batches re-enter the cache (it may lag the log).
     if header.partition_leader_epoch >= 0:
         log.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
