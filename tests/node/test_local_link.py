@@ -8,13 +8,13 @@ import uuid
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node import local_link as LL
+from node import local_link
 from node.net import Channel, ChannelError
-from node.wire import protocol as P
+from node.wire import protocol
 
 
 def _wire(frames) -> bytes:
-    return b"".join(bytes(b) for b in LL.encode(frames))
+    return b"".join(bytes(b) for b in local_link.encode(frames))
 
 
 @given(st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=6), max_size=8),
@@ -22,7 +22,7 @@ def _wire(frames) -> bytes:
 @settings(max_examples=200, deadline=None)
 def test_any_split_of_the_stream_gives_back_the_same_messages(messages, chunk, rnd):
     data = b"".join(_wire(m) for m in messages)
-    decoder, out, position = LL.Decoder(), [], 0
+    decoder, out, position = local_link.Decoder(), [], 0
     while position < len(data):
         step = rnd.randint(1, chunk)
         out.extend(decoder.feed(data[position:position + step]))
@@ -34,7 +34,7 @@ def test_any_split_of_the_stream_gives_back_the_same_messages(messages, chunk, r
 def test_a_large_message_is_received_in_place_after_its_header():
     big = bytes(range(256)) * 1024                       # 256 KiB > DIRECT_BYTES
     data = _wire([b"head", big]) + _wire([b"next"])
-    decoder = LL.Decoder()
+    decoder = local_link.Decoder()
     assert decoder.feed(data[:1000]) == []               # header + a first part
     target = decoder.direct_target()
     rest = data[1000:len(data) - len(_wire([b"next"]))]
@@ -49,7 +49,7 @@ def test_a_large_message_is_received_in_place_after_its_header():
 
 
 def test_frames_are_writable_copies():
-    decoder = LL.Decoder()
+    decoder = local_link.Decoder()
     [frames] = decoder.feed(_wire([b"head", b"batch"]))
     frames[1][0] = ord("B")       # the leader stamps a produce frame in place
     assert bytes(frames[1]) == b"Batch"
@@ -57,24 +57,24 @@ def test_frames_are_writable_copies():
 
 @pytest.mark.parametrize("garbage, reason", [
     (b"\x00\x00\x00\x00", "0 frames"),
-    ((LL.FRAMES_MAX + 1).to_bytes(4, "little"), "frames"),
-    ((1).to_bytes(4, "little") + (LL.MESSAGE_BYTES_MAX).to_bytes(4, "little"), "exceeds"),
+    ((local_link.FRAMES_MAX + 1).to_bytes(4, "little"), "frames"),
+    ((1).to_bytes(4, "little") + (local_link.MESSAGE_BYTES_MAX).to_bytes(4, "little"), "exceeds"),
 ])
 def test_a_garbled_stream_is_refused_not_buffered_forever(garbage, reason):
-    with pytest.raises(LL.LinkClosed, match=reason):
-        LL.Decoder().feed(garbage)
+    with pytest.raises(local_link.LinkClosed, match=reason):
+        local_link.Decoder().feed(garbage)
 
 
 def test_too_many_frames_cannot_be_encoded():
     with pytest.raises(ValueError):
-        LL.encode([b""] * (LL.FRAMES_MAX + 1))
+        local_link.encode([b""] * (local_link.FRAMES_MAX + 1))
 
 
 def test_address_and_endpoint_parsing():
-    assert LL.address("127.0.0.1", 9092) == "\0minikafka:127.0.0.1:9092"
-    assert LL.tcp_host_port("tcp://127.0.0.1:9092") == ("127.0.0.1", 9092)
-    assert LL.tcp_host_port("ipc:///x") is None
-    assert LL.tcp_host_port("tcp://127.0.0.1:http") is None
+    assert local_link.address("127.0.0.1", 9092) == "\0minikafka:127.0.0.1:9092"
+    assert local_link.tcp_host_port("tcp://127.0.0.1:9092") == ("127.0.0.1", 9092)
+    assert local_link.tcp_host_port("ipc:///x") is None
+    assert local_link.tcp_host_port("tcp://127.0.0.1:http") is None
 
 
 def _port() -> int:
@@ -83,7 +83,7 @@ def _port() -> int:
 
 
 def test_a_channel_falls_back_to_zeromq_when_no_local_link_answers():
-    channel = LL.open_channel(f"tcp://127.0.0.1:{_port()}")
+    channel = local_link.open_channel(f"tcp://127.0.0.1:{_port()}")
     try:
         assert isinstance(channel, Channel)
     finally:
@@ -92,23 +92,23 @@ def test_a_channel_falls_back_to_zeromq_when_no_local_link_answers():
 
 def test_request_response_over_a_real_socket_pair_and_end_of_stream():
     port = _port()
-    listener = LL.listen("127.0.0.1", port)
+    listener = local_link.listen("127.0.0.1", port)
     assert listener is not None
-    assert LL.listen("127.0.0.1", port) is None        # the name is taken
-    channel = LL.open_channel(f"tcp://127.0.0.1:{port}", client_id="t")
+    assert local_link.listen("127.0.0.1", port) is None        # the name is taken
+    channel = local_link.open_channel(f"tcp://127.0.0.1:{port}", client_id="t")
     try:
-        assert isinstance(channel, LL.LocalChannel)
+        assert isinstance(channel, local_link.LocalChannel)
         sock, _ = listener.accept()
-        server = LL.LocalConnection(sock)
+        server = local_link.LocalConnection(sock)
         big = bytes(range(256)) * 40_000             # 10 MB: many partial writes
-        cid = channel.send(P.ApiKey.PRODUCE, {"acks": 1}, [big])
+        cid = channel.send(protocol.ApiKey.PRODUCE, {"acks": 1}, [big])
         received = []
         while not received:
             channel.flush()
             received = server.receive()
-        request = P.decode_request(received[0])
+        request = protocol.decode_request(received[0])
         assert request.correlation_id == cid and bytes(request.frames[0]) == big
-        server.send_frames(P.encode_response(cid, P.ApiKey.PRODUCE, {"ok": True}))
+        server.send_frames(protocol.encode_response(cid, protocol.ApiKey.PRODUCE, {"ok": True}))
         server.flush()
         got = []
         while not got:
@@ -117,18 +117,18 @@ def test_request_response_over_a_real_socket_pair_and_end_of_stream():
         # The peer goes away: the blocking call fails at once, not after its timeout.
         server.close()
         with pytest.raises(ChannelError):
-            channel.request(P.ApiKey.METADATA, {"topics": None}, timeout_ms=10_000)
+            channel.request(protocol.ApiKey.METADATA, {"topics": None}, timeout_ms=10_000)
     finally:
         channel.close()
         listener.close()
 
 
 def test_a_peer_that_does_not_read_is_cut_off(monkeypatch):
-    monkeypatch.setattr(LL, "OUTPUT_BYTES_MAX", 1 << 20)
+    monkeypatch.setattr(local_link, "OUTPUT_BYTES_MAX", 1 << 20)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    stream = LL.LocalConnection(a)
+    stream = local_link.LocalConnection(a)
     try:
-        with pytest.raises(LL.LinkClosed, match="does not read"):
+        with pytest.raises(local_link.LinkClosed, match="does not read"):
             for _ in range(10_000):
                 stream.send_frames([b"x" * 65536])
         assert stream.broken
@@ -148,13 +148,13 @@ def test_both_channels_are_request_channels():
     methods = [name for name, value in vars(RequestChannel).items()
                if inspect.isfunction(value) and not name.startswith("_")]
     assert {"send", "forget", "receive_ready", "request", "close"} <= set(methods)
-    for cls in (Channel, LL.LocalChannel):
+    for cls in (Channel, local_link.LocalChannel):
         for name in methods:
             assert (inspect.signature(getattr(cls, name))
                     == inspect.signature(getattr(RequestChannel, name))), (cls, name)
     ours, theirs = socket.socketpair()
     channels = [Channel("tcp://127.0.0.1:1", client_id="c"),
-                LL.LocalChannel("tcp://127.0.0.1:1", ours, client_id="c")]
+                local_link.LocalChannel("tcp://127.0.0.1:1", ours, client_id="c")]
     try:
         for channel in channels:
             missing = [a for a in RequestChannel.__annotations__ if not hasattr(channel, a)]

@@ -19,7 +19,7 @@ import os
 import random
 from dataclasses import dataclass, field
 
-from shm import batch as B
+from shm import batch as batch_codec
 from shm.config import LogConfig
 from shm.log import Log
 
@@ -64,7 +64,7 @@ class Driver:
         leo = self.log.log_end_offset
         values = [f"{leo + i}:{self.generation}".encode() for i in range(count)]
         self.journal.write("begin", "append", count, self.generation)
-        self.log.append_as_leader(B.build_batch(values, timestamps_ms=1), leader_epoch=1)
+        self.log.append_as_leader(batch_codec.build_batch(values, timestamps_ms=1), leader_epoch=1)
         self.journal.write("end", "append")
 
     def flush(self) -> None:
@@ -220,8 +220,8 @@ def recovered_state(log: Log) -> Model:
     while offset < log.log_end_offset:
         view = log.read(offset, 1 << 20)
         assert len(view), f"empty read at {offset} below the LEO {log.log_end_offset}"
-        for position, header in B.iter_batches(view):
-            batch = B.parse_batch(view, position)
+        for position, header in batch_codec.iter_batches(view):
+            batch = batch_codec.parse_batch(view, position)
             assert batch.base_offset == offset, f"gap or overlap at offset {offset}"
             generations = set()
             for i, value in enumerate(batch.values.to_pylist()):

@@ -3,32 +3,32 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from shm import batch as B
+from shm import batch
 
 
 def _verdict(fn, buf):
     try:
-        header = B.read_header(buf, 0)
-    except B.CorruptRecordError:
+        header = batch.read_header(buf, 0)
+    except batch.CorruptRecordError:
         return "header"
     try:
         fn(buf, 0, header)
         return "ok"
-    except B.CorruptRecordError:
+    except batch.CorruptRecordError:
         return "corrupt"
 
 
 records = st.lists(st.one_of(st.none(), st.binary(max_size=20)), min_size=1,
-                   max_size=B.SMALL_BATCH_RECORDS)
+                   max_size=batch.SMALL_BATCH_RECORDS)
 
 
 @given(records, st.data())
 @settings(max_examples=300, deadline=None)
 def test_struct_and_numpy_layout_checks_agree(values, data):
-    buf = bytearray(B.build_batch(values, keys=[b"k" if v else None for v in values]))
-    assert _verdict(B._check_small_layout, buf) == "ok"
+    buf = bytearray(batch.build_batch(values, keys=[b"k" if v else None for v in values]))
+    assert _verdict(batch._check_small_layout, buf) == "ok"
     # Corrupt a few bytes anywhere: both must reach the same verdict.
     for _ in range(data.draw(st.integers(1, 4))):
         where = data.draw(st.integers(0, len(buf) - 1))
         buf[where] = data.draw(st.integers(0, 255))
-    assert _verdict(B._check_small_layout, buf) == _verdict(B._layout, buf)
+    assert _verdict(batch._check_small_layout, buf) == _verdict(batch._layout, buf)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from shm import batch as B
+from shm import batch as batch_codec
 from shm.log import Log
 
 from crash_config import BROKER_ID, CONFIG, PARTITION, TOPIC
@@ -46,8 +46,8 @@ def check_log(log: Log) -> int:
     offset, records = log.log_start_offset, 0
     while offset < log.log_end_offset:
         view = log.read(offset, 256 * 1024)
-        for position, header in B.iter_batches(view):  # verifies every CRC
-            batch = B.parse_batch(view, position)
+        for position, header in batch_codec.iter_batches(view):  # verifies every CRC
+            batch = batch_codec.parse_batch(view, position)
             assert batch.base_offset == offset, f"gap or overlap at offset {offset}"
             for i, value in enumerate(batch.values.to_pylist()):
                 digits = str(offset + i).encode()

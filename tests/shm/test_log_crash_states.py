@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from shm import batch as B
+from shm import batch as batch_codec
 from shm.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
                             TRUNCATION_INTENT, OffsetCheckpointFile)
 from shm.config import LogConfig
@@ -24,15 +24,15 @@ def open_log(tmp_path, cluster_id) -> Log:
 def fill_segments(log: Log, segments: int) -> None:
     while len(log.segments) < segments:
         leo = log.log_end_offset
-        log.append_as_leader(B.build_batch([b"%d" % (leo + i) for i in range(8)],
-                                           timestamps_ms=1), 1)
+        log.append_as_leader(batch_codec.build_batch([b"%d" % (leo + i) for i in range(8)],
+                                                     timestamps_ms=1), 1)
     log.flush()
 
 
 def values(log: Log) -> list[bytes]:
     out, offset = [], log.log_start_offset
     while offset < log.log_end_offset:
-        for batch in B.parse_batches(log.read(offset, 1 << 20)):
+        for batch in batch_codec.parse_batches(log.read(offset, 1 << 20)):
             out += batch.values.to_pylist()
             offset = batch.header.next_offset
     return out

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from shm import batch as B
+from shm import batch as batch_codec
 from shm.config import LogConfig
 from shm.log import Log, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from shm.names import cluster_objects
@@ -58,7 +58,7 @@ def make_machine(cluster_id: str):
         def append_as_leader(self, batches, bump_epoch, together):
             """One append per batch, or all batches in one region (one append call)."""
             self.epoch += bump_epoch
-            encoded = [B.build_batch(values, timestamps_ms=1) for values in batches]
+            encoded = [batch_codec.build_batch(values, timestamps_ms=1) for values in batches]
             calls = [b"".join(encoded)] if together else encoded
             expected_first = self.leo
             for buf in calls:
@@ -72,8 +72,9 @@ def make_machine(cluster_id: str):
 
         @rule(values=values_strategy, gap=st.sampled_from([0, 0, 0, 1, -1]))
         def append_as_follower(self, values, gap):
-            buf = B.build_batch(values, timestamps_ms=1, base_offset=max(0, self.leo + gap),
-                                partition_leader_epoch=self.epoch)
+            buf = batch_codec.build_batch(values, timestamps_ms=1,
+                                          base_offset=max(0, self.leo + gap),
+                                          partition_leader_epoch=self.epoch)
             if gap != 0 and self.leo + gap >= 0:
                 with pytest.raises(UnexpectedAppendOffsetError):
                     self.log.append_as_follower(bytes(buf))
@@ -144,7 +145,7 @@ def make_machine(cluster_id: str):
 
         @rule(values=values_strategy, data=st.data())
         def kill_with_torn_tail(self, values, data):
-            buf = B.build_batch(values, timestamps_ms=1, base_offset=self.leo)
+            buf = batch_codec.build_batch(values, timestamps_ms=1, base_offset=self.leo)
             segment = self.log.active_segment
             position = segment.size_bytes
             room = min(len(buf) - 1, len(segment._map) - position)
@@ -157,7 +158,7 @@ def make_machine(cluster_id: str):
             self.log = self._open()
             report = self.log.recovery
             torn = bytes(buf[:cut])
-            if not any(torn[:B.LENGTH_OVERHEAD_BYTES]):
+            if not any(torn[:batch_codec.LENGTH_OVERHEAD_BYTES]):
                 assert not report.truncated, "a zero prefix is the end of the log"
                 return
             if not any(buf[cut:]) and fits:  # the bytes not written were zeros anyway
@@ -183,7 +184,7 @@ def make_machine(cluster_id: str):
             if offset == self.leo or (bound is not None and offset >= bound):
                 assert len(view) == 0
                 return
-            parsed = B.parse_batches(view)
+            parsed = batch_codec.parse_batches(view)
             if bound is not None and not parsed:
                 holder = max(b for b, _ in self.batches if b <= offset)
                 assert holder + len(dict(self.batches)[holder]) > bound

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from shm import batch as B
+from shm import batch as batch_codec
 from shm.config import LogConfig
 from shm.index import OffsetIndex, TimeIndex, index_name, KIND_OFFSET
 from shm.log import Log, OffsetOutOfRangeError, RecordTooLargeError
@@ -29,7 +29,8 @@ def fill(log: Log, batches: int, records: int = 5) -> list[int]:
     for _ in range(batches):
         leo = log.log_end_offset
         info = log.append_as_leader(
-            B.build_batch([b"v%d" % (leo + i) for i in range(records)], timestamps_ms=leo), 3)
+            batch_codec.build_batch([b"v%d" % (leo + i) for i in range(records)],
+                                    timestamps_ms=leo), 3)
         bases.append(info.first_offset)
     return bases
 
@@ -37,7 +38,7 @@ def fill(log: Log, batches: int, records: int = 5) -> list[int]:
 def all_values(log: Log) -> list[bytes]:
     out, offset = [], log.log_start_offset
     while offset < log.log_end_offset:
-        for batch in B.parse_batches(log.read(offset, 1 << 20)):
+        for batch in batch_codec.parse_batches(log.read(offset, 1 << 20)):
             out += batch.values.to_pylist()
             offset = batch.header.next_offset
     return out
@@ -48,10 +49,11 @@ def test_byte_flip_in_the_middle_truncates_at_that_batch_and_says_so(tmp_path, c
     bases = fill(log, 40)
     segment = log.active_segment
     # The middle batch of the active segment (unflushed: after the recovery point).
-    positions = [p for p, _ in B.iter_batches(segment.view(0, segment.size_bytes))]
+    positions = [p for p, _ in batch_codec.iter_batches(segment.view(0, segment.size_bytes))]
     victim_position = positions[len(positions) // 2]
-    victim_offset = B.read_header(segment._map, victim_position).base_offset
-    victim_end = victim_position + B.read_header(segment._map, victim_position).size_bytes
+    victim_offset = batch_codec.read_header(segment._map, victim_position).base_offset
+    victim_end = victim_position + \
+        batch_codec.read_header(segment._map, victim_position).size_bytes
     nonzero_cut = len(bytes(segment.view(victim_position, segment.size_bytes)).rstrip(b"\0"))
     path = segment.path
     log.abandon()  # as SIGKILL
@@ -254,16 +256,16 @@ def test_read_respects_max_bytes_max_offset_and_returns_one_big_batch(tmp_path, 
     try:
         fill(log, 10)
         view = log.read(7, 1)
-        (batch,) = B.parse_batches(view)
+        (batch,) = batch_codec.parse_batches(view)
         assert batch.base_offset == 5, "the batch holding offset 7"
         assert view.readonly
-        assert [b.base_offset for b in B.parse_batches(log.read(0, 10**6, max_offset=20))] == \
-            [0, 5, 10, 15]
+        parsed = batch_codec.parse_batches(log.read(0, 10**6, max_offset=20))
+        assert [b.base_offset for b in parsed] == [0, 5, 10, 15]
         assert len(log.read(20, 100, max_offset=20)) == 0
         with pytest.raises(RecordTooLargeError):
-            log.append_as_leader(B.build_batch([b"x" * 9000]), 3)
-        with pytest.raises(B.CorruptRecordError):
-            bad = B.build_batch([b"abc"])
+            log.append_as_leader(batch_codec.build_batch([b"x" * 9000]), 3)
+        with pytest.raises(batch_codec.CorruptRecordError):
+            bad = batch_codec.build_batch([b"abc"])
             bad[-1] ^= 1
             log.append_as_leader(bad, 3)
     finally:
@@ -290,8 +292,9 @@ def test_offset_for_timestamp_finds_the_first_record_at_or_after_it(tmp_path, cl
     try:
         fill(log, 150)  # batch b holds offsets [5b, 5b+5), all with timestamp 5b
         leo = log.log_end_offset
-        log.append_as_leader(B.build_batch([b"a", b"b", b"c"], timestamps_ms=[leo + 10, leo + 30,
-                                                                            leo + 20]), 3)
+        log.append_as_leader(batch_codec.build_batch([b"a", b"b", b"c"],
+                                                     timestamps_ms=[leo + 10, leo + 30, leo + 20]),
+                             3)
         assert len(log.segments) > 2
         assert log.offset_for_timestamp(0) == 0
         assert log.offset_for_timestamp(1) == 5
@@ -335,12 +338,12 @@ def test_roll_ms_and_flush_interval_ms_are_honoured(tmp_path, cluster_id):
     config = LogConfig(segment_bytes=1 << 16, roll_ms=1000, flush_interval_ms=500)
     log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=0)
     try:
-        log.append_as_leader(B.build_batch([b"a"], timestamps_ms=-1), 1, now_ms=0)
+        log.append_as_leader(batch_codec.build_batch([b"a"], timestamps_ms=-1), 1, now_ms=0)
         assert log.recovery_point == 0 and not log.flush_if_due(now_ms=499)
         assert log.flush_if_due(now_ms=500) and log.recovery_point == 1
-        log.append_as_leader(B.build_batch([b"b"], timestamps_ms=-1), 1, now_ms=1000)
+        log.append_as_leader(batch_codec.build_batch([b"b"], timestamps_ms=-1), 1, now_ms=1000)
         assert len(log.segments) == 1
-        log.append_as_leader(B.build_batch([b"c"], timestamps_ms=-1), 1, now_ms=1001)
+        log.append_as_leader(batch_codec.build_batch([b"c"], timestamps_ms=-1), 1, now_ms=1001)
         assert [s.base_offset for s in log.segments] == [0, 2]
     finally:
         log.delete()
@@ -352,20 +355,23 @@ def test_roll_ms_counts_from_the_first_batch_timestamp_not_the_wall_clock(tmp_pa
     and a reopen (new creation time) does not restart the count."""
     config = LogConfig(segment_bytes=1 << 16, roll_ms=1000)
     log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=0)
-    log.append_as_leader(B.build_batch([b"a"], timestamps_ms=50_000), 1, now_ms=0)
-    log.append_as_leader(B.build_batch([b"b"], timestamps_ms=51_000), 1, now_ms=10**9)
+    log.append_as_leader(batch_codec.build_batch([b"a"], timestamps_ms=50_000), 1, now_ms=0)
+    log.append_as_leader(batch_codec.build_batch([b"b"], timestamps_ms=51_000), 1, now_ms=10**9)
     assert len(log.segments) == 1, "1000 ms apart is not more than log.roll.ms"
     log.close()
     log = Log.open(str(tmp_path), "orders", 2, config, cluster_id=cluster_id, now_ms=10**9)
     try:
-        log.append_as_leader(B.build_batch([b"c", b"c"], timestamps_ms=[51_000, 51_001]), 1,
-                             now_ms=10**9)
+        log.append_as_leader(batch_codec.build_batch([b"c", b"c"], timestamps_ms=[51_000, 51_001]),
+                             1, now_ms=10**9)
         assert [s.base_offset for s in log.segments] == [0, 2]
-        log.append_as_leader(B.build_batch([b"d"], timestamps_ms=52_001), 1, now_ms=10**9)
+        log.append_as_leader(batch_codec.build_batch([b"d"], timestamps_ms=52_001), 1,
+                             now_ms=10**9)
         assert len(log.segments) == 2, "the new segment counts from its own first batch"
         log.truncate_to(2)  # empties the active segment: its first batch is gone
-        log.append_as_leader(B.build_batch([b"e"], timestamps_ms=60_000), 1, now_ms=10**9)
-        log.append_as_leader(B.build_batch([b"f"], timestamps_ms=60_500), 1, now_ms=10**9)
+        log.append_as_leader(batch_codec.build_batch([b"e"], timestamps_ms=60_000), 1,
+                             now_ms=10**9)
+        log.append_as_leader(batch_codec.build_batch([b"f"], timestamps_ms=60_500), 1,
+                             now_ms=10**9)
         assert len(log.segments) == 2
     finally:
         log.delete()

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from shm import batch as B
+from shm import batch as batch_codec
 from shm.checkpoint import EpochEntry, LeaderEpochCache, OffsetCheckpointFile
 from shm.config import LogConfig
 from shm.log import Log
@@ -28,14 +28,14 @@ def open_log(data_dir, cluster_id) -> Log:
 def append(log: Log, batches: int, epoch: int) -> None:
     for _ in range(batches):
         leo = log.log_end_offset
-        log.append_as_leader(B.build_batch([b"v%d" % (leo + i) for i in range(5)],
+        log.append_as_leader(batch_codec.build_batch([b"v%d" % (leo + i) for i in range(5)],
                                            timestamps_ms=leo), epoch)
 
 
 def values(log: Log) -> list[bytes]:
     out, offset = [], log.log_start_offset
     while offset < log.log_end_offset:
-        for batch in B.parse_batches(log.read(offset, 1 << 20)):
+        for batch in batch_codec.parse_batches(log.read(offset, 1 << 20)):
             out += batch.values.to_pylist()
             offset = batch.header.next_offset
     return out

@@ -1,7 +1,7 @@
 """Idempotent producers' state (shm.producer_state) and the log keeping it."""
 from __future__ import annotations
 
-from shm import batch as B
+from shm import batch
 from shm.producer_state import SEQUENCE_MAX, ProducerStates, Verdict, last_sequence
 
 
@@ -36,8 +36,8 @@ def test_only_the_last_five_batches_are_remembered_and_sequences_wrap():
 
 
 def _batch(pid, epoch, seq, n, *, base_offset=0):
-    return B.build_batch([b"v%d" % i for i in range(n)], producer_id=pid, producer_epoch=epoch,
-                         base_sequence=seq, base_offset=base_offset)
+    return batch.build_batch([b"v%d" % i for i in range(n)], producer_id=pid, producer_epoch=epoch,
+                             base_sequence=seq, base_offset=base_offset)
 
 
 def test_the_log_keeps_the_state_and_rebuilds_it_after_reopen_and_truncation(tmp_path,
@@ -47,7 +47,7 @@ def test_the_log_keeps_the_state_and_rebuilds_it_after_reopen_and_truncation(tmp
     try:
         assert len(log.producer_states()) == 0
         log.append_as_leader(_batch(5, 0, 0, 3), 0)            # offsets 0-2
-        log.append_as_leader(B.build_batch([b"plain"]), 0)     # 3, no producer id
+        log.append_as_leader(batch.build_batch([b"plain"]), 0)     # 3, no producer id
         log.append_as_leader(_batch(5, 0, 3, 2), 0)            # 4-5
         verdict, span = log.producer_states().check(5, 0, 3, 4)
         assert verdict is Verdict.DUPLICATE and span.first_offset == 4
@@ -68,8 +68,8 @@ def test_batches_without_a_sequence_teach_nothing(tmp_path, cluster_id):
     from tests.shm.test_log_recovery import open_log
     log = open_log(tmp_path, cluster_id)
     try:
-        log.append_as_leader(B.build_batch([b"x"], producer_id=3, producer_epoch=0,
-                                           base_sequence=-1), 0)
+        log.append_as_leader(batch.build_batch([b"x"], producer_id=3, producer_epoch=0,
+                                               base_sequence=-1), 0)
         assert len(log.producer_states()) == 0
     finally:
         log.delete()
@@ -121,10 +121,10 @@ def test_a_frame_is_appended_refused_or_answered_as_a_retry_as_a_whole():
     from shm.producer_state import check_frame
 
     def headers(*batches):
-        return [B.parse_batch(_batch(pid, epoch, seq, n)).header
+        return [batch.parse_batch(_batch(pid, epoch, seq, n)).header
                 for pid, epoch, seq, n in batches]
     s = ProducerStates()
-    assert check_frame(s, [B.parse_batch(B.build_batch([b"x"])).header]) is None
+    assert check_frame(s, [batch.parse_batch(batch.build_batch([b"x"])).header]) is None
     assert check_frame(s, headers((4, 0, 0, 2), (4, 0, 2, 3)))[0] is Verdict.APPEND
     assert check_frame(s, headers((4, 0, 0, 2), (4, 0, 3, 3)))[0] is Verdict.OUT_OF_ORDER
     assert check_frame(s, headers((4, 0, 0, 2), (5, 0, 0, 1)))[0] is Verdict.MIXED

@@ -8,12 +8,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from shm import batch as B
+from shm import batch
 from shm.batch import CorruptRecordError
 
 
 def sample() -> bytearray:
-    return B.build_batch([b"v0", None, b"value-two", b""], [b"k0", b"k1", None, b""],
+    return batch.build_batch([b"v0", None, b"value-two", b""], [b"k0", b"k1", None, b""],
                          [1000, 1003, 1001, 1002], producer_id=7, producer_epoch=1,
                          base_sequence=5)
 
@@ -23,7 +23,7 @@ EXPECTED = [(0, 1000, b"k0", b"v0"), (1, 1003, b"k1", None),
 
 
 def test_whole_batch_round_trips_keys_values_nulls_and_timestamps():
-    parsed = B.parse_batch(sample())
+    parsed = batch.parse_batch(sample())
     assert parsed.records() == EXPECTED
     h = parsed.header
     assert (h.magic, h.record_count, h.last_offset_delta) == (2, 4, 3)
@@ -34,7 +34,7 @@ def test_whole_batch_round_trips_keys_values_nulls_and_timestamps():
 
 def test_header_is_kafka_v2_fields_little_endian():
     buf = sample()
-    B.stamp(buf, 0x0102030405060708, 9)
+    batch.stamp(buf, 0x0102030405060708, 9)
     assert buf[0:8] == bytes([8, 7, 6, 5, 4, 3, 2, 1])
     assert struct.unpack_from("<i", buf, 12)[0] == 9
     assert buf[16] == 2  # magic
@@ -42,9 +42,9 @@ def test_header_is_kafka_v2_fields_little_endian():
 
 def test_stamp_keeps_crc_valid():
     buf = sample()
-    crc_before = B.read_header(buf).crc
-    B.stamp(buf, 123456, 42)
-    parsed = B.parse_batch(buf)
+    crc_before = batch.read_header(buf).crc
+    batch.stamp(buf, 123456, 42)
+    parsed = batch.parse_batch(buf)
     assert parsed.header.crc == crc_before
     assert (parsed.base_offset, parsed.header.partition_leader_epoch) == (123456, 42)
     assert parsed.offsets.tolist() == [123456, 123457, 123458, 123459]
@@ -54,13 +54,13 @@ def test_every_cut_raises_corrupt_record_error():
     buf = bytes(sample())
     for cut in range(len(buf)):
         with pytest.raises(CorruptRecordError):
-            B.parse_batch(buf[:cut])
+            batch.parse_batch(buf[:cut])
 
 
 def test_trailing_garbage_is_ignored_by_parse_and_refused_by_walk():
     buf = bytes(sample()) + b"\x01garbage"
-    assert B.parse_batch(buf).records() == EXPECTED
-    walked = B.iter_batches(buf)
+    assert batch.parse_batch(buf).records() == EXPECTED
+    walked = batch.iter_batches(buf)
     assert next(walked)[0] == 0
     with pytest.raises(CorruptRecordError) as info:
         next(walked)
@@ -68,8 +68,8 @@ def test_trailing_garbage_is_ignored_by_parse_and_refused_by_walk():
 
 
 def test_parse_is_zero_copy_over_the_buffer():
-    buf = bytearray(B.build_batch([b"hello", b"world"]))
-    parsed = B.parse_batch(memoryview(buf))
+    buf = bytearray(batch.build_batch([b"hello", b"world"]))
+    parsed = batch.parse_batch(memoryview(buf))
     i = bytes(buf).index(b"hello")
     buf[i] = ord("J")
     assert parsed.values.to_pylist() == [b"Jello", b"world"]
@@ -77,41 +77,41 @@ def test_parse_is_zero_copy_over_the_buffer():
 
 def test_every_single_bit_flip_in_crc_range_is_detected():
     buf = bytes(sample())
-    for position in range(B.CRC_START, len(buf)):
+    for position in range(batch.CRC_START, len(buf)):
         flipped = bytearray(buf)
         flipped[position] ^= 0x10
         with pytest.raises(CorruptRecordError):
-            B.parse_batch(flipped)
+            batch.parse_batch(flipped)
 
 
 def test_oversized_batch_is_refused_with_the_limit_in_the_message():
-    buf = B.build_batch([b"x" * 1000])
+    buf = batch.build_batch([b"x" * 1000])
     with pytest.raises(CorruptRecordError, match="message.max.bytes"):
-        B.parse_batch(buf, max_bytes=500)
+        batch.parse_batch(buf, max_bytes=500)
 
 
 def test_bad_offsets_with_a_valid_crc_are_corrupt_not_a_crash():
-    buf = B.build_batch([b"ab", b"cd"])
-    value_offsets_at = B.HEADER_BYTES + 4 * 2 + 4 * 3
+    buf = batch.build_batch([b"ab", b"cd"])
+    value_offsets_at = batch.HEADER_BYTES + 4 * 2 + 4 * 3
     struct.pack_into("<i", buf, value_offsets_at + 4, 5)  # value offsets 0, 2, 4 -> 0, 5, 4
-    B.CRC.pack_into(buf, B.CRC_POSITION, B.crc_of(buf, 0, B.read_header(buf)))
+    batch.CRC.pack_into(buf, batch.CRC_POSITION, batch.crc_of(buf, 0, batch.read_header(buf)))
     with pytest.raises(CorruptRecordError, match="monotonic"):
-        B.parse_batch(buf)
+        batch.parse_batch(buf)
 
 
 def test_build_from_arrow_and_numpy_matches_build_from_lists():
     values = [b"a" * 10, b"b" * 10, b"c" * 10]
-    from_list = B.build_batch(values, timestamps_ms=5)
-    from_arrow = B.build_batch(pa.array(values, pa.binary()), timestamps_ms=5)
-    from_large = B.build_batch(pa.array(values, pa.large_binary()), timestamps_ms=5)
+    from_list = batch.build_batch(values, timestamps_ms=5)
+    from_arrow = batch.build_batch(pa.array(values, pa.binary()), timestamps_ms=5)
+    from_large = batch.build_batch(pa.array(values, pa.large_binary()), timestamps_ms=5)
     matrix = np.frombuffer(b"".join(values), np.uint8).reshape(3, 10)
-    from_numpy = B.build_batch(matrix, timestamps_ms=5)
+    from_numpy = batch.build_batch(matrix, timestamps_ms=5)
     assert from_list == from_arrow == from_large == from_numpy
 
 
 def test_sliced_arrow_input_with_foreign_null_lengths():
     array = pa.array([b"skip", b"x", None, b"yz"], pa.binary()).slice(1)
-    parsed = B.parse_batch(B.build_batch(array, timestamps_ms=1))
+    parsed = batch.parse_batch(batch.build_batch(array, timestamps_ms=1))
     assert parsed.values.to_pylist() == [b"x", None, b"yz"]
 
 
@@ -123,9 +123,9 @@ record = st.one_of(st.none(), st.binary(max_size=20))
        st.integers(0, 2**62), st.integers(-1, 2**31 - 1))
 def test_round_trip_property(rows, base_offset, epoch):
     keys, values, timestamps = zip(*rows)
-    buf = B.build_batch(list(values), list(keys), list(timestamps))
-    B.stamp(buf, base_offset, epoch)
-    parsed = B.parse_batch(bytes(buf))
+    buf = batch.build_batch(list(values), list(keys), list(timestamps))
+    batch.stamp(buf, base_offset, epoch)
+    parsed = batch.parse_batch(bytes(buf))
     assert parsed.keys.to_pylist() == list(keys)
     assert parsed.values.to_pylist() == list(values)
     assert parsed.timestamps.tolist() == list(timestamps)
@@ -136,7 +136,7 @@ def test_round_trip_property(rows, base_offset, epoch):
 @given(st.binary(max_size=400))
 def test_fuzz_random_bytes_parse_or_raise_corrupt(data):
     try:
-        B.parse_batch(data)
+        batch.parse_batch(data)
     except CorruptRecordError:
         pass
 
@@ -150,12 +150,12 @@ def test_fuzz_mutated_batches_parse_or_raise_corrupt(data):
         buf[position] = data.draw(st.integers(0, 255))
     if data.draw(st.booleans()):  # re-seal so the structure checks, not the CRC, must catch it
         try:
-            header = B.read_header(buf)
-            B.CRC.pack_into(buf, B.CRC_POSITION, B.crc_of(buf, 0, header))
+            header = batch.read_header(buf)
+            batch.CRC.pack_into(buf, batch.CRC_POSITION, batch.crc_of(buf, 0, header))
         except CorruptRecordError:
             pass
     try:
-        parsed = B.parse_batch(buf)
+        parsed = batch.parse_batch(buf)
         parsed.keys.validate(full=True)
         parsed.values.validate(full=True)
     except CorruptRecordError:
@@ -168,15 +168,15 @@ def test_small_batch_encoder_matches_build_batch_byte_for_byte():
     import random
 
     rng = random.Random(5)
-    for n in (1, 2, 7, 8, 9, 100, B.SMALL_ENCODE_RECORDS_MAX):
+    for n in (1, 2, 7, 8, 9, 100, batch.SMALL_ENCODE_RECORDS_MAX):
         values = [rng.randbytes(rng.randrange(0, 40)) for _ in range(n)]
         keys = [rng.randbytes(rng.randrange(0, 9)) for _ in range(n)]
         stamps = [1_700_000_000_000 + rng.randrange(0, 5000) for _ in range(n)]
         for k in (None, keys):
             for ts in (1_700_000_000_123, stamps):
-                small = B.encode_small_batch(values, k, ts)
-                assert small == B.build_batch(values, k, ts), (n, k is None, ts)
-                assert B.parse_batch(small).values.to_pylist() == values
-    assert B.encode_small_batch([b"a", None], None, 1) is None  # null value: general path
-    assert B.encode_small_batch([b"a", b"b"], [b"k", None], 1) is None
-    assert B.encode_small_batch([b"a"] * (B.SMALL_ENCODE_RECORDS_MAX + 1), None, 1) is None
+                small = batch.encode_small_batch(values, k, ts)
+                assert small == batch.build_batch(values, k, ts), (n, k is None, ts)
+                assert batch.parse_batch(small).values.to_pylist() == values
+    assert batch.encode_small_batch([b"a", None], None, 1) is None  # null value: general path
+    assert batch.encode_small_batch([b"a", b"b"], [b"k", None], 1) is None
+    assert batch.encode_small_batch([b"a"] * (batch.SMALL_ENCODE_RECORDS_MAX + 1), None, 1) is None

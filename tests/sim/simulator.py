@@ -55,9 +55,9 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from node.core import controller as C
+from node.core import controller as controller_core
 from node.wire.errors import ErrorCode
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.wire.protocol import ApiKey
 from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
                               Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
@@ -142,7 +142,7 @@ class Broker:
     register_in_flight: bool = False
     want_election: bool = True
     election_in_flight: bool = False
-    controller: C.Controller | None = None
+    controller: controller_core.Controller | None = None
     term: int = 0                   # the running controller core's id (0: none)
     epoch_zk_version: int = -1
     controller_epoch: int = 0       # highest controller epoch seen (ReplicaManager's)
@@ -193,7 +193,7 @@ class Sim:
         self.brokers = {b: self._new_broker(b, {p: MemLog() for p in self.partitions})
                         for b in self.replicas}
         self._next_partition = 0
-        self.controller_config = C.ControllerConfig(
+        self.controller_config = controller_core.ControllerConfig(
             unclean_leader_election_enable=c.unclean_leader_election,
             auto_leader_rebalance_enable=c.auto_leader_rebalance,
             leader_imbalance_check_interval_seconds=c.leader_imbalance_check_interval_s,
@@ -411,10 +411,10 @@ class Sim:
                            f"{results[0].error}")
             if any(r.error == "BadVersion" for r in results):
                 self.stats["controller_version_conflicts"] += 1
-            self._zk_push(sid, ("ZkOpsDone", term, C.ZkOpsDone(ops.op_id, results)))
+            self._zk_push(sid, ("ZkOpsDone", term, controller_core.ZkOpsDone(ops.op_id, results)))
         elif kind == "WriteIsr":
             _, p, rid, e, controller_epoch = message
-            ok, current = self.zk.write_isr(sid, TOPIC, p, Z.PartitionState(
+            ok, current = self.zk.write_isr(sid, TOPIC, p, zkdata.PartitionState(
                 broker_id, e.leader_epoch, tuple(e.isr), controller_epoch, e.zk_version))
             self.stats["isr_writes"] += 1
             if ok:
@@ -439,14 +439,15 @@ class Sim:
     def _watch_brokers(self) -> None:
         sid = self._controller_session()
         if sid is not None:
-            self._zk_push(sid, ("Watch", C.BrokersChanged(self.zk.brokers())))
+            self._zk_push(sid, ("Watch", controller_core.BrokersChanged(self.zk.brokers())))
 
     def _watch_isr_change(self) -> None:
         sid = self._controller_session()
         if sid is None:
             return      # the notification waits for the next controller's snapshot
         tps = self.zk.drain_isr_notifications()
-        self._zk_push(sid, ("Watch", C.IsrChanged({tp: self.zk.state(*tp) for tp in tps})))
+        self._zk_push(sid, ("Watch", controller_core.IsrChanged(
+            {tp: self.zk.state(*tp) for tp in tps})))
 
     def _controller_gone(self) -> None:
         for sid, session in self.zk.sessions.items():
@@ -455,23 +456,23 @@ class Sim:
 
     def _create_topic(self) -> None:
         """An admin creates the topic: the controller's topic watch fires."""
-        path = Z.topic_path(TOPIC)
-        self.zk.zk.put(path, Z.encode_assignment({p: list(r) for p, r in
-                                                  self.assignment.items()}))
+        path = zkdata.topic_path(TOPIC)
+        self.zk.zk.put(path, zkdata.encode_assignment({p: list(r) for p, r in
+                                                       self.assignment.items()}))
         self._note(f"zk: topic {TOPIC} created, replicas {self.assignment}")
         sid = self._controller_session()
         if sid is not None:
             data, version = self.zk.zk.get(path)
-            self._zk_push(sid, ("Watch", C.TopicChanged(C.TopicSnapshot(
-                TOPIC, dict(self.assignment), version))))
+            self._zk_push(sid, ("Watch", controller_core.TopicChanged(
+                controller_core.TopicSnapshot(TOPIC, dict(self.assignment), version))))
 
     def _expire_sessions(self) -> None:
         for session, gone in self.zk.expire_due(self.now, self.config.session_timeout_ms):
             self._note(f"zk: session {session.sid} of b{session.broker_id} expired "
                        f"({', '.join(gone) or 'no ephemerals'})")
-            if Z.CONTROLLER in gone:
+            if zkdata.CONTROLLER in gone:
                 self._controller_gone()
-            if any(p.startswith(Z.BROKER_IDS) for p in gone):
+            if any(p.startswith(zkdata.BROKER_IDS) for p in gone):
                 self._watch_brokers()
 
     # ------------------------------------------------------------------ the coordinator client
@@ -567,7 +568,7 @@ class Sim:
 
     # ------------------------------------------------------------------ the controller shell
 
-    def _start_controller(self, broker: Broker, snapshot: C.BecomeController,
+    def _start_controller(self, broker: Broker, snapshot: controller_core.BecomeController,
                           epoch_version: int) -> None:
         self._end_controller(broker, "a new term")
         term = self._id()
@@ -578,7 +579,7 @@ class Sim:
         self.term_of_epoch[snapshot.epoch] = term
         self.terms[term] = (broker.broker_id, snapshot.epoch)
         self.stats["controller_epochs"] += 1
-        broker.controller = C.Controller(broker.broker_id, self.controller_config)
+        broker.controller = controller_core.Controller(broker.broker_id, self.controller_config)
         broker.term = term
         broker.epoch_zk_version = epoch_version
         self._note(f"b{broker.broker_id} becomes controller, controller_epoch {snapshot.epoch}")
@@ -605,15 +606,15 @@ class Sim:
                 self._fail("the controller core does not settle")
             effects = core.step(queue.popleft())
             for e in effects:
-                if isinstance(e, C.ZkOps):
+                if isinstance(e, controller_core.ZkOps):
                     sent = self._zk_request(broker, ("ZkOps", term, epoch,
                                                      broker.epoch_zk_version, e))
                     if not sent:
-                        queue.append(C.ZkOpsDone(e.op_id, tuple(
-                            C.ZkResult("ConnectionLoss") for _ in e.ops)))
-                elif isinstance(e, C.SendRequest):
+                        queue.append(controller_core.ZkOpsDone(e.op_id, tuple(
+                            controller_core.ZkResult("ConnectionLoss") for _ in e.ops)))
+                elif isinstance(e, controller_core.SendRequest):
                     self._controller_send(broker, term, e)
-                elif isinstance(e, C.LogLine):
+                elif isinstance(e, controller_core.LogLine):
                     if e.message.startswith("unclean recovery of "):
                         self.stats["unclean_recoveries"] += 1
                     if " leader_epoch " in e.message:    # "<reason>: t-0 leader ..."
@@ -621,11 +622,11 @@ class Sim:
                         self.stats[reason] = self.stats.get(reason, 0) + 1
                     if e.level != "INFO" or "leader" in e.message:
                         self._note(f"controller b{broker.broker_id}/{epoch}: {e.message}")
-                elif isinstance(e, C.Resign):
+                elif isinstance(e, controller_core.Resign):
                     self._end_controller(broker, e.reason)
                     broker.want_election = True
                     break
-                elif isinstance(e, C.ReplyControlledShutdown):
+                elif isinstance(e, controller_core.ReplyControlledShutdown):
                     pass
                 else:
                     raise AssertionError(e)
@@ -640,7 +641,7 @@ class Sim:
         channel.closed = True
         channel.held.clear()
 
-    def _controller_send(self, broker: Broker, term: int, e: C.SendRequest) -> None:
+    def _controller_send(self, broker: Broker, term: int, e: controller_core.SendRequest) -> None:
         key = (term, e.broker_id)
         channel = self.channels.setdefault(key, Channel())
         message = ("Controller", broker.broker_id, broker.incarnation, term, e.api_key, e.body,
@@ -789,7 +790,7 @@ class Sim:
         if kind == "ControllerResp":
             _, term, tag, body = message
             if broker.term == term and broker.controller is not None:
-                self._controller_step(broker, C.BrokerResponse(tag, body))
+                self._controller_step(broker, controller_core.BrokerResponse(tag, body))
             return
         r = broker.parts[message[1]]
         core, log = r.core, r.log
@@ -983,7 +984,7 @@ class Sim:
                 if not broker.isolated:
                     self._zk_client(broker)
                 if broker.controller is not None:
-                    self._controller_step(broker, C.Tick(self.now))
+                    self._controller_step(broker, controller_core.Tick(self.now))
         self._expire_sessions()
         self._check_log_matching()
         self._at(self.now + self.config.tick_ms, self._tick)

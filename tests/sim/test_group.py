@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from node.core import group as G
+from node.core import group
 
 SESSION_TIMEOUT_MS = 600
 SEEDS = 1500
@@ -36,8 +36,8 @@ STEPS_MAX = 100_000
 @dataclass
 class Member:
     id: str
-    sub: G.Subscription
-    core: G.GroupCore
+    sub: group.Subscription
+    core: group.GroupCore
     session: int                       # id of its current coordinator session
     gen: int = 0                       # bumped when a session is lost: stale results drop
     alive: bool = True                 # the process runs
@@ -55,7 +55,7 @@ class World:
         self.seq = itertools.count()
         self.sessions = itertools.count(1)
         self.live_sessions: set[int] = set()
-        self.registered: dict[str, tuple[G.Subscription, int]] = {}   # id -> (sub, session)
+        self.registered: dict[str, tuple[group.Subscription, int]] = {}   # id -> (sub, session)
         self.owners: dict[tuple, tuple[str, int]] = {}                  # tp -> (id, session)
         self.topics = {"a": self.rng.randint(1, 7), "b": self.rng.randint(0, 5)}
         self.members: dict[str, Member] = {}
@@ -104,13 +104,13 @@ class World:
     def join(self) -> None:
         mid = f"c{next(self.names):02d}"
         if self.rng.random() < 0.3:
-            sub = G.Subscription(pattern=self.rng.choice(("a|b", "[ab]", "a")))
+            sub = group.Subscription(pattern=self.rng.choice(("a|b", "[ab]", "a")))
         else:
-            sub = G.Subscription(frozenset(self.rng.sample(["a", "b"],
-                                                           self.rng.randint(1, 2))))
+            sub = group.Subscription(frozenset(self.rng.sample(["a", "b"],
+                                                               self.rng.randint(1, 2))))
         session = next(self.sessions)
         self.live_sessions.add(session)
-        m = Member(mid, sub, G.GroupCore(mid, backoff_ms=self.rng.choice((5, 20, 50))),
+        m = Member(mid, sub, group.GroupCore(mid, backoff_ms=self.rng.choice((5, 20, 50))),
                    session)
         self.members[mid] = m
         m.core.join()
@@ -161,25 +161,25 @@ class World:
         m = self.current(member_id, gen)
         if m is None or self.later_if_paused(m, self.execute, member_id, gen, action):
             return
-        if isinstance(action, G.Register):
+        if isinstance(action, group.Register):
             if self.registered.get(member_id, (None, None))[1] != m.session:
                 self.registered[member_id] = (m.sub, m.session)
                 self.notify_all()
-        elif isinstance(action, G.Release):
+        elif isinstance(action, group.Release):
             for tp in action.partitions:
                 if self.owners.get(tp) == (member_id, m.session):
                     del self.owners[tp]
-        elif isinstance(action, G.ReadRegistries):
+        elif isinstance(action, group.ReadRegistries):
             members = {mid: sub for mid, (sub, _) in self.registered.items()}
             m.busy = False
             m.core.registries_read(members, dict(self.topics))
-        elif isinstance(action, G.Claim):
+        elif isinstance(action, group.Claim):
             self.claim(member_id, gen, sorted(action.partitions), frozenset(), frozenset())
             return
-        elif isinstance(action, G.BackOff):
+        elif isinstance(action, group.BackOff):
             self.at(action.ms, self.backoff_done, member_id, gen)
         else:
-            assert isinstance(action, (G.Commit, G.Revoke, G.Assigned)), action
+            assert isinstance(action, (group.Commit, group.Revoke, group.Assigned)), action
         m.busy = False
         self.pump(m)
 
@@ -221,7 +221,7 @@ class World:
             return
         m.core.leave()
         for action in m.core.take_actions():
-            if isinstance(action, G.Release):
+            if isinstance(action, group.Release):
                 for tp in action.partitions:
                     if self.owners.get(tp) == (m.id, m.session):
                         del self.owners[tp]
@@ -262,9 +262,9 @@ class World:
         live = {mid: m for mid, m in self.members.items()
                 if m.alive and m.session in self.live_sessions}
         assert set(self.registered) == set(live), (self.seed, self.registered, list(live))
-        expected = G.assign({mid: m.sub for mid, m in live.items()}, self.topics)
+        expected = group.assign({mid: m.sub for mid, m in live.items()}, self.topics)
         for mid, m in live.items():
-            assert m.core.state is G.State.STABLE and not m.queue and not m.busy, \
+            assert m.core.state is group.State.STABLE and not m.queue and not m.busy, \
                 (self.seed, mid, m.core.state)
             assert m.core.owned == frozenset(expected[mid]), \
                 f"seed {self.seed}: {mid} owns {sorted(m.core.owned)}, share {expected[mid]}"
@@ -303,54 +303,54 @@ def simulate(seed: int, world_class: type[World] = World) -> World:
 
 
 def test_range_assignment_matches_kafkas_range_assignor():
-    subs = {c: G.Subscription(frozenset({"t"})) for c in ("c2", "c0", "c1")}
-    assert G.assign(subs, {"t": 7}) == {"c0": [("t", 0), ("t", 1), ("t", 2)],
-                                         "c1": [("t", 3), ("t", 4)],
-                                         "c2": [("t", 5), ("t", 6)]}
-    assert G.assign(subs, {"t": 2})["c2"] == []
-    mixed = {"x": G.Subscription(pattern="t.*"), "y": G.Subscription(frozenset({"u"}))}
-    assert G.assign(mixed, {"t1": 2, "u": 1, "v": 3}) == {"x": [("t1", 0), ("t1", 1)],
-                                                          "y": [("u", 0)]}
+    subs = {c: group.Subscription(frozenset({"t"})) for c in ("c2", "c0", "c1")}
+    assert group.assign(subs, {"t": 7}) == {"c0": [("t", 0), ("t", 1), ("t", 2)],
+                                            "c1": [("t", 3), ("t", 4)],
+                                            "c2": [("t", 5), ("t", 6)]}
+    assert group.assign(subs, {"t": 2})["c2"] == []
+    mixed = {"x": group.Subscription(pattern="t.*"), "y": group.Subscription(frozenset({"u"}))}
+    assert group.assign(mixed, {"t1": 2, "u": 1, "v": 3}) == {"x": [("t1", 0), ("t1", 1)],
+                                                              "y": [("u", 0)]}
 
 
 def test_a_claim_that_loses_releases_and_backs_off():
-    core = G.GroupCore("c0", backoff_ms=30)
+    core = group.GroupCore("c0", backoff_ms=30)
     core.join()
-    assert core.take_actions() == [G.Register(), G.ReadRegistries()]
-    subs = {"c0": G.Subscription(frozenset({"t"}))}
+    assert core.take_actions() == [group.Register(), group.ReadRegistries()]
+    subs = {"c0": group.Subscription(frozenset({"t"}))}
     core.registries_read(subs, {"t": 2})
-    assert core.take_actions() == [G.Claim(frozenset({("t", 0), ("t", 1)}))]
+    assert core.take_actions() == [group.Claim(frozenset({("t", 0), ("t", 1)}))]
     core.claimed(frozenset({("t", 0)}), frozenset({("t", 1)}))
-    assert core.take_actions() == [G.Release(frozenset({("t", 0)})), G.BackOff(30)]
+    assert core.take_actions() == [group.Release(frozenset({("t", 0)})), group.BackOff(30)]
     core.backoff_elapsed()
     core.registries_read(subs, {"t": 2})
     core.take_actions()
     core.claimed(frozenset({("t", 0), ("t", 1)}), frozenset())
-    assert core.take_actions() == [G.Assigned(frozenset({("t", 0), ("t", 1)}))]
+    assert core.take_actions() == [group.Assigned(frozenset({("t", 0), ("t", 1)}))]
     # The next change commits, revokes and releases before reading again.
     core.changed()
     owned = frozenset({("t", 0), ("t", 1)})
-    assert core.take_actions() == [G.Commit(owned), G.Revoke(owned), G.Release(owned),
-                                   G.ReadRegistries()]
+    assert core.take_actions() == [group.Commit(owned), group.Revoke(owned), group.Release(owned),
+                                   group.ReadRegistries()]
     # A change during the rebalance makes another one follow it.
     core.changed()
     core.registries_read(subs, {"t": 2})
     core.take_actions()
     core.claimed(owned, frozenset())
-    assert core.take_actions()[-1] == G.ReadRegistries()
+    assert core.take_actions()[-1] == group.ReadRegistries()
 
 
 def test_a_lost_session_stops_without_committing():
-    core = G.GroupCore("c0")
+    core = group.GroupCore("c0")
     core.join()
-    core.registries_read({"c0": G.Subscription(frozenset({"t"}))}, {"t": 1})
+    core.registries_read({"c0": group.Subscription(frozenset({"t"}))}, {"t": 1})
     core.claimed(frozenset({("t", 0)}), frozenset())
     core.take_actions()
     core.session_lost()
     actions = core.take_actions()
-    assert G.Revoke(frozenset({("t", 0)})) in actions and \
-        not any(isinstance(a, (G.Commit, G.Release)) for a in actions)
-    assert actions[-1] == G.ReadRegistries() and G.Register() in actions
+    assert group.Revoke(frozenset({("t", 0)})) in actions and \
+        not any(isinstance(a, (group.Commit, group.Release)) for a in actions)
+    assert actions[-1] == group.ReadRegistries() and group.Register() in actions
 
 
 class ClaimOverwrites(World):

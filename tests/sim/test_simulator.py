@@ -25,11 +25,11 @@ import random
 
 import pytest
 
-from node.core import controller as C
+from node.core import controller as controller_core
 from node.core.replication import (ReplicaCore, ReplicationConfig, Role,
                                    SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
                                    TruncationMode, WriteIsr)
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from tests.sim.memlog import MemLog
 from tests.sim.simulator import TOPIC, InvariantViolation, Sim, SimConfig
 
@@ -329,10 +329,10 @@ def _rewrite_state_writes(sim: Sim, rewrite) -> None:
     def controller_ops(sid, epoch_version, ops):
         changed = []
         for op in ops:
-            if isinstance(op, C.ZkSetData) and op.path.endswith("/state"):
+            if isinstance(op, controller_core.ZkSetData) and op.path.endswith("/state"):
                 p = int(op.path.split("/")[5])
-                new = Z.decode_partition_state(op.data, op.version + 1)
-                op = dataclasses.replace(op, data=Z.encode_partition_state(
+                new = zkdata.decode_partition_state(op.data, op.version + 1)
+                op = dataclasses.replace(op, data=zkdata.encode_partition_state(
                     rewrite(sim.zk.state(TOPIC, p), new)))
             changed.append(op)
         return real(sid, epoch_version, changed)
@@ -419,13 +419,14 @@ def test_a_stale_controller_write_that_lands_is_caught():
     assert sim.zk.controller_epoch[0] == 2
     old_term = sim.term_of_epoch[1]
     current = sim.zk.state(TOPIC, 0)
-    write = C.ZkSetData(Z.partition_state_path(TOPIC, 0), Z.encode_partition_state(current),
-                        current.zk_version)
+    write = controller_core.ZkSetData(zkdata.partition_state_path(TOPIC, 0),
+                                      zkdata.encode_partition_state(current), current.zk_version)
     sid = sim.zk.controller_owner()
     with pytest.raises(InvariantViolation, match="seed 3 .*a write of controller epoch 1 "
                                                  "landed under 2"):
         sim._zk_receive(sid, sim.zk.sessions[sid].broker_id, (
-            "ZkOps", old_term, 1, sim.zk.zk.get(Z.CONTROLLER_EPOCH)[1], C.ZkOps(1, (write,))))
+            "ZkOps", old_term, 1, sim.zk.zk.get(zkdata.CONTROLLER_EPOCH)[1],
+            controller_core.ZkOps(1, (write,))))
 
 
 def test_a_lost_acknowledged_record_is_reported():

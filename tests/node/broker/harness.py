@@ -17,11 +17,11 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from bench.perf import zkservers
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import protocol
+from node.wire import zkdata
 from node.config import write_properties
 from node.net import Channel
-from shm import batch as B
+from shm import batch as batch_codec
 from shm.names import cleanup_cluster
 from tests.waiting import poll_until
 
@@ -66,7 +66,7 @@ class BrokerProcess:
     def start(self, zk: KazooClient | None = None) -> "BrokerProcess":
         """Start the process; with ``zk``, wait until it registered (a new session's
         /brokers/ids/N, not a previous incarnation's that has yet to expire)."""
-        old = zk.exists(Z.broker_path(self.broker_id)) if zk is not None else None
+        old = zk.exists(zkdata.broker_path(self.broker_id)) if zk is not None else None
         self._old_owner = old.ephemeralOwner if old is not None else None
         write_properties(str(self.config_path), self.props)
         log = open(self.log_path, "ab")
@@ -85,7 +85,7 @@ class BrokerProcess:
         if self.process.poll() is not None:
             raise RuntimeError(f"broker {self.broker_id} exited with {self.process.returncode}"
                                f":\n{self.log()}")
-        stat = zk.exists(Z.broker_path(self.broker_id))
+        stat = zk.exists(zkdata.broker_path(self.broker_id))
         return stat is not None and stat.ephemeralOwner not in (0, self._old_owner)
 
     def log(self) -> str:
@@ -145,8 +145,9 @@ class Cluster:
         self.controller_epoch = 1
         self.controller_id = 100
         if test_controller:
-            self.zk.create(Z.CONTROLLER_EPOCH, Z.encode_controller_epoch(self.controller_epoch))
-            self.zk.create(Z.CONTROLLER, Z.encode_controller(self.controller_id),
+            self.zk.create(zkdata.CONTROLLER_EPOCH,
+                           zkdata.encode_controller_epoch(self.controller_epoch))
+            self.zk.create(zkdata.CONTROLLER, zkdata.encode_controller(self.controller_id),
                            ephemeral=True)
 
     def add_broker(self, broker_id: int, start: bool = True, **overrides) -> BrokerProcess:
@@ -165,28 +166,29 @@ class Cluster:
         return self.channels[broker_id]
 
     def request(self, broker_id: int, api_key: int, body: dict, frames=(),
-                timeout_ms: int = REQUEST_TIMEOUT_MS) -> P.Response:
+                timeout_ms: int = REQUEST_TIMEOUT_MS) -> protocol.Response:
         return self.channel(broker_id).request(api_key, body, frames, timeout_ms=timeout_ms)
 
     # ---- the test-side controller ----------------------------------------------------------
 
     def create_topic(self, topic: str, assignment: dict[int, list[int]]) -> None:
         """Write the znodes and make the first replica of each partition the leader."""
-        self.zk.create(Z.topic_path(topic), Z.encode_assignment(assignment), makepath=True)
+        self.zk.create(zkdata.topic_path(topic), zkdata.encode_assignment(assignment),
+                       makepath=True)
         for partition, replicas in assignment.items():
-            state = Z.PartitionState(replicas[0], 0, tuple(replicas), self.controller_epoch)
-            self.zk.create(Z.partition_state_path(topic, partition),
-                           Z.encode_partition_state(state), makepath=True)
+            state = zkdata.PartitionState(replicas[0], 0, tuple(replicas), self.controller_epoch)
+            self.zk.create(zkdata.partition_state_path(topic, partition),
+                           zkdata.encode_partition_state(state), makepath=True)
         self.send_leader_and_isr(topic, list(assignment), is_new=True)
         self.send_update_metadata()
 
-    def partition_state(self, topic: str, partition: int) -> Z.PartitionState:
-        data, stat = self.zk.get(Z.partition_state_path(topic, partition))
-        return Z.decode_partition_state(data, stat.version)
+    def partition_state(self, topic: str, partition: int) -> zkdata.PartitionState:
+        data, stat = self.zk.get(zkdata.partition_state_path(topic, partition))
+        return zkdata.decode_partition_state(data, stat.version)
 
     def assignment(self, topic: str) -> dict[int, list[int]]:
-        data, _ = self.zk.get(Z.topic_path(topic))
-        return Z.decode_assignment(topic, data)
+        data, _ = self.zk.get(zkdata.topic_path(topic))
+        return zkdata.decode_assignment(topic, data)
 
     def send_leader_and_isr(self, topic: str, partitions: list[int], is_new: bool = False,
                             to: list[int] | None = None, epoch: int | None = None) -> dict:
@@ -205,23 +207,24 @@ class Cluster:
         out = {}
         for broker_id in targets:
             if self.brokers[broker_id].alive:
-                out[broker_id] = self.request(broker_id, P.ApiKey.LEADER_AND_ISR, body).body
+                out[broker_id] = self.request(broker_id, protocol.ApiKey.LEADER_AND_ISR, body).body
         return out
 
     def elect(self, topic: str, partition: int, leader: int, isr: list[int],
               to: list[int] | None = None) -> None:
         """Move leadership as a controller would: bump the epoch, write, tell replicas."""
         old = self.partition_state(topic, partition)
-        state = Z.PartitionState(leader, old.leader_epoch + 1, tuple(isr), self.controller_epoch)
-        self.zk.set(Z.partition_state_path(topic, partition), Z.encode_partition_state(state),
-                    version=old.zk_version)
+        state = zkdata.PartitionState(leader, old.leader_epoch + 1, tuple(isr),
+                                      self.controller_epoch)
+        self.zk.set(zkdata.partition_state_path(topic, partition),
+                    zkdata.encode_partition_state(state), version=old.zk_version)
         self.send_leader_and_isr(topic, [partition], to=to)
         if to is None:
             self.send_update_metadata()
 
     def update_metadata_body(self, epoch: int | None = None) -> dict:
         partitions = []
-        for topic in self.zk.get_children(Z.BROKER_TOPICS):
+        for topic in self.zk.get_children(zkdata.BROKER_TOPICS):
             assignment = self.assignment(topic)
             for p, replicas in sorted(assignment.items()):
                 state = self.partition_state(topic, p)
@@ -235,7 +238,7 @@ class Cluster:
 
     def send_update_metadata(self, epoch: int | None = None) -> dict:
         body = self.update_metadata_body(epoch)
-        return {b.broker_id: self.request(b.broker_id, P.ApiKey.UPDATE_METADATA, body).body
+        return {b.broker_id: self.request(b.broker_id, protocol.ApiKey.UPDATE_METADATA, body).body
                 for b in self.brokers.values() if b.alive}
 
     # ---- client-side helpers -----------------------------------------------------------------
@@ -243,13 +246,13 @@ class Cluster:
     def produce(self, broker_id: int, topic: str, partition: int, values: list[bytes],
                 acks: int = 1, timeout_ms: int = 10_000, request_timeout_ms: int | None = None
                 ) -> list:
-        batch = B.build_batch(values)
+        batch = batch_codec.build_batch(values)
         body = {"acks": acks, "timeout_ms": timeout_ms, "partitions": [[topic, partition]]}
         if acks == 0:
-            self.channel(broker_id).send(P.ApiKey.PRODUCE, body, [batch],
+            self.channel(broker_id).send(protocol.ApiKey.PRODUCE, body, [batch],
                                          expect_response=False)
             return []
-        response = self.request(broker_id, P.ApiKey.PRODUCE, body, [batch],
+        response = self.request(broker_id, protocol.ApiKey.PRODUCE, body, [batch],
                                 timeout_ms=request_timeout_ms or timeout_ms + 5000)
         return response.body["partitions"][0]
 
@@ -260,12 +263,12 @@ class Cluster:
         body = {"replica_id": replica_id, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
                 "max_bytes": 1 << 20,
                 "partitions": [[topic, partition, offset, leader_epoch, 1 << 20]]}
-        response = self.request(broker_id, P.ApiKey.FETCH, body, timeout_ms=timeout_ms)
+        response = self.request(broker_id, protocol.ApiKey.FETCH, body, timeout_ms=timeout_ms)
         entry = response.body["partitions"][0]
         frame = response.frames[0] if response.frames else b""
         data = frame.bytes if hasattr(frame, "bytes") else bytes(frame)
         records = []
-        for batch in B.parse_batches(data):
+        for batch in batch_codec.parse_batches(data):
             for offset_, _, _, value in batch.records():
                 records.append((offset_, value))
         return entry, records
@@ -273,7 +276,7 @@ class Cluster:
     def list_offset(self, broker_id: int, topic: str, partition: int, timestamp: int,
                     replica_id: int = -1) -> list:
         body = {"replica_id": replica_id, "partitions": [[topic, partition, timestamp]]}
-        return self.request(broker_id, P.ApiKey.LIST_OFFSETS, body).body["partitions"][0]
+        return self.request(broker_id, protocol.ApiKey.LIST_OFFSETS, body).body["partitions"][0]
 
     def close(self) -> None:
         """Stop every broker cleanly (SIGTERM; SIGKILL after a timeout), then zk_lite.

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from node.wire.errors import ErrorCode
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.broker.apis.admin import (ADMIN_API_KEYS, InvalidConfig, handle_admin_request,
                                     validate_topic_config)
 from shm.names import topic_name_error
@@ -44,7 +44,7 @@ def create(zk, name, partitions=-1, rf=-1, assignment=None, configs=None, config
 
 
 def assignment_of(zk, name):
-    return Z.decode_assignment(name, zk.get(Z.topic_path(name))[0])
+    return zkdata.decode_assignment(name, zk.get(zkdata.topic_path(name))[0])
 
 
 def test_admin_api_keys():
@@ -54,15 +54,16 @@ def test_admin_api_keys():
 def test_init_producer_id_hands_out_blocks_reserved_in_the_coordinator(cluster):
     """Each broker process reserves blocks of 1,000 ids with conditional writes of
     /latest_producer_id_block; a known id gets its next epoch."""
-    from node.broker.apis.admin import producer_ids as A
-    A._producer_ids.update(next=0, end=-1)          # a fresh broker process
+    from node.broker.apis.admin import producer_ids
+    producer_ids._producer_ids.update(next=0, end=-1)          # a fresh broker process
     first = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
     second = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
     assert second["producer_id"] == first["producer_id"] + 1
     assert first["producer_epoch"] == second["producer_epoch"] == 0
-    block = json.loads(cluster.get(A.PRODUCER_ID_BLOCK_PATH)[0])
+    block = json.loads(cluster.get(producer_ids.PRODUCER_ID_BLOCK_PATH)[0])
     assert int(block["block_start"]) <= first["producer_id"] <= int(block["block_end"])
-    A._producer_ids.update(next=0, end=-1)          # another broker process: a new block
+    # another broker process: a new block
+    producer_ids._producer_ids.update(next=0, end=-1)
     other = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
     assert other["producer_id"] == int(block["block_end"]) + 1
     bumped = call(cluster, ApiKey.INIT_PRODUCER_ID, {"producer_id": other["producer_id"],
@@ -79,10 +80,10 @@ def test_create_topic_places_replicas_by_the_design_rule_and_writes_config_first
         ["orders", OK, None]
     assert assignment_of(cluster, "orders") == {
         0: [0, 1, 2], 1: [1, 2, 0], 2: [2, 0, 1], 3: [0, 2, 1], 4: [1, 0, 2], 5: [2, 1, 0]}
-    assert Z.decode_topic_config("orders", cluster.get(Z.topic_config_path("orders"))[0]) == \
-        {"min.insync.replicas": "2"}
-    config_stat = cluster.exists(Z.topic_config_path("orders"))
-    topic_stat = cluster.exists(Z.topic_path("orders"))
+    config_data = cluster.get(zkdata.topic_config_path("orders"))[0]
+    assert zkdata.decode_topic_config("orders", config_data) == {"min.insync.replicas": "2"}
+    config_stat = cluster.exists(zkdata.topic_config_path("orders"))
+    topic_stat = cluster.exists(zkdata.topic_path("orders"))
     assert config_stat.czxid <= topic_stat.czxid
 
 
@@ -122,18 +123,18 @@ def test_create_topic_errors_have_kafkas_codes(cluster):
     assert create(cluster, "a" * 249, 1, 1)[1] == OK
     assert create(cluster, "my.topic", 1, 1)[1] == OK
     assert create(cluster, "my_topic", 1, 1)[1] == ErrorCode.INVALID_TOPIC_EXCEPTION
-    assert cluster.exists(Z.topic_path("y")) is None
+    assert cluster.exists(zkdata.topic_path("y")) is None
 
 
 def test_create_topic_with_manual_assignment_and_validate_only(cluster):
     assert create(cluster, "m", assignment={0: [2, 0], 1: [1, 2]})[1] == OK
     assert assignment_of(cluster, "m") == {0: [2, 0], 1: [1, 2]}
     assert create(cluster, "v", 3, 3, validate_only=True) == ["v", OK, None]
-    assert cluster.exists(Z.topic_path("v")) is None
+    assert cluster.exists(zkdata.topic_path("v")) is None
 
 
 def test_create_topic_while_marked_for_deletion_is_refused(cluster):
-    cluster.create(Z.delete_topic_path("gone"), b"", makepath=True)
+    cluster.create(zkdata.delete_topic_path("gone"), b"", makepath=True)
     assert create(cluster, "gone", 1, 1)[1] == ErrorCode.TOPIC_ALREADY_EXISTS
 
 
@@ -179,7 +180,7 @@ def test_delete_topics_queues_existing_topics(cluster):
     assert [r[:2] for r in resp["topics"]] == [
         ["a", OK], ["nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION],
         ["b c", ErrorCode.INVALID_TOPIC_EXCEPTION]]
-    assert cluster.exists(Z.delete_topic_path("a")) is not None
+    assert cluster.exists(zkdata.delete_topic_path("a")) is not None
     again = call(cluster, ApiKey.DELETE_TOPICS, {"topics": ["a"], "timeout_ms": 1})
     assert again["topics"][0][1] == OK
 
@@ -212,11 +213,11 @@ def test_create_partitions_errors_and_manual_assignment(cluster):
 
 def test_create_partitions_keeps_a_reassignments_fields(cluster):
     create(cluster, "p", 1, 1)
-    data, stat = cluster.get(Z.topic_path("p"))
-    cluster.set(Z.topic_path("p"), Z.encode_assignment({0: [1, 0]}, {0: [1]}, {0: [0]}),
+    data, stat = cluster.get(zkdata.topic_path("p"))
+    cluster.set(zkdata.topic_path("p"), zkdata.encode_assignment({0: [1, 0]}, {0: [1]}, {0: [0]}),
                 version=stat.version)
     call(cluster, ApiKey.CREATE_PARTITIONS, {"topics": [["p", 2, None]], "timeout_ms": 1})
-    raw = json.loads(cluster.get(Z.topic_path("p"))[0])
+    raw = json.loads(cluster.get(zkdata.topic_path("p"))[0])
     assert raw["adding_replicas"] == {"0": [1]} and raw["partitions"]["0"] == [1, 0]
     assert "1" in raw["partitions"]
 
@@ -224,8 +225,8 @@ def test_create_partitions_keeps_a_reassignments_fields(cluster):
 # ------------------------------------------------------------------ ElectLeaders
 
 def _set_state(zk, topic, partition, leader, isr, epoch=0):
-    zk.create(Z.partition_state_path(topic, partition), Z.encode_partition_state(
-        Z.PartitionState(leader, epoch, tuple(isr), 1)), makepath=True)
+    zk.create(zkdata.partition_state_path(topic, partition), zkdata.encode_partition_state(
+        zkdata.PartitionState(leader, epoch, tuple(isr), 1)), makepath=True)
 
 
 def test_elect_leaders_writes_the_election_znode_and_prechecks(cluster):
@@ -240,7 +241,7 @@ def test_elect_leaders_writes_the_election_znode_and_prechecks(cluster):
         ["e", 0, OK], ["e", 1, ErrorCode.ELECTION_NOT_NEEDED],
         ["e", 2, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE],
         ["e", 9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]]
-    value = json.loads(cluster.get(Z.PREFERRED_REPLICA_ELECTION)[0])
+    value = json.loads(cluster.get(zkdata.PREFERRED_REPLICA_ELECTION)[0])
     assert value["partitions"] == [{"topic": "e", "partition": 0}]
     assert "election_type" not in value
 
@@ -253,12 +254,12 @@ def test_elect_leaders_merges_into_a_pending_election_and_refuses_another_type(c
                                          "timeout_ms": 1})
     call(cluster, ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": [["e", 1]],
                                          "timeout_ms": 1})
-    value = json.loads(cluster.get(Z.PREFERRED_REPLICA_ELECTION)[0])
+    value = json.loads(cluster.get(zkdata.PREFERRED_REPLICA_ELECTION)[0])
     assert value["partitions"] == [{"topic": "e", "partition": 0},
                                    {"topic": "e", "partition": 1}]
     call(cluster, ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": None,
                                          "timeout_ms": 1})
-    assert json.loads(cluster.get(Z.PREFERRED_REPLICA_ELECTION)[0])["partitions"] is None
+    assert json.loads(cluster.get(zkdata.PREFERRED_REPLICA_ELECTION)[0])["partitions"] is None
     resp = call(cluster, ApiKey.ELECT_LEADERS, {"election_type": 1, "partitions": None,
                                                 "timeout_ms": 1})
     assert resp["error"] == ErrorCode.REQUEST_TIMED_OUT
@@ -270,7 +271,8 @@ def test_unclean_election_request_is_marked_in_the_znode(cluster):
     resp = call(cluster, ApiKey.ELECT_LEADERS, {"election_type": 1, "partitions": [["u", 0]],
                                                 "timeout_ms": 1})
     assert resp["partitions"][0][2] == OK
-    assert json.loads(cluster.get(Z.PREFERRED_REPLICA_ELECTION)[0])["election_type"] == "unclean"
+    election = json.loads(cluster.get(zkdata.PREFERRED_REPLICA_ELECTION)[0])
+    assert election["election_type"] == "unclean"
 
 
 # ------------------------------------------------------------------ reassignments
@@ -283,20 +285,21 @@ def test_alter_and_list_partition_reassignments(cluster):
     assert [x[2] for x in resp["partitions"]] == [
         OK, ErrorCode.INVALID_REPLICA_ASSIGNMENT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.INVALID_REPLICA_ASSIGNMENT]
-    assert Z.decode_reassignment(cluster.get(Z.REASSIGN_PARTITIONS)[0]) == {("r", 0): [1, 2]}
+    assert zkdata.decode_reassignment(cluster.get(zkdata.REASSIGN_PARTITIONS)[0]) == \
+        {("r", 0): [1, 2]}
     listed = call(cluster, ApiKey.LIST_PARTITION_REASSIGNMENTS, {"partitions": None})
     assert listed == {"error": OK, "partitions": [["r", 0, [1, 2, 0], [2], [0]]]}
     # A second request merges into the znode.
     call(cluster, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
         "partitions": [["r", 1, [2, 0]]], "timeout_ms": 1})
-    assert len(Z.decode_reassignment(cluster.get(Z.REASSIGN_PARTITIONS)[0])) == 2
+    assert len(zkdata.decode_reassignment(cluster.get(zkdata.REASSIGN_PARTITIONS)[0])) == 2
     listed = call(cluster, ApiKey.LIST_PARTITION_REASSIGNMENTS, {"partitions": [["r", 1]]})
     assert [p[:2] for p in listed["partitions"]] == [["r", 1]]
     # Cancel both: the znode goes; cancelling again says there is nothing to cancel.
     resp = call(cluster, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
         "partitions": [["r", 0, None], ["r", 1, None]], "timeout_ms": 1})
     assert [x[2] for x in resp["partitions"]] == [OK, OK]
-    assert cluster.exists(Z.REASSIGN_PARTITIONS) is None
+    assert cluster.exists(zkdata.REASSIGN_PARTITIONS) is None
     resp = call(cluster, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
         "partitions": [["r", 0, None]], "timeout_ms": 1})
     assert resp["partitions"][0][2] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
@@ -306,8 +309,9 @@ def test_list_reassignments_reads_the_controllers_adding_and_removing(cluster):
     create(cluster, "r", assignment={0: [0, 1]})
     call(cluster, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {"partitions": [["r", 0, [2, 1]]],
                                                          "timeout_ms": 1})
-    _, stat = cluster.get(Z.topic_path("r"))
-    cluster.set(Z.topic_path("r"), Z.encode_assignment({0: [2, 1, 0]}, {0: [2]}, {0: [0]}),
+    _, stat = cluster.get(zkdata.topic_path("r"))
+    cluster.set(zkdata.topic_path("r"),
+                zkdata.encode_assignment({0: [2, 1, 0]}, {0: [2]}, {0: [0]}),
                 version=stat.version)
     listed = call(cluster, ApiKey.LIST_PARTITION_REASSIGNMENTS, {"partitions": None})
     assert listed["partitions"] == [["r", 0, [2, 1, 0], [2], [0]]]

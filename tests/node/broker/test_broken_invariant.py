@@ -8,8 +8,8 @@ import pytest
 
 from node.broker.failures import EXIT_BROKEN_INVARIANT
 from node.broker.server import FAULT_POINT_ENV
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import protocol
+from node.wire import zkdata
 from node.wire.errors import ErrorCode
 from shm.names import cluster_objects
 from tests.node.broker.harness import Cluster, wait_for
@@ -30,14 +30,14 @@ def cluster(tmp_path, cluster_id, monkeypatch):
                 monkeypatch.delenv(FAULT_POINT_ENV, raising=False)
             c.add_broker(i, min_insync_replicas=2, replica_lag_time_max_ms=10_000)
         monkeypatch.delenv(FAULT_POINT_ENV, raising=False)
-        wait_for(lambda: c.zk.exists(Z.CONTROLLER), "a controller")
+        wait_for(lambda: c.zk.exists(zkdata.CONTROLLER), "a controller")
         yield c
     finally:
         c.close()
 
 
 def leader(cluster: Cluster, via: int) -> int | None:
-    body = cluster.request(via, P.ApiKey.METADATA, {"topics": [TOPIC]}).body
+    body = cluster.request(via, protocol.ApiKey.METADATA, {"topics": [TOPIC]}).body
     [[_, error, partitions]] = body["topics"]
     if error or not partitions or partitions[0][2] < 0:
         return None
@@ -47,7 +47,7 @@ def leader(cluster: Cluster, via: int) -> int | None:
 def test_a_failed_assertion_stops_the_broker_and_its_leadership_moves(cluster):
     body = {"topics": [[TOPIC, -1, -1, {0: [VICTIM, 0, 1]}, {"segment.bytes": "4096"}]],
             "timeout_ms": 5000, "validate_only": False}
-    assert cluster.request(0, P.ApiKey.CREATE_TOPICS, body).body["topics"][0][1] == 0
+    assert cluster.request(0, protocol.ApiKey.CREATE_TOPICS, body).body["topics"][0][1] == 0
     assert wait_for(lambda: leader(cluster, 0) == VICTIM or None, "the victim leads")
     wait_for(lambda: len(cluster.partition_state(TOPIC, 0).isr) == 3, "a full ISR")
     acked = []
@@ -72,7 +72,7 @@ def test_a_failed_assertion_stops_the_broker_and_its_leadership_moves(cluster):
     assert acked, "some records were acknowledged before the roll"
     # The broker ended its coordinator session before exiting: its registration is gone
     # now, not after the 4 s session timeout.
-    assert cluster.zk.exists(Z.broker_path(VICTIM)) is None
+    assert cluster.zk.exists(zkdata.broker_path(VICTIM)) is None
 
     new = wait_for(lambda: (lambda m: [m] if m not in (None, VICTIM) else None)(
         leader(cluster, 0)), "a new leader", 20)[0]

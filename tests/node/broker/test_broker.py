@@ -6,7 +6,7 @@ import time
 import pytest
 
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from tests.node.broker.harness import Cluster, wait_for
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -42,7 +42,7 @@ def test_produce_acks_1_then_fetch_reads_it_back(single):
 def test_acks_0_gets_no_response_and_the_records_are_appended(single):
     single.produce(0, TOPIC, 0, [b"x"] * 5, acks=0)
     single.produce(0, TOPIC, 0, [b"y"], acks=0)
-    wait_for(lambda: single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 6,
+    wait_for(lambda: single.list_offset(0, TOPIC, 0, protocol.LATEST_TIMESTAMP)[4] == 6,
              "both acks=0 batches appended")
     # No response was queued for them: the next request's answer is the first to arrive.
     entry = single.produce(0, TOPIC, 0, [b"z"], acks=1)
@@ -63,11 +63,12 @@ def test_produce_to_an_unknown_partition_is_refused(single):
 
 
 def test_multi_partition_produce_is_answered_once_with_every_partition(single):
-    from shm import batch as B
+    from shm import batch as batch_codec
     body = {"acks": -1, "timeout_ms": 5000,
             "partitions": [[TOPIC, 0], [TOPIC, 1], [TOPIC, 9]]}
-    frames = [B.build_batch([b"a", b"b"]), B.build_batch([b"c"]), B.build_batch([b"d"])]
-    response = single.request(0, P.ApiKey.PRODUCE, body, frames)
+    frames = [batch_codec.build_batch([b"a", b"b"]), batch_codec.build_batch([b"c"]),
+              batch_codec.build_batch([b"d"])]
+    response = single.request(0, protocol.ApiKey.PRODUCE, body, frames)
     results = {(t, p): (err, base) for t, p, err, base, _, _ in response.body["partitions"]}
     assert results == {(TOPIC, 0): (0, 0), (TOPIC, 1): (0, 0),
                        (TOPIC, 9): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
@@ -81,7 +82,7 @@ def test_long_poll_fetch_returns_when_data_arrives(single):
         body = {"replica_id": -1, "max_wait_ms": 10_000, "min_bytes": 1, "max_bytes": 1 << 20,
                 "partitions": [[TOPIC, 0, 0, -1, 1 << 20]]}
         started = time.monotonic()
-        consumer.send(P.ApiKey.FETCH, body)
+        consumer.send(protocol.ApiKey.FETCH, body)
         assert not consumer.socket.poll(300), "the fetch must be parked while there is no data"
         single.produce(0, TOPIC, 0, [b"hello"], acks=1)
         assert consumer.socket.poll(5000)
@@ -108,23 +109,23 @@ def test_fetch_beyond_the_log_end_is_out_of_range(single):
 
 
 def test_list_offsets_earliest_and_latest(single):
-    assert single.list_offset(0, TOPIC, 0, P.EARLIEST_TIMESTAMP)[2:] == [0, -1, 0]
-    assert single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[2:] == [0, -1, 0]
+    assert single.list_offset(0, TOPIC, 0, protocol.EARLIEST_TIMESTAMP)[2:] == [0, -1, 0]
+    assert single.list_offset(0, TOPIC, 0, protocol.LATEST_TIMESTAMP)[2:] == [0, -1, 0]
     single.produce(0, TOPIC, 0, [b"a"] * 7)
-    assert single.list_offset(0, TOPIC, 0, P.EARLIEST_TIMESTAMP)[4] == 0
-    assert single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 7
-    assert single.list_offset(0, TOPIC, 5, P.LATEST_TIMESTAMP)[2] == \
+    assert single.list_offset(0, TOPIC, 0, protocol.EARLIEST_TIMESTAMP)[4] == 0
+    assert single.list_offset(0, TOPIC, 0, protocol.LATEST_TIMESTAMP)[4] == 7
+    assert single.list_offset(0, TOPIC, 5, protocol.LATEST_TIMESTAMP)[2] == \
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_metadata_comes_from_update_metadata(single):
-    body = single.request(0, P.ApiKey.METADATA, {"topics": None}).body
+    body = single.request(0, protocol.ApiKey.METADATA, {"topics": None}).body
     assert body["controller_id"] == single.controller_id
     assert body["brokers"] == [[0, "127.0.0.1", single.brokers[0].port, None]]
     [[name, error, partitions]] = body["topics"]
     assert (name, error) == (TOPIC, 0)
     assert partitions == [[0, 0, 0, 0, [0], [0], []], [1, 0, 0, 0, [0], [0], []]]
-    body = single.request(0, P.ApiKey.METADATA, {"topics": ["nope"]}).body
+    body = single.request(0, protocol.ApiKey.METADATA, {"topics": ["nope"]}).body
     assert body["topics"] == [["nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []]]
 
 
@@ -136,7 +137,7 @@ def test_stale_controller_epoch_is_refused(single):
     assert single.send_leader_and_isr(TOPIC, [0], epoch=3)[0]["error"] == stale
     body = {"controller_id": 1, "controller_epoch": 2, "delete_partitions": False,
             "partitions": [[TOPIC, 0, -1]]}
-    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body["error"] == stale
+    assert single.request(0, protocol.ApiKey.STOP_REPLICA, body).body["error"] == stale
     assert "STALE_CONTROLLER_EPOCH" in single.brokers[0].log()
     # The partitions are untouched: still leader.
     assert single.produce(0, TOPIC, 0, [b"a"])[2] == 0
@@ -162,24 +163,24 @@ def test_malformed_requests_get_invalid_request_and_the_broker_keeps_serving(sin
     while len(answers) < 4:
         assert channel.socket.poll(5000)
         frames = channel.socket.recv_multipart()
-        response = P.decode_response(frames)
+        response = protocol.decode_response(frames)
         answers[response.correlation_id] = response.body
     assert {cid: body["error"] for cid, body in answers.items()} == \
         dict.fromkeys((4242, 4243, 4244, 4245), invalid)
     # Corrupt batch: CRC mismatch -> CORRUPT_MESSAGE.
-    from shm import batch as B
-    batch = B.build_batch([b"payload"] * 3)
+    from shm import batch as batch_codec
+    batch = batch_codec.build_batch([b"payload"] * 3)
     batch[-1] ^= 0xFF
     body = {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]}
-    entry = single.request(0, P.ApiKey.PRODUCE, body, [batch]).body["partitions"][0]
+    entry = single.request(0, protocol.ApiKey.PRODUCE, body, [batch]).body["partitions"][0]
     assert entry[2] == ErrorCode.CORRUPT_MESSAGE
     # A controller request naming a path outside the log dir.
     bad = {"controller_id": 1, "controller_epoch": single.controller_epoch,
            "partitions": [["../../escape", 0, 0, 9, [0], 0, [0], True]], "live_leaders": []}
-    assert single.request(0, P.ApiKey.LEADER_AND_ISR, bad).body["error"] == invalid
+    assert single.request(0, protocol.ApiKey.LEADER_AND_ISR, bad).body["error"] == invalid
     assert not (single.brokers[0].dir / "escape-0").exists()
     # A produce with a wrong number of batch frames.
-    response = single.request(0, P.ApiKey.PRODUCE, body, [])
+    response = single.request(0, protocol.ApiKey.PRODUCE, body, [])
     assert response.body["error"] == invalid
     assert single.brokers[0].alive
     assert single.produce(0, TOPIC, 0, [b"still here"])[2:4] == [0, 0]
@@ -211,7 +212,7 @@ def test_stop_replica_with_delete_removes_the_log(single):
     single.produce(0, TOPIC, 1, [b"a"])
     body = {"controller_id": 1, "controller_epoch": single.controller_epoch,
             "delete_partitions": True, "partitions": [[TOPIC, 1, -1]]}
-    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body == \
+    assert single.request(0, protocol.ApiKey.STOP_REPLICA, body).body == \
         {"error": 0, "partitions": [[TOPIC, 1, 0]]}
     assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
     assert single.produce(0, TOPIC, 1, [b"a"])[2] == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -223,7 +224,8 @@ def test_sigterm_exits_0_and_a_restart_reopens_the_log(single):
     single.brokers[0].start(single.zk)
     single.send_leader_and_isr(TOPIC, [0, 1])
     # The leader epoch is unchanged, so the restarted broker accepts it (fresh core).
-    wait_for(lambda: single.list_offset(0, TOPIC, 0, P.LATEST_TIMESTAMP)[4] == 2, "reopened")
+    wait_for(lambda: single.list_offset(0, TOPIC, 0, protocol.LATEST_TIMESTAMP)[4] == 2,
+             "reopened")
     _, records = single.fetch(0, TOPIC, 0, 0)
     assert [v for _, v in records] == [b"a", b"b"]
 
@@ -241,13 +243,13 @@ def test_invalid_configuration_exits_2_naming_the_key(tmp_path, cluster_id):
 
 def test_sigkill_then_restart_waits_for_the_old_registration_and_keeps_the_data(
         tmp_path, cluster_id):
-    import signal as S
+    import signal
     cluster = Cluster(tmp_path, cluster_id, tick_time_ms=500)  # sessions up to 10 s
     try:
         broker = cluster.add_broker(0, zookeeper_session_timeout_ms=8000)
         cluster.create_topic(TOPIC, {0: [0]})
         cluster.produce(0, TOPIC, 0, [b"a", b"b", b"c"])
-        broker.signal(S.SIGKILL)
+        broker.signal(signal.SIGKILL)
         broker.process.wait()
         broker.killed = True
         broker.start(cluster.zk)
@@ -262,9 +264,9 @@ def test_sigkill_then_restart_waits_for_the_old_registration_and_keeps_the_data(
 
 
 def test_topic_config_overrides_min_insync_replicas(cluster):
-    from node.wire import zkdata as Z
-    cluster.zk.create(Z.topic_config_path("strict"),
-                      Z.encode_topic_config({"min.insync.replicas": "2"}), makepath=True)
+    from node.wire import zkdata
+    cluster.zk.create(zkdata.topic_config_path("strict"),
+                      zkdata.encode_topic_config({"min.insync.replicas": "2"}), makepath=True)
     cluster.add_broker(0)
     cluster.create_topic("strict", {0: [0]})
     assert cluster.produce(0, "strict", 0, [b"x"], acks=-1)[2] == \
@@ -273,17 +275,17 @@ def test_topic_config_overrides_min_insync_replicas(cluster):
 
 
 def test_a_broker_paused_past_its_session_registers_again(single):
-    import signal as S
-    from node.wire import zkdata as Z
+    import signal
+    from node.wire import zkdata
     broker = single.brokers[0]
-    owner = single.zk.exists(Z.broker_path(0)).ephemeralOwner
-    broker.signal(S.SIGSTOP)
+    owner = single.zk.exists(zkdata.broker_path(0)).ephemeralOwner
+    broker.signal(signal.SIGSTOP)
     try:
-        wait_for(lambda: single.zk.exists(Z.broker_path(0)) is None,
+        wait_for(lambda: single.zk.exists(zkdata.broker_path(0)) is None,
                  "the paused broker's session expired", timeout_s=20)
     finally:
-        broker.signal(S.SIGCONT)
-    stat = wait_for(lambda: single.zk.exists(Z.broker_path(0)), "registered again", 20)
+        broker.signal(signal.SIGCONT)
+    stat = wait_for(lambda: single.zk.exists(zkdata.broker_path(0)), "registered again", 20)
     assert stat.ephemeralOwner != owner
     assert "registering again" in broker.log()
     assert single.produce(0, TOPIC, 0, [b"after"])[2] == 0
@@ -295,7 +297,8 @@ def test_stop_replica_with_delete_removes_a_log_this_incarnation_never_opened(si
     single.brokers[0].start(single.zk)
     body = {"controller_id": 1, "controller_epoch": single.controller_epoch,
             "delete_partitions": True, "partitions": [[TOPIC, 1, -1]]}
-    assert single.request(0, P.ApiKey.STOP_REPLICA, body).body["partitions"] == [[TOPIC, 1, 0]]
+    assert single.request(0, protocol.ApiKey.STOP_REPLICA, body).body["partitions"] == \
+        [[TOPIC, 1, 0]]
     assert not (single.brokers[0].dir / "logs" / f"{TOPIC}-1").exists()
     assert (single.brokers[0].dir / "logs" / f"{TOPIC}-0").exists()
 
@@ -334,11 +337,12 @@ def test_fuzzed_requests_never_stop_the_broker(single):
               "max_bytes", "topics", "controller_id", "controller_epoch", "live_leaders",
               "brokers", "delete_partitions", "broker_id", "broker_epoch"]
     channel = single.channel(0)
-    keys = [k.value for k in P.ApiKey if k not in (P.ApiKey.CONTROLLED_SHUTDOWN,)] + [99]
+    keys = [k.value for k in protocol.ApiKey
+            if k not in (protocol.ApiKey.CONTROLLED_SHUTDOWN,)] + [99]
     for i in range(400):
         api_key = rng.choice(keys)
         body = {f: value() for f in rng.sample(fields, rng.randint(0, len(fields)))}
-        if api_key in (P.ApiKey.FETCH,):
+        if api_key in (protocol.ApiKey.FETCH,):
             body["max_wait_ms"] = 0  # never park: every request is answered at once
         frames = [msgpack.packb([api_key, 0, 10_000 + i, "fuzz"]), msgpack.packb(body)]
         frames += [rng.randbytes(rng.randint(0, 80)) for _ in range(rng.randint(0, 2))]
@@ -360,29 +364,30 @@ def test_mutated_valid_requests_never_stop_the_broker(single):
     import random
 
     import msgpack
-    from shm import batch as B
+    from shm import batch as batch_codec
     rng = random.Random(7)
     epoch = single.controller_epoch
     atoms = [None, True, False, -2, -1, 0, 1, 7, 2**33, -2**40, 0.5, "", "zz", TOPIC, [],
              [0], [0, 0], [1, 2, 3], {}, {"a": 1}]
     templates = {
-        P.ApiKey.PRODUCE: {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]},
-        P.ApiKey.FETCH: {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
+        protocol.ApiKey.PRODUCE: {"acks": 1, "timeout_ms": 1000, "partitions": [[TOPIC, 0]]},
+        protocol.ApiKey.FETCH: {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1,
                          "max_bytes": 1000, "partitions": [[TOPIC, 0, 0, -1, 1000]]},
-        P.ApiKey.LIST_OFFSETS: {"replica_id": -1, "partitions": [[TOPIC, 0, -1]]},
-        P.ApiKey.METADATA: {"topics": [TOPIC]},
-        P.ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": 1, "partitions": [[TOPIC, 0, 0, 0]]},
-        P.ApiKey.UPDATE_METADATA: {"controller_id": 1, "controller_epoch": epoch,
+        protocol.ApiKey.LIST_OFFSETS: {"replica_id": -1, "partitions": [[TOPIC, 0, -1]]},
+        protocol.ApiKey.METADATA: {"topics": [TOPIC]},
+        protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": 1,
+                                                  "partitions": [[TOPIC, 0, 0, 0]]},
+        protocol.ApiKey.UPDATE_METADATA: {"controller_id": 1, "controller_epoch": epoch,
                                    "brokers": [[0, "127.0.0.1", single.brokers[0].port, None]],
                                    "partitions": [[TOPIC, 0, 0, 0, [0], 0, [0], []]]},
-        P.ApiKey.LEADER_AND_ISR: {"controller_id": 1, "controller_epoch": epoch,
+        protocol.ApiKey.LEADER_AND_ISR: {"controller_id": 1, "controller_epoch": epoch,
                                   "partitions": [["fz", 0, 0, 0, [0], 0, [0], True]],
                                   "live_leaders": []},
-        P.ApiKey.STOP_REPLICA: {"controller_id": 1, "controller_epoch": epoch,
+        protocol.ApiKey.STOP_REPLICA: {"controller_id": 1, "controller_epoch": epoch,
                                 "delete_partitions": False, "partitions": [["fz", 0, -1]]},
     }
     channel = single.channel(0)
-    batch = bytes(B.build_batch([b"v"]))
+    batch = bytes(batch_codec.build_batch([b"v"]))
     sent = 0
     for i in range(600):
         api_key = rng.choice(list(templates))
@@ -395,7 +400,7 @@ def test_mutated_valid_requests_never_stop_the_broker(single):
         else:
             body[name] = rng.choice(atoms)
         frames = [msgpack.packb([int(api_key), 0, 20_000 + i, "mutant"]), msgpack.packb(body)]
-        if api_key == P.ApiKey.PRODUCE:
+        if api_key == protocol.ApiKey.PRODUCE:
             frames.append(batch)
         channel.socket.send_multipart(frames)
         sent += 1
@@ -414,10 +419,11 @@ def test_an_unsupported_version_is_refused_and_api_versions_lists_the_ranges(sin
     """Kafka's manners: UNSUPPORTED_VERSION, not an answer in version 0; ApiVersions says
     what is supported, whatever version it is asked in."""
     channel = single.channel(0)
-    for i, api_key in enumerate((P.ApiKey.PRODUCE, P.ApiKey.METADATA, P.ApiKey.FETCH)):
+    for i, api_key in enumerate((protocol.ApiKey.PRODUCE, protocol.ApiKey.METADATA,
+                                 protocol.ApiKey.FETCH)):
         cid = 1000 + i
         channel.in_flight[cid] = int(api_key)
-        channel.socket.send_multipart(P.encode_request(api_key, cid, "t", {"topics": None},
+        channel.socket.send_multipart(protocol.encode_request(api_key, cid, "t", {"topics": None},
                                                        api_version=99))
         response = None
         while response is None:
@@ -426,11 +432,12 @@ def test_an_unsupported_version_is_refused_and_api_versions_lists_the_ranges(sin
             channel.socket.poll(1000)
         assert response.body["error"] == ErrorCode.UNSUPPORTED_VERSION
         assert "version 99" in response.body["error_message"]
-    versions = single.request(0, P.ApiKey.API_VERSIONS, {})
+    versions = single.request(0, protocol.ApiKey.API_VERSIONS, {})
     ranges = {k: (lo, hi) for k, lo, hi in versions.body["api_keys"]}
     assert versions.body["error"] == 0
-    assert ranges[P.ApiKey.PRODUCE] == (0, 0) and ranges[P.ApiKey.API_VERSIONS] == (0, 0)
-    assert P.ApiKey.CREATE_TOPICS in ranges and P.ApiKey.LEADER_AND_ISR in ranges
+    assert ranges[protocol.ApiKey.PRODUCE] == (0, 0)
+    assert ranges[protocol.ApiKey.API_VERSIONS] == (0, 0)
+    assert protocol.ApiKey.CREATE_TOPICS in ranges and protocol.ApiKey.LEADER_AND_ISR in ranges
     # ... and the broker goes on serving.
     assert single.produce(0, TOPIC, 0, [b"after"], acks=1)[2] == 0
 
@@ -438,9 +445,10 @@ def test_an_unsupported_version_is_refused_and_api_versions_lists_the_ranges(sin
 def test_a_too_deep_body_gets_a_message_that_says_why(single):
     deep = b"\x91" * 200_000 + b"\x00"     # 200,000 nested one-element arrays
     channel = single.channel(0)
-    channel.socket.send_multipart([P.pack([int(P.ApiKey.METADATA), 0, 77, "t"]), deep])
+    channel.socket.send_multipart(
+        [protocol.pack([int(protocol.ApiKey.METADATA), 0, 77, "t"]), deep])
     response = None
-    channel.in_flight[77] = int(P.ApiKey.METADATA)
+    channel.in_flight[77] = int(protocol.ApiKey.METADATA)
     while response is None:
         channel.socket.poll(2000)
         response = next((r for r in channel.receive_ready() if r.correlation_id == 77), None)
@@ -454,7 +462,7 @@ def test_a_flood_of_long_polls_from_one_client_does_not_slow_the_others(single):
     """One connection pipelines thousands of fetches that could wait a minute: it gets
     PARKED_FETCHES_PER_CONNECTION_MAX parked and the rest answered at once, and an
     acks=1 write from another client is answered as fast as before."""
-    from node.broker import limits as L
+    from node.broker import limits
     from node.net import Channel
     flood = Channel(single.brokers[0].endpoint, client_id="flood")
     try:
@@ -462,14 +470,14 @@ def test_a_flood_of_long_polls_from_one_client_does_not_slow_the_others(single):
                 "max_bytes": 1 << 20, "partitions": [[TOPIC, 0, 0, -1, 1 << 20]]}
         count = 2000
         for _ in range(count):
-            flood.send(P.ApiKey.FETCH, body)
+            flood.send(protocol.ApiKey.FETCH, body)
         answers = 0
         deadline = time.monotonic() + 30
-        while answers < count - L.PARKED_FETCHES_PER_CONNECTION_MAX and \
+        while answers < count - limits.PARKED_FETCHES_PER_CONNECTION_MAX and \
                 time.monotonic() < deadline:
             flood.socket.poll(500)
             answers += len(flood.receive_ready())
-        assert answers == count - L.PARKED_FETCHES_PER_CONNECTION_MAX
+        assert answers == count - limits.PARKED_FETCHES_PER_CONNECTION_MAX
         started = time.monotonic()
         assert single.produce(0, TOPIC, 1, [b"meanwhile"], acks=1)[2] == 0
         assert time.monotonic() - started < 2.0
@@ -483,17 +491,17 @@ def test_a_local_link_message_over_the_limit_is_logged_and_the_link_closed(singl
     import socket as socket_
     import struct
     from urllib.parse import urlparse
-    from node import local_link as LL
+    from node import local_link
     url = urlparse(single.brokers[0].endpoint)
     link = socket_.socket(socket_.AF_UNIX, socket_.SOCK_STREAM)
     try:
-        link.connect(LL.address(url.hostname, url.port))
-        link.sendall(struct.pack("<II", 1, LL.MESSAGE_BYTES_MAX))   # one huge frame
+        link.connect(local_link.address(url.hostname, url.port))
+        link.sendall(struct.pack("<II", 1, local_link.MESSAGE_BYTES_MAX))   # one huge frame
         link.settimeout(10)
         assert link.recv(1) == b""                                  # closed by the broker
     finally:
         link.close()
     wait_for(lambda: "closing a local link: a message of" in single.brokers[0].log(),
              "the broker says why it closed the link", 10)
-    answer = single.request(0, P.ApiKey.METADATA, {"topics": None}).body
+    answer = single.request(0, protocol.ApiKey.METADATA, {"topics": None}).body
     assert answer["brokers"]                                         # still serving

@@ -8,9 +8,9 @@ import pytest
 
 from node.broker import controller_runner  # noqa: F401
 from node.broker.apis import admin  # noqa: F401 (what the brokers run)
-from node.wire import errors as E
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import errors
+from node.wire import protocol
+from node.wire import zkdata
 from tests.node.broker.harness import Cluster, wait_for
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -26,14 +26,14 @@ def cluster(tmp_path, cluster_id):
                          controlled_shutdown_enable="true",
                          controlled_shutdown_retry_backoff_ms=200,
                          controlled_shutdown_max_retries=2)
-        wait_for(lambda: c.zk.exists(Z.CONTROLLER), "a controller")
+        wait_for(lambda: c.zk.exists(zkdata.CONTROLLER), "a controller")
         yield c
     finally:
         c.close()
 
 
 def leaders(cluster: Cluster, via: int) -> dict[int, int] | None:
-    body = cluster.request(via, P.ApiKey.METADATA, {"topics": [TOPIC]}).body
+    body = cluster.request(via, protocol.ApiKey.METADATA, {"topics": [TOPIC]}).body
     [[_, error, partitions]] = body["topics"]
     if error or not partitions or any(p[2] < 0 for p in partitions):
         return None
@@ -42,7 +42,7 @@ def leaders(cluster: Cluster, via: int) -> dict[int, int] | None:
 
 def test_create_topic_produce_and_controlled_shutdown_of_a_leader(cluster):
     body = {"topics": [[TOPIC, 3, 3, None, {}]], "timeout_ms": 5000, "validate_only": False}
-    assert cluster.request(1, P.ApiKey.CREATE_TOPICS, body).body == {
+    assert cluster.request(1, protocol.ApiKey.CREATE_TOPICS, body).body == {
         "topics": [[TOPIC, 0, None]]}
     where = wait_for(lambda: leaders(cluster, 1), "leaders of the new topic")
     acked = {p: [] for p in where}
@@ -72,7 +72,7 @@ def test_create_topic_produce_and_controlled_shutdown_of_a_leader(cluster):
 
 def test_sigkill_of_a_leader_fails_over_within_the_session_timeout(cluster):
     body = {"topics": [[TOPIC, 1, 3, None, {}]], "timeout_ms": 5000, "validate_only": False}
-    assert cluster.request(0, P.ApiKey.CREATE_TOPICS, body).body["topics"][0][1] == 0
+    assert cluster.request(0, protocol.ApiKey.CREATE_TOPICS, body).body["topics"][0][1] == 0
     where = wait_for(lambda: leaders(cluster, 0), "a leader")
     victim = where[0]
     assert cluster.produce(victim, TOPIC, 0, [b"before"], acks=-1)[2:4] == [0, 0]
@@ -87,4 +87,4 @@ def test_sigkill_of_a_leader_fails_over_within_the_session_timeout(cluster):
     assert time.monotonic() - started < 4 + 1 + 5
     _, records = cluster.fetch(now[0], TOPIC, 0, 0)
     assert [v for _, v in records] == [b"before", b"after"]
-    assert E.name_of(0) == "NONE"
+    assert errors.name_of(0) == "NONE"

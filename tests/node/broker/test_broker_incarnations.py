@@ -11,8 +11,8 @@ import pytest
 
 from node.broker.lost_replicas import LOST_REPLICA_CHECKPOINT
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import protocol
+from node.wire import zkdata
 from tests.node.broker.harness import Cluster, wait_for
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -28,9 +28,9 @@ def cluster(tmp_path, cluster_id):
         c.close()
 
 
-def registration(cluster: Cluster, broker_id: int) -> tuple[Z.BrokerInfo, int]:
-    data, stat = cluster.zk.get(Z.broker_path(broker_id))
-    return Z.decode_broker(broker_id, data), stat.czxid
+def registration(cluster: Cluster, broker_id: int) -> tuple[zkdata.BrokerInfo, int]:
+    data, stat = cluster.zk.get(zkdata.broker_path(broker_id))
+    return zkdata.decode_broker(broker_id, data), stat.czxid
 
 
 def leader_and_isr(cluster: Cluster, broker_id: int, leader: int, isr: list[int],
@@ -39,8 +39,9 @@ def leader_and_isr(cluster: Cluster, broker_id: int, leader: int, isr: list[int]
     """Elect as a controller would (state znode first), but send the request to one
     broker only, for the broker epoch given."""
     old = cluster.partition_state(TOPIC, 0)
-    state = Z.PartitionState(leader, old.leader_epoch + 1, tuple(isr), cluster.controller_epoch)
-    cluster.zk.set(Z.partition_state_path(TOPIC, 0), Z.encode_partition_state(state),
+    state = zkdata.PartitionState(leader, old.leader_epoch + 1, tuple(isr),
+                                  cluster.controller_epoch)
+    cluster.zk.set(zkdata.partition_state_path(TOPIC, 0), zkdata.encode_partition_state(state),
                    version=old.zk_version)
     new = cluster.partition_state(TOPIC, 0)
     entry = [TOPIC, 0, leader, new.leader_epoch, list(isr), new.zk_version, [0, 1], False]
@@ -50,7 +51,7 @@ def leader_and_isr(cluster: Cluster, broker_id: int, leader: int, isr: list[int]
             "broker_epoch": broker_epoch, "partitions": [entry],
             "live_leaders": [[b.broker_id, "127.0.0.1", b.port]
                              for b in cluster.brokers.values() if b.alive]}
-    return cluster.request(broker_id, P.ApiKey.LEADER_AND_ISR, body,
+    return cluster.request(broker_id, protocol.ApiKey.LEADER_AND_ISR, body,
                            timeout_ms=timeout_ms).body
 
 

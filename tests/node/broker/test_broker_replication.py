@@ -7,8 +7,8 @@ import time
 import pytest
 
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
-from shm import batch as B
+from node.wire import protocol
+from shm import batch
 from shm.board import BoardReader, Role
 from tests.node.broker.harness import Cluster, wait_for
 
@@ -148,8 +148,8 @@ def test_leader_change_keeps_acknowledged_records_and_the_old_leader_follows(clu
     assert [o for o, _ in records] == list(range(6))
     # OffsetForLeaderEpoch on the new leader: epoch 0 ends where epoch 1 starts.
     body = {"replica_id": 0, "partitions": [[TOPIC, 0, 1, 0]]}
-    assert cluster.request(1, P.ApiKey.OFFSET_FOR_LEADER_EPOCH, body).body["partitions"] == \
-        [[TOPIC, 0, 0, 0, 3]]
+    response = cluster.request(1, protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH, body)
+    assert response.body["partitions"] == [[TOPIC, 0, 0, 0, 3]]
 
 
 def test_leader_epoch_truncation_drops_the_unreplicated_tail_of_a_deposed_leader(cluster):
@@ -161,7 +161,7 @@ def test_leader_epoch_truncation_drops_the_unreplicated_tail_of_a_deposed_leader
     # acks=1 writes.
     body = {"controller_id": cluster.controller_id, "controller_epoch": cluster.controller_epoch,
             "delete_partitions": False, "partitions": [[TOPIC, 0, -1]]}
-    assert cluster.request(1, P.ApiKey.STOP_REPLICA, body).body["error"] == 0
+    assert cluster.request(1, protocol.ApiKey.STOP_REPLICA, body).body["error"] == 0
     assert cluster.produce(0, TOPIC, 0, [b"lost-1", b"lost-2"], acks=1)[2] == 0
     # Broker 1 becomes leader without them (broker 0 is not told yet, as if partitioned).
     cluster.elect(TOPIC, 0, 1, [1], to=[1])
@@ -195,7 +195,7 @@ def test_high_watermark_mode_truncates_a_new_follower_to_its_high_watermark(clus
     wait_for(lambda: replica_offsets(cluster, 1) == (1, 1), "follower caught up")
     body = {"controller_id": cluster.controller_id, "controller_epoch": cluster.controller_epoch,
             "delete_partitions": False, "partitions": [[TOPIC, 0, -1]]}
-    assert cluster.request(1, P.ApiKey.STOP_REPLICA, body).body["error"] == 0
+    assert cluster.request(1, protocol.ApiKey.STOP_REPLICA, body).body["error"] == 0
     assert cluster.produce(0, TOPIC, 0, [b"unreplicated"], acks=1)[2:4] == [0, 1]
     cluster.elect(TOPIC, 0, 1, [1], to=[1])
     cluster.elect(TOPIC, 0, 1, [1])
@@ -239,11 +239,11 @@ def test_sigkilled_follower_is_dropped_and_after_a_restart_catches_up_and_rejoin
     assert len(records) == 10
 
 
-def _traced_produce(cluster: Cluster, trace, acks: int = -1) -> P.Response:
+def _traced_produce(cluster: Cluster, trace, acks: int = -1) -> protocol.Response:
     body = {"acks": acks, "timeout_ms": 10_000, "partitions": [[TOPIC, 0]]}
     if trace is not None:
         body["trace"] = trace
-    return cluster.request(0, P.ApiKey.PRODUCE, body, [B.build_batch([b"t" * 100])])
+    return cluster.request(0, protocol.ApiKey.PRODUCE, body, [batch.build_batch([b"t" * 100])])
 
 
 def test_a_traced_acks_all_write_comes_back_with_its_path(cluster):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.broker.controller_runner import ControllerRunner, decode_election
 from node.wire.protocol import ApiKey, Response
 
@@ -58,16 +58,17 @@ def nodes(make_client):
 
 
 def create_topic(zk, name, assignment, config=None):
-    zk.create(Z.topic_config_path(name), Z.encode_topic_config(config or {}), makepath=True)
-    zk.create(Z.topic_path(name), Z.encode_assignment(assignment), makepath=True)
+    zk.create(zkdata.topic_config_path(name), zkdata.encode_topic_config(config or {}),
+              makepath=True)
+    zk.create(zkdata.topic_path(name), zkdata.encode_assignment(assignment), makepath=True)
 
 
 def read_state(zk, topic, partition):
     try:
-        data, stat = zk.get(Z.partition_state_path(topic, partition))
+        data, stat = zk.get(zkdata.partition_state_path(topic, partition))
     except Exception:
         return None
-    return Z.decode_partition_state(data, stat.version)
+    return zkdata.decode_partition_state(data, stat.version)
 
 
 def pumps(*nodes):
@@ -85,14 +86,14 @@ def test_one_of_two_runners_wins_and_a_lost_session_elects_the_other_with_a_high
     assert not loser.runner.active
     first_epoch = winner.runner.epoch
     observer = make_client()
-    assert Z.decode_controller(observer.get(Z.CONTROLLER)[0]) == winner.broker_id
-    assert Z.decode_controller_epoch(observer.get(Z.CONTROLLER_EPOCH)[0]) == first_epoch
+    assert zkdata.decode_controller(observer.get(zkdata.CONTROLLER)[0]) == winner.broker_id
+    assert zkdata.decode_controller_epoch(observer.get(zkdata.CONTROLLER_EPOCH)[0]) == first_epoch
 
     expire_session(zk_hosts, winner.zk)
     wait_for(lambda: loser.runner.active, pumps(a, b), what="fail-over")
     assert loser.runner.epoch == first_epoch + 1
     wait_for(lambda: not winner.runner.active, pumps(a, b), what="old controller resigns")
-    assert Z.decode_controller(observer.get(Z.CONTROLLER)[0]) == loser.broker_id
+    assert zkdata.decode_controller(observer.get(zkdata.CONTROLLER)[0]) == loser.broker_id
     # The new controller told the surviving broker its view, with the new epoch.
     assert all(body["controller_epoch"] == first_epoch + 1
                for _, _, body in loser.sent)
@@ -141,9 +142,9 @@ def test_zombie_controller_writes_are_fenced_by_the_epoch_check(nodes, make_clie
     wait_for(lambda: read_state(admin, "t", 0), pumps(a))
     before = read_state(admin, "t", 0)
     # Another controller got elected meanwhile (as after a pause of this one).
-    data, stat = admin.get(Z.CONTROLLER_EPOCH)
-    admin.set(Z.CONTROLLER_EPOCH, Z.encode_controller_epoch(
-        Z.decode_controller_epoch(data) + 1), version=stat.version)
+    data, stat = admin.get(zkdata.CONTROLLER_EPOCH)
+    admin.set(zkdata.CONTROLLER_EPOCH, zkdata.encode_controller_epoch(
+        zkdata.decode_controller_epoch(data) + 1), version=stat.version)
     b_session.stop()                       # the zombie tries to elect a new leader
     wait_for(lambda: not a.runner.active, pumps(a), what="zombie resigns")
     assert read_state(admin, "t", 0) == before
@@ -182,17 +183,17 @@ def test_isr_change_notification_is_consumed_and_published(nodes, make_client):
     wait_for(lambda: read_state(admin, "t", 0), pumps(a))
     state = read_state(admin, "t", 0)
     # The leader shrinks its ISR (conditional update) and notifies, as brokers do.
-    admin.set(Z.partition_state_path("t", 0), Z.encode_partition_state(
-        Z.PartitionState(0, state.leader_epoch, (0,), state.controller_epoch)),
+    admin.set(zkdata.partition_state_path("t", 0), zkdata.encode_partition_state(
+        zkdata.PartitionState(0, state.leader_epoch, (0,), state.controller_epoch)),
         version=state.zk_version)
-    admin.create(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([("t", 0)]), sequence=True)
+    admin.create(zkdata.ISR_CHANGE_PREFIX, zkdata.encode_partition_list([("t", 0)]), sequence=True)
     a.sent.clear()
 
     def published():
         return any(body["partitions"] and body["partitions"][0][4] == [0]
                    for _, body in a.requests(ApiKey.UPDATE_METADATA))
     wait_for(published, pumps(a), what="UpdateMetadata with the new ISR")
-    wait_for(lambda: admin.get_children(Z.ISR_CHANGE_NOTIFICATION) == [], pumps(a))
+    wait_for(lambda: admin.get_children(zkdata.ISR_CHANGE_NOTIFICATION) == [], pumps(a))
 
 
 def test_preferred_election_znode_is_acted_on_and_deleted(nodes, make_client):
@@ -211,14 +212,14 @@ def test_preferred_election_znode_is_acted_on_and_deleted(nodes, make_client):
     state = read_state(admin, "t", 0)
     wait_for(lambda: read_state(admin, "t", 0).leader_epoch == state.leader_epoch, pumps(a))
     # Broker 1 catches up: the leader adds it back to the ISR.
-    admin.set(Z.partition_state_path("t", 0), Z.encode_partition_state(
-        Z.PartitionState(0, state.leader_epoch, (0, 1), state.controller_epoch)),
+    admin.set(zkdata.partition_state_path("t", 0), zkdata.encode_partition_state(
+        zkdata.PartitionState(0, state.leader_epoch, (0, 1), state.controller_epoch)),
         version=state.zk_version)
-    admin.create(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([("t", 0)]), sequence=True)
-    wait_for(lambda: admin.get_children(Z.ISR_CHANGE_NOTIFICATION) == [], pumps(a))
-    admin.create(Z.PREFERRED_REPLICA_ELECTION, Z.encode_partition_list([("t", 0)]))
+    admin.create(zkdata.ISR_CHANGE_PREFIX, zkdata.encode_partition_list([("t", 0)]), sequence=True)
+    wait_for(lambda: admin.get_children(zkdata.ISR_CHANGE_NOTIFICATION) == [], pumps(a))
+    admin.create(zkdata.PREFERRED_REPLICA_ELECTION, zkdata.encode_partition_list([("t", 0)]))
     wait_for(lambda: read_state(admin, "t", 0).leader == 1, pumps(a), what="preferred leader")
-    wait_for(lambda: admin.exists(Z.PREFERRED_REPLICA_ELECTION) is None, pumps(a))
+    wait_for(lambda: admin.exists(zkdata.PREFERRED_REPLICA_ELECTION) is None, pumps(a))
 
 
 def test_stop_deletes_controller_znode_and_another_takes_over(nodes, make_client):
@@ -234,10 +235,11 @@ def test_stop_deletes_controller_znode_and_another_takes_over(nodes, make_client
 
 def test_election_znode_decoding():
     assert decode_election(b"").partitions is None
-    got = decode_election(Z.encode_partition_list([("t", 1), ("t", 0)], election_type="unclean"), 3)
+    got = decode_election(
+        zkdata.encode_partition_list([("t", 1), ("t", 0)], election_type="unclean"), 3)
     assert got.partitions == (("t", 0), ("t", 1)) and got.election_type == "unclean"
     assert got.zk_version == 3
-    with pytest.raises(Z.ZkDataError):
+    with pytest.raises(zkdata.ZkDataError):
         decode_election(b"[1]")
 
 
@@ -267,16 +269,18 @@ def test_admin_requests_drive_the_controller_create_reassign_elect_delete(nodes,
     # Reassign x-0 from [0, 1] to [2, 1]; the leader (0) reports 2 in the ISR.
     _admin(admin, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
         "partitions": [["x", 0, [2, 1]]], "timeout_ms": 1})
-    wait_for(lambda: Z.decode_assignment("x", admin.get(Z.topic_path("x"))[0])[0] == [2, 1, 0],
+    wait_for(lambda: zkdata.decode_assignment("x", admin.get(zkdata.topic_path("x"))[0])[0]
+             == [2, 1, 0],
              pumps(a), what="RS = TRS + ORS")
     s = read_state(admin, "x", 0)
-    admin.set(Z.partition_state_path("x", 0), Z.encode_partition_state(
-        Z.PartitionState(s.leader, s.leader_epoch, s.isr + (2,), s.controller_epoch)),
+    admin.set(zkdata.partition_state_path("x", 0), zkdata.encode_partition_state(
+        zkdata.PartitionState(s.leader, s.leader_epoch, s.isr + (2,), s.controller_epoch)),
         version=s.zk_version)
-    admin.create(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([("x", 0)]), sequence=True)
-    wait_for(lambda: Z.decode_assignment("x", admin.get(Z.topic_path("x"))[0])[0] == [2, 1],
+    admin.create(zkdata.ISR_CHANGE_PREFIX, zkdata.encode_partition_list([("x", 0)]), sequence=True)
+    wait_for(lambda: zkdata.decode_assignment("x", admin.get(zkdata.topic_path("x"))[0])[0]
+             == [2, 1],
              pumps(a), what="reassignment completes")
-    wait_for(lambda: admin.exists(Z.REASSIGN_PARTITIONS) is None, pumps(a))
+    wait_for(lambda: admin.exists(zkdata.REASSIGN_PARTITIONS) is None, pumps(a))
     s = read_state(admin, "x", 0)
     assert s.leader in (2, 1) and set(s.isr) <= {1, 2}
     assert _admin(admin, ApiKey.LIST_PARTITION_REASSIGNMENTS, {"partitions": None}) == \
@@ -285,14 +289,14 @@ def test_admin_requests_drive_the_controller_create_reassign_elect_delete(nodes,
     # Preferred election for everything: x-0's preferred replica is now 2.
     _admin(admin, ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": None,
                                          "timeout_ms": 1})
-    wait_for(lambda: admin.exists(Z.PREFERRED_REPLICA_ELECTION) is None, pumps(a))
+    wait_for(lambda: admin.exists(zkdata.PREFERRED_REPLICA_ELECTION) is None, pumps(a))
     assert read_state(admin, "x", 0).leader == 2
 
     # Delete: every replica confirms (the test's send answers), then the znodes go.
     _admin(admin, ApiKey.DELETE_TOPICS, {"topics": ["x"], "timeout_ms": 1})
-    wait_for(lambda: admin.exists(Z.topic_path("x")) is None, pumps(a), what="deletion")
-    wait_for(lambda: admin.exists(Z.delete_topic_path("x")) is None, pumps(a))
-    assert admin.exists(Z.topic_config_path("x")) is None
+    wait_for(lambda: admin.exists(zkdata.topic_path("x")) is None, pumps(a), what="deletion")
+    wait_for(lambda: admin.exists(zkdata.delete_topic_path("x")) is None, pumps(a))
+    assert admin.exists(zkdata.topic_config_path("x")) is None
     stops = [b for _, b in a.requests(ApiKey.STOP_REPLICA) if b["delete_partitions"]]
     assert stops
 
@@ -308,14 +312,14 @@ def test_topic_config_override_enables_unclean_election_of_an_offline_partition(
     create_topic(admin, "t", {0: [1, 0]})
     wait_for(lambda: read_state(admin, "t", 0), pumps(a))
     s = read_state(admin, "t", 0)
-    admin.set(Z.partition_state_path("t", 0), Z.encode_partition_state(
-        Z.PartitionState(1, s.leader_epoch, (1,), s.controller_epoch)), version=s.zk_version)
-    admin.create(Z.ISR_CHANGE_PREFIX, Z.encode_partition_list([("t", 0)]), sequence=True)
-    wait_for(lambda: admin.get_children(Z.ISR_CHANGE_NOTIFICATION) == [], pumps(a))
+    admin.set(zkdata.partition_state_path("t", 0), zkdata.encode_partition_state(
+        zkdata.PartitionState(1, s.leader_epoch, (1,), s.controller_epoch)), version=s.zk_version)
+    admin.create(zkdata.ISR_CHANGE_PREFIX, zkdata.encode_partition_list([("t", 0)]), sequence=True)
+    wait_for(lambda: admin.get_children(zkdata.ISR_CHANGE_NOTIFICATION) == [], pumps(a))
     b_session.stop()
     wait_for(lambda: read_state(admin, "t", 0).leader == -1, pumps(a), what="offline")
-    _, stat = admin.get(Z.topic_config_path("t"))
-    admin.set(Z.topic_config_path("t"), Z.encode_topic_config(
+    _, stat = admin.get(zkdata.topic_config_path("t"))
+    admin.set(zkdata.topic_config_path("t"), zkdata.encode_topic_config(
         {"unclean.leader.election.enable": "true"}), version=stat.version)
     wait_for(lambda: read_state(admin, "t", 0).leader == 0, pumps(a), what="unclean election")
     assert read_state(admin, "t", 0).isr == (0,)

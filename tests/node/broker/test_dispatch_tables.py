@@ -10,16 +10,16 @@ from node.broker.apis import control, fetch, offsets, produce
 from node.broker.loop import EventLoop
 from node.broker.replica_manager import ReplicaManager
 from node.core.replication import CompleteProduce, SetHighWatermark
-from node.wire import protocol as P
+from node.wire import protocol
 
 
 def test_every_api_key_has_one_handler_in_one_table():
     # ApiVersions is answered before the version check (in any version).
-    assert set(HANDLERS) == set(P.ApiKey) - {P.ApiKey.API_VERSIONS}
-    assert HANDLERS[P.ApiKey.PRODUCE] is produce.handle_produce
-    assert HANDLERS[P.ApiKey.FETCH] is fetch.handle_fetch
-    assert HANDLERS[P.ApiKey.LIST_OFFSETS] is offsets.handle_list_offsets
-    assert HANDLERS[P.ApiKey.LEADER_AND_ISR] is control.handle_leader_and_isr
+    assert set(HANDLERS) == set(protocol.ApiKey) - {protocol.ApiKey.API_VERSIONS}
+    assert HANDLERS[protocol.ApiKey.PRODUCE] is produce.handle_produce
+    assert HANDLERS[protocol.ApiKey.FETCH] is fetch.handle_fetch
+    assert HANDLERS[protocol.ApiKey.LIST_OFFSETS] is offsets.handle_list_offsets
+    assert HANDLERS[protocol.ApiKey.LEADER_AND_ISR] is control.handle_leader_and_isr
     assert len({HANDLERS[k] for k in ADMIN_API_KEYS}) == 1
 
 

@@ -1,7 +1,7 @@
 """The fetch purgatory's per-connection bound and what a closed connection leaves."""
 from __future__ import annotations
 
-from node.broker import limits as L
+from node.broker import limits
 from node.broker.loop import EventLoop
 from node.broker.purgatory import FetchPurgatory, ParkedFetch
 
@@ -17,11 +17,11 @@ def test_one_connection_parks_at_most_its_share_and_a_closed_one_leaves_nothing(
                                answer=lambda f, read: answered.append(f.correlation_id))
     try:
         parked = 0
-        for i in range(L.PARKED_FETCHES_PER_CONNECTION_MAX + 5):
+        for i in range(limits.PARKED_FETCHES_PER_CONNECTION_MAX + 5):
             if purgatory.may_park("a"):
                 purgatory.park(_fetch("a", i), 60_000)
                 parked += 1
-        assert parked == L.PARKED_FETCHES_PER_CONNECTION_MAX
+        assert parked == limits.PARKED_FETCHES_PER_CONNECTION_MAX
         assert purgatory.may_park("b")            # another connection still may
         purgatory.park(_fetch("b", 100), 60_000)
         assert purgatory.forget_peer("a") == parked

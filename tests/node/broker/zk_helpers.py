@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 
 from bench.perf.zkservers import KINDS, missing_reason
 from bench.perf.zkservers import start as start_zk
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from tests.waiting import poll_until
 
 CLIENT_TIMEOUT_S = 10.0
@@ -86,14 +86,14 @@ def make_client(zk_hosts):
 
 
 def ensure_layout(zk: KazooClient) -> None:
-    for path in Z.PERSISTENT_PATHS:
+    for path in zkdata.PERSISTENT_PATHS:
         zk.ensure_path(path)
 
 
 def register_broker(zk: KazooClient, broker_id: int, rack: str | None = None) -> None:
     ensure_layout(zk)
-    zk.create(Z.broker_path(broker_id), Z.encode_broker(
-        Z.BrokerInfo(broker_id, "127.0.0.1", 19000 + broker_id, rack)), ephemeral=True)
+    zk.create(zkdata.broker_path(broker_id), zkdata.encode_broker(
+        zkdata.BrokerInfo(broker_id, "127.0.0.1", 19000 + broker_id, rack)), ephemeral=True)
 
 
 class Loop:

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from node.wire import errors as E
+from node.wire import errors
 from node.client import Admin, Consumer, KafkaTimeoutError, Producer, TopicPartition
 from node.cluster import Cluster
 from node.client.partitioner import partition_for_key
@@ -172,11 +172,11 @@ def test_admin_describes_topics_and_cluster(cluster, admin, topic):
     assert [b.broker_id for b in info.brokers] == [0, 1, 2]
     assert info.controller_id == cluster.controller_id()
     assert topic in admin.list_topics()
-    with pytest.raises(E.UnknownTopicOrPartitionError):
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
         admin.describe_topics(["no-such-topic"])
-    with pytest.raises(E.TopicAlreadyExistsError):
+    with pytest.raises(errors.TopicAlreadyExistsError):
         admin.create_topic(topic, 3, 3)
-    with pytest.raises(E.InvalidReplicationFactorError):
+    with pytest.raises(errors.InvalidReplicationFactorError):
         admin.create_topic("too-many-replicas", 1, 4)
 
 
@@ -248,7 +248,7 @@ def test_not_enough_replicas_reaches_the_acks_all_caller(fresh):
         fresh.kill(follower, "KILL")
         fresh.wait_for(lambda: follower not in leader_of(admin, "n").isr, 30, "ISR shrink")
     with Producer(fresh.bootstrap_servers, acks="all", retries=0) as producer:
-        with pytest.raises(E.NotEnoughReplicasError):
+        with pytest.raises(errors.NotEnoughReplicasError):
             producer.send("n", b"x").get(30)
     with Producer(fresh.bootstrap_servers, acks=1, retries=0) as producer:
         assert producer.send("n", b"y").get(30).offset >= 0

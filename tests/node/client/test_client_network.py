@@ -6,9 +6,9 @@ import time
 import pytest
 import zmq
 
-from node.wire import errors as E
+from node.wire import errors
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from node.client import (ClusterMetadata, Network, parse_bootstrap, parse_metadata)
 from node.net import context
 from node.client.producer import Producer
@@ -39,7 +39,7 @@ def test_parse_metadata_indexes_leaders_and_errors():
     assert md.partition("a", 0).isr == (1, 0) and md.partition("a", 0).leader_epoch == 4
     assert md.available_partitions("a") == [0] and md.partition_count("a") == 2
     assert md.topic_errors == {"missing": 3} and md.partition_count("missing") is None
-    with pytest.raises(P.ProtocolError):
+    with pytest.raises(protocol.ProtocolError):
         parse_metadata({"brokers": [[0]], "topics": []})
 
 
@@ -86,8 +86,8 @@ def router():
 def answer(sock, body_for, timeout_ms=5000):
     assert sock.poll(timeout_ms)
     frames = sock.recv_multipart()
-    request = P.decode_request(frames[1:])
-    sock.send_multipart([frames[0]] + P.encode_response(
+    request = protocol.decode_request(frames[1:])
+    sock.send_multipart([frames[0]] + protocol.encode_response(
         request.correlation_id, request.api_key, body_for(request)))
     return request
 
@@ -96,7 +96,7 @@ def test_request_gets_its_response(router):
     sock, endpoint = router
     net = Network("t", 5000)
     try:
-        net.send(endpoint, P.ApiKey.METADATA, {"topics": None}, context="m")
+        net.send(endpoint, protocol.ApiKey.METADATA, {"topics": None}, context="m")
         answer(sock, lambda r: METADATA_BODY)
         deadline = time.monotonic() + 5
         done = []
@@ -114,8 +114,8 @@ def test_nobody_listening_fails_fast_with_network_exception():
     net = Network("t", 30_000)
     try:
         started = time.monotonic()
-        with pytest.raises(E.NetworkException):
-            net.request(f"tcp://127.0.0.1:{port}", P.ApiKey.METADATA, {"topics": None})
+        with pytest.raises(errors.NetworkException):
+            net.request(f"tcp://127.0.0.1:{port}", protocol.ApiKey.METADATA, {"topics": None})
         assert time.monotonic() - started < 5  # not the 30 s request timeout
     finally:
         net.close()
@@ -125,13 +125,13 @@ def test_a_peer_that_goes_away_fails_the_requests_in_flight(router):
     sock, endpoint = router
     net = Network("t", 30_000)
     try:
-        answer_first = net.send(endpoint, P.ApiKey.METADATA, {"topics": None}, context=1)
+        answer_first = net.send(endpoint, protocol.ApiKey.METADATA, {"topics": None}, context=1)
         assert answer_first
         answer(sock, lambda r: METADATA_BODY)
         deadline = time.monotonic() + 5
         while not net.poll(100)[0] and time.monotonic() < deadline:
             pass
-        net.send(endpoint, P.ApiKey.METADATA, {"topics": None}, context=2)
+        net.send(endpoint, protocol.ApiKey.METADATA, {"topics": None}, context=2)
         assert sock.poll(5000)
         sock.recv_multipart()  # received, never answered: the broker dies
         sock.close(linger=0)
@@ -148,8 +148,8 @@ def test_a_silent_peer_times_out(router):
     _, endpoint = router
     net = Network("t", 300)
     try:
-        with pytest.raises(E.RequestTimedOutError):
-            net.request(endpoint, P.ApiKey.METADATA, {"topics": None})
+        with pytest.raises(errors.RequestTimedOutError):
+            net.request(endpoint, protocol.ApiKey.METADATA, {"topics": None})
     finally:
         net.close()
 
@@ -165,7 +165,7 @@ def test_request_first_takes_the_first_answer(router):
         t = threading.Thread(target=answer, args=(sock, lambda r: METADATA_BODY))
         t.start()
         winner, response = net.request_first([f"tcp://127.0.0.1:{dead_port}", endpoint],
-                                             P.ApiKey.METADATA, {"topics": None})
+                                             protocol.ApiKey.METADATA, {"topics": None})
         t.join()
         assert winner == endpoint and response.body["controller_id"] == 1
         assert net.in_flight == {}
@@ -182,22 +182,22 @@ def test_request_first_keeps_other_requests_answers_that_come_with_its_own(route
     net = Network("t", 5000)
     try:
         for attempt in range(20):
-            net.send(endpoint, P.ApiKey.FETCH, {"n": attempt}, context=("fetch", attempt))
+            net.send(endpoint, protocol.ApiKey.FETCH, {"n": attempt}, context=("fetch", attempt))
             assert sock.poll(5000)
             fetch = sock.recv_multipart()
 
             def answer_both():     # the metadata answer, then the fetch's, back to back
                 assert sock.poll(5000)
                 frames = sock.recv_multipart()
-                request = P.decode_request(frames[1:])
-                sock.send_multipart([frames[0]] + P.encode_response(
+                request = protocol.decode_request(frames[1:])
+                sock.send_multipart([frames[0]] + protocol.encode_response(
                     request.correlation_id, request.api_key, METADATA_BODY))
-                parked = P.decode_request(fetch[1:])
-                sock.send_multipart([fetch[0]] + P.encode_response(
+                parked = protocol.decode_request(fetch[1:])
+                sock.send_multipart([fetch[0]] + protocol.encode_response(
                     parked.correlation_id, parked.api_key, {"partitions": []}))
             t = threading.Thread(target=answer_both)
             t.start()
-            net.request_first([endpoint], P.ApiKey.METADATA, {"topics": None})
+            net.request_first([endpoint], protocol.ApiKey.METADATA, {"topics": None})
             t.join()
             deadline = time.monotonic() + 5
             seen = []
@@ -232,8 +232,8 @@ def test_producer_against_a_broker_speaking_the_protocol(router):
             if not sock.poll(100):
                 continue
             frames = sock.recv_multipart()
-            request = P.decode_request(frames[1:])
-            if request.api_key == P.ApiKey.METADATA:
+            request = protocol.decode_request(frames[1:])
+            if request.api_key == protocol.ApiKey.METADATA:
                 body = metadata
             else:
                 entries = []
@@ -243,7 +243,7 @@ def test_producer_against_a_broker_speaking_the_protocol(router):
                     entries.append([topic, partition, 0, leo, 0, None])
                     leo += sum(b.record_count for b in batches)
                 body = {"partitions": entries}
-            sock.send_multipart([frames[0]] + P.encode_response(
+            sock.send_multipart([frames[0]] + protocol.encode_response(
                 request.correlation_id, request.api_key, body))
         assert [f.get(1).offset for f in futures] == [100, 101, 102, 103, 104]
         assert seen == [b"v%d" % i for i in range(5)]

@@ -12,9 +12,9 @@ import time
 import pytest
 import zmq
 
-from node.wire import errors as E
+from node.wire import errors as wire_errors
 from node.wire.errors import ErrorCode
-from node.wire import protocol as P
+from node.wire import protocol
 from node.client import (Consumer, KafkaTimeoutError, LogTruncationException, Producer,
                          TopicPartition)
 from node.net import context
@@ -28,7 +28,7 @@ class ScriptedBroker:
         self.handler = handler
         self.leader_epoch = leader_epoch
         self.view = view  # shared {"port": leader port, "epoch": n}, else itself
-        self.requests: list[P.Request] = []
+        self.requests: list[protocol.Request] = []
         self.sock = context().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
@@ -48,21 +48,21 @@ class ScriptedBroker:
             if not self.sock.poll(50):
                 continue
             frames = self.sock.recv_multipart()
-            request = P.decode_request(frames[1:])
+            request = protocol.decode_request(frames[1:])
             self.requests.append(request)
-            if request.api_key == P.ApiKey.METADATA:
+            if request.api_key == protocol.ApiKey.METADATA:
                 port = self.view["port"] if self.view else self.port
                 epoch = self.view["epoch"] if self.view else self.leader_epoch
                 answer = ({"brokers": [[0, "127.0.0.1", port, None]], "controller_id": 0,
                            "topics": [["t", 0, [[0, 0, 0, epoch, [0], [0], []]]]]}, ())
-            elif request.api_key == P.ApiKey.INIT_PRODUCER_ID:    # idempotent producers
+            elif request.api_key == protocol.ApiKey.INIT_PRODUCER_ID:    # idempotent producers
                 answer = ({"error": 0, "producer_id": 1000,
                            "producer_epoch": request.body["producer_epoch"] + 1}, ())
             else:
                 answer = self.handler(request)
             if answer is not None:
                 body, out_frames = answer
-                self.sock.send_multipart([frames[0]] + P.encode_response(
+                self.sock.send_multipart([frames[0]] + protocol.encode_response(
                     request.correlation_id, request.api_key, body, out_frames))
 
     def close(self) -> None:
@@ -96,17 +96,17 @@ def test_not_leader_refreshes_metadata_and_retries(scripted):
     with Producer(broker.bootstrap, acks="all", retry_backoff_ms=10) as producer:
         meta = producer.send("t", b"x", partition=0).get(10)
     assert meta.offset == 42
-    assert broker.count(P.ApiKey.PRODUCE) == 3
-    assert broker.count(P.ApiKey.METADATA) >= 2  # refreshed after NOT_LEADER_OR_FOLLOWER
+    assert broker.count(protocol.ApiKey.PRODUCE) == 3
+    assert broker.count(protocol.ApiKey.METADATA) >= 2  # refreshed after NOT_LEADER_OR_FOLLOWER
 
 
 def test_retries_exhausted_raise_the_broker_error_with_its_message(scripted):
     broker = scripted(lambda r: produce_answer(r, ErrorCode.NOT_ENOUGH_REPLICAS, message="isr 1 < 2"))
     with Producer(broker.bootstrap, acks="all", retries=2, retry_backoff_ms=10) as producer:
         future = producer.send("t", b"x", partition=0)
-        with pytest.raises(E.NotEnoughReplicasError, match="isr 1 < 2"):
+        with pytest.raises(wire_errors.NotEnoughReplicasError, match="isr 1 < 2"):
             future.get(10)
-    assert broker.count(P.ApiKey.PRODUCE) == 3  # the first try and 2 retries
+    assert broker.count(protocol.ApiKey.PRODUCE) == 3  # the first try and 2 retries
     # Three attempts: the failure is not definite (an earlier one could have landed had
     # it timed out), which a checker must know (bench.chaos.worker).
     assert future.attempts == 3
@@ -116,7 +116,7 @@ def test_a_refusal_without_retries_is_one_attempt(scripted):
     broker = scripted(lambda r: produce_answer(r, ErrorCode.NOT_ENOUGH_REPLICAS))
     with Producer(broker.bootstrap, acks="all", retries=0) as producer:
         future = producer.send("t", b"x", partition=0)
-        with pytest.raises(E.NotEnoughReplicasError):
+        with pytest.raises(wire_errors.NotEnoughReplicasError):
             future.get(10)
     assert future.attempts == 1
 
@@ -125,10 +125,10 @@ def test_a_non_retriable_error_is_raised_at_once(scripted):
     broker = scripted(lambda r: produce_answer(r, ErrorCode.INVALID_REQUEST))
     with Producer(broker.bootstrap, acks=1, retry_backoff_ms=10) as producer:
         future = producer.send("t", b"x", partition=0)
-        with pytest.raises(E.InvalidRequestError):
+        with pytest.raises(wire_errors.InvalidRequestError):
             future.get(10)
-        assert future.failed() and isinstance(future.exception(), E.InvalidRequestError)
-    assert broker.count(P.ApiKey.PRODUCE) == 1
+        assert future.failed() and isinstance(future.exception(), wire_errors.InvalidRequestError)
+    assert broker.count(protocol.ApiKey.PRODUCE) == 1
 
 
 def test_delivery_timeout_bounds_a_silent_leader(scripted):
@@ -136,10 +136,10 @@ def test_delivery_timeout_bounds_a_silent_leader(scripted):
     with Producer(broker.bootstrap, acks="all", request_timeout_ms=200,
                   delivery_timeout_ms=1000, retry_backoff_ms=10) as producer:
         started = time.monotonic()
-        with pytest.raises((E.RequestTimedOutError, KafkaTimeoutError)):
+        with pytest.raises((wire_errors.RequestTimedOutError, KafkaTimeoutError)):
             producer.send("t", b"x", partition=0).get(30)
         assert time.monotonic() - started < 10
-    assert broker.count(P.ApiKey.PRODUCE) >= 1
+    assert broker.count(protocol.ApiKey.PRODUCE) >= 1
 
 
 def test_callbacks_and_flush(scripted):
@@ -152,7 +152,7 @@ def test_callbacks_and_flush(scripted):
         assert all(f.done() for f in futures)
         futures[2].add_callback(lambda meta, exc: seen.append((meta.offset, exc)))
     assert seen == [(7, None), (9, None)]
-    assert broker.count(P.ApiKey.PRODUCE) == 1  # one linger window, one batch
+    assert broker.count(protocol.ApiKey.PRODUCE) == 1  # one linger window, one batch
 
 
 def test_a_send_to_an_idle_producer_goes_out_after_the_linger(scripted):
@@ -171,11 +171,11 @@ def fetch_handler(log: list, errors: list):
     """Fetch: serve ``log`` (batches stamped at offsets 0..) after popping ``errors``;
     ListOffsets: earliest 0, latest = end of log."""
     def handle(request):
-        if request.api_key == P.ApiKey.LIST_OFFSETS:
+        if request.api_key == protocol.ApiKey.LIST_OFFSETS:
             end = sum(len(parse_batches(b)[0].values) for b in log)
-            return ({"partitions": [[t, p, 0, -1, 0 if ts == P.EARLIEST_TIMESTAMP else end]
+            return ({"partitions": [[t, p, 0, -1, 0 if ts == protocol.EARLIEST_TIMESTAMP else end]
                                     for t, p, ts in request.body["partitions"]]}, ())
-        if request.api_key == P.ApiKey.FETCH:
+        if request.api_key == protocol.ApiKey.FETCH:
             (topic, partition, offset, epoch, _max) = request.body["partitions"][0]
             if errors:
                 return ({"partitions": [[topic, partition, errors.pop(0), -1, -1, -1]]}, [b""])
@@ -211,9 +211,9 @@ def test_consumer_refreshes_metadata_on_fenced_epoch_and_sends_the_epoch(scripte
         while len(got) < 3 and time.monotonic() < deadline:
             got += consumer.poll(100)
     assert [(r.offset, r.value) for r in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
-    fetches = [r for r in broker.requests if r.api_key == P.ApiKey.FETCH]
+    fetches = [r for r in broker.requests if r.api_key == protocol.ApiKey.FETCH]
     assert all(r.body["partitions"][0][3] == 3 for r in fetches)  # current_leader_epoch
-    assert broker.count(P.ApiKey.METADATA) >= 2
+    assert broker.count(protocol.ApiKey.METADATA) >= 2
 
 
 def test_consumer_skips_records_before_its_position_inside_a_batch(scripted):
@@ -242,7 +242,7 @@ def test_consumer_out_of_range_applies_auto_offset_reset(scripted):
     with Consumer(broker.bootstrap, auto_offset_reset="none", fetch_max_wait_ms=50) as c:
         c.assign([("t", 0)])
         c.seek(("t", 0), 50)
-        with pytest.raises(E.OffsetOutOfRangeError):
+        with pytest.raises(wire_errors.OffsetOutOfRangeError):
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 c.poll(100)
@@ -291,7 +291,7 @@ def test_consumer_resumes_at_once_when_the_leader_epoch_moves(scripted):
     inner = fetch_handler(log, errors)
 
     def handle(request):
-        if request.api_key == P.ApiKey.FETCH and errors:
+        if request.api_key == protocol.ApiKey.FETCH and errors:
             holder["broker"].leader_epoch += 1
         return inner(request)
 
@@ -341,13 +341,13 @@ def test_producer_leaves_a_silent_leader_when_metadata_names_another(scripted):
                   retry_backoff_ms=10) as producer:
         future = producer.send("t", b"x", partition=0)
         deadline = time.monotonic() + 10
-        while silent.count(P.ApiKey.PRODUCE) == 0 and time.monotonic() < deadline:
+        while silent.count(protocol.ApiKey.PRODUCE) == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         view.update(port=serving.port, epoch=4)
         started = time.monotonic()
         assert future.get(20).offset == 11
         assert time.monotonic() - started < 5  # not the 30 s request timeout
-    assert serving.count(P.ApiKey.PRODUCE) == 1
+    assert serving.count(protocol.ApiKey.PRODUCE) == 1
 
 
 def poll_until(consumer, n, timeout_s=10.0):
@@ -369,7 +369,7 @@ def deposed_leader_script(answers: list):
     inner = fetch_handler(log, errors)
 
     def handle(request):
-        if request.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH:
+        if request.api_key == protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH:
             code, epoch, end = answers.pop(0) if len(answers) > 1 else answers[0]
             return ({"partitions": [[t, p, code, epoch, end]
                                     for t, p, _current, _epoch in request.body["partitions"]]},
@@ -401,11 +401,12 @@ def test_a_fenced_fetch_validates_the_position_and_truncates_it_to_the_divergenc
         with caplog.at_level("INFO", logger="minikafka.consumer"):
             assert poll_until(consumer, 2) == [(1, b"x"), (2, b"y")]
         assert consumer.position(("t", 0)) == 3
-    asked = [r.body for r in broker.requests if r.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH]
+    asked = [r.body for r in broker.requests
+             if r.api_key == protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH]
     assert asked == [{"replica_id": -1, "partitions": [["t", 0, 4, 3]]}]
     assert "Truncation detected for partition t-0 at offset 3, resetting offset to the " \
            "first offset known to diverge 1" in caplog.text
-    assert broker.count(P.ApiKey.LIST_OFFSETS) == 1  # the first position only: no reset
+    assert broker.count(protocol.ApiKey.LIST_OFFSETS) == 1  # the first position only: no reset
 
 
 def test_without_a_reset_policy_poll_raises_log_truncation_until_the_caller_seeks(scripted):
@@ -423,7 +424,7 @@ def test_without_a_reset_policy_poll_raises_log_truncation_until_the_caller_seek
                 poll_until(consumer, 1)
             assert raised.value.divergent_offsets == {tp: 1}
             assert raised.value.offset_out_of_range_partitions == {tp: 3}
-            assert isinstance(raised.value, E.OffsetOutOfRangeError)
+            assert isinstance(raised.value, wire_errors.OffsetOutOfRangeError)
         consumer.seek(tp, raised.value.divergent_offsets[tp])
         assert poll_until(consumer, 2) == [(1, b"x"), (2, b"y")]
 
@@ -439,7 +440,7 @@ def test_a_validation_answered_unknown_leader_epoch_is_retried_after_a_metadata_
     inner = fetch_handler(log, errors)
 
     def handle(request):
-        if request.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH:
+        if request.api_key == protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH:
             code, epoch, end = answers.pop(0) if len(answers) > 1 else answers[0]
             return ({"partitions": [["t", 0, code, epoch, end]]}, ())
         return inner(request)
@@ -449,15 +450,15 @@ def test_a_validation_answered_unknown_leader_epoch_is_retried_after_a_metadata_
                   retry_backoff_ms=10, metadata_backoff_ms=10) as consumer:
         consumer.assign([("t", 0)])
         assert len(poll_until(consumer, 3)) == 3
-        refreshes = broker.count(P.ApiKey.METADATA)
+        refreshes = broker.count(protocol.ApiKey.METADATA)
         errors.append(ErrorCode.FENCED_LEADER_EPOCH)  # before x, y: no fetch sees them
         broker.leader_epoch = 4                      # before the FENCED answer is read
         new = build_batch([b"x", b"y"])
         stamp(new, 3, 4)
         log.append(new)
         assert poll_until(consumer, 2) == [(3, b"x"), (4, b"y")]
-    assert broker.count(P.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 2
-    assert broker.count(P.ApiKey.METADATA) >= refreshes + 2
+    assert broker.count(protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 2
+    assert broker.count(protocol.ApiKey.METADATA) >= refreshes + 2
 
 
 def test_a_validation_a_silent_leader_leaves_unanswered_moves_on_with_metadata(scripted):
@@ -472,7 +473,7 @@ def test_a_validation_a_silent_leader_leaves_unanswered_moves_on_with_metadata(s
     stamp(c, 2, 5)
 
     def third_leader(request):
-        if request.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH:
+        if request.api_key == protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH:
             return ({"partitions": [["t", 0, 0, 3, 2]]}, ())
         return fetch_handler(log + [c], [])(request)
 
@@ -486,14 +487,14 @@ def test_a_validation_a_silent_leader_leaves_unanswered_moves_on_with_metadata(s
         errors.append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         view.update(port=silent.port, epoch=4)
         deadline = time.monotonic() + 10
-        while silent.count(P.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 0:
+        while silent.count(protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH) == 0:
             assert time.monotonic() < deadline, "the consumer asks the new leader"
             assert consumer.poll(50) == []
         view.update(port=third.port, epoch=5)
         started = time.monotonic()
         assert poll_until(consumer, 1, timeout_s=20) == [(2, b"c")]
         assert time.monotonic() - started < 5  # not the 30 s request timeout
-    assert silent.count(P.ApiKey.FETCH) == 0
+    assert silent.count(protocol.ApiKey.FETCH) == 0
     asked = [r.body["partitions"] for r in third.requests
-             if r.api_key == P.ApiKey.OFFSET_FOR_LEADER_EPOCH]
+             if r.api_key == protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH]
     assert asked == [[["t", 0, 5, 3]]]

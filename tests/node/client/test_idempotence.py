@@ -11,7 +11,7 @@ import pytest
 from node.client import Admin, Consumer, Network, Producer
 from node.client.producer.sender import Sender
 from node.cluster import Cluster
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.errors import ErrorCode
 from shm.batch import build_batch
 from tests.conftest import new_cluster_id
@@ -48,7 +48,7 @@ def _topic(cluster, rf: int, min_isr: int = 1) -> tuple[str, int]:
 
 def _produce_raw(net, endpoint, topic, batch, acks=-1) -> tuple[int, int]:
     body = {"acks": acks, "timeout_ms": 5000, "partitions": [[topic, 0]]}
-    response = net.request(endpoint, P.ApiKey.PRODUCE, body, [bytes(batch)])
+    response = net.request(endpoint, protocol.ApiKey.PRODUCE, body, [bytes(batch)])
     _, _, code, base_offset, _, _ = response.body["partitions"][0]
     return code, base_offset
 
@@ -74,7 +74,7 @@ def test_the_leader_checks_sequences_and_answers_a_retry_with_the_original_offse
     endpoint = f"tcp://127.0.0.1:{cluster.broker_ports[leader]}"
     net = Network("raw", 10_000)
     try:
-        init = net.request(endpoint, P.ApiKey.INIT_PRODUCER_ID,
+        init = net.request(endpoint, protocol.ApiKey.INIT_PRODUCER_ID,
                            {"producer_id": -1, "producer_epoch": -1}).body
         pid, epoch = init["producer_id"], init["producer_epoch"]
         assert _produce_raw(net, endpoint, topic, _batch(pid, epoch, 0)) == (0, 0)

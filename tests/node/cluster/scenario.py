@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from node.wire import zkdata as Z
+from node.wire import zkdata
 from node.client import Admin, Consumer, Producer, TopicPartition
 from node.cluster import Cluster
 from shm.board import BoardNotFoundError, BoardReader
@@ -33,13 +33,13 @@ def admin(c: Cluster) -> Admin:
     return Admin(bootstrap_servers=c.bootstrap_servers)
 
 
-def state(c: Cluster, topic: str, partition: int = 0) -> Z.PartitionState | None:
+def state(c: Cluster, topic: str, partition: int = 0) -> zkdata.PartitionState | None:
     """The partition-state znode as the coordinator holds it now."""
     return c.partition_state(topic, partition)
 
 
 def wait_state(c: Cluster, topic: str, predicate, what: str, partition: int = 0,
-               timeout_s: float = 30.0) -> Z.PartitionState:
+               timeout_s: float = 30.0) -> zkdata.PartitionState:
     return c.wait_for(lambda: (lambda s: s if s is not None and predicate(s) else None)(
         state(c, topic, partition)), timeout_s, what)
 

@@ -15,9 +15,9 @@ from node.client import Admin, Consumer, Producer, TopicPartition
 from node.cluster import Cluster
 from node.wire.errors import CorruptMessageError
 from node.net import Channel
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.errors import ErrorCode
-from shm import batch as B
+from shm import batch
 from tests.node.cluster.scenario import read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -35,8 +35,8 @@ def damage(segment: Path, how: str) -> None:
     data = segment.read_bytes()
     position = 0
     for _ in range(BAD):
-        position += B.read_header(data, position).size_bytes
-    header = B.read_header(data, position)
+        position += batch.read_header(data, position).size_bytes
+    header = batch.read_header(data, position)
     assert header.base_offset == BAD
     with open(segment, "r+b") as f:
         if how == "length":      # batch_length overwritten with a larger, plausible value
@@ -126,7 +126,7 @@ def test_a_damaged_segment_found_by_the_scrubber_moves_the_leadership(tmp_path, 
         # Broker 0's replica is offline: asked directly, it says so (not "not leader").
         channel = Channel(f"tcp://{c.broker_address(0)}")
         try:
-            answer = channel.request(P.ApiKey.FETCH, {
+            answer = channel.request(protocol.ApiKey.FETCH, {
                 "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
                 "partitions": [["t", 0, 0, -1, 1 << 20]]}, timeout_ms=10_000).body
         finally:

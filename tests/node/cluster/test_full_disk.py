@@ -16,8 +16,8 @@ import pytest
 from node.client import Admin, Producer
 from node.cluster import Cluster
 from node.net import Channel
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import protocol
+from node.wire import zkdata
 from node.wire.errors import ErrorCode, KafkaError
 from tests.node.cluster.scenario import read_partition
 
@@ -128,13 +128,13 @@ def test_a_full_second_log_dir_moves_only_its_partitions(tmp_path, cluster_id):
                 assert producer.send("t", b"x", partition=healthy[0]).get(timeout=30)
             channel = Channel(f"tcp://{c.broker_address(0)}")
             try:
-                answer = channel.request(P.ApiKey.FETCH, {
+                answer = channel.request(protocol.ApiKey.FETCH, {
                     "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
                     "partitions": [["t", victim, 0, -1, 1 << 20]]}, timeout_ms=10_000).body
             finally:
                 channel.close()
             assert answer["partitions"][0][2] == ErrorCode.KAFKA_STORAGE_ERROR
-            c.wait_for(lambda: c.zk().get_children(Z.LOG_DIR_EVENT_NOTIFICATION) == [], 30,
+            c.wait_for(lambda: c.zk().get_children(zkdata.LOG_DIR_EVENT_NOTIFICATION) == [], 30,
                        "the controller consumed the log dir event")
             got = read_partition(c.bootstrap_servers, "t", victim)
             assert all(got.get(o) == v for o, v in acked), "an acknowledged write is gone"

@@ -13,14 +13,14 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from node.wire import errors as E
+from node.wire import errors
 from node.wire.errors import ErrorCode
 from node.broker.limits import BOARD_PUBLISH_DELAY_MS
 from node.client import Producer
 from node.cluster.layout import ZK_TICK_TIME_MS
 from node.net import Channel
-from node.wire import protocol as P
-from node.wire import zkdata as Z
+from node.wire import protocol
+from node.wire import zkdata
 from tests.node.cluster.scenario import (BackgroundProducer, admin, board,
                                     check_no_acked_record_lost, cluster, log_text,
                                     read_partition, state, wait_state)
@@ -72,7 +72,7 @@ def session_of(c, broker_id: int) -> int:
     zk = KazooClient(hosts=c.zookeeper, timeout=10)
     zk.start(timeout=15)
     try:
-        return zk.get(f"{Z.BROKER_IDS}/{broker_id}")[1].ephemeralOwner
+        return zk.get(f"{zkdata.BROKER_IDS}/{broker_id}")[1].ephemeralOwner
     finally:
         zk.stop()
         zk.close()
@@ -165,7 +165,7 @@ def test_isr_below_min_insync_refuses_acks_all_and_accepts_acks_1(tmp_path, clus
         try:
             wait_state(c, "t", lambda s: s.isr == (s.leader,), "the ISR to shrink to the leader")
             p_all = Producer(bootstrap_servers=c.bootstrap_servers, acks="all", retries=0)
-            with pytest.raises(E.NotEnoughReplicasError):
+            with pytest.raises(errors.NotEnoughReplicasError):
                 p_all.send("t", b"x", partition=0).get(timeout=30)
             p_all.close()
             p_one = Producer(bootstrap_servers=c.bootstrap_servers, acks=1, retries=0)
@@ -216,7 +216,7 @@ def test_acks_1_loses_an_acknowledged_write_when_the_leader_dies_and_acks_all_do
         try:
             md = pending.get(timeout=60)  # retried on the new leader: acknowledged there
             acked_all[b"never-acked"] = md.offset
-        except E.KafkaError:
+        except errors.KafkaError:
             pass
         c.start(0)
         wait_state(c, "one", lambda s: 0 in s.isr, "broker 0 back in the ISR")
@@ -371,7 +371,7 @@ def test_controller_failover_raises_the_epoch_and_a_paused_old_controller_is_ref
             channel = Channel(f"tcp://{c.broker_address(target)}")
             body = {"controller_id": old, "controller_epoch": old_epoch, "partitions": [],
                     "live_leaders": []}
-            answer = channel.request(P.ApiKey.LEADER_AND_ISR, body, timeout_ms=10_000).body
+            answer = channel.request(protocol.ApiKey.LEADER_AND_ISR, body, timeout_ms=10_000).body
             channel.close()
             assert answer["error"] == ErrorCode.STALE_CONTROLLER_EPOCH
         finally:
@@ -539,7 +539,7 @@ def test_a_leader_that_lost_committed_data_in_a_power_failure_does_not_lead_agai
             line.startswith("t 0 ") and int(line.split()[2]) >= 200
             for line in checkpoint.read_text().splitlines()), 10, "a checkpointed HW >= 200")
         zk = c.zk()
-        registered = zk.get(Z.broker_path(victim))[1].czxid
+        registered = zk.get(zkdata.broker_path(victim))[1].czxid
         killed_at = time.monotonic()
         c.kill(victim, "KILL")
         cut = c.lose_unflushed(victim)
@@ -553,7 +553,7 @@ def test_a_leader_that_lost_committed_data_in_a_power_failure_does_not_lead_agai
             c.kill(b, "STOP")
         try:
             c.wait_for(lambda: (lambda n: n is not None and n[1].czxid != registered)(
-                zk.exists(Z.broker_path(victim)) and zk.get(Z.broker_path(victim))), 10,
+                zk.exists(zkdata.broker_path(victim)) and zk.get(zkdata.broker_path(victim))), 10,
                 "the victim's new registration")
         finally:
             for b in rest:

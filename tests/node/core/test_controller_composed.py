@@ -3,18 +3,18 @@ leaderships refused by replicas that lost data, KIP-966's eligible leader replic
 unclean recovery."""
 from __future__ import annotations
 
-from node.core import controller as C
+from node.core import controller
 from node.wire.errors import ErrorCode
 from node.wire.protocol import ApiKey
 
 from tests.node.core.controller_harness import Harness, broker
 
 B0, B1, B2 = broker(0), broker(1), broker(2)
-ELR = C.ControllerConfig(min_insync_replicas=2, eligible_leader_replicas=True,
-                         unclean_recovery_timeout_ms=10_000)
+ELR = controller.ControllerConfig(min_insync_replicas=2, eligible_leader_replicas=True,
+                                  unclean_recovery_timeout_ms=10_000)
 
 
-def start(config=C.ControllerConfig(), brokers=(B0, B1, B2)) -> Harness:
+def start(config=controller.ControllerConfig(), brokers=(B0, B1, B2)) -> Harness:
     h = Harness(config)
     h.add_topic("t", {0: [0, 1, 2]}, {"min.insync.replicas": "2"})
     h.start(list(brokers))
@@ -24,7 +24,7 @@ def start(config=C.ControllerConfig(), brokers=(B0, B1, B2)) -> Harness:
 def answer(h: Harness, api_key, broker_id: int, body: dict) -> None:
     req = [r for r in h.sent if r.api_key == api_key and r.broker_id == broker_id
            and r.tag is not None][-1]
-    h.run(C.BrokerResponse(req.tag, body))
+    h.run(controller.BrokerResponse(req.tag, body))
 
 
 def test_every_request_carries_the_receiving_brokers_epoch():
@@ -42,9 +42,9 @@ def test_a_refusal_for_a_stale_broker_epoch_fails_that_registration_over():
     h.hold_tags = True
     h.clear()
     h.brokers_changed([B0, B1, B2])            # nothing changed: no-op
-    h.run(C.IsrChanged({}))
-    h.core.step(C.Tick(0))
-    h.run(C.BrokersChanged((B0, B1, B2)))
+    h.run(controller.IsrChanged({}))
+    h.core.step(controller.Tick(0))
+    h.run(controller.BrokersChanged((B0, B1, B2)))
     h.clear()
     # Re-send the current state (as a failover would) and refuse it as a new process.
     h.core._leader_and_isr_to_replicas([("t", 0)])
@@ -56,9 +56,9 @@ def test_a_refusal_for_a_stale_broker_epoch_fails_that_registration_over():
     assert h.zk.state("t", 0).leader == 1
     assert 0 not in h.zk.state("t", 0).isr
     assert "STALE_BROKER_EPOCH" in h.log_text()
-    h.run(C.BrokersChanged((B0, B1, B2)))       # the same old registration: still ignored
+    h.run(controller.BrokersChanged((B0, B1, B2)))       # the same old registration: still ignored
     assert 0 not in h.core.brokers
-    h.run(C.BrokersChanged((broker(0, epoch=900), B1, B2)))   # registered again
+    h.run(controller.BrokersChanged((broker(0, epoch=900), B1, B2)))   # registered again
     assert h.core.brokers[0].epoch == 900
 
 
@@ -91,7 +91,7 @@ def test_a_replica_that_left_a_small_isr_is_elected_from_the_elr():
 
 
 def test_without_elr_the_same_partition_stays_offline():
-    h = start(C.ControllerConfig(min_insync_replicas=2))
+    h = start(controller.ControllerConfig(min_insync_replicas=2))
     h.isr_changed("t", 0, [0, 1])
     h.brokers_changed([B0, B2])
     h.brokers_changed([B2])
@@ -104,7 +104,7 @@ def test_a_broker_back_from_an_unclean_shutdown_leaves_the_elr_and_is_not_electe
     h.isr_changed("t", 0, [0, 1])
     h.brokers_changed([B0, B2])
     h.brokers_changed([B2])
-    unclean = C.Broker(1, "127.0.0.1", 9001, None, 700, frozenset(), clean_shutdown=False)
+    unclean = controller.Broker(1, "127.0.0.1", 9001, None, 700, frozenset(), clean_shutdown=False)
     h.brokers_changed([unclean, B2])
     state = h.zk.state("t", 0)
     assert state.leader == -1 and 1 not in state.elr, state
@@ -116,9 +116,9 @@ def test_unclean_recovery_elects_the_longest_log_once_every_replica_answered():
     h.brokers_changed([B1, B2])                  # 0 dies: offline, nobody eligible
     assert h.zk.state("t", 0).leader == -1
     h.hold_tags = True
-    lost0 = C.Broker(0, "127.0.0.1", 9000, None, 800, frozenset({("t", 0)}))
+    lost0 = controller.Broker(0, "127.0.0.1", 9000, None, 800, frozenset({("t", 0)}))
     h.brokers_changed([lost0, B1, B2])           # 0 back, but it lost its data
-    h.run(C.Tick(1_000))
+    h.run(controller.Tick(1_000))
     asked = {r.broker_id for r in h.sent if r.api_key == ApiKey.GET_REPLICA_LOG_INFO}
     assert asked == {0, 1, 2}
     for b, (epoch, end) in {0: (0, 10), 1: (0, 250), 2: (0, 200)}.items():
@@ -137,12 +137,12 @@ def test_unclean_recovery_waits_for_a_missing_replica_until_the_timeout():
     h.isr_changed("t", 0, [0])
     h.brokers_changed([B1])                      # 0 and 2 away
     h.hold_tags = True
-    lost0 = C.Broker(0, "127.0.0.1", 9000, None, 800, frozenset({("t", 0)}))
+    lost0 = controller.Broker(0, "127.0.0.1", 9000, None, 800, frozenset({("t", 0)}))
     h.brokers_changed([lost0, B1])
-    h.run(C.Tick(1_000))
+    h.run(controller.Tick(1_000))
     for b, end in {0: 10, 1: 50}.items():
         answer(h, ApiKey.GET_REPLICA_LOG_INFO, b, {"error": 0, "partitions": [
             ["t", 0, 0, 0, end]]})
     assert h.zk.state("t", 0).leader == -1      # broker 2 may come back with more
-    h.run(C.Tick(12_000))
+    h.run(controller.Tick(12_000))
     assert h.zk.state("t", 0).leader == 1

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from node.core import controller as C
-from node.wire import zkdata as Z
+from node.core import controller
+from node.wire import zkdata
 from node.wire.protocol import ApiKey
 
 from tests.node.core.controller_harness import Harness, broker
@@ -23,7 +23,7 @@ class World:
     def __init__(self, seed: int, unclean: bool):
         self.rng = random.Random(seed)
         self.unclean = unclean
-        self.h = Harness(C.ControllerConfig(unclean_leader_election_enable=unclean,
+        self.h = Harness(controller.ControllerConfig(unclean_leader_election_enable=unclean,
                                             auto_leader_rebalance_enable=True,
                                             leader_imbalance_check_interval_seconds=1))
         self.epochs = {b: 100 + b for b in BROKERS}
@@ -83,9 +83,10 @@ class World:
         s = self.h.zk.state(*tp)
         isr = [r for r in s.isr if r == s.leader or self.rng.random() < 0.5]
         self.isr_written.setdefault(tp, set()).update(isr)
-        new = Z.PartitionState(s.leader, s.leader_epoch, tuple(isr), s.controller_epoch)
-        version = self.h.zk.put(Z.partition_state_path(*tp), Z.encode_partition_state(new))
-        self.late.append(C.IsrChanged({tp: Z.PartitionState(
+        new = zkdata.PartitionState(s.leader, s.leader_epoch, tuple(isr), s.controller_epoch)
+        version = self.h.zk.put(zkdata.partition_state_path(*tp),
+                                zkdata.encode_partition_state(new))
+        self.late.append(controller.IsrChanged({tp: zkdata.PartitionState(
             new.leader, new.leader_epoch, new.isr, new.controller_epoch, version)}))
 
     def deliver_late(self):
@@ -95,11 +96,11 @@ class World:
     def failover(self):
         """The controller dies; another broker's new core rebuilds from the coordinator."""
         self.h.epoch += 1
-        self.h.core = C.Controller(self.rng.choice(sorted(self.live)), self.h.core.config)
-        found = self.h.zk.get(Z.REASSIGN_PARTITIONS)
-        moves = {} if found is None else Z.decode_reassignment(found[0])
+        self.h.core = controller.Controller(self.rng.choice(sorted(self.live)), self.h.core.config)
+        found = self.h.zk.get(zkdata.REASSIGN_PARTITIONS)
+        moves = {} if found is None else zkdata.decode_reassignment(found[0])
         deleting = tuple(sorted(p.rsplit("/", 1)[1] for p in self.h.zk.nodes
-                                if p.startswith(Z.DELETE_TOPICS + "/")))
+                                if p.startswith(zkdata.DELETE_TOPICS + "/")))
         self.h.start(self.brokers(), now_ms=self.now_ms, reassignments=moves,
                      reassignments_zk_version=-1 if found is None else found[1],
                      topics_to_delete=deleting)
@@ -110,37 +111,37 @@ class World:
         rf = self.rng.randint(1, 3)
         parts = self.rng.randint(1, 3)
         self.h.add_topic(name, {p: self.rng.sample(BROKERS, rf) for p in range(parts)})
-        self.h.run(C.TopicChanged(self.h.topic_snapshot(name)))
+        self.h.run(controller.TopicChanged(self.h.topic_snapshot(name)))
 
     def add_partition(self):
         topics = sorted(t for t in self.h.core.assignments if t not in self.h.core.deleting)
         if not topics:
             return
         name = self.rng.choice(topics)
-        current = Z.decode_assignment(name, self.h.zk.get(Z.topic_path(name))[0])
+        current = zkdata.decode_assignment(name, self.h.zk.get(zkdata.topic_path(name))[0])
         rf = len(current[0])
         current[len(current)] = self.rng.sample(BROKERS, rf)
-        raw = Z._load(self.h.zk.get(Z.topic_path(name))[0], name)
+        raw = zkdata._load(self.h.zk.get(zkdata.topic_path(name))[0], name)
         raw["partitions"] = {str(p): r for p, r in current.items()}
-        self.h.zk.put(Z.topic_path(name), Z._dump(raw))
-        self.h.run(C.TopicChanged(self.h.topic_snapshot(name)))
+        self.h.zk.put(zkdata.topic_path(name), zkdata._dump(raw))
+        self.h.run(controller.TopicChanged(self.h.topic_snapshot(name)))
 
     def delete_topic(self):
         topics = sorted(t for t in self.h.core.assignments if t.startswith("n"))
         if not topics:
             return
         name = self.rng.choice(topics)
-        self.h.zk.put(Z.delete_topic_path(name), b"")
-        self.h.run(C.TopicDeletionRequested((name,)))
+        self.h.zk.put(zkdata.delete_topic_path(name), b"")
+        self.h.run(controller.TopicDeletionRequested((name,)))
 
     def elect(self):
         kind = self.rng.choice(["preferred", "unclean"])
         self.unclean_requested = kind == "unclean"
-        self.h.run(C.ElectionRequested(None, kind))
+        self.h.run(controller.ElectionRequested(None, kind))
 
     def shutdown(self):
         b = self.rng.choice(sorted(self.live))
-        self.h.run(C.ControlledShutdownRequested(("cs", self.now_ms), b))
+        self.h.run(controller.ControlledShutdownRequested(("cs", self.now_ms), b))
 
     def reassign(self):
         tp = self.rng.choice(self.partitions())
@@ -148,12 +149,13 @@ class World:
         target = self.rng.sample(sorted(self.live), min(rf, len(self.live)))
         moves = dict(self.h.core.reassign_znode)
         moves[tp] = target
-        self.h.zk.put(Z.REASSIGN_PARTITIONS, Z.encode_reassignment(moves))
-        self.h.run(C.ReassignmentRequested(moves, self.h.zk.get(Z.REASSIGN_PARTITIONS)[1]))
+        self.h.zk.put(zkdata.REASSIGN_PARTITIONS, zkdata.encode_reassignment(moves))
+        self.h.run(controller.ReassignmentRequested(
+            moves, self.h.zk.get(zkdata.REASSIGN_PARTITIONS)[1]))
 
     def tick(self):
         self.now_ms += 700
-        self.h.run(C.Tick(self.now_ms))
+        self.h.run(controller.Tick(self.now_ms))
 
     def step(self):
         action = self.rng.choices(
@@ -193,9 +195,9 @@ class World:
         core = self.h.core
         for tp in self.partitions():
             assert self.h.zk.state(*tp).leader != -1, (tp, "still offline")
-        assert not core.reassigning and self.h.zk.get(Z.REASSIGN_PARTITIONS) is None
+        assert not core.reassigning and self.h.zk.get(zkdata.REASSIGN_PARTITIONS) is None
         assert not core.deleting and not core.uninitialized
-        assert not [p for p in self.h.zk.nodes if p.startswith(Z.DELETE_TOPICS + "/")]
+        assert not [p for p in self.h.zk.nodes if p.startswith(zkdata.DELETE_TOPICS + "/")]
 
     # -- invariants
     def check(self, before, sent):
@@ -265,7 +267,7 @@ def test_an_election_outside_the_isr_is_caught(monkeypatch):
         leader = live[0]
         return leader, tuple(dict.fromkeys([leader] + [r for r in isr if r in eligible])), False
     # The core calls the rules through their module (node.core.controller.elections).
-    monkeypatch.setattr(C.elections, "elect_offline", elect_first_live)
+    monkeypatch.setattr(controller.elections, "elect_offline", elect_first_live)
     caught = []
     for seed in range(40):
         try:

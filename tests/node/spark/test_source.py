@@ -6,22 +6,22 @@ import sys
 
 import pytest
 
-from node.spark import source as S
+from node.spark import source
 
 # ------------------------------------------------------------------ pure parts
 
 
 def test_split_reaches_min_partitions_without_gaps_or_overlaps():
     ranges = [("t", 0, 0, 1000), ("t", 1, 10, 20), ("t", 2, 5, 5)]
-    out = S.split(ranges, 8)
+    out = source.split(ranges, 8)
     assert len(out) >= 8 and ("t", 2, 5, 5) not in out
     for topic, partition, start, end in ranges:
         covered = sorted((s, e) for t, p, s, e in out if (t, p) == (topic, partition))
         if end > start:
             assert covered[0][0] == start and covered[-1][1] == end
             assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
-    assert S.split(ranges, None) == ranges[:2]
-    assert len(S.split([("t", 0, 0, 3)], 10)) == 3        # no range below one record
+    assert source.split(ranges, None) == ranges[:2]
+    assert len(source.split([("t", 0, 0, 3)], 10)) == 3        # no range below one record
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -29,7 +29,7 @@ def test_split_reaches_min_partitions_without_gaps_or_overlaps():
     ('{"t": {"0": 5, "1": -2}}', {"t": {0: 5, 1: -2}}),
 ])
 def test_offset_options(text, expected):
-    assert S._offset_spec({"startingoffsets": text}, "startingOffsets", "x") == expected
+    assert source._offset_spec({"startingoffsets": text}, "startingOffsets", "x") == expected
 
 
 @pytest.mark.parametrize("options, words", [
@@ -41,8 +41,8 @@ def test_offset_options(text, expected):
      "minPartitions"),
 ])
 def test_wrong_options_are_one_clear_message(options, words):
-    with pytest.raises(S.SourceError, match=words):
-        S.BatchReader(options)
+    with pytest.raises(source.SourceError, match=words):
+        source.BatchReader(options)
 
 
 # ------------------------------------------------------------------ real Spark
@@ -166,12 +166,12 @@ def test_a_leader_change_during_a_read_loses_and_repeats_nothing(cluster):
     with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
         admin.create_topic(topic, 1, 2)
         leader = admin.describe_topics([topic])[topic][0].leader
-    n = S.ROWS_PER_ARROW_BATCH * 2 + 500
+    n = source.ROWS_PER_ARROW_BATCH * 2 + 500
     with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
         producer.send_many(topic, [b"m%d" % i for i in range(n)], partition=0)
         producer.flush()
-    part = S.Range(topic, 0, 0, n, cluster.bootstrap_servers, None, leader)
-    batches = S.read_range(part)
+    part = source.Range(topic, 0, 0, n, cluster.bootstrap_servers, None, leader)
+    batches = source.read_range(part)
     got = [next(batches)]
     cluster.kill(leader, "KILL")
     try:
@@ -340,13 +340,13 @@ def test_avro_values_become_typed_columns(cluster, spark, mode):
 def test_avro_option_errors_are_one_clear_message(cluster, spark):
     _produce(cluster, "untyped", 3, partitions=1)
     base = {"bootstrap.servers": cluster.bootstrap_servers, "subscribe": "untyped"}
-    with pytest.raises(S.SourceError, match="valueFormat"):
-        S.BatchReader({**base, "valueFormat": "protobuf"})
-    with pytest.raises(S.SourceError, match="schema.registry"):
-        S.BatchReader({**base, "valueFormat": "avro"})
-    with pytest.raises(S.SourceError, match="no schema registered under subject "
-                                            "'untyped-value'"):
-        S.BatchReader({**base, "valueFormat": "avro", "schema.registry": cluster.zookeeper})
+    with pytest.raises(source.SourceError, match="valueFormat"):
+        source.BatchReader({**base, "valueFormat": "protobuf"})
+    with pytest.raises(source.SourceError, match="schema.registry"):
+        source.BatchReader({**base, "valueFormat": "avro"})
+    with pytest.raises(source.SourceError, match="no schema registered under subject "
+                                                 "'untyped-value'"):
+        source.BatchReader({**base, "valueFormat": "avro", "schema.registry": cluster.zookeeper})
     # Values that are not Avro: the task fails naming the problem.
     from node.client.avro import SchemaRegistry
     with SchemaRegistry(cluster.zookeeper) as registry:

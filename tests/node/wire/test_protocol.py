@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.wire import protocol as P
+from node.wire import protocol
 from node.wire.control import (REPLICAS_MAX, LeaderAndIsrPartition, StopReplicaPartition,
                                UpdateMetadataPartition)
 
@@ -16,32 +16,33 @@ BATCH = b"\x00" * 61 + b"records"
 
 # One request of every API, with bodies as the clients and the controller send them.
 REQUESTS = [
-    (P.ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 30000, "partitions": [["t", 0]]}, [BATCH]),
-    (P.ApiKey.FETCH, {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1,
-                      "max_bytes": 1 << 20,
-                      "partitions": [["t", 0, 42, 3, 1 << 20], ["u", 1, 0, -1, 1024]]}, []),
-    (P.ApiKey.LIST_OFFSETS, {"replica_id": -1, "partitions": [["t", 0, -1]]}, []),
-    (P.ApiKey.METADATA, {"topics": None}, []),
-    (P.ApiKey.LEADER_AND_ISR, {"controller_id": 1, "controller_epoch": 7, "partitions": [
+    (protocol.ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 30000, "partitions": [["t", 0]]},
+     [BATCH]),
+    (protocol.ApiKey.FETCH, {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1,
+                             "max_bytes": 1 << 20,
+                             "partitions": [["t", 0, 42, 3, 1 << 20], ["u", 1, 0, -1, 1024]]}, []),
+    (protocol.ApiKey.LIST_OFFSETS, {"replica_id": -1, "partitions": [["t", 0, -1]]}, []),
+    (protocol.ApiKey.METADATA, {"topics": None}, []),
+    (protocol.ApiKey.LEADER_AND_ISR, {"controller_id": 1, "controller_epoch": 7, "partitions": [
         LeaderAndIsrPartition("t", 0, 1, 5, (1, 2), 9, (1, 2, 3), True).to_wire()],
         "live_leaders": [[1, "127.0.0.1", 9092]]}, []),
-    (P.ApiKey.STOP_REPLICA, {"controller_id": 1, "controller_epoch": 7,
-                             "delete_partitions": True,
-                             "partitions": [StopReplicaPartition("t", 0).to_wire()]}, []),
-    (P.ApiKey.UPDATE_METADATA, {"controller_id": 1, "controller_epoch": 7,
-                                "brokers": [[1, "127.0.0.1", 9092, None]], "partitions": [
+    (protocol.ApiKey.STOP_REPLICA, {"controller_id": 1, "controller_epoch": 7,
+                                    "delete_partitions": True,
+                                    "partitions": [StopReplicaPartition("t", 0).to_wire()]}, []),
+    (protocol.ApiKey.UPDATE_METADATA, {"controller_id": 1, "controller_epoch": 7,
+                                       "brokers": [[1, "127.0.0.1", 9092, None]], "partitions": [
         UpdateMetadataPartition("t", 0, 1, 5, (1,), 9, (1, 2), (2,)).to_wire()]}, []),
-    (P.ApiKey.CONTROLLED_SHUTDOWN, {"broker_id": 2, "broker_epoch": 77}, []),
-    (P.ApiKey.CREATE_TOPICS, {"topics": [["t", 3, 3, None, {"retention.ms": "1000"}]],
-                              "timeout_ms": 5000, "validate_only": False}, []),
-    (P.ApiKey.OFFSET_FOR_LEADER_EPOCH, {"replica_id": 2, "partitions": [["t", 0, 3]]}, []),
-    (P.ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": None}, []),
+    (protocol.ApiKey.CONTROLLED_SHUTDOWN, {"broker_id": 2, "broker_epoch": 77}, []),
+    (protocol.ApiKey.CREATE_TOPICS, {"topics": [["t", 3, 3, None, {"retention.ms": "1000"}]],
+                                     "timeout_ms": 5000, "validate_only": False}, []),
+    (protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH, {"replica_id": 2, "partitions": [["t", 0, 3]]}, []),
+    (protocol.ApiKey.ELECT_LEADERS, {"election_type": 0, "partitions": None}, []),
 ]
 RESPONSES = [
-    (7, P.ApiKey.PRODUCE, {"partitions": [["t", 0, 0, 100, -1, 0]]}, []),
-    (8, P.ApiKey.FETCH, {"partitions": [["t", 0, 0, 120, 120, 0]]}, [BATCH, BATCH]),
-    (9, P.ApiKey.METADATA, {"brokers": [[1, "127.0.0.1", 9092, None]], "controller_id": 1,
-                            "topics": [["t", 0, [[0, 0, 1, 5, [1, 2], [1, 2], []]]]]}, []),
+    (7, protocol.ApiKey.PRODUCE, {"partitions": [["t", 0, 0, 100, -1, 0]]}, []),
+    (8, protocol.ApiKey.FETCH, {"partitions": [["t", 0, 0, 120, 120, 0]]}, [BATCH, BATCH]),
+    (9, protocol.ApiKey.METADATA, {"brokers": [[1, "127.0.0.1", 9092, None]], "controller_id": 1,
+                                   "topics": [["t", 0, [[0, 0, 1, 5, [1, 2], [1, 2], []]]]]}, []),
 ]
 
 
@@ -51,27 +52,27 @@ def _bytes(frames) -> list[bytes]:
 
 @pytest.mark.parametrize("api_key,body,batches", REQUESTS, ids=lambda x: getattr(x, "name", ""))
 def test_every_request_whole(api_key, body, batches):
-    frames = P.encode_request(api_key, 12345, "client-1", body, batches)
-    request = P.decode_request(_bytes(frames))
+    frames = protocol.encode_request(api_key, 12345, "client-1", body, batches)
+    request = protocol.decode_request(_bytes(frames))
     assert (request.api_key, request.api_version, request.correlation_id, request.client_id) \
-        == (api_key, P.API_VERSION, 12345, "client-1")
+        == (api_key, protocol.API_VERSION, 12345, "client-1")
     assert request.body == body
     assert [bytes(f) for f in request.frames] == batches
-    assert P.peek_correlation_id(frames) == 12345
-    assert P.peek_api_key(frames) == api_key
+    assert protocol.peek_correlation_id(frames) == 12345
+    assert protocol.peek_api_key(frames) == api_key
 
 
 def test_golden_frames_of_a_request_and_a_response():
     """The frames byte for byte, built by hand from the msgpack spec
     (https://github.com/msgpack/msgpack/blob/master/spec.md), beside the round trips:
     a codec that changes the format on both sides at once fails here."""
-    frames = _bytes(P.encode_request(P.ApiKey.PRODUCE, 300, "mk",
-                                     {"acks": -1, "timeout_ms": 1000, "partitions": [["t", 0]]},
-                                     [BATCH]))
-    assert P.API_VERSION < 128   # a positive fixint: its own byte
+    frames = _bytes(protocol.encode_request(
+        protocol.ApiKey.PRODUCE, 300, "mk",
+        {"acks": -1, "timeout_ms": 1000, "partitions": [["t", 0]]}, [BATCH]))
+    assert protocol.API_VERSION < 128   # a positive fixint: its own byte
     assert frames[0] == bytes([0x94,                         # fixarray of 4
                                0x00,                         # api_key 0 (PRODUCE)
-                               P.API_VERSION,
+                               protocol.API_VERSION,
                                0xcd, 0x01, 0x2c,             # uint16 300, big-endian
                                0xa2]) + b"mk"                # fixstr of 2
     assert frames[1] == (b"\x83"                             # fixmap of 3, in order
@@ -79,55 +80,56 @@ def test_golden_frames_of_a_request_and_a_response():
                          b"\xaatimeout_ms" b"\xcd\x03\xe8"   # uint16 1000
                          b"\xaapartitions" b"\x91\x92\xa1t\x00")  # [["t", 0]]
     assert frames[2:] == [BATCH]                             # batches go as they are
-    response = _bytes(P.encode_response(2**31 - 1, P.ApiKey.FETCH, {}, [b""]))
+    response = _bytes(protocol.encode_response(2**31 - 1, protocol.ApiKey.FETCH, {}, [b""]))
     assert response == [b"\x92\xce\x7f\xff\xff\xff\x01",     # [uint32 cid, api_key 1]
                         b"\x80", b""]                        # empty fixmap, empty frame
 
 
 @pytest.mark.parametrize("cid,api_key,body,batches", RESPONSES, ids=lambda x: str(x)[:12])
 def test_every_response_whole(cid, api_key, body, batches):
-    response = P.decode_response(_bytes(P.encode_response(cid, api_key, body, batches)))
+    response = protocol.decode_response(
+        _bytes(protocol.encode_response(cid, api_key, body, batches)))
     assert (response.correlation_id, response.api_key, response.body) == (cid, api_key, body)
     assert [bytes(f) for f in response.frames] == batches
 
 
 @pytest.mark.parametrize("api_key,body,batches", REQUESTS, ids=lambda x: getattr(x, "name", ""))
 def test_every_request_cut_at_every_byte_is_a_protocol_error(api_key, body, batches):
-    frames = _bytes(P.encode_request(api_key, 1, "c", body, batches))
+    frames = _bytes(protocol.encode_request(api_key, 1, "c", body, batches))
     for which in (0, 1):  # the header and the body; batches are opaque here
         whole = frames[which]
         for cut in range(len(whole)):
             broken = list(frames)
             broken[which] = whole[:cut]
-            with pytest.raises(P.ProtocolError):
-                P.decode_request(broken)
-    with pytest.raises(P.ProtocolError):
-        P.decode_request(frames[:1])
+            with pytest.raises(protocol.ProtocolError):
+                protocol.decode_request(broken)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode_request(frames[:1])
 
 
 @pytest.mark.parametrize("cid,api_key,body,batches", RESPONSES, ids=lambda x: str(x)[:12])
 def test_every_response_cut_at_every_byte_is_a_protocol_error(cid, api_key, body, batches):
-    frames = _bytes(P.encode_response(cid, api_key, body, batches))
+    frames = _bytes(protocol.encode_response(cid, api_key, body, batches))
     for which in (0, 1):
         for cut in range(len(frames[which])):
             broken = list(frames)
             broken[which] = frames[which][:cut]
-            with pytest.raises(P.ProtocolError):
-                P.decode_response(broken)
+            with pytest.raises(protocol.ProtocolError):
+                protocol.decode_response(broken)
 
 
 @pytest.mark.parametrize("garbage", [b"\x00", b"\xc0", b"\x91\x01", b"junk", b"\xff" * 9])
 def test_trailing_garbage_after_a_message_is_a_protocol_error(garbage):
     api_key, body, batches = REQUESTS[1]
-    frames = _bytes(P.encode_request(api_key, 1, "c", body, batches))
+    frames = _bytes(protocol.encode_request(api_key, 1, "c", body, batches))
     for which in (0, 1):
         broken = list(frames)
         broken[which] = frames[which] + garbage
-        with pytest.raises(P.ProtocolError, match="not valid msgpack"):
-            P.decode_request(broken)
-    response = _bytes(P.encode_response(1, api_key, {"partitions": []}))
-    with pytest.raises(P.ProtocolError):
-        P.decode_response([response[0], response[1] + garbage])
+        with pytest.raises(protocol.ProtocolError, match="not valid msgpack"):
+            protocol.decode_request(broken)
+    response = _bytes(protocol.encode_response(1, api_key, {"partitions": []}))
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode_response([response[0], response[1] + garbage])
 
 
 @pytest.mark.parametrize("header,message", [
@@ -136,24 +138,25 @@ def test_trailing_garbage_after_a_message_is_a_protocol_error(garbage):
     (["0", 0, 1, "c"], "wrong types"),
     ([0, 0, 1.5, "c"], "wrong types"),
     ([0, 0, 1, b"c"], "wrong types"),
-    ([0, 0, 1, "c" * (P.CLIENT_ID_CHARS_MAX + 1)], "client_id longer"),
+    ([0, 0, 1, "c" * (protocol.CLIENT_ID_CHARS_MAX + 1)], "client_id longer"),
     ({"api_key": 0}, "header must be"),
 ])
 def test_a_bad_header_is_named(header, message):
-    with pytest.raises(P.ProtocolError, match=message):
-        P.decode_request([P.pack(header), P.pack({})])
+    with pytest.raises(protocol.ProtocolError, match=message):
+        protocol.decode_request([protocol.pack(header), protocol.pack({})])
 
 
 def test_limits_are_enforced_before_decoding():
-    header = P.pack([0, 0, 1, "c"])
-    with pytest.raises(P.ProtocolError, match="exceeds"):
-        P.decode_request([header, b"\x80" + b"\x00" * P.BODY_BYTES_MAX])
-    with pytest.raises(P.ProtocolError, match="exceeds"):
-        P.decode_request([b"\x90" * (P.HEADER_BYTES_MAX + 1), P.pack({})])
-    with pytest.raises(P.ProtocolError, match="frames exceed"):
-        P.decode_request([header, P.pack({})] + [b""] * P.FRAMES_PER_MESSAGE_MAX)
-    with pytest.raises(P.ProtocolError, match="body must be a map"):
-        P.decode_request([header, P.pack([1, 2])])
+    header = protocol.pack([0, 0, 1, "c"])
+    with pytest.raises(protocol.ProtocolError, match="exceeds"):
+        protocol.decode_request([header, b"\x80" + b"\x00" * protocol.BODY_BYTES_MAX])
+    with pytest.raises(protocol.ProtocolError, match="exceeds"):
+        protocol.decode_request([b"\x90" * (protocol.HEADER_BYTES_MAX + 1), protocol.pack({})])
+    with pytest.raises(protocol.ProtocolError, match="frames exceed"):
+        protocol.decode_request(
+            [header, protocol.pack({})] + [b""] * protocol.FRAMES_PER_MESSAGE_MAX)
+    with pytest.raises(protocol.ProtocolError, match="body must be a map"):
+        protocol.decode_request([header, protocol.pack([1, 2])])
 
 
 # ------------------------------------------------------------------ fuzz
@@ -169,14 +172,14 @@ _values = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=6) |
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.binary(max_size=64), max_size=5))
 def test_random_bytes_only_ever_raise_protocol_error(frames):
-    for decode in (P.decode_request, P.decode_response):
+    for decode in (protocol.decode_request, protocol.decode_response):
         try:
             decode(frames)
-        except P.ProtocolError:
+        except protocol.ProtocolError:
             pass
-    assert P.peek_correlation_id(frames) is None or isinstance(
-        P.peek_correlation_id(frames), int)
-    assert P.peek_api_key(frames) is None or isinstance(P.peek_api_key(frames), int)
+    assert protocol.peek_correlation_id(frames) is None or isinstance(
+        protocol.peek_correlation_id(frames), int)
+    assert protocol.peek_api_key(frames) is None or isinstance(protocol.peek_api_key(frames), int)
 
 
 @settings(max_examples=400, deadline=None)
@@ -184,8 +187,8 @@ def test_random_bytes_only_ever_raise_protocol_error(frames):
 def test_random_msgpack_values_only_ever_raise_protocol_error(header, body):
     frames = [msgpack.packb(header, use_bin_type=True), msgpack.packb(body, use_bin_type=True)]
     try:
-        request = P.decode_request(frames)
-    except P.ProtocolError:
+        request = protocol.decode_request(frames)
+    except protocol.ProtocolError:
         return
     assert isinstance(request.body, dict) and isinstance(request.client_id, str)
 
@@ -196,7 +199,7 @@ def test_random_msgpack_values_only_ever_raise_protocol_error(header, body):
 def test_random_controller_entries_only_ever_raise_protocol_error(raw, cls):
     try:
         entries = cls.list_from_wire(raw)
-    except P.ProtocolError:
+    except protocol.ProtocolError:
         return
     assert [e.to_wire() for e in entries] == raw  # what is accepted round-trips exactly
 
@@ -214,7 +217,7 @@ def test_controller_entries_round_trip(topic, partition, leader, epoch, isr, rep
                   UpdateMetadataPartition(topic, partition, leader, epoch, tuple(isr), 3,
                                           tuple(replicas), tuple(isr)),
                   StopReplicaPartition(topic, partition, epoch)):
-        wire = msgpack.unpackb(P.pack(entry.to_wire()), raw=False)
+        wire = msgpack.unpackb(protocol.pack(entry.to_wire()), raw=False)
         assert type(entry).from_wire(wire) == entry
 
 
@@ -228,13 +231,13 @@ def test_controller_entries_round_trip(topic, partition, leader, epoch, isr, rep
     (["t", 0, 1, 0, [1], 0, [1], 1], "is_new must be a bool"),
 ])
 def test_a_bad_leader_and_isr_entry_is_named(entry, message):
-    with pytest.raises(P.ProtocolError, match=message):
+    with pytest.raises(protocol.ProtocolError, match=message):
         LeaderAndIsrPartition.from_wire(entry)
 
 
 def test_a_too_deep_body_is_a_protocol_error_with_a_reason():
     import pytest as _pytest
     deep = b"\x91" * 200_000 + b"\x00"
-    with _pytest.raises(P.ProtocolError) as info:
-        P.decode_request([P.pack([3, 0, 1, "c"]), deep])
+    with _pytest.raises(protocol.ProtocolError) as info:
+        protocol.decode_request([protocol.pack([3, 0, 1, "c"]), deep])
     assert str(info.value) != "body is not valid msgpack: "
