@@ -4,10 +4,12 @@ lost committed data refuses to lead and remembers the loss across restarts until
 back in an ISR, and an unclean recovery may still make it leader."""
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 
 import pytest
+from kazoo.client import KazooClient
 
 from node.broker.lost_replicas import LOST_REPLICA_CHECKPOINT
 from node.wire.errors import ErrorCode
@@ -129,3 +131,32 @@ def test_an_unclean_recovery_makes_a_replica_that_lost_data_lead(cluster):
         assert "elected by unclean recovery" in follower.log()
     finally:
         cluster.brokers[0].signal(signal.SIGCONT)
+
+
+def test_a_broker_starting_while_the_coordinator_stops_answering_waits_for_it(cluster):
+    """Seen in a composed chaos run: "start-up failed: coordinator did not answer create
+    /brokers/ids/2 within 2 s", and the broker stayed down after the coordinator came
+    back. A broker now waits for the coordinator during start-up, as Kafka's does, up
+    to zookeeper.connection.timeout.ms."""
+    broker = cluster.add_broker(0)
+    broker.kill()
+    broker.start()                      # waits for its old registration to expire
+    wait_for(lambda: "waiting for it to expire" in broker.log(), "the wait for the old session")
+    zk_pid = cluster.zk_server.pid
+    os.killpg(zk_pid, signal.SIGSTOP)   # the coordinator stops answering mid start-up
+    try:
+        wait_for(lambda: "waiting for the coordinator to register" in broker.log(),
+                 "the broker to wait for the coordinator", timeout_s=30)
+        assert broker.alive
+    finally:
+        os.killpg(zk_pid, signal.SIGCONT)
+    watcher = KazooClient(hosts=cluster.zk_server.hosts, timeout=10)
+    watcher.start(timeout=15)
+    try:
+        wait_for(lambda: watcher.exists(zkdata.broker_path(0)) is not None and
+                 watcher.exists(zkdata.broker_path(0)).ephemeralOwner != broker._old_owner,
+                 "broker 0 registered after the coordinator came back", timeout_s=40)
+    finally:
+        watcher.stop()
+        watcher.close()
+    assert broker.alive, broker.log()
