@@ -17,7 +17,6 @@ import shutil
 import site
 import subprocess
 import sys
-import threading
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 
 from node.paths import CODE_ROOT
 from shm.names import cluster_objects
+from tests.dashboard_process import start_dashboard, stop_dashboard
 from tests.conftest import new_cluster_id
 from tests.waiting import poll_until
 
@@ -168,29 +168,15 @@ def test_the_installed_commands_run_from_outside_the_checkout(venv, tmp_path):
 
 def _dashboard_page(minikafka: Path, cwd: Path) -> None:
     """The page is package data: the installed dashboard serves it."""
-    proc = subprocess.Popen([str(minikafka), "dashboard", "--dir", "rel", "--port", "0"],
-                            cwd=cwd, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    dashboard = start_dashboard("--dir", "rel", command=[str(minikafka)], cwd=cwd,
+                                env=_env())
     try:
-        url = None
-        for line in proc.stdout:  # ends when the dashboard exits
-            found = re.search(r"(http://127\.0\.0\.1:\d+/)\?token=(\S+)", line)
-            if found:
-                url, token = found.group(1), found.group(2)
-                break
-        assert url, f"the dashboard exited: {proc.stdout.read()}"
-        threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
-        with urllib.request.urlopen(f"{url}?token={token}", timeout=30) as r:
+        with urllib.request.urlopen(dashboard.page, timeout=30) as r:
             assert r.status == 200 and "<html" in r.read().decode().lower()
 
         def a_picture():
-            with urllib.request.urlopen(f"{url}state?token={token}", timeout=10) as r:
+            with urllib.request.urlopen(dashboard.at("state"), timeout=10) as r:
                 return json.loads(r.read())["snapshot"]
         poll_until(a_picture, 30, "a picture of the cluster in /state", interval_s=0.2)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_dashboard(dashboard)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from bench.cli import build_parser
 from node.cluster import Cluster
 from node.paths import absolute_path, child_env
 from shm.names import cluster_objects
+from tests.dashboard_process import start_dashboard, stop_dashboard
 from tests.conftest import new_cluster_id
 from tests.waiting import poll_until
 
@@ -155,31 +154,15 @@ def test_a_cluster_its_tools_and_its_dashboard_from_a_scratch_directory(tmp_path
 
 
 def _dashboard_shows_the_topic(work: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.cli", "dashboard", "--dir",
-                             "mycluster", "--port", "0"], cwd=work, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    dashboard = start_dashboard("--dir", "mycluster", cwd=work, env=child_env())
     try:
-        url = None
-        for line in proc.stdout:  # ends when the dashboard exits
-            found = re.search(r"(http://127\.0\.0\.1:\d+/)\?token=(\S+)", line)
-            if found:
-                url, token = found.group(1), found.group(2)
-                break
-        assert url, f"the dashboard exited: {proc.stdout.read()}"
-        threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
-
         def topic_shown():
-            with urllib.request.urlopen(f"{url}state?token={token}", timeout=10) as r:
+            with urllib.request.urlopen(dashboard.at("state"), timeout=10) as r:
                 snap = json.loads(r.read())["snapshot"]
             return snap and any(p["topic"] == "t" for p in snap["partitions"])
         poll_until(topic_shown, 30, "topic t in the dashboard's /state", interval_s=0.2)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_dashboard(dashboard)
 
 
 @pytest.mark.process

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -16,13 +15,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
 from node.cluster import Cluster
+from tests.dashboard_process import Dashboard
+from tests.dashboard_process import start_dashboard as _start_dashboard
+from tests.dashboard_process import stop_dashboard as _stop
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,57 +30,6 @@ SHOTS = ROOT / ".test-artifacts" / "dashboard"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FAST = {"zookeeper.session.timeout.ms": "2000", "replica.lag.time.max.ms": "2000",
         "replica.fetch.wait.max.ms": "100", "auto.leader.rebalance.enable": "false"}
-
-
-@dataclass
-class Dashboard:
-    proc: subprocess.Popen
-    url: str                 # http://127.0.0.1:PORT/
-    token: str | None        # from the printed address, None with --no-token
-    printed: str             # what it printed up to its address
-
-    @property
-    def page(self) -> str:
-        """The address a person opens: with its token, as printed."""
-        return self.url + (f"?token={quote(self.token, safe='')}" if self.token else "")
-
-    @property
-    def port(self) -> int:
-        return urlsplit(self.url).port
-
-    @property
-    def auth(self) -> dict:
-        return {"Authorization": f"token {self.token}"}
-
-
-def _start_dashboard(*args) -> Dashboard:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.cli", "dashboard", "--port", "0",
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    deadline = time.monotonic() + 60
-    printed = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        printed += line
-        found = re.search(r"(http://127\.0\.0\.1:\d+/)(\?token=(\S+))?", line or "")
-        if found:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
-            token = unquote(found.group(3)) if found.group(3) else None
-            return Dashboard(proc, found.group(1), token, printed)
-        if proc.poll() is not None:
-            raise AssertionError(f"the dashboard exited: {printed}{proc.stdout.read()}")
-    proc.kill()
-    raise AssertionError("the dashboard did not print its address")
-
-
-def _stop(dashboard: Dashboard) -> None:
-    proc = dashboard.proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _request(url: str, body: bytes | None = None, headers: dict | None = None,
