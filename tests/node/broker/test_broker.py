@@ -14,15 +14,6 @@ TOPIC = "t1"
 
 
 @pytest.fixture
-def cluster(tmp_path, cluster_id):
-    c = Cluster(tmp_path, cluster_id)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture
 def single(cluster):
     cluster.add_broker(0)
     cluster.create_topic(TOPIC, {0: [0], 1: [0]})

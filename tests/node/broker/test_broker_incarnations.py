@@ -21,15 +21,6 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 TOPIC = "inc"
 
 
-@pytest.fixture
-def cluster(tmp_path, cluster_id):
-    c = Cluster(tmp_path, cluster_id)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def registration(cluster: Cluster, broker_id: int) -> tuple[zkdata.BrokerInfo, int]:
     data, stat = cluster.zk.get(zkdata.broker_path(broker_id))
     return zkdata.decode_broker(broker_id, data), stat.czxid

@@ -17,15 +17,6 @@ TOPIC = "rep"
 LAG_MS = 1500
 
 
-@pytest.fixture
-def cluster(tmp_path, cluster_id):
-    c = Cluster(tmp_path, cluster_id)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def start_brokers(cluster: Cluster, n: int, **overrides) -> None:
     settings = {"replica_lag_time_max_ms": LAG_MS, "replica_fetch_wait_max_ms": 200}
     settings.update(overrides)
