@@ -12,6 +12,7 @@ from shm.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_C
                             TRUNCATION_INTENT, OffsetCheckpointFile)
 from shm.config import LogConfig
 from shm.log import Log, LogError
+from tests.shm.test_log_recovery import all_values as values
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, retention_ms=-1)
 TOPIC, PARTITION = "states", 1
@@ -27,15 +28,6 @@ def fill_segments(log: Log, segments: int) -> None:
         log.append_as_leader(batch_codec.build_batch([b"%d" % (leo + i) for i in range(8)],
                                                      timestamps_ms=1), 1)
     log.flush()
-
-
-def values(log: Log) -> list[bytes]:
-    out, offset = [], log.log_start_offset
-    while offset < log.log_end_offset:
-        for batch in batch_codec.parse_batches(log.read(offset, 1 << 20)):
-            out += batch.values.to_pylist()
-            offset = batch.header.next_offset
-    return out
 
 
 def test_retention_cut_short_with_a_gap_at_the_front_recovers_from_the_checkpointed_log_start(

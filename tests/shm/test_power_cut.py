@@ -14,6 +14,7 @@ from shm.config import LogConfig
 from shm.log import Log
 from shm.names import cleanup_cluster
 from tests.powercut import PowerCut
+from tests.shm.test_log_recovery import all_values as values
 
 pytestmark = pytest.mark.process
 
@@ -30,15 +31,6 @@ def append(log: Log, batches: int, epoch: int) -> None:
         leo = log.log_end_offset
         log.append_as_leader(batch_codec.build_batch([b"v%d" % (leo + i) for i in range(5)],
                                            timestamps_ms=leo), epoch)
-
-
-def values(log: Log) -> list[bytes]:
-    out, offset = [], log.log_start_offset
-    while offset < log.log_end_offset:
-        for batch in batch_codec.parse_batches(log.read(offset, 1 << 20)):
-            out += batch.values.to_pylist()
-            offset = batch.header.next_offset
-    return out
 
 
 def test_a_power_cut_keeps_every_flushed_record_and_checkpoint_and_nothing_else(
