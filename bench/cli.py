@@ -11,45 +11,18 @@ subcommands (cluster, zk, the perf and admin tools).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from node import cli as node_cli
 
 
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    from bench.analysis.analyze import run
-
-    return run(args)
-
-
-def _cmd_bench_sweep(args: argparse.Namespace) -> int:
-    from bench.perf.sweep import run
-
-    return run(args)
-
-
-def _cmd_chaos(args: argparse.Namespace) -> int:
-    from bench.chaos.run import run
-
-    return run(args)
-
-
-def _cmd_scenario(args: argparse.Namespace) -> int:
-    from bench.teach.run import run
-
-    return run(args)
-
-
-def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from bench.teach.dashboard import run
-
-    return run(args)
-
-
-def _cmd_top(args: argparse.Namespace) -> int:
-    from bench.teach.top import run
-
-    return run(args)
+def _run_of(module: str):
+    """The subcommand's ``run(args)`` in ``module``, imported only when it runs (the
+    Spark, aiohttp and chaos modules stay out of every other command's start-up)."""
+    def run(args: argparse.Namespace) -> int:
+        return importlib.import_module(module).run(args)
+    return run
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +32,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     analyze = sub.add_parser("analyze", help="PySpark analysis of a results store: tables, "
                                              "plots, an HTML report")
     analyze_parser(analyze)
-    analyze.set_defaults(func=_cmd_analyze)
+    analyze.set_defaults(func=_run_of("bench.analysis.analyze"))
     from bench.perf.sweep import build_parser as sweep_parser
 
     bench = sub.add_parser("bench", help="benchmark drivers: sweep")
@@ -67,29 +40,29 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     sweep = bench_sub.add_parser("sweep", help="run a workload file's matrix of producer "
                                                "runs into a results store")
     sweep_parser(sweep)
-    sweep.set_defaults(func=_cmd_bench_sweep)
+    sweep.set_defaults(func=_run_of("bench.perf.sweep"))
     from bench.chaos.run import build_parser as chaos_parser
 
     chaos = sub.add_parser("chaos", help="chaos runs: faults, a recorded history, a verdict")
     chaos_parser(chaos)
-    chaos.set_defaults(func=_cmd_chaos)
+    chaos.set_defaults(func=_run_of("bench.chaos.run"))
     from bench.teach.run import add_arguments as scenario_arguments
 
     scenario = sub.add_parser("scenario", help="the seeds' replication stories on real "
                                                "processes: list, run NAME [--step]")
     scenario_arguments(scenario)
-    scenario.set_defaults(func=_cmd_scenario)
+    scenario.set_defaults(func=_run_of("bench.teach.run"))
     from bench.teach.dashboard import add_arguments as dashboard_arguments
 
     dashboard = sub.add_parser("dashboard", help="a live web page of a running cluster, "
                                                  "with controls (127.0.0.1)")
     dashboard_arguments(dashboard)
-    dashboard.set_defaults(func=_cmd_dashboard)
+    dashboard.set_defaults(func=_run_of("bench.teach.dashboard"))
     from bench.teach.top import add_arguments as top_arguments
 
     top = sub.add_parser("top", help="the dashboard's picture in a terminal, refreshed in place")
     top_arguments(top)
-    top.set_defaults(func=_cmd_top)
+    top.set_defaults(func=_run_of("bench.teach.top"))
 
 
 def build_parser() -> argparse.ArgumentParser:
