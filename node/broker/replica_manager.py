@@ -57,7 +57,7 @@ from node.broker.metadata_cache import MetadataCache
 from node.core.replication import (AssignEpoch, CompleteProduce, Effect, ReplicaCore,
                                    ReplicationConfig, Role, SendOffsetForLeaderEpoch,
                                    SetHighWatermark, Truncate, TruncateFully, TruncationMode,
-                                   WriteIsr)
+                                   WriteIsr, lost_replica_is_back)
 from shm import batch
 from shm import board
 from shm.batch import CorruptRecordError
@@ -635,15 +635,15 @@ class ReplicaManager:
                 self.apply_effects(part, effects)
 
     def _clear_recovered_lost(self) -> None:
-        """A replica that lost committed data is back once it follows a leader, the
-        controller's metadata has it in the ISR, and its HW reached the one it lost."""
+        """Drop the markers of lost replicas that are back (``lost_replica_is_back``,
+        with the ISR of the controller's last metadata)."""
         for key, lost_hw in sorted(self.lost.marked.items()):
             part = self.partitions.get(key)
             meta = self.metadata.partition(*key)
-            if part is None or meta is None or part.core.role is not Role.FOLLOWER:
+            if part is None or meta is None:
                 continue
-            if self.broker_id in meta.isr and meta.leader != self.broker_id and \
-                    part.log.high_watermark >= lost_hw:
+            if lost_replica_is_back(part.core, meta.leader, meta.isr,
+                                    part.log.high_watermark, lost_hw):
                 self.lost.clear(key, f"back in the ISR {list(meta.isr)} with its high "
                                      f"watermark at {part.log.high_watermark}")
                 self.on_lost_cleared()

@@ -97,6 +97,15 @@ class ReplicationConfig:
     eligible_leader_replicas: bool = False      # KIP-966 (the broker turns it on)
 
 
+def lost_replica_is_back(core: "ReplicaCore", leader: int, isr, high_watermark: int,
+                         lost_high_watermark: int) -> bool:
+    """A replica that lost committed data (its broker keeps a marker, and refuses to lead
+    it) is back once it follows a leader, the partition's ISR (as the controller last
+    said) has it, and its HW reached the one it had before the loss."""
+    return (core.role is Role.FOLLOWER and leader != core.broker_id
+            and core.broker_id in isr and high_watermark >= lost_high_watermark)
+
+
 def next_elr(old_isr, new_isr, old_elr, min_insync_replicas: int) -> tuple[int, ...]:
     """KIP-966: the eligible leader replicas after the ISR goes from ``old_isr`` to
     ``new_isr``. While the new ISR is below min.insync.replicas the HW cannot pass what

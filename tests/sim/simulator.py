@@ -61,7 +61,7 @@ from node.wire import zkdata
 from node.wire.protocol import ApiKey
 from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, ReplicationConfig,
                               Role, SendOffsetForLeaderEpoch, SetHighWatermark, Truncate,
-                              TruncateFully, TruncationMode, WriteIsr)
+                              TruncateFully, TruncationMode, WriteIsr, lost_replica_is_back)
 from tests.sim.coordinator import SimCoordinator
 from tests.sim.memlog import MemLog
 
@@ -990,12 +990,12 @@ class Sim:
         self._at(self.now + self.config.tick_ms, self._tick)
 
     def _clear_recovered_marks(self, broker: Broker) -> None:
-        """As the broker shell: a lost replica is back once it follows, is in the ISR,
-        and its HW reached the one it lost; its registration then says so."""
+        """As the broker shell: drop the markers of lost replicas that are back
+        (``lost_replica_is_back``); the registration then says so."""
         for p, lost_hw in sorted(broker.marked.items()):
             r, state = broker.parts[p], self.partition_state(p)
-            if r.core.role is Role.FOLLOWER and broker.broker_id in state.get("isr", ()) and \
-                    state.get("leader") != broker.broker_id and r.log.hw >= lost_hw:
+            if lost_replica_is_back(r.core, state.get("leader", -1), state.get("isr", ()),
+                                    r.log.hw, lost_hw):
                 del broker.marked[p]
                 broker.lost = frozenset((TOPIC, q) for q in broker.marked)
                 self._note(f"b{broker.broker_id}: t-{p} is back (HW {r.log.hw} >= {lost_hw})")

@@ -146,3 +146,15 @@ def test_unclean_recovery_waits_for_a_missing_replica_until_the_timeout():
     assert h.zk.state("t", 0).leader == -1      # broker 2 may come back with more
     h.run(controller.Tick(12_000))
     assert h.zk.state("t", 0).leader == 1
+
+
+def test_a_lost_replica_is_back_only_as_a_caught_up_follower_in_the_isr():
+    from node.core.replication import ReplicaCore, lost_replica_is_back
+    from tests.sim.memlog import MemLog
+    core, log = ReplicaCore("t", 0, 1), MemLog()
+    assert not lost_replica_is_back(core, 0, (0, 1), 10, 5)       # not following yet
+    core.become_follower(leader=0, leader_epoch=1, isr=(0, 1), replicas=(0, 1),
+                         zk_version=0, now_ms=0, log=log)
+    assert lost_replica_is_back(core, 0, (0, 1), 5, 5)
+    assert not lost_replica_is_back(core, 0, (0, 1), 4, 5)        # its HW not back yet
+    assert not lost_replica_is_back(core, 0, (0,), 10, 5)         # not in the ISR
