@@ -230,11 +230,16 @@ class ControllerRunner:
         brokers = self._read_brokers()
         topics = tuple(t for t in (self._read_topic(name) for name in self._topic_names())
                        if t is not None)
+        # Drain the ISR change notifications (and watch for new ones) BEFORE reading the
+        # states: a leader that shrinks its ISR after this drain fires the watch, so the
+        # states read below are at least as fresh as every notification drained here.
+        # Drained after the read, a shrink written between the two was lost until the
+        # next change of that partition.
+        self._drain_isr_notifications()
         states = self._read_states([(t.name, p) for t in topics for p in sorted(t.assignment)])
         moves, moves_version = self._read_reassignments()
         election = self._read_election()
         deleting = self._read_deletions()
-        self._drain_isr_notifications()    # the states above are fresher than them
         offline = self._drain_log_dir_events()
         self._run(controller.BecomeController(self._epoch, brokers, topics, states, moves,
                                      moves_version, election, deleting, self._now_ms()))

@@ -323,3 +323,41 @@ def test_topic_config_override_enables_unclean_election_of_an_offline_partition(
         {"unclean.leader.election.enable": "true"}), version=stat.version)
     wait_for(lambda: read_state(admin, "t", 0).leader == 0, pumps(a), what="unclean election")
     assert read_state(admin, "t", 0).isr == (0,)
+
+
+def test_an_isr_shrink_while_the_controller_starts_is_not_lost(nodes, make_client):
+    """A leader shrinks its ISR and notifies while a new controller is reading the
+    partition states (the old controller died as the follower stopped fetching: both
+    happen after one timeout). The new controller must publish the shrunken ISR; it
+    used to drain (and delete) that notification after reading the older state."""
+    admin = make_client()
+    create_topic(admin, "t", {0: [0, 1]})
+    path = zkdata.partition_state_path("t", 0)
+    admin.create(path, zkdata.encode_partition_state(zkdata.PartitionState(0, 0, (0, 1), 0)),
+                 makepath=True)
+    b_session = make_client()
+    register_broker(b_session, 1)
+    a = nodes(0)
+    read_states = a.runner._read_states
+    shrunk = []
+
+    def read_then_shrink(partitions):
+        states = read_states(partitions)
+        if not shrunk:          # the leader's conditional update and its notification
+            _, stat = admin.get(path)
+            admin.set(path, zkdata.encode_partition_state(
+                zkdata.PartitionState(0, 0, (0,), 0)), version=stat.version)
+            admin.create(zkdata.ISR_CHANGE_PREFIX, zkdata.encode_partition_list([("t", 0)]),
+                         sequence=True)
+            shrunk.append(True)
+        return states
+
+    a.runner._read_states = read_then_shrink
+    a.runner.start()
+    wait_for(lambda: a.runner.active, pumps(a))
+
+    def published():
+        return any(body["partitions"] and body["partitions"][0][4] == [0]
+                   for _, body in a.requests(ApiKey.UPDATE_METADATA))
+    wait_for(published, pumps(a), what="UpdateMetadata with the shrunken ISR")
+    assert shrunk
