@@ -29,6 +29,9 @@ class ScriptedBroker:
         self.leader_epoch = leader_epoch
         self.view = view  # shared {"port": leader port, "epoch": n}, else itself
         self.requests: list[protocol.Request] = []
+        # Held while a request is answered: a script changes the broker's state under it,
+        # so no answer mixes the state before and after (e.g. a deposed leader's epoch).
+        self.lock = threading.Lock()
         self.sock = context().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
@@ -48,22 +51,26 @@ class ScriptedBroker:
             if not self.sock.poll(50):
                 continue
             frames = self.sock.recv_multipart()
-            request = protocol.decode_request(frames[1:])
-            self.requests.append(request)
-            if request.api_key == protocol.ApiKey.METADATA:
-                port = self.view["port"] if self.view else self.port
-                epoch = self.view["epoch"] if self.view else self.leader_epoch
-                answer = ({"brokers": [[0, "127.0.0.1", port, None]], "controller_id": 0,
-                           "topics": [["t", 0, [[0, 0, 0, epoch, [0], [0], []]]]]}, ())
-            elif request.api_key == protocol.ApiKey.INIT_PRODUCER_ID:    # idempotent producers
-                answer = ({"error": 0, "producer_id": 1000,
-                           "producer_epoch": request.body["producer_epoch"] + 1}, ())
-            else:
-                answer = self.handler(request)
-            if answer is not None:
-                body, out_frames = answer
-                self.sock.send_multipart([frames[0]] + protocol.encode_response(
-                    request.correlation_id, request.api_key, body, out_frames))
+            with self.lock:
+                self._answer(frames)
+
+    def _answer(self, frames) -> None:
+        request = protocol.decode_request(frames[1:])
+        self.requests.append(request)
+        if request.api_key == protocol.ApiKey.METADATA:
+            port = self.view["port"] if self.view else self.port
+            epoch = self.view["epoch"] if self.view else self.leader_epoch
+            answer = ({"brokers": [[0, "127.0.0.1", port, None]], "controller_id": 0,
+                       "topics": [["t", 0, [[0, 0, 0, epoch, [0], [0], []]]]]}, ())
+        elif request.api_key == protocol.ApiKey.INIT_PRODUCER_ID:    # idempotent producers
+            answer = ({"error": 0, "producer_id": 1000,
+                       "producer_epoch": request.body["producer_epoch"] + 1}, ())
+        else:
+            answer = self.handler(request)
+        if answer is not None:
+            body, out_frames = answer
+            self.sock.send_multipart([frames[0]] + protocol.encode_response(
+                request.correlation_id, request.api_key, body, out_frames))
 
     def close(self) -> None:
         self.stopping.set()
@@ -377,11 +384,12 @@ def deposed_leader_script(answers: list):
         return inner(request)
 
     def depose():  # the fetch in flight, if any, is answered FENCED or from a, b, c
-        errors.append(ErrorCode.FENCED_LEADER_EPOCH)
-        holder["broker"].leader_epoch = 4
-        new = make_log([[b"a"]]) + [build_batch([b"x", b"y"])]
-        stamp(new[1], 1, 4)
-        log[:] = new
+        with holder["broker"].lock:     # one step, between two answers
+            errors.append(ErrorCode.FENCED_LEADER_EPOCH)
+            holder["broker"].leader_epoch = 4
+            new = make_log([[b"a"]]) + [build_batch([b"x", b"y"])]
+            stamp(new[1], 1, 4)
+            log[:] = new
 
     return holder, handle, depose
 
