@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass
 
 from . import messages
-from .primitives import (S_INT16, S_INT32, KafkaProtocolError, UnsupportedVersion, read_string,
-                         tag_fields)
+from .primitives import (S_INT16, S_INT32, KafkaProtocolError, UnsupportedVersion, read_str16n,
+                         skip_tags)
 
 API_VERSIONS_KEY = 18
 _REQUEST_START = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -96,32 +96,37 @@ def _join(out: list) -> bytes:
 
 # ---- the broker's side ------------------------------------------------------------------
 
+# api key -> (first version, last version, first flexible version or None, decoders)
+_REQUEST_DECODERS = {
+    key: (*cls.VALID_VERSIONS, cls.FLEXIBLE_FROM, messages.DECODERS[cls][1])
+    for key, cls in messages.REQUESTS.items()}
+
+
 def decode_request(payload) -> tuple[RequestHeader, object]:
     """A request payload (without its size prefix) -> (header, request)."""
-    buf = _view(payload)
+    buf = memoryview(payload)
+    if type(payload) is not bytes:
+        buf = _view(buf)
     if len(buf) < _REQUEST_START.size:
         raise KafkaProtocolError(f"request of {len(buf)} bytes is shorter than its header")
     api_key, api_version, correlation_id = _REQUEST_START.unpack_from(buf, 0)
-    cls = messages.REQUESTS.get(api_key)
-    if cls is None or not cls.VALID_VERSIONS[0] <= api_version <= cls.VALID_VERSIONS[1]:
+    entry = _REQUEST_DECODERS.get(api_key)
+    if entry is None or not entry[0] <= api_version <= entry[1]:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
+    low, _, flexible_from, decoders = entry
     try:
-        pos = _REQUEST_START.size
-        n, = S_INT16.unpack_from(buf, pos)
-        pos += 2
-        if n == -1:
-            client_id = None
-        else:
-            client_id, pos = read_string(buf, pos, n, "RequestHeader.ClientId")
-        if is_flexible(cls, api_version):
-            if buf[pos] == 0:
-                pos += 1
-            else:
-                pos = tag_fields(buf, pos, "RequestHeader")[1]
+        client_id, pos = read_str16n(buf, _REQUEST_START.size, "RequestHeader.ClientId")
+        if flexible_from is not None and api_version >= flexible_from:
+            pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, "RequestHeader")
+        request, pos = decoders[api_version - low](buf, pos)
     except _DECODE_ERRORS as e:
-        raise KafkaProtocolError(f"malformed request header: {e}") from None
-    header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    return header, decode_body(cls, api_version, buf, pos)
+        name = messages.REQUESTS[api_key].__name__
+        raise KafkaProtocolError(f"malformed {name} v{api_version}: {e}") from None
+    if pos != len(buf):
+        name = messages.REQUESTS[api_key].__name__
+        raise KafkaProtocolError(
+            f"{name} v{api_version}: {len(buf) - pos} bytes after the end of the message")
+    return RequestHeader(api_key, api_version, correlation_id, client_id), request
 
 
 def encode_response(header: RequestHeader, response) -> bytes:
@@ -168,10 +173,7 @@ def decode_response(api_key: int, api_version: int, payload) -> tuple[int, objec
         correlation_id, = S_INT32.unpack_from(buf, 0)
         pos = 4
         if api_key != API_VERSIONS_KEY and is_flexible(cls, api_version):
-            if buf[pos] == 0:
-                pos += 1
-            else:
-                pos = tag_fields(buf, pos, "ResponseHeader")[1]
+            pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, "ResponseHeader")
     except _DECODE_ERRORS as e:
         raise KafkaProtocolError(f"malformed response header: {e}") from None
     return correlation_id, decode_body(cls, api_version, buf, pos)

@@ -36,9 +36,16 @@ from dataclasses import dataclass, field as _field
 from uuid import UUID
 
 from .primitives import (
-    KafkaProtocolError, S_INT8, S_INT16, S_INT32, UUID_ZERO, absent_error, as_piece,
-    byte_length, check_count, null_error, read_array_int, read_bytes, read_string,
-    read_uvarint, read_view, records_pieces, tag_fields, uvarint_bytes, write_tags,
+    KafkaProtocolError, UUID_ZERO, absent_error, byte_length, read_bytes32, read_bytes32n,
+    read_cbytes, read_cbytesn, read_ccount, read_ccountn, read_count32, read_count32n,
+    read_crecords, read_crecordsn, read_cstr, read_cstr_item, read_cstrn, read_ints,
+    read_nullable_struct, read_records32, read_records32n, read_str16, read_str16_item,
+    read_str16n, read_structs, read_uuid, skip_tags, tag_fields, write_array32,
+    write_array32n, write_bytes32, write_bytes32n, write_carray, write_carrayn, write_cbytes,
+    write_cbytesn, write_cints, write_cintsn, write_crecords, write_crecordsn, write_cstr,
+    write_cstr_item, write_cstrn, write_ints32, write_ints32n, write_records32,
+    write_records32n, write_str16, write_str16_item, write_str16n, write_struct,
+    write_struct_n, write_tags, write_uuid_item,
 )
 
 _pack = struct.pack
@@ -189,64 +196,46 @@ class Generator:
 
     # ---- encoding --------------------------------------------------------------------
 
-    def enc_length(self, flex: bool, n: str, out: str, ind: str) -> list[str]:
-        if flex:
-            return [f"{ind}{out}.append(uvarint_bytes({n} + 1))"]
-        return [f"{ind}{out}.append(S_INT32.pack({n}))"]
-
-    def enc_value(self, msg, f, ver, flex, v, out, ind, what, depth=0) -> list[str]:
-        """Lines appending the encoding of ``v`` (field ``f`` at version ``ver``) to ``out``."""
-        t = f.element
-        nullable = ver in f.nullable
+    @staticmethod
+    def variant(f: FieldSpec, ver: int, flex: bool) -> tuple[str, bool]:
+        """The helper suffix for the length prefix ("c" compact, "16"/"32" classic) and
+        whether null is allowed, for field ``f`` at version ``ver``."""
         if f.flexible is not None:
             flex = ver in f.flexible
-        lines = [f"{ind}if {v} is None:"]
-        if nullable:
-            kind = "array" if f.is_array else ("struct" if f.struct else t)
-            null = r"b'\xff'" if kind == "struct" else (r"b'\x00'" if flex else NULL_CLASSIC[kind])
-            lines.append(f"{ind}    {out}.append({null})")
+        if flex:
+            prefix = "c"
         else:
-            lines.append(f"{ind}    raise null_error({what!r})")
-        lines.append(f"{ind}else:")
-        ind2 = ind + "    "
-        if f.is_array:
-            lines += self.enc_length(flex, f"len({v})", out, ind2)
-            if t in FIXED:
-                c = FIXED[t][0]
-                lines.append(f"{ind2}{out}.append(_pack(f'>{{len({v})}}{c}', *{v}))")
-            else:
-                e = f"e{depth}"
-                lines.append(f"{ind2}for {e} in {v}:")
-                lines += self.enc_element(msg, f, ver, flex, e, out, ind2 + "    ", what, depth + 1)
-            return lines
-        if f.struct is not None and nullable:
-            lines.append(f"{ind2}{out}.append(b'\\x01')")
-        lines += self.enc_element(msg, f, ver, flex, v, out, ind2, what, depth)
-        return lines
+            prefix = "16" if f.element == "string" and not f.is_array else "32"
+        return prefix, ver in f.nullable
 
-    def enc_element(self, msg, f, ver, flex, v, out, ind, what, depth) -> list[str]:
-        """Lines encoding one non-null element (or scalar) ``v`` of field ``f``."""
+    def enc_value(self, msg, f, ver, flex, v, out, what) -> str:
+        """One statement appending the encoding of ``v`` (field ``f`` at ``ver``) to ``out``."""
+        prefix, nullable = self.variant(f, ver, flex)
+        n = "n" if nullable else ""
         t = f.element
-        if f.struct is not None:
-            return [f"{ind}{self.encoder_name(msg, f.struct, ver)}({v}, {out})"]
-        if t == "string":
-            b = f"b{depth}"
-            lines = [f"{ind}{b} = {v}.encode('utf-8')"]
-            if flex:
-                lines.append(f"{ind}{out}.append(uvarint_bytes(len({b}) + 1))")
+        if f.is_array:
+            if t in FIXED:
+                kind = "cints" if prefix == "c" else "ints32"
+                return f"write_{kind}{n}({out}, {v}, {FIXED[t][0]!r}, {what!r})"
+            if f.struct is not None:
+                item = self.encoder_name(msg, f.struct, ver)
+            elif t == "string":
+                item = "write_cstr_item" if prefix == "c" else "write_str16_item"
             else:
-                lines.append(f"{ind}{out}.append(S_INT16.pack(len({b})))")
-            return lines + [f"{ind}{out}.append({b})"]
-        if t == "bytes":
-            return self.enc_length(flex, f"byte_length({v})", out, ind) + [
-                f"{ind}{out}.append(as_piece({v}))"]
-        if t == "records":
-            p = f"p{depth}"
-            return [f"{ind}{p}, n{depth} = records_pieces({v})"] + self.enc_length(
-                flex, f"n{depth}", out, ind) + [f"{ind}{out}.extend({p})"]
+                assert t == "uuid", t
+                item = "write_uuid_item"
+            kind = "carray" if prefix == "c" else "array32"
+            return f"write_{kind}{n}({out}, {v}, {item}, {what!r})"
+        if f.struct is not None:
+            helper = "write_struct_n" if nullable else "write_struct"
+            return f"{helper}({out}, {v}, {self.encoder_name(msg, f.struct, ver)}, {what!r})"
+        if t in ("string", "bytes", "records"):
+            kind = {"string": "str", "bytes": "bytes", "records": "records"}[t]
+            name = f"write_c{kind}{n}" if prefix == "c" else f"write_{kind}{prefix}{n}"
+            return f"{name}({out}, {v}, {what!r})"
         if t == "uuid":
-            return [f"{ind}{out}.append({v}.bytes)"]
-        return [f"{ind}{out}.append({self.struct_const('>' + FIXED[t][0])}.pack({v}))"]
+            return f"{out}.append({v}.bytes)"
+        return f"{out}.append({self.struct_const('>' + FIXED[t][0])}.pack({v}))"
 
     def encoder_name(self, msg, st, ver) -> str:
         return self.names[("e", msg.name, st.name, ver)]
@@ -280,8 +269,7 @@ class Generator:
                 run.append(("16s", f"o.{f.attr}.bytes"))
             else:
                 flush()
-                body.append(f"    v = o.{f.attr}")
-                body += self.enc_value(msg, f, ver, flex, "v", "out", "    ", what)
+                body.append(f"    {self.enc_value(msg, f, ver, flex, 'o.' + f.attr, 'out', what)}")
         if flex and not tagged:
             run.append(("B", "0"))
         flush()
@@ -291,7 +279,7 @@ class Generator:
                 body.append(f"    v = o.{f.attr}")
                 body.append(f"    if {self.non_default(msg, f, 'v')}:")
                 body.append("        p = []")
-                body += self.enc_value(msg, f, ver, True, "v", "p", "        ", what)
+                body.append(f"        {self.enc_value(msg, f, ver, True, 'v', 'p', what)}")
                 body.append(f"        tagged.append(({f.tag}, p))")
             body.append("    if tagged:")
             body.append("        write_tags(out, tagged)")
@@ -303,78 +291,43 @@ class Generator:
 
     # ---- decoding --------------------------------------------------------------------
 
-    def dec_length(self, flex, buf, pos, n, ind) -> list[str]:
-        """Lines reading a length/count into ``n``: -1 for null, as in the classic form."""
-        if flex:
-            return [f"{ind}{n} = {buf}[{pos}]",
-                    f"{ind}if {n} < 0x80:",
-                    f"{ind}    {pos} += 1",
-                    f"{ind}else:",
-                    f"{ind}    {n}, {pos} = read_uvarint({buf}, {pos})",
-                    f"{ind}{n} -= 1"]
-        return [f"{ind}{n}, = S_INT32.unpack_from({buf}, {pos})", f"{ind}{pos} += 4"]
-
-    def dec_value(self, msg, f, ver, flex, target, buf, pos, ind, what, depth=0) -> list[str]:
+    def dec_value(self, msg, f, ver, flex, target, buf, pos, what) -> list[str]:
+        """Statements reading field ``f`` at ``ver`` from ``buf`` at ``pos`` into ``target``."""
+        prefix, nullable = self.variant(f, ver, flex)
+        n = "n" if nullable else ""
         t = f.element
-        nullable = ver in f.nullable
-        if f.flexible is not None:
-            flex = ver in f.flexible
-        n = f"n{depth}"
-        if f.struct is not None and not f.is_array:
+        if f.is_array:
+            if f.struct is not None:
+                element_min = max(1, self.min_size(f.struct, ver, flex))
+                read = f"read_structs({buf}, {pos}, n, {self.decoder_name(msg, f.struct, ver)})"
+            elif t in FIXED:
+                element_min = FIXED[t][1]
+                read = f"read_ints({buf}, {pos}, n, {FIXED[t][0]!r}, {element_min})"
+            elif t == "string":
+                element_min = 1 if prefix == "c" else 2
+                item = "read_cstr_item" if prefix == "c" else "read_str16_item"
+                read = f"read_structs({buf}, {pos}, n, {item})"
+            else:
+                assert t == "uuid", t
+                element_min = 16
+                read = f"read_structs({buf}, {pos}, n, read_uuid)"
+            count = "read_ccount" if prefix == "c" else "read_count32"
+            return [f"n, {pos} = {count}{n}({buf}, {pos}, {element_min}, {what!r})",
+                    f"{target}, {pos} = {read}"]
+        if f.struct is not None:
             dec = self.decoder_name(msg, f.struct, ver)
-            if not nullable:
-                return [f"{ind}{target}, {pos} = {dec}({buf}, {pos})"]
-            return [f"{ind}{n}, = S_INT8.unpack_from({buf}, {pos})",
-                    f"{ind}{pos} += 1",
-                    f"{ind}if {n} < 0:",
-                    f"{ind}    {target} = None",
-                    f"{ind}else:",
-                    f"{ind}    {target}, {pos} = {dec}({buf}, {pos})"]
-        if t == "uuid" and not f.is_array:
-            return [f"{ind}{n}, = {self.struct_const('>16s')}.unpack_from({buf}, {pos})",
-                    f"{ind}{target} = UUID(bytes={n})",
-                    f"{ind}{pos} += 16"]
-        if t in FIXED and not f.is_array:
-            c, size = FIXED[t]
-            return [f"{ind}{target}, = {self.struct_const('>' + c)}.unpack_from({buf}, {pos})",
-                    f"{ind}{pos} += {size}"]
-        if t == "string" and not f.is_array and not flex:
-            lines = [f"{ind}{n}, = S_INT16.unpack_from({buf}, {pos})", f"{ind}{pos} += 2"]
-        else:
-            lines = self.dec_length(flex, buf, pos, n, ind)
-        lines.append(f"{ind}if {n} < 0:")
-        if nullable:
-            lines.append(f"{ind}    if {n} != -1:")
-            lines.append(f"{ind}        raise KafkaProtocolError({what + ': negative length'!r})")
-            lines.append(f"{ind}    {target} = None")
-        else:
-            lines.append(f"{ind}    raise null_error({what!r})")
-        lines.append(f"{ind}else:")
-        ind2 = ind + "    "
-        if not f.is_array:
-            reader = {"string": "read_string", "bytes": "read_bytes", "records": "read_view"}[t]
-            lines.append(f"{ind2}{target}, {pos} = {reader}({buf}, {pos}, {n}, {what!r})")
-            return lines
-        if t in FIXED:
-            c, size = FIXED[t]
-            lines.append(f"{ind2}{target}, {pos} = read_array_int({buf}, {pos}, {n}, {c!r}, {size}, {what!r})")
-            return lines
-        if f.struct is not None:
-            element_min = max(1, self.min_size(f.struct, ver, flex))
-        else:
-            element_min = {"string": 1 if flex else 2, "uuid": 16}[t]
-        lines.append(f"{ind2}check_count({buf}, {pos}, {n}, {element_min}, {what!r})")
-        lines.append(f"{ind2}{target} = []")
-        lines.append(f"{ind2}for _ in range({n}):")
-        e = f"e{depth}"
-        if f.struct is not None:
-            lines.append(f"{ind2}    {e}, {pos} = {self.decoder_name(msg, f.struct, ver)}({buf}, {pos})")
-        else:
-            scalar = FieldSpec(f.name, f.attr, t, f.versions, schema.Versions(1, 0),
-                               schema.Versions(1, 0), None, False, None, f.flexible)
-            lines += self.dec_value(msg, scalar, ver, flex, e, buf, pos, ind2 + "    ", what, depth + 1)
-        lines.append(f"{ind2}    {target}.append({e})")
-        return lines
+            if nullable:
+                return [f"{target}, {pos} = read_nullable_struct({buf}, {pos}, {dec})"]
+            return [f"{target}, {pos} = {dec}({buf}, {pos})"]
+        if t in ("string", "bytes", "records"):
+            kind = {"string": "str", "bytes": "bytes", "records": "records"}[t]
+            name = f"read_c{kind}{n}" if prefix == "c" else f"read_{kind}{prefix}{n}"
+            return [f"{target}, {pos} = {name}({buf}, {pos}, {what!r})"]
+        if t == "uuid":
+            return [f"{target}, {pos} = read_uuid({buf}, {pos})"]
+        c, size = FIXED[t]
+        return [f"{target}, = {self.struct_const('>' + c)}.unpack_from({buf}, {pos})",
+                f"{pos} += {size}"]
 
     def decoder_name(self, msg, st, ver) -> str:
         return self.names[("d", msg.name, st.name, ver)]
@@ -416,17 +369,17 @@ class Generator:
                 post.append(f"    {local} = UUID(bytes={local})")
             else:
                 flush()
-                body += self.dec_value(msg, f, ver, flex, local, "buf", "pos", "    ", what)
+                body += ["    " + x for x in self.dec_value(msg, f, ver, flex, local, "buf", "pos", what)]
         flush()
         if flex:
             for f, _ in tagged:
                 body.append(f"    f_{f.attr} = {self.default_expr(msg, f)}")
-            body.append("    if buf[pos] == 0:")
-            body.append("        pos += 1")
-            body.append("    else:")
             if not tagged:
-                body.append(f"        pos = tag_fields(buf, pos, {sname!r})[1]")
+                body.append(f"    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, {sname!r})")
             else:
+                body.append("    if buf[pos] == 0:")
+                body.append("        pos += 1")
+                body.append("    else:")
                 body.append(f"        tags, pos = tag_fields(buf, pos, {sname!r})")
                 body.append("        for tag, start, end in tags:")
                 word = "if"
@@ -434,8 +387,8 @@ class Generator:
                     body.append(f"            {word} tag == {f.tag}:")
                     body.append("                t = buf[start:end]")
                     body.append("                tp = 0")
-                    body += self.dec_value(msg, f, ver, True, f"f_{f.attr}", "t", "tp",
-                                           " " * 16, what)
+                    body += [" " * 16 + x for x in self.dec_value(
+                        msg, f, ver, True, f"f_{f.attr}", "t", "tp", what)]
                     body.append("                if tp != len(t):")
                     body.append(f"                    raise KafkaProtocolError({what + ': tagged field size mismatch'!r})")
                     word = "elif"

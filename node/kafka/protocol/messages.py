@@ -13,9 +13,16 @@ from dataclasses import dataclass, field as _field
 from uuid import UUID
 
 from .primitives import (
-    KafkaProtocolError, S_INT8, S_INT16, S_INT32, UUID_ZERO, absent_error, as_piece,
-    byte_length, check_count, null_error, read_array_int, read_bytes, read_string,
-    read_uvarint, read_view, records_pieces, tag_fields, uvarint_bytes, write_tags,
+    KafkaProtocolError, UUID_ZERO, absent_error, byte_length, read_bytes32, read_bytes32n,
+    read_cbytes, read_cbytesn, read_ccount, read_ccountn, read_count32, read_count32n,
+    read_crecords, read_crecordsn, read_cstr, read_cstr_item, read_cstrn, read_ints,
+    read_nullable_struct, read_records32, read_records32n, read_str16, read_str16_item,
+    read_str16n, read_structs, read_uuid, skip_tags, tag_fields, write_array32,
+    write_array32n, write_bytes32, write_bytes32n, write_carray, write_carrayn, write_cbytes,
+    write_cbytesn, write_cints, write_cintsn, write_crecords, write_crecordsn, write_cstr,
+    write_cstr_item, write_cstrn, write_ints32, write_ints32n, write_records32,
+    write_records32n, write_str16, write_str16_item, write_str16n, write_struct,
+    write_struct_n, write_tags, write_uuid_item,
 )
 
 _pack = struct.pack
@@ -2354,63 +2361,25 @@ class ListTransactionsResponse:
 
 def _e_ProduceRequest_PartitionProduceData_0(o, out):
     out.append(_S_i.pack(o.index))
-    v = o.records
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        p0, n0 = records_pieces(v)
-        out.append(S_INT32.pack(n0))
-        out.extend(p0)
+    write_records32n(out, o.records, 'ProduceRequest.PartitionProduceData.Records')
 
 
 def _d_ProduceRequest_PartitionProduceData_0(buf, pos):
     f_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceRequest.PartitionProduceData.Records: negative length')
-        f_records = None
-    else:
-        f_records, pos = read_view(buf, pos, n0, 'ProduceRequest.PartitionProduceData.Records')
+    f_records, pos = read_records32n(buf, pos, 'ProduceRequest.PartitionProduceData.Records')
     return _ProduceRequest_PartitionProduceData(f_index, f_records), pos
 
 
 def _e_ProduceRequest_TopicProduceData_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceRequest.TopicProduceData.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_data
-    if v is None:
-        raise null_error('ProduceRequest.TopicProduceData.PartitionData')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceRequest_PartitionProduceData_0(e0, out)
+    write_str16(out, o.name, 'ProduceRequest.TopicProduceData.Name')
+    write_array32(out, o.partition_data, _e_ProduceRequest_PartitionProduceData_0, 'ProduceRequest.TopicProduceData.PartitionData')
 
 
 def _d_ProduceRequest_TopicProduceData_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ProduceRequest.TopicProduceData.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceRequest.TopicProduceData.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceRequest.TopicProduceData.PartitionData')
-    else:
-        check_count(buf, pos, n0, 8, 'ProduceRequest.TopicProduceData.PartitionData')
-        f_partition_data = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceRequest_PartitionProduceData_0(buf, pos)
-            f_partition_data.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ProduceRequest.TopicProduceData.Name')
+    n, pos = read_count32(buf, pos, 8, 'ProduceRequest.TopicProduceData.PartitionData')
+    f_partition_data, pos = read_structs(buf, pos, n, _d_ProduceRequest_PartitionProduceData_0)
     return _ProduceRequest_TopicProduceData(f_name, f_partition_data), pos
 
 
@@ -2418,209 +2387,74 @@ def _e_ProduceRequest_0(o, out):
     if o.transactional_id is not None:
         raise absent_error('ProduceRequest.TransactionalId', '3+')
     out.append(_S_hi.pack(o.acks, o.timeout_ms))
-    v = o.topic_data
-    if v is None:
-        raise null_error('ProduceRequest.TopicData')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceRequest_TopicProduceData_0(e0, out)
+    write_array32(out, o.topic_data, _e_ProduceRequest_TopicProduceData_0, 'ProduceRequest.TopicData')
 
 
 def _d_ProduceRequest_0(buf, pos):
     f_acks, f_timeout_ms, = _S_hi.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceRequest.TopicData')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceRequest.TopicData')
-        f_topic_data = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceRequest_TopicProduceData_0(buf, pos)
-            f_topic_data.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ProduceRequest.TopicData')
+    f_topic_data, pos = read_structs(buf, pos, n, _d_ProduceRequest_TopicProduceData_0)
     return ProduceRequest(None, f_acks, f_timeout_ms, f_topic_data), pos
 
 
 def _e_ProduceRequest_3(o, out):
-    v = o.transactional_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.transactional_id, 'ProduceRequest.TransactionalId')
     out.append(_S_hi.pack(o.acks, o.timeout_ms))
-    v = o.topic_data
-    if v is None:
-        raise null_error('ProduceRequest.TopicData')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceRequest_TopicProduceData_0(e0, out)
+    write_array32(out, o.topic_data, _e_ProduceRequest_TopicProduceData_0, 'ProduceRequest.TopicData')
 
 
 def _d_ProduceRequest_3(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceRequest.TransactionalId: negative length')
-        f_transactional_id = None
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'ProduceRequest.TransactionalId')
+    f_transactional_id, pos = read_str16n(buf, pos, 'ProduceRequest.TransactionalId')
     f_acks, f_timeout_ms, = _S_hi.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceRequest.TopicData')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceRequest.TopicData')
-        f_topic_data = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceRequest_TopicProduceData_0(buf, pos)
-            f_topic_data.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ProduceRequest.TopicData')
+    f_topic_data, pos = read_structs(buf, pos, n, _d_ProduceRequest_TopicProduceData_0)
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
 
 
 def _e_ProduceRequest_PartitionProduceData_9(o, out):
     out.append(_S_i.pack(o.index))
-    v = o.records
-    if v is None:
-        out.append(b'\x00')
-    else:
-        p0, n0 = records_pieces(v)
-        out.append(uvarint_bytes(n0 + 1))
-        out.extend(p0)
+    write_crecordsn(out, o.records, 'ProduceRequest.PartitionProduceData.Records')
     out.append(_S_B.pack(0))
 
 
 def _d_ProduceRequest_PartitionProduceData_9(buf, pos):
     f_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceRequest.PartitionProduceData.Records: negative length')
-        f_records = None
-    else:
-        f_records, pos = read_view(buf, pos, n0, 'ProduceRequest.PartitionProduceData.Records')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceRequest.PartitionProduceData')[1]
+    f_records, pos = read_crecordsn(buf, pos, 'ProduceRequest.PartitionProduceData.Records')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceRequest.PartitionProduceData')
     return _ProduceRequest_PartitionProduceData(f_index, f_records), pos
 
 
 def _e_ProduceRequest_TopicProduceData_9(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceRequest.TopicProduceData.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_data
-    if v is None:
-        raise null_error('ProduceRequest.TopicProduceData.PartitionData')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceRequest_PartitionProduceData_9(e0, out)
+    write_cstr(out, o.name, 'ProduceRequest.TopicProduceData.Name')
+    write_carray(out, o.partition_data, _e_ProduceRequest_PartitionProduceData_9, 'ProduceRequest.TopicProduceData.PartitionData')
     out.append(_S_B.pack(0))
 
 
 def _d_ProduceRequest_TopicProduceData_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceRequest.TopicProduceData.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceRequest.TopicProduceData.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceRequest.TopicProduceData.PartitionData')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceRequest.TopicProduceData.PartitionData')
-        f_partition_data = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceRequest_PartitionProduceData_9(buf, pos)
-            f_partition_data.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceRequest.TopicProduceData')[1]
+    f_name, pos = read_cstr(buf, pos, 'ProduceRequest.TopicProduceData.Name')
+    n, pos = read_ccount(buf, pos, 6, 'ProduceRequest.TopicProduceData.PartitionData')
+    f_partition_data, pos = read_structs(buf, pos, n, _d_ProduceRequest_PartitionProduceData_9)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceRequest.TopicProduceData')
     return _ProduceRequest_TopicProduceData(f_name, f_partition_data), pos
 
 
 def _e_ProduceRequest_9(o, out):
-    v = o.transactional_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.transactional_id, 'ProduceRequest.TransactionalId')
     out.append(_S_hi.pack(o.acks, o.timeout_ms))
-    v = o.topic_data
-    if v is None:
-        raise null_error('ProduceRequest.TopicData')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceRequest_TopicProduceData_9(e0, out)
+    write_carray(out, o.topic_data, _e_ProduceRequest_TopicProduceData_9, 'ProduceRequest.TopicData')
     out.append(_S_B.pack(0))
 
 
 def _d_ProduceRequest_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceRequest.TransactionalId: negative length')
-        f_transactional_id = None
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'ProduceRequest.TransactionalId')
+    f_transactional_id, pos = read_cstrn(buf, pos, 'ProduceRequest.TransactionalId')
     f_acks, f_timeout_ms, = _S_hi.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceRequest.TopicData')
-    else:
-        check_count(buf, pos, n0, 3, 'ProduceRequest.TopicData')
-        f_topic_data = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceRequest_TopicProduceData_9(buf, pos)
-            f_topic_data.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceRequest')[1]
+    n, pos = read_ccount(buf, pos, 3, 'ProduceRequest.TopicData')
+    f_topic_data, pos = read_structs(buf, pos, n, _d_ProduceRequest_TopicProduceData_9)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceRequest')
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
 
 
@@ -2637,92 +2471,39 @@ def _d_ProduceResponse_PartitionProduceResponse_0(buf, pos):
 
 
 def _e_ProduceResponse_TopicProduceResponse_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_responses
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_PartitionProduceResponse_0(e0, out)
+    write_str16(out, o.name, 'ProduceResponse.TopicProduceResponse.Name')
+    write_array32(out, o.partition_responses, _e_ProduceResponse_PartitionProduceResponse_0, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
 
 
 def _d_ProduceResponse_TopicProduceResponse_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceResponse.TopicProduceResponse.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        check_count(buf, pos, n0, 14, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
-        f_partition_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_PartitionProduceResponse_0(buf, pos)
-            f_partition_responses.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ProduceResponse.TopicProduceResponse.Name')
+    n, pos = read_count32(buf, pos, 14, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
+    f_partition_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_PartitionProduceResponse_0)
     return _ProduceResponse_TopicProduceResponse(f_name, f_partition_responses), pos
 
 
 def _e_ProduceResponse_0(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_TopicProduceResponse_0(e0, out)
+    write_array32(out, o.responses, _e_ProduceResponse_TopicProduceResponse_0, 'ProduceResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('ProduceResponse.NodeEndpoints', '10+')
 
 
 def _d_ProduceResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_TopicProduceResponse_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ProduceResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_TopicProduceResponse_0)
     return ProduceResponse(f_responses, 0, []), pos
 
 
 def _e_ProduceResponse_1(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_TopicProduceResponse_0(e0, out)
+    write_array32(out, o.responses, _e_ProduceResponse_TopicProduceResponse_0, 'ProduceResponse.Responses')
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('ProduceResponse.NodeEndpoints', '10+')
 
 
 def _d_ProduceResponse_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_TopicProduceResponse_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ProduceResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_TopicProduceResponse_0)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(f_responses, f_throttle_time_ms, []), pos
@@ -2741,66 +2522,27 @@ def _d_ProduceResponse_PartitionProduceResponse_2(buf, pos):
 
 
 def _e_ProduceResponse_TopicProduceResponse_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_responses
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_PartitionProduceResponse_2(e0, out)
+    write_str16(out, o.name, 'ProduceResponse.TopicProduceResponse.Name')
+    write_array32(out, o.partition_responses, _e_ProduceResponse_PartitionProduceResponse_2, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
 
 
 def _d_ProduceResponse_TopicProduceResponse_2(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceResponse.TopicProduceResponse.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        check_count(buf, pos, n0, 22, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
-        f_partition_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_PartitionProduceResponse_2(buf, pos)
-            f_partition_responses.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ProduceResponse.TopicProduceResponse.Name')
+    n, pos = read_count32(buf, pos, 22, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
+    f_partition_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_PartitionProduceResponse_2)
     return _ProduceResponse_TopicProduceResponse(f_name, f_partition_responses), pos
 
 
 def _e_ProduceResponse_2(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_TopicProduceResponse_2(e0, out)
+    write_array32(out, o.responses, _e_ProduceResponse_TopicProduceResponse_2, 'ProduceResponse.Responses')
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('ProduceResponse.NodeEndpoints', '10+')
 
 
 def _d_ProduceResponse_2(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_TopicProduceResponse_2(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ProduceResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_TopicProduceResponse_2)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(f_responses, f_throttle_time_ms, []), pos
@@ -2819,66 +2561,27 @@ def _d_ProduceResponse_PartitionProduceResponse_5(buf, pos):
 
 
 def _e_ProduceResponse_TopicProduceResponse_5(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_responses
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_PartitionProduceResponse_5(e0, out)
+    write_str16(out, o.name, 'ProduceResponse.TopicProduceResponse.Name')
+    write_array32(out, o.partition_responses, _e_ProduceResponse_PartitionProduceResponse_5, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
 
 
 def _d_ProduceResponse_TopicProduceResponse_5(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceResponse.TopicProduceResponse.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        check_count(buf, pos, n0, 30, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
-        f_partition_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_PartitionProduceResponse_5(buf, pos)
-            f_partition_responses.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ProduceResponse.TopicProduceResponse.Name')
+    n, pos = read_count32(buf, pos, 30, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
+    f_partition_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_PartitionProduceResponse_5)
     return _ProduceResponse_TopicProduceResponse(f_name, f_partition_responses), pos
 
 
 def _e_ProduceResponse_5(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_TopicProduceResponse_5(e0, out)
+    write_array32(out, o.responses, _e_ProduceResponse_TopicProduceResponse_5, 'ProduceResponse.Responses')
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('ProduceResponse.NodeEndpoints', '10+')
 
 
 def _d_ProduceResponse_5(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_TopicProduceResponse_5(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ProduceResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_TopicProduceResponse_5)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(f_responses, f_throttle_time_ms, []), pos
@@ -2886,45 +2589,20 @@ def _d_ProduceResponse_5(buf, pos):
 
 def _e_ProduceResponse_BatchIndexAndErrorMessage_8(o, out):
     out.append(_S_i.pack(o.batch_index))
-    v = o.batch_index_error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.batch_index_error_message, 'ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage')
 
 
 def _d_ProduceResponse_BatchIndexAndErrorMessage_8(buf, pos):
     f_batch_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage: negative length')
-        f_batch_index_error_message = None
-    else:
-        f_batch_index_error_message, pos = read_string(buf, pos, n0, 'ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage')
+    f_batch_index_error_message, pos = read_str16n(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage')
     return _ProduceResponse_BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message), pos
 
 
 def _e_ProduceResponse_PartitionProduceResponse_8(o, out):
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
-    v = o.record_errors
-    if v is None:
-        raise null_error('ProduceResponse.PartitionProduceResponse.RecordErrors')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_BatchIndexAndErrorMessage_8(e0, out)
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_array32(out, o.record_errors, _e_ProduceResponse_BatchIndexAndErrorMessage_8, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
+    write_str16n(out, o.error_message, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
     if o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch:
         raise absent_error('ProduceResponse.PartitionProduceResponse.CurrentLeader', '10+')
 
@@ -2932,88 +2610,34 @@ def _e_ProduceResponse_PartitionProduceResponse_8(o, out):
 def _d_ProduceResponse_PartitionProduceResponse_8(buf, pos):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.PartitionProduceResponse.RecordErrors')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
-        f_record_errors = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_BatchIndexAndErrorMessage_8(buf, pos)
-            f_record_errors.append(e0)
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceResponse.PartitionProduceResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
+    n, pos = read_count32(buf, pos, 6, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
+    f_record_errors, pos = read_structs(buf, pos, n, _d_ProduceResponse_BatchIndexAndErrorMessage_8)
+    f_error_message, pos = read_str16n(buf, pos, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
     return _ProduceResponse_PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, _D_ProduceResponse_LeaderIdAndEpoch), pos
 
 
 def _e_ProduceResponse_TopicProduceResponse_8(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_responses
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_PartitionProduceResponse_8(e0, out)
+    write_str16(out, o.name, 'ProduceResponse.TopicProduceResponse.Name')
+    write_array32(out, o.partition_responses, _e_ProduceResponse_PartitionProduceResponse_8, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
 
 
 def _d_ProduceResponse_TopicProduceResponse_8(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceResponse.TopicProduceResponse.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        check_count(buf, pos, n0, 36, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
-        f_partition_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_PartitionProduceResponse_8(buf, pos)
-            f_partition_responses.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ProduceResponse.TopicProduceResponse.Name')
+    n, pos = read_count32(buf, pos, 36, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
+    f_partition_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_PartitionProduceResponse_8)
     return _ProduceResponse_TopicProduceResponse(f_name, f_partition_responses), pos
 
 
 def _e_ProduceResponse_8(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ProduceResponse_TopicProduceResponse_8(e0, out)
+    write_array32(out, o.responses, _e_ProduceResponse_TopicProduceResponse_8, 'ProduceResponse.Responses')
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('ProduceResponse.NodeEndpoints', '10+')
 
 
 def _d_ProduceResponse_8(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_TopicProduceResponse_8(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ProduceResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_TopicProduceResponse_8)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(f_responses, f_throttle_time_ms, []), pos
@@ -3021,54 +2645,22 @@ def _d_ProduceResponse_8(buf, pos):
 
 def _e_ProduceResponse_BatchIndexAndErrorMessage_9(o, out):
     out.append(_S_i.pack(o.batch_index))
-    v = o.batch_index_error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.batch_index_error_message, 'ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage')
     out.append(_S_B.pack(0))
 
 
 def _d_ProduceResponse_BatchIndexAndErrorMessage_9(buf, pos):
     f_batch_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage: negative length')
-        f_batch_index_error_message = None
-    else:
-        f_batch_index_error_message, pos = read_string(buf, pos, n0, 'ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage')[1]
+    f_batch_index_error_message, pos = read_cstrn(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.BatchIndexErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage')
     return _ProduceResponse_BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message), pos
 
 
 def _e_ProduceResponse_PartitionProduceResponse_9(o, out):
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
-    v = o.record_errors
-    if v is None:
-        raise null_error('ProduceResponse.PartitionProduceResponse.RecordErrors')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceResponse_BatchIndexAndErrorMessage_9(e0, out)
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.record_errors, _e_ProduceResponse_BatchIndexAndErrorMessage_9, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
+    write_cstrn(out, o.error_message, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
     if o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch:
         raise absent_error('ProduceResponse.PartitionProduceResponse.CurrentLeader', '10+')
     out.append(_S_B.pack(0))
@@ -3077,97 +2669,29 @@ def _e_ProduceResponse_PartitionProduceResponse_9(o, out):
 def _d_ProduceResponse_PartitionProduceResponse_9(buf, pos):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.PartitionProduceResponse.RecordErrors')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
-        f_record_errors = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_BatchIndexAndErrorMessage_9(buf, pos)
-            f_record_errors.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceResponse.PartitionProduceResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceResponse.PartitionProduceResponse')[1]
+    n, pos = read_ccount(buf, pos, 6, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
+    f_record_errors, pos = read_structs(buf, pos, n, _d_ProduceResponse_BatchIndexAndErrorMessage_9)
+    f_error_message, pos = read_cstrn(buf, pos, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceResponse.PartitionProduceResponse')
     return _ProduceResponse_PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, _D_ProduceResponse_LeaderIdAndEpoch), pos
 
 
 def _e_ProduceResponse_TopicProduceResponse_9(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_responses
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceResponse_PartitionProduceResponse_9(e0, out)
+    write_cstr(out, o.name, 'ProduceResponse.TopicProduceResponse.Name')
+    write_carray(out, o.partition_responses, _e_ProduceResponse_PartitionProduceResponse_9, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
     out.append(_S_B.pack(0))
 
 
 def _d_ProduceResponse_TopicProduceResponse_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceResponse.TopicProduceResponse.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        check_count(buf, pos, n0, 33, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
-        f_partition_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_PartitionProduceResponse_9(buf, pos)
-            f_partition_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceResponse.TopicProduceResponse')[1]
+    f_name, pos = read_cstr(buf, pos, 'ProduceResponse.TopicProduceResponse.Name')
+    n, pos = read_ccount(buf, pos, 33, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
+    f_partition_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_PartitionProduceResponse_9)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceResponse.TopicProduceResponse')
     return _ProduceResponse_TopicProduceResponse(f_name, f_partition_responses), pos
 
 
 def _e_ProduceResponse_9(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceResponse_TopicProduceResponse_9(e0, out)
+    write_carray(out, o.responses, _e_ProduceResponse_TopicProduceResponse_9, 'ProduceResponse.Responses')
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('ProduceResponse.NodeEndpoints', '10+')
@@ -3175,26 +2699,11 @@ def _e_ProduceResponse_9(o, out):
 
 
 def _d_ProduceResponse_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 3, 'ProduceResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_TopicProduceResponse_9(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_ccount(buf, pos, 3, 'ProduceResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_TopicProduceResponse_9)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceResponse')
     return ProduceResponse(f_responses, f_throttle_time_ms, []), pos
 
 
@@ -3205,37 +2714,19 @@ def _e_ProduceResponse_LeaderIdAndEpoch_10(o, out):
 def _d_ProduceResponse_LeaderIdAndEpoch_10(buf, pos):
     f_leader_id, f_leader_epoch, = _S_ii.unpack_from(buf, pos)
     pos += 8
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceResponse.LeaderIdAndEpoch')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceResponse.LeaderIdAndEpoch')
     return _ProduceResponse_LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
 def _e_ProduceResponse_PartitionProduceResponse_10(o, out):
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
-    v = o.record_errors
-    if v is None:
-        raise null_error('ProduceResponse.PartitionProduceResponse.RecordErrors')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceResponse_BatchIndexAndErrorMessage_9(e0, out)
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.record_errors, _e_ProduceResponse_BatchIndexAndErrorMessage_9, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
+    write_cstrn(out, o.error_message, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
     tagged = []
     v = o.current_leader
     if v != _D_ProduceResponse_LeaderIdAndEpoch:
         p = []
-        if v is None:
-            raise null_error('ProduceResponse.PartitionProduceResponse.CurrentLeader')
-        else:
-            _e_ProduceResponse_LeaderIdAndEpoch_10(v, p)
+        write_struct(p, v, _e_ProduceResponse_LeaderIdAndEpoch_10, 'ProduceResponse.PartitionProduceResponse.CurrentLeader')
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -3246,32 +2737,9 @@ def _e_ProduceResponse_PartitionProduceResponse_10(o, out):
 def _d_ProduceResponse_PartitionProduceResponse_10(buf, pos):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.PartitionProduceResponse.RecordErrors')
-    else:
-        check_count(buf, pos, n0, 6, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
-        f_record_errors = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_BatchIndexAndErrorMessage_9(buf, pos)
-            f_record_errors.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceResponse.PartitionProduceResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
+    n, pos = read_ccount(buf, pos, 6, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
+    f_record_errors, pos = read_structs(buf, pos, n, _d_ProduceResponse_BatchIndexAndErrorMessage_9)
+    f_error_message, pos = read_cstrn(buf, pos, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
     f_current_leader = _D_ProduceResponse_LeaderIdAndEpoch
     if buf[pos] == 0:
         pos += 1
@@ -3288,128 +2756,46 @@ def _d_ProduceResponse_PartitionProduceResponse_10(buf, pos):
 
 
 def _e_ProduceResponse_TopicProduceResponse_10(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_responses
-    if v is None:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceResponse_PartitionProduceResponse_10(e0, out)
+    write_cstr(out, o.name, 'ProduceResponse.TopicProduceResponse.Name')
+    write_carray(out, o.partition_responses, _e_ProduceResponse_PartitionProduceResponse_10, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
     out.append(_S_B.pack(0))
 
 
 def _d_ProduceResponse_TopicProduceResponse_10(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ProduceResponse.TopicProduceResponse.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.TopicProduceResponse.PartitionResponses')
-    else:
-        check_count(buf, pos, n0, 33, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
-        f_partition_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_PartitionProduceResponse_10(buf, pos)
-            f_partition_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceResponse.TopicProduceResponse')[1]
+    f_name, pos = read_cstr(buf, pos, 'ProduceResponse.TopicProduceResponse.Name')
+    n, pos = read_ccount(buf, pos, 33, 'ProduceResponse.TopicProduceResponse.PartitionResponses')
+    f_partition_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_PartitionProduceResponse_10)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceResponse.TopicProduceResponse')
     return _ProduceResponse_TopicProduceResponse(f_name, f_partition_responses), pos
 
 
 def _e_ProduceResponse_NodeEndpoint_10(o, out):
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('ProduceResponse.NodeEndpoint.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.host, 'ProduceResponse.NodeEndpoint.Host')
     out.append(_S_i.pack(o.port))
-    v = o.rack
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.rack, 'ProduceResponse.NodeEndpoint.Rack')
     out.append(_S_B.pack(0))
 
 
 def _d_ProduceResponse_NodeEndpoint_10(buf, pos):
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.NodeEndpoint.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'ProduceResponse.NodeEndpoint.Host')
+    f_host, pos = read_cstr(buf, pos, 'ProduceResponse.NodeEndpoint.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ProduceResponse.NodeEndpoint.Rack: negative length')
-        f_rack = None
-    else:
-        f_rack, pos = read_string(buf, pos, n0, 'ProduceResponse.NodeEndpoint.Rack')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ProduceResponse.NodeEndpoint')[1]
+    f_rack, pos = read_cstrn(buf, pos, 'ProduceResponse.NodeEndpoint.Rack')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ProduceResponse.NodeEndpoint')
     return _ProduceResponse_NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
 def _e_ProduceResponse_10(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ProduceResponse_TopicProduceResponse_10(e0, out)
+    write_carray(out, o.responses, _e_ProduceResponse_TopicProduceResponse_10, 'ProduceResponse.Responses')
     out.append(_S_i.pack(o.throttle_time_ms))
     tagged = []
     v = o.node_endpoints
     if (v is None or len(v) != 0):
         p = []
-        if v is None:
-            raise null_error('ProduceResponse.NodeEndpoints')
-        else:
-            p.append(uvarint_bytes(len(v) + 1))
-            for e0 in v:
-                _e_ProduceResponse_NodeEndpoint_10(e0, p)
+        write_carray(p, v, _e_ProduceResponse_NodeEndpoint_10, 'ProduceResponse.NodeEndpoints')
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -3418,20 +2804,8 @@ def _e_ProduceResponse_10(o, out):
 
 
 def _d_ProduceResponse_10(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ProduceResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 3, 'ProduceResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_ProduceResponse_TopicProduceResponse_10(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_ccount(buf, pos, 3, 'ProduceResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_ProduceResponse_TopicProduceResponse_10)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     f_node_endpoints = []
@@ -3443,20 +2817,8 @@ def _d_ProduceResponse_10(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    raise null_error('ProduceResponse.NodeEndpoints')
-                else:
-                    check_count(t, tp, n0, 11, 'ProduceResponse.NodeEndpoints')
-                    f_node_endpoints = []
-                    for _ in range(n0):
-                        e0, tp = _d_ProduceResponse_NodeEndpoint_10(t, tp)
-                        f_node_endpoints.append(e0)
+                n, tp = read_ccount(t, tp, 11, 'ProduceResponse.NodeEndpoints')
+                f_node_endpoints, tp = read_structs(t, tp, n, _d_ProduceResponse_NodeEndpoint_10)
                 if tp != len(t):
                     raise KafkaProtocolError('ProduceResponse.NodeEndpoints: tagged field size mismatch')
     return ProduceResponse(f_responses, f_throttle_time_ms, f_node_endpoints), pos
@@ -3476,39 +2838,14 @@ def _d_FetchRequest_FetchPartition_0(buf, pos):
 
 
 def _e_FetchRequest_FetchTopic_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchPartition_0(e0, out)
+    write_str16(out, o.topic, 'FetchRequest.FetchTopic.Topic')
+    write_array32(out, o.partitions, _e_FetchRequest_FetchPartition_0, 'FetchRequest.FetchTopic.Partitions')
 
 
 def _d_FetchRequest_FetchTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchRequest.FetchTopic.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 16, 'FetchRequest.FetchTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'FetchRequest.FetchTopic.Topic')
+    n, pos = read_count32(buf, pos, 16, 'FetchRequest.FetchTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchPartition_0)
     return _FetchRequest_FetchTopic(f_topic, UUID_ZERO, f_partitions), pos
 
 
@@ -3517,13 +2854,7 @@ def _e_FetchRequest_0(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_ii.pack(o.max_wait_ms, o.min_bytes))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_0(e0, out)
+    write_array32(out, o.topics, _e_FetchRequest_FetchTopic_0, 'FetchRequest.Topics')
     if (o.forgotten_topics_data is None or len(o.forgotten_topics_data) != 0):
         raise absent_error('FetchRequest.ForgottenTopicsData', '7+')
 
@@ -3531,16 +2862,8 @@ def _e_FetchRequest_0(o, out):
 def _d_FetchRequest_0(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, = _S_iii.unpack_from(buf, pos)
     pos += 12
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_0)
     return FetchRequest(None, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, 2147483647, 0, 0, -1, f_topics, [], ''), pos
 
 
@@ -3549,13 +2872,7 @@ def _e_FetchRequest_3(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_0(e0, out)
+    write_array32(out, o.topics, _e_FetchRequest_FetchTopic_0, 'FetchRequest.Topics')
     if (o.forgotten_topics_data is None or len(o.forgotten_topics_data) != 0):
         raise absent_error('FetchRequest.ForgottenTopicsData', '7+')
 
@@ -3563,16 +2880,8 @@ def _e_FetchRequest_3(o, out):
 def _d_FetchRequest_3(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S_iiii.unpack_from(buf, pos)
     pos += 16
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_0)
     return FetchRequest(None, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, -1, f_topics, [], ''), pos
 
 
@@ -3581,13 +2890,7 @@ def _e_FetchRequest_4(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiib.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_0(e0, out)
+    write_array32(out, o.topics, _e_FetchRequest_FetchTopic_0, 'FetchRequest.Topics')
     if (o.forgotten_topics_data is None or len(o.forgotten_topics_data) != 0):
         raise absent_error('FetchRequest.ForgottenTopicsData', '7+')
 
@@ -3595,16 +2898,8 @@ def _e_FetchRequest_4(o, out):
 def _d_FetchRequest_4(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S_iiiib.unpack_from(buf, pos)
     pos += 17
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_0)
     return FetchRequest(None, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], ''), pos
 
 
@@ -3622,39 +2917,14 @@ def _d_FetchRequest_FetchPartition_5(buf, pos):
 
 
 def _e_FetchRequest_FetchTopic_5(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchPartition_5(e0, out)
+    write_str16(out, o.topic, 'FetchRequest.FetchTopic.Topic')
+    write_array32(out, o.partitions, _e_FetchRequest_FetchPartition_5, 'FetchRequest.FetchTopic.Partitions')
 
 
 def _d_FetchRequest_FetchTopic_5(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchRequest.FetchTopic.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 24, 'FetchRequest.FetchTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchPartition_5(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'FetchRequest.FetchTopic.Topic')
+    n, pos = read_count32(buf, pos, 24, 'FetchRequest.FetchTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchPartition_5)
     return _FetchRequest_FetchTopic(f_topic, UUID_ZERO, f_partitions), pos
 
 
@@ -3663,13 +2933,7 @@ def _e_FetchRequest_5(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiib.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_5(e0, out)
+    write_array32(out, o.topics, _e_FetchRequest_FetchTopic_5, 'FetchRequest.Topics')
     if (o.forgotten_topics_data is None or len(o.forgotten_topics_data) != 0):
         raise absent_error('FetchRequest.ForgottenTopicsData', '7+')
 
@@ -3677,48 +2941,20 @@ def _e_FetchRequest_5(o, out):
 def _d_FetchRequest_5(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S_iiiib.unpack_from(buf, pos)
     pos += 17
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_5(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_5)
     return FetchRequest(None, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], ''), pos
 
 
 def _e_FetchRequest_ForgottenTopic_7(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_str16(out, o.topic, 'FetchRequest.ForgottenTopic.Topic')
+    write_ints32(out, o.partitions, 'i', 'FetchRequest.ForgottenTopic.Partitions')
 
 
 def _d_FetchRequest_ForgottenTopic_7(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchRequest.ForgottenTopic.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopic.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'FetchRequest.ForgottenTopic.Partitions')
+    f_topic, pos = read_str16(buf, pos, 'FetchRequest.ForgottenTopic.Topic')
+    n, pos = read_count32(buf, pos, 4, 'FetchRequest.ForgottenTopic.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
     return _FetchRequest_ForgottenTopic(f_topic, UUID_ZERO, f_partitions), pos
 
 
@@ -3727,45 +2963,17 @@ def _e_FetchRequest_7(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_5(e0, out)
-    v = o.forgotten_topics_data
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_ForgottenTopic_7(e0, out)
+    write_array32(out, o.topics, _e_FetchRequest_FetchTopic_5, 'FetchRequest.Topics')
+    write_array32(out, o.forgotten_topics_data, _e_FetchRequest_ForgottenTopic_7, 'FetchRequest.ForgottenTopicsData')
 
 
 def _d_FetchRequest_7(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S_iiiibii.unpack_from(buf, pos)
     pos += 25
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_5(buf, pos)
-            f_topics.append(e0)
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.ForgottenTopicsData')
-        f_forgotten_topics_data = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_ForgottenTopic_7(buf, pos)
-            f_forgotten_topics_data.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_5)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.ForgottenTopicsData')
+    f_forgotten_topics_data, pos = read_structs(buf, pos, n, _d_FetchRequest_ForgottenTopic_7)
     return FetchRequest(None, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), pos
 
 
@@ -3783,39 +2991,14 @@ def _d_FetchRequest_FetchPartition_9(buf, pos):
 
 
 def _e_FetchRequest_FetchTopic_9(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchPartition_9(e0, out)
+    write_str16(out, o.topic, 'FetchRequest.FetchTopic.Topic')
+    write_array32(out, o.partitions, _e_FetchRequest_FetchPartition_9, 'FetchRequest.FetchTopic.Partitions')
 
 
 def _d_FetchRequest_FetchTopic_9(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchRequest.FetchTopic.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 28, 'FetchRequest.FetchTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchPartition_9(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'FetchRequest.FetchTopic.Topic')
+    n, pos = read_count32(buf, pos, 28, 'FetchRequest.FetchTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchPartition_9)
     return _FetchRequest_FetchTopic(f_topic, UUID_ZERO, f_partitions), pos
 
 
@@ -3824,45 +3007,17 @@ def _e_FetchRequest_9(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_9(e0, out)
-    v = o.forgotten_topics_data
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_ForgottenTopic_7(e0, out)
+    write_array32(out, o.topics, _e_FetchRequest_FetchTopic_9, 'FetchRequest.Topics')
+    write_array32(out, o.forgotten_topics_data, _e_FetchRequest_ForgottenTopic_7, 'FetchRequest.ForgottenTopicsData')
 
 
 def _d_FetchRequest_9(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S_iiiibii.unpack_from(buf, pos)
     pos += 25
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_9(buf, pos)
-            f_topics.append(e0)
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.ForgottenTopicsData')
-        f_forgotten_topics_data = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_ForgottenTopic_7(buf, pos)
-            f_forgotten_topics_data.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_9)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.ForgottenTopicsData')
+    f_forgotten_topics_data, pos = read_structs(buf, pos, n, _d_FetchRequest_ForgottenTopic_7)
     return FetchRequest(None, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), pos
 
 
@@ -3871,58 +3026,19 @@ def _e_FetchRequest_11(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_9(e0, out)
-    v = o.forgotten_topics_data
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchRequest_ForgottenTopic_7(e0, out)
-    v = o.rack_id
-    if v is None:
-        raise null_error('FetchRequest.RackId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_array32(out, o.topics, _e_FetchRequest_FetchTopic_9, 'FetchRequest.Topics')
+    write_array32(out, o.forgotten_topics_data, _e_FetchRequest_ForgottenTopic_7, 'FetchRequest.ForgottenTopicsData')
+    write_str16(out, o.rack_id, 'FetchRequest.RackId')
 
 
 def _d_FetchRequest_11(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S_iiiibii.unpack_from(buf, pos)
     pos += 25
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_9(buf, pos)
-            f_topics.append(e0)
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchRequest.ForgottenTopicsData')
-        f_forgotten_topics_data = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_ForgottenTopic_7(buf, pos)
-            f_forgotten_topics_data.append(e0)
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchRequest.RackId')
-    else:
-        f_rack_id, pos = read_string(buf, pos, n0, 'FetchRequest.RackId')
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_9)
+    n, pos = read_count32(buf, pos, 6, 'FetchRequest.ForgottenTopicsData')
+    f_forgotten_topics_data, pos = read_structs(buf, pos, n, _d_FetchRequest_ForgottenTopic_7)
+    f_rack_id, pos = read_str16(buf, pos, 'FetchRequest.RackId')
     return FetchRequest(None, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
 
 
@@ -3933,105 +3049,35 @@ def _e_FetchRequest_FetchPartition_12(o, out):
 def _d_FetchRequest_FetchPartition_12(buf, pos):
     f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S_iiqiqi.unpack_from(buf, pos)
     pos += 32
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchRequest.FetchPartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchRequest.FetchPartition')
     return _FetchRequest_FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, UUID_ZERO), pos
 
 
 def _e_FetchRequest_FetchTopic_12(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_FetchPartition_12(e0, out)
+    write_cstr(out, o.topic, 'FetchRequest.FetchTopic.Topic')
+    write_carray(out, o.partitions, _e_FetchRequest_FetchPartition_12, 'FetchRequest.FetchTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_FetchRequest_FetchTopic_12(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchRequest.FetchTopic.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 33, 'FetchRequest.FetchTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchPartition_12(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchRequest.FetchTopic')[1]
+    f_topic, pos = read_cstr(buf, pos, 'FetchRequest.FetchTopic.Topic')
+    n, pos = read_ccount(buf, pos, 33, 'FetchRequest.FetchTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchPartition_12)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchRequest.FetchTopic')
     return _FetchRequest_FetchTopic(f_topic, UUID_ZERO, f_partitions), pos
 
 
 def _e_FetchRequest_ForgottenTopic_12(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.topic, 'FetchRequest.ForgottenTopic.Topic')
+    write_cints(out, o.partitions, 'i', 'FetchRequest.ForgottenTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_FetchRequest_ForgottenTopic_12(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchRequest.ForgottenTopic.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopic.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'FetchRequest.ForgottenTopic.Partitions')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchRequest.ForgottenTopic')[1]
+    f_topic, pos = read_cstr(buf, pos, 'FetchRequest.ForgottenTopic.Topic')
+    n, pos = read_ccount(buf, pos, 4, 'FetchRequest.ForgottenTopic.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchRequest.ForgottenTopic')
     return _FetchRequest_ForgottenTopic(f_topic, UUID_ZERO, f_partitions), pos
 
 
@@ -4040,37 +3086,14 @@ def _e_FetchRequest_12(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_12(e0, out)
-    v = o.forgotten_topics_data
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_ForgottenTopic_12(e0, out)
-    v = o.rack_id
-    if v is None:
-        raise null_error('FetchRequest.RackId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.topics, _e_FetchRequest_FetchTopic_12, 'FetchRequest.Topics')
+    write_carray(out, o.forgotten_topics_data, _e_FetchRequest_ForgottenTopic_12, 'FetchRequest.ForgottenTopicsData')
+    write_cstr(out, o.rack_id, 'FetchRequest.RackId')
     tagged = []
     v = o.cluster_id
     if v is not None:
         p = []
-        if v is None:
-            p.append(b'\x00')
-        else:
-            b0 = v.encode('utf-8')
-            p.append(uvarint_bytes(len(b0) + 1))
-            p.append(b0)
+        write_cstrn(p, v, 'FetchRequest.ClusterId')
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -4081,44 +3104,11 @@ def _e_FetchRequest_12(o, out):
 def _d_FetchRequest_12(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S_iiiibii.unpack_from(buf, pos)
     pos += 25
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_12(buf, pos)
-            f_topics.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        check_count(buf, pos, n0, 3, 'FetchRequest.ForgottenTopicsData')
-        f_forgotten_topics_data = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_ForgottenTopic_12(buf, pos)
-            f_forgotten_topics_data.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.RackId')
-    else:
-        f_rack_id, pos = read_string(buf, pos, n0, 'FetchRequest.RackId')
+    n, pos = read_ccount(buf, pos, 3, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_12)
+    n, pos = read_ccount(buf, pos, 3, 'FetchRequest.ForgottenTopicsData')
+    f_forgotten_topics_data, pos = read_structs(buf, pos, n, _d_FetchRequest_ForgottenTopic_12)
+    f_rack_id, pos = read_cstr(buf, pos, 'FetchRequest.RackId')
     f_cluster_id = None
     if buf[pos] == 0:
         pos += 1
@@ -4128,18 +3118,7 @@ def _d_FetchRequest_12(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    if n0 != -1:
-                        raise KafkaProtocolError('FetchRequest.ClusterId: negative length')
-                    f_cluster_id = None
-                else:
-                    f_cluster_id, tp = read_string(t, tp, n0, 'FetchRequest.ClusterId')
+                f_cluster_id, tp = read_cstrn(t, tp, 'FetchRequest.ClusterId')
                 if tp != len(t):
                     raise KafkaProtocolError('FetchRequest.ClusterId: tagged field size mismatch')
     return FetchRequest(f_cluster_id, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
@@ -4147,13 +3126,7 @@ def _d_FetchRequest_12(buf, pos):
 
 def _e_FetchRequest_FetchTopic_13(o, out):
     out.append(_S_16s.pack(o.topic_id.bytes))
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_FetchPartition_12(e0, out)
+    write_carray(out, o.partitions, _e_FetchRequest_FetchPartition_12, 'FetchRequest.FetchTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
@@ -4161,35 +3134,15 @@ def _d_FetchRequest_FetchTopic_13(buf, pos):
     f_topic_id, = _S_16s.unpack_from(buf, pos)
     pos += 16
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 33, 'FetchRequest.FetchTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchPartition_12(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchRequest.FetchTopic')[1]
+    n, pos = read_ccount(buf, pos, 33, 'FetchRequest.FetchTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchPartition_12)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchRequest.FetchTopic')
     return _FetchRequest_FetchTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_FetchRequest_ForgottenTopic_13(o, out):
     out.append(_S_16s.pack(o.topic_id.bytes))
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cints(out, o.partitions, 'i', 'FetchRequest.ForgottenTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
@@ -4197,20 +3150,9 @@ def _d_FetchRequest_ForgottenTopic_13(buf, pos):
     f_topic_id, = _S_16s.unpack_from(buf, pos)
     pos += 16
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopic.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'FetchRequest.ForgottenTopic.Partitions')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchRequest.ForgottenTopic')[1]
+    n, pos = read_ccount(buf, pos, 4, 'FetchRequest.ForgottenTopic.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchRequest.ForgottenTopic')
     return _FetchRequest_ForgottenTopic('', f_topic_id, f_partitions), pos
 
 
@@ -4219,37 +3161,14 @@ def _e_FetchRequest_13(o, out):
     if o.replica_state != _D_FetchRequest_ReplicaState:
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_13(e0, out)
-    v = o.forgotten_topics_data
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_ForgottenTopic_13(e0, out)
-    v = o.rack_id
-    if v is None:
-        raise null_error('FetchRequest.RackId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.topics, _e_FetchRequest_FetchTopic_13, 'FetchRequest.Topics')
+    write_carray(out, o.forgotten_topics_data, _e_FetchRequest_ForgottenTopic_13, 'FetchRequest.ForgottenTopicsData')
+    write_cstr(out, o.rack_id, 'FetchRequest.RackId')
     tagged = []
     v = o.cluster_id
     if v is not None:
         p = []
-        if v is None:
-            p.append(b'\x00')
-        else:
-            b0 = v.encode('utf-8')
-            p.append(uvarint_bytes(len(b0) + 1))
-            p.append(b0)
+        write_cstrn(p, v, 'FetchRequest.ClusterId')
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -4260,44 +3179,11 @@ def _e_FetchRequest_13(o, out):
 def _d_FetchRequest_13(buf, pos):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S_iiiibii.unpack_from(buf, pos)
     pos += 25
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_13(buf, pos)
-            f_topics.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchRequest.ForgottenTopicsData')
-        f_forgotten_topics_data = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_ForgottenTopic_13(buf, pos)
-            f_forgotten_topics_data.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.RackId')
-    else:
-        f_rack_id, pos = read_string(buf, pos, n0, 'FetchRequest.RackId')
+    n, pos = read_ccount(buf, pos, 18, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_13)
+    n, pos = read_ccount(buf, pos, 18, 'FetchRequest.ForgottenTopicsData')
+    f_forgotten_topics_data, pos = read_structs(buf, pos, n, _d_FetchRequest_ForgottenTopic_13)
+    f_rack_id, pos = read_cstr(buf, pos, 'FetchRequest.RackId')
     f_cluster_id = None
     if buf[pos] == 0:
         pos += 1
@@ -4307,18 +3193,7 @@ def _d_FetchRequest_13(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    if n0 != -1:
-                        raise KafkaProtocolError('FetchRequest.ClusterId: negative length')
-                    f_cluster_id = None
-                else:
-                    f_cluster_id, tp = read_string(t, tp, n0, 'FetchRequest.ClusterId')
+                f_cluster_id, tp = read_cstrn(t, tp, 'FetchRequest.ClusterId')
                 if tp != len(t):
                     raise KafkaProtocolError('FetchRequest.ClusterId: tagged field size mismatch')
     return FetchRequest(f_cluster_id, f_replica_id, _D_FetchRequest_ReplicaState, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
@@ -4331,10 +3206,7 @@ def _e_FetchRequest_ReplicaState_15(o, out):
 def _d_FetchRequest_ReplicaState_15(buf, pos):
     f_replica_id, f_replica_epoch, = _S_iq.unpack_from(buf, pos)
     pos += 12
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchRequest.ReplicaState')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchRequest.ReplicaState')
     return _FetchRequest_ReplicaState(f_replica_id, f_replica_epoch), pos
 
 
@@ -4342,45 +3214,19 @@ def _e_FetchRequest_15(o, out):
     if o.replica_id != -1:
         raise absent_error('FetchRequest.ReplicaId', '0-14')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_13(e0, out)
-    v = o.forgotten_topics_data
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_ForgottenTopic_13(e0, out)
-    v = o.rack_id
-    if v is None:
-        raise null_error('FetchRequest.RackId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.topics, _e_FetchRequest_FetchTopic_13, 'FetchRequest.Topics')
+    write_carray(out, o.forgotten_topics_data, _e_FetchRequest_ForgottenTopic_13, 'FetchRequest.ForgottenTopicsData')
+    write_cstr(out, o.rack_id, 'FetchRequest.RackId')
     tagged = []
     v = o.cluster_id
     if v is not None:
         p = []
-        if v is None:
-            p.append(b'\x00')
-        else:
-            b0 = v.encode('utf-8')
-            p.append(uvarint_bytes(len(b0) + 1))
-            p.append(b0)
+        write_cstrn(p, v, 'FetchRequest.ClusterId')
         tagged.append((0, p))
     v = o.replica_state
     if v != _D_FetchRequest_ReplicaState:
         p = []
-        if v is None:
-            raise null_error('FetchRequest.ReplicaState')
-        else:
-            _e_FetchRequest_ReplicaState_15(v, p)
+        write_struct(p, v, _e_FetchRequest_ReplicaState_15, 'FetchRequest.ReplicaState')
         tagged.append((1, p))
     if tagged:
         write_tags(out, tagged)
@@ -4391,44 +3237,11 @@ def _e_FetchRequest_15(o, out):
 def _d_FetchRequest_15(buf, pos):
     f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S_iiibii.unpack_from(buf, pos)
     pos += 21
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_13(buf, pos)
-            f_topics.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchRequest.ForgottenTopicsData')
-        f_forgotten_topics_data = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_ForgottenTopic_13(buf, pos)
-            f_forgotten_topics_data.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.RackId')
-    else:
-        f_rack_id, pos = read_string(buf, pos, n0, 'FetchRequest.RackId')
+    n, pos = read_ccount(buf, pos, 18, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_13)
+    n, pos = read_ccount(buf, pos, 18, 'FetchRequest.ForgottenTopicsData')
+    f_forgotten_topics_data, pos = read_structs(buf, pos, n, _d_FetchRequest_ForgottenTopic_13)
+    f_rack_id, pos = read_cstr(buf, pos, 'FetchRequest.RackId')
     f_cluster_id = None
     f_replica_state = _D_FetchRequest_ReplicaState
     if buf[pos] == 0:
@@ -4439,18 +3252,7 @@ def _d_FetchRequest_15(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    if n0 != -1:
-                        raise KafkaProtocolError('FetchRequest.ClusterId: negative length')
-                    f_cluster_id = None
-                else:
-                    f_cluster_id, tp = read_string(t, tp, n0, 'FetchRequest.ClusterId')
+                f_cluster_id, tp = read_cstrn(t, tp, 'FetchRequest.ClusterId')
                 if tp != len(t):
                     raise KafkaProtocolError('FetchRequest.ClusterId: tagged field size mismatch')
             elif tag == 1:
@@ -4468,10 +3270,7 @@ def _e_FetchRequest_FetchPartition_17(o, out):
     v = o.replica_directory_id
     if v != UUID_ZERO:
         p = []
-        if v is None:
-            raise null_error('FetchRequest.FetchPartition.ReplicaDirectoryId')
-        else:
-            p.append(v.bytes)
+        p.append(v.bytes)
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -4491,9 +3290,7 @@ def _d_FetchRequest_FetchPartition_17(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0, = _S_16s.unpack_from(t, tp)
-                f_replica_directory_id = UUID(bytes=n0)
-                tp += 16
+                f_replica_directory_id, tp = read_uuid(t, tp)
                 if tp != len(t):
                     raise KafkaProtocolError('FetchRequest.FetchPartition.ReplicaDirectoryId: tagged field size mismatch')
     return _FetchRequest_FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id), pos
@@ -4501,13 +3298,7 @@ def _d_FetchRequest_FetchPartition_17(buf, pos):
 
 def _e_FetchRequest_FetchTopic_17(o, out):
     out.append(_S_16s.pack(o.topic_id.bytes))
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_FetchPartition_17(e0, out)
+    write_carray(out, o.partitions, _e_FetchRequest_FetchPartition_17, 'FetchRequest.FetchTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
@@ -4515,24 +3306,9 @@ def _d_FetchRequest_FetchTopic_17(buf, pos):
     f_topic_id, = _S_16s.unpack_from(buf, pos)
     pos += 16
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.FetchTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 33, 'FetchRequest.FetchTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchPartition_17(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchRequest.FetchTopic')[1]
+    n, pos = read_ccount(buf, pos, 33, 'FetchRequest.FetchTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchPartition_17)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchRequest.FetchTopic')
     return _FetchRequest_FetchTopic('', f_topic_id, f_partitions), pos
 
 
@@ -4540,45 +3316,19 @@ def _e_FetchRequest_17(o, out):
     if o.replica_id != -1:
         raise absent_error('FetchRequest.ReplicaId', '0-14')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('FetchRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_FetchTopic_17(e0, out)
-    v = o.forgotten_topics_data
-    if v is None:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchRequest_ForgottenTopic_13(e0, out)
-    v = o.rack_id
-    if v is None:
-        raise null_error('FetchRequest.RackId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.topics, _e_FetchRequest_FetchTopic_17, 'FetchRequest.Topics')
+    write_carray(out, o.forgotten_topics_data, _e_FetchRequest_ForgottenTopic_13, 'FetchRequest.ForgottenTopicsData')
+    write_cstr(out, o.rack_id, 'FetchRequest.RackId')
     tagged = []
     v = o.cluster_id
     if v is not None:
         p = []
-        if v is None:
-            p.append(b'\x00')
-        else:
-            b0 = v.encode('utf-8')
-            p.append(uvarint_bytes(len(b0) + 1))
-            p.append(b0)
+        write_cstrn(p, v, 'FetchRequest.ClusterId')
         tagged.append((0, p))
     v = o.replica_state
     if v != _D_FetchRequest_ReplicaState:
         p = []
-        if v is None:
-            raise null_error('FetchRequest.ReplicaState')
-        else:
-            _e_FetchRequest_ReplicaState_15(v, p)
+        write_struct(p, v, _e_FetchRequest_ReplicaState_15, 'FetchRequest.ReplicaState')
         tagged.append((1, p))
     if tagged:
         write_tags(out, tagged)
@@ -4589,44 +3339,11 @@ def _e_FetchRequest_17(o, out):
 def _d_FetchRequest_17(buf, pos):
     f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S_iiibii.unpack_from(buf, pos)
     pos += 21
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_FetchTopic_17(buf, pos)
-            f_topics.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.ForgottenTopicsData')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchRequest.ForgottenTopicsData')
-        f_forgotten_topics_data = []
-        for _ in range(n0):
-            e0, pos = _d_FetchRequest_ForgottenTopic_13(buf, pos)
-            f_forgotten_topics_data.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchRequest.RackId')
-    else:
-        f_rack_id, pos = read_string(buf, pos, n0, 'FetchRequest.RackId')
+    n, pos = read_ccount(buf, pos, 18, 'FetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_FetchRequest_FetchTopic_17)
+    n, pos = read_ccount(buf, pos, 18, 'FetchRequest.ForgottenTopicsData')
+    f_forgotten_topics_data, pos = read_structs(buf, pos, n, _d_FetchRequest_ForgottenTopic_13)
+    f_rack_id, pos = read_cstr(buf, pos, 'FetchRequest.RackId')
     f_cluster_id = None
     f_replica_state = _D_FetchRequest_ReplicaState
     if buf[pos] == 0:
@@ -4637,18 +3354,7 @@ def _d_FetchRequest_17(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    if n0 != -1:
-                        raise KafkaProtocolError('FetchRequest.ClusterId: negative length')
-                    f_cluster_id = None
-                else:
-                    f_cluster_id, tp = read_string(t, tp, n0, 'FetchRequest.ClusterId')
+                f_cluster_id, tp = read_cstrn(t, tp, 'FetchRequest.ClusterId')
                 if tp != len(t):
                     raise KafkaProtocolError('FetchRequest.ClusterId: tagged field size mismatch')
             elif tag == 1:
@@ -4670,91 +3376,39 @@ def _e_FetchResponse_PartitionData_0(o, out):
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
     if o.preferred_read_replica != -1:
         raise absent_error('FetchResponse.PartitionData.PreferredReadReplica', '11+')
-    v = o.records
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        p0, n0 = records_pieces(v)
-        out.append(S_INT32.pack(n0))
-        out.extend(p0)
+    write_records32n(out, o.records, 'FetchResponse.PartitionData.Records')
 
 
 def _d_FetchResponse_PartitionData_0(buf, pos):
     f_partition_index, f_error_code, f_high_watermark, = _S_ihq.unpack_from(buf, pos)
     pos += 14
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.Records: negative length')
-        f_records = None
-    else:
-        f_records, pos = read_view(buf, pos, n0, 'FetchResponse.PartitionData.Records')
+    f_records, pos = read_records32n(buf, pos, 'FetchResponse.PartitionData.Records')
     return _FetchResponse_PartitionData(f_partition_index, f_error_code, f_high_watermark, -1, -1, _D_FetchResponse_EpochEndOffset, _D_FetchResponse_LeaderIdAndEpoch, _D_FetchResponse_SnapshotId, [], -1, f_records), pos
 
 
 def _e_FetchResponse_FetchableTopicResponse_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_PartitionData_0(e0, out)
+    write_str16(out, o.topic, 'FetchResponse.FetchableTopicResponse.Topic')
+    write_array32(out, o.partitions, _e_FetchResponse_PartitionData_0, 'FetchResponse.FetchableTopicResponse.Partitions')
 
 
 def _d_FetchResponse_FetchableTopicResponse_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchResponse.FetchableTopicResponse.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchResponse.FetchableTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_PartitionData_0(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'FetchResponse.FetchableTopicResponse.Topic')
+    n, pos = read_count32(buf, pos, 18, 'FetchResponse.FetchableTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchResponse_PartitionData_0)
     return _FetchResponse_FetchableTopicResponse(f_topic, UUID_ZERO, f_partitions), pos
 
 
 def _e_FetchResponse_0(o, out):
     if o.session_id != 0:
         raise absent_error('FetchResponse.SessionId', '7+')
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_0(e0, out)
+    write_array32(out, o.responses, _e_FetchResponse_FetchableTopicResponse_0, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
 
 
 def _d_FetchResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_0)
     return FetchResponse(0, 0, 0, f_responses, []), pos
 
 
@@ -4762,13 +3416,7 @@ def _e_FetchResponse_1(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
     if o.session_id != 0:
         raise absent_error('FetchResponse.SessionId', '7+')
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_0(e0, out)
+    write_array32(out, o.responses, _e_FetchResponse_FetchableTopicResponse_0, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
 
@@ -4776,16 +3424,8 @@ def _e_FetchResponse_1(o, out):
 def _d_FetchResponse_1(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_0)
     return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, []), pos
 
 
@@ -4807,84 +3447,30 @@ def _e_FetchResponse_PartitionData_4(o, out):
         raise absent_error('FetchResponse.PartitionData.CurrentLeader', '12+')
     if o.snapshot_id != _D_FetchResponse_SnapshotId:
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
-    v = o.aborted_transactions
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_AbortedTransaction_4(e0, out)
+    write_array32n(out, o.aborted_transactions, _e_FetchResponse_AbortedTransaction_4, 'FetchResponse.PartitionData.AbortedTransactions')
     if o.preferred_read_replica != -1:
         raise absent_error('FetchResponse.PartitionData.PreferredReadReplica', '11+')
-    v = o.records
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        p0, n0 = records_pieces(v)
-        out.append(S_INT32.pack(n0))
-        out.extend(p0)
+    write_records32n(out, o.records, 'FetchResponse.PartitionData.Records')
 
 
 def _d_FetchResponse_PartitionData_4(buf, pos):
     f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, = _S_ihqq.unpack_from(buf, pos)
     pos += 22
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.AbortedTransactions: negative length')
-        f_aborted_transactions = None
-    else:
-        check_count(buf, pos, n0, 16, 'FetchResponse.PartitionData.AbortedTransactions')
-        f_aborted_transactions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_AbortedTransaction_4(buf, pos)
-            f_aborted_transactions.append(e0)
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.Records: negative length')
-        f_records = None
-    else:
-        f_records, pos = read_view(buf, pos, n0, 'FetchResponse.PartitionData.Records')
+    n, pos = read_count32n(buf, pos, 16, 'FetchResponse.PartitionData.AbortedTransactions')
+    f_aborted_transactions, pos = read_structs(buf, pos, n, _d_FetchResponse_AbortedTransaction_4)
+    f_records, pos = read_records32n(buf, pos, 'FetchResponse.PartitionData.Records')
     return _FetchResponse_PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, -1, _D_FetchResponse_EpochEndOffset, _D_FetchResponse_LeaderIdAndEpoch, _D_FetchResponse_SnapshotId, f_aborted_transactions, -1, f_records), pos
 
 
 def _e_FetchResponse_FetchableTopicResponse_4(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_PartitionData_4(e0, out)
+    write_str16(out, o.topic, 'FetchResponse.FetchableTopicResponse.Topic')
+    write_array32(out, o.partitions, _e_FetchResponse_PartitionData_4, 'FetchResponse.FetchableTopicResponse.Partitions')
 
 
 def _d_FetchResponse_FetchableTopicResponse_4(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchResponse.FetchableTopicResponse.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 30, 'FetchResponse.FetchableTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_PartitionData_4(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'FetchResponse.FetchableTopicResponse.Topic')
+    n, pos = read_count32(buf, pos, 30, 'FetchResponse.FetchableTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchResponse_PartitionData_4)
     return _FetchResponse_FetchableTopicResponse(f_topic, UUID_ZERO, f_partitions), pos
 
 
@@ -4892,13 +3478,7 @@ def _e_FetchResponse_4(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
     if o.session_id != 0:
         raise absent_error('FetchResponse.SessionId', '7+')
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_4(e0, out)
+    write_array32(out, o.responses, _e_FetchResponse_FetchableTopicResponse_4, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
 
@@ -4906,16 +3486,8 @@ def _e_FetchResponse_4(o, out):
 def _d_FetchResponse_4(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_4(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_4)
     return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, []), pos
 
 
@@ -4927,84 +3499,30 @@ def _e_FetchResponse_PartitionData_5(o, out):
         raise absent_error('FetchResponse.PartitionData.CurrentLeader', '12+')
     if o.snapshot_id != _D_FetchResponse_SnapshotId:
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
-    v = o.aborted_transactions
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_AbortedTransaction_4(e0, out)
+    write_array32n(out, o.aborted_transactions, _e_FetchResponse_AbortedTransaction_4, 'FetchResponse.PartitionData.AbortedTransactions')
     if o.preferred_read_replica != -1:
         raise absent_error('FetchResponse.PartitionData.PreferredReadReplica', '11+')
-    v = o.records
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        p0, n0 = records_pieces(v)
-        out.append(S_INT32.pack(n0))
-        out.extend(p0)
+    write_records32n(out, o.records, 'FetchResponse.PartitionData.Records')
 
 
 def _d_FetchResponse_PartitionData_5(buf, pos):
     f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.AbortedTransactions: negative length')
-        f_aborted_transactions = None
-    else:
-        check_count(buf, pos, n0, 16, 'FetchResponse.PartitionData.AbortedTransactions')
-        f_aborted_transactions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_AbortedTransaction_4(buf, pos)
-            f_aborted_transactions.append(e0)
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.Records: negative length')
-        f_records = None
-    else:
-        f_records, pos = read_view(buf, pos, n0, 'FetchResponse.PartitionData.Records')
+    n, pos = read_count32n(buf, pos, 16, 'FetchResponse.PartitionData.AbortedTransactions')
+    f_aborted_transactions, pos = read_structs(buf, pos, n, _d_FetchResponse_AbortedTransaction_4)
+    f_records, pos = read_records32n(buf, pos, 'FetchResponse.PartitionData.Records')
     return _FetchResponse_PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, _D_FetchResponse_EpochEndOffset, _D_FetchResponse_LeaderIdAndEpoch, _D_FetchResponse_SnapshotId, f_aborted_transactions, -1, f_records), pos
 
 
 def _e_FetchResponse_FetchableTopicResponse_5(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_PartitionData_5(e0, out)
+    write_str16(out, o.topic, 'FetchResponse.FetchableTopicResponse.Topic')
+    write_array32(out, o.partitions, _e_FetchResponse_PartitionData_5, 'FetchResponse.FetchableTopicResponse.Partitions')
 
 
 def _d_FetchResponse_FetchableTopicResponse_5(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchResponse.FetchableTopicResponse.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 38, 'FetchResponse.FetchableTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_PartitionData_5(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'FetchResponse.FetchableTopicResponse.Topic')
+    n, pos = read_count32(buf, pos, 38, 'FetchResponse.FetchableTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchResponse_PartitionData_5)
     return _FetchResponse_FetchableTopicResponse(f_topic, UUID_ZERO, f_partitions), pos
 
 
@@ -5012,13 +3530,7 @@ def _e_FetchResponse_5(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
     if o.session_id != 0:
         raise absent_error('FetchResponse.SessionId', '7+')
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_5(e0, out)
+    write_array32(out, o.responses, _e_FetchResponse_FetchableTopicResponse_5, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
 
@@ -5026,28 +3538,14 @@ def _e_FetchResponse_5(o, out):
 def _d_FetchResponse_5(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_5(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_5)
     return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, []), pos
 
 
 def _e_FetchResponse_7(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_5(e0, out)
+    write_array32(out, o.responses, _e_FetchResponse_FetchableTopicResponse_5, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
 
@@ -5055,16 +3553,8 @@ def _e_FetchResponse_7(o, out):
 def _d_FetchResponse_7(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_5(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_5)
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, []), pos
 
 
@@ -5076,97 +3566,37 @@ def _e_FetchResponse_PartitionData_11(o, out):
         raise absent_error('FetchResponse.PartitionData.CurrentLeader', '12+')
     if o.snapshot_id != _D_FetchResponse_SnapshotId:
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
-    v = o.aborted_transactions
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_AbortedTransaction_4(e0, out)
+    write_array32n(out, o.aborted_transactions, _e_FetchResponse_AbortedTransaction_4, 'FetchResponse.PartitionData.AbortedTransactions')
     out.append(_S_i.pack(o.preferred_read_replica))
-    v = o.records
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        p0, n0 = records_pieces(v)
-        out.append(S_INT32.pack(n0))
-        out.extend(p0)
+    write_records32n(out, o.records, 'FetchResponse.PartitionData.Records')
 
 
 def _d_FetchResponse_PartitionData_11(buf, pos):
     f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.AbortedTransactions: negative length')
-        f_aborted_transactions = None
-    else:
-        check_count(buf, pos, n0, 16, 'FetchResponse.PartitionData.AbortedTransactions')
-        f_aborted_transactions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_AbortedTransaction_4(buf, pos)
-            f_aborted_transactions.append(e0)
+    n, pos = read_count32n(buf, pos, 16, 'FetchResponse.PartitionData.AbortedTransactions')
+    f_aborted_transactions, pos = read_structs(buf, pos, n, _d_FetchResponse_AbortedTransaction_4)
     f_preferred_read_replica, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.Records: negative length')
-        f_records = None
-    else:
-        f_records, pos = read_view(buf, pos, n0, 'FetchResponse.PartitionData.Records')
+    f_records, pos = read_records32n(buf, pos, 'FetchResponse.PartitionData.Records')
     return _FetchResponse_PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, _D_FetchResponse_EpochEndOffset, _D_FetchResponse_LeaderIdAndEpoch, _D_FetchResponse_SnapshotId, f_aborted_transactions, f_preferred_read_replica, f_records), pos
 
 
 def _e_FetchResponse_FetchableTopicResponse_11(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_PartitionData_11(e0, out)
+    write_str16(out, o.topic, 'FetchResponse.FetchableTopicResponse.Topic')
+    write_array32(out, o.partitions, _e_FetchResponse_PartitionData_11, 'FetchResponse.FetchableTopicResponse.Partitions')
 
 
 def _d_FetchResponse_FetchableTopicResponse_11(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchResponse.FetchableTopicResponse.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 42, 'FetchResponse.FetchableTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_PartitionData_11(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'FetchResponse.FetchableTopicResponse.Topic')
+    n, pos = read_count32(buf, pos, 42, 'FetchResponse.FetchableTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchResponse_PartitionData_11)
     return _FetchResponse_FetchableTopicResponse(f_topic, UUID_ZERO, f_partitions), pos
 
 
 def _e_FetchResponse_11(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_11(e0, out)
+    write_array32(out, o.responses, _e_FetchResponse_FetchableTopicResponse_11, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
 
@@ -5174,16 +3604,8 @@ def _e_FetchResponse_11(o, out):
 def _d_FetchResponse_11(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_11(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_11)
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, []), pos
 
 
@@ -5194,20 +3616,14 @@ def _e_FetchResponse_EpochEndOffset_12(o, out):
 def _d_FetchResponse_EpochEndOffset_12(buf, pos):
     f_epoch, f_end_offset, = _S_iq.unpack_from(buf, pos)
     pos += 12
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse.EpochEndOffset')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse.EpochEndOffset')
     return _FetchResponse_EpochEndOffset(f_epoch, f_end_offset), pos
 
 
 def _d_FetchResponse_LeaderIdAndEpoch_12(buf, pos):
     f_leader_id, f_leader_epoch, = _S_ii.unpack_from(buf, pos)
     pos += 8
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse.LeaderIdAndEpoch')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse.LeaderIdAndEpoch')
     return _FetchResponse_LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -5218,10 +3634,7 @@ def _e_FetchResponse_SnapshotId_12(o, out):
 def _d_FetchResponse_SnapshotId_12(buf, pos):
     f_end_offset, f_epoch, = _S_qi.unpack_from(buf, pos)
     pos += 12
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse.SnapshotId')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse.SnapshotId')
     return _FetchResponse_SnapshotId(f_end_offset, f_epoch), pos
 
 
@@ -5232,54 +3645,30 @@ def _e_FetchResponse_AbortedTransaction_12(o, out):
 def _d_FetchResponse_AbortedTransaction_12(buf, pos):
     f_producer_id, f_first_offset, = _S_qq.unpack_from(buf, pos)
     pos += 16
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse.AbortedTransaction')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse.AbortedTransaction')
     return _FetchResponse_AbortedTransaction(f_producer_id, f_first_offset), pos
 
 
 def _e_FetchResponse_PartitionData_12(o, out):
     out.append(_S_ihqqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset))
-    v = o.aborted_transactions
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchResponse_AbortedTransaction_12(e0, out)
+    write_carrayn(out, o.aborted_transactions, _e_FetchResponse_AbortedTransaction_12, 'FetchResponse.PartitionData.AbortedTransactions')
     out.append(_S_i.pack(o.preferred_read_replica))
-    v = o.records
-    if v is None:
-        out.append(b'\x00')
-    else:
-        p0, n0 = records_pieces(v)
-        out.append(uvarint_bytes(n0 + 1))
-        out.extend(p0)
+    write_crecordsn(out, o.records, 'FetchResponse.PartitionData.Records')
     tagged = []
     v = o.diverging_epoch
     if v != _D_FetchResponse_EpochEndOffset:
         p = []
-        if v is None:
-            raise null_error('FetchResponse.PartitionData.DivergingEpoch')
-        else:
-            _e_FetchResponse_EpochEndOffset_12(v, p)
+        write_struct(p, v, _e_FetchResponse_EpochEndOffset_12, 'FetchResponse.PartitionData.DivergingEpoch')
         tagged.append((0, p))
     v = o.current_leader
     if v != _D_FetchResponse_LeaderIdAndEpoch:
         p = []
-        if v is None:
-            raise null_error('FetchResponse.PartitionData.CurrentLeader')
-        else:
-            _e_ProduceResponse_LeaderIdAndEpoch_10(v, p)
+        write_struct(p, v, _e_ProduceResponse_LeaderIdAndEpoch_10, 'FetchResponse.PartitionData.CurrentLeader')
         tagged.append((1, p))
     v = o.snapshot_id
     if v != _D_FetchResponse_SnapshotId:
         p = []
-        if v is None:
-            raise null_error('FetchResponse.PartitionData.SnapshotId')
-        else:
-            _e_FetchResponse_SnapshotId_12(v, p)
+        write_struct(p, v, _e_FetchResponse_SnapshotId_12, 'FetchResponse.PartitionData.SnapshotId')
         tagged.append((2, p))
     if tagged:
         write_tags(out, tagged)
@@ -5290,36 +3679,11 @@ def _e_FetchResponse_PartitionData_12(o, out):
 def _d_FetchResponse_PartitionData_12(buf, pos):
     f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S_ihqqq.unpack_from(buf, pos)
     pos += 30
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.AbortedTransactions: negative length')
-        f_aborted_transactions = None
-    else:
-        check_count(buf, pos, n0, 17, 'FetchResponse.PartitionData.AbortedTransactions')
-        f_aborted_transactions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_AbortedTransaction_12(buf, pos)
-            f_aborted_transactions.append(e0)
+    n, pos = read_ccountn(buf, pos, 17, 'FetchResponse.PartitionData.AbortedTransactions')
+    f_aborted_transactions, pos = read_structs(buf, pos, n, _d_FetchResponse_AbortedTransaction_12)
     f_preferred_read_replica, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.PartitionData.Records: negative length')
-        f_records = None
-    else:
-        f_records, pos = read_view(buf, pos, n0, 'FetchResponse.PartitionData.Records')
+    f_records, pos = read_crecordsn(buf, pos, 'FetchResponse.PartitionData.Records')
     f_diverging_epoch = _D_FetchResponse_EpochEndOffset
     f_current_leader = _D_FetchResponse_LeaderIdAndEpoch
     f_snapshot_id = _D_FetchResponse_SnapshotId
@@ -5350,64 +3714,22 @@ def _d_FetchResponse_PartitionData_12(buf, pos):
 
 
 def _e_FetchResponse_FetchableTopicResponse_12(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchResponse_PartitionData_12(e0, out)
+    write_cstr(out, o.topic, 'FetchResponse.FetchableTopicResponse.Topic')
+    write_carray(out, o.partitions, _e_FetchResponse_PartitionData_12, 'FetchResponse.FetchableTopicResponse.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_FetchResponse_FetchableTopicResponse_12(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'FetchResponse.FetchableTopicResponse.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 37, 'FetchResponse.FetchableTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_PartitionData_12(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse.FetchableTopicResponse')[1]
+    f_topic, pos = read_cstr(buf, pos, 'FetchResponse.FetchableTopicResponse.Topic')
+    n, pos = read_ccount(buf, pos, 37, 'FetchResponse.FetchableTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchResponse_PartitionData_12)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse.FetchableTopicResponse')
     return _FetchResponse_FetchableTopicResponse(f_topic, UUID_ZERO, f_partitions), pos
 
 
 def _e_FetchResponse_12(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_12(e0, out)
+    write_carray(out, o.responses, _e_FetchResponse_FetchableTopicResponse_12, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
     out.append(_S_B.pack(0))
@@ -5416,36 +3738,15 @@ def _e_FetchResponse_12(o, out):
 def _d_FetchResponse_12(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 3, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_12(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_12)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse')
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, []), pos
 
 
 def _e_FetchResponse_FetchableTopicResponse_13(o, out):
     out.append(_S_16s.pack(o.topic_id.bytes))
-    v = o.partitions
-    if v is None:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchResponse_PartitionData_12(e0, out)
+    write_carray(out, o.partitions, _e_FetchResponse_PartitionData_12, 'FetchResponse.FetchableTopicResponse.Partitions')
     out.append(_S_B.pack(0))
 
 
@@ -5453,36 +3754,15 @@ def _d_FetchResponse_FetchableTopicResponse_13(buf, pos):
     f_topic_id, = _S_16s.unpack_from(buf, pos)
     pos += 16
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchResponse.FetchableTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 37, 'FetchResponse.FetchableTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_PartitionData_12(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse.FetchableTopicResponse')[1]
+    n, pos = read_ccount(buf, pos, 37, 'FetchResponse.FetchableTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_FetchResponse_PartitionData_12)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse.FetchableTopicResponse')
     return _FetchResponse_FetchableTopicResponse('', f_topic_id, f_partitions), pos
 
 
 def _e_FetchResponse_13(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_13(e0, out)
+    write_carray(out, o.responses, _e_FetchResponse_FetchableTopicResponse_13, 'FetchResponse.Responses')
     if (o.node_endpoints is None or len(o.node_endpoints) != 0):
         raise absent_error('FetchResponse.NodeEndpoints', '16+')
     out.append(_S_B.pack(0))
@@ -5491,100 +3771,39 @@ def _e_FetchResponse_13(o, out):
 def _d_FetchResponse_13(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_13(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse')[1]
+    n, pos = read_ccount(buf, pos, 18, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_13)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse')
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, []), pos
 
 
 def _e_FetchResponse_NodeEndpoint_16(o, out):
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('FetchResponse.NodeEndpoint.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.host, 'FetchResponse.NodeEndpoint.Host')
     out.append(_S_i.pack(o.port))
-    v = o.rack
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.rack, 'FetchResponse.NodeEndpoint.Rack')
     out.append(_S_B.pack(0))
 
 
 def _d_FetchResponse_NodeEndpoint_16(buf, pos):
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchResponse.NodeEndpoint.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'FetchResponse.NodeEndpoint.Host')
+    f_host, pos = read_cstr(buf, pos, 'FetchResponse.NodeEndpoint.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FetchResponse.NodeEndpoint.Rack: negative length')
-        f_rack = None
-    else:
-        f_rack, pos = read_string(buf, pos, n0, 'FetchResponse.NodeEndpoint.Rack')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FetchResponse.NodeEndpoint')[1]
+    f_rack, pos = read_cstrn(buf, pos, 'FetchResponse.NodeEndpoint.Rack')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FetchResponse.NodeEndpoint')
     return _FetchResponse_NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
 def _e_FetchResponse_16(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
-    v = o.responses
-    if v is None:
-        raise null_error('FetchResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FetchResponse_FetchableTopicResponse_13(e0, out)
+    write_carray(out, o.responses, _e_FetchResponse_FetchableTopicResponse_13, 'FetchResponse.Responses')
     tagged = []
     v = o.node_endpoints
     if (v is None or len(v) != 0):
         p = []
-        if v is None:
-            raise null_error('FetchResponse.NodeEndpoints')
-        else:
-            p.append(uvarint_bytes(len(v) + 1))
-            for e0 in v:
-                _e_FetchResponse_NodeEndpoint_16(e0, p)
+        write_carray(p, v, _e_FetchResponse_NodeEndpoint_16, 'FetchResponse.NodeEndpoints')
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -5595,20 +3814,8 @@ def _e_FetchResponse_16(o, out):
 def _d_FetchResponse_16(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FetchResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 18, 'FetchResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_FetchResponse_FetchableTopicResponse_13(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_ccount(buf, pos, 18, 'FetchResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_FetchResponse_FetchableTopicResponse_13)
     f_node_endpoints = []
     if buf[pos] == 0:
         pos += 1
@@ -5618,20 +3825,8 @@ def _d_FetchResponse_16(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    raise null_error('FetchResponse.NodeEndpoints')
-                else:
-                    check_count(t, tp, n0, 11, 'FetchResponse.NodeEndpoints')
-                    f_node_endpoints = []
-                    for _ in range(n0):
-                        e0, tp = _d_FetchResponse_NodeEndpoint_16(t, tp)
-                        f_node_endpoints.append(e0)
+                n, tp = read_ccount(t, tp, 11, 'FetchResponse.NodeEndpoints')
+                f_node_endpoints, tp = read_structs(t, tp, n, _d_FetchResponse_NodeEndpoint_16)
                 if tp != len(t):
                     raise KafkaProtocolError('FetchResponse.NodeEndpoints: tagged field size mismatch')
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, f_node_endpoints), pos
@@ -5648,39 +3843,14 @@ def _d_ListOffsetsRequest_ListOffsetsPartition_0(buf, pos):
 
 
 def _e_ListOffsetsRequest_ListOffsetsTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsPartition_0(e0, out)
+    write_str16(out, o.name, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    write_array32(out, o.partitions, _e_ListOffsetsRequest_ListOffsetsPartition_0, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
 
 
 def _d_ListOffsetsRequest_ListOffsetsTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsRequest.ListOffsetsTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 16, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    n, pos = read_count32(buf, pos, 16, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsPartition_0)
     return _ListOffsetsRequest_ListOffsetsTopic(f_name, f_partitions), pos
 
 
@@ -5688,28 +3858,14 @@ def _e_ListOffsetsRequest_0(o, out):
     out.append(_S_i.pack(o.replica_id))
     if o.isolation_level != 0:
         raise absent_error('ListOffsetsRequest.IsolationLevel', '2+')
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsTopic_0(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsRequest_ListOffsetsTopic_0, 'ListOffsetsRequest.Topics')
 
 
 def _d_ListOffsetsRequest_0(buf, pos):
     f_replica_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsTopic_0)
     return ListOffsetsRequest(f_replica_id, 0, f_topics, 0), pos
 
 
@@ -5726,39 +3882,14 @@ def _d_ListOffsetsRequest_ListOffsetsPartition_1(buf, pos):
 
 
 def _e_ListOffsetsRequest_ListOffsetsTopic_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsPartition_1(e0, out)
+    write_str16(out, o.name, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    write_array32(out, o.partitions, _e_ListOffsetsRequest_ListOffsetsPartition_1, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
 
 
 def _d_ListOffsetsRequest_ListOffsetsTopic_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsRequest.ListOffsetsTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 12, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsPartition_1(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    n, pos = read_count32(buf, pos, 12, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsPartition_1)
     return _ListOffsetsRequest_ListOffsetsTopic(f_name, f_partitions), pos
 
 
@@ -5766,55 +3897,27 @@ def _e_ListOffsetsRequest_1(o, out):
     out.append(_S_i.pack(o.replica_id))
     if o.isolation_level != 0:
         raise absent_error('ListOffsetsRequest.IsolationLevel', '2+')
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsTopic_1(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsRequest_ListOffsetsTopic_1, 'ListOffsetsRequest.Topics')
 
 
 def _d_ListOffsetsRequest_1(buf, pos):
     f_replica_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsTopic_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsTopic_1)
     return ListOffsetsRequest(f_replica_id, 0, f_topics, 0), pos
 
 
 def _e_ListOffsetsRequest_2(o, out):
     out.append(_S_ib.pack(o.replica_id, o.isolation_level))
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsTopic_1(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsRequest_ListOffsetsTopic_1, 'ListOffsetsRequest.Topics')
 
 
 def _d_ListOffsetsRequest_2(buf, pos):
     f_replica_id, f_isolation_level, = _S_ib.unpack_from(buf, pos)
     pos += 5
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsTopic_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsTopic_1)
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0), pos
 
 
@@ -5831,66 +3934,27 @@ def _d_ListOffsetsRequest_ListOffsetsPartition_4(buf, pos):
 
 
 def _e_ListOffsetsRequest_ListOffsetsTopic_4(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsPartition_4(e0, out)
+    write_str16(out, o.name, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    write_array32(out, o.partitions, _e_ListOffsetsRequest_ListOffsetsPartition_4, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
 
 
 def _d_ListOffsetsRequest_ListOffsetsTopic_4(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsRequest.ListOffsetsTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 16, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsPartition_4(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    n, pos = read_count32(buf, pos, 16, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsPartition_4)
     return _ListOffsetsRequest_ListOffsetsTopic(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsRequest_4(o, out):
     out.append(_S_ib.pack(o.replica_id, o.isolation_level))
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsTopic_4(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsRequest_ListOffsetsTopic_4, 'ListOffsetsRequest.Topics')
 
 
 def _d_ListOffsetsRequest_4(buf, pos):
     f_replica_id, f_isolation_level, = _S_ib.unpack_from(buf, pos)
     pos += 5
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsTopic_4(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsTopic_4)
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0), pos
 
 
@@ -5904,145 +3968,59 @@ def _e_ListOffsetsRequest_ListOffsetsPartition_6(o, out):
 def _d_ListOffsetsRequest_ListOffsetsPartition_6(buf, pos):
     f_partition_index, f_current_leader_epoch, f_timestamp, = _S_iiq.unpack_from(buf, pos)
     pos += 16
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListOffsetsRequest.ListOffsetsPartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListOffsetsRequest.ListOffsetsPartition')
     return _ListOffsetsRequest_ListOffsetsPartition(f_partition_index, f_current_leader_epoch, f_timestamp, 1), pos
 
 
 def _e_ListOffsetsRequest_ListOffsetsTopic_6(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsPartition_6(e0, out)
+    write_cstr(out, o.name, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    write_carray(out, o.partitions, _e_ListOffsetsRequest_ListOffsetsPartition_6, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_ListOffsetsRequest_ListOffsetsTopic_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsRequest.ListOffsetsTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.ListOffsetsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 17, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsPartition_6(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.Name')
+    n, pos = read_ccount(buf, pos, 17, 'ListOffsetsRequest.ListOffsetsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsPartition_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic')
     return _ListOffsetsRequest_ListOffsetsTopic(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsRequest_6(o, out):
     out.append(_S_ib.pack(o.replica_id, o.isolation_level))
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsTopic_6(e0, out)
+    write_carray(out, o.topics, _e_ListOffsetsRequest_ListOffsetsTopic_6, 'ListOffsetsRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_ListOffsetsRequest_6(buf, pos):
     f_replica_id, f_isolation_level, = _S_ib.unpack_from(buf, pos)
     pos += 5
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'ListOffsetsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsTopic_6(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListOffsetsRequest')[1]
+    n, pos = read_ccount(buf, pos, 3, 'ListOffsetsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsTopic_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListOffsetsRequest')
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0), pos
 
 
 def _e_ListOffsetsRequest_10(o, out):
     out.append(_S_ib.pack(o.replica_id, o.isolation_level))
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListOffsetsRequest_ListOffsetsTopic_6(e0, out)
+    write_carray(out, o.topics, _e_ListOffsetsRequest_ListOffsetsTopic_6, 'ListOffsetsRequest.Topics')
     out.append(_S_iB.pack(o.timeout_ms, 0))
 
 
 def _d_ListOffsetsRequest_10(buf, pos):
     f_replica_id, f_isolation_level, = _S_ib.unpack_from(buf, pos)
     pos += 5
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListOffsetsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'ListOffsetsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsRequest_ListOffsetsTopic_6(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 3, 'ListOffsetsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsRequest_ListOffsetsTopic_6)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListOffsetsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListOffsetsRequest')
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, f_timeout_ms), pos
 
 
 def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_0(o, out):
     out.append(_S_ih.pack(o.partition_index, o.error_code))
-    v = o.old_style_offsets
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsPartitionResponse.OldStyleOffsets')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}q', *v))
+    write_ints32(out, o.old_style_offsets, 'q', 'ListOffsetsResponse.ListOffsetsPartitionResponse.OldStyleOffsets')
     if o.timestamp != -1:
         raise absent_error('ListOffsetsResponse.ListOffsetsPartitionResponse.Timestamp', '1+')
     if o.offset != -1:
@@ -6054,73 +4032,30 @@ def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_0(o, out):
 def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_0(buf, pos):
     f_partition_index, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsPartitionResponse.OldStyleOffsets')
-    else:
-        f_old_style_offsets, pos = read_array_int(buf, pos, n0, 'q', 8, 'ListOffsetsResponse.ListOffsetsPartitionResponse.OldStyleOffsets')
+    n, pos = read_count32(buf, pos, 8, 'ListOffsetsResponse.ListOffsetsPartitionResponse.OldStyleOffsets')
+    f_old_style_offsets, pos = read_ints(buf, pos, n, 'q', 8)
     return _ListOffsetsResponse_ListOffsetsPartitionResponse(f_partition_index, f_error_code, f_old_style_offsets, -1, -1, -1), pos
 
 
 def _e_ListOffsetsResponse_ListOffsetsTopicResponse_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsPartitionResponse_0(e0, out)
+    write_str16(out, o.name, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    write_array32(out, o.partitions, _e_ListOffsetsResponse_ListOffsetsPartitionResponse_0, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
 
 
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 10, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsPartitionResponse_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    n, pos = read_count32(buf, pos, 10, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsPartitionResponse_0)
     return _ListOffsetsResponse_ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsResponse_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsTopicResponse_0(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsResponse_ListOffsetsTopicResponse_0, 'ListOffsetsResponse.Topics')
 
 
 def _d_ListOffsetsResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsTopicResponse_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsTopicResponse_0)
     return ListOffsetsResponse(0, f_topics), pos
 
 
@@ -6140,90 +4075,37 @@ def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_1(buf, pos):
 
 
 def _e_ListOffsetsResponse_ListOffsetsTopicResponse_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsPartitionResponse_1(e0, out)
+    write_str16(out, o.name, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    write_array32(out, o.partitions, _e_ListOffsetsResponse_ListOffsetsPartitionResponse_1, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
 
 
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 22, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsPartitionResponse_1(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    n, pos = read_count32(buf, pos, 22, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsPartitionResponse_1)
     return _ListOffsetsResponse_ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsResponse_1(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsTopicResponse_1(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsResponse_ListOffsetsTopicResponse_1, 'ListOffsetsResponse.Topics')
 
 
 def _d_ListOffsetsResponse_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsTopicResponse_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsTopicResponse_1)
     return ListOffsetsResponse(0, f_topics), pos
 
 
 def _e_ListOffsetsResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsTopicResponse_1(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsResponse_ListOffsetsTopicResponse_1, 'ListOffsetsResponse.Topics')
 
 
 def _d_ListOffsetsResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsTopicResponse_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsTopicResponse_1)
     return ListOffsetsResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -6241,66 +4123,27 @@ def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_4(buf, pos):
 
 
 def _e_ListOffsetsResponse_ListOffsetsTopicResponse_4(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsPartitionResponse_4(e0, out)
+    write_str16(out, o.name, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    write_array32(out, o.partitions, _e_ListOffsetsResponse_ListOffsetsPartitionResponse_4, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
 
 
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_4(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 26, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsPartitionResponse_4(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    n, pos = read_count32(buf, pos, 26, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsPartitionResponse_4)
     return _ListOffsetsResponse_ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsResponse_4(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsTopicResponse_4(e0, out)
+    write_array32(out, o.topics, _e_ListOffsetsResponse_ListOffsetsTopicResponse_4, 'ListOffsetsResponse.Topics')
 
 
 def _d_ListOffsetsResponse_4(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'ListOffsetsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsTopicResponse_4(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ListOffsetsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsTopicResponse_4)
     return ListOffsetsResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -6314,127 +4157,50 @@ def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_6(o, out):
 def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_6(buf, pos):
     f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch, = _S_ihqqi.unpack_from(buf, pos)
     pos += 26
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListOffsetsResponse.ListOffsetsPartitionResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListOffsetsResponse.ListOffsetsPartitionResponse')
     return _ListOffsetsResponse_ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, f_leader_epoch), pos
 
 
 def _e_ListOffsetsResponse_ListOffsetsTopicResponse_6(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsPartitionResponse_6(e0, out)
+    write_cstr(out, o.name, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    write_carray(out, o.partitions, _e_ListOffsetsResponse_ListOffsetsPartitionResponse_6, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 27, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsPartitionResponse_6(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse')[1]
+    f_name, pos = read_cstr(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.Name')
+    n, pos = read_ccount(buf, pos, 27, 'ListOffsetsResponse.ListOffsetsTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsPartitionResponse_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse')
     return _ListOffsetsResponse_ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsResponse_6(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListOffsetsResponse_ListOffsetsTopicResponse_6(e0, out)
+    write_carray(out, o.topics, _e_ListOffsetsResponse_ListOffsetsTopicResponse_6, 'ListOffsetsResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_ListOffsetsResponse_6(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListOffsetsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'ListOffsetsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListOffsetsResponse_ListOffsetsTopicResponse_6(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListOffsetsResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'ListOffsetsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListOffsetsResponse_ListOffsetsTopicResponse_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListOffsetsResponse')
     return ListOffsetsResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_MetadataRequest_MetadataRequestTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('MetadataRequest.MetadataRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'MetadataRequest.MetadataRequestTopic.Name')
 
 
 def _d_MetadataRequest_MetadataRequestTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataRequest.MetadataRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataRequest.MetadataRequestTopic.Name')
+    f_name, pos = read_str16(buf, pos, 'MetadataRequest.MetadataRequestTopic.Name')
     return _MetadataRequest_MetadataRequestTopic(UUID_ZERO, f_name), pos
 
 
 def _e_MetadataRequest_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataRequest_MetadataRequestTopic_0(e0, out)
+    write_array32(out, o.topics, _e_MetadataRequest_MetadataRequestTopic_0, 'MetadataRequest.Topics')
     if o.allow_auto_topic_creation != True:
         raise absent_error('MetadataRequest.AllowAutoTopicCreation', '4+')
     if o.include_cluster_authorized_operations != False:
@@ -6444,27 +4210,13 @@ def _e_MetadataRequest_0(o, out):
 
 
 def _d_MetadataRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 2, 'MetadataRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataRequest_MetadataRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 2, 'MetadataRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataRequest_MetadataRequestTopic_0)
     return MetadataRequest(f_topics, True, False, False), pos
 
 
 def _e_MetadataRequest_1(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataRequest_MetadataRequestTopic_0(e0, out)
+    write_array32n(out, o.topics, _e_MetadataRequest_MetadataRequestTopic_0, 'MetadataRequest.Topics')
     if o.allow_auto_topic_creation != True:
         raise absent_error('MetadataRequest.AllowAutoTopicCreation', '4+')
     if o.include_cluster_authorized_operations != False:
@@ -6474,29 +4226,13 @@ def _e_MetadataRequest_1(o, out):
 
 
 def _d_MetadataRequest_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 2, 'MetadataRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataRequest_MetadataRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32n(buf, pos, 2, 'MetadataRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataRequest_MetadataRequestTopic_0)
     return MetadataRequest(f_topics, True, False, False), pos
 
 
 def _e_MetadataRequest_4(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataRequest_MetadataRequestTopic_0(e0, out)
+    write_array32n(out, o.topics, _e_MetadataRequest_MetadataRequestTopic_0, 'MetadataRequest.Topics')
     out.append(_S_o.pack(o.allow_auto_topic_creation))
     if o.include_cluster_authorized_operations != False:
         raise absent_error('MetadataRequest.IncludeClusterAuthorizedOperations', '8-10')
@@ -6505,127 +4241,54 @@ def _e_MetadataRequest_4(o, out):
 
 
 def _d_MetadataRequest_4(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 2, 'MetadataRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataRequest_MetadataRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32n(buf, pos, 2, 'MetadataRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataRequest_MetadataRequestTopic_0)
     f_allow_auto_topic_creation, = _S_o.unpack_from(buf, pos)
     pos += 1
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, False), pos
 
 
 def _e_MetadataRequest_8(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataRequest_MetadataRequestTopic_0(e0, out)
+    write_array32n(out, o.topics, _e_MetadataRequest_MetadataRequestTopic_0, 'MetadataRequest.Topics')
     out.append(_S_ooo.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations))
 
 
 def _d_MetadataRequest_8(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 2, 'MetadataRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataRequest_MetadataRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32n(buf, pos, 2, 'MetadataRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataRequest_MetadataRequestTopic_0)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S_ooo.unpack_from(buf, pos)
     pos += 3
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
 
 def _e_MetadataRequest_MetadataRequestTopic_9(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('MetadataRequest.MetadataRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'MetadataRequest.MetadataRequestTopic.Name')
     out.append(_S_B.pack(0))
 
 
 def _d_MetadataRequest_MetadataRequestTopic_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataRequest.MetadataRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataRequest.MetadataRequestTopic.Name')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataRequest.MetadataRequestTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'MetadataRequest.MetadataRequestTopic.Name')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
     return _MetadataRequest_MetadataRequestTopic(UUID_ZERO, f_name), pos
 
 
 def _e_MetadataRequest_9(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataRequest_MetadataRequestTopic_9(e0, out)
+    write_carrayn(out, o.topics, _e_MetadataRequest_MetadataRequestTopic_9, 'MetadataRequest.Topics')
     out.append(_S_oooB.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations, 0))
 
 
 def _d_MetadataRequest_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 2, 'MetadataRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataRequest_MetadataRequestTopic_9(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccountn(buf, pos, 2, 'MetadataRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataRequest_MetadataRequestTopic_9)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S_ooo.unpack_from(buf, pos)
     pos += 3
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataRequest')
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
 
 def _e_MetadataRequest_MetadataRequestTopic_10(o, out):
     out.append(_S_16s.pack(o.topic_id.bytes))
-    v = o.name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.name, 'MetadataRequest.MetadataRequestTopic.Name')
     out.append(_S_B.pack(0))
 
 
@@ -6633,70 +4296,27 @@ def _d_MetadataRequest_MetadataRequestTopic_10(buf, pos):
     f_topic_id, = _S_16s.unpack_from(buf, pos)
     pos += 16
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataRequest.MetadataRequestTopic.Name: negative length')
-        f_name = None
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataRequest.MetadataRequestTopic.Name')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataRequest.MetadataRequestTopic')[1]
+    f_name, pos = read_cstrn(buf, pos, 'MetadataRequest.MetadataRequestTopic.Name')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
     return _MetadataRequest_MetadataRequestTopic(f_topic_id, f_name), pos
 
 
 def _e_MetadataRequest_10(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataRequest_MetadataRequestTopic_10(e0, out)
+    write_carrayn(out, o.topics, _e_MetadataRequest_MetadataRequestTopic_10, 'MetadataRequest.Topics')
     out.append(_S_oooB.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations, 0))
 
 
 def _d_MetadataRequest_10(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 18, 'MetadataRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataRequest_MetadataRequestTopic_10(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccountn(buf, pos, 18, 'MetadataRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataRequest_MetadataRequestTopic_10)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S_ooo.unpack_from(buf, pos)
     pos += 3
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataRequest')
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
 
 def _e_MetadataRequest_11(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataRequest_MetadataRequestTopic_10(e0, out)
+    write_carrayn(out, o.topics, _e_MetadataRequest_MetadataRequestTopic_10, 'MetadataRequest.Topics')
     out.append(_S_o.pack(o.allow_auto_topic_creation))
     if o.include_cluster_authorized_operations != False:
         raise absent_error('MetadataRequest.IncludeClusterAuthorizedOperations', '8-10')
@@ -6704,52 +4324,24 @@ def _e_MetadataRequest_11(o, out):
 
 
 def _d_MetadataRequest_11(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 18, 'MetadataRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataRequest_MetadataRequestTopic_10(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccountn(buf, pos, 18, 'MetadataRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataRequest_MetadataRequestTopic_10)
     f_allow_auto_topic_creation, f_include_topic_authorized_operations, = _S_oo.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataRequest')
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, f_include_topic_authorized_operations), pos
 
 
 def _e_MetadataResponse_MetadataResponseBroker_0(o, out):
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseBroker.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.host, 'MetadataResponse.MetadataResponseBroker.Host')
     out.append(_S_i.pack(o.port))
 
 
 def _d_MetadataResponse_MetadataResponseBroker_0(buf, pos):
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseBroker.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseBroker.Host')
+    f_host, pos = read_str16(buf, pos, 'MetadataResponse.MetadataResponseBroker.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
     return _MetadataResponse_MetadataResponseBroker(f_node_id, f_host, f_port, None), pos
@@ -6757,54 +4349,24 @@ def _d_MetadataResponse_MetadataResponseBroker_0(buf, pos):
 
 def _e_MetadataResponse_MetadataResponsePartition_0(o, out):
     out.append(_S_hii.pack(o.error_code, o.partition_index, o.leader_id))
-    v = o.replica_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.isr_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_ints32(out, o.replica_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    write_ints32(out, o.isr_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.IsrNodes')
 
 
 def _d_MetadataResponse_MetadataResponsePartition_0(buf, pos):
     f_error_code, f_partition_index, f_leader_id, = _S_hii.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        f_replica_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        f_isr_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    f_replica_nodes, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    f_isr_nodes, pos = read_ints(buf, pos, n, 'i', 4)
     return _MetadataResponse_MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, []), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_0(e0, out)
+    write_str16(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
+    write_array32(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_0, 'MetadataResponse.MetadataResponseTopic.Partitions')
     if o.topic_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.MetadataResponseTopic.TopicAuthorizedOperations', '8+')
 
@@ -6812,126 +4374,49 @@ def _e_MetadataResponse_MetadataResponseTopic_0(o, out):
 def _d_MetadataResponse_MetadataResponseTopic_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
+    n, pos = read_count32(buf, pos, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_0)
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, UUID_ZERO, False, f_partitions, -2147483648), pos
 
 
 def _e_MetadataResponse_0(o, out):
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_0(e0, out)
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_0(e0, out)
+    write_array32(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_0, 'MetadataResponse.Brokers')
+    write_array32(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_0, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
 
 
 def _d_MetadataResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 10, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_0(buf, pos)
-            f_brokers.append(e0)
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 8, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 10, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_0)
+    n, pos = read_count32(buf, pos, 8, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_0)
     return MetadataResponse(0, f_brokers, None, -1, f_topics, -2147483648), pos
 
 
 def _e_MetadataResponse_MetadataResponseBroker_1(o, out):
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseBroker.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.host, 'MetadataResponse.MetadataResponseBroker.Host')
     out.append(_S_i.pack(o.port))
-    v = o.rack
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.rack, 'MetadataResponse.MetadataResponseBroker.Rack')
 
 
 def _d_MetadataResponse_MetadataResponseBroker_1(buf, pos):
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseBroker.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseBroker.Host')
+    f_host, pos = read_str16(buf, pos, 'MetadataResponse.MetadataResponseBroker.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.MetadataResponseBroker.Rack: negative length')
-        f_rack = None
-    else:
-        f_rack, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseBroker.Rack')
+    f_rack, pos = read_str16n(buf, pos, 'MetadataResponse.MetadataResponseBroker.Rack')
     return _MetadataResponse_MetadataResponseBroker(f_node_id, f_host, f_port, f_rack), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_1(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
     out.append(_S_o.pack(o.is_internal))
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_0(e0, out)
+    write_array32(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_0, 'MetadataResponse.MetadataResponseTopic.Partitions')
     if o.topic_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.MetadataResponseTopic.TopicAuthorizedOperations', '8+')
 
@@ -6939,158 +4424,58 @@ def _e_MetadataResponse_MetadataResponseTopic_1(o, out):
 def _d_MetadataResponse_MetadataResponseTopic_1(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
+    f_name, pos = read_str16(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
     f_is_internal, = _S_o.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_0(buf, pos)
-            f_partitions.append(e0)
+    n, pos = read_count32(buf, pos, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_0)
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, UUID_ZERO, f_is_internal, f_partitions, -2147483648), pos
 
 
 def _e_MetadataResponse_1(o, out):
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_1(e0, out)
+    write_array32(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_1, 'MetadataResponse.Brokers')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_1(e0, out)
+    write_array32(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_1, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
 
 
 def _d_MetadataResponse_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 12, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_1(buf, pos)
-            f_brokers.append(e0)
+    n, pos = read_count32(buf, pos, 12, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_1)
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 9, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 9, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_1)
     return MetadataResponse(0, f_brokers, None, f_controller_id, f_topics, -2147483648), pos
 
 
 def _e_MetadataResponse_2(o, out):
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_1(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_array32(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_1, 'MetadataResponse.Brokers')
+    write_str16n(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_1(e0, out)
+    write_array32(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_1, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
 
 
 def _d_MetadataResponse_2(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 12, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_1(buf, pos)
-            f_brokers.append(e0)
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_count32(buf, pos, 12, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_1)
+    f_cluster_id, pos = read_str16n(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 9, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 9, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_1)
     return MetadataResponse(0, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), pos
 
 
 def _e_MetadataResponse_3(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_1(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_array32(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_1, 'MetadataResponse.Brokers')
+    write_str16n(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_1(e0, out)
+    write_array32(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_1, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
 
@@ -7098,102 +4483,40 @@ def _e_MetadataResponse_3(o, out):
 def _d_MetadataResponse_3(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 12, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_1(buf, pos)
-            f_brokers.append(e0)
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_count32(buf, pos, 12, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_1)
+    f_cluster_id, pos = read_str16n(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 9, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 9, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_1)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), pos
 
 
 def _e_MetadataResponse_MetadataResponsePartition_5(o, out):
     out.append(_S_hii.pack(o.error_code, o.partition_index, o.leader_id))
-    v = o.replica_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.isr_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.offline_replicas
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.OfflineReplicas')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_ints32(out, o.replica_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    write_ints32(out, o.isr_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    write_ints32(out, o.offline_replicas, 'i', 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
 
 
 def _d_MetadataResponse_MetadataResponsePartition_5(buf, pos):
     f_error_code, f_partition_index, f_leader_id, = _S_hii.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        f_replica_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        f_isr_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.OfflineReplicas')
-    else:
-        f_offline_replicas, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    f_replica_nodes, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    f_isr_nodes, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
+    f_offline_replicas, pos = read_ints(buf, pos, n, 'i', 4)
     return _MetadataResponse_MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, f_offline_replicas), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_5(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
     out.append(_S_o.pack(o.is_internal))
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_5(e0, out)
+    write_array32(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_5, 'MetadataResponse.MetadataResponseTopic.Partitions')
     if o.topic_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.MetadataResponseTopic.TopicAuthorizedOperations', '8+')
 
@@ -7201,51 +4524,20 @@ def _e_MetadataResponse_MetadataResponseTopic_5(o, out):
 def _d_MetadataResponse_MetadataResponseTopic_5(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
+    f_name, pos = read_str16(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
     f_is_internal, = _S_o.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 22, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_5(buf, pos)
-            f_partitions.append(e0)
+    n, pos = read_count32(buf, pos, 22, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_5)
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, UUID_ZERO, f_is_internal, f_partitions, -2147483648), pos
 
 
 def _e_MetadataResponse_5(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_1(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_array32(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_1, 'MetadataResponse.Brokers')
+    write_str16n(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_5(e0, out)
+    write_array32(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_5, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
 
@@ -7253,102 +4545,40 @@ def _e_MetadataResponse_5(o, out):
 def _d_MetadataResponse_5(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 12, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_1(buf, pos)
-            f_brokers.append(e0)
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_count32(buf, pos, 12, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_1)
+    f_cluster_id, pos = read_str16n(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 9, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_5(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 9, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_5)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), pos
 
 
 def _e_MetadataResponse_MetadataResponsePartition_7(o, out):
     out.append(_S_hiii.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch))
-    v = o.replica_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.isr_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.offline_replicas
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.OfflineReplicas')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_ints32(out, o.replica_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    write_ints32(out, o.isr_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    write_ints32(out, o.offline_replicas, 'i', 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
 
 
 def _d_MetadataResponse_MetadataResponsePartition_7(buf, pos):
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch, = _S_hiii.unpack_from(buf, pos)
     pos += 14
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        f_replica_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        f_isr_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.OfflineReplicas')
-    else:
-        f_offline_replicas, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    f_replica_nodes, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    f_isr_nodes, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_count32(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
+    f_offline_replicas, pos = read_ints(buf, pos, n, 'i', 4)
     return _MetadataResponse_MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_7(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
     out.append(_S_o.pack(o.is_internal))
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_7(e0, out)
+    write_array32(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_7, 'MetadataResponse.MetadataResponseTopic.Partitions')
     if o.topic_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.MetadataResponseTopic.TopicAuthorizedOperations', '8+')
 
@@ -7356,51 +4586,20 @@ def _e_MetadataResponse_MetadataResponseTopic_7(o, out):
 def _d_MetadataResponse_MetadataResponseTopic_7(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
+    f_name, pos = read_str16(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
     f_is_internal, = _S_o.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 26, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_7(buf, pos)
-            f_partitions.append(e0)
+    n, pos = read_count32(buf, pos, 26, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_7)
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, UUID_ZERO, f_is_internal, f_partitions, -2147483648), pos
 
 
 def _e_MetadataResponse_7(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_1(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_array32(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_1, 'MetadataResponse.Brokers')
+    write_str16n(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_7(e0, out)
+    write_array32(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_7, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
 
@@ -7408,80 +4607,32 @@ def _e_MetadataResponse_7(o, out):
 def _d_MetadataResponse_7(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 12, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_1(buf, pos)
-            f_brokers.append(e0)
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_count32(buf, pos, 12, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_1)
+    f_cluster_id, pos = read_str16n(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 9, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_7(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 9, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_7)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_8(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
     out.append(_S_o.pack(o.is_internal))
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_7(e0, out)
+    write_array32(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_7, 'MetadataResponse.MetadataResponseTopic.Partitions')
     out.append(_S_i.pack(o.topic_authorized_operations))
 
 
 def _d_MetadataResponse_MetadataResponseTopic_8(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
+    f_name, pos = read_str16(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
     f_is_internal, = _S_o.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 26, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_7(buf, pos)
-            f_partitions.append(e0)
+    n, pos = read_count32(buf, pos, 26, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_7)
     f_topic_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, UUID_ZERO, f_is_internal, f_partitions, f_topic_authorized_operations), pos
@@ -7489,64 +4640,23 @@ def _d_MetadataResponse_MetadataResponseTopic_8(buf, pos):
 
 def _e_MetadataResponse_8(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_1(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_array32(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_1, 'MetadataResponse.Brokers')
+    write_str16n(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_8(e0, out)
+    write_array32(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_8, 'MetadataResponse.Topics')
     out.append(_S_i.pack(o.cluster_authorized_operations))
 
 
 def _d_MetadataResponse_8(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 12, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_1(buf, pos)
-            f_brokers.append(e0)
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_count32(buf, pos, 12, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_1)
+    f_cluster_id, pos = read_str16n(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 13, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_8(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 13, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_8)
     f_cluster_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations), pos
@@ -7554,424 +4664,145 @@ def _d_MetadataResponse_8(buf, pos):
 
 def _e_MetadataResponse_MetadataResponseBroker_9(o, out):
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseBroker.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.host, 'MetadataResponse.MetadataResponseBroker.Host')
     out.append(_S_i.pack(o.port))
-    v = o.rack
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.rack, 'MetadataResponse.MetadataResponseBroker.Rack')
     out.append(_S_B.pack(0))
 
 
 def _d_MetadataResponse_MetadataResponseBroker_9(buf, pos):
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseBroker.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseBroker.Host')
+    f_host, pos = read_cstr(buf, pos, 'MetadataResponse.MetadataResponseBroker.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.MetadataResponseBroker.Rack: negative length')
-        f_rack = None
-    else:
-        f_rack, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseBroker.Rack')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse.MetadataResponseBroker')[1]
+    f_rack, pos = read_cstrn(buf, pos, 'MetadataResponse.MetadataResponseBroker.Rack')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse.MetadataResponseBroker')
     return _MetadataResponse_MetadataResponseBroker(f_node_id, f_host, f_port, f_rack), pos
 
 
 def _e_MetadataResponse_MetadataResponsePartition_9(o, out):
     out.append(_S_hiii.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch))
-    v = o.replica_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.isr_nodes
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.offline_replicas
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponsePartition.OfflineReplicas')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cints(out, o.replica_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    write_cints(out, o.isr_nodes, 'i', 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    write_cints(out, o.offline_replicas, 'i', 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
     out.append(_S_B.pack(0))
 
 
 def _d_MetadataResponse_MetadataResponsePartition_9(buf, pos):
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch, = _S_hiii.unpack_from(buf, pos)
     pos += 14
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    else:
-        f_replica_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.IsrNodes')
-    else:
-        f_isr_nodes, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponsePartition.OfflineReplicas')
-    else:
-        f_offline_replicas, pos = read_array_int(buf, pos, n0, 'i', 4, 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse.MetadataResponsePartition')[1]
+    n, pos = read_ccount(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.ReplicaNodes')
+    f_replica_nodes, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_ccount(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.IsrNodes')
+    f_isr_nodes, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_ccount(buf, pos, 4, 'MetadataResponse.MetadataResponsePartition.OfflineReplicas')
+    f_offline_replicas, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse.MetadataResponsePartition')
     return _MetadataResponse_MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_9(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
     out.append(_S_o.pack(o.is_internal))
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_9(e0, out)
+    write_carray(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_9, 'MetadataResponse.MetadataResponseTopic.Partitions')
     out.append(_S_iB.pack(o.topic_authorized_operations, 0))
 
 
 def _d_MetadataResponse_MetadataResponseTopic_9(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
+    f_name, pos = read_cstr(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
     f_is_internal, = _S_o.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_9(buf, pos)
-            f_partitions.append(e0)
+    n, pos = read_ccount(buf, pos, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_9)
     f_topic_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse.MetadataResponseTopic')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse.MetadataResponseTopic')
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, UUID_ZERO, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
 def _e_MetadataResponse_9(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_9(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_9, 'MetadataResponse.Brokers')
+    write_cstrn(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_9(e0, out)
+    write_carray(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_9, 'MetadataResponse.Topics')
     out.append(_S_iB.pack(o.cluster_authorized_operations, 0))
 
 
 def _d_MetadataResponse_9(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 11, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_9(buf, pos)
-            f_brokers.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_ccount(buf, pos, 11, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_9)
+    f_cluster_id, pos = read_cstrn(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 10, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_9(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 10, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_9)
     f_cluster_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse')
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_10(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
     out.append(_S_16so.pack(o.topic_id.bytes, o.is_internal))
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_9(e0, out)
+    write_carray(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_9, 'MetadataResponse.MetadataResponseTopic.Partitions')
     out.append(_S_iB.pack(o.topic_authorized_operations, 0))
 
 
 def _d_MetadataResponse_MetadataResponseTopic_10(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
+    f_name, pos = read_cstr(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
     f_topic_id, f_is_internal, = _S_16so.unpack_from(buf, pos)
     pos += 17
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_9(buf, pos)
-            f_partitions.append(e0)
+    n, pos = read_ccount(buf, pos, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_9)
     f_topic_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse.MetadataResponseTopic')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse.MetadataResponseTopic')
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
 def _e_MetadataResponse_10(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_9(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_9, 'MetadataResponse.Brokers')
+    write_cstrn(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_10(e0, out)
+    write_carray(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_10, 'MetadataResponse.Topics')
     out.append(_S_iB.pack(o.cluster_authorized_operations, 0))
 
 
 def _d_MetadataResponse_10(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 11, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_9(buf, pos)
-            f_brokers.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_ccount(buf, pos, 11, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_9)
+    f_cluster_id, pos = read_cstrn(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 26, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_10(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 26, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_10)
     f_cluster_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse')
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations), pos
 
 
 def _e_MetadataResponse_11(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_9(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_9, 'MetadataResponse.Brokers')
+    write_cstrn(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_10(e0, out)
+    write_carray(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_10, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
     out.append(_S_B.pack(0))
@@ -7980,140 +4811,46 @@ def _e_MetadataResponse_11(o, out):
 def _d_MetadataResponse_11(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 11, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_9(buf, pos)
-            f_brokers.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_ccount(buf, pos, 11, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_9)
+    f_cluster_id, pos = read_cstrn(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 26, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_10(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse')[1]
+    n, pos = read_ccount(buf, pos, 26, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_10)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse')
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), pos
 
 
 def _e_MetadataResponse_MetadataResponseTopic_12(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.name, 'MetadataResponse.MetadataResponseTopic.Name')
     out.append(_S_16so.pack(o.topic_id.bytes, o.is_internal))
-    v = o.partitions
-    if v is None:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponsePartition_9(e0, out)
+    write_carray(out, o.partitions, _e_MetadataResponse_MetadataResponsePartition_9, 'MetadataResponse.MetadataResponseTopic.Partitions')
     out.append(_S_iB.pack(o.topic_authorized_operations, 0))
 
 
 def _d_MetadataResponse_MetadataResponseTopic_12(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.MetadataResponseTopic.Name: negative length')
-        f_name = None
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'MetadataResponse.MetadataResponseTopic.Name')
+    f_name, pos = read_cstrn(buf, pos, 'MetadataResponse.MetadataResponseTopic.Name')
     f_topic_id, f_is_internal, = _S_16so.unpack_from(buf, pos)
     pos += 17
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.MetadataResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponsePartition_9(buf, pos)
-            f_partitions.append(e0)
+    n, pos = read_ccount(buf, pos, 18, 'MetadataResponse.MetadataResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponsePartition_9)
     f_topic_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse.MetadataResponseTopic')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse.MetadataResponseTopic')
     return _MetadataResponse_MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
 def _e_MetadataResponse_12(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.brokers
-    if v is None:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseBroker_9(e0, out)
-    v = o.cluster_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_carray(out, o.brokers, _e_MetadataResponse_MetadataResponseBroker_9, 'MetadataResponse.Brokers')
+    write_cstrn(out, o.cluster_id, 'MetadataResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.topics
-    if v is None:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_MetadataResponse_MetadataResponseTopic_12(e0, out)
+    write_carray(out, o.topics, _e_MetadataResponse_MetadataResponseTopic_12, 'MetadataResponse.Topics')
     if o.cluster_authorized_operations != -2147483648:
         raise absent_error('MetadataResponse.ClusterAuthorizedOperations', '8-10')
     out.append(_S_B.pack(0))
@@ -8122,52 +4859,14 @@ def _e_MetadataResponse_12(o, out):
 def _d_MetadataResponse_12(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 11, 'MetadataResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseBroker_9(buf, pos)
-            f_brokers.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('MetadataResponse.ClusterId: negative length')
-        f_cluster_id = None
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'MetadataResponse.ClusterId')
+    n, pos = read_ccount(buf, pos, 11, 'MetadataResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseBroker_9)
+    f_cluster_id, pos = read_cstrn(buf, pos, 'MetadataResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('MetadataResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 26, 'MetadataResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_MetadataResponse_MetadataResponseTopic_12(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'MetadataResponse')[1]
+    n, pos = read_ccount(buf, pos, 26, 'MetadataResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_MetadataResponse_MetadataResponseTopic_12)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'MetadataResponse')
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), pos
 
 
@@ -8175,332 +4874,123 @@ def _e_OffsetCommitRequest_OffsetCommitRequestPartition_0(o, out):
     out.append(_S_iq.pack(o.partition_index, o.committed_offset))
     if o.commit_timestamp != -1:
         raise absent_error('OffsetCommitRequest.OffsetCommitRequestPartition.CommitTimestamp', '1-1')
-    v = o.committed_metadata
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.committed_metadata, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_0(buf, pos):
     f_partition_index, f_committed_offset, = _S_iq.unpack_from(buf, pos)
     pos += 12
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata: negative length')
-        f_committed_metadata = None
-    else:
-        f_committed_metadata, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
+    f_committed_metadata, pos = read_str16n(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
     return _OffsetCommitRequest_OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, -1, f_committed_metadata), pos
 
 
 def _e_OffsetCommitRequest_OffsetCommitRequestTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestPartition_0(e0, out)
+    write_str16(out, o.name, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetCommitRequest_OffsetCommitRequestPartition_0, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 14, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    n, pos = read_count32(buf, pos, 14, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestPartition_0)
     return _OffsetCommitRequest_OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetCommitRequest_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'OffsetCommitRequest.GroupId')
     if o.group_instance_id is not None:
         raise absent_error('OffsetCommitRequest.GroupInstanceId', '7+')
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetCommitRequest_OffsetCommitRequestTopic_0, 'OffsetCommitRequest.Topics')
 
 
 def _d_OffsetCommitRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.GroupId')
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestTopic_0)
     return OffsetCommitRequest(f_group_id, -1, '', None, -1, f_topics), pos
 
 
 def _e_OffsetCommitRequest_OffsetCommitRequestPartition_1(o, out):
     out.append(_S_iqq.pack(o.partition_index, o.committed_offset, o.commit_timestamp))
-    v = o.committed_metadata
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.committed_metadata, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_1(buf, pos):
     f_partition_index, f_committed_offset, f_commit_timestamp, = _S_iqq.unpack_from(buf, pos)
     pos += 20
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata: negative length')
-        f_committed_metadata = None
-    else:
-        f_committed_metadata, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
+    f_committed_metadata, pos = read_str16n(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
     return _OffsetCommitRequest_OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_commit_timestamp, f_committed_metadata), pos
 
 
 def _e_OffsetCommitRequest_OffsetCommitRequestTopic_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestPartition_1(e0, out)
+    write_str16(out, o.name, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetCommitRequest_OffsetCommitRequestPartition_1, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 22, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestPartition_1(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    n, pos = read_count32(buf, pos, 22, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestPartition_1)
     return _OffsetCommitRequest_OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetCommitRequest_1(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'OffsetCommitRequest.GroupId')
     out.append(_S_i.pack(o.generation_id_or_member_epoch))
-    v = o.member_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'OffsetCommitRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('OffsetCommitRequest.GroupInstanceId', '7+')
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestTopic_1(e0, out)
+    write_array32(out, o.topics, _e_OffsetCommitRequest_OffsetCommitRequestTopic_1, 'OffsetCommitRequest.Topics')
 
 
 def _d_OffsetCommitRequest_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.GroupId')
     f_generation_id_or_member_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestTopic_1(buf, pos)
-            f_topics.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.MemberId')
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestTopic_1)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics), pos
 
 
 def _e_OffsetCommitRequest_2(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'OffsetCommitRequest.GroupId')
     out.append(_S_i.pack(o.generation_id_or_member_epoch))
-    v = o.member_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'OffsetCommitRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('OffsetCommitRequest.GroupInstanceId', '7+')
     out.append(_S_q.pack(o.retention_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetCommitRequest_OffsetCommitRequestTopic_0, 'OffsetCommitRequest.Topics')
 
 
 def _d_OffsetCommitRequest_2(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.GroupId')
     f_generation_id_or_member_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.MemberId')
+    f_member_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.MemberId')
     f_retention_time_ms, = _S_q.unpack_from(buf, pos)
     pos += 8
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestTopic_0)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, f_retention_time_ms, f_topics), pos
 
 
 def _e_OffsetCommitRequest_5(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'OffsetCommitRequest.GroupId')
     out.append(_S_i.pack(o.generation_id_or_member_epoch))
-    v = o.member_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'OffsetCommitRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('OffsetCommitRequest.GroupInstanceId', '7+')
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetCommitRequest_OffsetCommitRequestTopic_0, 'OffsetCommitRequest.Topics')
 
 
 def _d_OffsetCommitRequest_5(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.GroupId')
     f_generation_id_or_member_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.MemberId')
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestTopic_0)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics), pos
 
 
@@ -8508,186 +4998,63 @@ def _e_OffsetCommitRequest_OffsetCommitRequestPartition_6(o, out):
     out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
     if o.commit_timestamp != -1:
         raise absent_error('OffsetCommitRequest.OffsetCommitRequestPartition.CommitTimestamp', '1-1')
-    v = o.committed_metadata
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.committed_metadata, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_6(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S_iqi.unpack_from(buf, pos)
     pos += 16
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata: negative length')
-        f_committed_metadata = None
-    else:
-        f_committed_metadata, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
+    f_committed_metadata, pos = read_str16n(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
     return _OffsetCommitRequest_OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata), pos
 
 
 def _e_OffsetCommitRequest_OffsetCommitRequestTopic_6(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestPartition_6(e0, out)
+    write_str16(out, o.name, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetCommitRequest_OffsetCommitRequestPartition_6, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_6(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestPartition_6(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    n, pos = read_count32(buf, pos, 18, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestPartition_6)
     return _OffsetCommitRequest_OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetCommitRequest_6(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'OffsetCommitRequest.GroupId')
     out.append(_S_i.pack(o.generation_id_or_member_epoch))
-    v = o.member_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'OffsetCommitRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('OffsetCommitRequest.GroupInstanceId', '7+')
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestTopic_6(e0, out)
+    write_array32(out, o.topics, _e_OffsetCommitRequest_OffsetCommitRequestTopic_6, 'OffsetCommitRequest.Topics')
 
 
 def _d_OffsetCommitRequest_6(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.GroupId')
     f_generation_id_or_member_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestTopic_6(buf, pos)
-            f_topics.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.MemberId')
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestTopic_6)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics), pos
 
 
 def _e_OffsetCommitRequest_7(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'OffsetCommitRequest.GroupId')
     out.append(_S_i.pack(o.generation_id_or_member_epoch))
-    v = o.member_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestTopic_6(e0, out)
+    write_str16(out, o.member_id, 'OffsetCommitRequest.MemberId')
+    write_str16n(out, o.group_instance_id, 'OffsetCommitRequest.GroupInstanceId')
+    write_array32(out, o.topics, _e_OffsetCommitRequest_OffsetCommitRequestTopic_6, 'OffsetCommitRequest.Topics')
 
 
 def _d_OffsetCommitRequest_7(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.GroupId')
     f_generation_id_or_member_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetCommitRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupInstanceId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestTopic_6(buf, pos)
-            f_topics.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'OffsetCommitRequest.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'OffsetCommitRequest.GroupInstanceId')
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestTopic_6)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
 
 
@@ -8695,174 +5062,50 @@ def _e_OffsetCommitRequest_OffsetCommitRequestPartition_8(o, out):
     out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
     if o.commit_timestamp != -1:
         raise absent_error('OffsetCommitRequest.OffsetCommitRequestPartition.CommitTimestamp', '1-1')
-    v = o.committed_metadata
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.committed_metadata, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_8(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S_iqi.unpack_from(buf, pos)
     pos += 16
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata: negative length')
-        f_committed_metadata = None
-    else:
-        f_committed_metadata, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition')[1]
+    f_committed_metadata, pos = read_cstrn(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.CommittedMetadata')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition')
     return _OffsetCommitRequest_OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata), pos
 
 
 def _e_OffsetCommitRequest_OffsetCommitRequestTopic_8(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestPartition_8(e0, out)
+    write_cstr(out, o.name, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    write_carray(out, o.partitions, _e_OffsetCommitRequest_OffsetCommitRequestPartition_8, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestPartition_8(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.Name')
+    n, pos = read_ccount(buf, pos, 18, 'OffsetCommitRequest.OffsetCommitRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestPartition_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic')
     return _OffsetCommitRequest_OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetCommitRequest_8(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'OffsetCommitRequest.GroupId')
     out.append(_S_i.pack(o.generation_id_or_member_epoch))
-    v = o.member_id
-    if v is None:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetCommitRequest_OffsetCommitRequestTopic_8(e0, out)
+    write_cstr(out, o.member_id, 'OffsetCommitRequest.MemberId')
+    write_cstrn(out, o.group_instance_id, 'OffsetCommitRequest.GroupInstanceId')
+    write_carray(out, o.topics, _e_OffsetCommitRequest_OffsetCommitRequestTopic_8, 'OffsetCommitRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetCommitRequest_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupId')
+    f_group_id, pos = read_cstr(buf, pos, 'OffsetCommitRequest.GroupId')
     f_generation_id_or_member_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetCommitRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'OffsetCommitRequest.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitRequest_OffsetCommitRequestTopic_8(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetCommitRequest')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'OffsetCommitRequest.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'OffsetCommitRequest.GroupInstanceId')
+    n, pos = read_ccount(buf, pos, 3, 'OffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitRequest_OffsetCommitRequestTopic_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetCommitRequest')
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
 
 
@@ -8877,90 +5120,37 @@ def _d_OffsetCommitResponse_OffsetCommitResponsePartition_0(buf, pos):
 
 
 def _e_OffsetCommitResponse_OffsetCommitResponseTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponsePartition_0(e0, out)
+    write_str16(out, o.name, 'OffsetCommitResponse.OffsetCommitResponseTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetCommitResponse_OffsetCommitResponsePartition_0, 'OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
 
 
 def _d_OffsetCommitResponse_OffsetCommitResponseTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetCommitResponse.OffsetCommitResponseTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitResponse_OffsetCommitResponsePartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetCommitResponse.OffsetCommitResponseTopic.Name')
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetCommitResponse_OffsetCommitResponsePartition_0)
     return _OffsetCommitResponse_OffsetCommitResponseTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetCommitResponse_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponseTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetCommitResponse_OffsetCommitResponseTopic_0, 'OffsetCommitResponse.Topics')
 
 
 def _d_OffsetCommitResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitResponse_OffsetCommitResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitResponse_OffsetCommitResponseTopic_0)
     return OffsetCommitResponse(0, f_topics), pos
 
 
 def _e_OffsetCommitResponse_3(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponseTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetCommitResponse_OffsetCommitResponseTopic_0, 'OffsetCommitResponse.Topics')
 
 
 def _d_OffsetCommitResponse_3(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetCommitResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetCommitResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitResponse_OffsetCommitResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetCommitResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitResponse_OffsetCommitResponseTopic_0)
     return OffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -8971,146 +5161,54 @@ def _e_OffsetCommitResponse_OffsetCommitResponsePartition_8(o, out):
 def _d_OffsetCommitResponse_OffsetCommitResponsePartition_8(buf, pos):
     f_partition_index, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetCommitResponse.OffsetCommitResponsePartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetCommitResponse.OffsetCommitResponsePartition')
     return _OffsetCommitResponse_OffsetCommitResponsePartition(f_partition_index, f_error_code), pos
 
 
 def _e_OffsetCommitResponse_OffsetCommitResponseTopic_8(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponsePartition_8(e0, out)
+    write_cstr(out, o.name, 'OffsetCommitResponse.OffsetCommitResponseTopic.Name')
+    write_carray(out, o.partitions, _e_OffsetCommitResponse_OffsetCommitResponsePartition_8, 'OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetCommitResponse_OffsetCommitResponseTopic_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetCommitResponse.OffsetCommitResponseTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 7, 'OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitResponse_OffsetCommitResponsePartition_8(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetCommitResponse.OffsetCommitResponseTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'OffsetCommitResponse.OffsetCommitResponseTopic.Name')
+    n, pos = read_ccount(buf, pos, 7, 'OffsetCommitResponse.OffsetCommitResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetCommitResponse_OffsetCommitResponsePartition_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetCommitResponse.OffsetCommitResponseTopic')
     return _OffsetCommitResponse_OffsetCommitResponseTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetCommitResponse_8(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetCommitResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponseTopic_8(e0, out)
+    write_carray(out, o.topics, _e_OffsetCommitResponse_OffsetCommitResponseTopic_8, 'OffsetCommitResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetCommitResponse_8(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetCommitResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetCommitResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetCommitResponse_OffsetCommitResponseTopic_8(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetCommitResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'OffsetCommitResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetCommitResponse_OffsetCommitResponseTopic_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetCommitResponse')
     return OffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_OffsetFetchRequest_OffsetFetchRequestTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_indexes
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_str16(out, o.name, 'OffsetFetchRequest.OffsetFetchRequestTopic.Name')
+    write_ints32(out, o.partition_indexes, 'i', 'OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
 
 
 def _d_OffsetFetchRequest_OffsetFetchRequestTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.OffsetFetchRequestTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
-    else:
-        f_partition_indexes, pos = read_array_int(buf, pos, n0, 'i', 4, 'OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
+    f_name, pos = read_str16(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.Name')
+    n, pos = read_count32(buf, pos, 4, 'OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
+    f_partition_indexes, pos = read_ints(buf, pos, n, 'i', 4)
     return _OffsetFetchRequest_OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
 def _e_OffsetFetchRequest_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetFetchRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestTopic_0(e0, out)
+    write_str16(out, o.group_id, 'OffsetFetchRequest.GroupId')
+    write_array32(out, o.topics, _e_OffsetFetchRequest_OffsetFetchRequestTopic_0, 'OffsetFetchRequest.Topics')
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchRequest.Groups', '8+')
     if o.require_stable != False:
@@ -9118,40 +5216,15 @@ def _e_OffsetFetchRequest_0(o, out):
 
 
 def _d_OffsetFetchRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.GroupId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetFetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'OffsetFetchRequest.GroupId')
+    n, pos = read_count32(buf, pos, 6, 'OffsetFetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestTopic_0)
     return OffsetFetchRequest(f_group_id, f_topics, [], False), pos
 
 
 def _e_OffsetFetchRequest_2(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestTopic_0(e0, out)
+    write_str16(out, o.group_id, 'OffsetFetchRequest.GroupId')
+    write_array32n(out, o.topics, _e_OffsetFetchRequest_OffsetFetchRequestTopic_0, 'OffsetFetchRequest.Topics')
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchRequest.Groups', '8+')
     if o.require_stable != False:
@@ -9159,87 +5232,29 @@ def _e_OffsetFetchRequest_2(o, out):
 
 
 def _d_OffsetFetchRequest_2(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.GroupId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetFetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'OffsetFetchRequest.GroupId')
+    n, pos = read_count32n(buf, pos, 6, 'OffsetFetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestTopic_0)
     return OffsetFetchRequest(f_group_id, f_topics, [], False), pos
 
 
 def _e_OffsetFetchRequest_OffsetFetchRequestTopic_6(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_indexes
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.name, 'OffsetFetchRequest.OffsetFetchRequestTopic.Name')
+    write_cints(out, o.partition_indexes, 'i', 'OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetFetchRequest_OffsetFetchRequestTopic_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.OffsetFetchRequestTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
-    else:
-        f_partition_indexes, pos = read_array_int(buf, pos, n0, 'i', 4, 'OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.Name')
+    n, pos = read_ccount(buf, pos, 4, 'OffsetFetchRequest.OffsetFetchRequestTopic.PartitionIndexes')
+    f_partition_indexes, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic')
     return _OffsetFetchRequest_OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
 def _e_OffsetFetchRequest_6(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestTopic_6(e0, out)
+    write_cstr(out, o.group_id, 'OffsetFetchRequest.GroupId')
+    write_carrayn(out, o.topics, _e_OffsetFetchRequest_OffsetFetchRequestTopic_6, 'OffsetFetchRequest.Topics')
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchRequest.Groups', '8+')
     if o.require_stable != False:
@@ -9248,189 +5263,56 @@ def _e_OffsetFetchRequest_6(o, out):
 
 
 def _d_OffsetFetchRequest_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetFetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestTopic_6(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'OffsetFetchRequest.GroupId')
+    n, pos = read_ccountn(buf, pos, 3, 'OffsetFetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestTopic_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest')
     return OffsetFetchRequest(f_group_id, f_topics, [], False), pos
 
 
 def _e_OffsetFetchRequest_7(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestTopic_6(e0, out)
+    write_cstr(out, o.group_id, 'OffsetFetchRequest.GroupId')
+    write_carrayn(out, o.topics, _e_OffsetFetchRequest_OffsetFetchRequestTopic_6, 'OffsetFetchRequest.Topics')
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchRequest.Groups', '8+')
     out.append(_S_oB.pack(o.require_stable, 0))
 
 
 def _d_OffsetFetchRequest_7(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetFetchRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestTopic_6(buf, pos)
-            f_topics.append(e0)
+    f_group_id, pos = read_cstr(buf, pos, 'OffsetFetchRequest.GroupId')
+    n, pos = read_ccountn(buf, pos, 3, 'OffsetFetchRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestTopic_6)
     f_require_stable, = _S_o.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest')
     return OffsetFetchRequest(f_group_id, f_topics, [], f_require_stable), pos
 
 
 def _e_OffsetFetchRequest_OffsetFetchRequestTopics_8(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopics.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_indexes
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopics.PartitionIndexes')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.name, 'OffsetFetchRequest.OffsetFetchRequestTopics.Name')
+    write_cints(out, o.partition_indexes, 'i', 'OffsetFetchRequest.OffsetFetchRequestTopics.PartitionIndexes')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetFetchRequest_OffsetFetchRequestTopics_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopics.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.OffsetFetchRequestTopics.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestTopics.PartitionIndexes')
-    else:
-        f_partition_indexes, pos = read_array_int(buf, pos, n0, 'i', 4, 'OffsetFetchRequest.OffsetFetchRequestTopics.PartitionIndexes')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics')[1]
+    f_name, pos = read_cstr(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.Name')
+    n, pos = read_ccount(buf, pos, 4, 'OffsetFetchRequest.OffsetFetchRequestTopics.PartitionIndexes')
+    f_partition_indexes, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics')
     return _OffsetFetchRequest_OffsetFetchRequestTopics(f_name, f_partition_indexes), pos
 
 
 def _e_OffsetFetchRequest_OffsetFetchRequestGroup_8(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestTopics_8(e0, out)
+    write_cstr(out, o.group_id, 'OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
+    write_carrayn(out, o.topics, _e_OffsetFetchRequest_OffsetFetchRequestTopics_8, 'OffsetFetchRequest.OffsetFetchRequestGroup.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetFetchRequest_OffsetFetchRequestGroup_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchRequest.OffsetFetchRequestGroup.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetFetchRequest.OffsetFetchRequestGroup.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestTopics_8(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
+    n, pos = read_ccountn(buf, pos, 3, 'OffsetFetchRequest.OffsetFetchRequestGroup.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestTopics_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup')
     return _OffsetFetchRequest_OffsetFetchRequestGroup(f_group_id, None, -1, f_topics), pos
 
 
@@ -9439,111 +5321,35 @@ def _e_OffsetFetchRequest_8(o, out):
         raise absent_error('OffsetFetchRequest.GroupId', '0-7')
     if (o.topics is None or len(o.topics) != 0):
         raise absent_error('OffsetFetchRequest.Topics', '0-7')
-    v = o.groups
-    if v is None:
-        raise null_error('OffsetFetchRequest.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestGroup_8(e0, out)
+    write_carray(out, o.groups, _e_OffsetFetchRequest_OffsetFetchRequestGroup_8, 'OffsetFetchRequest.Groups')
     out.append(_S_oB.pack(o.require_stable, 0))
 
 
 def _d_OffsetFetchRequest_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.Groups')
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetFetchRequest.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestGroup_8(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_ccount(buf, pos, 3, 'OffsetFetchRequest.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestGroup_8)
     f_require_stable, = _S_o.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest')
     return OffsetFetchRequest('', [], f_groups, f_require_stable), pos
 
 
 def _e_OffsetFetchRequest_OffsetFetchRequestGroup_9(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.member_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
+    write_cstrn(out, o.member_id, 'OffsetFetchRequest.OffsetFetchRequestGroup.MemberId')
     out.append(_S_i.pack(o.member_epoch))
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestTopics_8(e0, out)
+    write_carrayn(out, o.topics, _e_OffsetFetchRequest_OffsetFetchRequestTopics_8, 'OffsetFetchRequest.OffsetFetchRequestGroup.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetFetchRequest_OffsetFetchRequestGroup_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchRequest.OffsetFetchRequestGroup.MemberId: negative length')
-        f_member_id = None
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'OffsetFetchRequest.OffsetFetchRequestGroup.MemberId')
+    f_group_id, pos = read_cstr(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.GroupId')
+    f_member_id, pos = read_cstrn(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.MemberId')
     f_member_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchRequest.OffsetFetchRequestGroup.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetFetchRequest.OffsetFetchRequestGroup.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestTopics_8(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup')[1]
+    n, pos = read_ccountn(buf, pos, 3, 'OffsetFetchRequest.OffsetFetchRequestGroup.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestTopics_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup')
     return _OffsetFetchRequest_OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics), pos
 
 
@@ -9552,155 +5358,68 @@ def _e_OffsetFetchRequest_9(o, out):
         raise absent_error('OffsetFetchRequest.GroupId', '0-7')
     if (o.topics is None or len(o.topics) != 0):
         raise absent_error('OffsetFetchRequest.Topics', '0-7')
-    v = o.groups
-    if v is None:
-        raise null_error('OffsetFetchRequest.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchRequest_OffsetFetchRequestGroup_9(e0, out)
+    write_carray(out, o.groups, _e_OffsetFetchRequest_OffsetFetchRequestGroup_9, 'OffsetFetchRequest.Groups')
     out.append(_S_oB.pack(o.require_stable, 0))
 
 
 def _d_OffsetFetchRequest_9(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchRequest.Groups')
-    else:
-        check_count(buf, pos, n0, 8, 'OffsetFetchRequest.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchRequest_OffsetFetchRequestGroup_9(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_ccount(buf, pos, 8, 'OffsetFetchRequest.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_OffsetFetchRequest_OffsetFetchRequestGroup_9)
     f_require_stable, = _S_o.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchRequest')
     return OffsetFetchRequest('', [], f_groups, f_require_stable), pos
 
 
 def _e_OffsetFetchResponse_OffsetFetchResponsePartition_0(o, out):
     out.append(_S_iq.pack(o.partition_index, o.committed_offset))
-    v = o.metadata
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.metadata, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
     out.append(_S_h.pack(o.error_code))
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponsePartition_0(buf, pos):
     f_partition_index, f_committed_offset, = _S_iq.unpack_from(buf, pos)
     pos += 12
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchResponse.OffsetFetchResponsePartition.Metadata: negative length')
-        f_metadata = None
-    else:
-        f_metadata, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
+    f_metadata, pos = read_str16n(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return _OffsetFetchResponse_OffsetFetchResponsePartition(f_partition_index, f_committed_offset, -1, f_metadata, f_error_code), pos
 
 
 def _e_OffsetFetchResponse_OffsetFetchResponseTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponsePartition_0(e0, out)
+    write_str16(out, o.name, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetFetchResponse_OffsetFetchResponsePartition_0, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 16, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponsePartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
+    n, pos = read_count32(buf, pos, 16, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponsePartition_0)
     return _OffsetFetchResponse_OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetFetchResponse_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponseTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetFetchResponse_OffsetFetchResponseTopic_0, 'OffsetFetchResponse.Topics')
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchResponse.Groups', '8+')
 
 
 def _d_OffsetFetchResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetFetchResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetFetchResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponseTopic_0)
     return OffsetFetchResponse(0, f_topics, 0, []), pos
 
 
 def _e_OffsetFetchResponse_2(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponseTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetFetchResponse_OffsetFetchResponseTopic_0, 'OffsetFetchResponse.Topics')
     out.append(_S_h.pack(o.error_code))
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchResponse.Groups', '8+')
 
 
 def _d_OffsetFetchResponse_2(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetFetchResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetFetchResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponseTopic_0)
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return OffsetFetchResponse(0, f_topics, f_error_code, []), pos
@@ -9708,13 +5427,7 @@ def _d_OffsetFetchResponse_2(buf, pos):
 
 def _e_OffsetFetchResponse_3(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponseTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetFetchResponse_OffsetFetchResponseTopic_0, 'OffsetFetchResponse.Topics')
     out.append(_S_h.pack(o.error_code))
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchResponse.Groups', '8+')
@@ -9723,16 +5436,8 @@ def _e_OffsetFetchResponse_3(o, out):
 def _d_OffsetFetchResponse_3(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetFetchResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetFetchResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponseTopic_0)
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, []), pos
@@ -9740,78 +5445,34 @@ def _d_OffsetFetchResponse_3(buf, pos):
 
 def _e_OffsetFetchResponse_OffsetFetchResponsePartition_5(o, out):
     out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
-    v = o.metadata
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.metadata, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
     out.append(_S_h.pack(o.error_code))
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponsePartition_5(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S_iqi.unpack_from(buf, pos)
     pos += 16
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchResponse.OffsetFetchResponsePartition.Metadata: negative length')
-        f_metadata = None
-    else:
-        f_metadata, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
+    f_metadata, pos = read_str16n(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return _OffsetFetchResponse_OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
 def _e_OffsetFetchResponse_OffsetFetchResponseTopic_5(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponsePartition_5(e0, out)
+    write_str16(out, o.name, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetFetchResponse_OffsetFetchResponsePartition_5, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_5(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 20, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponsePartition_5(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
+    n, pos = read_count32(buf, pos, 20, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponsePartition_5)
     return _OffsetFetchResponse_OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetFetchResponse_5(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponseTopic_5(e0, out)
+    write_array32(out, o.topics, _e_OffsetFetchResponse_OffsetFetchResponseTopic_5, 'OffsetFetchResponse.Topics')
     out.append(_S_h.pack(o.error_code))
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchResponse.Groups', '8+')
@@ -9820,16 +5481,8 @@ def _e_OffsetFetchResponse_5(o, out):
 def _d_OffsetFetchResponse_5(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetFetchResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponseTopic_5(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetFetchResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponseTopic_5)
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, []), pos
@@ -9837,99 +5490,37 @@ def _d_OffsetFetchResponse_5(buf, pos):
 
 def _e_OffsetFetchResponse_OffsetFetchResponsePartition_6(o, out):
     out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
-    v = o.metadata
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.metadata, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
     out.append(_S_hB.pack(o.error_code, 0))
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponsePartition_6(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S_iqi.unpack_from(buf, pos)
     pos += 16
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchResponse.OffsetFetchResponsePartition.Metadata: negative length')
-        f_metadata = None
-    else:
-        f_metadata, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
+    f_metadata, pos = read_cstrn(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.Metadata')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition')
     return _OffsetFetchResponse_OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
 def _e_OffsetFetchResponse_OffsetFetchResponseTopic_6(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponsePartition_6(e0, out)
+    write_cstr(out, o.name, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
+    write_carray(out, o.partitions, _e_OffsetFetchResponse_OffsetFetchResponsePartition_6, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 20, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponsePartition_6(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.Name')
+    n, pos = read_ccount(buf, pos, 20, 'OffsetFetchResponse.OffsetFetchResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponsePartition_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic')
     return _OffsetFetchResponse_OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetFetchResponse_6(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponseTopic_6(e0, out)
+    write_carray(out, o.topics, _e_OffsetFetchResponse_OffsetFetchResponseTopic_6, 'OffsetFetchResponse.Topics')
     out.append(_S_h.pack(o.error_code))
     if (o.groups is None or len(o.groups) != 0):
         raise absent_error('OffsetFetchResponse.Groups', '8+')
@@ -9939,152 +5530,57 @@ def _e_OffsetFetchResponse_6(o, out):
 def _d_OffsetFetchResponse_6(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetFetchResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponseTopic_6(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 3, 'OffsetFetchResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponseTopic_6)
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchResponse')
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, []), pos
+
+
+def _e_OffsetFetchResponse_OffsetFetchResponsePartitions_8(o, out):
+    out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
+    write_cstrn(out, o.metadata, 'OffsetFetchResponse.OffsetFetchResponsePartitions.Metadata')
+    out.append(_S_hB.pack(o.error_code, 0))
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponsePartitions_8(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S_iqi.unpack_from(buf, pos)
     pos += 16
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('OffsetFetchResponse.OffsetFetchResponsePartitions.Metadata: negative length')
-        f_metadata = None
-    else:
-        f_metadata, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponsePartitions.Metadata')
+    f_metadata, pos = read_cstrn(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions.Metadata')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions')
     return _OffsetFetchResponse_OffsetFetchResponsePartitions(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
 def _e_OffsetFetchResponse_OffsetFetchResponseTopics_8(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopics.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopics.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponsePartition_6(e0, out)
+    write_cstr(out, o.name, 'OffsetFetchResponse.OffsetFetchResponseTopics.Name')
+    write_carray(out, o.partitions, _e_OffsetFetchResponse_OffsetFetchResponsePartitions_8, 'OffsetFetchResponse.OffsetFetchResponseTopics.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponseTopics_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopics.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponseTopics.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseTopics.Partitions')
-    else:
-        check_count(buf, pos, n0, 20, 'OffsetFetchResponse.OffsetFetchResponseTopics.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponsePartitions_8(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics')[1]
+    f_name, pos = read_cstr(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics.Name')
+    n, pos = read_ccount(buf, pos, 20, 'OffsetFetchResponse.OffsetFetchResponseTopics.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponsePartitions_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics')
     return _OffsetFetchResponse_OffsetFetchResponseTopics(f_name, f_partitions), pos
 
 
 def _e_OffsetFetchResponse_OffsetFetchResponseGroup_8(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseGroup.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponseTopics_8(e0, out)
+    write_cstr(out, o.group_id, 'OffsetFetchResponse.OffsetFetchResponseGroup.GroupId')
+    write_carray(out, o.topics, _e_OffsetFetchResponse_OffsetFetchResponseTopics_8, 'OffsetFetchResponse.OffsetFetchResponseGroup.Topics')
     out.append(_S_hB.pack(o.error_code, 0))
 
 
 def _d_OffsetFetchResponse_OffsetFetchResponseGroup_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetFetchResponse.OffsetFetchResponseGroup.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.OffsetFetchResponseGroup.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetFetchResponse.OffsetFetchResponseGroup.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponseTopics_8(buf, pos)
-            f_topics.append(e0)
+    f_group_id, pos = read_cstr(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup.GroupId')
+    n, pos = read_ccount(buf, pos, 3, 'OffsetFetchResponse.OffsetFetchResponseGroup.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponseTopics_8)
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup')
     return _OffsetFetchResponse_OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code), pos
 
 
@@ -10092,48 +5588,21 @@ def _e_OffsetFetchResponse_8(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.topics is None or len(o.topics) != 0):
         raise absent_error('OffsetFetchResponse.Topics', '0-7')
-    v = o.groups
-    if v is None:
-        raise null_error('OffsetFetchResponse.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetFetchResponse_OffsetFetchResponseGroup_8(e0, out)
+    write_carray(out, o.groups, _e_OffsetFetchResponse_OffsetFetchResponseGroup_8, 'OffsetFetchResponse.Groups')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetFetchResponse_8(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetFetchResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 5, 'OffsetFetchResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetFetchResponse_OffsetFetchResponseGroup_8(buf, pos)
-            f_groups.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetFetchResponse')[1]
+    n, pos = read_ccount(buf, pos, 5, 'OffsetFetchResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_OffsetFetchResponse_OffsetFetchResponseGroup_8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetFetchResponse')
     return OffsetFetchResponse(f_throttle_time_ms, [], 0, f_groups), pos
 
 
 def _e_FindCoordinatorRequest_0(o, out):
-    v = o.key
-    if v is None:
-        raise null_error('FindCoordinatorRequest.Key')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.key, 'FindCoordinatorRequest.Key')
     if o.key_type != 0:
         raise absent_error('FindCoordinatorRequest.KeyType', '1+')
     if (o.coordinator_keys is None or len(o.coordinator_keys) != 0):
@@ -10141,48 +5610,26 @@ def _e_FindCoordinatorRequest_0(o, out):
 
 
 def _d_FindCoordinatorRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FindCoordinatorRequest.Key')
-    else:
-        f_key, pos = read_string(buf, pos, n0, 'FindCoordinatorRequest.Key')
+    f_key, pos = read_str16(buf, pos, 'FindCoordinatorRequest.Key')
     return FindCoordinatorRequest(f_key, 0, []), pos
 
 
 def _e_FindCoordinatorRequest_1(o, out):
-    v = o.key
-    if v is None:
-        raise null_error('FindCoordinatorRequest.Key')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.key, 'FindCoordinatorRequest.Key')
     out.append(_S_b.pack(o.key_type))
     if (o.coordinator_keys is None or len(o.coordinator_keys) != 0):
         raise absent_error('FindCoordinatorRequest.CoordinatorKeys', '4+')
 
 
 def _d_FindCoordinatorRequest_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FindCoordinatorRequest.Key')
-    else:
-        f_key, pos = read_string(buf, pos, n0, 'FindCoordinatorRequest.Key')
+    f_key, pos = read_str16(buf, pos, 'FindCoordinatorRequest.Key')
     f_key_type, = _S_b.unpack_from(buf, pos)
     pos += 1
     return FindCoordinatorRequest(f_key, f_key_type, []), pos
 
 
 def _e_FindCoordinatorRequest_3(o, out):
-    v = o.key
-    if v is None:
-        raise null_error('FindCoordinatorRequest.Key')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.key, 'FindCoordinatorRequest.Key')
     out.append(_S_b.pack(o.key_type))
     if (o.coordinator_keys is None or len(o.coordinator_keys) != 0):
         raise absent_error('FindCoordinatorRequest.CoordinatorKeys', '4+')
@@ -10190,22 +5637,10 @@ def _e_FindCoordinatorRequest_3(o, out):
 
 
 def _d_FindCoordinatorRequest_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FindCoordinatorRequest.Key')
-    else:
-        f_key, pos = read_string(buf, pos, n0, 'FindCoordinatorRequest.Key')
+    f_key, pos = read_cstr(buf, pos, 'FindCoordinatorRequest.Key')
     f_key_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FindCoordinatorRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FindCoordinatorRequest')
     return FindCoordinatorRequest(f_key, f_key_type, []), pos
 
 
@@ -10213,60 +5648,22 @@ def _e_FindCoordinatorRequest_4(o, out):
     if o.key != '':
         raise absent_error('FindCoordinatorRequest.Key', '0-3')
     out.append(_S_b.pack(o.key_type))
-    v = o.coordinator_keys
-    if v is None:
-        raise null_error('FindCoordinatorRequest.CoordinatorKeys')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_carray(out, o.coordinator_keys, write_cstr_item, 'FindCoordinatorRequest.CoordinatorKeys')
     out.append(_S_B.pack(0))
 
 
 def _d_FindCoordinatorRequest_4(buf, pos):
     f_key_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FindCoordinatorRequest.CoordinatorKeys')
-    else:
-        check_count(buf, pos, n0, 1, 'FindCoordinatorRequest.CoordinatorKeys')
-        f_coordinator_keys = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('FindCoordinatorRequest.CoordinatorKeys')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'FindCoordinatorRequest.CoordinatorKeys')
-            f_coordinator_keys.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FindCoordinatorRequest')[1]
+    n, pos = read_ccount(buf, pos, 1, 'FindCoordinatorRequest.CoordinatorKeys')
+    f_coordinator_keys, pos = read_structs(buf, pos, n, read_cstr_item)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FindCoordinatorRequest')
     return FindCoordinatorRequest('', f_key_type, f_coordinator_keys), pos
 
 
 def _e_FindCoordinatorResponse_0(o, out):
     out.append(_S_hi.pack(o.error_code, o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('FindCoordinatorResponse.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.host, 'FindCoordinatorResponse.Host')
     out.append(_S_i.pack(o.port))
     if (o.coordinators is None or len(o.coordinators) != 0):
         raise absent_error('FindCoordinatorResponse.Coordinators', '4+')
@@ -10275,12 +5672,7 @@ def _e_FindCoordinatorResponse_0(o, out):
 def _d_FindCoordinatorResponse_0(buf, pos):
     f_error_code, f_node_id, = _S_hi.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FindCoordinatorResponse.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.Host')
+    f_host, pos = read_str16(buf, pos, 'FindCoordinatorResponse.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
     return FindCoordinatorResponse(0, f_error_code, '', f_node_id, f_host, f_port, []), pos
@@ -10288,21 +5680,9 @@ def _d_FindCoordinatorResponse_0(buf, pos):
 
 def _e_FindCoordinatorResponse_1(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'FindCoordinatorResponse.ErrorMessage')
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('FindCoordinatorResponse.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.host, 'FindCoordinatorResponse.Host')
     out.append(_S_i.pack(o.port))
     if (o.coordinators is None or len(o.coordinators) != 0):
         raise absent_error('FindCoordinatorResponse.Coordinators', '4+')
@@ -10311,22 +5691,10 @@ def _e_FindCoordinatorResponse_1(o, out):
 def _d_FindCoordinatorResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FindCoordinatorResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'FindCoordinatorResponse.ErrorMessage')
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('FindCoordinatorResponse.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.Host')
+    f_host, pos = read_str16(buf, pos, 'FindCoordinatorResponse.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, []), pos
@@ -10334,21 +5702,9 @@ def _d_FindCoordinatorResponse_1(buf, pos):
 
 def _e_FindCoordinatorResponse_3(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'FindCoordinatorResponse.ErrorMessage')
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('FindCoordinatorResponse.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.host, 'FindCoordinatorResponse.Host')
     out.append(_S_i.pack(o.port))
     if (o.coordinators is None or len(o.coordinators) != 0):
         raise absent_error('FindCoordinatorResponse.Coordinators', '4+')
@@ -10358,107 +5714,34 @@ def _e_FindCoordinatorResponse_3(o, out):
 def _d_FindCoordinatorResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FindCoordinatorResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.ErrorMessage')
+    f_error_message, pos = read_cstrn(buf, pos, 'FindCoordinatorResponse.ErrorMessage')
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FindCoordinatorResponse.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.Host')
+    f_host, pos = read_cstr(buf, pos, 'FindCoordinatorResponse.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FindCoordinatorResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FindCoordinatorResponse')
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, []), pos
 
 
 def _e_FindCoordinatorResponse_Coordinator_4(o, out):
-    v = o.key
-    if v is None:
-        raise null_error('FindCoordinatorResponse.Coordinator.Key')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.key, 'FindCoordinatorResponse.Coordinator.Key')
     out.append(_S_i.pack(o.node_id))
-    v = o.host
-    if v is None:
-        raise null_error('FindCoordinatorResponse.Coordinator.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.host, 'FindCoordinatorResponse.Coordinator.Host')
     out.append(_S_ih.pack(o.port, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'FindCoordinatorResponse.Coordinator.ErrorMessage')
     out.append(_S_B.pack(0))
 
 
 def _d_FindCoordinatorResponse_Coordinator_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FindCoordinatorResponse.Coordinator.Key')
-    else:
-        f_key, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.Coordinator.Key')
+    f_key, pos = read_cstr(buf, pos, 'FindCoordinatorResponse.Coordinator.Key')
     f_node_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FindCoordinatorResponse.Coordinator.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.Coordinator.Host')
+    f_host, pos = read_cstr(buf, pos, 'FindCoordinatorResponse.Coordinator.Host')
     f_port, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('FindCoordinatorResponse.Coordinator.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'FindCoordinatorResponse.Coordinator.ErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FindCoordinatorResponse.Coordinator')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'FindCoordinatorResponse.Coordinator.ErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FindCoordinatorResponse.Coordinator')
     return _FindCoordinatorResponse_Coordinator(f_key, f_node_id, f_host, f_port, f_error_code, f_error_message), pos
 
 
@@ -10472,1376 +5755,377 @@ def _e_FindCoordinatorResponse_4(o, out):
         raise absent_error('FindCoordinatorResponse.Host', '0-3')
     if o.port != 0:
         raise absent_error('FindCoordinatorResponse.Port', '0-3')
-    v = o.coordinators
-    if v is None:
-        raise null_error('FindCoordinatorResponse.Coordinators')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_FindCoordinatorResponse_Coordinator_4(e0, out)
+    write_carray(out, o.coordinators, _e_FindCoordinatorResponse_Coordinator_4, 'FindCoordinatorResponse.Coordinators')
     out.append(_S_B.pack(0))
 
 
 def _d_FindCoordinatorResponse_4(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('FindCoordinatorResponse.Coordinators')
-    else:
-        check_count(buf, pos, n0, 14, 'FindCoordinatorResponse.Coordinators')
-        f_coordinators = []
-        for _ in range(n0):
-            e0, pos = _d_FindCoordinatorResponse_Coordinator_4(buf, pos)
-            f_coordinators.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'FindCoordinatorResponse')[1]
+    n, pos = read_ccount(buf, pos, 14, 'FindCoordinatorResponse.Coordinators')
+    f_coordinators, pos = read_structs(buf, pos, n, _d_FindCoordinatorResponse_Coordinator_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'FindCoordinatorResponse')
     return FindCoordinatorResponse(f_throttle_time_ms, 0, '', 0, '', 0, f_coordinators), pos
 
 
 def _e_JoinGroupRequest_JoinGroupRequestProtocol_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.metadata
-    if v is None:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16(out, o.name, 'JoinGroupRequest.JoinGroupRequestProtocol.Name')
+    write_bytes32(out, o.metadata, 'JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
 
 
 def _d_JoinGroupRequest_JoinGroupRequestProtocol_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'JoinGroupRequest.JoinGroupRequestProtocol.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
-    else:
-        f_metadata, pos = read_bytes(buf, pos, n0, 'JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
+    f_name, pos = read_str16(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.Name')
+    f_metadata, pos = read_bytes32(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
     return _JoinGroupRequest_JoinGroupRequestProtocol(f_name, f_metadata), pos
 
 
 def _e_JoinGroupRequest_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'JoinGroupRequest.GroupId')
     out.append(_S_i.pack(o.session_timeout_ms))
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'JoinGroupRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('JoinGroupRequest.GroupInstanceId', '5+')
-    v = o.protocol_type
-    if v is None:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocols
-    if v is None:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_JoinGroupRequest_JoinGroupRequestProtocol_0(e0, out)
+    write_str16(out, o.protocol_type, 'JoinGroupRequest.ProtocolType')
+    write_array32(out, o.protocols, _e_JoinGroupRequest_JoinGroupRequestProtocol_0, 'JoinGroupRequest.Protocols')
 
 
 def _d_JoinGroupRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'JoinGroupRequest.GroupId')
     f_session_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'JoinGroupRequest.ProtocolType')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        check_count(buf, pos, n0, 6, 'JoinGroupRequest.Protocols')
-        f_protocols = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupRequest_JoinGroupRequestProtocol_0(buf, pos)
-            f_protocols.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupRequest.MemberId')
+    f_protocol_type, pos = read_str16(buf, pos, 'JoinGroupRequest.ProtocolType')
+    n, pos = read_count32(buf, pos, 6, 'JoinGroupRequest.Protocols')
+    f_protocols, pos = read_structs(buf, pos, n, _d_JoinGroupRequest_JoinGroupRequestProtocol_0)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, -1, f_member_id, None, f_protocol_type, f_protocols, None), pos
 
 
 def _e_JoinGroupRequest_1(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'JoinGroupRequest.GroupId')
     out.append(_S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms))
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'JoinGroupRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('JoinGroupRequest.GroupInstanceId', '5+')
-    v = o.protocol_type
-    if v is None:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocols
-    if v is None:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_JoinGroupRequest_JoinGroupRequestProtocol_0(e0, out)
+    write_str16(out, o.protocol_type, 'JoinGroupRequest.ProtocolType')
+    write_array32(out, o.protocols, _e_JoinGroupRequest_JoinGroupRequestProtocol_0, 'JoinGroupRequest.Protocols')
 
 
 def _d_JoinGroupRequest_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'JoinGroupRequest.GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S_ii.unpack_from(buf, pos)
     pos += 8
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'JoinGroupRequest.ProtocolType')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        check_count(buf, pos, n0, 6, 'JoinGroupRequest.Protocols')
-        f_protocols = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupRequest_JoinGroupRequestProtocol_0(buf, pos)
-            f_protocols.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupRequest.MemberId')
+    f_protocol_type, pos = read_str16(buf, pos, 'JoinGroupRequest.ProtocolType')
+    n, pos = read_count32(buf, pos, 6, 'JoinGroupRequest.Protocols')
+    f_protocols, pos = read_structs(buf, pos, n, _d_JoinGroupRequest_JoinGroupRequestProtocol_0)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, None, f_protocol_type, f_protocols, None), pos
 
 
 def _e_JoinGroupRequest_5(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'JoinGroupRequest.GroupId')
     out.append(_S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms))
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocols
-    if v is None:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_JoinGroupRequest_JoinGroupRequestProtocol_0(e0, out)
+    write_str16(out, o.member_id, 'JoinGroupRequest.MemberId')
+    write_str16n(out, o.group_instance_id, 'JoinGroupRequest.GroupInstanceId')
+    write_str16(out, o.protocol_type, 'JoinGroupRequest.ProtocolType')
+    write_array32(out, o.protocols, _e_JoinGroupRequest_JoinGroupRequestProtocol_0, 'JoinGroupRequest.Protocols')
 
 
 def _d_JoinGroupRequest_5(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'JoinGroupRequest.GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S_ii.unpack_from(buf, pos)
     pos += 8
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupInstanceId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'JoinGroupRequest.ProtocolType')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        check_count(buf, pos, n0, 6, 'JoinGroupRequest.Protocols')
-        f_protocols = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupRequest_JoinGroupRequestProtocol_0(buf, pos)
-            f_protocols.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupRequest.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'JoinGroupRequest.GroupInstanceId')
+    f_protocol_type, pos = read_str16(buf, pos, 'JoinGroupRequest.ProtocolType')
+    n, pos = read_count32(buf, pos, 6, 'JoinGroupRequest.Protocols')
+    f_protocols, pos = read_structs(buf, pos, n, _d_JoinGroupRequest_JoinGroupRequestProtocol_0)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None), pos
 
 
 def _e_JoinGroupRequest_JoinGroupRequestProtocol_6(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.metadata
-    if v is None:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cstr(out, o.name, 'JoinGroupRequest.JoinGroupRequestProtocol.Name')
+    write_cbytes(out, o.metadata, 'JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
     out.append(_S_B.pack(0))
 
 
 def _d_JoinGroupRequest_JoinGroupRequestProtocol_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'JoinGroupRequest.JoinGroupRequestProtocol.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
-    else:
-        f_metadata, pos = read_bytes(buf, pos, n0, 'JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol')[1]
+    f_name, pos = read_cstr(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.Name')
+    f_metadata, pos = read_cbytes(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.Metadata')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol')
     return _JoinGroupRequest_JoinGroupRequestProtocol(f_name, f_metadata), pos
 
 
 def _e_JoinGroupRequest_6(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'JoinGroupRequest.GroupId')
     out.append(_S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms))
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocols
-    if v is None:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_JoinGroupRequest_JoinGroupRequestProtocol_6(e0, out)
+    write_cstr(out, o.member_id, 'JoinGroupRequest.MemberId')
+    write_cstrn(out, o.group_instance_id, 'JoinGroupRequest.GroupInstanceId')
+    write_cstr(out, o.protocol_type, 'JoinGroupRequest.ProtocolType')
+    write_carray(out, o.protocols, _e_JoinGroupRequest_JoinGroupRequestProtocol_6, 'JoinGroupRequest.Protocols')
     out.append(_S_B.pack(0))
 
 
 def _d_JoinGroupRequest_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupId')
+    f_group_id, pos = read_cstr(buf, pos, 'JoinGroupRequest.GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S_ii.unpack_from(buf, pos)
     pos += 8
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'JoinGroupRequest.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        check_count(buf, pos, n0, 3, 'JoinGroupRequest.Protocols')
-        f_protocols = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupRequest_JoinGroupRequestProtocol_6(buf, pos)
-            f_protocols.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'JoinGroupRequest')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'JoinGroupRequest.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'JoinGroupRequest.GroupInstanceId')
+    f_protocol_type, pos = read_cstr(buf, pos, 'JoinGroupRequest.ProtocolType')
+    n, pos = read_ccount(buf, pos, 3, 'JoinGroupRequest.Protocols')
+    f_protocols, pos = read_structs(buf, pos, n, _d_JoinGroupRequest_JoinGroupRequestProtocol_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'JoinGroupRequest')
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None), pos
 
 
 def _e_JoinGroupRequest_8(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'JoinGroupRequest.GroupId')
     out.append(_S_ii.pack(o.session_timeout_ms, o.rebalance_timeout_ms))
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocols
-    if v is None:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_JoinGroupRequest_JoinGroupRequestProtocol_6(e0, out)
-    v = o.reason
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.member_id, 'JoinGroupRequest.MemberId')
+    write_cstrn(out, o.group_instance_id, 'JoinGroupRequest.GroupInstanceId')
+    write_cstr(out, o.protocol_type, 'JoinGroupRequest.ProtocolType')
+    write_carray(out, o.protocols, _e_JoinGroupRequest_JoinGroupRequestProtocol_6, 'JoinGroupRequest.Protocols')
+    write_cstrn(out, o.reason, 'JoinGroupRequest.Reason')
     out.append(_S_B.pack(0))
 
 
 def _d_JoinGroupRequest_8(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupId')
+    f_group_id, pos = read_cstr(buf, pos, 'JoinGroupRequest.GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S_ii.unpack_from(buf, pos)
     pos += 8
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'JoinGroupRequest.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'JoinGroupRequest.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupRequest.Protocols')
-    else:
-        check_count(buf, pos, n0, 3, 'JoinGroupRequest.Protocols')
-        f_protocols = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupRequest_JoinGroupRequestProtocol_6(buf, pos)
-            f_protocols.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupRequest.Reason: negative length')
-        f_reason = None
-    else:
-        f_reason, pos = read_string(buf, pos, n0, 'JoinGroupRequest.Reason')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'JoinGroupRequest')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'JoinGroupRequest.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'JoinGroupRequest.GroupInstanceId')
+    f_protocol_type, pos = read_cstr(buf, pos, 'JoinGroupRequest.ProtocolType')
+    n, pos = read_ccount(buf, pos, 3, 'JoinGroupRequest.Protocols')
+    f_protocols, pos = read_structs(buf, pos, n, _d_JoinGroupRequest_JoinGroupRequestProtocol_6)
+    f_reason, pos = read_cstrn(buf, pos, 'JoinGroupRequest.Reason')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'JoinGroupRequest')
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, f_reason), pos
 
 
 def _e_JoinGroupResponse_JoinGroupResponseMember_0(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.metadata
-    if v is None:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.Metadata')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16(out, o.member_id, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
+    write_bytes32(out, o.metadata, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
 
 
 def _d_JoinGroupResponse_JoinGroupResponseMember_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.Metadata')
-    else:
-        f_metadata, pos = read_bytes(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
+    f_metadata, pos = read_bytes32(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
     return _JoinGroupResponse_JoinGroupResponseMember(f_member_id, None, f_metadata), pos
 
 
 def _e_JoinGroupResponse_0(o, out):
     out.append(_S_hi.pack(o.error_code, o.generation_id))
-    v = o.protocol_name
-    if v is None:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.leader
-    if v is None:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.protocol_name, 'JoinGroupResponse.ProtocolName')
+    write_str16(out, o.leader, 'JoinGroupResponse.Leader')
     if o.skip_assignment != False:
         raise absent_error('JoinGroupResponse.SkipAssignment', '9+')
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_JoinGroupResponse_JoinGroupResponseMember_0(e0, out)
+    write_str16(out, o.member_id, 'JoinGroupResponse.MemberId')
+    write_array32(out, o.members, _e_JoinGroupResponse_JoinGroupResponseMember_0, 'JoinGroupResponse.Members')
 
 
 def _d_JoinGroupResponse_0(buf, pos):
     f_error_code, f_generation_id, = _S_hi.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolName')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        f_leader, pos = read_string(buf, pos, n0, 'JoinGroupResponse.Leader')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 6, 'JoinGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupResponse_JoinGroupResponseMember_0(buf, pos)
-            f_members.append(e0)
+    f_protocol_name, pos = read_str16(buf, pos, 'JoinGroupResponse.ProtocolName')
+    f_leader, pos = read_str16(buf, pos, 'JoinGroupResponse.Leader')
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupResponse.MemberId')
+    n, pos = read_count32(buf, pos, 6, 'JoinGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_JoinGroupResponse_JoinGroupResponseMember_0)
     return JoinGroupResponse(0, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_2(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
-    v = o.protocol_name
-    if v is None:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.leader
-    if v is None:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.protocol_name, 'JoinGroupResponse.ProtocolName')
+    write_str16(out, o.leader, 'JoinGroupResponse.Leader')
     if o.skip_assignment != False:
         raise absent_error('JoinGroupResponse.SkipAssignment', '9+')
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_JoinGroupResponse_JoinGroupResponseMember_0(e0, out)
+    write_str16(out, o.member_id, 'JoinGroupResponse.MemberId')
+    write_array32(out, o.members, _e_JoinGroupResponse_JoinGroupResponseMember_0, 'JoinGroupResponse.Members')
 
 
 def _d_JoinGroupResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, f_generation_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolName')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        f_leader, pos = read_string(buf, pos, n0, 'JoinGroupResponse.Leader')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 6, 'JoinGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupResponse_JoinGroupResponseMember_0(buf, pos)
-            f_members.append(e0)
+    f_protocol_name, pos = read_str16(buf, pos, 'JoinGroupResponse.ProtocolName')
+    f_leader, pos = read_str16(buf, pos, 'JoinGroupResponse.Leader')
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupResponse.MemberId')
+    n, pos = read_count32(buf, pos, 6, 'JoinGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_JoinGroupResponse_JoinGroupResponseMember_0)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_JoinGroupResponseMember_5(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.metadata
-    if v is None:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.Metadata')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16(out, o.member_id, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
+    write_str16n(out, o.group_instance_id, 'JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId')
+    write_bytes32(out, o.metadata, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
 
 
 def _d_JoinGroupResponse_JoinGroupResponseMember_5(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.Metadata')
-    else:
-        f_metadata, pos = read_bytes(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId')
+    f_metadata, pos = read_bytes32(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
     return _JoinGroupResponse_JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata), pos
 
 
 def _e_JoinGroupResponse_5(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
-    v = o.protocol_name
-    if v is None:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.leader
-    if v is None:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.protocol_name, 'JoinGroupResponse.ProtocolName')
+    write_str16(out, o.leader, 'JoinGroupResponse.Leader')
     if o.skip_assignment != False:
         raise absent_error('JoinGroupResponse.SkipAssignment', '9+')
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_JoinGroupResponse_JoinGroupResponseMember_5(e0, out)
+    write_str16(out, o.member_id, 'JoinGroupResponse.MemberId')
+    write_array32(out, o.members, _e_JoinGroupResponse_JoinGroupResponseMember_5, 'JoinGroupResponse.Members')
 
 
 def _d_JoinGroupResponse_5(buf, pos):
     f_throttle_time_ms, f_error_code, f_generation_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolName')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        f_leader, pos = read_string(buf, pos, n0, 'JoinGroupResponse.Leader')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 8, 'JoinGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupResponse_JoinGroupResponseMember_5(buf, pos)
-            f_members.append(e0)
+    f_protocol_name, pos = read_str16(buf, pos, 'JoinGroupResponse.ProtocolName')
+    f_leader, pos = read_str16(buf, pos, 'JoinGroupResponse.Leader')
+    f_member_id, pos = read_str16(buf, pos, 'JoinGroupResponse.MemberId')
+    n, pos = read_count32(buf, pos, 8, 'JoinGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_JoinGroupResponse_JoinGroupResponseMember_5)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_JoinGroupResponseMember_6(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.metadata
-    if v is None:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.Metadata')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cstr(out, o.member_id, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
+    write_cstrn(out, o.group_instance_id, 'JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId')
+    write_cbytes(out, o.metadata, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
     out.append(_S_B.pack(0))
 
 
 def _d_JoinGroupResponse_JoinGroupResponseMember_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.JoinGroupResponseMember.Metadata')
-    else:
-        f_metadata, pos = read_bytes(buf, pos, n0, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.GroupInstanceId')
+    f_metadata, pos = read_cbytes(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.Metadata')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember')
     return _JoinGroupResponse_JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata), pos
 
 
 def _e_JoinGroupResponse_6(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
-    v = o.protocol_name
-    if v is None:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.leader
-    if v is None:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.protocol_name, 'JoinGroupResponse.ProtocolName')
+    write_cstr(out, o.leader, 'JoinGroupResponse.Leader')
     if o.skip_assignment != False:
         raise absent_error('JoinGroupResponse.SkipAssignment', '9+')
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_JoinGroupResponse_JoinGroupResponseMember_6(e0, out)
+    write_cstr(out, o.member_id, 'JoinGroupResponse.MemberId')
+    write_carray(out, o.members, _e_JoinGroupResponse_JoinGroupResponseMember_6, 'JoinGroupResponse.Members')
     out.append(_S_B.pack(0))
 
 
 def _d_JoinGroupResponse_6(buf, pos):
     f_throttle_time_ms, f_error_code, f_generation_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.ProtocolName')
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        f_leader, pos = read_string(buf, pos, n0, 'JoinGroupResponse.Leader')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 4, 'JoinGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupResponse_JoinGroupResponseMember_6(buf, pos)
-            f_members.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'JoinGroupResponse')[1]
+    f_protocol_name, pos = read_cstr(buf, pos, 'JoinGroupResponse.ProtocolName')
+    f_leader, pos = read_cstr(buf, pos, 'JoinGroupResponse.Leader')
+    f_member_id, pos = read_cstr(buf, pos, 'JoinGroupResponse.MemberId')
+    n, pos = read_ccount(buf, pos, 4, 'JoinGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_JoinGroupResponse_JoinGroupResponseMember_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'JoinGroupResponse')
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_7(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
-    v = o.protocol_type
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.leader
-    if v is None:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.protocol_type, 'JoinGroupResponse.ProtocolType')
+    write_cstrn(out, o.protocol_name, 'JoinGroupResponse.ProtocolName')
+    write_cstr(out, o.leader, 'JoinGroupResponse.Leader')
     if o.skip_assignment != False:
         raise absent_error('JoinGroupResponse.SkipAssignment', '9+')
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_JoinGroupResponse_JoinGroupResponseMember_6(e0, out)
+    write_cstr(out, o.member_id, 'JoinGroupResponse.MemberId')
+    write_carray(out, o.members, _e_JoinGroupResponse_JoinGroupResponseMember_6, 'JoinGroupResponse.Members')
     out.append(_S_B.pack(0))
 
 
 def _d_JoinGroupResponse_7(buf, pos):
     f_throttle_time_ms, f_error_code, f_generation_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupResponse.ProtocolType: negative length')
-        f_protocol_type = None
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupResponse.ProtocolName: negative length')
-        f_protocol_name = None
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        f_leader, pos = read_string(buf, pos, n0, 'JoinGroupResponse.Leader')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 4, 'JoinGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupResponse_JoinGroupResponseMember_6(buf, pos)
-            f_members.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'JoinGroupResponse')[1]
+    f_protocol_type, pos = read_cstrn(buf, pos, 'JoinGroupResponse.ProtocolType')
+    f_protocol_name, pos = read_cstrn(buf, pos, 'JoinGroupResponse.ProtocolName')
+    f_leader, pos = read_cstr(buf, pos, 'JoinGroupResponse.Leader')
+    f_member_id, pos = read_cstr(buf, pos, 'JoinGroupResponse.MemberId')
+    n, pos = read_ccount(buf, pos, 4, 'JoinGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_JoinGroupResponse_JoinGroupResponseMember_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'JoinGroupResponse')
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_9(o, out):
     out.append(_S_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
-    v = o.protocol_type
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.leader
-    if v is None:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.protocol_type, 'JoinGroupResponse.ProtocolType')
+    write_cstrn(out, o.protocol_name, 'JoinGroupResponse.ProtocolName')
+    write_cstr(out, o.leader, 'JoinGroupResponse.Leader')
     out.append(_S_o.pack(o.skip_assignment))
-    v = o.member_id
-    if v is None:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_JoinGroupResponse_JoinGroupResponseMember_6(e0, out)
+    write_cstr(out, o.member_id, 'JoinGroupResponse.MemberId')
+    write_carray(out, o.members, _e_JoinGroupResponse_JoinGroupResponseMember_6, 'JoinGroupResponse.Members')
     out.append(_S_B.pack(0))
 
 
 def _d_JoinGroupResponse_9(buf, pos):
     f_throttle_time_ms, f_error_code, f_generation_id, = _S_ihi.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupResponse.ProtocolType: negative length')
-        f_protocol_type = None
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('JoinGroupResponse.ProtocolName: negative length')
-        f_protocol_name = None
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'JoinGroupResponse.ProtocolName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Leader')
-    else:
-        f_leader, pos = read_string(buf, pos, n0, 'JoinGroupResponse.Leader')
+    f_protocol_type, pos = read_cstrn(buf, pos, 'JoinGroupResponse.ProtocolType')
+    f_protocol_name, pos = read_cstrn(buf, pos, 'JoinGroupResponse.ProtocolName')
+    f_leader, pos = read_cstr(buf, pos, 'JoinGroupResponse.Leader')
     f_skip_assignment, = _S_o.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'JoinGroupResponse.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('JoinGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 4, 'JoinGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_JoinGroupResponse_JoinGroupResponseMember_6(buf, pos)
-            f_members.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'JoinGroupResponse')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'JoinGroupResponse.MemberId')
+    n, pos = read_ccount(buf, pos, 4, 'JoinGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_JoinGroupResponse_JoinGroupResponseMember_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'JoinGroupResponse')
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, f_skip_assignment, f_member_id, f_members), pos
 
 
 def _e_HeartbeatRequest_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('HeartbeatRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'HeartbeatRequest.GroupId')
     out.append(_S_i.pack(o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('HeartbeatRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'HeartbeatRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('HeartbeatRequest.GroupInstanceId', '3+')
 
 
 def _d_HeartbeatRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('HeartbeatRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'HeartbeatRequest.GroupId')
     f_generation_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('HeartbeatRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.MemberId')
+    f_member_id, pos = read_str16(buf, pos, 'HeartbeatRequest.MemberId')
     return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, None), pos
 
 
 def _e_HeartbeatRequest_3(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('HeartbeatRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'HeartbeatRequest.GroupId')
     out.append(_S_i.pack(o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('HeartbeatRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'HeartbeatRequest.MemberId')
+    write_str16n(out, o.group_instance_id, 'HeartbeatRequest.GroupInstanceId')
 
 
 def _d_HeartbeatRequest_3(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('HeartbeatRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'HeartbeatRequest.GroupId')
     f_generation_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('HeartbeatRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('HeartbeatRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.GroupInstanceId')
+    f_member_id, pos = read_str16(buf, pos, 'HeartbeatRequest.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'HeartbeatRequest.GroupInstanceId')
     return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id), pos
 
 
 def _e_HeartbeatRequest_4(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('HeartbeatRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'HeartbeatRequest.GroupId')
     out.append(_S_i.pack(o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('HeartbeatRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.member_id, 'HeartbeatRequest.MemberId')
+    write_cstrn(out, o.group_instance_id, 'HeartbeatRequest.GroupInstanceId')
     out.append(_S_B.pack(0))
 
 
 def _d_HeartbeatRequest_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('HeartbeatRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.GroupId')
+    f_group_id, pos = read_cstr(buf, pos, 'HeartbeatRequest.GroupId')
     f_generation_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('HeartbeatRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('HeartbeatRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'HeartbeatRequest.GroupInstanceId')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'HeartbeatRequest')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'HeartbeatRequest.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'HeartbeatRequest.GroupInstanceId')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'HeartbeatRequest')
     return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id), pos
 
 
@@ -11872,338 +6156,105 @@ def _e_HeartbeatResponse_4(o, out):
 def _d_HeartbeatResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'HeartbeatResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'HeartbeatResponse')
     return HeartbeatResponse(f_throttle_time_ms, f_error_code), pos
 
 
 def _e_LeaveGroupRequest_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.member_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'LeaveGroupRequest.GroupId')
+    write_str16(out, o.member_id, 'LeaveGroupRequest.MemberId')
     if (o.members is None or len(o.members) != 0):
         raise absent_error('LeaveGroupRequest.Members', '3+')
 
 
 def _d_LeaveGroupRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.GroupId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberId')
+    f_group_id, pos = read_str16(buf, pos, 'LeaveGroupRequest.GroupId')
+    f_member_id, pos = read_str16(buf, pos, 'LeaveGroupRequest.MemberId')
     return LeaveGroupRequest(f_group_id, f_member_id, []), pos
 
 
 def _e_LeaveGroupRequest_MemberIdentity_3(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.MemberIdentity.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'LeaveGroupRequest.MemberIdentity.MemberId')
+    write_str16n(out, o.group_instance_id, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
 
 
 def _d_LeaveGroupRequest_MemberIdentity_3(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.MemberIdentity.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberIdentity.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('LeaveGroupRequest.MemberIdentity.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
+    f_member_id, pos = read_str16(buf, pos, 'LeaveGroupRequest.MemberIdentity.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
     return _LeaveGroupRequest_MemberIdentity(f_member_id, f_group_instance_id, None), pos
 
 
 def _e_LeaveGroupRequest_3(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'LeaveGroupRequest.GroupId')
     if o.member_id != '':
         raise absent_error('LeaveGroupRequest.MemberId', '0-2')
-    v = o.members
-    if v is None:
-        raise null_error('LeaveGroupRequest.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_LeaveGroupRequest_MemberIdentity_3(e0, out)
+    write_array32(out, o.members, _e_LeaveGroupRequest_MemberIdentity_3, 'LeaveGroupRequest.Members')
 
 
 def _d_LeaveGroupRequest_3(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.GroupId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.Members')
-    else:
-        check_count(buf, pos, n0, 4, 'LeaveGroupRequest.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_LeaveGroupRequest_MemberIdentity_3(buf, pos)
-            f_members.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'LeaveGroupRequest.GroupId')
+    n, pos = read_count32(buf, pos, 4, 'LeaveGroupRequest.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_LeaveGroupRequest_MemberIdentity_3)
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 
 def _e_LeaveGroupRequest_MemberIdentity_4(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.MemberIdentity.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.member_id, 'LeaveGroupRequest.MemberIdentity.MemberId')
+    write_cstrn(out, o.group_instance_id, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
     out.append(_S_B.pack(0))
 
 
 def _d_LeaveGroupRequest_MemberIdentity_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.MemberIdentity.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberIdentity.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('LeaveGroupRequest.MemberIdentity.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'LeaveGroupRequest.MemberIdentity')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'LeaveGroupRequest.MemberIdentity.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
     return _LeaveGroupRequest_MemberIdentity(f_member_id, f_group_instance_id, None), pos
 
 
 def _e_LeaveGroupRequest_4(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'LeaveGroupRequest.GroupId')
     if o.member_id != '':
         raise absent_error('LeaveGroupRequest.MemberId', '0-2')
-    v = o.members
-    if v is None:
-        raise null_error('LeaveGroupRequest.Members')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_LeaveGroupRequest_MemberIdentity_4(e0, out)
+    write_carray(out, o.members, _e_LeaveGroupRequest_MemberIdentity_4, 'LeaveGroupRequest.Members')
     out.append(_S_B.pack(0))
 
 
 def _d_LeaveGroupRequest_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.Members')
-    else:
-        check_count(buf, pos, n0, 3, 'LeaveGroupRequest.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_LeaveGroupRequest_MemberIdentity_4(buf, pos)
-            f_members.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'LeaveGroupRequest')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'LeaveGroupRequest.GroupId')
+    n, pos = read_ccount(buf, pos, 3, 'LeaveGroupRequest.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_LeaveGroupRequest_MemberIdentity_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'LeaveGroupRequest')
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 
 def _e_LeaveGroupRequest_MemberIdentity_5(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.MemberIdentity.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.reason
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.member_id, 'LeaveGroupRequest.MemberIdentity.MemberId')
+    write_cstrn(out, o.group_instance_id, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
+    write_cstrn(out, o.reason, 'LeaveGroupRequest.MemberIdentity.Reason')
     out.append(_S_B.pack(0))
 
 
 def _d_LeaveGroupRequest_MemberIdentity_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.MemberIdentity.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberIdentity.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('LeaveGroupRequest.MemberIdentity.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('LeaveGroupRequest.MemberIdentity.Reason: negative length')
-        f_reason = None
-    else:
-        f_reason, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.MemberIdentity.Reason')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'LeaveGroupRequest.MemberIdentity')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'LeaveGroupRequest.MemberIdentity.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'LeaveGroupRequest.MemberIdentity.GroupInstanceId')
+    f_reason, pos = read_cstrn(buf, pos, 'LeaveGroupRequest.MemberIdentity.Reason')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
     return _LeaveGroupRequest_MemberIdentity(f_member_id, f_group_instance_id, f_reason), pos
 
 
 def _e_LeaveGroupRequest_5(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'LeaveGroupRequest.GroupId')
     if o.member_id != '':
         raise absent_error('LeaveGroupRequest.MemberId', '0-2')
-    v = o.members
-    if v is None:
-        raise null_error('LeaveGroupRequest.Members')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_LeaveGroupRequest_MemberIdentity_5(e0, out)
+    write_carray(out, o.members, _e_LeaveGroupRequest_MemberIdentity_5, 'LeaveGroupRequest.Members')
     out.append(_S_B.pack(0))
 
 
 def _d_LeaveGroupRequest_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'LeaveGroupRequest.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupRequest.Members')
-    else:
-        check_count(buf, pos, n0, 4, 'LeaveGroupRequest.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_LeaveGroupRequest_MemberIdentity_5(buf, pos)
-            f_members.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'LeaveGroupRequest')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'LeaveGroupRequest.GroupId')
+    n, pos = read_ccount(buf, pos, 4, 'LeaveGroupRequest.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_LeaveGroupRequest_MemberIdentity_5)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'LeaveGroupRequest')
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 
@@ -12232,38 +6283,14 @@ def _d_LeaveGroupResponse_1(buf, pos):
 
 
 def _e_LeaveGroupResponse_MemberResponse_3(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('LeaveGroupResponse.MemberResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'LeaveGroupResponse.MemberResponse.MemberId')
+    write_str16n(out, o.group_instance_id, 'LeaveGroupResponse.MemberResponse.GroupInstanceId')
     out.append(_S_h.pack(o.error_code))
 
 
 def _d_LeaveGroupResponse_MemberResponse_3(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('LeaveGroupResponse.MemberResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'LeaveGroupResponse.MemberResponse.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('LeaveGroupResponse.MemberResponse.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'LeaveGroupResponse.MemberResponse.GroupInstanceId')
+    f_member_id, pos = read_str16(buf, pos, 'LeaveGroupResponse.MemberResponse.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'LeaveGroupResponse.MemberResponse.GroupInstanceId')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return _LeaveGroupResponse_MemberResponse(f_member_id, f_group_instance_id, f_error_code), pos
@@ -12271,897 +6298,274 @@ def _d_LeaveGroupResponse_MemberResponse_3(buf, pos):
 
 def _e_LeaveGroupResponse_3(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.members
-    if v is None:
-        raise null_error('LeaveGroupResponse.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_LeaveGroupResponse_MemberResponse_3(e0, out)
+    write_array32(out, o.members, _e_LeaveGroupResponse_MemberResponse_3, 'LeaveGroupResponse.Members')
 
 
 def _d_LeaveGroupResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('LeaveGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 6, 'LeaveGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_LeaveGroupResponse_MemberResponse_3(buf, pos)
-            f_members.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'LeaveGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_LeaveGroupResponse_MemberResponse_3)
     return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members), pos
 
 
 def _e_LeaveGroupResponse_MemberResponse_4(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('LeaveGroupResponse.MemberResponse.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.member_id, 'LeaveGroupResponse.MemberResponse.MemberId')
+    write_cstrn(out, o.group_instance_id, 'LeaveGroupResponse.MemberResponse.GroupInstanceId')
     out.append(_S_hB.pack(o.error_code, 0))
 
 
 def _d_LeaveGroupResponse_MemberResponse_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupResponse.MemberResponse.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'LeaveGroupResponse.MemberResponse.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('LeaveGroupResponse.MemberResponse.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'LeaveGroupResponse.MemberResponse.GroupInstanceId')
+    f_member_id, pos = read_cstr(buf, pos, 'LeaveGroupResponse.MemberResponse.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'LeaveGroupResponse.MemberResponse.GroupInstanceId')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'LeaveGroupResponse.MemberResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'LeaveGroupResponse.MemberResponse')
     return _LeaveGroupResponse_MemberResponse(f_member_id, f_group_instance_id, f_error_code), pos
 
 
 def _e_LeaveGroupResponse_4(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.members
-    if v is None:
-        raise null_error('LeaveGroupResponse.Members')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_LeaveGroupResponse_MemberResponse_4(e0, out)
+    write_carray(out, o.members, _e_LeaveGroupResponse_MemberResponse_4, 'LeaveGroupResponse.Members')
     out.append(_S_B.pack(0))
 
 
 def _d_LeaveGroupResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('LeaveGroupResponse.Members')
-    else:
-        check_count(buf, pos, n0, 5, 'LeaveGroupResponse.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_LeaveGroupResponse_MemberResponse_4(buf, pos)
-            f_members.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'LeaveGroupResponse')[1]
+    n, pos = read_ccount(buf, pos, 5, 'LeaveGroupResponse.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_LeaveGroupResponse_MemberResponse_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'LeaveGroupResponse')
     return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members), pos
 
 
 def _e_SyncGroupRequest_SyncGroupRequestAssignment_0(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.assignment
-    if v is None:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16(out, o.member_id, 'SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
+    write_bytes32(out, o.assignment, 'SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
 
 
 def _d_SyncGroupRequest_SyncGroupRequestAssignment_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
-    else:
-        f_assignment, pos = read_bytes(buf, pos, n0, 'SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
+    f_member_id, pos = read_str16(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
+    f_assignment, pos = read_bytes32(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
     return _SyncGroupRequest_SyncGroupRequestAssignment(f_member_id, f_assignment), pos
 
 
 def _e_SyncGroupRequest_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'SyncGroupRequest.GroupId')
     out.append(_S_i.pack(o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.member_id, 'SyncGroupRequest.MemberId')
     if o.group_instance_id is not None:
         raise absent_error('SyncGroupRequest.GroupInstanceId', '3+')
-    v = o.assignments
-    if v is None:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_SyncGroupRequest_SyncGroupRequestAssignment_0(e0, out)
+    write_array32(out, o.assignments, _e_SyncGroupRequest_SyncGroupRequestAssignment_0, 'SyncGroupRequest.Assignments')
 
 
 def _d_SyncGroupRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'SyncGroupRequest.GroupId')
     f_generation_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.MemberId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        check_count(buf, pos, n0, 6, 'SyncGroupRequest.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_SyncGroupRequest_SyncGroupRequestAssignment_0(buf, pos)
-            f_assignments.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'SyncGroupRequest.MemberId')
+    n, pos = read_count32(buf, pos, 6, 'SyncGroupRequest.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_SyncGroupRequest_SyncGroupRequestAssignment_0)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, None, None, None, f_assignments), pos
 
 
 def _e_SyncGroupRequest_3(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'SyncGroupRequest.GroupId')
     out.append(_S_i.pack(o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.assignments
-    if v is None:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_SyncGroupRequest_SyncGroupRequestAssignment_0(e0, out)
+    write_str16(out, o.member_id, 'SyncGroupRequest.MemberId')
+    write_str16n(out, o.group_instance_id, 'SyncGroupRequest.GroupInstanceId')
+    write_array32(out, o.assignments, _e_SyncGroupRequest_SyncGroupRequestAssignment_0, 'SyncGroupRequest.Assignments')
 
 
 def _d_SyncGroupRequest_3(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'SyncGroupRequest.GroupId')
     f_generation_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SyncGroupRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.GroupInstanceId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        check_count(buf, pos, n0, 6, 'SyncGroupRequest.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_SyncGroupRequest_SyncGroupRequestAssignment_0(buf, pos)
-            f_assignments.append(e0)
+    f_member_id, pos = read_str16(buf, pos, 'SyncGroupRequest.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'SyncGroupRequest.GroupInstanceId')
+    n, pos = read_count32(buf, pos, 6, 'SyncGroupRequest.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_SyncGroupRequest_SyncGroupRequestAssignment_0)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments), pos
 
 
 def _e_SyncGroupRequest_SyncGroupRequestAssignment_4(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.assignment
-    if v is None:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cstr(out, o.member_id, 'SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
+    write_cbytes(out, o.assignment, 'SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
     out.append(_S_B.pack(0))
 
 
 def _d_SyncGroupRequest_SyncGroupRequestAssignment_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
-    else:
-        f_assignment, pos = read_bytes(buf, pos, n0, 'SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.MemberId')
+    f_assignment, pos = read_cbytes(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.Assignment')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment')
     return _SyncGroupRequest_SyncGroupRequestAssignment(f_member_id, f_assignment), pos
 
 
 def _e_SyncGroupRequest_4(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'SyncGroupRequest.GroupId')
     out.append(_S_i.pack(o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.assignments
-    if v is None:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_SyncGroupRequest_SyncGroupRequestAssignment_4(e0, out)
+    write_cstr(out, o.member_id, 'SyncGroupRequest.MemberId')
+    write_cstrn(out, o.group_instance_id, 'SyncGroupRequest.GroupInstanceId')
+    write_carray(out, o.assignments, _e_SyncGroupRequest_SyncGroupRequestAssignment_4, 'SyncGroupRequest.Assignments')
     out.append(_S_B.pack(0))
 
 
 def _d_SyncGroupRequest_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.GroupId')
+    f_group_id, pos = read_cstr(buf, pos, 'SyncGroupRequest.GroupId')
     f_generation_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SyncGroupRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        check_count(buf, pos, n0, 3, 'SyncGroupRequest.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_SyncGroupRequest_SyncGroupRequestAssignment_4(buf, pos)
-            f_assignments.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'SyncGroupRequest')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'SyncGroupRequest.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'SyncGroupRequest.GroupInstanceId')
+    n, pos = read_ccount(buf, pos, 3, 'SyncGroupRequest.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_SyncGroupRequest_SyncGroupRequestAssignment_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'SyncGroupRequest')
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments), pos
 
 
 def _e_SyncGroupRequest_5(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'SyncGroupRequest.GroupId')
     out.append(_S_i.pack(o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.assignments
-    if v is None:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_SyncGroupRequest_SyncGroupRequestAssignment_4(e0, out)
+    write_cstr(out, o.member_id, 'SyncGroupRequest.MemberId')
+    write_cstrn(out, o.group_instance_id, 'SyncGroupRequest.GroupInstanceId')
+    write_cstrn(out, o.protocol_type, 'SyncGroupRequest.ProtocolType')
+    write_cstrn(out, o.protocol_name, 'SyncGroupRequest.ProtocolName')
+    write_carray(out, o.assignments, _e_SyncGroupRequest_SyncGroupRequestAssignment_4, 'SyncGroupRequest.Assignments')
     out.append(_S_B.pack(0))
 
 
 def _d_SyncGroupRequest_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.GroupId')
+    f_group_id, pos = read_cstr(buf, pos, 'SyncGroupRequest.GroupId')
     f_generation_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SyncGroupRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'SyncGroupRequest.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SyncGroupRequest.ProtocolType: negative length')
-        f_protocol_type = None
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'SyncGroupRequest.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SyncGroupRequest.ProtocolName: negative length')
-        f_protocol_name = None
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'SyncGroupRequest.ProtocolName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupRequest.Assignments')
-    else:
-        check_count(buf, pos, n0, 3, 'SyncGroupRequest.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_SyncGroupRequest_SyncGroupRequestAssignment_4(buf, pos)
-            f_assignments.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'SyncGroupRequest')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'SyncGroupRequest.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'SyncGroupRequest.GroupInstanceId')
+    f_protocol_type, pos = read_cstrn(buf, pos, 'SyncGroupRequest.ProtocolType')
+    f_protocol_name, pos = read_cstrn(buf, pos, 'SyncGroupRequest.ProtocolName')
+    n, pos = read_ccount(buf, pos, 3, 'SyncGroupRequest.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_SyncGroupRequest_SyncGroupRequestAssignment_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'SyncGroupRequest')
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_protocol_type, f_protocol_name, f_assignments), pos
 
 
 def _e_SyncGroupResponse_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.assignment
-    if v is None:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_bytes32(out, o.assignment, 'SyncGroupResponse.Assignment')
 
 
 def _d_SyncGroupResponse_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        f_assignment, pos = read_bytes(buf, pos, n0, 'SyncGroupResponse.Assignment')
+    f_assignment, pos = read_bytes32(buf, pos, 'SyncGroupResponse.Assignment')
     return SyncGroupResponse(0, f_error_code, None, None, f_assignment), pos
 
 
 def _e_SyncGroupResponse_1(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.assignment
-    if v is None:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_bytes32(out, o.assignment, 'SyncGroupResponse.Assignment')
 
 
 def _d_SyncGroupResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        f_assignment, pos = read_bytes(buf, pos, n0, 'SyncGroupResponse.Assignment')
+    f_assignment, pos = read_bytes32(buf, pos, 'SyncGroupResponse.Assignment')
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment), pos
 
 
 def _e_SyncGroupResponse_4(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.assignment
-    if v is None:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cbytes(out, o.assignment, 'SyncGroupResponse.Assignment')
     out.append(_S_B.pack(0))
 
 
 def _d_SyncGroupResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        f_assignment, pos = read_bytes(buf, pos, n0, 'SyncGroupResponse.Assignment')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'SyncGroupResponse')[1]
+    f_assignment, pos = read_cbytes(buf, pos, 'SyncGroupResponse.Assignment')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'SyncGroupResponse')
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment), pos
 
 
 def _e_SyncGroupResponse_5(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.protocol_type
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.assignment
-    if v is None:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cstrn(out, o.protocol_type, 'SyncGroupResponse.ProtocolType')
+    write_cstrn(out, o.protocol_name, 'SyncGroupResponse.ProtocolName')
+    write_cbytes(out, o.assignment, 'SyncGroupResponse.Assignment')
     out.append(_S_B.pack(0))
 
 
 def _d_SyncGroupResponse_5(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SyncGroupResponse.ProtocolType: negative length')
-        f_protocol_type = None
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'SyncGroupResponse.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SyncGroupResponse.ProtocolName: negative length')
-        f_protocol_name = None
-    else:
-        f_protocol_name, pos = read_string(buf, pos, n0, 'SyncGroupResponse.ProtocolName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SyncGroupResponse.Assignment')
-    else:
-        f_assignment, pos = read_bytes(buf, pos, n0, 'SyncGroupResponse.Assignment')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'SyncGroupResponse')[1]
+    f_protocol_type, pos = read_cstrn(buf, pos, 'SyncGroupResponse.ProtocolType')
+    f_protocol_name, pos = read_cstrn(buf, pos, 'SyncGroupResponse.ProtocolName')
+    f_assignment, pos = read_cbytes(buf, pos, 'SyncGroupResponse.Assignment')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'SyncGroupResponse')
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, f_protocol_type, f_protocol_name, f_assignment), pos
 
 
 def _e_DescribeGroupsRequest_0(o, out):
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsRequest.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(S_INT16.pack(len(b1)))
-            out.append(b1)
+    write_array32(out, o.groups, write_str16_item, 'DescribeGroupsRequest.Groups')
     if o.include_authorized_operations != False:
         raise absent_error('DescribeGroupsRequest.IncludeAuthorizedOperations', '3+')
 
 
 def _d_DescribeGroupsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsRequest.Groups')
-    else:
-        check_count(buf, pos, n0, 2, 'DescribeGroupsRequest.Groups')
-        f_groups = []
-        for _ in range(n0):
-            n1, = S_INT16.unpack_from(buf, pos)
-            pos += 2
-            if n1 < 0:
-                raise null_error('DescribeGroupsRequest.Groups')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DescribeGroupsRequest.Groups')
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 2, 'DescribeGroupsRequest.Groups')
+    f_groups, pos = read_structs(buf, pos, n, read_str16_item)
     return DescribeGroupsRequest(f_groups, False), pos
 
 
 def _e_DescribeGroupsRequest_3(o, out):
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsRequest.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(S_INT16.pack(len(b1)))
-            out.append(b1)
+    write_array32(out, o.groups, write_str16_item, 'DescribeGroupsRequest.Groups')
     out.append(_S_o.pack(o.include_authorized_operations))
 
 
 def _d_DescribeGroupsRequest_3(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsRequest.Groups')
-    else:
-        check_count(buf, pos, n0, 2, 'DescribeGroupsRequest.Groups')
-        f_groups = []
-        for _ in range(n0):
-            n1, = S_INT16.unpack_from(buf, pos)
-            pos += 2
-            if n1 < 0:
-                raise null_error('DescribeGroupsRequest.Groups')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DescribeGroupsRequest.Groups')
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 2, 'DescribeGroupsRequest.Groups')
+    f_groups, pos = read_structs(buf, pos, n, read_str16_item)
     f_include_authorized_operations, = _S_o.unpack_from(buf, pos)
     pos += 1
     return DescribeGroupsRequest(f_groups, f_include_authorized_operations), pos
 
 
 def _e_DescribeGroupsRequest_5(o, out):
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsRequest.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_carray(out, o.groups, write_cstr_item, 'DescribeGroupsRequest.Groups')
     out.append(_S_oB.pack(o.include_authorized_operations, 0))
 
 
 def _d_DescribeGroupsRequest_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsRequest.Groups')
-    else:
-        check_count(buf, pos, n0, 1, 'DescribeGroupsRequest.Groups')
-        f_groups = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('DescribeGroupsRequest.Groups')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DescribeGroupsRequest.Groups')
-            f_groups.append(e0)
+    n, pos = read_ccount(buf, pos, 1, 'DescribeGroupsRequest.Groups')
+    f_groups, pos = read_structs(buf, pos, n, read_cstr_item)
     f_include_authorized_operations, = _S_o.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeGroupsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeGroupsRequest')
     return DescribeGroupsRequest(f_groups, f_include_authorized_operations), pos
 
 
 def _e_DescribeGroupsResponse_DescribedGroupMember_0(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.client_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.client_host
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.member_metadata
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
-    v = o.member_assignment
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16(out, o.member_id, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
+    write_str16(out, o.client_id, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
+    write_str16(out, o.client_host, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
+    write_bytes32(out, o.member_metadata, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
+    write_bytes32(out, o.member_assignment, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
 
 
 def _d_DescribeGroupsResponse_DescribedGroupMember_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    else:
-        f_client_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    else:
-        f_client_host, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    else:
-        f_member_metadata, pos = read_bytes(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
-    else:
-        f_member_assignment, pos = read_bytes(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
+    f_member_id, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
+    f_client_id, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
+    f_client_host, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
+    f_member_metadata, pos = read_bytes32(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
+    f_member_assignment, pos = read_bytes32(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
     return _DescribeGroupsResponse_DescribedGroupMember(f_member_id, None, f_client_id, f_client_host, f_member_metadata, f_member_assignment), pos
 
 
 def _e_DescribeGroupsResponse_DescribedGroup_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.group_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_state
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_data
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroupMember_0(e0, out)
+    write_str16(out, o.group_id, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    write_str16(out, o.group_state, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    write_str16(out, o.protocol_type, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    write_str16(out, o.protocol_data, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    write_array32(out, o.members, _e_DescribeGroupsResponse_DescribedGroupMember_0, 'DescribeGroupsResponse.DescribedGroup.Members')
     if o.authorized_operations != -2147483648:
         raise absent_error('DescribeGroupsResponse.DescribedGroup.AuthorizedOperations', '3+')
 
@@ -13169,171 +6573,57 @@ def _e_DescribeGroupsResponse_DescribedGroup_0(o, out):
 def _d_DescribeGroupsResponse_DescribedGroup_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        f_group_state, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupState')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        f_protocol_data, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        check_count(buf, pos, n0, 14, 'DescribeGroupsResponse.DescribedGroup.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroupMember_0(buf, pos)
-            f_members.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    f_group_state, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    f_protocol_type, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    f_protocol_data, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    n, pos = read_count32(buf, pos, 14, 'DescribeGroupsResponse.DescribedGroup.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroupMember_0)
     return _DescribeGroupsResponse_DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, -2147483648), pos
 
 
 def _e_DescribeGroupsResponse_0(o, out):
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroup_0(e0, out)
+    write_array32(out, o.groups, _e_DescribeGroupsResponse_DescribedGroup_0, 'DescribeGroupsResponse.Groups')
 
 
 def _d_DescribeGroupsResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 14, 'DescribeGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroup_0(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 14, 'DescribeGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroup_0)
     return DescribeGroupsResponse(0, f_groups), pos
 
 
 def _e_DescribeGroupsResponse_1(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroup_0(e0, out)
+    write_array32(out, o.groups, _e_DescribeGroupsResponse_DescribedGroup_0, 'DescribeGroupsResponse.Groups')
 
 
 def _d_DescribeGroupsResponse_1(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 14, 'DescribeGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroup_0(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 14, 'DescribeGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroup_0)
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 
 def _e_DescribeGroupsResponse_DescribedGroup_3(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.group_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_state
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_data
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroupMember_0(e0, out)
+    write_str16(out, o.group_id, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    write_str16(out, o.group_state, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    write_str16(out, o.protocol_type, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    write_str16(out, o.protocol_data, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    write_array32(out, o.members, _e_DescribeGroupsResponse_DescribedGroupMember_0, 'DescribeGroupsResponse.DescribedGroup.Members')
     out.append(_S_i.pack(o.authorized_operations))
 
 
 def _d_DescribeGroupsResponse_DescribedGroup_3(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        f_group_state, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupState')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        f_protocol_data, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        check_count(buf, pos, n0, 14, 'DescribeGroupsResponse.DescribedGroup.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroupMember_0(buf, pos)
-            f_members.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    f_group_state, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    f_protocol_type, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    f_protocol_data, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    n, pos = read_count32(buf, pos, 14, 'DescribeGroupsResponse.DescribedGroup.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroupMember_0)
     f_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
     return _DescribeGroupsResponse_DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
@@ -13341,193 +6631,55 @@ def _d_DescribeGroupsResponse_DescribedGroup_3(buf, pos):
 
 def _e_DescribeGroupsResponse_3(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroup_3(e0, out)
+    write_array32(out, o.groups, _e_DescribeGroupsResponse_DescribedGroup_3, 'DescribeGroupsResponse.Groups')
 
 
 def _d_DescribeGroupsResponse_3(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 18, 'DescribeGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroup_3(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 18, 'DescribeGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroup_3)
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 
 def _e_DescribeGroupsResponse_DescribedGroupMember_4(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.client_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.client_host
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.member_metadata
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
-    v = o.member_assignment
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16(out, o.member_id, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
+    write_str16n(out, o.group_instance_id, 'DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId')
+    write_str16(out, o.client_id, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
+    write_str16(out, o.client_host, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
+    write_bytes32(out, o.member_metadata, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
+    write_bytes32(out, o.member_assignment, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
 
 
 def _d_DescribeGroupsResponse_DescribedGroupMember_4(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    else:
-        f_client_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    else:
-        f_client_host, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    else:
-        f_member_metadata, pos = read_bytes(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
-    else:
-        f_member_assignment, pos = read_bytes(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
+    f_member_id, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
+    f_group_instance_id, pos = read_str16n(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId')
+    f_client_id, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
+    f_client_host, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
+    f_member_metadata, pos = read_bytes32(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
+    f_member_assignment, pos = read_bytes32(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
     return _DescribeGroupsResponse_DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment), pos
 
 
 def _e_DescribeGroupsResponse_DescribedGroup_4(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.group_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_state
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_data
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroupMember_4(e0, out)
+    write_str16(out, o.group_id, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    write_str16(out, o.group_state, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    write_str16(out, o.protocol_type, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    write_str16(out, o.protocol_data, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    write_array32(out, o.members, _e_DescribeGroupsResponse_DescribedGroupMember_4, 'DescribeGroupsResponse.DescribedGroup.Members')
     out.append(_S_i.pack(o.authorized_operations))
 
 
 def _d_DescribeGroupsResponse_DescribedGroup_4(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        f_group_state, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupState')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        f_protocol_data, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        check_count(buf, pos, n0, 16, 'DescribeGroupsResponse.DescribedGroup.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroupMember_4(buf, pos)
-            f_members.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    f_group_state, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    f_protocol_type, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    f_protocol_data, pos = read_str16(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    n, pos = read_count32(buf, pos, 16, 'DescribeGroupsResponse.DescribedGroup.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroupMember_4)
     f_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
     return _DescribeGroupsResponse_DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
@@ -13535,284 +6687,75 @@ def _d_DescribeGroupsResponse_DescribedGroup_4(buf, pos):
 
 def _e_DescribeGroupsResponse_4(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroup_4(e0, out)
+    write_array32(out, o.groups, _e_DescribeGroupsResponse_DescribedGroup_4, 'DescribeGroupsResponse.Groups')
 
 
 def _d_DescribeGroupsResponse_4(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 18, 'DescribeGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroup_4(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 18, 'DescribeGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroup_4)
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 
 def _e_DescribeGroupsResponse_DescribedGroupMember_5(o, out):
-    v = o.member_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.client_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.client_host
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.member_metadata
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
-    v = o.member_assignment
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cstr(out, o.member_id, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
+    write_cstrn(out, o.group_instance_id, 'DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId')
+    write_cstr(out, o.client_id, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
+    write_cstr(out, o.client_host, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
+    write_cbytes(out, o.member_metadata, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
+    write_cbytes(out, o.member_assignment, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeGroupsResponse_DescribedGroupMember_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    else:
-        f_client_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    else:
-        f_client_host, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    else:
-        f_member_metadata, pos = read_bytes(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
-    else:
-        f_member_assignment, pos = read_bytes(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.GroupInstanceId')
+    f_client_id, pos = read_cstr(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.ClientId')
+    f_client_host, pos = read_cstr(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.ClientHost')
+    f_member_metadata, pos = read_cbytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberMetadata')
+    f_member_assignment, pos = read_cbytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.MemberAssignment')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember')
     return _DescribeGroupsResponse_DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment), pos
 
 
 def _e_DescribeGroupsResponse_DescribedGroup_5(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.group_id
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_state
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_data
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.members
-    if v is None:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroupMember_5(e0, out)
+    write_cstr(out, o.group_id, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    write_cstr(out, o.group_state, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    write_cstr(out, o.protocol_type, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    write_cstr(out, o.protocol_data, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    write_carray(out, o.members, _e_DescribeGroupsResponse_DescribedGroupMember_5, 'DescribeGroupsResponse.DescribedGroup.Members')
     out.append(_S_iB.pack(o.authorized_operations, 0))
 
 
 def _d_DescribeGroupsResponse_DescribedGroup_5(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.GroupState')
-    else:
-        f_group_state, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.GroupState')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    else:
-        f_protocol_data, pos = read_string(buf, pos, n0, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.DescribedGroup.Members')
-    else:
-        check_count(buf, pos, n0, 7, 'DescribeGroupsResponse.DescribedGroup.Members')
-        f_members = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroupMember_5(buf, pos)
-            f_members.append(e0)
+    f_group_id, pos = read_cstr(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupId')
+    f_group_state, pos = read_cstr(buf, pos, 'DescribeGroupsResponse.DescribedGroup.GroupState')
+    f_protocol_type, pos = read_cstr(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolType')
+    f_protocol_data, pos = read_cstr(buf, pos, 'DescribeGroupsResponse.DescribedGroup.ProtocolData')
+    n, pos = read_ccount(buf, pos, 7, 'DescribeGroupsResponse.DescribedGroup.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroupMember_5)
     f_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeGroupsResponse.DescribedGroup')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeGroupsResponse.DescribedGroup')
     return _DescribeGroupsResponse_DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
 
 
 def _e_DescribeGroupsResponse_5(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.groups
-    if v is None:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeGroupsResponse_DescribedGroup_5(e0, out)
+    write_carray(out, o.groups, _e_DescribeGroupsResponse_DescribedGroup_5, 'DescribeGroupsResponse.Groups')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeGroupsResponse_5(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 12, 'DescribeGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeGroupsResponse_DescribedGroup_5(buf, pos)
-            f_groups.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeGroupsResponse')[1]
+    n, pos = read_ccount(buf, pos, 12, 'DescribeGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_DescribeGroupsResponse_DescribedGroup_5)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeGroupsResponse')
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 
@@ -13836,570 +6779,185 @@ def _e_ListGroupsRequest_3(o, out):
 
 
 def _d_ListGroupsRequest_3(buf, pos):
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsRequest')
     return ListGroupsRequest([], []), pos
 
 
 def _e_ListGroupsRequest_4(o, out):
-    v = o.states_filter
-    if v is None:
-        raise null_error('ListGroupsRequest.StatesFilter')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_carray(out, o.states_filter, write_cstr_item, 'ListGroupsRequest.StatesFilter')
     if (o.types_filter is None or len(o.types_filter) != 0):
         raise absent_error('ListGroupsRequest.TypesFilter', '5+')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsRequest_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsRequest.StatesFilter')
-    else:
-        check_count(buf, pos, n0, 1, 'ListGroupsRequest.StatesFilter')
-        f_states_filter = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('ListGroupsRequest.StatesFilter')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'ListGroupsRequest.StatesFilter')
-            f_states_filter.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsRequest')[1]
+    n, pos = read_ccount(buf, pos, 1, 'ListGroupsRequest.StatesFilter')
+    f_states_filter, pos = read_structs(buf, pos, n, read_cstr_item)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsRequest')
     return ListGroupsRequest(f_states_filter, []), pos
 
 
 def _e_ListGroupsRequest_5(o, out):
-    v = o.states_filter
-    if v is None:
-        raise null_error('ListGroupsRequest.StatesFilter')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
-    v = o.types_filter
-    if v is None:
-        raise null_error('ListGroupsRequest.TypesFilter')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_carray(out, o.states_filter, write_cstr_item, 'ListGroupsRequest.StatesFilter')
+    write_carray(out, o.types_filter, write_cstr_item, 'ListGroupsRequest.TypesFilter')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsRequest_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsRequest.StatesFilter')
-    else:
-        check_count(buf, pos, n0, 1, 'ListGroupsRequest.StatesFilter')
-        f_states_filter = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('ListGroupsRequest.StatesFilter')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'ListGroupsRequest.StatesFilter')
-            f_states_filter.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsRequest.TypesFilter')
-    else:
-        check_count(buf, pos, n0, 1, 'ListGroupsRequest.TypesFilter')
-        f_types_filter = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('ListGroupsRequest.TypesFilter')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'ListGroupsRequest.TypesFilter')
-            f_types_filter.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsRequest')[1]
+    n, pos = read_ccount(buf, pos, 1, 'ListGroupsRequest.StatesFilter')
+    f_states_filter, pos = read_structs(buf, pos, n, read_cstr_item)
+    n, pos = read_ccount(buf, pos, 1, 'ListGroupsRequest.TypesFilter')
+    f_types_filter, pos = read_structs(buf, pos, n, read_cstr_item)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsRequest')
     return ListGroupsRequest(f_states_filter, f_types_filter), pos
 
 
 def _e_ListGroupsResponse_ListedGroup_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'ListGroupsResponse.ListedGroup.GroupId')
+    write_str16(out, o.protocol_type, 'ListGroupsResponse.ListedGroup.ProtocolType')
 
 
 def _d_ListGroupsResponse_ListedGroup_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.GroupId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.ProtocolType')
+    f_group_id, pos = read_str16(buf, pos, 'ListGroupsResponse.ListedGroup.GroupId')
+    f_protocol_type, pos = read_str16(buf, pos, 'ListGroupsResponse.ListedGroup.ProtocolType')
     return _ListGroupsResponse_ListedGroup(f_group_id, f_protocol_type, '', ''), pos
 
 
 def _e_ListGroupsResponse_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.groups
-    if v is None:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListGroupsResponse_ListedGroup_0(e0, out)
+    write_array32(out, o.groups, _e_ListGroupsResponse_ListedGroup_0, 'ListGroupsResponse.Groups')
 
 
 def _d_ListGroupsResponse_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 4, 'ListGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_ListGroupsResponse_ListedGroup_0(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 4, 'ListGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_ListGroupsResponse_ListedGroup_0)
     return ListGroupsResponse(0, f_error_code, f_groups), pos
 
 
 def _e_ListGroupsResponse_1(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.groups
-    if v is None:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ListGroupsResponse_ListedGroup_0(e0, out)
+    write_array32(out, o.groups, _e_ListGroupsResponse_ListedGroup_0, 'ListGroupsResponse.Groups')
 
 
 def _d_ListGroupsResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 4, 'ListGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_ListGroupsResponse_ListedGroup_0(buf, pos)
-            f_groups.append(e0)
+    n, pos = read_count32(buf, pos, 4, 'ListGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_ListGroupsResponse_ListedGroup_0)
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
 def _e_ListGroupsResponse_ListedGroup_3(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'ListGroupsResponse.ListedGroup.GroupId')
+    write_cstr(out, o.protocol_type, 'ListGroupsResponse.ListedGroup.ProtocolType')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsResponse_ListedGroup_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.ProtocolType')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsResponse.ListedGroup')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.GroupId')
+    f_protocol_type, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.ProtocolType')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
     return _ListGroupsResponse_ListedGroup(f_group_id, f_protocol_type, '', ''), pos
 
 
 def _e_ListGroupsResponse_3(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.groups
-    if v is None:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListGroupsResponse_ListedGroup_3(e0, out)
+    write_carray(out, o.groups, _e_ListGroupsResponse_ListedGroup_3, 'ListGroupsResponse.Groups')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 3, 'ListGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_ListGroupsResponse_ListedGroup_3(buf, pos)
-            f_groups.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'ListGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_ListGroupsResponse_ListedGroup_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsResponse')
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
 def _e_ListGroupsResponse_ListedGroup_4(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_state
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'ListGroupsResponse.ListedGroup.GroupId')
+    write_cstr(out, o.protocol_type, 'ListGroupsResponse.ListedGroup.ProtocolType')
+    write_cstr(out, o.group_state, 'ListGroupsResponse.ListedGroup.GroupState')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsResponse_ListedGroup_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupState')
-    else:
-        f_group_state, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.GroupState')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsResponse.ListedGroup')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.GroupId')
+    f_protocol_type, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.ProtocolType')
+    f_group_state, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.GroupState')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
     return _ListGroupsResponse_ListedGroup(f_group_id, f_protocol_type, f_group_state, ''), pos
 
 
 def _e_ListGroupsResponse_4(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.groups
-    if v is None:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListGroupsResponse_ListedGroup_4(e0, out)
+    write_carray(out, o.groups, _e_ListGroupsResponse_ListedGroup_4, 'ListGroupsResponse.Groups')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 4, 'ListGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_ListGroupsResponse_ListedGroup_4(buf, pos)
-            f_groups.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsResponse')[1]
+    n, pos = read_ccount(buf, pos, 4, 'ListGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_ListGroupsResponse_ListedGroup_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsResponse')
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
 def _e_ListGroupsResponse_ListedGroup_5(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.protocol_type
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_state
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_type
-    if v is None:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupType')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'ListGroupsResponse.ListedGroup.GroupId')
+    write_cstr(out, o.protocol_type, 'ListGroupsResponse.ListedGroup.ProtocolType')
+    write_cstr(out, o.group_state, 'ListGroupsResponse.ListedGroup.GroupState')
+    write_cstr(out, o.group_type, 'ListGroupsResponse.ListedGroup.GroupType')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsResponse_ListedGroup_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.GroupId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.ProtocolType')
-    else:
-        f_protocol_type, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.ProtocolType')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupState')
-    else:
-        f_group_state, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.GroupState')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.ListedGroup.GroupType')
-    else:
-        f_group_type, pos = read_string(buf, pos, n0, 'ListGroupsResponse.ListedGroup.GroupType')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsResponse.ListedGroup')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.GroupId')
+    f_protocol_type, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.ProtocolType')
+    f_group_state, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.GroupState')
+    f_group_type, pos = read_cstr(buf, pos, 'ListGroupsResponse.ListedGroup.GroupType')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
     return _ListGroupsResponse_ListedGroup(f_group_id, f_protocol_type, f_group_state, f_group_type), pos
 
 
 def _e_ListGroupsResponse_5(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.groups
-    if v is None:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListGroupsResponse_ListedGroup_5(e0, out)
+    write_carray(out, o.groups, _e_ListGroupsResponse_ListedGroup_5, 'ListGroupsResponse.Groups')
     out.append(_S_B.pack(0))
 
 
 def _d_ListGroupsResponse_5(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListGroupsResponse.Groups')
-    else:
-        check_count(buf, pos, n0, 5, 'ListGroupsResponse.Groups')
-        f_groups = []
-        for _ in range(n0):
-            e0, pos = _d_ListGroupsResponse_ListedGroup_5(buf, pos)
-            f_groups.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListGroupsResponse')[1]
+    n, pos = read_ccount(buf, pos, 5, 'ListGroupsResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_ListGroupsResponse_ListedGroup_5)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListGroupsResponse')
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
 def _e_SaslHandshakeRequest_0(o, out):
-    v = o.mechanism
-    if v is None:
-        raise null_error('SaslHandshakeRequest.Mechanism')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.mechanism, 'SaslHandshakeRequest.Mechanism')
 
 
 def _d_SaslHandshakeRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('SaslHandshakeRequest.Mechanism')
-    else:
-        f_mechanism, pos = read_string(buf, pos, n0, 'SaslHandshakeRequest.Mechanism')
+    f_mechanism, pos = read_str16(buf, pos, 'SaslHandshakeRequest.Mechanism')
     return SaslHandshakeRequest(f_mechanism), pos
 
 
 def _e_SaslHandshakeResponse_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.mechanisms
-    if v is None:
-        raise null_error('SaslHandshakeResponse.Mechanisms')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(S_INT16.pack(len(b1)))
-            out.append(b1)
+    write_array32(out, o.mechanisms, write_str16_item, 'SaslHandshakeResponse.Mechanisms')
 
 
 def _d_SaslHandshakeResponse_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SaslHandshakeResponse.Mechanisms')
-    else:
-        check_count(buf, pos, n0, 2, 'SaslHandshakeResponse.Mechanisms')
-        f_mechanisms = []
-        for _ in range(n0):
-            n1, = S_INT16.unpack_from(buf, pos)
-            pos += 2
-            if n1 < 0:
-                raise null_error('SaslHandshakeResponse.Mechanisms')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'SaslHandshakeResponse.Mechanisms')
-            f_mechanisms.append(e0)
+    n, pos = read_count32(buf, pos, 2, 'SaslHandshakeResponse.Mechanisms')
+    f_mechanisms, pos = read_structs(buf, pos, n, read_str16_item)
     return SaslHandshakeResponse(f_error_code, f_mechanisms), pos
 
 
@@ -14412,48 +6970,15 @@ def _d_ApiVersionsRequest_0(buf, pos):
 
 
 def _e_ApiVersionsRequest_3(o, out):
-    v = o.client_software_name
-    if v is None:
-        raise null_error('ApiVersionsRequest.ClientSoftwareName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.client_software_version
-    if v is None:
-        raise null_error('ApiVersionsRequest.ClientSoftwareVersion')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.client_software_name, 'ApiVersionsRequest.ClientSoftwareName')
+    write_cstr(out, o.client_software_version, 'ApiVersionsRequest.ClientSoftwareVersion')
     out.append(_S_B.pack(0))
 
 
 def _d_ApiVersionsRequest_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ApiVersionsRequest.ClientSoftwareName')
-    else:
-        f_client_software_name, pos = read_string(buf, pos, n0, 'ApiVersionsRequest.ClientSoftwareName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ApiVersionsRequest.ClientSoftwareVersion')
-    else:
-        f_client_software_version, pos = read_string(buf, pos, n0, 'ApiVersionsRequest.ClientSoftwareVersion')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ApiVersionsRequest')[1]
+    f_client_software_name, pos = read_cstr(buf, pos, 'ApiVersionsRequest.ClientSoftwareName')
+    f_client_software_version, pos = read_cstr(buf, pos, 'ApiVersionsRequest.ClientSoftwareVersion')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ApiVersionsRequest')
     return ApiVersionsRequest(f_client_software_name, f_client_software_version), pos
 
 
@@ -14469,56 +6994,28 @@ def _d_ApiVersionsResponse_ApiVersion_0(buf, pos):
 
 def _e_ApiVersionsResponse_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.api_keys
-    if v is None:
-        raise null_error('ApiVersionsResponse.ApiKeys')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ApiVersionsResponse_ApiVersion_0(e0, out)
+    write_array32(out, o.api_keys, _e_ApiVersionsResponse_ApiVersion_0, 'ApiVersionsResponse.ApiKeys')
 
 
 def _d_ApiVersionsResponse_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ApiVersionsResponse.ApiKeys')
-    else:
-        check_count(buf, pos, n0, 6, 'ApiVersionsResponse.ApiKeys')
-        f_api_keys = []
-        for _ in range(n0):
-            e0, pos = _d_ApiVersionsResponse_ApiVersion_0(buf, pos)
-            f_api_keys.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ApiVersionsResponse.ApiKeys')
+    f_api_keys, pos = read_structs(buf, pos, n, _d_ApiVersionsResponse_ApiVersion_0)
     return ApiVersionsResponse(f_error_code, f_api_keys, 0, [], -1, [], False), pos
 
 
 def _e_ApiVersionsResponse_1(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.api_keys
-    if v is None:
-        raise null_error('ApiVersionsResponse.ApiKeys')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ApiVersionsResponse_ApiVersion_0(e0, out)
+    write_array32(out, o.api_keys, _e_ApiVersionsResponse_ApiVersion_0, 'ApiVersionsResponse.ApiKeys')
     out.append(_S_i.pack(o.throttle_time_ms))
 
 
 def _d_ApiVersionsResponse_1(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ApiVersionsResponse.ApiKeys')
-    else:
-        check_count(buf, pos, n0, 6, 'ApiVersionsResponse.ApiKeys')
-        f_api_keys = []
-        for _ in range(n0):
-            e0, pos = _d_ApiVersionsResponse_ApiVersion_0(buf, pos)
-            f_api_keys.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ApiVersionsResponse.ApiKeys')
+    f_api_keys, pos = read_structs(buf, pos, n, _d_ApiVersionsResponse_ApiVersion_0)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, [], -1, [], False), pos
@@ -14531,121 +7028,60 @@ def _e_ApiVersionsResponse_ApiVersion_3(o, out):
 def _d_ApiVersionsResponse_ApiVersion_3(buf, pos):
     f_api_key, f_min_version, f_max_version, = _S_hhh.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ApiVersionsResponse.ApiVersion')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ApiVersionsResponse.ApiVersion')
     return _ApiVersionsResponse_ApiVersion(f_api_key, f_min_version, f_max_version), pos
 
 
 def _e_ApiVersionsResponse_SupportedFeatureKey_3(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ApiVersionsResponse.SupportedFeatureKey.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'ApiVersionsResponse.SupportedFeatureKey.Name')
     out.append(_S_hhB.pack(o.min_version, o.max_version, 0))
 
 
 def _d_ApiVersionsResponse_SupportedFeatureKey_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ApiVersionsResponse.SupportedFeatureKey.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ApiVersionsResponse.SupportedFeatureKey.Name')
+    f_name, pos = read_cstr(buf, pos, 'ApiVersionsResponse.SupportedFeatureKey.Name')
     f_min_version, f_max_version, = _S_hh.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ApiVersionsResponse.SupportedFeatureKey')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ApiVersionsResponse.SupportedFeatureKey')
     return _ApiVersionsResponse_SupportedFeatureKey(f_name, f_min_version, f_max_version), pos
 
 
 def _e_ApiVersionsResponse_FinalizedFeatureKey_3(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ApiVersionsResponse.FinalizedFeatureKey.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'ApiVersionsResponse.FinalizedFeatureKey.Name')
     out.append(_S_hhB.pack(o.max_version_level, o.min_version_level, 0))
 
 
 def _d_ApiVersionsResponse_FinalizedFeatureKey_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ApiVersionsResponse.FinalizedFeatureKey.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ApiVersionsResponse.FinalizedFeatureKey.Name')
+    f_name, pos = read_cstr(buf, pos, 'ApiVersionsResponse.FinalizedFeatureKey.Name')
     f_max_version_level, f_min_version_level, = _S_hh.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ApiVersionsResponse.FinalizedFeatureKey')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ApiVersionsResponse.FinalizedFeatureKey')
     return _ApiVersionsResponse_FinalizedFeatureKey(f_name, f_max_version_level, f_min_version_level), pos
 
 
 def _e_ApiVersionsResponse_3(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.api_keys
-    if v is None:
-        raise null_error('ApiVersionsResponse.ApiKeys')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ApiVersionsResponse_ApiVersion_3(e0, out)
+    write_carray(out, o.api_keys, _e_ApiVersionsResponse_ApiVersion_3, 'ApiVersionsResponse.ApiKeys')
     out.append(_S_i.pack(o.throttle_time_ms))
     tagged = []
     v = o.supported_features
     if (v is None or len(v) != 0):
         p = []
-        if v is None:
-            raise null_error('ApiVersionsResponse.SupportedFeatures')
-        else:
-            p.append(uvarint_bytes(len(v) + 1))
-            for e0 in v:
-                _e_ApiVersionsResponse_SupportedFeatureKey_3(e0, p)
+        write_carray(p, v, _e_ApiVersionsResponse_SupportedFeatureKey_3, 'ApiVersionsResponse.SupportedFeatures')
         tagged.append((0, p))
     v = o.finalized_features_epoch
     if v != -1:
         p = []
-        if v is None:
-            raise null_error('ApiVersionsResponse.FinalizedFeaturesEpoch')
-        else:
-            p.append(_S_q.pack(v))
+        p.append(_S_q.pack(v))
         tagged.append((1, p))
     v = o.finalized_features
     if (v is None or len(v) != 0):
         p = []
-        if v is None:
-            raise null_error('ApiVersionsResponse.FinalizedFeatures')
-        else:
-            p.append(uvarint_bytes(len(v) + 1))
-            for e0 in v:
-                _e_ApiVersionsResponse_FinalizedFeatureKey_3(e0, p)
+        write_carray(p, v, _e_ApiVersionsResponse_FinalizedFeatureKey_3, 'ApiVersionsResponse.FinalizedFeatures')
         tagged.append((2, p))
     v = o.zk_migration_ready
     if v != False:
         p = []
-        if v is None:
-            raise null_error('ApiVersionsResponse.ZkMigrationReady')
-        else:
-            p.append(_S_o.pack(v))
+        p.append(_S_o.pack(v))
         tagged.append((3, p))
     if tagged:
         write_tags(out, tagged)
@@ -14656,20 +7092,8 @@ def _e_ApiVersionsResponse_3(o, out):
 def _d_ApiVersionsResponse_3(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ApiVersionsResponse.ApiKeys')
-    else:
-        check_count(buf, pos, n0, 7, 'ApiVersionsResponse.ApiKeys')
-        f_api_keys = []
-        for _ in range(n0):
-            e0, pos = _d_ApiVersionsResponse_ApiVersion_3(buf, pos)
-            f_api_keys.append(e0)
+    n, pos = read_ccount(buf, pos, 7, 'ApiVersionsResponse.ApiKeys')
+    f_api_keys, pos = read_structs(buf, pos, n, _d_ApiVersionsResponse_ApiVersion_3)
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     f_supported_features = []
@@ -14684,20 +7108,8 @@ def _d_ApiVersionsResponse_3(buf, pos):
             if tag == 0:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    raise null_error('ApiVersionsResponse.SupportedFeatures')
-                else:
-                    check_count(t, tp, n0, 6, 'ApiVersionsResponse.SupportedFeatures')
-                    f_supported_features = []
-                    for _ in range(n0):
-                        e0, tp = _d_ApiVersionsResponse_SupportedFeatureKey_3(t, tp)
-                        f_supported_features.append(e0)
+                n, tp = read_ccount(t, tp, 6, 'ApiVersionsResponse.SupportedFeatures')
+                f_supported_features, tp = read_structs(t, tp, n, _d_ApiVersionsResponse_SupportedFeatureKey_3)
                 if tp != len(t):
                     raise KafkaProtocolError('ApiVersionsResponse.SupportedFeatures: tagged field size mismatch')
             elif tag == 1:
@@ -14710,20 +7122,8 @@ def _d_ApiVersionsResponse_3(buf, pos):
             elif tag == 2:
                 t = buf[start:end]
                 tp = 0
-                n0 = t[tp]
-                if n0 < 0x80:
-                    tp += 1
-                else:
-                    n0, tp = read_uvarint(t, tp)
-                n0 -= 1
-                if n0 < 0:
-                    raise null_error('ApiVersionsResponse.FinalizedFeatures')
-                else:
-                    check_count(t, tp, n0, 6, 'ApiVersionsResponse.FinalizedFeatures')
-                    f_finalized_features = []
-                    for _ in range(n0):
-                        e0, tp = _d_ApiVersionsResponse_FinalizedFeatureKey_3(t, tp)
-                        f_finalized_features.append(e0)
+                n, tp = read_ccount(t, tp, 6, 'ApiVersionsResponse.FinalizedFeatures')
+                f_finalized_features, tp = read_structs(t, tp, n, _d_ApiVersionsResponse_FinalizedFeatureKey_3)
                 if tp != len(t):
                     raise KafkaProtocolError('ApiVersionsResponse.FinalizedFeatures: tagged field size mismatch')
             elif tag == 3:
@@ -14738,169 +7138,69 @@ def _d_ApiVersionsResponse_3(buf, pos):
 
 def _e_CreateTopicsRequest_CreatableReplicaAssignment_0(o, out):
     out.append(_S_i.pack(o.partition_index))
-    v = o.broker_ids
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_ints32(out, o.broker_ids, 'i', 'CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
 
 
 def _d_CreateTopicsRequest_CreatableReplicaAssignment_0(buf, pos):
     f_partition_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
-    else:
-        f_broker_ids, pos = read_array_int(buf, pos, n0, 'i', 4, 'CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
+    n, pos = read_count32(buf, pos, 4, 'CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
+    f_broker_ids, pos = read_ints(buf, pos, n, 'i', 4)
     return _CreateTopicsRequest_CreatableReplicaAssignment(f_partition_index, f_broker_ids), pos
 
 
 def _e_CreateTopicsRequest_CreatableTopicConfig_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopicConfig.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'CreateTopicsRequest.CreatableTopicConfig.Name')
+    write_str16n(out, o.value, 'CreateTopicsRequest.CreatableTopicConfig.Value')
 
 
 def _d_CreateTopicsRequest_CreatableTopicConfig_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopicConfig.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsRequest.CreatableTopicConfig.Name')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsRequest.CreatableTopicConfig.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'CreateTopicsRequest.CreatableTopicConfig.Value')
+    f_name, pos = read_str16(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.Name')
+    f_value, pos = read_str16n(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.Value')
     return _CreateTopicsRequest_CreatableTopicConfig(f_name, f_value), pos
 
 
 def _e_CreateTopicsRequest_CreatableTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'CreateTopicsRequest.CreatableTopic.Name')
     out.append(_S_ih.pack(o.num_partitions, o.replication_factor))
-    v = o.assignments
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Assignments')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreateTopicsRequest_CreatableReplicaAssignment_0(e0, out)
-    v = o.configs
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Configs')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreateTopicsRequest_CreatableTopicConfig_0(e0, out)
+    write_array32(out, o.assignments, _e_CreateTopicsRequest_CreatableReplicaAssignment_0, 'CreateTopicsRequest.CreatableTopic.Assignments')
+    write_array32(out, o.configs, _e_CreateTopicsRequest_CreatableTopicConfig_0, 'CreateTopicsRequest.CreatableTopic.Configs')
 
 
 def _d_CreateTopicsRequest_CreatableTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsRequest.CreatableTopic.Name')
+    f_name, pos = read_str16(buf, pos, 'CreateTopicsRequest.CreatableTopic.Name')
     f_num_partitions, f_replication_factor, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Assignments')
-    else:
-        check_count(buf, pos, n0, 8, 'CreateTopicsRequest.CreatableTopic.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsRequest_CreatableReplicaAssignment_0(buf, pos)
-            f_assignments.append(e0)
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Configs')
-    else:
-        check_count(buf, pos, n0, 4, 'CreateTopicsRequest.CreatableTopic.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsRequest_CreatableTopicConfig_0(buf, pos)
-            f_configs.append(e0)
+    n, pos = read_count32(buf, pos, 8, 'CreateTopicsRequest.CreatableTopic.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_CreateTopicsRequest_CreatableReplicaAssignment_0)
+    n, pos = read_count32(buf, pos, 4, 'CreateTopicsRequest.CreatableTopic.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_CreateTopicsRequest_CreatableTopicConfig_0)
     return _CreateTopicsRequest_CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs), pos
 
 
 def _e_CreateTopicsRequest_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreateTopicsRequest_CreatableTopic_0(e0, out)
+    write_array32(out, o.topics, _e_CreateTopicsRequest_CreatableTopic_0, 'CreateTopicsRequest.Topics')
     out.append(_S_i.pack(o.timeout_ms))
     if o.validate_only != False:
         raise absent_error('CreateTopicsRequest.validateOnly', '1+')
 
 
 def _d_CreateTopicsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 16, 'CreateTopicsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsRequest_CreatableTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 16, 'CreateTopicsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsRequest_CreatableTopic_0)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return CreateTopicsRequest(f_topics, f_timeout_ms, False), pos
 
 
 def _e_CreateTopicsRequest_1(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreateTopicsRequest_CreatableTopic_0(e0, out)
+    write_array32(out, o.topics, _e_CreateTopicsRequest_CreatableTopic_0, 'CreateTopicsRequest.Topics')
     out.append(_S_io.pack(o.timeout_ms, o.validate_only))
 
 
 def _d_CreateTopicsRequest_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 16, 'CreateTopicsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsRequest_CreatableTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 16, 'CreateTopicsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsRequest_CreatableTopic_0)
     f_timeout_ms, f_validate_only, = _S_io.unpack_from(buf, pos)
     pos += 5
     return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only), pos
@@ -14908,410 +7208,151 @@ def _d_CreateTopicsRequest_1(buf, pos):
 
 def _e_CreateTopicsRequest_CreatableReplicaAssignment_5(o, out):
     out.append(_S_i.pack(o.partition_index))
-    v = o.broker_ids
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cints(out, o.broker_ids, 'i', 'CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
     out.append(_S_B.pack(0))
 
 
 def _d_CreateTopicsRequest_CreatableReplicaAssignment_5(buf, pos):
     f_partition_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
-    else:
-        f_broker_ids, pos = read_array_int(buf, pos, n0, 'i', 4, 'CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment')[1]
+    n, pos = read_ccount(buf, pos, 4, 'CreateTopicsRequest.CreatableReplicaAssignment.BrokerIds')
+    f_broker_ids, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment')
     return _CreateTopicsRequest_CreatableReplicaAssignment(f_partition_index, f_broker_ids), pos
 
 
 def _e_CreateTopicsRequest_CreatableTopicConfig_5(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopicConfig.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'CreateTopicsRequest.CreatableTopicConfig.Name')
+    write_cstrn(out, o.value, 'CreateTopicsRequest.CreatableTopicConfig.Value')
     out.append(_S_B.pack(0))
 
 
 def _d_CreateTopicsRequest_CreatableTopicConfig_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopicConfig.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsRequest.CreatableTopicConfig.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsRequest.CreatableTopicConfig.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'CreateTopicsRequest.CreatableTopicConfig.Value')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig')[1]
+    f_name, pos = read_cstr(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.Name')
+    f_value, pos = read_cstrn(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.Value')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig')
     return _CreateTopicsRequest_CreatableTopicConfig(f_name, f_value), pos
 
 
 def _e_CreateTopicsRequest_CreatableTopic_5(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'CreateTopicsRequest.CreatableTopic.Name')
     out.append(_S_ih.pack(o.num_partitions, o.replication_factor))
-    v = o.assignments
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Assignments')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreateTopicsRequest_CreatableReplicaAssignment_5(e0, out)
-    v = o.configs
-    if v is None:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Configs')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreateTopicsRequest_CreatableTopicConfig_5(e0, out)
+    write_carray(out, o.assignments, _e_CreateTopicsRequest_CreatableReplicaAssignment_5, 'CreateTopicsRequest.CreatableTopic.Assignments')
+    write_carray(out, o.configs, _e_CreateTopicsRequest_CreatableTopicConfig_5, 'CreateTopicsRequest.CreatableTopic.Configs')
     out.append(_S_B.pack(0))
 
 
 def _d_CreateTopicsRequest_CreatableTopic_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsRequest.CreatableTopic.Name')
+    f_name, pos = read_cstr(buf, pos, 'CreateTopicsRequest.CreatableTopic.Name')
     f_num_partitions, f_replication_factor, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Assignments')
-    else:
-        check_count(buf, pos, n0, 6, 'CreateTopicsRequest.CreatableTopic.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsRequest_CreatableReplicaAssignment_5(buf, pos)
-            f_assignments.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.CreatableTopic.Configs')
-    else:
-        check_count(buf, pos, n0, 3, 'CreateTopicsRequest.CreatableTopic.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsRequest_CreatableTopicConfig_5(buf, pos)
-            f_configs.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreateTopicsRequest.CreatableTopic')[1]
+    n, pos = read_ccount(buf, pos, 6, 'CreateTopicsRequest.CreatableTopic.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_CreateTopicsRequest_CreatableReplicaAssignment_5)
+    n, pos = read_ccount(buf, pos, 3, 'CreateTopicsRequest.CreatableTopic.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_CreateTopicsRequest_CreatableTopicConfig_5)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreateTopicsRequest.CreatableTopic')
     return _CreateTopicsRequest_CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs), pos
 
 
 def _e_CreateTopicsRequest_5(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreateTopicsRequest_CreatableTopic_5(e0, out)
+    write_carray(out, o.topics, _e_CreateTopicsRequest_CreatableTopic_5, 'CreateTopicsRequest.Topics')
     out.append(_S_ioB.pack(o.timeout_ms, o.validate_only, 0))
 
 
 def _d_CreateTopicsRequest_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 10, 'CreateTopicsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsRequest_CreatableTopic_5(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 10, 'CreateTopicsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsRequest_CreatableTopic_5)
     f_timeout_ms, f_validate_only, = _S_io.unpack_from(buf, pos)
     pos += 5
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreateTopicsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreateTopicsRequest')
     return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only), pos
 
 
 def _e_CreateTopicsResponse_CreatableTopicResult_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'CreateTopicsResponse.CreatableTopicResult.Name')
     out.append(_S_h.pack(o.error_code))
 
 
 def _d_CreateTopicsResponse_CreatableTopicResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicResult.Name')
+    f_name, pos = read_str16(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return _CreateTopicsResponse_CreatableTopicResult(f_name, UUID_ZERO, f_error_code, '', 0, -1, -1, []), pos
 
 
 def _e_CreateTopicsResponse_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreateTopicsResponse_CreatableTopicResult_0(e0, out)
+    write_array32(out, o.topics, _e_CreateTopicsResponse_CreatableTopicResult_0, 'CreateTopicsResponse.Topics')
 
 
 def _d_CreateTopicsResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 4, 'CreateTopicsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsResponse_CreatableTopicResult_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 4, 'CreateTopicsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsResponse_CreatableTopicResult_0)
     return CreateTopicsResponse(0, f_topics), pos
 
 
 def _e_CreateTopicsResponse_CreatableTopicResult_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'CreateTopicsResponse.CreatableTopicResult.Name')
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
 
 
 def _d_CreateTopicsResponse_CreatableTopicResult_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicResult.Name')
+    f_name, pos = read_str16(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsResponse.CreatableTopicResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
     return _CreateTopicsResponse_CreatableTopicResult(f_name, UUID_ZERO, f_error_code, f_error_message, 0, -1, -1, []), pos
 
 
 def _e_CreateTopicsResponse_1(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreateTopicsResponse_CreatableTopicResult_1(e0, out)
+    write_array32(out, o.topics, _e_CreateTopicsResponse_CreatableTopicResult_1, 'CreateTopicsResponse.Topics')
 
 
 def _d_CreateTopicsResponse_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'CreateTopicsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsResponse_CreatableTopicResult_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'CreateTopicsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsResponse_CreatableTopicResult_1)
     return CreateTopicsResponse(0, f_topics), pos
 
 
 def _e_CreateTopicsResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreateTopicsResponse_CreatableTopicResult_1(e0, out)
+    write_array32(out, o.topics, _e_CreateTopicsResponse_CreatableTopicResult_1, 'CreateTopicsResponse.Topics')
 
 
 def _d_CreateTopicsResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'CreateTopicsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsResponse_CreatableTopicResult_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'CreateTopicsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsResponse_CreatableTopicResult_1)
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_CreateTopicsResponse_CreatableTopicConfigs_5(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsResponse.CreatableTopicConfigs.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'CreateTopicsResponse.CreatableTopicConfigs.Name')
+    write_cstrn(out, o.value, 'CreateTopicsResponse.CreatableTopicConfigs.Value')
     out.append(_S_oboB.pack(o.read_only, o.config_source, o.is_sensitive, 0))
 
 
 def _d_CreateTopicsResponse_CreatableTopicConfigs_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.CreatableTopicConfigs.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicConfigs.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsResponse.CreatableTopicConfigs.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicConfigs.Value')
+    f_name, pos = read_cstr(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.Name')
+    f_value, pos = read_cstrn(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.Value')
     f_read_only, f_config_source, f_is_sensitive, = _S_obo.unpack_from(buf, pos)
     pos += 3
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs')
     return _CreateTopicsResponse_CreatableTopicConfigs(f_name, f_value, f_read_only, f_config_source, f_is_sensitive), pos
 
 
 def _e_CreateTopicsResponse_CreatableTopicResult_5(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'CreateTopicsResponse.CreatableTopicResult.Name')
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
     out.append(_S_ih.pack(o.num_partitions, o.replication_factor))
-    v = o.configs
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreateTopicsResponse_CreatableTopicConfigs_5(e0, out)
+    write_carrayn(out, o.configs, _e_CreateTopicsResponse_CreatableTopicConfigs_5, 'CreateTopicsResponse.CreatableTopicResult.Configs')
     tagged = []
     v = o.topic_config_error_code
     if v != 0:
         p = []
-        if v is None:
-            raise null_error('CreateTopicsResponse.CreatableTopicResult.TopicConfigErrorCode')
-        else:
-            p.append(_S_h.pack(v))
+        p.append(_S_h.pack(v))
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -15320,48 +7361,14 @@ def _e_CreateTopicsResponse_CreatableTopicResult_5(o, out):
 
 
 def _d_CreateTopicsResponse_CreatableTopicResult_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicResult.Name')
+    f_name, pos = read_cstr(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsResponse.CreatableTopicResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
+    f_error_message, pos = read_cstrn(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
     f_num_partitions, f_replication_factor, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsResponse.CreatableTopicResult.Configs: negative length')
-        f_configs = None
-    else:
-        check_count(buf, pos, n0, 6, 'CreateTopicsResponse.CreatableTopicResult.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsResponse_CreatableTopicConfigs_5(buf, pos)
-            f_configs.append(e0)
+    n, pos = read_ccountn(buf, pos, 6, 'CreateTopicsResponse.CreatableTopicResult.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_CreateTopicsResponse_CreatableTopicConfigs_5)
     f_topic_config_error_code = 0
     if buf[pos] == 0:
         pos += 1
@@ -15380,72 +7387,30 @@ def _d_CreateTopicsResponse_CreatableTopicResult_5(buf, pos):
 
 def _e_CreateTopicsResponse_5(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreateTopicsResponse_CreatableTopicResult_5(e0, out)
+    write_carray(out, o.topics, _e_CreateTopicsResponse_CreatableTopicResult_5, 'CreateTopicsResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_CreateTopicsResponse_5(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 12, 'CreateTopicsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsResponse_CreatableTopicResult_5(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreateTopicsResponse')[1]
+    n, pos = read_ccount(buf, pos, 12, 'CreateTopicsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsResponse_CreatableTopicResult_5)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreateTopicsResponse')
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_CreateTopicsResponse_CreatableTopicResult_7(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'CreateTopicsResponse.CreatableTopicResult.Name')
     out.append(_S_16sh.pack(o.topic_id.bytes, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
     out.append(_S_ih.pack(o.num_partitions, o.replication_factor))
-    v = o.configs
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreateTopicsResponse_CreatableTopicConfigs_5(e0, out)
+    write_carrayn(out, o.configs, _e_CreateTopicsResponse_CreatableTopicConfigs_5, 'CreateTopicsResponse.CreatableTopicResult.Configs')
     tagged = []
     v = o.topic_config_error_code
     if v != 0:
         p = []
-        if v is None:
-            raise null_error('CreateTopicsResponse.CreatableTopicResult.TopicConfigErrorCode')
-        else:
-            p.append(_S_h.pack(v))
+        p.append(_S_h.pack(v))
         tagged.append((0, p))
     if tagged:
         write_tags(out, tagged)
@@ -15454,49 +7419,15 @@ def _e_CreateTopicsResponse_CreatableTopicResult_7(o, out):
 
 
 def _d_CreateTopicsResponse_CreatableTopicResult_7(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.CreatableTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicResult.Name')
+    f_name, pos = read_cstr(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.Name')
     f_topic_id, f_error_code, = _S_16sh.unpack_from(buf, pos)
     pos += 18
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsResponse.CreatableTopicResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
+    f_error_message, pos = read_cstrn(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.ErrorMessage')
     f_num_partitions, f_replication_factor, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreateTopicsResponse.CreatableTopicResult.Configs: negative length')
-        f_configs = None
-    else:
-        check_count(buf, pos, n0, 6, 'CreateTopicsResponse.CreatableTopicResult.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsResponse_CreatableTopicConfigs_5(buf, pos)
-            f_configs.append(e0)
+    n, pos = read_ccountn(buf, pos, 6, 'CreateTopicsResponse.CreatableTopicResult.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_CreateTopicsResponse_CreatableTopicConfigs_5)
     f_topic_config_error_code = 0
     if buf[pos] == 0:
         pos += 1
@@ -15515,71 +7446,29 @@ def _d_CreateTopicsResponse_CreatableTopicResult_7(buf, pos):
 
 def _e_CreateTopicsResponse_7(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreateTopicsResponse_CreatableTopicResult_7(e0, out)
+    write_carray(out, o.topics, _e_CreateTopicsResponse_CreatableTopicResult_7, 'CreateTopicsResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_CreateTopicsResponse_7(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreateTopicsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 28, 'CreateTopicsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreateTopicsResponse_CreatableTopicResult_7(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreateTopicsResponse')[1]
+    n, pos = read_ccount(buf, pos, 28, 'CreateTopicsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreateTopicsResponse_CreatableTopicResult_7)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreateTopicsResponse')
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_DeleteTopicsRequest_0(o, out):
     if (o.topics is None or len(o.topics) != 0):
         raise absent_error('DeleteTopicsRequest.Topics', '6+')
-    v = o.topic_names
-    if v is None:
-        raise null_error('DeleteTopicsRequest.TopicNames')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(S_INT16.pack(len(b1)))
-            out.append(b1)
+    write_array32(out, o.topic_names, write_str16_item, 'DeleteTopicsRequest.TopicNames')
     out.append(_S_i.pack(o.timeout_ms))
 
 
 def _d_DeleteTopicsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteTopicsRequest.TopicNames')
-    else:
-        check_count(buf, pos, n0, 2, 'DeleteTopicsRequest.TopicNames')
-        f_topic_names = []
-        for _ in range(n0):
-            n1, = S_INT16.unpack_from(buf, pos)
-            pos += 2
-            if n1 < 0:
-                raise null_error('DeleteTopicsRequest.TopicNames')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DeleteTopicsRequest.TopicNames')
-            f_topic_names.append(e0)
+    n, pos = read_count32(buf, pos, 2, 'DeleteTopicsRequest.TopicNames')
+    f_topic_names, pos = read_structs(buf, pos, n, read_str16_item)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return DeleteTopicsRequest([], f_topic_names, f_timeout_ms), pos
@@ -15588,435 +7477,170 @@ def _d_DeleteTopicsRequest_0(buf, pos):
 def _e_DeleteTopicsRequest_4(o, out):
     if (o.topics is None or len(o.topics) != 0):
         raise absent_error('DeleteTopicsRequest.Topics', '6+')
-    v = o.topic_names
-    if v is None:
-        raise null_error('DeleteTopicsRequest.TopicNames')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_carray(out, o.topic_names, write_cstr_item, 'DeleteTopicsRequest.TopicNames')
     out.append(_S_iB.pack(o.timeout_ms, 0))
 
 
 def _d_DeleteTopicsRequest_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteTopicsRequest.TopicNames')
-    else:
-        check_count(buf, pos, n0, 1, 'DeleteTopicsRequest.TopicNames')
-        f_topic_names = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('DeleteTopicsRequest.TopicNames')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DeleteTopicsRequest.TopicNames')
-            f_topic_names.append(e0)
+    n, pos = read_ccount(buf, pos, 1, 'DeleteTopicsRequest.TopicNames')
+    f_topic_names, pos = read_structs(buf, pos, n, read_cstr_item)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsRequest')
     return DeleteTopicsRequest([], f_topic_names, f_timeout_ms), pos
 
 
 def _e_DeleteTopicsRequest_DeleteTopicState_6(o, out):
-    v = o.name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.name, 'DeleteTopicsRequest.DeleteTopicState.Name')
     out.append(_S_16sB.pack(o.topic_id.bytes, 0))
 
 
 def _d_DeleteTopicsRequest_DeleteTopicState_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DeleteTopicsRequest.DeleteTopicState.Name: negative length')
-        f_name = None
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteTopicsRequest.DeleteTopicState.Name')
+    f_name, pos = read_cstrn(buf, pos, 'DeleteTopicsRequest.DeleteTopicState.Name')
     f_topic_id, = _S_16s.unpack_from(buf, pos)
     pos += 16
     f_topic_id = UUID(bytes=f_topic_id)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsRequest.DeleteTopicState')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsRequest.DeleteTopicState')
     return _DeleteTopicsRequest_DeleteTopicState(f_name, f_topic_id), pos
 
 
 def _e_DeleteTopicsRequest_6(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('DeleteTopicsRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteTopicsRequest_DeleteTopicState_6(e0, out)
+    write_carray(out, o.topics, _e_DeleteTopicsRequest_DeleteTopicState_6, 'DeleteTopicsRequest.Topics')
     out.append(_S_iB.pack(o.timeout_ms, 0))
 
 
 def _d_DeleteTopicsRequest_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteTopicsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 18, 'DeleteTopicsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteTopicsRequest_DeleteTopicState_6(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 18, 'DeleteTopicsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DeleteTopicsRequest_DeleteTopicState_6)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsRequest')
     return DeleteTopicsRequest(f_topics, [], f_timeout_ms), pos
 
 
 def _e_DeleteTopicsResponse_DeletableTopicResult_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DeleteTopicsResponse.DeletableTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     out.append(_S_h.pack(o.error_code))
 
 
 def _d_DeleteTopicsResponse_DeletableTopicResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.DeletableTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteTopicsResponse.DeletableTopicResult.Name')
+    f_name, pos = read_str16(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return _DeleteTopicsResponse_DeletableTopicResult(f_name, UUID_ZERO, f_error_code, None), pos
 
 
 def _e_DeleteTopicsResponse_0(o, out):
-    v = o.responses
-    if v is None:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DeleteTopicsResponse_DeletableTopicResult_0(e0, out)
+    write_array32(out, o.responses, _e_DeleteTopicsResponse_DeletableTopicResult_0, 'DeleteTopicsResponse.Responses')
 
 
 def _d_DeleteTopicsResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 4, 'DeleteTopicsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteTopicsResponse_DeletableTopicResult_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 4, 'DeleteTopicsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_DeleteTopicsResponse_DeletableTopicResult_0)
     return DeleteTopicsResponse(0, f_responses), pos
 
 
 def _e_DeleteTopicsResponse_1(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DeleteTopicsResponse_DeletableTopicResult_0(e0, out)
+    write_array32(out, o.responses, _e_DeleteTopicsResponse_DeletableTopicResult_0, 'DeleteTopicsResponse.Responses')
 
 
 def _d_DeleteTopicsResponse_1(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 4, 'DeleteTopicsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteTopicsResponse_DeletableTopicResult_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 4, 'DeleteTopicsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_DeleteTopicsResponse_DeletableTopicResult_0)
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_DeleteTopicsResponse_DeletableTopicResult_4(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DeleteTopicsResponse.DeletableTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     out.append(_S_hB.pack(o.error_code, 0))
 
 
 def _d_DeleteTopicsResponse_DeletableTopicResult_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.DeletableTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteTopicsResponse.DeletableTopicResult.Name')
+    f_name, pos = read_cstr(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
     return _DeleteTopicsResponse_DeletableTopicResult(f_name, UUID_ZERO, f_error_code, None), pos
 
 
 def _e_DeleteTopicsResponse_4(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteTopicsResponse_DeletableTopicResult_4(e0, out)
+    write_carray(out, o.responses, _e_DeleteTopicsResponse_DeletableTopicResult_4, 'DeleteTopicsResponse.Responses')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteTopicsResponse_4(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 4, 'DeleteTopicsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteTopicsResponse_DeletableTopicResult_4(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsResponse')[1]
+    n, pos = read_ccount(buf, pos, 4, 'DeleteTopicsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_DeleteTopicsResponse_DeletableTopicResult_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsResponse')
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_DeleteTopicsResponse_DeletableTopicResult_5(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DeleteTopicsResponse.DeletableTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'DeleteTopicsResponse.DeletableTopicResult.ErrorMessage')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteTopicsResponse_DeletableTopicResult_5(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.DeletableTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteTopicsResponse.DeletableTopicResult.Name')
+    f_name, pos = read_cstr(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DeleteTopicsResponse.DeletableTopicResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DeleteTopicsResponse.DeletableTopicResult.ErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.ErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
     return _DeleteTopicsResponse_DeletableTopicResult(f_name, UUID_ZERO, f_error_code, f_error_message), pos
 
 
 def _e_DeleteTopicsResponse_5(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteTopicsResponse_DeletableTopicResult_5(e0, out)
+    write_carray(out, o.responses, _e_DeleteTopicsResponse_DeletableTopicResult_5, 'DeleteTopicsResponse.Responses')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteTopicsResponse_5(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 5, 'DeleteTopicsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteTopicsResponse_DeletableTopicResult_5(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsResponse')[1]
+    n, pos = read_ccount(buf, pos, 5, 'DeleteTopicsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_DeleteTopicsResponse_DeletableTopicResult_5)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsResponse')
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_DeleteTopicsResponse_DeletableTopicResult_6(o, out):
-    v = o.name
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.name, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     out.append(_S_16sh.pack(o.topic_id.bytes, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'DeleteTopicsResponse.DeletableTopicResult.ErrorMessage')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteTopicsResponse_DeletableTopicResult_6(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DeleteTopicsResponse.DeletableTopicResult.Name: negative length')
-        f_name = None
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteTopicsResponse.DeletableTopicResult.Name')
+    f_name, pos = read_cstrn(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.Name')
     f_topic_id, f_error_code, = _S_16sh.unpack_from(buf, pos)
     pos += 18
     f_topic_id = UUID(bytes=f_topic_id)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DeleteTopicsResponse.DeletableTopicResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DeleteTopicsResponse.DeletableTopicResult.ErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.ErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
     return _DeleteTopicsResponse_DeletableTopicResult(f_name, f_topic_id, f_error_code, f_error_message), pos
 
 
 def _e_DeleteTopicsResponse_6(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteTopicsResponse_DeletableTopicResult_6(e0, out)
+    write_carray(out, o.responses, _e_DeleteTopicsResponse_DeletableTopicResult_6, 'DeleteTopicsResponse.Responses')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteTopicsResponse_6(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteTopicsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 21, 'DeleteTopicsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteTopicsResponse_DeletableTopicResult_6(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteTopicsResponse')[1]
+    n, pos = read_ccount(buf, pos, 21, 'DeleteTopicsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_DeleteTopicsResponse_DeletableTopicResult_6)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteTopicsResponse')
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
@@ -16031,64 +7655,25 @@ def _d_DeleteRecordsRequest_DeleteRecordsPartition_0(buf, pos):
 
 
 def _e_DeleteRecordsRequest_DeleteRecordsTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DeleteRecordsRequest_DeleteRecordsPartition_0(e0, out)
+    write_str16(out, o.name, 'DeleteRecordsRequest.DeleteRecordsTopic.Name')
+    write_array32(out, o.partitions, _e_DeleteRecordsRequest_DeleteRecordsPartition_0, 'DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
 
 
 def _d_DeleteRecordsRequest_DeleteRecordsTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteRecordsRequest.DeleteRecordsTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 12, 'DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsRequest_DeleteRecordsPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.Name')
+    n, pos = read_count32(buf, pos, 12, 'DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_DeleteRecordsRequest_DeleteRecordsPartition_0)
     return _DeleteRecordsRequest_DeleteRecordsTopic(f_name, f_partitions), pos
 
 
 def _e_DeleteRecordsRequest_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('DeleteRecordsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DeleteRecordsRequest_DeleteRecordsTopic_0(e0, out)
+    write_array32(out, o.topics, _e_DeleteRecordsRequest_DeleteRecordsTopic_0, 'DeleteRecordsRequest.Topics')
     out.append(_S_i.pack(o.timeout_ms))
 
 
 def _d_DeleteRecordsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteRecordsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'DeleteRecordsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsRequest_DeleteRecordsTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'DeleteRecordsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DeleteRecordsRequest_DeleteRecordsTopic_0)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return DeleteRecordsRequest(f_topics, f_timeout_ms), pos
@@ -16101,95 +7686,35 @@ def _e_DeleteRecordsRequest_DeleteRecordsPartition_2(o, out):
 def _d_DeleteRecordsRequest_DeleteRecordsPartition_2(buf, pos):
     f_partition_index, f_offset, = _S_iq.unpack_from(buf, pos)
     pos += 12
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteRecordsRequest.DeleteRecordsPartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteRecordsRequest.DeleteRecordsPartition')
     return _DeleteRecordsRequest_DeleteRecordsPartition(f_partition_index, f_offset), pos
 
 
 def _e_DeleteRecordsRequest_DeleteRecordsTopic_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteRecordsRequest_DeleteRecordsPartition_2(e0, out)
+    write_cstr(out, o.name, 'DeleteRecordsRequest.DeleteRecordsTopic.Name')
+    write_carray(out, o.partitions, _e_DeleteRecordsRequest_DeleteRecordsPartition_2, 'DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteRecordsRequest_DeleteRecordsTopic_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteRecordsRequest.DeleteRecordsTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 13, 'DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsRequest_DeleteRecordsPartition_2(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.Name')
+    n, pos = read_ccount(buf, pos, 13, 'DeleteRecordsRequest.DeleteRecordsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_DeleteRecordsRequest_DeleteRecordsPartition_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic')
     return _DeleteRecordsRequest_DeleteRecordsTopic(f_name, f_partitions), pos
 
 
 def _e_DeleteRecordsRequest_2(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('DeleteRecordsRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteRecordsRequest_DeleteRecordsTopic_2(e0, out)
+    write_carray(out, o.topics, _e_DeleteRecordsRequest_DeleteRecordsTopic_2, 'DeleteRecordsRequest.Topics')
     out.append(_S_iB.pack(o.timeout_ms, 0))
 
 
 def _d_DeleteRecordsRequest_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteRecordsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'DeleteRecordsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsRequest_DeleteRecordsTopic_2(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 3, 'DeleteRecordsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DeleteRecordsRequest_DeleteRecordsTopic_2)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteRecordsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteRecordsRequest')
     return DeleteRecordsRequest(f_topics, f_timeout_ms), pos
 
 
@@ -16204,66 +7729,27 @@ def _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_0(buf, pos):
 
 
 def _e_DeleteRecordsResponse_DeleteRecordsTopicResult_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DeleteRecordsResponse_DeleteRecordsPartitionResult_0(e0, out)
+    write_str16(out, o.name, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
+    write_array32(out, o.partitions, _e_DeleteRecordsResponse_DeleteRecordsPartitionResult_0, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
 
 
 def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
-    else:
-        check_count(buf, pos, n0, 14, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
+    n, pos = read_count32(buf, pos, 14, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_0)
     return _DeleteRecordsResponse_DeleteRecordsTopicResult(f_name, f_partitions), pos
 
 
 def _e_DeleteRecordsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('DeleteRecordsResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DeleteRecordsResponse_DeleteRecordsTopicResult_0(e0, out)
+    write_array32(out, o.topics, _e_DeleteRecordsResponse_DeleteRecordsTopicResult_0, 'DeleteRecordsResponse.Topics')
 
 
 def _d_DeleteRecordsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteRecordsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'DeleteRecordsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsResponse_DeleteRecordsTopicResult_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'DeleteRecordsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DeleteRecordsResponse_DeleteRecordsTopicResult_0)
     return DeleteRecordsResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -16274,107 +7760,41 @@ def _e_DeleteRecordsResponse_DeleteRecordsPartitionResult_2(o, out):
 def _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_2(buf, pos):
     f_partition_index, f_low_watermark, f_error_code, = _S_iqh.unpack_from(buf, pos)
     pos += 14
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteRecordsResponse.DeleteRecordsPartitionResult')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteRecordsResponse.DeleteRecordsPartitionResult')
     return _DeleteRecordsResponse_DeleteRecordsPartitionResult(f_partition_index, f_low_watermark, f_error_code), pos
 
 
 def _e_DeleteRecordsResponse_DeleteRecordsTopicResult_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteRecordsResponse_DeleteRecordsPartitionResult_2(e0, out)
+    write_cstr(out, o.name, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
+    write_carray(out, o.partitions, _e_DeleteRecordsResponse_DeleteRecordsPartitionResult_2, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
-    else:
-        check_count(buf, pos, n0, 15, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_2(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteRecordsResponse.DeleteRecordsTopicResult')[1]
+    f_name, pos = read_cstr(buf, pos, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Name')
+    n, pos = read_ccount(buf, pos, 15, 'DeleteRecordsResponse.DeleteRecordsTopicResult.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteRecordsResponse.DeleteRecordsTopicResult')
     return _DeleteRecordsResponse_DeleteRecordsTopicResult(f_name, f_partitions), pos
 
 
 def _e_DeleteRecordsResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('DeleteRecordsResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteRecordsResponse_DeleteRecordsTopicResult_2(e0, out)
+    write_carray(out, o.topics, _e_DeleteRecordsResponse_DeleteRecordsTopicResult_2, 'DeleteRecordsResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteRecordsResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteRecordsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'DeleteRecordsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteRecordsResponse_DeleteRecordsTopicResult_2(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteRecordsResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'DeleteRecordsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DeleteRecordsResponse_DeleteRecordsTopicResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteRecordsResponse')
     return DeleteRecordsResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_InitProducerIdRequest_0(o, out):
-    v = o.transactional_id
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.transactional_id, 'InitProducerIdRequest.TransactionalId')
     out.append(_S_i.pack(o.transaction_timeout_ms))
     if o.producer_id != -1:
         raise absent_error('InitProducerIdRequest.ProducerId', '3+')
@@ -16383,27 +7803,14 @@ def _e_InitProducerIdRequest_0(o, out):
 
 
 def _d_InitProducerIdRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('InitProducerIdRequest.TransactionalId: negative length')
-        f_transactional_id = None
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'InitProducerIdRequest.TransactionalId')
+    f_transactional_id, pos = read_str16n(buf, pos, 'InitProducerIdRequest.TransactionalId')
     f_transaction_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1), pos
 
 
 def _e_InitProducerIdRequest_2(o, out):
-    v = o.transactional_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.transactional_id, 'InitProducerIdRequest.TransactionalId')
     out.append(_S_i.pack(o.transaction_timeout_ms))
     if o.producer_id != -1:
         raise absent_error('InitProducerIdRequest.ProducerId', '3+')
@@ -16413,57 +7820,23 @@ def _e_InitProducerIdRequest_2(o, out):
 
 
 def _d_InitProducerIdRequest_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('InitProducerIdRequest.TransactionalId: negative length')
-        f_transactional_id = None
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'InitProducerIdRequest.TransactionalId')
+    f_transactional_id, pos = read_cstrn(buf, pos, 'InitProducerIdRequest.TransactionalId')
     f_transaction_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'InitProducerIdRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'InitProducerIdRequest')
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1), pos
 
 
 def _e_InitProducerIdRequest_3(o, out):
-    v = o.transactional_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.transactional_id, 'InitProducerIdRequest.TransactionalId')
     out.append(_S_iqhB.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch, 0))
 
 
 def _d_InitProducerIdRequest_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('InitProducerIdRequest.TransactionalId: negative length')
-        f_transactional_id = None
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'InitProducerIdRequest.TransactionalId')
+    f_transactional_id, pos = read_cstrn(buf, pos, 'InitProducerIdRequest.TransactionalId')
     f_transaction_timeout_ms, f_producer_id, f_producer_epoch, = _S_iqh.unpack_from(buf, pos)
     pos += 14
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'InitProducerIdRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'InitProducerIdRequest')
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch), pos
 
 
@@ -16484,10 +7857,7 @@ def _e_InitProducerIdResponse_2(o, out):
 def _d_InitProducerIdResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, = _S_ihqh.unpack_from(buf, pos)
     pos += 16
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'InitProducerIdResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'InitProducerIdResponse')
     return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch), pos
 
 
@@ -16502,63 +7872,24 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_0(buf, pos):
 
 
 def _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_0(e0, out)
+    write_str16(out, o.topic, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
+    write_array32(out, o.partitions, _e_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_0, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
 
 
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 8, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
+    n, pos = read_count32(buf, pos, 8, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_0)
     return _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(f_topic, f_partitions), pos
 
 
 def _e_OffsetForLeaderEpochRequest_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_0, 'OffsetForLeaderEpochRequest.Topics')
 
 
 def _d_OffsetForLeaderEpochRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetForLeaderEpochRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetForLeaderEpochRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_0)
     return OffsetForLeaderEpochRequest(-2, f_topics), pos
 
 
@@ -16573,90 +7904,37 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_2(buf, pos):
 
 
 def _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_2(e0, out)
+    write_str16(out, o.topic, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
+    write_array32(out, o.partitions, _e_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_2, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
 
 
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 12, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_2(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
+    n, pos = read_count32(buf, pos, 12, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_2)
     return _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(f_topic, f_partitions), pos
 
 
 def _e_OffsetForLeaderEpochRequest_2(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2(e0, out)
+    write_array32(out, o.topics, _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2, 'OffsetForLeaderEpochRequest.Topics')
 
 
 def _d_OffsetForLeaderEpochRequest_2(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetForLeaderEpochRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetForLeaderEpochRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2)
     return OffsetForLeaderEpochRequest(-2, f_topics), pos
 
 
 def _e_OffsetForLeaderEpochRequest_3(o, out):
     out.append(_S_i.pack(o.replica_id))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2(e0, out)
+    write_array32(out, o.topics, _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2, 'OffsetForLeaderEpochRequest.Topics')
 
 
 def _d_OffsetForLeaderEpochRequest_3(buf, pos):
     f_replica_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetForLeaderEpochRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetForLeaderEpochRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_2)
     return OffsetForLeaderEpochRequest(f_replica_id, f_topics), pos
 
 
@@ -16667,96 +7945,36 @@ def _e_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_4(o, out):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_4(buf, pos):
     f_partition, f_current_leader_epoch, f_leader_epoch, = _S_iii.unpack_from(buf, pos)
     pos += 12
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderPartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderPartition')
     return _OffsetForLeaderEpochRequest_OffsetForLeaderPartition(f_partition, f_current_leader_epoch, f_leader_epoch), pos
 
 
 def _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_4(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_4(e0, out)
+    write_cstr(out, o.topic, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
+    write_carray(out, o.partitions, _e_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_4, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 13, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_4(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic')[1]
+    f_topic, pos = read_cstr(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Topic')
+    n, pos = read_ccount(buf, pos, 13, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic')
     return _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(f_topic, f_partitions), pos
 
 
 def _e_OffsetForLeaderEpochRequest_4(o, out):
     out.append(_S_i.pack(o.replica_id))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_4(e0, out)
+    write_carray(out, o.topics, _e_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_4, 'OffsetForLeaderEpochRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetForLeaderEpochRequest_4(buf, pos):
     f_replica_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetForLeaderEpochRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_4(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetForLeaderEpochRequest')[1]
+    n, pos = read_ccount(buf, pos, 3, 'OffsetForLeaderEpochRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetForLeaderEpochRequest')
     return OffsetForLeaderEpochRequest(f_replica_id, f_topics), pos
 
 
@@ -16771,63 +7989,24 @@ def _d_OffsetForLeaderEpochResponse_EpochEndOffset_0(buf, pos):
 
 
 def _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochResponse_EpochEndOffset_0(e0, out)
+    write_str16(out, o.topic, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
+    write_array32(out, o.partitions, _e_OffsetForLeaderEpochResponse_EpochEndOffset_0, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
 
 
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-    else:
-        check_count(buf, pos, n0, 14, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochResponse_EpochEndOffset_0(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
+    n, pos = read_count32(buf, pos, 14, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochResponse_EpochEndOffset_0)
     return _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(f_topic, f_partitions), pos
 
 
 def _e_OffsetForLeaderEpochResponse_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_0, 'OffsetForLeaderEpochResponse.Topics')
 
 
 def _d_OffsetForLeaderEpochResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetForLeaderEpochResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetForLeaderEpochResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_0)
     return OffsetForLeaderEpochResponse(0, f_topics), pos
 
 
@@ -16842,90 +8021,37 @@ def _d_OffsetForLeaderEpochResponse_EpochEndOffset_1(buf, pos):
 
 
 def _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochResponse_EpochEndOffset_1(e0, out)
+    write_str16(out, o.topic, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
+    write_array32(out, o.partitions, _e_OffsetForLeaderEpochResponse_EpochEndOffset_1, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
 
 
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochResponse_EpochEndOffset_1(buf, pos)
-            f_partitions.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
+    n, pos = read_count32(buf, pos, 18, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochResponse_EpochEndOffset_1)
     return _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(f_topic, f_partitions), pos
 
 
 def _e_OffsetForLeaderEpochResponse_1(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1(e0, out)
+    write_array32(out, o.topics, _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1, 'OffsetForLeaderEpochResponse.Topics')
 
 
 def _d_OffsetForLeaderEpochResponse_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetForLeaderEpochResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetForLeaderEpochResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1)
     return OffsetForLeaderEpochResponse(0, f_topics), pos
 
 
 def _e_OffsetForLeaderEpochResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1(e0, out)
+    write_array32(out, o.topics, _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1, 'OffsetForLeaderEpochResponse.Topics')
 
 
 def _d_OffsetForLeaderEpochResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetForLeaderEpochResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetForLeaderEpochResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_1)
     return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -16936,334 +8062,120 @@ def _e_OffsetForLeaderEpochResponse_EpochEndOffset_4(o, out):
 def _d_OffsetForLeaderEpochResponse_EpochEndOffset_4(buf, pos):
     f_error_code, f_partition, f_leader_epoch, f_end_offset, = _S_hiiq.unpack_from(buf, pos)
     pos += 18
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetForLeaderEpochResponse.EpochEndOffset')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetForLeaderEpochResponse.EpochEndOffset')
     return _OffsetForLeaderEpochResponse_EpochEndOffset(f_error_code, f_partition, f_leader_epoch, f_end_offset), pos
 
 
 def _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_4(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetForLeaderEpochResponse_EpochEndOffset_4(e0, out)
+    write_cstr(out, o.topic, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
+    write_carray(out, o.partitions, _e_OffsetForLeaderEpochResponse_EpochEndOffset_4, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-    else:
-        check_count(buf, pos, n0, 19, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochResponse_EpochEndOffset_4(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult')[1]
+    f_topic, pos = read_cstr(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Topic')
+    n, pos = read_ccount(buf, pos, 19, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochResponse_EpochEndOffset_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult')
     return _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(f_topic, f_partitions), pos
 
 
 def _e_OffsetForLeaderEpochResponse_4(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_4(e0, out)
+    write_carray(out, o.topics, _e_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_4, 'OffsetForLeaderEpochResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_OffsetForLeaderEpochResponse_4(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('OffsetForLeaderEpochResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'OffsetForLeaderEpochResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_4(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'OffsetForLeaderEpochResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'OffsetForLeaderEpochResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'OffsetForLeaderEpochResponse')
     return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_str16(out, o.name, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
+    write_ints32(out, o.partitions, 'i', 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
 
 
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
+    f_name, pos = read_str16(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
+    n, pos = read_count32(buf, pos, 4, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
     return _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(f_name, f_partitions), pos
 
 
 def _e_AddPartitionsToTxnRequest_0(o, out):
     if (o.transactions is None or len(o.transactions) != 0):
         raise absent_error('AddPartitionsToTxnRequest.Transactions', '4+')
-    v = o.v3_and_below_transactional_id
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.v3_and_below_transactional_id, 'AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
     out.append(_S_qh.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch))
-    v = o.v3_and_below_topics
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTopics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_0(e0, out)
+    write_array32(out, o.v3_and_below_topics, _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_0, 'AddPartitionsToTxnRequest.V3AndBelowTopics')
 
 
 def _d_AddPartitionsToTxnRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
-    else:
-        f_v3_and_below_transactional_id, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
+    f_v3_and_below_transactional_id, pos = read_str16(buf, pos, 'AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
     f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S_qh.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTopics')
-    else:
-        check_count(buf, pos, n0, 6, 'AddPartitionsToTxnRequest.V3AndBelowTopics')
-        f_v3_and_below_topics = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_0(buf, pos)
-            f_v3_and_below_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'AddPartitionsToTxnRequest.V3AndBelowTopics')
+    f_v3_and_below_topics, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_0)
     return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics), pos
 
 
 def _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.name, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
+    write_cints(out, o.partitions, 'i', 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Name')
+    n, pos = read_ccount(buf, pos, 4, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic')
     return _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(f_name, f_partitions), pos
 
 
 def _e_AddPartitionsToTxnRequest_3(o, out):
     if (o.transactions is None or len(o.transactions) != 0):
         raise absent_error('AddPartitionsToTxnRequest.Transactions', '4+')
-    v = o.v3_and_below_transactional_id
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.v3_and_below_transactional_id, 'AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
     out.append(_S_qh.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch))
-    v = o.v3_and_below_topics
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTopics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3(e0, out)
+    write_carray(out, o.v3_and_below_topics, _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3, 'AddPartitionsToTxnRequest.V3AndBelowTopics')
     out.append(_S_B.pack(0))
 
 
 def _d_AddPartitionsToTxnRequest_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
-    else:
-        f_v3_and_below_transactional_id, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
+    f_v3_and_below_transactional_id, pos = read_cstr(buf, pos, 'AddPartitionsToTxnRequest.V3AndBelowTransactionalId')
     f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S_qh.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.V3AndBelowTopics')
-    else:
-        check_count(buf, pos, n0, 3, 'AddPartitionsToTxnRequest.V3AndBelowTopics')
-        f_v3_and_below_topics = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3(buf, pos)
-            f_v3_and_below_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnRequest')[1]
+    n, pos = read_ccount(buf, pos, 3, 'AddPartitionsToTxnRequest.V3AndBelowTopics')
+    f_v3_and_below_topics, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnRequest')
     return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics), pos
 
 
 def _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_4(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.transactional_id, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.TransactionalId')
     out.append(_S_qho.pack(o.producer_id, o.producer_epoch, o.verify_only))
-    v = o.topics
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3(e0, out)
+    write_carray(out, o.topics, _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.TransactionalId')
+    f_transactional_id, pos = read_cstr(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.TransactionalId')
     f_producer_id, f_producer_epoch, f_verify_only, = _S_qho.unpack_from(buf, pos)
     pos += 11
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction')[1]
+    n, pos = read_ccount(buf, pos, 3, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction')
     return _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(f_transactional_id, f_producer_id, f_producer_epoch, f_verify_only, f_topics), pos
 
 
 def _e_AddPartitionsToTxnRequest_4(o, out):
-    v = o.transactions
-    if v is None:
-        raise null_error('AddPartitionsToTxnRequest.Transactions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_4(e0, out)
+    write_carray(out, o.transactions, _e_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_4, 'AddPartitionsToTxnRequest.Transactions')
     if o.v3_and_below_transactional_id != '':
         raise absent_error('AddPartitionsToTxnRequest.V3AndBelowTransactionalId', '0-3')
     if o.v3_and_below_producer_id != 0:
@@ -17276,24 +8188,9 @@ def _e_AddPartitionsToTxnRequest_4(o, out):
 
 
 def _d_AddPartitionsToTxnRequest_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnRequest.Transactions')
-    else:
-        check_count(buf, pos, n0, 14, 'AddPartitionsToTxnRequest.Transactions')
-        f_transactions = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_4(buf, pos)
-            f_transactions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnRequest')[1]
+    n, pos = read_ccount(buf, pos, 14, 'AddPartitionsToTxnRequest.Transactions')
+    f_transactions, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnRequest')
     return AddPartitionsToTxnRequest(f_transactions, '', 0, 0, []), pos
 
 
@@ -17308,39 +8205,14 @@ def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_0(buf, pos):
 
 
 def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.results_by_partition
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_0(e0, out)
+    write_str16(out, o.name, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
+    write_array32(out, o.results_by_partition, _e_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_0, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
 
 
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
-    else:
-        check_count(buf, pos, n0, 6, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
-        f_results_by_partition = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_0(buf, pos)
-            f_results_by_partition.append(e0)
+    f_name, pos = read_str16(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
+    n, pos = read_count32(buf, pos, 6, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
+    f_results_by_partition, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_0)
     return _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), pos
 
 
@@ -17348,28 +8220,14 @@ def _e_AddPartitionsToTxnResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.results_by_transaction is None or len(o.results_by_transaction) != 0):
         raise absent_error('AddPartitionsToTxnResponse.ResultsByTransaction', '4+')
-    v = o.results_by_topic_v3_and_below
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_0(e0, out)
+    write_array32(out, o.results_by_topic_v3_and_below, _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_0, 'AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
 
 
 def _d_AddPartitionsToTxnResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
-    else:
-        check_count(buf, pos, n0, 6, 'AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
-        f_results_by_topic_v3_and_below = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_0(buf, pos)
-            f_results_by_topic_v3_and_below.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
+    f_results_by_topic_v3_and_below, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_0)
     return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, [], f_results_by_topic_v3_and_below), pos
 
 
@@ -17380,60 +8238,21 @@ def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_3(o, out):
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_3(buf, pos):
     f_partition_index, f_partition_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult')
     return _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(f_partition_index, f_partition_error_code), pos
 
 
 def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.results_by_partition
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_3(e0, out)
+    write_cstr(out, o.name, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
+    write_carray(out, o.results_by_partition, _e_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_3, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
     out.append(_S_B.pack(0))
 
 
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
-    else:
-        check_count(buf, pos, n0, 7, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
-        f_results_by_partition = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_3(buf, pos)
-            f_results_by_partition.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult')[1]
+    f_name, pos = read_cstr(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.Name')
+    n, pos = read_ccount(buf, pos, 7, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.ResultsByPartition')
+    f_results_by_partition, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult')
     return _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), pos
 
 
@@ -17441,99 +8260,36 @@ def _e_AddPartitionsToTxnResponse_3(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
     if (o.results_by_transaction is None or len(o.results_by_transaction) != 0):
         raise absent_error('AddPartitionsToTxnResponse.ResultsByTransaction', '4+')
-    v = o.results_by_topic_v3_and_below
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3(e0, out)
+    write_carray(out, o.results_by_topic_v3_and_below, _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3, 'AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
     out.append(_S_B.pack(0))
 
 
 def _d_AddPartitionsToTxnResponse_3(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
-    else:
-        check_count(buf, pos, n0, 3, 'AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
-        f_results_by_topic_v3_and_below = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3(buf, pos)
-            f_results_by_topic_v3_and_below.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow')
+    f_results_by_topic_v3_and_below, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnResponse')
     return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, [], f_results_by_topic_v3_and_below), pos
 
 
 def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_4(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topic_results
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TopicResults')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3(e0, out)
+    write_cstr(out, o.transactional_id, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TransactionalId')
+    write_carray(out, o.topic_results, _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TopicResults')
     out.append(_S_B.pack(0))
 
 
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TransactionalId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TopicResults')
-    else:
-        check_count(buf, pos, n0, 3, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TopicResults')
-        f_topic_results = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3(buf, pos)
-            f_topic_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult')[1]
+    f_transactional_id, pos = read_cstr(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TransactionalId')
+    n, pos = read_ccount(buf, pos, 3, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.TopicResults')
+    f_topic_results, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult')
     return _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(f_transactional_id, f_topic_results), pos
 
 
 def _e_AddPartitionsToTxnResponse_4(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.results_by_transaction
-    if v is None:
-        raise null_error('AddPartitionsToTxnResponse.ResultsByTransaction')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_4(e0, out)
+    write_carray(out, o.results_by_transaction, _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_4, 'AddPartitionsToTxnResponse.ResultsByTransaction')
     if (o.results_by_topic_v3_and_below is None or len(o.results_by_topic_v3_and_below) != 0):
         raise absent_error('AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow', '0-3')
     out.append(_S_B.pack(0))
@@ -17542,109 +8298,39 @@ def _e_AddPartitionsToTxnResponse_4(o, out):
 def _d_AddPartitionsToTxnResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddPartitionsToTxnResponse.ResultsByTransaction')
-    else:
-        check_count(buf, pos, n0, 3, 'AddPartitionsToTxnResponse.ResultsByTransaction')
-        f_results_by_transaction = []
-        for _ in range(n0):
-            e0, pos = _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_4(buf, pos)
-            f_results_by_transaction.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddPartitionsToTxnResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'AddPartitionsToTxnResponse.ResultsByTransaction')
+    f_results_by_transaction, pos = read_structs(buf, pos, n, _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddPartitionsToTxnResponse')
     return AddPartitionsToTxnResponse(f_throttle_time_ms, f_error_code, f_results_by_transaction, []), pos
 
 
 def _e_AddOffsetsToTxnRequest_0(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('AddOffsetsToTxnRequest.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.transactional_id, 'AddOffsetsToTxnRequest.TransactionalId')
     out.append(_S_qh.pack(o.producer_id, o.producer_epoch))
-    v = o.group_id
-    if v is None:
-        raise null_error('AddOffsetsToTxnRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'AddOffsetsToTxnRequest.GroupId')
 
 
 def _d_AddOffsetsToTxnRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AddOffsetsToTxnRequest.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'AddOffsetsToTxnRequest.TransactionalId')
+    f_transactional_id, pos = read_str16(buf, pos, 'AddOffsetsToTxnRequest.TransactionalId')
     f_producer_id, f_producer_epoch, = _S_qh.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AddOffsetsToTxnRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'AddOffsetsToTxnRequest.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'AddOffsetsToTxnRequest.GroupId')
     return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id), pos
 
 
 def _e_AddOffsetsToTxnRequest_3(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('AddOffsetsToTxnRequest.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.transactional_id, 'AddOffsetsToTxnRequest.TransactionalId')
     out.append(_S_qh.pack(o.producer_id, o.producer_epoch))
-    v = o.group_id
-    if v is None:
-        raise null_error('AddOffsetsToTxnRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'AddOffsetsToTxnRequest.GroupId')
     out.append(_S_B.pack(0))
 
 
 def _d_AddOffsetsToTxnRequest_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddOffsetsToTxnRequest.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'AddOffsetsToTxnRequest.TransactionalId')
+    f_transactional_id, pos = read_cstr(buf, pos, 'AddOffsetsToTxnRequest.TransactionalId')
     f_producer_id, f_producer_epoch, = _S_qh.unpack_from(buf, pos)
     pos += 10
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AddOffsetsToTxnRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'AddOffsetsToTxnRequest.GroupId')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddOffsetsToTxnRequest')[1]
+    f_group_id, pos = read_cstr(buf, pos, 'AddOffsetsToTxnRequest.GroupId')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddOffsetsToTxnRequest')
     return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id), pos
 
 
@@ -17657,64 +8343,32 @@ def _d_AddOffsetsToTxnResponse_0(buf, pos):
 def _d_AddOffsetsToTxnResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AddOffsetsToTxnResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AddOffsetsToTxnResponse')
     return AddOffsetsToTxnResponse(f_throttle_time_ms, f_error_code), pos
 
 
 def _e_EndTxnRequest_0(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('EndTxnRequest.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.transactional_id, 'EndTxnRequest.TransactionalId')
     out.append(_S_qho.pack(o.producer_id, o.producer_epoch, o.committed))
 
 
 def _d_EndTxnRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('EndTxnRequest.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'EndTxnRequest.TransactionalId')
+    f_transactional_id, pos = read_str16(buf, pos, 'EndTxnRequest.TransactionalId')
     f_producer_id, f_producer_epoch, f_committed, = _S_qho.unpack_from(buf, pos)
     pos += 11
     return EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed), pos
 
 
 def _e_EndTxnRequest_3(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('EndTxnRequest.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.transactional_id, 'EndTxnRequest.TransactionalId')
     out.append(_S_qhoB.pack(o.producer_id, o.producer_epoch, o.committed, 0))
 
 
 def _d_EndTxnRequest_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('EndTxnRequest.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'EndTxnRequest.TransactionalId')
+    f_transactional_id, pos = read_cstr(buf, pos, 'EndTxnRequest.TransactionalId')
     f_producer_id, f_producer_epoch, f_committed, = _S_qho.unpack_from(buf, pos)
     pos += 11
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'EndTxnRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'EndTxnRequest')
     return EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed), pos
 
 
@@ -17727,222 +8381,95 @@ def _d_EndTxnResponse_0(buf, pos):
 def _d_EndTxnResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'EndTxnResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'EndTxnResponse')
     return EndTxnResponse(f_throttle_time_ms, f_error_code, -1, -1), pos
 
 
 def _d_EndTxnResponse_5(buf, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, = _S_ihqh.unpack_from(buf, pos)
     pos += 16
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'EndTxnResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'EndTxnResponse')
     return EndTxnResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch), pos
 
 
 def _e_WriteTxnMarkersRequest_WritableTxnMarkerTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_indexes
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_str16(out, o.name, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
+    write_ints32(out, o.partition_indexes, 'i', 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
 
 
 def _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
-    else:
-        f_partition_indexes, pos = read_array_int(buf, pos, n0, 'i', 4, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
+    f_name, pos = read_str16(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
+    n, pos = read_count32(buf, pos, 4, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
+    f_partition_indexes, pos = read_ints(buf, pos, n, 'i', 4)
     return _WriteTxnMarkersRequest_WritableTxnMarkerTopic(f_name, f_partition_indexes), pos
 
 
 def _e_WriteTxnMarkersRequest_WritableTxnMarker_0(o, out):
     out.append(_S_qho.pack(o.producer_id, o.producer_epoch, o.transaction_result))
-    v = o.topics
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarker.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_WriteTxnMarkersRequest_WritableTxnMarkerTopic_0(e0, out)
+    write_array32(out, o.topics, _e_WriteTxnMarkersRequest_WritableTxnMarkerTopic_0, 'WriteTxnMarkersRequest.WritableTxnMarker.Topics')
     out.append(_S_i.pack(o.coordinator_epoch))
 
 
 def _d_WriteTxnMarkersRequest_WritableTxnMarker_0(buf, pos):
     f_producer_id, f_producer_epoch, f_transaction_result, = _S_qho.unpack_from(buf, pos)
     pos += 11
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarker.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'WriteTxnMarkersRequest.WritableTxnMarker.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'WriteTxnMarkersRequest.WritableTxnMarker.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_0)
     f_coordinator_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
     return _WriteTxnMarkersRequest_WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch), pos
 
 
 def _e_WriteTxnMarkersRequest_0(o, out):
-    v = o.markers
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.Markers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_WriteTxnMarkersRequest_WritableTxnMarker_0(e0, out)
+    write_array32(out, o.markers, _e_WriteTxnMarkersRequest_WritableTxnMarker_0, 'WriteTxnMarkersRequest.Markers')
 
 
 def _d_WriteTxnMarkersRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.Markers')
-    else:
-        check_count(buf, pos, n0, 19, 'WriteTxnMarkersRequest.Markers')
-        f_markers = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersRequest_WritableTxnMarker_0(buf, pos)
-            f_markers.append(e0)
+    n, pos = read_count32(buf, pos, 19, 'WriteTxnMarkersRequest.Markers')
+    f_markers, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersRequest_WritableTxnMarker_0)
     return WriteTxnMarkersRequest(f_markers), pos
 
 
 def _e_WriteTxnMarkersRequest_WritableTxnMarkerTopic_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_indexes
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.name, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
+    write_cints(out, o.partition_indexes, 'i', 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
     out.append(_S_B.pack(0))
 
 
 def _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_1(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
-    else:
-        f_partition_indexes, pos = read_array_int(buf, pos, n0, 'i', 4, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.Name')
+    n, pos = read_ccount(buf, pos, 4, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.PartitionIndexes')
+    f_partition_indexes, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic')
     return _WriteTxnMarkersRequest_WritableTxnMarkerTopic(f_name, f_partition_indexes), pos
 
 
 def _e_WriteTxnMarkersRequest_WritableTxnMarker_1(o, out):
     out.append(_S_qho.pack(o.producer_id, o.producer_epoch, o.transaction_result))
-    v = o.topics
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarker.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_WriteTxnMarkersRequest_WritableTxnMarkerTopic_1(e0, out)
+    write_carray(out, o.topics, _e_WriteTxnMarkersRequest_WritableTxnMarkerTopic_1, 'WriteTxnMarkersRequest.WritableTxnMarker.Topics')
     out.append(_S_iB.pack(o.coordinator_epoch, 0))
 
 
 def _d_WriteTxnMarkersRequest_WritableTxnMarker_1(buf, pos):
     f_producer_id, f_producer_epoch, f_transaction_result, = _S_qho.unpack_from(buf, pos)
     pos += 11
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.WritableTxnMarker.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'WriteTxnMarkersRequest.WritableTxnMarker.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_1(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 3, 'WriteTxnMarkersRequest.WritableTxnMarker.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_1)
     f_coordinator_epoch, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarker')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarker')
     return _WriteTxnMarkersRequest_WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch), pos
 
 
 def _e_WriteTxnMarkersRequest_1(o, out):
-    v = o.markers
-    if v is None:
-        raise null_error('WriteTxnMarkersRequest.Markers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_WriteTxnMarkersRequest_WritableTxnMarker_1(e0, out)
+    write_carray(out, o.markers, _e_WriteTxnMarkersRequest_WritableTxnMarker_1, 'WriteTxnMarkersRequest.Markers')
     out.append(_S_B.pack(0))
 
 
 def _d_WriteTxnMarkersRequest_1(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersRequest.Markers')
-    else:
-        check_count(buf, pos, n0, 17, 'WriteTxnMarkersRequest.Markers')
-        f_markers = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersRequest_WritableTxnMarker_1(buf, pos)
-            f_markers.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'WriteTxnMarkersRequest')[1]
+    n, pos = read_ccount(buf, pos, 17, 'WriteTxnMarkersRequest.Markers')
+    f_markers, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersRequest_WritableTxnMarker_1)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'WriteTxnMarkersRequest')
     return WriteTxnMarkersRequest(f_markers), pos
 
 
@@ -17953,299 +8480,115 @@ def _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_0(buf, pos):
 
 
 def _e_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponsePartition_0(e0, out)
+    write_str16(out, o.name, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
+    write_array32(out, o.partitions, _e_OffsetCommitResponse_OffsetCommitResponsePartition_0, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
 
 
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
-    else:
-        check_count(buf, pos, n0, 6, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
+    n, pos = read_count32(buf, pos, 6, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_0)
     return _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(f_name, f_partitions), pos
 
 
 def _e_WriteTxnMarkersResponse_WritableTxnMarkerResult_0(o, out):
     out.append(_S_q.pack(o.producer_id))
-    v = o.topics
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_0(e0, out)
+    write_array32(out, o.topics, _e_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_0, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
 
 
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_0(buf, pos):
     f_producer_id, = _S_q.unpack_from(buf, pos)
     pos += 8
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_0)
     return _WriteTxnMarkersResponse_WritableTxnMarkerResult(f_producer_id, f_topics), pos
 
 
 def _e_WriteTxnMarkersResponse_0(o, out):
-    v = o.markers
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.Markers')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_WriteTxnMarkersResponse_WritableTxnMarkerResult_0(e0, out)
+    write_array32(out, o.markers, _e_WriteTxnMarkersResponse_WritableTxnMarkerResult_0, 'WriteTxnMarkersResponse.Markers')
 
 
 def _d_WriteTxnMarkersResponse_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.Markers')
-    else:
-        check_count(buf, pos, n0, 12, 'WriteTxnMarkersResponse.Markers')
-        f_markers = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_0(buf, pos)
-            f_markers.append(e0)
+    n, pos = read_count32(buf, pos, 12, 'WriteTxnMarkersResponse.Markers')
+    f_markers, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_0)
     return WriteTxnMarkersResponse(f_markers), pos
 
 
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_1(buf, pos):
     f_partition_index, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult')
     return _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(f_partition_index, f_error_code), pos
 
 
 def _e_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponsePartition_8(e0, out)
+    write_cstr(out, o.name, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
+    write_carray(out, o.partitions, _e_OffsetCommitResponse_OffsetCommitResponsePartition_8, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_1(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
-    else:
-        check_count(buf, pos, n0, 7, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_1(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult')[1]
+    f_name, pos = read_cstr(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Name')
+    n, pos = read_ccount(buf, pos, 7, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_1)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult')
     return _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(f_name, f_partitions), pos
 
 
 def _e_WriteTxnMarkersResponse_WritableTxnMarkerResult_1(o, out):
     out.append(_S_q.pack(o.producer_id))
-    v = o.topics
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_1(e0, out)
+    write_carray(out, o.topics, _e_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_1, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_1(buf, pos):
     f_producer_id, = _S_q.unpack_from(buf, pos)
     pos += 8
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_1(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerResult')[1]
+    n, pos = read_ccount(buf, pos, 3, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_1)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerResult')
     return _WriteTxnMarkersResponse_WritableTxnMarkerResult(f_producer_id, f_topics), pos
 
 
 def _e_WriteTxnMarkersResponse_1(o, out):
-    v = o.markers
-    if v is None:
-        raise null_error('WriteTxnMarkersResponse.Markers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_WriteTxnMarkersResponse_WritableTxnMarkerResult_1(e0, out)
+    write_carray(out, o.markers, _e_WriteTxnMarkersResponse_WritableTxnMarkerResult_1, 'WriteTxnMarkersResponse.Markers')
     out.append(_S_B.pack(0))
 
 
 def _d_WriteTxnMarkersResponse_1(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('WriteTxnMarkersResponse.Markers')
-    else:
-        check_count(buf, pos, n0, 10, 'WriteTxnMarkersResponse.Markers')
-        f_markers = []
-        for _ in range(n0):
-            e0, pos = _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_1(buf, pos)
-            f_markers.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'WriteTxnMarkersResponse')[1]
+    n, pos = read_ccount(buf, pos, 10, 'WriteTxnMarkersResponse.Markers')
+    f_markers, pos = read_structs(buf, pos, n, _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_1)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'WriteTxnMarkersResponse')
     return WriteTxnMarkersResponse(f_markers), pos
 
 
 def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_0(o, out):
     out.append(_S_iq.pack(o.partition_index, o.committed_offset))
-    v = o.committed_metadata
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.committed_metadata, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
 
 
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_0(buf, pos):
     f_partition_index, f_committed_offset, = _S_iq.unpack_from(buf, pos)
     pos += 12
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata: negative length')
-        f_committed_metadata = None
-    else:
-        f_committed_metadata, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
+    f_committed_metadata, pos = read_str16n(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
     return _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_committed_metadata), pos
 
 
 def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_0(e0, out)
+    write_str16(out, o.name, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
+    write_array32(out, o.partitions, _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_0, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
 
 
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 14, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
+    n, pos = read_count32(buf, pos, 14, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_0)
     return _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
 def _e_TxnOffsetCommitRequest_0(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_id
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.transactional_id, 'TxnOffsetCommitRequest.TransactionalId')
+    write_str16(out, o.group_id, 'TxnOffsetCommitRequest.GroupId')
     out.append(_S_qh.pack(o.producer_id, o.producer_epoch))
     if o.generation_id != -1:
         raise absent_error('TxnOffsetCommitRequest.GenerationId', '3+')
@@ -18253,120 +8596,46 @@ def _e_TxnOffsetCommitRequest_0(o, out):
         raise absent_error('TxnOffsetCommitRequest.MemberId', '3+')
     if o.group_instance_id is not None:
         raise absent_error('TxnOffsetCommitRequest.GroupInstanceId', '3+')
-    v = o.topics
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_0(e0, out)
+    write_array32(out, o.topics, _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_0, 'TxnOffsetCommitRequest.Topics')
 
 
 def _d_TxnOffsetCommitRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TransactionalId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.GroupId')
+    f_transactional_id, pos = read_str16(buf, pos, 'TxnOffsetCommitRequest.TransactionalId')
+    f_group_id, pos = read_str16(buf, pos, 'TxnOffsetCommitRequest.GroupId')
     f_producer_id, f_producer_epoch, = _S_qh.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'TxnOffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'TxnOffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_0)
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics), pos
 
 
 def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_2(o, out):
     out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
-    v = o.committed_metadata
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.committed_metadata, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
 
 
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_2(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S_iqi.unpack_from(buf, pos)
     pos += 16
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata: negative length')
-        f_committed_metadata = None
-    else:
-        f_committed_metadata, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
+    f_committed_metadata, pos = read_str16n(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
     return _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata), pos
 
 
 def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_2(e0, out)
+    write_str16(out, o.name, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
+    write_array32(out, o.partitions, _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_2, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
 
 
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_2(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_2(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
+    n, pos = read_count32(buf, pos, 18, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_2)
     return _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
 def _e_TxnOffsetCommitRequest_2(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.group_id
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.transactional_id, 'TxnOffsetCommitRequest.TransactionalId')
+    write_str16(out, o.group_id, 'TxnOffsetCommitRequest.GroupId')
     out.append(_S_qh.pack(o.producer_id, o.producer_epoch))
     if o.generation_id != -1:
         raise absent_error('TxnOffsetCommitRequest.GenerationId', '3+')
@@ -18374,230 +8643,67 @@ def _e_TxnOffsetCommitRequest_2(o, out):
         raise absent_error('TxnOffsetCommitRequest.MemberId', '3+')
     if o.group_instance_id is not None:
         raise absent_error('TxnOffsetCommitRequest.GroupInstanceId', '3+')
-    v = o.topics
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_2(e0, out)
+    write_array32(out, o.topics, _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_2, 'TxnOffsetCommitRequest.Topics')
 
 
 def _d_TxnOffsetCommitRequest_2(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TransactionalId')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.GroupId')
+    f_transactional_id, pos = read_str16(buf, pos, 'TxnOffsetCommitRequest.TransactionalId')
+    f_group_id, pos = read_str16(buf, pos, 'TxnOffsetCommitRequest.GroupId')
     f_producer_id, f_producer_epoch, = _S_qh.unpack_from(buf, pos)
     pos += 10
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'TxnOffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_2(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'TxnOffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_2)
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics), pos
 
 
 def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_3(o, out):
     out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
-    v = o.committed_metadata
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.committed_metadata, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
     out.append(_S_B.pack(0))
 
 
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_3(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S_iqi.unpack_from(buf, pos)
     pos += 16
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata: negative length')
-        f_committed_metadata = None
-    else:
-        f_committed_metadata, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition')[1]
+    f_committed_metadata, pos = read_cstrn(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.CommittedMetadata')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition')
     return _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata), pos
 
 
 def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_3(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_3(e0, out)
+    write_cstr(out, o.name, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
+    write_carray(out, o.partitions, _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_3, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 18, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_3(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Name')
+    n, pos = read_ccount(buf, pos, 18, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic')
     return _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
 def _e_TxnOffsetCommitRequest_3(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_id
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.transactional_id, 'TxnOffsetCommitRequest.TransactionalId')
+    write_cstr(out, o.group_id, 'TxnOffsetCommitRequest.GroupId')
     out.append(_S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id))
-    v = o.member_id
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.MemberId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.group_instance_id
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('TxnOffsetCommitRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_3(e0, out)
+    write_cstr(out, o.member_id, 'TxnOffsetCommitRequest.MemberId')
+    write_cstrn(out, o.group_instance_id, 'TxnOffsetCommitRequest.GroupInstanceId')
+    write_carray(out, o.topics, _e_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_3, 'TxnOffsetCommitRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_TxnOffsetCommitRequest_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.TransactionalId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.GroupId')
+    f_transactional_id, pos = read_cstr(buf, pos, 'TxnOffsetCommitRequest.TransactionalId')
+    f_group_id, pos = read_cstr(buf, pos, 'TxnOffsetCommitRequest.GroupId')
     f_producer_id, f_producer_epoch, f_generation_id, = _S_qhi.unpack_from(buf, pos)
     pos += 14
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.MemberId')
-    else:
-        f_member_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.MemberId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('TxnOffsetCommitRequest.GroupInstanceId: negative length')
-        f_group_instance_id = None
-    else:
-        f_group_instance_id, pos = read_string(buf, pos, n0, 'TxnOffsetCommitRequest.GroupInstanceId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'TxnOffsetCommitRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_3(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'TxnOffsetCommitRequest')[1]
+    f_member_id, pos = read_cstr(buf, pos, 'TxnOffsetCommitRequest.MemberId')
+    f_group_instance_id, pos = read_cstrn(buf, pos, 'TxnOffsetCommitRequest.GroupInstanceId')
+    n, pos = read_ccount(buf, pos, 3, 'TxnOffsetCommitRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'TxnOffsetCommitRequest')
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, f_generation_id, f_member_id, f_group_instance_id, f_topics), pos
 
 
@@ -18608,222 +8714,83 @@ def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_0(buf, pos):
 
 
 def _e_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponsePartition_0(e0, out)
+    write_str16(out, o.name, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetCommitResponse_OffsetCommitResponsePartition_0, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
 
 
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 6, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
+    n, pos = read_count32(buf, pos, 6, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_0)
     return _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(f_name, f_partitions), pos
 
 
 def _e_TxnOffsetCommitResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('TxnOffsetCommitResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_0(e0, out)
+    write_array32(out, o.topics, _e_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_0, 'TxnOffsetCommitResponse.Topics')
 
 
 def _d_TxnOffsetCommitResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'TxnOffsetCommitResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'TxnOffsetCommitResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_0)
     return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_3(buf, pos):
     f_partition_index, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition')
     return _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(f_partition_index, f_error_code), pos
 
 
 def _e_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_3(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponsePartition_8(e0, out)
+    write_cstr(out, o.name, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
+    write_carray(out, o.partitions, _e_OffsetCommitResponse_OffsetCommitResponsePartition_8, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_3(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 7, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_3(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Name')
+    n, pos = read_ccount(buf, pos, 7, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic')
     return _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(f_name, f_partitions), pos
 
 
 def _e_TxnOffsetCommitResponse_3(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('TxnOffsetCommitResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_3(e0, out)
+    write_carray(out, o.topics, _e_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_3, 'TxnOffsetCommitResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_TxnOffsetCommitResponse_3(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('TxnOffsetCommitResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'TxnOffsetCommitResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_3(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'TxnOffsetCommitResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'TxnOffsetCommitResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_3)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'TxnOffsetCommitResponse')
     return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_DescribeConfigsRequest_DescribeConfigsResource_0(o, out):
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.configuration_keys
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(S_INT16.pack(len(b1)))
-            out.append(b1)
+    write_str16(out, o.resource_name, 'DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
+    write_array32n(out, o.configuration_keys, write_str16_item, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
 
 
 def _d_DescribeConfigsRequest_DescribeConfigsResource_0(buf, pos):
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys: negative length')
-        f_configuration_keys = None
-    else:
-        check_count(buf, pos, n0, 2, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
-        f_configuration_keys = []
-        for _ in range(n0):
-            n1, = S_INT16.unpack_from(buf, pos)
-            pos += 2
-            if n1 < 0:
-                raise null_error('DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
-            f_configuration_keys.append(e0)
+    f_resource_name, pos = read_str16(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
+    n, pos = read_count32n(buf, pos, 2, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
+    f_configuration_keys, pos = read_structs(buf, pos, n, read_str16_item)
     return _DescribeConfigsRequest_DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys), pos
 
 
 def _e_DescribeConfigsRequest_0(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsRequest_DescribeConfigsResource_0(e0, out)
+    write_array32(out, o.resources, _e_DescribeConfigsRequest_DescribeConfigsResource_0, 'DescribeConfigsRequest.Resources')
     if o.include_synonyms != False:
         raise absent_error('DescribeConfigsRequest.IncludeSynonyms', '1+')
     if o.include_documentation != False:
@@ -18831,70 +8798,34 @@ def _e_DescribeConfigsRequest_0(o, out):
 
 
 def _d_DescribeConfigsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 7, 'DescribeConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsRequest_DescribeConfigsResource_0(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_count32(buf, pos, 7, 'DescribeConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_DescribeConfigsRequest_DescribeConfigsResource_0)
     return DescribeConfigsRequest(f_resources, False, False), pos
 
 
 def _e_DescribeConfigsRequest_1(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsRequest_DescribeConfigsResource_0(e0, out)
+    write_array32(out, o.resources, _e_DescribeConfigsRequest_DescribeConfigsResource_0, 'DescribeConfigsRequest.Resources')
     out.append(_S_o.pack(o.include_synonyms))
     if o.include_documentation != False:
         raise absent_error('DescribeConfigsRequest.IncludeDocumentation', '3+')
 
 
 def _d_DescribeConfigsRequest_1(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 7, 'DescribeConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsRequest_DescribeConfigsResource_0(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_count32(buf, pos, 7, 'DescribeConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_DescribeConfigsRequest_DescribeConfigsResource_0)
     f_include_synonyms, = _S_o.unpack_from(buf, pos)
     pos += 1
     return DescribeConfigsRequest(f_resources, f_include_synonyms, False), pos
 
 
 def _e_DescribeConfigsRequest_3(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsRequest_DescribeConfigsResource_0(e0, out)
+    write_array32(out, o.resources, _e_DescribeConfigsRequest_DescribeConfigsResource_0, 'DescribeConfigsRequest.Resources')
     out.append(_S_oo.pack(o.include_synonyms, o.include_documentation))
 
 
 def _d_DescribeConfigsRequest_3(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 7, 'DescribeConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsRequest_DescribeConfigsResource_0(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_count32(buf, pos, 7, 'DescribeConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_DescribeConfigsRequest_DescribeConfigsResource_0)
     f_include_synonyms, f_include_documentation, = _S_oo.unpack_from(buf, pos)
     pos += 2
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation), pos
@@ -18902,138 +8833,44 @@ def _d_DescribeConfigsRequest_3(buf, pos):
 
 def _e_DescribeConfigsRequest_DescribeConfigsResource_4(o, out):
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.configuration_keys
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_cstr(out, o.resource_name, 'DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
+    write_carrayn(out, o.configuration_keys, write_cstr_item, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeConfigsRequest_DescribeConfigsResource_4(buf, pos):
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys: negative length')
-        f_configuration_keys = None
-    else:
-        check_count(buf, pos, n0, 1, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
-        f_configuration_keys = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
-            f_configuration_keys.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource')[1]
+    f_resource_name, pos = read_cstr(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.ResourceName')
+    n, pos = read_ccountn(buf, pos, 1, 'DescribeConfigsRequest.DescribeConfigsResource.ConfigurationKeys')
+    f_configuration_keys, pos = read_structs(buf, pos, n, read_cstr_item)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource')
     return _DescribeConfigsRequest_DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys), pos
 
 
 def _e_DescribeConfigsRequest_4(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeConfigsRequest_DescribeConfigsResource_4(e0, out)
+    write_carray(out, o.resources, _e_DescribeConfigsRequest_DescribeConfigsResource_4, 'DescribeConfigsRequest.Resources')
     out.append(_S_ooB.pack(o.include_synonyms, o.include_documentation, 0))
 
 
 def _d_DescribeConfigsRequest_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 4, 'DescribeConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsRequest_DescribeConfigsResource_4(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_ccount(buf, pos, 4, 'DescribeConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_DescribeConfigsRequest_DescribeConfigsResource_4)
     f_include_synonyms, f_include_documentation, = _S_oo.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeConfigsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeConfigsRequest')
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    write_str16n(out, o.value, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     out.append(_S_ooo.pack(o.read_only, o.is_default, o.is_sensitive))
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResourceResult.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
+    f_name, pos = read_str16(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    f_value, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     f_read_only, f_is_default, f_is_sensitive, = _S_ooo.unpack_from(buf, pos)
     pos += 3
     return _DescribeConfigsResponse_DescribeConfigsResourceResult(f_name, f_value, f_read_only, f_is_default, -1, f_is_sensitive, [], 0, ''), pos
@@ -19041,1220 +8878,433 @@ def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_0(buf, pos):
 
 def _e_DescribeConfigsResponse_DescribeConfigsResult_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResourceResult_0(e0, out)
+    write_str16(out, o.resource_name, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    write_array32(out, o.configs, _e_DescribeConfigsResponse_DescribeConfigsResourceResult_0, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResult_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        check_count(buf, pos, n0, 7, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResourceResult_0(buf, pos)
-            f_configs.append(e0)
+    f_resource_name, pos = read_str16(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    n, pos = read_count32(buf, pos, 7, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResourceResult_0)
     return _DescribeConfigsResponse_DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_DescribeConfigsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResult_0(e0, out)
+    write_array32(out, o.results, _e_DescribeConfigsResponse_DescribeConfigsResult_0, 'DescribeConfigsResponse.Results')
 
 
 def _d_DescribeConfigsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 11, 'DescribeConfigsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResult_0(buf, pos)
-            f_results.append(e0)
+    n, pos = read_count32(buf, pos, 11, 'DescribeConfigsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResult_0)
     return DescribeConfigsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsSynonym_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsSynonym.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'DescribeConfigsResponse.DescribeConfigsSynonym.Name')
+    write_str16n(out, o.value, 'DescribeConfigsResponse.DescribeConfigsSynonym.Value')
     out.append(_S_b.pack(o.source))
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsSynonym_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsSynonym.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsSynonym.Name')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsSynonym.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsSynonym.Value')
+    f_name, pos = read_str16(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.Name')
+    f_value, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.Value')
     f_source, = _S_b.unpack_from(buf, pos)
     pos += 1
     return _DescribeConfigsResponse_DescribeConfigsSynonym(f_name, f_value, f_source), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    write_str16n(out, o.value, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     out.append(_S_o.pack(o.read_only))
     if o.is_default != False:
         raise absent_error('DescribeConfigsResponse.DescribeConfigsResourceResult.IsDefault', '0-0')
     out.append(_S_bo.pack(o.config_source, o.is_sensitive))
-    v = o.synonyms
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsSynonym_1(e0, out)
+    write_array32(out, o.synonyms, _e_DescribeConfigsResponse_DescribeConfigsSynonym_1, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_1(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResourceResult.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
+    f_name, pos = read_str16(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    f_value, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     f_read_only, f_config_source, f_is_sensitive, = _S_obo.unpack_from(buf, pos)
     pos += 3
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-    else:
-        check_count(buf, pos, n0, 5, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-        f_synonyms = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsSynonym_1(buf, pos)
-            f_synonyms.append(e0)
+    n, pos = read_count32(buf, pos, 5, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
+    f_synonyms, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsSynonym_1)
     return _DescribeConfigsResponse_DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, 0, ''), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsResult_1(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResourceResult_1(e0, out)
+    write_str16(out, o.resource_name, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    write_array32(out, o.configs, _e_DescribeConfigsResponse_DescribeConfigsResourceResult_1, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResult_1(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        check_count(buf, pos, n0, 11, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResourceResult_1(buf, pos)
-            f_configs.append(e0)
+    f_resource_name, pos = read_str16(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    n, pos = read_count32(buf, pos, 11, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResourceResult_1)
     return _DescribeConfigsResponse_DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_DescribeConfigsResponse_1(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResult_1(e0, out)
+    write_array32(out, o.results, _e_DescribeConfigsResponse_DescribeConfigsResult_1, 'DescribeConfigsResponse.Results')
 
 
 def _d_DescribeConfigsResponse_1(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 11, 'DescribeConfigsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResult_1(buf, pos)
-            f_results.append(e0)
+    n, pos = read_count32(buf, pos, 11, 'DescribeConfigsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResult_1)
     return DescribeConfigsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_3(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    write_str16n(out, o.value, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     out.append(_S_o.pack(o.read_only))
     if o.is_default != False:
         raise absent_error('DescribeConfigsResponse.DescribeConfigsResourceResult.IsDefault', '0-0')
     out.append(_S_bo.pack(o.config_source, o.is_sensitive))
-    v = o.synonyms
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsSynonym_1(e0, out)
+    write_array32(out, o.synonyms, _e_DescribeConfigsResponse_DescribeConfigsSynonym_1, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
     out.append(_S_b.pack(o.config_type))
-    v = o.documentation
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.documentation, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation')
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_3(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResourceResult.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
+    f_name, pos = read_str16(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    f_value, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     f_read_only, f_config_source, f_is_sensitive, = _S_obo.unpack_from(buf, pos)
     pos += 3
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-    else:
-        check_count(buf, pos, n0, 5, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-        f_synonyms = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsSynonym_1(buf, pos)
-            f_synonyms.append(e0)
+    n, pos = read_count32(buf, pos, 5, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
+    f_synonyms, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsSynonym_1)
     f_config_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation: negative length')
-        f_documentation = None
-    else:
-        f_documentation, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation')
+    f_documentation, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation')
     return _DescribeConfigsResponse_DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsResult_3(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResourceResult_3(e0, out)
+    write_str16(out, o.resource_name, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    write_array32(out, o.configs, _e_DescribeConfigsResponse_DescribeConfigsResourceResult_3, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResult_3(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        check_count(buf, pos, n0, 14, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResourceResult_3(buf, pos)
-            f_configs.append(e0)
+    f_resource_name, pos = read_str16(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    n, pos = read_count32(buf, pos, 14, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResourceResult_3)
     return _DescribeConfigsResponse_DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_DescribeConfigsResponse_3(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResult_3(e0, out)
+    write_array32(out, o.results, _e_DescribeConfigsResponse_DescribeConfigsResult_3, 'DescribeConfigsResponse.Results')
 
 
 def _d_DescribeConfigsResponse_3(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 11, 'DescribeConfigsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResult_3(buf, pos)
-            f_results.append(e0)
+    n, pos = read_count32(buf, pos, 11, 'DescribeConfigsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResult_3)
     return DescribeConfigsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsSynonym_4(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsSynonym.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'DescribeConfigsResponse.DescribeConfigsSynonym.Name')
+    write_cstrn(out, o.value, 'DescribeConfigsResponse.DescribeConfigsSynonym.Value')
     out.append(_S_bB.pack(o.source, 0))
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsSynonym_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsSynonym.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsSynonym.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsSynonym.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsSynonym.Value')
+    f_name, pos = read_cstr(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.Name')
+    f_value, pos = read_cstrn(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.Value')
     f_source, = _S_b.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym')
     return _DescribeConfigsResponse_DescribeConfigsSynonym(f_name, f_value, f_source), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_4(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    write_cstrn(out, o.value, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     out.append(_S_o.pack(o.read_only))
     if o.is_default != False:
         raise absent_error('DescribeConfigsResponse.DescribeConfigsResourceResult.IsDefault', '0-0')
     out.append(_S_bo.pack(o.config_source, o.is_sensitive))
-    v = o.synonyms
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsSynonym_4(e0, out)
+    write_carray(out, o.synonyms, _e_DescribeConfigsResponse_DescribeConfigsSynonym_4, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
     out.append(_S_b.pack(o.config_type))
-    v = o.documentation
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.documentation, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_4(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResourceResult.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
+    f_name, pos = read_cstr(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Name')
+    f_value, pos = read_cstrn(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Value')
     f_read_only, f_config_source, f_is_sensitive, = _S_obo.unpack_from(buf, pos)
     pos += 3
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-    else:
-        check_count(buf, pos, n0, 4, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
-        f_synonyms = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsSynonym_4(buf, pos)
-            f_synonyms.append(e0)
+    n, pos = read_ccount(buf, pos, 4, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Synonyms')
+    f_synonyms, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsSynonym_4)
     f_config_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation: negative length')
-        f_documentation = None
-    else:
-        f_documentation, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult')[1]
+    f_documentation, pos = read_cstrn(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.Documentation')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult')
     return _DescribeConfigsResponse_DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation), pos
 
 
 def _e_DescribeConfigsResponse_DescribeConfigsResult_4(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResourceResult_4(e0, out)
+    write_cstr(out, o.resource_name, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    write_carray(out, o.configs, _e_DescribeConfigsResponse_DescribeConfigsResourceResult_4, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeConfigsResponse_DescribeConfigsResult_4(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
+    f_error_message, pos = read_cstrn(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.DescribeConfigsResult.Configs')
-    else:
-        check_count(buf, pos, n0, 9, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResourceResult_4(buf, pos)
-            f_configs.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult')[1]
+    f_resource_name, pos = read_cstr(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.ResourceName')
+    n, pos = read_ccount(buf, pos, 9, 'DescribeConfigsResponse.DescribeConfigsResult.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResourceResult_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult')
     return _DescribeConfigsResponse_DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_DescribeConfigsResponse_4(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeConfigsResponse_DescribeConfigsResult_4(e0, out)
+    write_carray(out, o.results, _e_DescribeConfigsResponse_DescribeConfigsResult_4, 'DescribeConfigsResponse.Results')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeConfigsResponse_4(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeConfigsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 7, 'DescribeConfigsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeConfigsResponse_DescribeConfigsResult_4(buf, pos)
-            f_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeConfigsResponse')[1]
+    n, pos = read_ccount(buf, pos, 7, 'DescribeConfigsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeConfigsResponse_DescribeConfigsResult_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeConfigsResponse')
     return DescribeConfigsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_AlterConfigsRequest_AlterableConfig_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AlterConfigsRequest.AlterableConfig.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'AlterConfigsRequest.AlterableConfig.Name')
+    write_str16n(out, o.value, 'AlterConfigsRequest.AlterableConfig.Value')
 
 
 def _d_AlterConfigsRequest_AlterableConfig_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.AlterableConfig.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AlterConfigsRequest.AlterableConfig.Name')
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('AlterConfigsRequest.AlterableConfig.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'AlterConfigsRequest.AlterableConfig.Value')
+    f_name, pos = read_str16(buf, pos, 'AlterConfigsRequest.AlterableConfig.Name')
+    f_value, pos = read_str16n(buf, pos, 'AlterConfigsRequest.AlterableConfig.Value')
     return _AlterConfigsRequest_AlterableConfig(f_name, f_value), pos
 
 
 def _e_AlterConfigsRequest_AlterConfigsResource_0(o, out):
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_AlterConfigsRequest_AlterableConfig_0(e0, out)
+    write_str16(out, o.resource_name, 'AlterConfigsRequest.AlterConfigsResource.ResourceName')
+    write_array32(out, o.configs, _e_AlterConfigsRequest_AlterableConfig_0, 'AlterConfigsRequest.AlterConfigsResource.Configs')
 
 
 def _d_AlterConfigsRequest_AlterConfigsResource_0(buf, pos):
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'AlterConfigsRequest.AlterConfigsResource.ResourceName')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        check_count(buf, pos, n0, 4, 'AlterConfigsRequest.AlterConfigsResource.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_AlterConfigsRequest_AlterableConfig_0(buf, pos)
-            f_configs.append(e0)
+    f_resource_name, pos = read_str16(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.ResourceName')
+    n, pos = read_count32(buf, pos, 4, 'AlterConfigsRequest.AlterConfigsResource.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_AlterConfigsRequest_AlterableConfig_0)
     return _AlterConfigsRequest_AlterConfigsResource(f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_AlterConfigsRequest_0(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('AlterConfigsRequest.Resources')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_AlterConfigsRequest_AlterConfigsResource_0(e0, out)
+    write_array32(out, o.resources, _e_AlterConfigsRequest_AlterConfigsResource_0, 'AlterConfigsRequest.Resources')
     out.append(_S_o.pack(o.validate_only))
 
 
 def _d_AlterConfigsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 7, 'AlterConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_AlterConfigsRequest_AlterConfigsResource_0(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_count32(buf, pos, 7, 'AlterConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_AlterConfigsRequest_AlterConfigsResource_0)
     f_validate_only, = _S_o.unpack_from(buf, pos)
     pos += 1
     return AlterConfigsRequest(f_resources, f_validate_only), pos
 
 
 def _e_AlterConfigsRequest_AlterableConfig_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AlterConfigsRequest.AlterableConfig.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.value
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'AlterConfigsRequest.AlterableConfig.Name')
+    write_cstrn(out, o.value, 'AlterConfigsRequest.AlterableConfig.Value')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterConfigsRequest_AlterableConfig_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.AlterableConfig.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AlterConfigsRequest.AlterableConfig.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('AlterConfigsRequest.AlterableConfig.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'AlterConfigsRequest.AlterableConfig.Value')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterConfigsRequest.AlterableConfig')[1]
+    f_name, pos = read_cstr(buf, pos, 'AlterConfigsRequest.AlterableConfig.Name')
+    f_value, pos = read_cstrn(buf, pos, 'AlterConfigsRequest.AlterableConfig.Value')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterConfigsRequest.AlterableConfig')
     return _AlterConfigsRequest_AlterableConfig(f_name, f_value), pos
 
 
 def _e_AlterConfigsRequest_AlterConfigsResource_2(o, out):
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AlterConfigsRequest_AlterableConfig_2(e0, out)
+    write_cstr(out, o.resource_name, 'AlterConfigsRequest.AlterConfigsResource.ResourceName')
+    write_carray(out, o.configs, _e_AlterConfigsRequest_AlterableConfig_2, 'AlterConfigsRequest.AlterConfigsResource.Configs')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterConfigsRequest_AlterConfigsResource_2(buf, pos):
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'AlterConfigsRequest.AlterConfigsResource.ResourceName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        check_count(buf, pos, n0, 3, 'AlterConfigsRequest.AlterConfigsResource.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_AlterConfigsRequest_AlterableConfig_2(buf, pos)
-            f_configs.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterConfigsRequest.AlterConfigsResource')[1]
+    f_resource_name, pos = read_cstr(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.ResourceName')
+    n, pos = read_ccount(buf, pos, 3, 'AlterConfigsRequest.AlterConfigsResource.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_AlterConfigsRequest_AlterableConfig_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterConfigsRequest.AlterConfigsResource')
     return _AlterConfigsRequest_AlterConfigsResource(f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_AlterConfigsRequest_2(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('AlterConfigsRequest.Resources')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AlterConfigsRequest_AlterConfigsResource_2(e0, out)
+    write_carray(out, o.resources, _e_AlterConfigsRequest_AlterConfigsResource_2, 'AlterConfigsRequest.Resources')
     out.append(_S_oB.pack(o.validate_only, 0))
 
 
 def _d_AlterConfigsRequest_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 4, 'AlterConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_AlterConfigsRequest_AlterConfigsResource_2(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_ccount(buf, pos, 4, 'AlterConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_AlterConfigsRequest_AlterConfigsResource_2)
     f_validate_only, = _S_o.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterConfigsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterConfigsRequest')
     return AlterConfigsRequest(f_resources, f_validate_only), pos
 
 
 def _e_AlterConfigsResponse_AlterConfigsResourceResponse_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.resource_name, 'AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
 
 
 def _d_AlterConfigsResponse_AlterConfigsResourceResponse_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
+    f_resource_name, pos = read_str16(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
     return _AlterConfigsResponse_AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name), pos
 
 
 def _e_AlterConfigsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('AlterConfigsResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_AlterConfigsResponse_AlterConfigsResourceResponse_0(e0, out)
+    write_array32(out, o.responses, _e_AlterConfigsResponse_AlterConfigsResourceResponse_0, 'AlterConfigsResponse.Responses')
 
 
 def _d_AlterConfigsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('AlterConfigsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 7, 'AlterConfigsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_AlterConfigsResponse_AlterConfigsResourceResponse_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 7, 'AlterConfigsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_AlterConfigsResponse_AlterConfigsResourceResponse_0)
     return AlterConfigsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_AlterConfigsResponse_AlterConfigsResourceResponse_2(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.resource_name, 'AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterConfigsResponse_AlterConfigsResourceResponse_2(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
+    f_error_message, pos = read_cstrn(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse')[1]
+    f_resource_name, pos = read_cstr(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse')
     return _AlterConfigsResponse_AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name), pos
 
 
 def _e_AlterConfigsResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('AlterConfigsResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AlterConfigsResponse_AlterConfigsResourceResponse_2(e0, out)
+    write_carray(out, o.responses, _e_AlterConfigsResponse_AlterConfigsResourceResponse_2, 'AlterConfigsResponse.Responses')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterConfigsResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterConfigsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'AlterConfigsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_AlterConfigsResponse_AlterConfigsResourceResponse_2(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterConfigsResponse')[1]
+    n, pos = read_ccount(buf, pos, 6, 'AlterConfigsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_AlterConfigsResponse_AlterConfigsResourceResponse_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterConfigsResponse')
     return AlterConfigsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_DescribeLogDirsRequest_DescribableLogDirTopic_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_str16(out, o.topic, 'DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
+    write_ints32(out, o.partitions, 'i', 'DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
 
 
 def _d_DescribeLogDirsRequest_DescribableLogDirTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
+    f_topic, pos = read_str16(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
+    n, pos = read_count32(buf, pos, 4, 'DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
     return _DescribeLogDirsRequest_DescribableLogDirTopic(f_topic, f_partitions), pos
 
 
 def _e_DescribeLogDirsRequest_0(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeLogDirsRequest_DescribableLogDirTopic_0(e0, out)
+    write_array32n(out, o.topics, _e_DescribeLogDirsRequest_DescribableLogDirTopic_0, 'DescribeLogDirsRequest.Topics')
 
 
 def _d_DescribeLogDirsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeLogDirsRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 6, 'DescribeLogDirsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsRequest_DescribableLogDirTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32n(buf, pos, 6, 'DescribeLogDirsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeLogDirsRequest_DescribableLogDirTopic_0)
     return DescribeLogDirsRequest(f_topics), pos
 
 
 def _e_DescribeLogDirsRequest_DescribableLogDirTopic_2(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.topic, 'DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
+    write_cints(out, o.partitions, 'i', 'DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeLogDirsRequest_DescribableLogDirTopic_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic')[1]
+    f_topic, pos = read_cstr(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.Topic')
+    n, pos = read_ccount(buf, pos, 4, 'DescribeLogDirsRequest.DescribableLogDirTopic.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic')
     return _DescribeLogDirsRequest_DescribableLogDirTopic(f_topic, f_partitions), pos
 
 
 def _e_DescribeLogDirsRequest_2(o, out):
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeLogDirsRequest_DescribableLogDirTopic_2(e0, out)
+    write_carrayn(out, o.topics, _e_DescribeLogDirsRequest_DescribableLogDirTopic_2, 'DescribeLogDirsRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeLogDirsRequest_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeLogDirsRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 3, 'DescribeLogDirsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsRequest_DescribableLogDirTopic_2(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsRequest')[1]
+    n, pos = read_ccountn(buf, pos, 3, 'DescribeLogDirsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeLogDirsRequest_DescribableLogDirTopic_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsRequest')
     return DescribeLogDirsRequest(f_topics), pos
 
 
@@ -20269,106 +9319,42 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_0(buf, pos):
 
 
 def _e_DescribeLogDirsResponse_DescribeLogDirsTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsPartition_0(e0, out)
+    write_str16(out, o.name, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
+    write_array32(out, o.partitions, _e_DescribeLogDirsResponse_DescribeLogDirsPartition_0, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
 
 
 def _d_DescribeLogDirsResponse_DescribeLogDirsTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 21, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
+    n, pos = read_count32(buf, pos, 21, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsPartition_0)
     return _DescribeLogDirsResponse_DescribeLogDirsTopic(f_name, f_partitions), pos
 
 
 def _e_DescribeLogDirsResponse_DescribeLogDirsResult_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.log_dir
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsTopic_0(e0, out)
+    write_str16(out, o.log_dir, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
+    write_array32(out, o.topics, _e_DescribeLogDirsResponse_DescribeLogDirsTopic_0, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
 
 
 def _d_DescribeLogDirsResponse_DescribeLogDirsResult_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    else:
-        f_log_dir, pos = read_string(buf, pos, n0, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsTopic_0(buf, pos)
-            f_topics.append(e0)
+    f_log_dir, pos = read_str16(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
+    n, pos = read_count32(buf, pos, 6, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsTopic_0)
     return _DescribeLogDirsResponse_DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1), pos
 
 
 def _e_DescribeLogDirsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsResult_0(e0, out)
+    write_array32(out, o.results, _e_DescribeLogDirsResponse_DescribeLogDirsResult_0, 'DescribeLogDirsResponse.Results')
 
 
 def _d_DescribeLogDirsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 8, 'DescribeLogDirsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsResult_0(buf, pos)
-            f_results.append(e0)
+    n, pos = read_count32(buf, pos, 8, 'DescribeLogDirsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsResult_0)
     return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results), pos
 
 
@@ -20379,398 +9365,151 @@ def _e_DescribeLogDirsResponse_DescribeLogDirsPartition_2(o, out):
 def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_2(buf, pos):
     f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, = _S_iqqo.unpack_from(buf, pos)
     pos += 21
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsPartition')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsPartition')
     return _DescribeLogDirsResponse_DescribeLogDirsPartition(f_partition_index, f_partition_size, f_offset_lag, f_is_future_key), pos
 
 
 def _e_DescribeLogDirsResponse_DescribeLogDirsTopic_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsPartition_2(e0, out)
+    write_cstr(out, o.name, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
+    write_carray(out, o.partitions, _e_DescribeLogDirsResponse_DescribeLogDirsPartition_2, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeLogDirsResponse_DescribeLogDirsTopic_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 22, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsPartition_2(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Name')
+    n, pos = read_ccount(buf, pos, 22, 'DescribeLogDirsResponse.DescribeLogDirsTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsPartition_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic')
     return _DescribeLogDirsResponse_DescribeLogDirsTopic(f_name, f_partitions), pos
 
 
 def _e_DescribeLogDirsResponse_DescribeLogDirsResult_2(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.log_dir
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsTopic_2(e0, out)
+    write_cstr(out, o.log_dir, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
+    write_carray(out, o.topics, _e_DescribeLogDirsResponse_DescribeLogDirsTopic_2, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeLogDirsResponse_DescribeLogDirsResult_2(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    else:
-        f_log_dir, pos = read_string(buf, pos, n0, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsTopic_2(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult')[1]
+    f_log_dir, pos = read_cstr(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
+    n, pos = read_ccount(buf, pos, 3, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsTopic_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult')
     return _DescribeLogDirsResponse_DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1), pos
 
 
 def _e_DescribeLogDirsResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsResult_2(e0, out)
+    write_carray(out, o.results, _e_DescribeLogDirsResponse_DescribeLogDirsResult_2, 'DescribeLogDirsResponse.Results')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeLogDirsResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 5, 'DescribeLogDirsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsResult_2(buf, pos)
-            f_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsResponse')[1]
+    n, pos = read_ccount(buf, pos, 5, 'DescribeLogDirsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsResponse')
     return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results), pos
 
 
 def _e_DescribeLogDirsResponse_3(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsResult_2(e0, out)
+    write_carray(out, o.results, _e_DescribeLogDirsResponse_DescribeLogDirsResult_2, 'DescribeLogDirsResponse.Results')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeLogDirsResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 5, 'DescribeLogDirsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsResult_2(buf, pos)
-            f_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsResponse')[1]
+    n, pos = read_ccount(buf, pos, 5, 'DescribeLogDirsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsResponse')
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 
 def _e_DescribeLogDirsResponse_DescribeLogDirsResult_4(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.log_dir
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsTopic_2(e0, out)
+    write_cstr(out, o.log_dir, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
+    write_carray(out, o.topics, _e_DescribeLogDirsResponse_DescribeLogDirsTopic_2, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
     out.append(_S_qqB.pack(o.total_bytes, o.usable_bytes, 0))
 
 
 def _d_DescribeLogDirsResponse_DescribeLogDirsResult_4(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    else:
-        f_log_dir, pos = read_string(buf, pos, n0, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsTopic_2(buf, pos)
-            f_topics.append(e0)
+    f_log_dir, pos = read_cstr(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.LogDir')
+    n, pos = read_ccount(buf, pos, 3, 'DescribeLogDirsResponse.DescribeLogDirsResult.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsTopic_2)
     f_total_bytes, f_usable_bytes, = _S_qq.unpack_from(buf, pos)
     pos += 16
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult')
     return _DescribeLogDirsResponse_DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes), pos
 
 
 def _e_DescribeLogDirsResponse_4(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.results
-    if v is None:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeLogDirsResponse_DescribeLogDirsResult_4(e0, out)
+    write_carray(out, o.results, _e_DescribeLogDirsResponse_DescribeLogDirsResult_4, 'DescribeLogDirsResponse.Results')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeLogDirsResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeLogDirsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 21, 'DescribeLogDirsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeLogDirsResponse_DescribeLogDirsResult_4(buf, pos)
-            f_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeLogDirsResponse')[1]
+    n, pos = read_ccount(buf, pos, 21, 'DescribeLogDirsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DescribeLogDirsResponse_DescribeLogDirsResult_4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeLogDirsResponse')
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 
 def _e_SaslAuthenticateRequest_0(o, out):
-    v = o.auth_bytes
-    if v is None:
-        raise null_error('SaslAuthenticateRequest.AuthBytes')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_bytes32(out, o.auth_bytes, 'SaslAuthenticateRequest.AuthBytes')
 
 
 def _d_SaslAuthenticateRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SaslAuthenticateRequest.AuthBytes')
-    else:
-        f_auth_bytes, pos = read_bytes(buf, pos, n0, 'SaslAuthenticateRequest.AuthBytes')
+    f_auth_bytes, pos = read_bytes32(buf, pos, 'SaslAuthenticateRequest.AuthBytes')
     return SaslAuthenticateRequest(f_auth_bytes), pos
 
 
 def _e_SaslAuthenticateRequest_2(o, out):
-    v = o.auth_bytes
-    if v is None:
-        raise null_error('SaslAuthenticateRequest.AuthBytes')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cbytes(out, o.auth_bytes, 'SaslAuthenticateRequest.AuthBytes')
     out.append(_S_B.pack(0))
 
 
 def _d_SaslAuthenticateRequest_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SaslAuthenticateRequest.AuthBytes')
-    else:
-        f_auth_bytes, pos = read_bytes(buf, pos, n0, 'SaslAuthenticateRequest.AuthBytes')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'SaslAuthenticateRequest')[1]
+    f_auth_bytes, pos = read_cbytes(buf, pos, 'SaslAuthenticateRequest.AuthBytes')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'SaslAuthenticateRequest')
     return SaslAuthenticateRequest(f_auth_bytes), pos
 
 
 def _e_SaslAuthenticateResponse_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.auth_bytes
-    if v is None:
-        raise null_error('SaslAuthenticateResponse.AuthBytes')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16n(out, o.error_message, 'SaslAuthenticateResponse.ErrorMessage')
+    write_bytes32(out, o.auth_bytes, 'SaslAuthenticateResponse.AuthBytes')
 
 
 def _d_SaslAuthenticateResponse_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SaslAuthenticateResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'SaslAuthenticateResponse.ErrorMessage')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SaslAuthenticateResponse.AuthBytes')
-    else:
-        f_auth_bytes, pos = read_bytes(buf, pos, n0, 'SaslAuthenticateResponse.AuthBytes')
+    f_error_message, pos = read_str16n(buf, pos, 'SaslAuthenticateResponse.ErrorMessage')
+    f_auth_bytes, pos = read_bytes32(buf, pos, 'SaslAuthenticateResponse.AuthBytes')
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, 0), pos
 
 
 def _e_SaslAuthenticateResponse_1(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.auth_bytes
-    if v is None:
-        raise null_error('SaslAuthenticateResponse.AuthBytes')
-    else:
-        out.append(S_INT32.pack(byte_length(v)))
-        out.append(as_piece(v))
+    write_str16n(out, o.error_message, 'SaslAuthenticateResponse.ErrorMessage')
+    write_bytes32(out, o.auth_bytes, 'SaslAuthenticateResponse.AuthBytes')
     out.append(_S_q.pack(o.session_lifetime_ms))
 
 
 def _d_SaslAuthenticateResponse_1(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SaslAuthenticateResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'SaslAuthenticateResponse.ErrorMessage')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('SaslAuthenticateResponse.AuthBytes')
-    else:
-        f_auth_bytes, pos = read_bytes(buf, pos, n0, 'SaslAuthenticateResponse.AuthBytes')
+    f_error_message, pos = read_str16n(buf, pos, 'SaslAuthenticateResponse.ErrorMessage')
+    f_auth_bytes, pos = read_bytes32(buf, pos, 'SaslAuthenticateResponse.AuthBytes')
     f_session_lifetime_ms, = _S_q.unpack_from(buf, pos)
     pos += 8
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms), pos
@@ -20778,507 +9517,190 @@ def _d_SaslAuthenticateResponse_1(buf, pos):
 
 def _e_SaslAuthenticateResponse_2(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.auth_bytes
-    if v is None:
-        raise null_error('SaslAuthenticateResponse.AuthBytes')
-    else:
-        out.append(uvarint_bytes(byte_length(v) + 1))
-        out.append(as_piece(v))
+    write_cstrn(out, o.error_message, 'SaslAuthenticateResponse.ErrorMessage')
+    write_cbytes(out, o.auth_bytes, 'SaslAuthenticateResponse.AuthBytes')
     out.append(_S_qB.pack(o.session_lifetime_ms, 0))
 
 
 def _d_SaslAuthenticateResponse_2(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('SaslAuthenticateResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'SaslAuthenticateResponse.ErrorMessage')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('SaslAuthenticateResponse.AuthBytes')
-    else:
-        f_auth_bytes, pos = read_bytes(buf, pos, n0, 'SaslAuthenticateResponse.AuthBytes')
+    f_error_message, pos = read_cstrn(buf, pos, 'SaslAuthenticateResponse.ErrorMessage')
+    f_auth_bytes, pos = read_cbytes(buf, pos, 'SaslAuthenticateResponse.AuthBytes')
     f_session_lifetime_ms, = _S_q.unpack_from(buf, pos)
     pos += 8
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'SaslAuthenticateResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'SaslAuthenticateResponse')
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms), pos
 
 
 def _e_CreatePartitionsRequest_CreatePartitionsAssignment_0(o, out):
-    v = o.broker_ids
-    if v is None:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_ints32(out, o.broker_ids, 'i', 'CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
 
 
 def _d_CreatePartitionsRequest_CreatePartitionsAssignment_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
-    else:
-        f_broker_ids, pos = read_array_int(buf, pos, n0, 'i', 4, 'CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
+    n, pos = read_count32(buf, pos, 4, 'CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
+    f_broker_ids, pos = read_ints(buf, pos, n, 'i', 4)
     return _CreatePartitionsRequest_CreatePartitionsAssignment(f_broker_ids), pos
 
 
 def _e_CreatePartitionsRequest_CreatePartitionsTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'CreatePartitionsRequest.CreatePartitionsTopic.Name')
     out.append(_S_i.pack(o.count))
-    v = o.assignments
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreatePartitionsRequest_CreatePartitionsAssignment_0(e0, out)
+    write_array32n(out, o.assignments, _e_CreatePartitionsRequest_CreatePartitionsAssignment_0, 'CreatePartitionsRequest.CreatePartitionsTopic.Assignments')
 
 
 def _d_CreatePartitionsRequest_CreatePartitionsTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreatePartitionsRequest.CreatePartitionsTopic.Name')
+    f_name, pos = read_str16(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.Name')
     f_count, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreatePartitionsRequest.CreatePartitionsTopic.Assignments: negative length')
-        f_assignments = None
-    else:
-        check_count(buf, pos, n0, 4, 'CreatePartitionsRequest.CreatePartitionsTopic.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_CreatePartitionsRequest_CreatePartitionsAssignment_0(buf, pos)
-            f_assignments.append(e0)
+    n, pos = read_count32n(buf, pos, 4, 'CreatePartitionsRequest.CreatePartitionsTopic.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_CreatePartitionsRequest_CreatePartitionsAssignment_0)
     return _CreatePartitionsRequest_CreatePartitionsTopic(f_name, f_count, f_assignments), pos
 
 
 def _e_CreatePartitionsRequest_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('CreatePartitionsRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreatePartitionsRequest_CreatePartitionsTopic_0(e0, out)
+    write_array32(out, o.topics, _e_CreatePartitionsRequest_CreatePartitionsTopic_0, 'CreatePartitionsRequest.Topics')
     out.append(_S_io.pack(o.timeout_ms, o.validate_only))
 
 
 def _d_CreatePartitionsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreatePartitionsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 10, 'CreatePartitionsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreatePartitionsRequest_CreatePartitionsTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 10, 'CreatePartitionsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreatePartitionsRequest_CreatePartitionsTopic_0)
     f_timeout_ms, f_validate_only, = _S_io.unpack_from(buf, pos)
     pos += 5
     return CreatePartitionsRequest(f_topics, f_timeout_ms, f_validate_only), pos
 
 
 def _e_CreatePartitionsRequest_CreatePartitionsAssignment_2(o, out):
-    v = o.broker_ids
-    if v is None:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cints(out, o.broker_ids, 'i', 'CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
     out.append(_S_B.pack(0))
 
 
 def _d_CreatePartitionsRequest_CreatePartitionsAssignment_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
-    else:
-        f_broker_ids, pos = read_array_int(buf, pos, n0, 'i', 4, 'CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment')[1]
+    n, pos = read_ccount(buf, pos, 4, 'CreatePartitionsRequest.CreatePartitionsAssignment.BrokerIds')
+    f_broker_ids, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment')
     return _CreatePartitionsRequest_CreatePartitionsAssignment(f_broker_ids), pos
 
 
 def _e_CreatePartitionsRequest_CreatePartitionsTopic_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'CreatePartitionsRequest.CreatePartitionsTopic.Name')
     out.append(_S_i.pack(o.count))
-    v = o.assignments
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreatePartitionsRequest_CreatePartitionsAssignment_2(e0, out)
+    write_carrayn(out, o.assignments, _e_CreatePartitionsRequest_CreatePartitionsAssignment_2, 'CreatePartitionsRequest.CreatePartitionsTopic.Assignments')
     out.append(_S_B.pack(0))
 
 
 def _d_CreatePartitionsRequest_CreatePartitionsTopic_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreatePartitionsRequest.CreatePartitionsTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreatePartitionsRequest.CreatePartitionsTopic.Name')
+    f_name, pos = read_cstr(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.Name')
     f_count, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreatePartitionsRequest.CreatePartitionsTopic.Assignments: negative length')
-        f_assignments = None
-    else:
-        check_count(buf, pos, n0, 2, 'CreatePartitionsRequest.CreatePartitionsTopic.Assignments')
-        f_assignments = []
-        for _ in range(n0):
-            e0, pos = _d_CreatePartitionsRequest_CreatePartitionsAssignment_2(buf, pos)
-            f_assignments.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic')[1]
+    n, pos = read_ccountn(buf, pos, 2, 'CreatePartitionsRequest.CreatePartitionsTopic.Assignments')
+    f_assignments, pos = read_structs(buf, pos, n, _d_CreatePartitionsRequest_CreatePartitionsAssignment_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic')
     return _CreatePartitionsRequest_CreatePartitionsTopic(f_name, f_count, f_assignments), pos
 
 
 def _e_CreatePartitionsRequest_2(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('CreatePartitionsRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreatePartitionsRequest_CreatePartitionsTopic_2(e0, out)
+    write_carray(out, o.topics, _e_CreatePartitionsRequest_CreatePartitionsTopic_2, 'CreatePartitionsRequest.Topics')
     out.append(_S_ioB.pack(o.timeout_ms, o.validate_only, 0))
 
 
 def _d_CreatePartitionsRequest_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreatePartitionsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 7, 'CreatePartitionsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_CreatePartitionsRequest_CreatePartitionsTopic_2(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_ccount(buf, pos, 7, 'CreatePartitionsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_CreatePartitionsRequest_CreatePartitionsTopic_2)
     f_timeout_ms, f_validate_only, = _S_io.unpack_from(buf, pos)
     pos += 5
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreatePartitionsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreatePartitionsRequest')
     return CreatePartitionsRequest(f_topics, f_timeout_ms, f_validate_only), pos
 
 
 def _e_CreatePartitionsResponse_CreatePartitionsTopicResult_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage')
 
 
 def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
+    f_name, pos = read_str16(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage')
     return _CreatePartitionsResponse_CreatePartitionsTopicResult(f_name, f_error_code, f_error_message), pos
 
 
 def _e_CreatePartitionsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('CreatePartitionsResponse.Results')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_CreatePartitionsResponse_CreatePartitionsTopicResult_0(e0, out)
+    write_array32(out, o.results, _e_CreatePartitionsResponse_CreatePartitionsTopicResult_0, 'CreatePartitionsResponse.Results')
 
 
 def _d_CreatePartitionsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('CreatePartitionsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 6, 'CreatePartitionsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_CreatePartitionsResponse_CreatePartitionsTopicResult_0(buf, pos)
-            f_results.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'CreatePartitionsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_CreatePartitionsResponse_CreatePartitionsTopicResult_0)
     return CreatePartitionsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_CreatePartitionsResponse_CreatePartitionsTopicResult_2(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage')
     out.append(_S_B.pack(0))
 
 
 def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
+    f_name, pos = read_cstr(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.Name')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.ErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult')
     return _CreatePartitionsResponse_CreatePartitionsTopicResult(f_name, f_error_code, f_error_message), pos
 
 
 def _e_CreatePartitionsResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('CreatePartitionsResponse.Results')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_CreatePartitionsResponse_CreatePartitionsTopicResult_2(e0, out)
+    write_carray(out, o.results, _e_CreatePartitionsResponse_CreatePartitionsTopicResult_2, 'CreatePartitionsResponse.Results')
     out.append(_S_B.pack(0))
 
 
 def _d_CreatePartitionsResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('CreatePartitionsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 5, 'CreatePartitionsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_CreatePartitionsResponse_CreatePartitionsTopicResult_2(buf, pos)
-            f_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'CreatePartitionsResponse')[1]
+    n, pos = read_ccount(buf, pos, 5, 'CreatePartitionsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_CreatePartitionsResponse_CreatePartitionsTopicResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'CreatePartitionsResponse')
     return CreatePartitionsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_DeleteGroupsRequest_0(o, out):
-    v = o.groups_names
-    if v is None:
-        raise null_error('DeleteGroupsRequest.GroupsNames')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(S_INT16.pack(len(b1)))
-            out.append(b1)
+    write_array32(out, o.groups_names, write_str16_item, 'DeleteGroupsRequest.GroupsNames')
 
 
 def _d_DeleteGroupsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteGroupsRequest.GroupsNames')
-    else:
-        check_count(buf, pos, n0, 2, 'DeleteGroupsRequest.GroupsNames')
-        f_groups_names = []
-        for _ in range(n0):
-            n1, = S_INT16.unpack_from(buf, pos)
-            pos += 2
-            if n1 < 0:
-                raise null_error('DeleteGroupsRequest.GroupsNames')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DeleteGroupsRequest.GroupsNames')
-            f_groups_names.append(e0)
+    n, pos = read_count32(buf, pos, 2, 'DeleteGroupsRequest.GroupsNames')
+    f_groups_names, pos = read_structs(buf, pos, n, read_str16_item)
     return DeleteGroupsRequest(f_groups_names), pos
 
 
 def _e_DeleteGroupsRequest_2(o, out):
-    v = o.groups_names
-    if v is None:
-        raise null_error('DeleteGroupsRequest.GroupsNames')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_carray(out, o.groups_names, write_cstr_item, 'DeleteGroupsRequest.GroupsNames')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteGroupsRequest_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteGroupsRequest.GroupsNames')
-    else:
-        check_count(buf, pos, n0, 1, 'DeleteGroupsRequest.GroupsNames')
-        f_groups_names = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('DeleteGroupsRequest.GroupsNames')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DeleteGroupsRequest.GroupsNames')
-            f_groups_names.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteGroupsRequest')[1]
+    n, pos = read_ccount(buf, pos, 1, 'DeleteGroupsRequest.GroupsNames')
+    f_groups_names, pos = read_structs(buf, pos, n, read_cstr_item)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteGroupsRequest')
     return DeleteGroupsRequest(f_groups_names), pos
 
 
 def _e_DeleteGroupsResponse_DeletableGroupResult_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('DeleteGroupsResponse.DeletableGroupResult.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.group_id, 'DeleteGroupsResponse.DeletableGroupResult.GroupId')
     out.append(_S_h.pack(o.error_code))
 
 
 def _d_DeleteGroupsResponse_DeletableGroupResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('DeleteGroupsResponse.DeletableGroupResult.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'DeleteGroupsResponse.DeletableGroupResult.GroupId')
+    f_group_id, pos = read_str16(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult.GroupId')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
     return _DeleteGroupsResponse_DeletableGroupResult(f_group_id, f_error_code), pos
@@ -21286,156 +9708,67 @@ def _d_DeleteGroupsResponse_DeletableGroupResult_0(buf, pos):
 
 def _e_DeleteGroupsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DeleteGroupsResponse.Results')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_DeleteGroupsResponse_DeletableGroupResult_0(e0, out)
+    write_array32(out, o.results, _e_DeleteGroupsResponse_DeletableGroupResult_0, 'DeleteGroupsResponse.Results')
 
 
 def _d_DeleteGroupsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('DeleteGroupsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 4, 'DeleteGroupsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteGroupsResponse_DeletableGroupResult_0(buf, pos)
-            f_results.append(e0)
+    n, pos = read_count32(buf, pos, 4, 'DeleteGroupsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DeleteGroupsResponse_DeletableGroupResult_0)
     return DeleteGroupsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_DeleteGroupsResponse_DeletableGroupResult_2(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('DeleteGroupsResponse.DeletableGroupResult.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.group_id, 'DeleteGroupsResponse.DeletableGroupResult.GroupId')
     out.append(_S_hB.pack(o.error_code, 0))
 
 
 def _d_DeleteGroupsResponse_DeletableGroupResult_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteGroupsResponse.DeletableGroupResult.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'DeleteGroupsResponse.DeletableGroupResult.GroupId')
+    f_group_id, pos = read_cstr(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult.GroupId')
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult')
     return _DeleteGroupsResponse_DeletableGroupResult(f_group_id, f_error_code), pos
 
 
 def _e_DeleteGroupsResponse_2(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.results
-    if v is None:
-        raise null_error('DeleteGroupsResponse.Results')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DeleteGroupsResponse_DeletableGroupResult_2(e0, out)
+    write_carray(out, o.results, _e_DeleteGroupsResponse_DeletableGroupResult_2, 'DeleteGroupsResponse.Results')
     out.append(_S_B.pack(0))
 
 
 def _d_DeleteGroupsResponse_2(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DeleteGroupsResponse.Results')
-    else:
-        check_count(buf, pos, n0, 4, 'DeleteGroupsResponse.Results')
-        f_results = []
-        for _ in range(n0):
-            e0, pos = _d_DeleteGroupsResponse_DeletableGroupResult_2(buf, pos)
-            f_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DeleteGroupsResponse')[1]
+    n, pos = read_ccount(buf, pos, 4, 'DeleteGroupsResponse.Results')
+    f_results, pos = read_structs(buf, pos, n, _d_DeleteGroupsResponse_DeletableGroupResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DeleteGroupsResponse')
     return DeleteGroupsResponse(f_throttle_time_ms, f_results), pos
 
 
 def _e_ElectLeadersRequest_TopicPartitions_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_str16(out, o.topic, 'ElectLeadersRequest.TopicPartitions.Topic')
+    write_ints32(out, o.partitions, 'i', 'ElectLeadersRequest.TopicPartitions.Partitions')
 
 
 def _d_ElectLeadersRequest_TopicPartitions_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'ElectLeadersRequest.TopicPartitions.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'ElectLeadersRequest.TopicPartitions.Partitions')
+    f_topic, pos = read_str16(buf, pos, 'ElectLeadersRequest.TopicPartitions.Topic')
+    n, pos = read_count32(buf, pos, 4, 'ElectLeadersRequest.TopicPartitions.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
     return _ElectLeadersRequest_TopicPartitions(f_topic, f_partitions), pos
 
 
 def _e_ElectLeadersRequest_0(o, out):
     if o.election_type != 0:
         raise absent_error('ElectLeadersRequest.ElectionType', '1+')
-    v = o.topic_partitions
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ElectLeadersRequest_TopicPartitions_0(e0, out)
+    write_array32n(out, o.topic_partitions, _e_ElectLeadersRequest_TopicPartitions_0, 'ElectLeadersRequest.TopicPartitions')
     out.append(_S_i.pack(o.timeout_ms))
 
 
 def _d_ElectLeadersRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ElectLeadersRequest.TopicPartitions: negative length')
-        f_topic_partitions = None
-    else:
-        check_count(buf, pos, n0, 6, 'ElectLeadersRequest.TopicPartitions')
-        f_topic_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersRequest_TopicPartitions_0(buf, pos)
-            f_topic_partitions.append(e0)
+    n, pos = read_count32n(buf, pos, 6, 'ElectLeadersRequest.TopicPartitions')
+    f_topic_partitions, pos = read_structs(buf, pos, n, _d_ElectLeadersRequest_TopicPartitions_0)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return ElectLeadersRequest(0, f_topic_partitions, f_timeout_ms), pos
@@ -21443,180 +9776,72 @@ def _d_ElectLeadersRequest_0(buf, pos):
 
 def _e_ElectLeadersRequest_1(o, out):
     out.append(_S_b.pack(o.election_type))
-    v = o.topic_partitions
-    if v is None:
-        out.append(b'\xff\xff\xff\xff')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ElectLeadersRequest_TopicPartitions_0(e0, out)
+    write_array32n(out, o.topic_partitions, _e_ElectLeadersRequest_TopicPartitions_0, 'ElectLeadersRequest.TopicPartitions')
     out.append(_S_i.pack(o.timeout_ms))
 
 
 def _d_ElectLeadersRequest_1(buf, pos):
     f_election_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ElectLeadersRequest.TopicPartitions: negative length')
-        f_topic_partitions = None
-    else:
-        check_count(buf, pos, n0, 6, 'ElectLeadersRequest.TopicPartitions')
-        f_topic_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersRequest_TopicPartitions_0(buf, pos)
-            f_topic_partitions.append(e0)
+    n, pos = read_count32n(buf, pos, 6, 'ElectLeadersRequest.TopicPartitions')
+    f_topic_partitions, pos = read_structs(buf, pos, n, _d_ElectLeadersRequest_TopicPartitions_0)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
     return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms), pos
 
 
 def _e_ElectLeadersRequest_TopicPartitions_2(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.topic, 'ElectLeadersRequest.TopicPartitions.Topic')
+    write_cints(out, o.partitions, 'i', 'ElectLeadersRequest.TopicPartitions.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_ElectLeadersRequest_TopicPartitions_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'ElectLeadersRequest.TopicPartitions.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ElectLeadersRequest.TopicPartitions.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'ElectLeadersRequest.TopicPartitions.Partitions')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ElectLeadersRequest.TopicPartitions')[1]
+    f_topic, pos = read_cstr(buf, pos, 'ElectLeadersRequest.TopicPartitions.Topic')
+    n, pos = read_ccount(buf, pos, 4, 'ElectLeadersRequest.TopicPartitions.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ElectLeadersRequest.TopicPartitions')
     return _ElectLeadersRequest_TopicPartitions(f_topic, f_partitions), pos
 
 
 def _e_ElectLeadersRequest_2(o, out):
     out.append(_S_b.pack(o.election_type))
-    v = o.topic_partitions
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ElectLeadersRequest_TopicPartitions_2(e0, out)
+    write_carrayn(out, o.topic_partitions, _e_ElectLeadersRequest_TopicPartitions_2, 'ElectLeadersRequest.TopicPartitions')
     out.append(_S_iB.pack(o.timeout_ms, 0))
 
 
 def _d_ElectLeadersRequest_2(buf, pos):
     f_election_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ElectLeadersRequest.TopicPartitions: negative length')
-        f_topic_partitions = None
-    else:
-        check_count(buf, pos, n0, 3, 'ElectLeadersRequest.TopicPartitions')
-        f_topic_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersRequest_TopicPartitions_2(buf, pos)
-            f_topic_partitions.append(e0)
+    n, pos = read_ccountn(buf, pos, 3, 'ElectLeadersRequest.TopicPartitions')
+    f_topic_partitions, pos = read_structs(buf, pos, n, _d_ElectLeadersRequest_TopicPartitions_2)
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ElectLeadersRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ElectLeadersRequest')
     return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms), pos
 
 
 def _e_ElectLeadersResponse_PartitionResult_0(o, out):
     out.append(_S_ih.pack(o.partition_id, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'ElectLeadersResponse.PartitionResult.ErrorMessage')
 
 
 def _d_ElectLeadersResponse_PartitionResult_0(buf, pos):
     f_partition_id, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ElectLeadersResponse.PartitionResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'ElectLeadersResponse.PartitionResult.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'ElectLeadersResponse.PartitionResult.ErrorMessage')
     return _ElectLeadersResponse_PartitionResult(f_partition_id, f_error_code, f_error_message), pos
 
 
 def _e_ElectLeadersResponse_ReplicaElectionResult_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partition_result
-    if v is None:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ElectLeadersResponse_PartitionResult_0(e0, out)
+    write_str16(out, o.topic, 'ElectLeadersResponse.ReplicaElectionResult.Topic')
+    write_array32(out, o.partition_result, _e_ElectLeadersResponse_PartitionResult_0, 'ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
 
 
 def _d_ElectLeadersResponse_ReplicaElectionResult_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'ElectLeadersResponse.ReplicaElectionResult.Topic')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
-    else:
-        check_count(buf, pos, n0, 8, 'ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
-        f_partition_result = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersResponse_PartitionResult_0(buf, pos)
-            f_partition_result.append(e0)
+    f_topic, pos = read_str16(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.Topic')
+    n, pos = read_count32(buf, pos, 8, 'ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
+    f_partition_result, pos = read_structs(buf, pos, n, _d_ElectLeadersResponse_PartitionResult_0)
     return _ElectLeadersResponse_ReplicaElectionResult(f_topic, f_partition_result), pos
 
 
@@ -21624,1086 +9849,393 @@ def _e_ElectLeadersResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
     if o.error_code != 0:
         raise absent_error('ElectLeadersResponse.ErrorCode', '1+')
-    v = o.replica_election_results
-    if v is None:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResults')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ElectLeadersResponse_ReplicaElectionResult_0(e0, out)
+    write_array32(out, o.replica_election_results, _e_ElectLeadersResponse_ReplicaElectionResult_0, 'ElectLeadersResponse.ReplicaElectionResults')
 
 
 def _d_ElectLeadersResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResults')
-    else:
-        check_count(buf, pos, n0, 6, 'ElectLeadersResponse.ReplicaElectionResults')
-        f_replica_election_results = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersResponse_ReplicaElectionResult_0(buf, pos)
-            f_replica_election_results.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ElectLeadersResponse.ReplicaElectionResults')
+    f_replica_election_results, pos = read_structs(buf, pos, n, _d_ElectLeadersResponse_ReplicaElectionResult_0)
     return ElectLeadersResponse(f_throttle_time_ms, 0, f_replica_election_results), pos
 
 
 def _e_ElectLeadersResponse_1(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.replica_election_results
-    if v is None:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResults')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_ElectLeadersResponse_ReplicaElectionResult_0(e0, out)
+    write_array32(out, o.replica_election_results, _e_ElectLeadersResponse_ReplicaElectionResult_0, 'ElectLeadersResponse.ReplicaElectionResults')
 
 
 def _d_ElectLeadersResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResults')
-    else:
-        check_count(buf, pos, n0, 6, 'ElectLeadersResponse.ReplicaElectionResults')
-        f_replica_election_results = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersResponse_ReplicaElectionResult_0(buf, pos)
-            f_replica_election_results.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'ElectLeadersResponse.ReplicaElectionResults')
+    f_replica_election_results, pos = read_structs(buf, pos, n, _d_ElectLeadersResponse_ReplicaElectionResult_0)
     return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results), pos
 
 
 def _e_ElectLeadersResponse_PartitionResult_2(o, out):
     out.append(_S_ih.pack(o.partition_id, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'ElectLeadersResponse.PartitionResult.ErrorMessage')
     out.append(_S_B.pack(0))
 
 
 def _d_ElectLeadersResponse_PartitionResult_2(buf, pos):
     f_partition_id, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ElectLeadersResponse.PartitionResult.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'ElectLeadersResponse.PartitionResult.ErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ElectLeadersResponse.PartitionResult')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'ElectLeadersResponse.PartitionResult.ErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ElectLeadersResponse.PartitionResult')
     return _ElectLeadersResponse_PartitionResult(f_partition_id, f_error_code, f_error_message), pos
 
 
 def _e_ElectLeadersResponse_ReplicaElectionResult_2(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_result
-    if v is None:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ElectLeadersResponse_PartitionResult_2(e0, out)
+    write_cstr(out, o.topic, 'ElectLeadersResponse.ReplicaElectionResult.Topic')
+    write_carray(out, o.partition_result, _e_ElectLeadersResponse_PartitionResult_2, 'ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
     out.append(_S_B.pack(0))
 
 
 def _d_ElectLeadersResponse_ReplicaElectionResult_2(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'ElectLeadersResponse.ReplicaElectionResult.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
-    else:
-        check_count(buf, pos, n0, 8, 'ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
-        f_partition_result = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersResponse_PartitionResult_2(buf, pos)
-            f_partition_result.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult')[1]
+    f_topic, pos = read_cstr(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.Topic')
+    n, pos = read_ccount(buf, pos, 8, 'ElectLeadersResponse.ReplicaElectionResult.PartitionResult')
+    f_partition_result, pos = read_structs(buf, pos, n, _d_ElectLeadersResponse_PartitionResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult')
     return _ElectLeadersResponse_ReplicaElectionResult(f_topic, f_partition_result), pos
 
 
 def _e_ElectLeadersResponse_2(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.replica_election_results
-    if v is None:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResults')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ElectLeadersResponse_ReplicaElectionResult_2(e0, out)
+    write_carray(out, o.replica_election_results, _e_ElectLeadersResponse_ReplicaElectionResult_2, 'ElectLeadersResponse.ReplicaElectionResults')
     out.append(_S_B.pack(0))
 
 
 def _d_ElectLeadersResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ElectLeadersResponse.ReplicaElectionResults')
-    else:
-        check_count(buf, pos, n0, 3, 'ElectLeadersResponse.ReplicaElectionResults')
-        f_replica_election_results = []
-        for _ in range(n0):
-            e0, pos = _d_ElectLeadersResponse_ReplicaElectionResult_2(buf, pos)
-            f_replica_election_results.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ElectLeadersResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'ElectLeadersResponse.ReplicaElectionResults')
+    f_replica_election_results, pos = read_structs(buf, pos, n, _d_ElectLeadersResponse_ReplicaElectionResult_2)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ElectLeadersResponse')
     return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results), pos
 
 
 def _e_IncrementalAlterConfigsRequest_AlterableConfig_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.AlterableConfig.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.name, 'IncrementalAlterConfigsRequest.AlterableConfig.Name')
     out.append(_S_b.pack(o.config_operation))
-    v = o.value
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.value, 'IncrementalAlterConfigsRequest.AlterableConfig.Value')
 
 
 def _d_IncrementalAlterConfigsRequest_AlterableConfig_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.AlterableConfig.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsRequest.AlterableConfig.Name')
+    f_name, pos = read_str16(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.Name')
     f_config_operation, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('IncrementalAlterConfigsRequest.AlterableConfig.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsRequest.AlterableConfig.Value')
+    f_value, pos = read_str16n(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.Value')
     return _IncrementalAlterConfigsRequest_AlterableConfig(f_name, f_config_operation, f_value), pos
 
 
 def _e_IncrementalAlterConfigsRequest_AlterConfigsResource_0(o, out):
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_IncrementalAlterConfigsRequest_AlterableConfig_0(e0, out)
+    write_str16(out, o.resource_name, 'IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
+    write_array32(out, o.configs, _e_IncrementalAlterConfigsRequest_AlterableConfig_0, 'IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
 
 
 def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_0(buf, pos):
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        check_count(buf, pos, n0, 5, 'IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_IncrementalAlterConfigsRequest_AlterableConfig_0(buf, pos)
-            f_configs.append(e0)
+    f_resource_name, pos = read_str16(buf, pos, 'IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
+    n, pos = read_count32(buf, pos, 5, 'IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_IncrementalAlterConfigsRequest_AlterableConfig_0)
     return _IncrementalAlterConfigsRequest_AlterConfigsResource(f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_IncrementalAlterConfigsRequest_0(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.Resources')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_IncrementalAlterConfigsRequest_AlterConfigsResource_0(e0, out)
+    write_array32(out, o.resources, _e_IncrementalAlterConfigsRequest_AlterConfigsResource_0, 'IncrementalAlterConfigsRequest.Resources')
     out.append(_S_o.pack(o.validate_only))
 
 
 def _d_IncrementalAlterConfigsRequest_0(buf, pos):
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 7, 'IncrementalAlterConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_IncrementalAlterConfigsRequest_AlterConfigsResource_0(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_count32(buf, pos, 7, 'IncrementalAlterConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_IncrementalAlterConfigsRequest_AlterConfigsResource_0)
     f_validate_only, = _S_o.unpack_from(buf, pos)
     pos += 1
     return IncrementalAlterConfigsRequest(f_resources, f_validate_only), pos
 
 
 def _e_IncrementalAlterConfigsRequest_AlterableConfig_1(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.AlterableConfig.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.name, 'IncrementalAlterConfigsRequest.AlterableConfig.Name')
     out.append(_S_b.pack(o.config_operation))
-    v = o.value
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.value, 'IncrementalAlterConfigsRequest.AlterableConfig.Value')
     out.append(_S_B.pack(0))
 
 
 def _d_IncrementalAlterConfigsRequest_AlterableConfig_1(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.AlterableConfig.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsRequest.AlterableConfig.Name')
+    f_name, pos = read_cstr(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.Name')
     f_config_operation, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('IncrementalAlterConfigsRequest.AlterableConfig.Value: negative length')
-        f_value = None
-    else:
-        f_value, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsRequest.AlterableConfig.Value')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig')[1]
+    f_value, pos = read_cstrn(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.Value')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig')
     return _IncrementalAlterConfigsRequest_AlterableConfig(f_name, f_config_operation, f_value), pos
 
 
 def _e_IncrementalAlterConfigsRequest_AlterConfigsResource_1(o, out):
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.configs
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_IncrementalAlterConfigsRequest_AlterableConfig_1(e0, out)
+    write_cstr(out, o.resource_name, 'IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
+    write_carray(out, o.configs, _e_IncrementalAlterConfigsRequest_AlterableConfig_1, 'IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
     out.append(_S_B.pack(0))
 
 
 def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_1(buf, pos):
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
-    else:
-        check_count(buf, pos, n0, 4, 'IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
-        f_configs = []
-        for _ in range(n0):
-            e0, pos = _d_IncrementalAlterConfigsRequest_AlterableConfig_1(buf, pos)
-            f_configs.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'IncrementalAlterConfigsRequest.AlterConfigsResource')[1]
+    f_resource_name, pos = read_cstr(buf, pos, 'IncrementalAlterConfigsRequest.AlterConfigsResource.ResourceName')
+    n, pos = read_ccount(buf, pos, 4, 'IncrementalAlterConfigsRequest.AlterConfigsResource.Configs')
+    f_configs, pos = read_structs(buf, pos, n, _d_IncrementalAlterConfigsRequest_AlterableConfig_1)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'IncrementalAlterConfigsRequest.AlterConfigsResource')
     return _IncrementalAlterConfigsRequest_AlterConfigsResource(f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_IncrementalAlterConfigsRequest_1(o, out):
-    v = o.resources
-    if v is None:
-        raise null_error('IncrementalAlterConfigsRequest.Resources')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_IncrementalAlterConfigsRequest_AlterConfigsResource_1(e0, out)
+    write_carray(out, o.resources, _e_IncrementalAlterConfigsRequest_AlterConfigsResource_1, 'IncrementalAlterConfigsRequest.Resources')
     out.append(_S_oB.pack(o.validate_only, 0))
 
 
 def _d_IncrementalAlterConfigsRequest_1(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsRequest.Resources')
-    else:
-        check_count(buf, pos, n0, 4, 'IncrementalAlterConfigsRequest.Resources')
-        f_resources = []
-        for _ in range(n0):
-            e0, pos = _d_IncrementalAlterConfigsRequest_AlterConfigsResource_1(buf, pos)
-            f_resources.append(e0)
+    n, pos = read_ccount(buf, pos, 4, 'IncrementalAlterConfigsRequest.Resources')
+    f_resources, pos = read_structs(buf, pos, n, _d_IncrementalAlterConfigsRequest_AlterConfigsResource_1)
     f_validate_only, = _S_o.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'IncrementalAlterConfigsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'IncrementalAlterConfigsRequest')
     return IncrementalAlterConfigsRequest(f_resources, f_validate_only), pos
 
 
 def _e_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\xff\xff')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16n(out, o.error_message, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
+    write_str16(out, o.resource_name, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
 
 
 def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
+    f_error_message, pos = read_str16n(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
+    f_resource_name, pos = read_str16(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
     return _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name), pos
 
 
 def _e_IncrementalAlterConfigsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('IncrementalAlterConfigsResponse.Responses')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_0(e0, out)
+    write_array32(out, o.responses, _e_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_0, 'IncrementalAlterConfigsResponse.Responses')
 
 
 def _d_IncrementalAlterConfigsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 7, 'IncrementalAlterConfigsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_0(buf, pos)
-            f_responses.append(e0)
+    n, pos = read_count32(buf, pos, 7, 'IncrementalAlterConfigsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_0)
     return IncrementalAlterConfigsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_1(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     out.append(_S_b.pack(o.resource_type))
-    v = o.resource_name
-    if v is None:
-        raise null_error('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.resource_name, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
     out.append(_S_B.pack(0))
 
 
 def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_1(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
+    f_error_message, pos = read_cstrn(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ErrorMessage')
     f_resource_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    else:
-        f_resource_name, pos = read_string(buf, pos, n0, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse')[1]
+    f_resource_name, pos = read_cstr(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.ResourceName')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse')
     return _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name), pos
 
 
 def _e_IncrementalAlterConfigsResponse_1(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.responses
-    if v is None:
-        raise null_error('IncrementalAlterConfigsResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_1(e0, out)
+    write_carray(out, o.responses, _e_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_1, 'IncrementalAlterConfigsResponse.Responses')
     out.append(_S_B.pack(0))
 
 
 def _d_IncrementalAlterConfigsResponse_1(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('IncrementalAlterConfigsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 6, 'IncrementalAlterConfigsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_1(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'IncrementalAlterConfigsResponse')[1]
+    n, pos = read_ccount(buf, pos, 6, 'IncrementalAlterConfigsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_1)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'IncrementalAlterConfigsResponse')
     return IncrementalAlterConfigsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_AlterPartitionReassignmentsRequest_ReassignablePartition_0(o, out):
     out.append(_S_i.pack(o.partition_index))
-    v = o.replicas
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cintsn(out, o.replicas, 'i', 'AlterPartitionReassignmentsRequest.ReassignablePartition.Replicas')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterPartitionReassignmentsRequest_ReassignablePartition_0(buf, pos):
     f_partition_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('AlterPartitionReassignmentsRequest.ReassignablePartition.Replicas: negative length')
-        f_replicas = None
-    else:
-        f_replicas, pos = read_array_int(buf, pos, n0, 'i', 4, 'AlterPartitionReassignmentsRequest.ReassignablePartition.Replicas')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignablePartition')[1]
+    n, pos = read_ccountn(buf, pos, 4, 'AlterPartitionReassignmentsRequest.ReassignablePartition.Replicas')
+    f_replicas, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignablePartition')
     return _AlterPartitionReassignmentsRequest_ReassignablePartition(f_partition_index, f_replicas), pos
 
 
 def _e_AlterPartitionReassignmentsRequest_ReassignableTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AlterPartitionReassignmentsRequest.ReassignableTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('AlterPartitionReassignmentsRequest.ReassignableTopic.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AlterPartitionReassignmentsRequest_ReassignablePartition_0(e0, out)
+    write_cstr(out, o.name, 'AlterPartitionReassignmentsRequest.ReassignableTopic.Name')
+    write_carray(out, o.partitions, _e_AlterPartitionReassignmentsRequest_ReassignablePartition_0, 'AlterPartitionReassignmentsRequest.ReassignableTopic.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterPartitionReassignmentsRequest_ReassignableTopic_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterPartitionReassignmentsRequest.ReassignableTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AlterPartitionReassignmentsRequest.ReassignableTopic.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterPartitionReassignmentsRequest.ReassignableTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 6, 'AlterPartitionReassignmentsRequest.ReassignableTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_AlterPartitionReassignmentsRequest_ReassignablePartition_0(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignableTopic')[1]
+    f_name, pos = read_cstr(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignableTopic.Name')
+    n, pos = read_ccount(buf, pos, 6, 'AlterPartitionReassignmentsRequest.ReassignableTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_AlterPartitionReassignmentsRequest_ReassignablePartition_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignableTopic')
     return _AlterPartitionReassignmentsRequest_ReassignableTopic(f_name, f_partitions), pos
 
 
 def _e_AlterPartitionReassignmentsRequest_0(o, out):
     out.append(_S_i.pack(o.timeout_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('AlterPartitionReassignmentsRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AlterPartitionReassignmentsRequest_ReassignableTopic_0(e0, out)
+    write_carray(out, o.topics, _e_AlterPartitionReassignmentsRequest_ReassignableTopic_0, 'AlterPartitionReassignmentsRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterPartitionReassignmentsRequest_0(buf, pos):
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterPartitionReassignmentsRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'AlterPartitionReassignmentsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_AlterPartitionReassignmentsRequest_ReassignableTopic_0(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterPartitionReassignmentsRequest')[1]
+    n, pos = read_ccount(buf, pos, 3, 'AlterPartitionReassignmentsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_AlterPartitionReassignmentsRequest_ReassignableTopic_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterPartitionReassignmentsRequest')
     return AlterPartitionReassignmentsRequest(f_timeout_ms, f_topics), pos
 
 
 def _e_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_0(o, out):
     out.append(_S_ih.pack(o.partition_index, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.ErrorMessage')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_0(buf, pos):
     f_partition_index, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.ErrorMessage')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.ErrorMessage')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse')
     return _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(f_partition_index, f_error_code, f_error_message), pos
 
 
 def _e_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_0(e0, out)
+    write_cstr(out, o.name, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Name')
+    write_carray(out, o.partitions, _e_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_0, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 8, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_0(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse')[1]
+    f_name, pos = read_cstr(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Name')
+    n, pos = read_ccount(buf, pos, 8, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse')
     return _AlterPartitionReassignmentsResponse_ReassignableTopicResponse(f_name, f_partitions), pos
 
 
 def _e_AlterPartitionReassignmentsResponse_0(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.responses
-    if v is None:
-        raise null_error('AlterPartitionReassignmentsResponse.Responses')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_0(e0, out)
+    write_cstrn(out, o.error_message, 'AlterPartitionReassignmentsResponse.ErrorMessage')
+    write_carray(out, o.responses, _e_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_0, 'AlterPartitionReassignmentsResponse.Responses')
     out.append(_S_B.pack(0))
 
 
 def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('AlterPartitionReassignmentsResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'AlterPartitionReassignmentsResponse.ErrorMessage')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('AlterPartitionReassignmentsResponse.Responses')
-    else:
-        check_count(buf, pos, n0, 3, 'AlterPartitionReassignmentsResponse.Responses')
-        f_responses = []
-        for _ in range(n0):
-            e0, pos = _d_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_0(buf, pos)
-            f_responses.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'AlterPartitionReassignmentsResponse')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'AlterPartitionReassignmentsResponse.ErrorMessage')
+    n, pos = read_ccount(buf, pos, 3, 'AlterPartitionReassignmentsResponse.Responses')
+    f_responses, pos = read_structs(buf, pos, n, _d_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'AlterPartitionReassignmentsResponse')
     return AlterPartitionReassignmentsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses), pos
 
 
 def _e_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_indexes
-    if v is None:
-        raise null_error('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.PartitionIndexes')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.name, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.Name')
+    write_cints(out, o.partition_indexes, 'i', 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.PartitionIndexes')
     out.append(_S_B.pack(0))
 
 
 def _d_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.PartitionIndexes')
-    else:
-        f_partition_indexes, pos = read_array_int(buf, pos, n0, 'i', 4, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.PartitionIndexes')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics')[1]
+    f_name, pos = read_cstr(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.Name')
+    n, pos = read_ccount(buf, pos, 4, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.PartitionIndexes')
+    f_partition_indexes, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics')
     return _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(f_name, f_partition_indexes), pos
 
 
 def _e_ListPartitionReassignmentsRequest_0(o, out):
     out.append(_S_i.pack(o.timeout_ms))
-    v = o.topics
-    if v is None:
-        out.append(b'\x00')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_0(e0, out)
+    write_carrayn(out, o.topics, _e_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_0, 'ListPartitionReassignmentsRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_ListPartitionReassignmentsRequest_0(buf, pos):
     f_timeout_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ListPartitionReassignmentsRequest.Topics: negative length')
-        f_topics = None
-    else:
-        check_count(buf, pos, n0, 3, 'ListPartitionReassignmentsRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_0(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListPartitionReassignmentsRequest')[1]
+    n, pos = read_ccountn(buf, pos, 3, 'ListPartitionReassignmentsRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListPartitionReassignmentsRequest')
     return ListPartitionReassignmentsRequest(f_timeout_ms, f_topics), pos
 
 
 def _e_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_0(o, out):
     out.append(_S_i.pack(o.partition_index))
-    v = o.replicas
-    if v is None:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.Replicas')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.adding_replicas
-    if v is None:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.AddingReplicas')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
-    v = o.removing_replicas
-    if v is None:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.RemovingReplicas')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cints(out, o.replicas, 'i', 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.Replicas')
+    write_cints(out, o.adding_replicas, 'i', 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.AddingReplicas')
+    write_cints(out, o.removing_replicas, 'i', 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.RemovingReplicas')
     out.append(_S_B.pack(0))
 
 
 def _d_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_0(buf, pos):
     f_partition_index, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.Replicas')
-    else:
-        f_replicas, pos = read_array_int(buf, pos, n0, 'i', 4, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.Replicas')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.AddingReplicas')
-    else:
-        f_adding_replicas, pos = read_array_int(buf, pos, n0, 'i', 4, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.AddingReplicas')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.RemovingReplicas')
-    else:
-        f_removing_replicas, pos = read_array_int(buf, pos, n0, 'i', 4, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.RemovingReplicas')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment')[1]
+    n, pos = read_ccount(buf, pos, 4, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.Replicas')
+    f_replicas, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_ccount(buf, pos, 4, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.AddingReplicas')
+    f_adding_replicas, pos = read_ints(buf, pos, n, 'i', 4)
+    n, pos = read_ccount(buf, pos, 4, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.RemovingReplicas')
+    f_removing_replicas, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment')
     return _ListPartitionReassignmentsResponse_OngoingPartitionReassignment(f_partition_index, f_replicas, f_adding_replicas, f_removing_replicas), pos
 
 
 def _e_ListPartitionReassignmentsResponse_OngoingTopicReassignment_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingTopicReassignment.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingTopicReassignment.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_0(e0, out)
+    write_cstr(out, o.name, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.Name')
+    write_carray(out, o.partitions, _e_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_0, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_ListPartitionReassignmentsResponse_OngoingTopicReassignment_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingTopicReassignment.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsResponse.OngoingTopicReassignment.Partitions')
-    else:
-        check_count(buf, pos, n0, 8, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_0(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment')[1]
+    f_name, pos = read_cstr(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.Name')
+    n, pos = read_ccount(buf, pos, 8, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment')
     return _ListPartitionReassignmentsResponse_OngoingTopicReassignment(f_name, f_partitions), pos
 
 
 def _e_ListPartitionReassignmentsResponse_0(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('ListPartitionReassignmentsResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListPartitionReassignmentsResponse_OngoingTopicReassignment_0(e0, out)
+    write_cstrn(out, o.error_message, 'ListPartitionReassignmentsResponse.ErrorMessage')
+    write_carray(out, o.topics, _e_ListPartitionReassignmentsResponse_OngoingTopicReassignment_0, 'ListPartitionReassignmentsResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_ListPartitionReassignmentsResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('ListPartitionReassignmentsResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'ListPartitionReassignmentsResponse.ErrorMessage')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListPartitionReassignmentsResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'ListPartitionReassignmentsResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_ListPartitionReassignmentsResponse_OngoingTopicReassignment_0(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListPartitionReassignmentsResponse')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'ListPartitionReassignmentsResponse.ErrorMessage')
+    n, pos = read_ccount(buf, pos, 3, 'ListPartitionReassignmentsResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_ListPartitionReassignmentsResponse_OngoingTopicReassignment_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListPartitionReassignmentsResponse')
     return ListPartitionReassignmentsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_topics), pos
 
 
@@ -22718,76 +10250,26 @@ def _d_OffsetDeleteRequest_OffsetDeleteRequestPartition_0(buf, pos):
 
 
 def _e_OffsetDeleteRequest_OffsetDeleteRequestTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetDeleteRequest.OffsetDeleteRequestTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetDeleteRequest.OffsetDeleteRequestTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetDeleteRequest_OffsetDeleteRequestPartition_0(e0, out)
+    write_str16(out, o.name, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetDeleteRequest_OffsetDeleteRequestPartition_0, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.Partitions')
 
 
 def _d_OffsetDeleteRequest_OffsetDeleteRequestTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetDeleteRequest.OffsetDeleteRequestTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetDeleteRequest.OffsetDeleteRequestTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 4, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetDeleteRequest_OffsetDeleteRequestPartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.Name')
+    n, pos = read_count32(buf, pos, 4, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetDeleteRequest_OffsetDeleteRequestPartition_0)
     return _OffsetDeleteRequest_OffsetDeleteRequestTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetDeleteRequest_0(o, out):
-    v = o.group_id
-    if v is None:
-        raise null_error('OffsetDeleteRequest.GroupId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetDeleteRequest.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetDeleteRequest_OffsetDeleteRequestTopic_0(e0, out)
+    write_str16(out, o.group_id, 'OffsetDeleteRequest.GroupId')
+    write_array32(out, o.topics, _e_OffsetDeleteRequest_OffsetDeleteRequestTopic_0, 'OffsetDeleteRequest.Topics')
 
 
 def _d_OffsetDeleteRequest_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetDeleteRequest.GroupId')
-    else:
-        f_group_id, pos = read_string(buf, pos, n0, 'OffsetDeleteRequest.GroupId')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetDeleteRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetDeleteRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetDeleteRequest_OffsetDeleteRequestTopic_0(buf, pos)
-            f_topics.append(e0)
+    f_group_id, pos = read_str16(buf, pos, 'OffsetDeleteRequest.GroupId')
+    n, pos = read_count32(buf, pos, 6, 'OffsetDeleteRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetDeleteRequest_OffsetDeleteRequestTopic_0)
     return OffsetDeleteRequest(f_group_id, f_topics), pos
 
 
@@ -22798,66 +10280,27 @@ def _d_OffsetDeleteResponse_OffsetDeleteResponsePartition_0(buf, pos):
 
 
 def _e_OffsetDeleteResponse_OffsetDeleteResponseTopic_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('OffsetDeleteResponse.OffsetDeleteResponseTopic.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(S_INT16.pack(len(b0)))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('OffsetDeleteResponse.OffsetDeleteResponseTopic.Partitions')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetCommitResponse_OffsetCommitResponsePartition_0(e0, out)
+    write_str16(out, o.name, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.Name')
+    write_array32(out, o.partitions, _e_OffsetCommitResponse_OffsetCommitResponsePartition_0, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.Partitions')
 
 
 def _d_OffsetDeleteResponse_OffsetDeleteResponseTopic_0(buf, pos):
-    n0, = S_INT16.unpack_from(buf, pos)
-    pos += 2
-    if n0 < 0:
-        raise null_error('OffsetDeleteResponse.OffsetDeleteResponseTopic.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.Name')
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetDeleteResponse.OffsetDeleteResponseTopic.Partitions')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetDeleteResponse_OffsetDeleteResponsePartition_0(buf, pos)
-            f_partitions.append(e0)
+    f_name, pos = read_str16(buf, pos, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.Name')
+    n, pos = read_count32(buf, pos, 6, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_OffsetDeleteResponse_OffsetDeleteResponsePartition_0)
     return _OffsetDeleteResponse_OffsetDeleteResponseTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetDeleteResponse_0(o, out):
     out.append(_S_hi.pack(o.error_code, o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('OffsetDeleteResponse.Topics')
-    else:
-        out.append(S_INT32.pack(len(v)))
-        for e0 in v:
-            _e_OffsetDeleteResponse_OffsetDeleteResponseTopic_0(e0, out)
+    write_array32(out, o.topics, _e_OffsetDeleteResponse_OffsetDeleteResponseTopic_0, 'OffsetDeleteResponse.Topics')
 
 
 def _d_OffsetDeleteResponse_0(buf, pos):
     f_error_code, f_throttle_time_ms, = _S_hi.unpack_from(buf, pos)
     pos += 6
-    n0, = S_INT32.unpack_from(buf, pos)
-    pos += 4
-    if n0 < 0:
-        raise null_error('OffsetDeleteResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 6, 'OffsetDeleteResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_OffsetDeleteResponse_OffsetDeleteResponseTopic_0(buf, pos)
-            f_topics.append(e0)
+    n, pos = read_count32(buf, pos, 6, 'OffsetDeleteResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_OffsetDeleteResponse_OffsetDeleteResponseTopic_0)
     return OffsetDeleteResponse(f_error_code, f_throttle_time_ms, f_topics), pos
 
 
@@ -22871,10 +10314,7 @@ def _e_DescribeClusterRequest_0(o, out):
 def _d_DescribeClusterRequest_0(buf, pos):
     f_include_cluster_authorized_operations, = _S_o.unpack_from(buf, pos)
     pos += 1
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeClusterRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeClusterRequest')
     return DescribeClusterRequest(f_include_cluster_authorized_operations, 1), pos
 
 
@@ -22885,301 +10325,105 @@ def _e_DescribeClusterRequest_1(o, out):
 def _d_DescribeClusterRequest_1(buf, pos):
     f_include_cluster_authorized_operations, f_endpoint_type, = _S_ob.unpack_from(buf, pos)
     pos += 2
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeClusterRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeClusterRequest')
     return DescribeClusterRequest(f_include_cluster_authorized_operations, f_endpoint_type), pos
 
 
 def _e_DescribeClusterResponse_DescribeClusterBroker_0(o, out):
     out.append(_S_i.pack(o.broker_id))
-    v = o.host
-    if v is None:
-        raise null_error('DescribeClusterResponse.DescribeClusterBroker.Host')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.host, 'DescribeClusterResponse.DescribeClusterBroker.Host')
     out.append(_S_i.pack(o.port))
-    v = o.rack
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.rack, 'DescribeClusterResponse.DescribeClusterBroker.Rack')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeClusterResponse_DescribeClusterBroker_0(buf, pos):
     f_broker_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeClusterResponse.DescribeClusterBroker.Host')
-    else:
-        f_host, pos = read_string(buf, pos, n0, 'DescribeClusterResponse.DescribeClusterBroker.Host')
+    f_host, pos = read_cstr(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.Host')
     f_port, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeClusterResponse.DescribeClusterBroker.Rack: negative length')
-        f_rack = None
-    else:
-        f_rack, pos = read_string(buf, pos, n0, 'DescribeClusterResponse.DescribeClusterBroker.Rack')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker')[1]
+    f_rack, pos = read_cstrn(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.Rack')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker')
     return _DescribeClusterResponse_DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack), pos
 
 
 def _e_DescribeClusterResponse_0(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'DescribeClusterResponse.ErrorMessage')
     if o.endpoint_type != 1:
         raise absent_error('DescribeClusterResponse.EndpointType', '1+')
-    v = o.cluster_id
-    if v is None:
-        raise null_error('DescribeClusterResponse.ClusterId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.cluster_id, 'DescribeClusterResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.brokers
-    if v is None:
-        raise null_error('DescribeClusterResponse.Brokers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeClusterResponse_DescribeClusterBroker_0(e0, out)
+    write_carray(out, o.brokers, _e_DescribeClusterResponse_DescribeClusterBroker_0, 'DescribeClusterResponse.Brokers')
     out.append(_S_iB.pack(o.cluster_authorized_operations, 0))
 
 
 def _d_DescribeClusterResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeClusterResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DescribeClusterResponse.ErrorMessage')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeClusterResponse.ClusterId')
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'DescribeClusterResponse.ClusterId')
+    f_error_message, pos = read_cstrn(buf, pos, 'DescribeClusterResponse.ErrorMessage')
+    f_cluster_id, pos = read_cstr(buf, pos, 'DescribeClusterResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeClusterResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 11, 'DescribeClusterResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeClusterResponse_DescribeClusterBroker_0(buf, pos)
-            f_brokers.append(e0)
+    n, pos = read_ccount(buf, pos, 11, 'DescribeClusterResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_DescribeClusterResponse_DescribeClusterBroker_0)
     f_cluster_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeClusterResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeClusterResponse')
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, 1, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 
 def _e_DescribeClusterResponse_1(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstrn(out, o.error_message, 'DescribeClusterResponse.ErrorMessage')
     out.append(_S_b.pack(o.endpoint_type))
-    v = o.cluster_id
-    if v is None:
-        raise null_error('DescribeClusterResponse.ClusterId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.cluster_id, 'DescribeClusterResponse.ClusterId')
     out.append(_S_i.pack(o.controller_id))
-    v = o.brokers
-    if v is None:
-        raise null_error('DescribeClusterResponse.Brokers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeClusterResponse_DescribeClusterBroker_0(e0, out)
+    write_carray(out, o.brokers, _e_DescribeClusterResponse_DescribeClusterBroker_0, 'DescribeClusterResponse.Brokers')
     out.append(_S_iB.pack(o.cluster_authorized_operations, 0))
 
 
 def _d_DescribeClusterResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeClusterResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DescribeClusterResponse.ErrorMessage')
+    f_error_message, pos = read_cstrn(buf, pos, 'DescribeClusterResponse.ErrorMessage')
     f_endpoint_type, = _S_b.unpack_from(buf, pos)
     pos += 1
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeClusterResponse.ClusterId')
-    else:
-        f_cluster_id, pos = read_string(buf, pos, n0, 'DescribeClusterResponse.ClusterId')
+    f_cluster_id, pos = read_cstr(buf, pos, 'DescribeClusterResponse.ClusterId')
     f_controller_id, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeClusterResponse.Brokers')
-    else:
-        check_count(buf, pos, n0, 11, 'DescribeClusterResponse.Brokers')
-        f_brokers = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeClusterResponse_DescribeClusterBroker_0(buf, pos)
-            f_brokers.append(e0)
+    n, pos = read_ccount(buf, pos, 11, 'DescribeClusterResponse.Brokers')
+    f_brokers, pos = read_structs(buf, pos, n, _d_DescribeClusterResponse_DescribeClusterBroker_0)
     f_cluster_authorized_operations, = _S_i.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeClusterResponse')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeClusterResponse')
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 
 def _e_DescribeProducersRequest_TopicRequest_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeProducersRequest.TopicRequest.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partition_indexes
-    if v is None:
-        raise null_error('DescribeProducersRequest.TopicRequest.PartitionIndexes')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.name, 'DescribeProducersRequest.TopicRequest.Name')
+    write_cints(out, o.partition_indexes, 'i', 'DescribeProducersRequest.TopicRequest.PartitionIndexes')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeProducersRequest_TopicRequest_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeProducersRequest.TopicRequest.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeProducersRequest.TopicRequest.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeProducersRequest.TopicRequest.PartitionIndexes')
-    else:
-        f_partition_indexes, pos = read_array_int(buf, pos, n0, 'i', 4, 'DescribeProducersRequest.TopicRequest.PartitionIndexes')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeProducersRequest.TopicRequest')[1]
+    f_name, pos = read_cstr(buf, pos, 'DescribeProducersRequest.TopicRequest.Name')
+    n, pos = read_ccount(buf, pos, 4, 'DescribeProducersRequest.TopicRequest.PartitionIndexes')
+    f_partition_indexes, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeProducersRequest.TopicRequest')
     return _DescribeProducersRequest_TopicRequest(f_name, f_partition_indexes), pos
 
 
 def _e_DescribeProducersRequest_0(o, out):
-    v = o.topics
-    if v is None:
-        raise null_error('DescribeProducersRequest.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeProducersRequest_TopicRequest_0(e0, out)
+    write_carray(out, o.topics, _e_DescribeProducersRequest_TopicRequest_0, 'DescribeProducersRequest.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeProducersRequest_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeProducersRequest.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'DescribeProducersRequest.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeProducersRequest_TopicRequest_0(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeProducersRequest')[1]
+    n, pos = read_ccount(buf, pos, 3, 'DescribeProducersRequest.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeProducersRequest_TopicRequest_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeProducersRequest')
     return DescribeProducersRequest(f_topics), pos
 
 
@@ -23190,590 +10434,184 @@ def _e_DescribeProducersResponse_ProducerState_0(o, out):
 def _d_DescribeProducersResponse_ProducerState_0(buf, pos):
     f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset, = _S_qiiqiq.unpack_from(buf, pos)
     pos += 36
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeProducersResponse.ProducerState')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeProducersResponse.ProducerState')
     return _DescribeProducersResponse_ProducerState(f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset), pos
 
 
 def _e_DescribeProducersResponse_PartitionResponse_0(o, out):
     out.append(_S_ih.pack(o.partition_index, o.error_code))
-    v = o.error_message
-    if v is None:
-        out.append(b'\x00')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.active_producers
-    if v is None:
-        raise null_error('DescribeProducersResponse.PartitionResponse.ActiveProducers')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeProducersResponse_ProducerState_0(e0, out)
+    write_cstrn(out, o.error_message, 'DescribeProducersResponse.PartitionResponse.ErrorMessage')
+    write_carray(out, o.active_producers, _e_DescribeProducersResponse_ProducerState_0, 'DescribeProducersResponse.PartitionResponse.ActiveProducers')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeProducersResponse_PartitionResponse_0(buf, pos):
     f_partition_index, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        if n0 != -1:
-            raise KafkaProtocolError('DescribeProducersResponse.PartitionResponse.ErrorMessage: negative length')
-        f_error_message = None
-    else:
-        f_error_message, pos = read_string(buf, pos, n0, 'DescribeProducersResponse.PartitionResponse.ErrorMessage')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeProducersResponse.PartitionResponse.ActiveProducers')
-    else:
-        check_count(buf, pos, n0, 37, 'DescribeProducersResponse.PartitionResponse.ActiveProducers')
-        f_active_producers = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeProducersResponse_ProducerState_0(buf, pos)
-            f_active_producers.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeProducersResponse.PartitionResponse')[1]
+    f_error_message, pos = read_cstrn(buf, pos, 'DescribeProducersResponse.PartitionResponse.ErrorMessage')
+    n, pos = read_ccount(buf, pos, 37, 'DescribeProducersResponse.PartitionResponse.ActiveProducers')
+    f_active_producers, pos = read_structs(buf, pos, n, _d_DescribeProducersResponse_ProducerState_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeProducersResponse.PartitionResponse')
     return _DescribeProducersResponse_PartitionResponse(f_partition_index, f_error_code, f_error_message, f_active_producers), pos
 
 
 def _e_DescribeProducersResponse_TopicResponse_0(o, out):
-    v = o.name
-    if v is None:
-        raise null_error('DescribeProducersResponse.TopicResponse.Name')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DescribeProducersResponse.TopicResponse.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeProducersResponse_PartitionResponse_0(e0, out)
+    write_cstr(out, o.name, 'DescribeProducersResponse.TopicResponse.Name')
+    write_carray(out, o.partitions, _e_DescribeProducersResponse_PartitionResponse_0, 'DescribeProducersResponse.TopicResponse.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeProducersResponse_TopicResponse_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeProducersResponse.TopicResponse.Name')
-    else:
-        f_name, pos = read_string(buf, pos, n0, 'DescribeProducersResponse.TopicResponse.Name')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeProducersResponse.TopicResponse.Partitions')
-    else:
-        check_count(buf, pos, n0, 9, 'DescribeProducersResponse.TopicResponse.Partitions')
-        f_partitions = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeProducersResponse_PartitionResponse_0(buf, pos)
-            f_partitions.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeProducersResponse.TopicResponse')[1]
+    f_name, pos = read_cstr(buf, pos, 'DescribeProducersResponse.TopicResponse.Name')
+    n, pos = read_ccount(buf, pos, 9, 'DescribeProducersResponse.TopicResponse.Partitions')
+    f_partitions, pos = read_structs(buf, pos, n, _d_DescribeProducersResponse_PartitionResponse_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeProducersResponse.TopicResponse')
     return _DescribeProducersResponse_TopicResponse(f_name, f_partitions), pos
 
 
 def _e_DescribeProducersResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.topics
-    if v is None:
-        raise null_error('DescribeProducersResponse.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeProducersResponse_TopicResponse_0(e0, out)
+    write_carray(out, o.topics, _e_DescribeProducersResponse_TopicResponse_0, 'DescribeProducersResponse.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeProducersResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeProducersResponse.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'DescribeProducersResponse.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeProducersResponse_TopicResponse_0(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeProducersResponse')[1]
+    n, pos = read_ccount(buf, pos, 3, 'DescribeProducersResponse.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeProducersResponse_TopicResponse_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeProducersResponse')
     return DescribeProducersResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_DescribeTransactionsRequest_0(o, out):
-    v = o.transactional_ids
-    if v is None:
-        raise null_error('DescribeTransactionsRequest.TransactionalIds')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
+    write_carray(out, o.transactional_ids, write_cstr_item, 'DescribeTransactionsRequest.TransactionalIds')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeTransactionsRequest_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeTransactionsRequest.TransactionalIds')
-    else:
-        check_count(buf, pos, n0, 1, 'DescribeTransactionsRequest.TransactionalIds')
-        f_transactional_ids = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('DescribeTransactionsRequest.TransactionalIds')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'DescribeTransactionsRequest.TransactionalIds')
-            f_transactional_ids.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeTransactionsRequest')[1]
+    n, pos = read_ccount(buf, pos, 1, 'DescribeTransactionsRequest.TransactionalIds')
+    f_transactional_ids, pos = read_structs(buf, pos, n, read_cstr_item)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeTransactionsRequest')
     return DescribeTransactionsRequest(f_transactional_ids), pos
 
 
 def _e_DescribeTransactionsResponse_TopicData_0(o, out):
-    v = o.topic
-    if v is None:
-        raise null_error('DescribeTransactionsResponse.TopicData.Topic')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.partitions
-    if v is None:
-        raise null_error('DescribeTransactionsResponse.TopicData.Partitions')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}i', *v))
+    write_cstr(out, o.topic, 'DescribeTransactionsResponse.TopicData.Topic')
+    write_cints(out, o.partitions, 'i', 'DescribeTransactionsResponse.TopicData.Partitions')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeTransactionsResponse_TopicData_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeTransactionsResponse.TopicData.Topic')
-    else:
-        f_topic, pos = read_string(buf, pos, n0, 'DescribeTransactionsResponse.TopicData.Topic')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeTransactionsResponse.TopicData.Partitions')
-    else:
-        f_partitions, pos = read_array_int(buf, pos, n0, 'i', 4, 'DescribeTransactionsResponse.TopicData.Partitions')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeTransactionsResponse.TopicData')[1]
+    f_topic, pos = read_cstr(buf, pos, 'DescribeTransactionsResponse.TopicData.Topic')
+    n, pos = read_ccount(buf, pos, 4, 'DescribeTransactionsResponse.TopicData.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeTransactionsResponse.TopicData')
     return _DescribeTransactionsResponse_TopicData(f_topic, f_partitions), pos
 
 
 def _e_DescribeTransactionsResponse_TransactionState_0(o, out):
     out.append(_S_h.pack(o.error_code))
-    v = o.transactional_id
-    if v is None:
-        raise null_error('DescribeTransactionsResponse.TransactionState.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
-    v = o.transaction_state
-    if v is None:
-        raise null_error('DescribeTransactionsResponse.TransactionState.TransactionState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.transactional_id, 'DescribeTransactionsResponse.TransactionState.TransactionalId')
+    write_cstr(out, o.transaction_state, 'DescribeTransactionsResponse.TransactionState.TransactionState')
     out.append(_S_iqqh.pack(o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch))
-    v = o.topics
-    if v is None:
-        raise null_error('DescribeTransactionsResponse.TransactionState.Topics')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeTransactionsResponse_TopicData_0(e0, out)
+    write_carray(out, o.topics, _e_DescribeTransactionsResponse_TopicData_0, 'DescribeTransactionsResponse.TransactionState.Topics')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeTransactionsResponse_TransactionState_0(buf, pos):
     f_error_code, = _S_h.unpack_from(buf, pos)
     pos += 2
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeTransactionsResponse.TransactionState.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'DescribeTransactionsResponse.TransactionState.TransactionalId')
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeTransactionsResponse.TransactionState.TransactionState')
-    else:
-        f_transaction_state, pos = read_string(buf, pos, n0, 'DescribeTransactionsResponse.TransactionState.TransactionState')
+    f_transactional_id, pos = read_cstr(buf, pos, 'DescribeTransactionsResponse.TransactionState.TransactionalId')
+    f_transaction_state, pos = read_cstr(buf, pos, 'DescribeTransactionsResponse.TransactionState.TransactionState')
     f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, = _S_iqqh.unpack_from(buf, pos)
     pos += 22
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeTransactionsResponse.TransactionState.Topics')
-    else:
-        check_count(buf, pos, n0, 3, 'DescribeTransactionsResponse.TransactionState.Topics')
-        f_topics = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeTransactionsResponse_TopicData_0(buf, pos)
-            f_topics.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeTransactionsResponse.TransactionState')[1]
+    n, pos = read_ccount(buf, pos, 3, 'DescribeTransactionsResponse.TransactionState.Topics')
+    f_topics, pos = read_structs(buf, pos, n, _d_DescribeTransactionsResponse_TopicData_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeTransactionsResponse.TransactionState')
     return _DescribeTransactionsResponse_TransactionState(f_error_code, f_transactional_id, f_transaction_state, f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, f_topics), pos
 
 
 def _e_DescribeTransactionsResponse_0(o, out):
     out.append(_S_i.pack(o.throttle_time_ms))
-    v = o.transaction_states
-    if v is None:
-        raise null_error('DescribeTransactionsResponse.TransactionStates')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_DescribeTransactionsResponse_TransactionState_0(e0, out)
+    write_carray(out, o.transaction_states, _e_DescribeTransactionsResponse_TransactionState_0, 'DescribeTransactionsResponse.TransactionStates')
     out.append(_S_B.pack(0))
 
 
 def _d_DescribeTransactionsResponse_0(buf, pos):
     f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
     pos += 4
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('DescribeTransactionsResponse.TransactionStates')
-    else:
-        check_count(buf, pos, n0, 28, 'DescribeTransactionsResponse.TransactionStates')
-        f_transaction_states = []
-        for _ in range(n0):
-            e0, pos = _d_DescribeTransactionsResponse_TransactionState_0(buf, pos)
-            f_transaction_states.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'DescribeTransactionsResponse')[1]
+    n, pos = read_ccount(buf, pos, 28, 'DescribeTransactionsResponse.TransactionStates')
+    f_transaction_states, pos = read_structs(buf, pos, n, _d_DescribeTransactionsResponse_TransactionState_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'DescribeTransactionsResponse')
     return DescribeTransactionsResponse(f_throttle_time_ms, f_transaction_states), pos
 
 
 def _e_ListTransactionsRequest_0(o, out):
-    v = o.state_filters
-    if v is None:
-        raise null_error('ListTransactionsRequest.StateFilters')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
-    v = o.producer_id_filters
-    if v is None:
-        raise null_error('ListTransactionsRequest.ProducerIdFilters')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}q', *v))
+    write_carray(out, o.state_filters, write_cstr_item, 'ListTransactionsRequest.StateFilters')
+    write_cints(out, o.producer_id_filters, 'q', 'ListTransactionsRequest.ProducerIdFilters')
     if o.duration_filter != -1:
         raise absent_error('ListTransactionsRequest.DurationFilter', '1+')
     out.append(_S_B.pack(0))
 
 
 def _d_ListTransactionsRequest_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsRequest.StateFilters')
-    else:
-        check_count(buf, pos, n0, 1, 'ListTransactionsRequest.StateFilters')
-        f_state_filters = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('ListTransactionsRequest.StateFilters')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'ListTransactionsRequest.StateFilters')
-            f_state_filters.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsRequest.ProducerIdFilters')
-    else:
-        f_producer_id_filters, pos = read_array_int(buf, pos, n0, 'q', 8, 'ListTransactionsRequest.ProducerIdFilters')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListTransactionsRequest')[1]
+    n, pos = read_ccount(buf, pos, 1, 'ListTransactionsRequest.StateFilters')
+    f_state_filters, pos = read_structs(buf, pos, n, read_cstr_item)
+    n, pos = read_ccount(buf, pos, 8, 'ListTransactionsRequest.ProducerIdFilters')
+    f_producer_id_filters, pos = read_ints(buf, pos, n, 'q', 8)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListTransactionsRequest')
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1), pos
 
 
 def _e_ListTransactionsRequest_1(o, out):
-    v = o.state_filters
-    if v is None:
-        raise null_error('ListTransactionsRequest.StateFilters')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
-    v = o.producer_id_filters
-    if v is None:
-        raise null_error('ListTransactionsRequest.ProducerIdFilters')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        out.append(_pack(f'>{len(v)}q', *v))
+    write_carray(out, o.state_filters, write_cstr_item, 'ListTransactionsRequest.StateFilters')
+    write_cints(out, o.producer_id_filters, 'q', 'ListTransactionsRequest.ProducerIdFilters')
     out.append(_S_qB.pack(o.duration_filter, 0))
 
 
 def _d_ListTransactionsRequest_1(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsRequest.StateFilters')
-    else:
-        check_count(buf, pos, n0, 1, 'ListTransactionsRequest.StateFilters')
-        f_state_filters = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('ListTransactionsRequest.StateFilters')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'ListTransactionsRequest.StateFilters')
-            f_state_filters.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsRequest.ProducerIdFilters')
-    else:
-        f_producer_id_filters, pos = read_array_int(buf, pos, n0, 'q', 8, 'ListTransactionsRequest.ProducerIdFilters')
+    n, pos = read_ccount(buf, pos, 1, 'ListTransactionsRequest.StateFilters')
+    f_state_filters, pos = read_structs(buf, pos, n, read_cstr_item)
+    n, pos = read_ccount(buf, pos, 8, 'ListTransactionsRequest.ProducerIdFilters')
+    f_producer_id_filters, pos = read_ints(buf, pos, n, 'q', 8)
     f_duration_filter, = _S_q.unpack_from(buf, pos)
     pos += 8
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListTransactionsRequest')[1]
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListTransactionsRequest')
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter), pos
 
 
 def _e_ListTransactionsResponse_TransactionState_0(o, out):
-    v = o.transactional_id
-    if v is None:
-        raise null_error('ListTransactionsResponse.TransactionState.TransactionalId')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.transactional_id, 'ListTransactionsResponse.TransactionState.TransactionalId')
     out.append(_S_q.pack(o.producer_id))
-    v = o.transaction_state
-    if v is None:
-        raise null_error('ListTransactionsResponse.TransactionState.TransactionState')
-    else:
-        b0 = v.encode('utf-8')
-        out.append(uvarint_bytes(len(b0) + 1))
-        out.append(b0)
+    write_cstr(out, o.transaction_state, 'ListTransactionsResponse.TransactionState.TransactionState')
     out.append(_S_B.pack(0))
 
 
 def _d_ListTransactionsResponse_TransactionState_0(buf, pos):
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsResponse.TransactionState.TransactionalId')
-    else:
-        f_transactional_id, pos = read_string(buf, pos, n0, 'ListTransactionsResponse.TransactionState.TransactionalId')
+    f_transactional_id, pos = read_cstr(buf, pos, 'ListTransactionsResponse.TransactionState.TransactionalId')
     f_producer_id, = _S_q.unpack_from(buf, pos)
     pos += 8
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsResponse.TransactionState.TransactionState')
-    else:
-        f_transaction_state, pos = read_string(buf, pos, n0, 'ListTransactionsResponse.TransactionState.TransactionState')
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListTransactionsResponse.TransactionState')[1]
+    f_transaction_state, pos = read_cstr(buf, pos, 'ListTransactionsResponse.TransactionState.TransactionState')
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListTransactionsResponse.TransactionState')
     return _ListTransactionsResponse_TransactionState(f_transactional_id, f_producer_id, f_transaction_state), pos
 
 
 def _e_ListTransactionsResponse_0(o, out):
     out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
-    v = o.unknown_state_filters
-    if v is None:
-        raise null_error('ListTransactionsResponse.UnknownStateFilters')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            b1 = e0.encode('utf-8')
-            out.append(uvarint_bytes(len(b1) + 1))
-            out.append(b1)
-    v = o.transaction_states
-    if v is None:
-        raise null_error('ListTransactionsResponse.TransactionStates')
-    else:
-        out.append(uvarint_bytes(len(v) + 1))
-        for e0 in v:
-            _e_ListTransactionsResponse_TransactionState_0(e0, out)
+    write_carray(out, o.unknown_state_filters, write_cstr_item, 'ListTransactionsResponse.UnknownStateFilters')
+    write_carray(out, o.transaction_states, _e_ListTransactionsResponse_TransactionState_0, 'ListTransactionsResponse.TransactionStates')
     out.append(_S_B.pack(0))
 
 
 def _d_ListTransactionsResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
     pos += 6
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsResponse.UnknownStateFilters')
-    else:
-        check_count(buf, pos, n0, 1, 'ListTransactionsResponse.UnknownStateFilters')
-        f_unknown_state_filters = []
-        for _ in range(n0):
-            n1 = buf[pos]
-            if n1 < 0x80:
-                pos += 1
-            else:
-                n1, pos = read_uvarint(buf, pos)
-            n1 -= 1
-            if n1 < 0:
-                raise null_error('ListTransactionsResponse.UnknownStateFilters')
-            else:
-                e0, pos = read_string(buf, pos, n1, 'ListTransactionsResponse.UnknownStateFilters')
-            f_unknown_state_filters.append(e0)
-    n0 = buf[pos]
-    if n0 < 0x80:
-        pos += 1
-    else:
-        n0, pos = read_uvarint(buf, pos)
-    n0 -= 1
-    if n0 < 0:
-        raise null_error('ListTransactionsResponse.TransactionStates')
-    else:
-        check_count(buf, pos, n0, 11, 'ListTransactionsResponse.TransactionStates')
-        f_transaction_states = []
-        for _ in range(n0):
-            e0, pos = _d_ListTransactionsResponse_TransactionState_0(buf, pos)
-            f_transaction_states.append(e0)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = tag_fields(buf, pos, 'ListTransactionsResponse')[1]
+    n, pos = read_ccount(buf, pos, 1, 'ListTransactionsResponse.UnknownStateFilters')
+    f_unknown_state_filters, pos = read_structs(buf, pos, n, read_cstr_item)
+    n, pos = read_ccount(buf, pos, 11, 'ListTransactionsResponse.TransactionStates')
+    f_transaction_states, pos = read_structs(buf, pos, n, _d_ListTransactionsResponse_TransactionState_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ListTransactionsResponse')
     return ListTransactionsResponse(f_throttle_time_ms, f_error_code, f_unknown_state_filters, f_transaction_states), pos
 
 

@@ -76,6 +76,11 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
     raise KafkaProtocolError("varint longer than 5 bytes")
 
 
+def _u(n: int) -> bytes:
+    """``uvarint_bytes`` with the one-byte case inline, for the hot helpers below."""
+    return _UVARINT_SMALL[n] if 0 <= n < 0x80 else uvarint_bytes(n)
+
+
 def truncated(what: str) -> KafkaProtocolError:
     return KafkaProtocolError(f"{what}: length past the end of the message")
 
@@ -89,43 +94,257 @@ def absent_error(what: str, versions: str) -> KafkaProtocolError:
         f"{what} is not in this version (only in {versions}) and has a non-default value")
 
 
-# ---- decoding variable-length values -------------------------------------------------
+# ---- decoding --------------------------------------------------------------------------
+# Naming: ``16``/``32`` the classic int16/int32 length prefix, ``c`` the compact (varint
+# length + 1) one of flexible versions; a trailing ``n``: null allowed (decoded as None).
 
-def read_string(buf, pos: int, n: int, what: str) -> tuple[str, int]:
+def read_uuid(buf, pos: int):
+    hi, lo = S_UUID.unpack_from(buf, pos)
+    return uuid.UUID(int=(hi << 64) | lo), pos + 16
+
+
+def _read_clen(buf, pos: int) -> tuple[int, int]:
+    """A compact length: (length, or -1 for null; next position)."""
+    n = buf[pos]
+    if n < 0x80:
+        return n - 1, pos + 1
+    n, pos = read_uvarint(buf, pos)
+    return n - 1, pos
+
+
+def _null(n: int, what: str) -> None:
+    if n != -1:
+        raise KafkaProtocolError(f"{what}: negative length {n}")
+
+
+def read_str16(buf, pos, what):
+    n, = S_INT16.unpack_from(buf, pos)
+    if n < 0:
+        raise null_error(what)
+    end = pos + 2 + n
+    if end > len(buf):
+        raise truncated(what)
+    return str(buf[pos + 2:end], "utf-8"), end
+
+
+def read_str16n(buf, pos, what):
+    n, = S_INT16.unpack_from(buf, pos)
+    if n < 0:
+        _null(n, what)
+        return None, pos + 2
+    end = pos + 2 + n
+    if end > len(buf):
+        raise truncated(what)
+    return str(buf[pos + 2:end], "utf-8"), end
+
+
+def read_cstr(buf, pos, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n < 0:
+        raise null_error(what)
     end = pos + n
-    if n < 0 or end > len(buf):
+    if end > len(buf):
         raise truncated(what)
     return str(buf[pos:end], "utf-8"), end
 
 
-def read_bytes(buf, pos: int, n: int, what: str) -> tuple[bytes, int]:
+def read_cstrn(buf, pos, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n < 0:
+        return None, pos
     end = pos + n
-    if n < 0 or end > len(buf):
+    if end > len(buf):
+        raise truncated(what)
+    return str(buf[pos:end], "utf-8"), end
+
+
+def read_bytes32(buf, pos, what):
+    n, = S_INT32.unpack_from(buf, pos)
+    if n < 0:
+        raise null_error(what)
+    end = pos + 4 + n
+    if end > len(buf):
+        raise truncated(what)
+    return bytes(buf[pos + 4:end]), end
+
+
+def read_bytes32n(buf, pos, what):
+    n, = S_INT32.unpack_from(buf, pos)
+    if n < 0:
+        _null(n, what)
+        return None, pos + 4
+    end = pos + 4 + n
+    if end > len(buf):
+        raise truncated(what)
+    return bytes(buf[pos + 4:end]), end
+
+
+def read_cbytes(buf, pos, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n < 0:
+        raise null_error(what)
+    end = pos + n
+    if end > len(buf):
         raise truncated(what)
     return bytes(buf[pos:end]), end
 
 
-def read_view(buf, pos: int, n: int, what: str):
+def read_cbytesn(buf, pos, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n < 0:
+        return None, pos
     end = pos + n
-    if n < 0 or end > len(buf):
+    if end > len(buf):
+        raise truncated(what)
+    return bytes(buf[pos:end]), end
+
+
+# Records are returned as zero-copy views of the message.
+def read_records32(buf, pos, what):
+    n, = S_INT32.unpack_from(buf, pos)
+    if n < 0:
+        raise null_error(what)
+    end = pos + 4 + n
+    if end > len(buf):
+        raise truncated(what)
+    return buf[pos + 4:end], end
+
+
+def read_records32n(buf, pos, what):
+    n, = S_INT32.unpack_from(buf, pos)
+    if n < 0:
+        _null(n, what)
+        return None, pos + 4
+    end = pos + 4 + n
+    if end > len(buf):
+        raise truncated(what)
+    return buf[pos + 4:end], end
+
+
+def read_crecords(buf, pos, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n < 0:
+        raise null_error(what)
+    end = pos + n
+    if end > len(buf):
+        raise truncated(what)
+    return buf[pos:end], end
+
+
+def read_crecordsn(buf, pos, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n < 0:
+        return None, pos
+    end = pos + n
+    if end > len(buf):
         raise truncated(what)
     return buf[pos:end], end
 
 
 def check_count(buf, pos: int, n: int, element_bytes_min: int, what: str) -> None:
     """An array of ``n`` elements of at least ``element_bytes_min`` bytes must fit."""
-    if n < 0 or n * element_bytes_min > len(buf) - pos:
+    if n * element_bytes_min > len(buf) - pos:
         raise KafkaProtocolError(f"{what}: array of {n} elements longer than the message")
 
 
-def read_array_int(buf, pos: int, n: int, fmt: str, size: int, what: str):
-    check_count(buf, pos, n, size, what)
+def read_count32(buf, pos, element_bytes_min, what):
+    n, = S_INT32.unpack_from(buf, pos)
+    if n < 0:
+        raise null_error(what)
+    check_count(buf, pos + 4, n, element_bytes_min, what)
+    return n, pos + 4
+
+
+def read_count32n(buf, pos, element_bytes_min, what):
+    n, = S_INT32.unpack_from(buf, pos)
+    if n < 0:
+        _null(n, what)
+    else:
+        check_count(buf, pos + 4, n, element_bytes_min, what)
+    return n, pos + 4
+
+
+def read_ccount(buf, pos, element_bytes_min, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n < 0:
+        raise null_error(what)
+    check_count(buf, pos, n, element_bytes_min, what)
+    return n, pos
+
+
+def read_ccountn(buf, pos, element_bytes_min, what):
+    n = buf[pos] - 1
+    if n < 0x7F:
+        pos += 1
+    else:
+        n, pos = _read_clen(buf, pos)
+    if n >= 0:
+        check_count(buf, pos, n, element_bytes_min, what)
+    return n, pos
+
+
+def read_structs(buf, pos, n, decode):
+    """``n`` elements read by ``decode(buf, pos)``; None when n is -1 (null)."""
+    if n < 0:
+        return None, pos
+    items = []
+    append = items.append
+    for _ in range(n):
+        item, pos = decode(buf, pos)
+        append(item)
+    return items, pos
+
+
+def read_ints(buf, pos, n, fmt, size):
+    """``n`` fixed-size numbers of struct format ``fmt``; None when n is -1 (null)."""
+    if n < 0:
+        return None, pos
     return list(struct.unpack_from(f">{n}{fmt}", buf, pos)), pos + n * size
 
 
-def read_uuid(buf, pos: int) -> tuple[uuid.UUID, int]:
-    hi, lo = S_UUID.unpack_from(buf, pos)
-    return uuid.UUID(int=(hi << 64) | lo), pos + 16
+def read_nullable_struct(buf, pos, decode):
+    """Kafka's nullable struct: an int8 marker (-1 null) before the struct."""
+    marker, = S_INT8.unpack_from(buf, pos)
+    if marker < 0:
+        return None, pos + 1
+    return decode(buf, pos + 1)
+
+
+# Array elements (Kafka arrays never hold nulls).
+def read_str16_item(buf, pos):
+    return read_str16(buf, pos, "string array element")
+
+
+def read_cstr_item(buf, pos):
+    return read_cstr(buf, pos, "string array element")
 
 
 def tag_fields(buf, pos: int, what: str) -> tuple[list, int]:
@@ -146,7 +365,11 @@ def tag_fields(buf, pos: int, what: str) -> tuple[list, int]:
     return fields, pos
 
 
-# ---- encoding variable-length values -------------------------------------------------
+def skip_tags(buf, pos: int, what: str) -> int:
+    return tag_fields(buf, pos, what)[1]
+
+
+# ---- encoding --------------------------------------------------------------------------
 
 def byte_length(value) -> int:
     if type(value) is memoryview:
@@ -161,6 +384,70 @@ def as_piece(value):
     return value
 
 
+def write_str16(out, v, what):
+    if v is None:
+        raise null_error(what)
+    b = v.encode("utf-8")
+    out.append(S_INT16.pack(len(b)))
+    out.append(b)
+
+
+def write_str16n(out, v, what):
+    if v is None:
+        out.append(b"\xff\xff")
+    else:
+        b = v.encode("utf-8")
+        out.append(S_INT16.pack(len(b)))
+        out.append(b)
+
+
+def write_cstr(out, v, what):
+    if v is None:
+        raise null_error(what)
+    b = v.encode("utf-8")
+    out.append(_u(len(b) + 1))
+    out.append(b)
+
+
+def write_cstrn(out, v, what):
+    if v is None:
+        out.append(b"\x00")
+    else:
+        b = v.encode("utf-8")
+        out.append(_u(len(b) + 1))
+        out.append(b)
+
+
+def write_bytes32(out, v, what):
+    if v is None:
+        raise null_error(what)
+    out.append(S_INT32.pack(byte_length(v)))
+    out.append(as_piece(v))
+
+
+def write_bytes32n(out, v, what):
+    if v is None:
+        out.append(b"\xff\xff\xff\xff")
+    else:
+        out.append(S_INT32.pack(byte_length(v)))
+        out.append(as_piece(v))
+
+
+def write_cbytes(out, v, what):
+    if v is None:
+        raise null_error(what)
+    out.append(_u(byte_length(v) + 1))
+    out.append(as_piece(v))
+
+
+def write_cbytesn(out, v, what):
+    if v is None:
+        out.append(b"\x00")
+    else:
+        out.append(_u(byte_length(v) + 1))
+        out.append(as_piece(v))
+
+
 def records_pieces(value) -> tuple[list, int]:
     """``records`` may be one bytes-like object or a list/tuple of them (sent back to back)."""
     if isinstance(value, (list, tuple)):
@@ -168,6 +455,120 @@ def records_pieces(value) -> tuple[list, int]:
     else:
         pieces = [as_piece(value)]
     return pieces, sum(map(len, pieces))
+
+
+def write_records32(out, v, what):
+    if v is None:
+        raise null_error(what)
+    pieces, n = records_pieces(v)
+    out.append(S_INT32.pack(n))
+    out.extend(pieces)
+
+
+def write_records32n(out, v, what):
+    if v is None:
+        out.append(b"\xff\xff\xff\xff")
+    else:
+        write_records32(out, v, what)
+
+
+def write_crecords(out, v, what):
+    if v is None:
+        raise null_error(what)
+    pieces, n = records_pieces(v)
+    out.append(_u(n + 1))
+    out.extend(pieces)
+
+
+def write_crecordsn(out, v, what):
+    if v is None:
+        out.append(b"\x00")
+    else:
+        write_crecords(out, v, what)
+
+
+def write_array32(out, v, encode, what):
+    if v is None:
+        raise null_error(what)
+    out.append(S_INT32.pack(len(v)))
+    for item in v:
+        encode(item, out)
+
+
+def write_array32n(out, v, encode, what):
+    if v is None:
+        out.append(b"\xff\xff\xff\xff")
+    else:
+        write_array32(out, v, encode, what)
+
+
+def write_carray(out, v, encode, what):
+    if v is None:
+        raise null_error(what)
+    out.append(_u(len(v) + 1))
+    for item in v:
+        encode(item, out)
+
+
+def write_carrayn(out, v, encode, what):
+    if v is None:
+        out.append(b"\x00")
+    else:
+        write_carray(out, v, encode, what)
+
+
+def write_ints32(out, v, fmt, what):
+    if v is None:
+        raise null_error(what)
+    out.append(S_INT32.pack(len(v)))
+    out.append(struct.pack(f">{len(v)}{fmt}", *v))
+
+
+def write_ints32n(out, v, fmt, what):
+    if v is None:
+        out.append(b"\xff\xff\xff\xff")
+    else:
+        write_ints32(out, v, fmt, what)
+
+
+def write_cints(out, v, fmt, what):
+    if v is None:
+        raise null_error(what)
+    out.append(_u(len(v) + 1))
+    out.append(struct.pack(f">{len(v)}{fmt}", *v))
+
+
+def write_cintsn(out, v, fmt, what):
+    if v is None:
+        out.append(b"\x00")
+    else:
+        write_cints(out, v, fmt, what)
+
+
+def write_struct(out, v, encode, what):
+    if v is None:
+        raise null_error(what)
+    encode(v, out)
+
+
+def write_struct_n(out, v, encode, what):
+    if v is None:
+        out.append(b"\xff")
+    else:
+        out.append(b"\x01")
+        encode(v, out)
+
+
+def write_str16_item(v, out):
+    write_str16(out, v, "string array element")
+
+
+def write_cstr_item(v, out):
+    write_cstr(out, v, "string array element")
+
+
+def write_uuid_item(v, out):
+    out.append(v.bytes)
 
 
 def write_tags(out: list, tagged: list) -> None:
