@@ -28,6 +28,14 @@ from .primitives import (
 _pack = struct.pack
 
 
+_NEW_LIST = object()  # the default of an array field: a new empty list
+
+
+def _setters(cls):
+    """The slot descriptors' setters of a dataclass's fields, in order."""
+    return tuple(cls.__dict__[f].__set__ for f in cls.__dataclass_fields__)
+
+
 def _nest(cls, outer, name):
     cls.__name__ = name
     cls.__qualname__ = f"{outer}.{name}"
@@ -117,25 +125,43 @@ _S_qqi = struct.Struct('>qqi')
 _S_qqiB = struct.Struct('>qqiB')
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ProduceRequest_PartitionProduceData:
     index: 'int' = 0
     records: 'bytes | memoryview | None' = None
+
+
+def _init_ProduceRequest_PartitionProduceData(_index, _records):
+    def __init__(self, index=0, records=None):
+        _index(self, index)
+        _records(self, records)
+    return __init__
+
+_ProduceRequest_PartitionProduceData.__init__ = _init_ProduceRequest_PartitionProduceData(*_setters(_ProduceRequest_PartitionProduceData))
 
 _nest(_ProduceRequest_PartitionProduceData, 'ProduceRequest', 'PartitionProduceData')
 _D_ProduceRequest_PartitionProduceData = _ProduceRequest_PartitionProduceData()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ProduceRequest_TopicProduceData:
     name: 'str' = ''
     partition_data: 'list[ProduceRequest.PartitionProduceData]' = _field(default_factory=list)
+
+
+def _init_ProduceRequest_TopicProduceData(_name, _partition_data):
+    def __init__(self, name='', partition_data=_NEW_LIST):
+        _name(self, name)
+        _partition_data(self, [] if partition_data is _NEW_LIST else partition_data)
+    return __init__
+
+_ProduceRequest_TopicProduceData.__init__ = _init_ProduceRequest_TopicProduceData(*_setters(_ProduceRequest_TopicProduceData))
 
 _nest(_ProduceRequest_TopicProduceData, 'ProduceRequest', 'TopicProduceData')
 _D_ProduceRequest_TopicProduceData = _ProduceRequest_TopicProduceData()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProduceRequest:
     PartitionProduceData = _ProduceRequest_PartitionProduceData
     TopicProduceData = _ProduceRequest_TopicProduceData
@@ -149,25 +175,54 @@ class ProduceRequest:
     topic_data: 'list[ProduceRequest.TopicProduceData]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ProduceRequest(_transactional_id, _acks, _timeout_ms, _topic_data):
+    def __init__(self, transactional_id=None, acks=0, timeout_ms=0, topic_data=_NEW_LIST):
+        _transactional_id(self, transactional_id)
+        _acks(self, acks)
+        _timeout_ms(self, timeout_ms)
+        _topic_data(self, [] if topic_data is _NEW_LIST else topic_data)
+    return __init__
+
+ProduceRequest.__init__ = _init_ProduceRequest(*_setters(ProduceRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ProduceResponse_BatchIndexAndErrorMessage:
     batch_index: 'int' = 0
     batch_index_error_message: 'str | None' = None
+
+
+def _init_ProduceResponse_BatchIndexAndErrorMessage(_batch_index, _batch_index_error_message):
+    def __init__(self, batch_index=0, batch_index_error_message=None):
+        _batch_index(self, batch_index)
+        _batch_index_error_message(self, batch_index_error_message)
+    return __init__
+
+_ProduceResponse_BatchIndexAndErrorMessage.__init__ = _init_ProduceResponse_BatchIndexAndErrorMessage(*_setters(_ProduceResponse_BatchIndexAndErrorMessage))
 
 _nest(_ProduceResponse_BatchIndexAndErrorMessage, 'ProduceResponse', 'BatchIndexAndErrorMessage')
 _D_ProduceResponse_BatchIndexAndErrorMessage = _ProduceResponse_BatchIndexAndErrorMessage()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ProduceResponse_LeaderIdAndEpoch:
     leader_id: 'int' = -1
     leader_epoch: 'int' = -1
+
+
+def _init_ProduceResponse_LeaderIdAndEpoch(_leader_id, _leader_epoch):
+    def __init__(self, leader_id=-1, leader_epoch=-1):
+        _leader_id(self, leader_id)
+        _leader_epoch(self, leader_epoch)
+    return __init__
+
+_ProduceResponse_LeaderIdAndEpoch.__init__ = _init_ProduceResponse_LeaderIdAndEpoch(*_setters(_ProduceResponse_LeaderIdAndEpoch))
 
 _nest(_ProduceResponse_LeaderIdAndEpoch, 'ProduceResponse', 'LeaderIdAndEpoch')
 _D_ProduceResponse_LeaderIdAndEpoch = _ProduceResponse_LeaderIdAndEpoch()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ProduceResponse_PartitionProduceResponse:
     index: 'int' = 0
     error_code: 'int' = 0
@@ -178,31 +233,66 @@ class _ProduceResponse_PartitionProduceResponse:
     error_message: 'str | None' = None
     current_leader: 'ProduceResponse.LeaderIdAndEpoch' = _D_ProduceResponse_LeaderIdAndEpoch
 
+
+def _init_ProduceResponse_PartitionProduceResponse(_index, _error_code, _base_offset, _log_append_time_ms, _log_start_offset, _record_errors, _error_message, _current_leader):
+    def __init__(self, index=0, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=-1, record_errors=_NEW_LIST, error_message=None, current_leader=_D_ProduceResponse_LeaderIdAndEpoch):
+        _index(self, index)
+        _error_code(self, error_code)
+        _base_offset(self, base_offset)
+        _log_append_time_ms(self, log_append_time_ms)
+        _log_start_offset(self, log_start_offset)
+        _record_errors(self, [] if record_errors is _NEW_LIST else record_errors)
+        _error_message(self, error_message)
+        _current_leader(self, current_leader)
+    return __init__
+
+_ProduceResponse_PartitionProduceResponse.__init__ = _init_ProduceResponse_PartitionProduceResponse(*_setters(_ProduceResponse_PartitionProduceResponse))
+
 _nest(_ProduceResponse_PartitionProduceResponse, 'ProduceResponse', 'PartitionProduceResponse')
 _D_ProduceResponse_PartitionProduceResponse = _ProduceResponse_PartitionProduceResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ProduceResponse_TopicProduceResponse:
     name: 'str' = ''
     partition_responses: 'list[ProduceResponse.PartitionProduceResponse]' = _field(default_factory=list)
+
+
+def _init_ProduceResponse_TopicProduceResponse(_name, _partition_responses):
+    def __init__(self, name='', partition_responses=_NEW_LIST):
+        _name(self, name)
+        _partition_responses(self, [] if partition_responses is _NEW_LIST else partition_responses)
+    return __init__
+
+_ProduceResponse_TopicProduceResponse.__init__ = _init_ProduceResponse_TopicProduceResponse(*_setters(_ProduceResponse_TopicProduceResponse))
 
 _nest(_ProduceResponse_TopicProduceResponse, 'ProduceResponse', 'TopicProduceResponse')
 _D_ProduceResponse_TopicProduceResponse = _ProduceResponse_TopicProduceResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ProduceResponse_NodeEndpoint:
     node_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
 
+
+def _init_ProduceResponse_NodeEndpoint(_node_id, _host, _port, _rack):
+    def __init__(self, node_id=0, host='', port=0, rack=None):
+        _node_id(self, node_id)
+        _host(self, host)
+        _port(self, port)
+        _rack(self, rack)
+    return __init__
+
+_ProduceResponse_NodeEndpoint.__init__ = _init_ProduceResponse_NodeEndpoint(*_setters(_ProduceResponse_NodeEndpoint))
+
 _nest(_ProduceResponse_NodeEndpoint, 'ProduceResponse', 'NodeEndpoint')
 _D_ProduceResponse_NodeEndpoint = _ProduceResponse_NodeEndpoint()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProduceResponse:
     BatchIndexAndErrorMessage = _ProduceResponse_BatchIndexAndErrorMessage
     LeaderIdAndEpoch = _ProduceResponse_LeaderIdAndEpoch
@@ -218,16 +308,35 @@ class ProduceResponse:
     node_endpoints: 'list[ProduceResponse.NodeEndpoint]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ProduceResponse(_responses, _throttle_time_ms, _node_endpoints):
+    def __init__(self, responses=_NEW_LIST, throttle_time_ms=0, node_endpoints=_NEW_LIST):
+        _responses(self, [] if responses is _NEW_LIST else responses)
+        _throttle_time_ms(self, throttle_time_ms)
+        _node_endpoints(self, [] if node_endpoints is _NEW_LIST else node_endpoints)
+    return __init__
+
+ProduceResponse.__init__ = _init_ProduceResponse(*_setters(ProduceResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchRequest_ReplicaState:
     replica_id: 'int' = -1
     replica_epoch: 'int' = -1
+
+
+def _init_FetchRequest_ReplicaState(_replica_id, _replica_epoch):
+    def __init__(self, replica_id=-1, replica_epoch=-1):
+        _replica_id(self, replica_id)
+        _replica_epoch(self, replica_epoch)
+    return __init__
+
+_FetchRequest_ReplicaState.__init__ = _init_FetchRequest_ReplicaState(*_setters(_FetchRequest_ReplicaState))
 
 _nest(_FetchRequest_ReplicaState, 'FetchRequest', 'ReplicaState')
 _D_FetchRequest_ReplicaState = _FetchRequest_ReplicaState()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchRequest_FetchPartition:
     partition: 'int' = 0
     current_leader_epoch: 'int' = -1
@@ -237,31 +346,65 @@ class _FetchRequest_FetchPartition:
     partition_max_bytes: 'int' = 0
     replica_directory_id: 'UUID' = UUID_ZERO
 
+
+def _init_FetchRequest_FetchPartition(_partition, _current_leader_epoch, _fetch_offset, _last_fetched_epoch, _log_start_offset, _partition_max_bytes, _replica_directory_id):
+    def __init__(self, partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=0, replica_directory_id=UUID_ZERO):
+        _partition(self, partition)
+        _current_leader_epoch(self, current_leader_epoch)
+        _fetch_offset(self, fetch_offset)
+        _last_fetched_epoch(self, last_fetched_epoch)
+        _log_start_offset(self, log_start_offset)
+        _partition_max_bytes(self, partition_max_bytes)
+        _replica_directory_id(self, replica_directory_id)
+    return __init__
+
+_FetchRequest_FetchPartition.__init__ = _init_FetchRequest_FetchPartition(*_setters(_FetchRequest_FetchPartition))
+
 _nest(_FetchRequest_FetchPartition, 'FetchRequest', 'FetchPartition')
 _D_FetchRequest_FetchPartition = _FetchRequest_FetchPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchRequest_FetchTopic:
     topic: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
     partitions: 'list[FetchRequest.FetchPartition]' = _field(default_factory=list)
 
+
+def _init_FetchRequest_FetchTopic(_topic, _topic_id, _partitions):
+    def __init__(self, topic='', topic_id=UUID_ZERO, partitions=_NEW_LIST):
+        _topic(self, topic)
+        _topic_id(self, topic_id)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_FetchRequest_FetchTopic.__init__ = _init_FetchRequest_FetchTopic(*_setters(_FetchRequest_FetchTopic))
+
 _nest(_FetchRequest_FetchTopic, 'FetchRequest', 'FetchTopic')
 _D_FetchRequest_FetchTopic = _FetchRequest_FetchTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchRequest_ForgottenTopic:
     topic: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
     partitions: 'list[int]' = _field(default_factory=list)
 
+
+def _init_FetchRequest_ForgottenTopic(_topic, _topic_id, _partitions):
+    def __init__(self, topic='', topic_id=UUID_ZERO, partitions=_NEW_LIST):
+        _topic(self, topic)
+        _topic_id(self, topic_id)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_FetchRequest_ForgottenTopic.__init__ = _init_FetchRequest_ForgottenTopic(*_setters(_FetchRequest_ForgottenTopic))
+
 _nest(_FetchRequest_ForgottenTopic, 'FetchRequest', 'ForgottenTopic')
 _D_FetchRequest_ForgottenTopic = _FetchRequest_ForgottenTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchRequest:
     ReplicaState = _FetchRequest_ReplicaState
     FetchPartition = _FetchRequest_FetchPartition
@@ -285,43 +428,98 @@ class FetchRequest:
     rack_id: 'str' = ''
 
 
-@dataclass(frozen=True, slots=True)
+def _init_FetchRequest(_cluster_id, _replica_id, _replica_state, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch, _topics, _forgotten_topics_data, _rack_id):
+    def __init__(self, cluster_id=None, replica_id=-1, replica_state=_D_FetchRequest_ReplicaState, max_wait_ms=0, min_bytes=0, max_bytes=2147483647, isolation_level=0, session_id=0, session_epoch=-1, topics=_NEW_LIST, forgotten_topics_data=_NEW_LIST, rack_id=''):
+        _cluster_id(self, cluster_id)
+        _replica_id(self, replica_id)
+        _replica_state(self, replica_state)
+        _max_wait_ms(self, max_wait_ms)
+        _min_bytes(self, min_bytes)
+        _max_bytes(self, max_bytes)
+        _isolation_level(self, isolation_level)
+        _session_id(self, session_id)
+        _session_epoch(self, session_epoch)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _forgotten_topics_data(self, [] if forgotten_topics_data is _NEW_LIST else forgotten_topics_data)
+        _rack_id(self, rack_id)
+    return __init__
+
+FetchRequest.__init__ = _init_FetchRequest(*_setters(FetchRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchResponse_EpochEndOffset:
     epoch: 'int' = -1
     end_offset: 'int' = -1
+
+
+def _init_FetchResponse_EpochEndOffset(_epoch, _end_offset):
+    def __init__(self, epoch=-1, end_offset=-1):
+        _epoch(self, epoch)
+        _end_offset(self, end_offset)
+    return __init__
+
+_FetchResponse_EpochEndOffset.__init__ = _init_FetchResponse_EpochEndOffset(*_setters(_FetchResponse_EpochEndOffset))
 
 _nest(_FetchResponse_EpochEndOffset, 'FetchResponse', 'EpochEndOffset')
 _D_FetchResponse_EpochEndOffset = _FetchResponse_EpochEndOffset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchResponse_LeaderIdAndEpoch:
     leader_id: 'int' = -1
     leader_epoch: 'int' = -1
+
+
+def _init_FetchResponse_LeaderIdAndEpoch(_leader_id, _leader_epoch):
+    def __init__(self, leader_id=-1, leader_epoch=-1):
+        _leader_id(self, leader_id)
+        _leader_epoch(self, leader_epoch)
+    return __init__
+
+_FetchResponse_LeaderIdAndEpoch.__init__ = _init_FetchResponse_LeaderIdAndEpoch(*_setters(_FetchResponse_LeaderIdAndEpoch))
 
 _nest(_FetchResponse_LeaderIdAndEpoch, 'FetchResponse', 'LeaderIdAndEpoch')
 _D_FetchResponse_LeaderIdAndEpoch = _FetchResponse_LeaderIdAndEpoch()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchResponse_SnapshotId:
     end_offset: 'int' = -1
     epoch: 'int' = -1
+
+
+def _init_FetchResponse_SnapshotId(_end_offset, _epoch):
+    def __init__(self, end_offset=-1, epoch=-1):
+        _end_offset(self, end_offset)
+        _epoch(self, epoch)
+    return __init__
+
+_FetchResponse_SnapshotId.__init__ = _init_FetchResponse_SnapshotId(*_setters(_FetchResponse_SnapshotId))
 
 _nest(_FetchResponse_SnapshotId, 'FetchResponse', 'SnapshotId')
 _D_FetchResponse_SnapshotId = _FetchResponse_SnapshotId()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchResponse_AbortedTransaction:
     producer_id: 'int' = 0
     first_offset: 'int' = 0
+
+
+def _init_FetchResponse_AbortedTransaction(_producer_id, _first_offset):
+    def __init__(self, producer_id=0, first_offset=0):
+        _producer_id(self, producer_id)
+        _first_offset(self, first_offset)
+    return __init__
+
+_FetchResponse_AbortedTransaction.__init__ = _init_FetchResponse_AbortedTransaction(*_setters(_FetchResponse_AbortedTransaction))
 
 _nest(_FetchResponse_AbortedTransaction, 'FetchResponse', 'AbortedTransaction')
 _D_FetchResponse_AbortedTransaction = _FetchResponse_AbortedTransaction()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchResponse_PartitionData:
     partition_index: 'int' = 0
     error_code: 'int' = 0
@@ -335,32 +533,71 @@ class _FetchResponse_PartitionData:
     preferred_read_replica: 'int' = -1
     records: 'bytes | memoryview | None' = None
 
+
+def _init_FetchResponse_PartitionData(_partition_index, _error_code, _high_watermark, _last_stable_offset, _log_start_offset, _diverging_epoch, _current_leader, _snapshot_id, _aborted_transactions, _preferred_read_replica, _records):
+    def __init__(self, partition_index=0, error_code=0, high_watermark=0, last_stable_offset=-1, log_start_offset=-1, diverging_epoch=_D_FetchResponse_EpochEndOffset, current_leader=_D_FetchResponse_LeaderIdAndEpoch, snapshot_id=_D_FetchResponse_SnapshotId, aborted_transactions=_NEW_LIST, preferred_read_replica=-1, records=None):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+        _high_watermark(self, high_watermark)
+        _last_stable_offset(self, last_stable_offset)
+        _log_start_offset(self, log_start_offset)
+        _diverging_epoch(self, diverging_epoch)
+        _current_leader(self, current_leader)
+        _snapshot_id(self, snapshot_id)
+        _aborted_transactions(self, [] if aborted_transactions is _NEW_LIST else aborted_transactions)
+        _preferred_read_replica(self, preferred_read_replica)
+        _records(self, records)
+    return __init__
+
+_FetchResponse_PartitionData.__init__ = _init_FetchResponse_PartitionData(*_setters(_FetchResponse_PartitionData))
+
 _nest(_FetchResponse_PartitionData, 'FetchResponse', 'PartitionData')
 _D_FetchResponse_PartitionData = _FetchResponse_PartitionData()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchResponse_FetchableTopicResponse:
     topic: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
     partitions: 'list[FetchResponse.PartitionData]' = _field(default_factory=list)
 
+
+def _init_FetchResponse_FetchableTopicResponse(_topic, _topic_id, _partitions):
+    def __init__(self, topic='', topic_id=UUID_ZERO, partitions=_NEW_LIST):
+        _topic(self, topic)
+        _topic_id(self, topic_id)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_FetchResponse_FetchableTopicResponse.__init__ = _init_FetchResponse_FetchableTopicResponse(*_setters(_FetchResponse_FetchableTopicResponse))
+
 _nest(_FetchResponse_FetchableTopicResponse, 'FetchResponse', 'FetchableTopicResponse')
 _D_FetchResponse_FetchableTopicResponse = _FetchResponse_FetchableTopicResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _FetchResponse_NodeEndpoint:
     node_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
 
+
+def _init_FetchResponse_NodeEndpoint(_node_id, _host, _port, _rack):
+    def __init__(self, node_id=0, host='', port=0, rack=None):
+        _node_id(self, node_id)
+        _host(self, host)
+        _port(self, port)
+        _rack(self, rack)
+    return __init__
+
+_FetchResponse_NodeEndpoint.__init__ = _init_FetchResponse_NodeEndpoint(*_setters(_FetchResponse_NodeEndpoint))
+
 _nest(_FetchResponse_NodeEndpoint, 'FetchResponse', 'NodeEndpoint')
 _D_FetchResponse_NodeEndpoint = _FetchResponse_NodeEndpoint()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchResponse:
     EpochEndOffset = _FetchResponse_EpochEndOffset
     LeaderIdAndEpoch = _FetchResponse_LeaderIdAndEpoch
@@ -380,27 +617,59 @@ class FetchResponse:
     node_endpoints: 'list[FetchResponse.NodeEndpoint]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses, _node_endpoints):
+    def __init__(self, throttle_time_ms=0, error_code=0, session_id=0, responses=_NEW_LIST, node_endpoints=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _session_id(self, session_id)
+        _responses(self, [] if responses is _NEW_LIST else responses)
+        _node_endpoints(self, [] if node_endpoints is _NEW_LIST else node_endpoints)
+    return __init__
+
+FetchResponse.__init__ = _init_FetchResponse(*_setters(FetchResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ListOffsetsRequest_ListOffsetsPartition:
     partition_index: 'int' = 0
     current_leader_epoch: 'int' = -1
     timestamp: 'int' = 0
     max_num_offsets: 'int' = 1
 
+
+def _init_ListOffsetsRequest_ListOffsetsPartition(_partition_index, _current_leader_epoch, _timestamp, _max_num_offsets):
+    def __init__(self, partition_index=0, current_leader_epoch=-1, timestamp=0, max_num_offsets=1):
+        _partition_index(self, partition_index)
+        _current_leader_epoch(self, current_leader_epoch)
+        _timestamp(self, timestamp)
+        _max_num_offsets(self, max_num_offsets)
+    return __init__
+
+_ListOffsetsRequest_ListOffsetsPartition.__init__ = _init_ListOffsetsRequest_ListOffsetsPartition(*_setters(_ListOffsetsRequest_ListOffsetsPartition))
+
 _nest(_ListOffsetsRequest_ListOffsetsPartition, 'ListOffsetsRequest', 'ListOffsetsPartition')
 _D_ListOffsetsRequest_ListOffsetsPartition = _ListOffsetsRequest_ListOffsetsPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ListOffsetsRequest_ListOffsetsTopic:
     name: 'str' = ''
     partitions: 'list[ListOffsetsRequest.ListOffsetsPartition]' = _field(default_factory=list)
+
+
+def _init_ListOffsetsRequest_ListOffsetsTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_ListOffsetsRequest_ListOffsetsTopic.__init__ = _init_ListOffsetsRequest_ListOffsetsTopic(*_setters(_ListOffsetsRequest_ListOffsetsTopic))
 
 _nest(_ListOffsetsRequest_ListOffsetsTopic, 'ListOffsetsRequest', 'ListOffsetsTopic')
 _D_ListOffsetsRequest_ListOffsetsTopic = _ListOffsetsRequest_ListOffsetsTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ListOffsetsRequest:
     ListOffsetsPartition = _ListOffsetsRequest_ListOffsetsPartition
     ListOffsetsTopic = _ListOffsetsRequest_ListOffsetsTopic
@@ -414,7 +683,18 @@ class ListOffsetsRequest:
     timeout_ms: 'int' = 0
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ListOffsetsRequest(_replica_id, _isolation_level, _topics, _timeout_ms):
+    def __init__(self, replica_id=0, isolation_level=0, topics=_NEW_LIST, timeout_ms=0):
+        _replica_id(self, replica_id)
+        _isolation_level(self, isolation_level)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _timeout_ms(self, timeout_ms)
+    return __init__
+
+ListOffsetsRequest.__init__ = _init_ListOffsetsRequest(*_setters(ListOffsetsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ListOffsetsResponse_ListOffsetsPartitionResponse:
     partition_index: 'int' = 0
     error_code: 'int' = 0
@@ -423,20 +703,42 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse:
     offset: 'int' = -1
     leader_epoch: 'int' = -1
 
+
+def _init_ListOffsetsResponse_ListOffsetsPartitionResponse(_partition_index, _error_code, _old_style_offsets, _timestamp, _offset, _leader_epoch):
+    def __init__(self, partition_index=0, error_code=0, old_style_offsets=_NEW_LIST, timestamp=-1, offset=-1, leader_epoch=-1):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+        _old_style_offsets(self, [] if old_style_offsets is _NEW_LIST else old_style_offsets)
+        _timestamp(self, timestamp)
+        _offset(self, offset)
+        _leader_epoch(self, leader_epoch)
+    return __init__
+
+_ListOffsetsResponse_ListOffsetsPartitionResponse.__init__ = _init_ListOffsetsResponse_ListOffsetsPartitionResponse(*_setters(_ListOffsetsResponse_ListOffsetsPartitionResponse))
+
 _nest(_ListOffsetsResponse_ListOffsetsPartitionResponse, 'ListOffsetsResponse', 'ListOffsetsPartitionResponse')
 _D_ListOffsetsResponse_ListOffsetsPartitionResponse = _ListOffsetsResponse_ListOffsetsPartitionResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ListOffsetsResponse_ListOffsetsTopicResponse:
     name: 'str' = ''
     partitions: 'list[ListOffsetsResponse.ListOffsetsPartitionResponse]' = _field(default_factory=list)
+
+
+def _init_ListOffsetsResponse_ListOffsetsTopicResponse(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_ListOffsetsResponse_ListOffsetsTopicResponse.__init__ = _init_ListOffsetsResponse_ListOffsetsTopicResponse(*_setters(_ListOffsetsResponse_ListOffsetsTopicResponse))
 
 _nest(_ListOffsetsResponse_ListOffsetsTopicResponse, 'ListOffsetsResponse', 'ListOffsetsTopicResponse')
 _D_ListOffsetsResponse_ListOffsetsTopicResponse = _ListOffsetsResponse_ListOffsetsTopicResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ListOffsetsResponse:
     ListOffsetsPartitionResponse = _ListOffsetsResponse_ListOffsetsPartitionResponse
     ListOffsetsTopicResponse = _ListOffsetsResponse_ListOffsetsTopicResponse
@@ -448,16 +750,34 @@ class ListOffsetsResponse:
     topics: 'list[ListOffsetsResponse.ListOffsetsTopicResponse]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ListOffsetsResponse(_throttle_time_ms, _topics):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+ListOffsetsResponse.__init__ = _init_ListOffsetsResponse(*_setters(ListOffsetsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _MetadataRequest_MetadataRequestTopic:
     topic_id: 'UUID' = UUID_ZERO
     name: 'str | None' = ''
+
+
+def _init_MetadataRequest_MetadataRequestTopic(_topic_id, _name):
+    def __init__(self, topic_id=UUID_ZERO, name=''):
+        _topic_id(self, topic_id)
+        _name(self, name)
+    return __init__
+
+_MetadataRequest_MetadataRequestTopic.__init__ = _init_MetadataRequest_MetadataRequestTopic(*_setters(_MetadataRequest_MetadataRequestTopic))
 
 _nest(_MetadataRequest_MetadataRequestTopic, 'MetadataRequest', 'MetadataRequestTopic')
 _D_MetadataRequest_MetadataRequestTopic = _MetadataRequest_MetadataRequestTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class MetadataRequest:
     MetadataRequestTopic = _MetadataRequest_MetadataRequestTopic
     API_KEY = 3
@@ -470,18 +790,40 @@ class MetadataRequest:
     include_topic_authorized_operations: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_MetadataRequest(_topics, _allow_auto_topic_creation, _include_cluster_authorized_operations, _include_topic_authorized_operations):
+    def __init__(self, topics=_NEW_LIST, allow_auto_topic_creation=True, include_cluster_authorized_operations=False, include_topic_authorized_operations=False):
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _allow_auto_topic_creation(self, allow_auto_topic_creation)
+        _include_cluster_authorized_operations(self, include_cluster_authorized_operations)
+        _include_topic_authorized_operations(self, include_topic_authorized_operations)
+    return __init__
+
+MetadataRequest.__init__ = _init_MetadataRequest(*_setters(MetadataRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _MetadataResponse_MetadataResponseBroker:
     node_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
 
+
+def _init_MetadataResponse_MetadataResponseBroker(_node_id, _host, _port, _rack):
+    def __init__(self, node_id=0, host='', port=0, rack=None):
+        _node_id(self, node_id)
+        _host(self, host)
+        _port(self, port)
+        _rack(self, rack)
+    return __init__
+
+_MetadataResponse_MetadataResponseBroker.__init__ = _init_MetadataResponse_MetadataResponseBroker(*_setters(_MetadataResponse_MetadataResponseBroker))
+
 _nest(_MetadataResponse_MetadataResponseBroker, 'MetadataResponse', 'MetadataResponseBroker')
 _D_MetadataResponse_MetadataResponseBroker = _MetadataResponse_MetadataResponseBroker()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _MetadataResponse_MetadataResponsePartition:
     error_code: 'int' = 0
     partition_index: 'int' = 0
@@ -491,11 +833,25 @@ class _MetadataResponse_MetadataResponsePartition:
     isr_nodes: 'list[int]' = _field(default_factory=list)
     offline_replicas: 'list[int]' = _field(default_factory=list)
 
+
+def _init_MetadataResponse_MetadataResponsePartition(_error_code, _partition_index, _leader_id, _leader_epoch, _replica_nodes, _isr_nodes, _offline_replicas):
+    def __init__(self, error_code=0, partition_index=0, leader_id=0, leader_epoch=-1, replica_nodes=_NEW_LIST, isr_nodes=_NEW_LIST, offline_replicas=_NEW_LIST):
+        _error_code(self, error_code)
+        _partition_index(self, partition_index)
+        _leader_id(self, leader_id)
+        _leader_epoch(self, leader_epoch)
+        _replica_nodes(self, [] if replica_nodes is _NEW_LIST else replica_nodes)
+        _isr_nodes(self, [] if isr_nodes is _NEW_LIST else isr_nodes)
+        _offline_replicas(self, [] if offline_replicas is _NEW_LIST else offline_replicas)
+    return __init__
+
+_MetadataResponse_MetadataResponsePartition.__init__ = _init_MetadataResponse_MetadataResponsePartition(*_setters(_MetadataResponse_MetadataResponsePartition))
+
 _nest(_MetadataResponse_MetadataResponsePartition, 'MetadataResponse', 'MetadataResponsePartition')
 _D_MetadataResponse_MetadataResponsePartition = _MetadataResponse_MetadataResponsePartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _MetadataResponse_MetadataResponseTopic:
     error_code: 'int' = 0
     name: 'str | None' = ''
@@ -504,11 +860,24 @@ class _MetadataResponse_MetadataResponseTopic:
     partitions: 'list[MetadataResponse.MetadataResponsePartition]' = _field(default_factory=list)
     topic_authorized_operations: 'int' = -2147483648
 
+
+def _init_MetadataResponse_MetadataResponseTopic(_error_code, _name, _topic_id, _is_internal, _partitions, _topic_authorized_operations):
+    def __init__(self, error_code=0, name='', topic_id=UUID_ZERO, is_internal=False, partitions=_NEW_LIST, topic_authorized_operations=-2147483648):
+        _error_code(self, error_code)
+        _name(self, name)
+        _topic_id(self, topic_id)
+        _is_internal(self, is_internal)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+        _topic_authorized_operations(self, topic_authorized_operations)
+    return __init__
+
+_MetadataResponse_MetadataResponseTopic.__init__ = _init_MetadataResponse_MetadataResponseTopic(*_setters(_MetadataResponse_MetadataResponseTopic))
+
 _nest(_MetadataResponse_MetadataResponseTopic, 'MetadataResponse', 'MetadataResponseTopic')
 _D_MetadataResponse_MetadataResponseTopic = _MetadataResponse_MetadataResponseTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class MetadataResponse:
     MetadataResponseBroker = _MetadataResponse_MetadataResponseBroker
     MetadataResponsePartition = _MetadataResponse_MetadataResponsePartition
@@ -525,7 +894,20 @@ class MetadataResponse:
     cluster_authorized_operations: 'int' = -2147483648
 
 
-@dataclass(frozen=True, slots=True)
+def _init_MetadataResponse(_throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, _cluster_authorized_operations):
+    def __init__(self, throttle_time_ms=0, brokers=_NEW_LIST, cluster_id=None, controller_id=-1, topics=_NEW_LIST, cluster_authorized_operations=-2147483648):
+        _throttle_time_ms(self, throttle_time_ms)
+        _brokers(self, [] if brokers is _NEW_LIST else brokers)
+        _cluster_id(self, cluster_id)
+        _controller_id(self, controller_id)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _cluster_authorized_operations(self, cluster_authorized_operations)
+    return __init__
+
+MetadataResponse.__init__ = _init_MetadataResponse(*_setters(MetadataResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetCommitRequest_OffsetCommitRequestPartition:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
@@ -533,20 +915,41 @@ class _OffsetCommitRequest_OffsetCommitRequestPartition:
     commit_timestamp: 'int' = -1
     committed_metadata: 'str | None' = ''
 
+
+def _init_OffsetCommitRequest_OffsetCommitRequestPartition(_partition_index, _committed_offset, _committed_leader_epoch, _commit_timestamp, _committed_metadata):
+    def __init__(self, partition_index=0, committed_offset=0, committed_leader_epoch=-1, commit_timestamp=-1, committed_metadata=''):
+        _partition_index(self, partition_index)
+        _committed_offset(self, committed_offset)
+        _committed_leader_epoch(self, committed_leader_epoch)
+        _commit_timestamp(self, commit_timestamp)
+        _committed_metadata(self, committed_metadata)
+    return __init__
+
+_OffsetCommitRequest_OffsetCommitRequestPartition.__init__ = _init_OffsetCommitRequest_OffsetCommitRequestPartition(*_setters(_OffsetCommitRequest_OffsetCommitRequestPartition))
+
 _nest(_OffsetCommitRequest_OffsetCommitRequestPartition, 'OffsetCommitRequest', 'OffsetCommitRequestPartition')
 _D_OffsetCommitRequest_OffsetCommitRequestPartition = _OffsetCommitRequest_OffsetCommitRequestPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetCommitRequest_OffsetCommitRequestTopic:
     name: 'str' = ''
     partitions: 'list[OffsetCommitRequest.OffsetCommitRequestPartition]' = _field(default_factory=list)
+
+
+def _init_OffsetCommitRequest_OffsetCommitRequestTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetCommitRequest_OffsetCommitRequestTopic.__init__ = _init_OffsetCommitRequest_OffsetCommitRequestTopic(*_setters(_OffsetCommitRequest_OffsetCommitRequestTopic))
 
 _nest(_OffsetCommitRequest_OffsetCommitRequestTopic, 'OffsetCommitRequest', 'OffsetCommitRequestTopic')
 _D_OffsetCommitRequest_OffsetCommitRequestTopic = _OffsetCommitRequest_OffsetCommitRequestTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetCommitRequest:
     OffsetCommitRequestPartition = _OffsetCommitRequest_OffsetCommitRequestPartition
     OffsetCommitRequestTopic = _OffsetCommitRequest_OffsetCommitRequestTopic
@@ -562,25 +965,56 @@ class OffsetCommitRequest:
     topics: 'list[OffsetCommitRequest.OffsetCommitRequestTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetCommitRequest(_group_id, _generation_id_or_member_epoch, _member_id, _group_instance_id, _retention_time_ms, _topics):
+    def __init__(self, group_id='', generation_id_or_member_epoch=-1, member_id='', group_instance_id=None, retention_time_ms=-1, topics=_NEW_LIST):
+        _group_id(self, group_id)
+        _generation_id_or_member_epoch(self, generation_id_or_member_epoch)
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _retention_time_ms(self, retention_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+OffsetCommitRequest.__init__ = _init_OffsetCommitRequest(*_setters(OffsetCommitRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetCommitResponse_OffsetCommitResponsePartition:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+
+
+def _init_OffsetCommitResponse_OffsetCommitResponsePartition(_partition_index, _error_code):
+    def __init__(self, partition_index=0, error_code=0):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+    return __init__
+
+_OffsetCommitResponse_OffsetCommitResponsePartition.__init__ = _init_OffsetCommitResponse_OffsetCommitResponsePartition(*_setters(_OffsetCommitResponse_OffsetCommitResponsePartition))
 
 _nest(_OffsetCommitResponse_OffsetCommitResponsePartition, 'OffsetCommitResponse', 'OffsetCommitResponsePartition')
 _D_OffsetCommitResponse_OffsetCommitResponsePartition = _OffsetCommitResponse_OffsetCommitResponsePartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetCommitResponse_OffsetCommitResponseTopic:
     name: 'str' = ''
     partitions: 'list[OffsetCommitResponse.OffsetCommitResponsePartition]' = _field(default_factory=list)
+
+
+def _init_OffsetCommitResponse_OffsetCommitResponseTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetCommitResponse_OffsetCommitResponseTopic.__init__ = _init_OffsetCommitResponse_OffsetCommitResponseTopic(*_setters(_OffsetCommitResponse_OffsetCommitResponseTopic))
 
 _nest(_OffsetCommitResponse_OffsetCommitResponseTopic, 'OffsetCommitResponse', 'OffsetCommitResponseTopic')
 _D_OffsetCommitResponse_OffsetCommitResponseTopic = _OffsetCommitResponse_OffsetCommitResponseTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetCommitResponse:
     OffsetCommitResponsePartition = _OffsetCommitResponse_OffsetCommitResponsePartition
     OffsetCommitResponseTopic = _OffsetCommitResponse_OffsetCommitResponseTopic
@@ -592,36 +1026,74 @@ class OffsetCommitResponse:
     topics: 'list[OffsetCommitResponse.OffsetCommitResponseTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetCommitResponse(_throttle_time_ms, _topics):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+OffsetCommitResponse.__init__ = _init_OffsetCommitResponse(*_setters(OffsetCommitResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchRequest_OffsetFetchRequestTopic:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+
+
+def _init_OffsetFetchRequest_OffsetFetchRequestTopic(_name, _partition_indexes):
+    def __init__(self, name='', partition_indexes=_NEW_LIST):
+        _name(self, name)
+        _partition_indexes(self, [] if partition_indexes is _NEW_LIST else partition_indexes)
+    return __init__
+
+_OffsetFetchRequest_OffsetFetchRequestTopic.__init__ = _init_OffsetFetchRequest_OffsetFetchRequestTopic(*_setters(_OffsetFetchRequest_OffsetFetchRequestTopic))
 
 _nest(_OffsetFetchRequest_OffsetFetchRequestTopic, 'OffsetFetchRequest', 'OffsetFetchRequestTopic')
 _D_OffsetFetchRequest_OffsetFetchRequestTopic = _OffsetFetchRequest_OffsetFetchRequestTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchRequest_OffsetFetchRequestTopics:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+
+
+def _init_OffsetFetchRequest_OffsetFetchRequestTopics(_name, _partition_indexes):
+    def __init__(self, name='', partition_indexes=_NEW_LIST):
+        _name(self, name)
+        _partition_indexes(self, [] if partition_indexes is _NEW_LIST else partition_indexes)
+    return __init__
+
+_OffsetFetchRequest_OffsetFetchRequestTopics.__init__ = _init_OffsetFetchRequest_OffsetFetchRequestTopics(*_setters(_OffsetFetchRequest_OffsetFetchRequestTopics))
 
 _nest(_OffsetFetchRequest_OffsetFetchRequestTopics, 'OffsetFetchRequest', 'OffsetFetchRequestTopics')
 _D_OffsetFetchRequest_OffsetFetchRequestTopics = _OffsetFetchRequest_OffsetFetchRequestTopics()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchRequest_OffsetFetchRequestGroup:
     group_id: 'str' = ''
     member_id: 'str | None' = None
     member_epoch: 'int' = -1
     topics: 'list[OffsetFetchRequest.OffsetFetchRequestTopics] | None' = _field(default_factory=list)
 
+
+def _init_OffsetFetchRequest_OffsetFetchRequestGroup(_group_id, _member_id, _member_epoch, _topics):
+    def __init__(self, group_id='', member_id=None, member_epoch=-1, topics=_NEW_LIST):
+        _group_id(self, group_id)
+        _member_id(self, member_id)
+        _member_epoch(self, member_epoch)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+_OffsetFetchRequest_OffsetFetchRequestGroup.__init__ = _init_OffsetFetchRequest_OffsetFetchRequestGroup(*_setters(_OffsetFetchRequest_OffsetFetchRequestGroup))
+
 _nest(_OffsetFetchRequest_OffsetFetchRequestGroup, 'OffsetFetchRequest', 'OffsetFetchRequestGroup')
 _D_OffsetFetchRequest_OffsetFetchRequestGroup = _OffsetFetchRequest_OffsetFetchRequestGroup()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetFetchRequest:
     OffsetFetchRequestTopic = _OffsetFetchRequest_OffsetFetchRequestTopic
     OffsetFetchRequestTopics = _OffsetFetchRequest_OffsetFetchRequestTopics
@@ -636,7 +1108,18 @@ class OffsetFetchRequest:
     require_stable: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetFetchRequest(_group_id, _topics, _groups, _require_stable):
+    def __init__(self, group_id='', topics=_NEW_LIST, groups=_NEW_LIST, require_stable=False):
+        _group_id(self, group_id)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _groups(self, [] if groups is _NEW_LIST else groups)
+        _require_stable(self, require_stable)
+    return __init__
+
+OffsetFetchRequest.__init__ = _init_OffsetFetchRequest(*_setters(OffsetFetchRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchResponse_OffsetFetchResponsePartition:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
@@ -644,20 +1127,41 @@ class _OffsetFetchResponse_OffsetFetchResponsePartition:
     metadata: 'str | None' = ''
     error_code: 'int' = 0
 
+
+def _init_OffsetFetchResponse_OffsetFetchResponsePartition(_partition_index, _committed_offset, _committed_leader_epoch, _metadata, _error_code):
+    def __init__(self, partition_index=0, committed_offset=0, committed_leader_epoch=-1, metadata='', error_code=0):
+        _partition_index(self, partition_index)
+        _committed_offset(self, committed_offset)
+        _committed_leader_epoch(self, committed_leader_epoch)
+        _metadata(self, metadata)
+        _error_code(self, error_code)
+    return __init__
+
+_OffsetFetchResponse_OffsetFetchResponsePartition.__init__ = _init_OffsetFetchResponse_OffsetFetchResponsePartition(*_setters(_OffsetFetchResponse_OffsetFetchResponsePartition))
+
 _nest(_OffsetFetchResponse_OffsetFetchResponsePartition, 'OffsetFetchResponse', 'OffsetFetchResponsePartition')
 _D_OffsetFetchResponse_OffsetFetchResponsePartition = _OffsetFetchResponse_OffsetFetchResponsePartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchResponse_OffsetFetchResponseTopic:
     name: 'str' = ''
     partitions: 'list[OffsetFetchResponse.OffsetFetchResponsePartition]' = _field(default_factory=list)
+
+
+def _init_OffsetFetchResponse_OffsetFetchResponseTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetFetchResponse_OffsetFetchResponseTopic.__init__ = _init_OffsetFetchResponse_OffsetFetchResponseTopic(*_setters(_OffsetFetchResponse_OffsetFetchResponseTopic))
 
 _nest(_OffsetFetchResponse_OffsetFetchResponseTopic, 'OffsetFetchResponse', 'OffsetFetchResponseTopic')
 _D_OffsetFetchResponse_OffsetFetchResponseTopic = _OffsetFetchResponse_OffsetFetchResponseTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchResponse_OffsetFetchResponsePartitions:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
@@ -665,30 +1169,61 @@ class _OffsetFetchResponse_OffsetFetchResponsePartitions:
     metadata: 'str | None' = ''
     error_code: 'int' = 0
 
+
+def _init_OffsetFetchResponse_OffsetFetchResponsePartitions(_partition_index, _committed_offset, _committed_leader_epoch, _metadata, _error_code):
+    def __init__(self, partition_index=0, committed_offset=0, committed_leader_epoch=-1, metadata='', error_code=0):
+        _partition_index(self, partition_index)
+        _committed_offset(self, committed_offset)
+        _committed_leader_epoch(self, committed_leader_epoch)
+        _metadata(self, metadata)
+        _error_code(self, error_code)
+    return __init__
+
+_OffsetFetchResponse_OffsetFetchResponsePartitions.__init__ = _init_OffsetFetchResponse_OffsetFetchResponsePartitions(*_setters(_OffsetFetchResponse_OffsetFetchResponsePartitions))
+
 _nest(_OffsetFetchResponse_OffsetFetchResponsePartitions, 'OffsetFetchResponse', 'OffsetFetchResponsePartitions')
 _D_OffsetFetchResponse_OffsetFetchResponsePartitions = _OffsetFetchResponse_OffsetFetchResponsePartitions()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchResponse_OffsetFetchResponseTopics:
     name: 'str' = ''
     partitions: 'list[OffsetFetchResponse.OffsetFetchResponsePartitions]' = _field(default_factory=list)
+
+
+def _init_OffsetFetchResponse_OffsetFetchResponseTopics(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetFetchResponse_OffsetFetchResponseTopics.__init__ = _init_OffsetFetchResponse_OffsetFetchResponseTopics(*_setters(_OffsetFetchResponse_OffsetFetchResponseTopics))
 
 _nest(_OffsetFetchResponse_OffsetFetchResponseTopics, 'OffsetFetchResponse', 'OffsetFetchResponseTopics')
 _D_OffsetFetchResponse_OffsetFetchResponseTopics = _OffsetFetchResponse_OffsetFetchResponseTopics()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetFetchResponse_OffsetFetchResponseGroup:
     group_id: 'str' = ''
     topics: 'list[OffsetFetchResponse.OffsetFetchResponseTopics]' = _field(default_factory=list)
     error_code: 'int' = 0
 
+
+def _init_OffsetFetchResponse_OffsetFetchResponseGroup(_group_id, _topics, _error_code):
+    def __init__(self, group_id='', topics=_NEW_LIST, error_code=0):
+        _group_id(self, group_id)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _error_code(self, error_code)
+    return __init__
+
+_OffsetFetchResponse_OffsetFetchResponseGroup.__init__ = _init_OffsetFetchResponse_OffsetFetchResponseGroup(*_setters(_OffsetFetchResponse_OffsetFetchResponseGroup))
+
 _nest(_OffsetFetchResponse_OffsetFetchResponseGroup, 'OffsetFetchResponse', 'OffsetFetchResponseGroup')
 _D_OffsetFetchResponse_OffsetFetchResponseGroup = _OffsetFetchResponse_OffsetFetchResponseGroup()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetFetchResponse:
     OffsetFetchResponsePartition = _OffsetFetchResponse_OffsetFetchResponsePartition
     OffsetFetchResponseTopic = _OffsetFetchResponse_OffsetFetchResponseTopic
@@ -705,7 +1240,18 @@ class OffsetFetchResponse:
     groups: 'list[OffsetFetchResponse.OffsetFetchResponseGroup]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetFetchResponse(_throttle_time_ms, _topics, _error_code, _groups):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST, error_code=0, groups=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _error_code(self, error_code)
+        _groups(self, [] if groups is _NEW_LIST else groups)
+    return __init__
+
+OffsetFetchResponse.__init__ = _init_OffsetFetchResponse(*_setters(OffsetFetchResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class FindCoordinatorRequest:
     API_KEY = 10
     VALID_VERSIONS = (0, 6)
@@ -716,7 +1262,17 @@ class FindCoordinatorRequest:
     coordinator_keys: 'list[str]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_FindCoordinatorRequest(_key, _key_type, _coordinator_keys):
+    def __init__(self, key='', key_type=0, coordinator_keys=_NEW_LIST):
+        _key(self, key)
+        _key_type(self, key_type)
+        _coordinator_keys(self, [] if coordinator_keys is _NEW_LIST else coordinator_keys)
+    return __init__
+
+FindCoordinatorRequest.__init__ = _init_FindCoordinatorRequest(*_setters(FindCoordinatorRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _FindCoordinatorResponse_Coordinator:
     key: 'str' = ''
     node_id: 'int' = 0
@@ -725,11 +1281,24 @@ class _FindCoordinatorResponse_Coordinator:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
 
+
+def _init_FindCoordinatorResponse_Coordinator(_key, _node_id, _host, _port, _error_code, _error_message):
+    def __init__(self, key='', node_id=0, host='', port=0, error_code=0, error_message=''):
+        _key(self, key)
+        _node_id(self, node_id)
+        _host(self, host)
+        _port(self, port)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+    return __init__
+
+_FindCoordinatorResponse_Coordinator.__init__ = _init_FindCoordinatorResponse_Coordinator(*_setters(_FindCoordinatorResponse_Coordinator))
+
 _nest(_FindCoordinatorResponse_Coordinator, 'FindCoordinatorResponse', 'Coordinator')
 _D_FindCoordinatorResponse_Coordinator = _FindCoordinatorResponse_Coordinator()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FindCoordinatorResponse:
     Coordinator = _FindCoordinatorResponse_Coordinator
     API_KEY = 10
@@ -745,16 +1314,39 @@ class FindCoordinatorResponse:
     coordinators: 'list[FindCoordinatorResponse.Coordinator]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_FindCoordinatorResponse(_throttle_time_ms, _error_code, _error_message, _node_id, _host, _port, _coordinators):
+    def __init__(self, throttle_time_ms=0, error_code=0, error_message='', node_id=0, host='', port=0, coordinators=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _node_id(self, node_id)
+        _host(self, host)
+        _port(self, port)
+        _coordinators(self, [] if coordinators is _NEW_LIST else coordinators)
+    return __init__
+
+FindCoordinatorResponse.__init__ = _init_FindCoordinatorResponse(*_setters(FindCoordinatorResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _JoinGroupRequest_JoinGroupRequestProtocol:
     name: 'str' = ''
     metadata: 'bytes' = b''
+
+
+def _init_JoinGroupRequest_JoinGroupRequestProtocol(_name, _metadata):
+    def __init__(self, name='', metadata=b''):
+        _name(self, name)
+        _metadata(self, metadata)
+    return __init__
+
+_JoinGroupRequest_JoinGroupRequestProtocol.__init__ = _init_JoinGroupRequest_JoinGroupRequestProtocol(*_setters(_JoinGroupRequest_JoinGroupRequestProtocol))
 
 _nest(_JoinGroupRequest_JoinGroupRequestProtocol, 'JoinGroupRequest', 'JoinGroupRequestProtocol')
 _D_JoinGroupRequest_JoinGroupRequestProtocol = _JoinGroupRequest_JoinGroupRequestProtocol()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class JoinGroupRequest:
     JoinGroupRequestProtocol = _JoinGroupRequest_JoinGroupRequestProtocol
     API_KEY = 11
@@ -771,17 +1363,42 @@ class JoinGroupRequest:
     reason: 'str | None' = None
 
 
-@dataclass(frozen=True, slots=True)
+def _init_JoinGroupRequest(_group_id, _session_timeout_ms, _rebalance_timeout_ms, _member_id, _group_instance_id, _protocol_type, _protocols, _reason):
+    def __init__(self, group_id='', session_timeout_ms=0, rebalance_timeout_ms=-1, member_id='', group_instance_id=None, protocol_type='', protocols=_NEW_LIST, reason=None):
+        _group_id(self, group_id)
+        _session_timeout_ms(self, session_timeout_ms)
+        _rebalance_timeout_ms(self, rebalance_timeout_ms)
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _protocol_type(self, protocol_type)
+        _protocols(self, [] if protocols is _NEW_LIST else protocols)
+        _reason(self, reason)
+    return __init__
+
+JoinGroupRequest.__init__ = _init_JoinGroupRequest(*_setters(JoinGroupRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _JoinGroupResponse_JoinGroupResponseMember:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
     metadata: 'bytes' = b''
 
+
+def _init_JoinGroupResponse_JoinGroupResponseMember(_member_id, _group_instance_id, _metadata):
+    def __init__(self, member_id='', group_instance_id=None, metadata=b''):
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _metadata(self, metadata)
+    return __init__
+
+_JoinGroupResponse_JoinGroupResponseMember.__init__ = _init_JoinGroupResponse_JoinGroupResponseMember(*_setters(_JoinGroupResponse_JoinGroupResponseMember))
+
 _nest(_JoinGroupResponse_JoinGroupResponseMember, 'JoinGroupResponse', 'JoinGroupResponseMember')
 _D_JoinGroupResponse_JoinGroupResponseMember = _JoinGroupResponse_JoinGroupResponseMember()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class JoinGroupResponse:
     JoinGroupResponseMember = _JoinGroupResponse_JoinGroupResponseMember
     API_KEY = 11
@@ -799,7 +1416,23 @@ class JoinGroupResponse:
     members: 'list[JoinGroupResponse.JoinGroupResponseMember]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_JoinGroupResponse(_throttle_time_ms, _error_code, _generation_id, _protocol_type, _protocol_name, _leader, _skip_assignment, _member_id, _members):
+    def __init__(self, throttle_time_ms=0, error_code=0, generation_id=-1, protocol_type=None, protocol_name='', leader='', skip_assignment=False, member_id='', members=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _generation_id(self, generation_id)
+        _protocol_type(self, protocol_type)
+        _protocol_name(self, protocol_name)
+        _leader(self, leader)
+        _skip_assignment(self, skip_assignment)
+        _member_id(self, member_id)
+        _members(self, [] if members is _NEW_LIST else members)
+    return __init__
+
+JoinGroupResponse.__init__ = _init_JoinGroupResponse(*_setters(JoinGroupResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class HeartbeatRequest:
     API_KEY = 12
     VALID_VERSIONS = (0, 4)
@@ -811,7 +1444,18 @@ class HeartbeatRequest:
     group_instance_id: 'str | None' = None
 
 
-@dataclass(frozen=True, slots=True)
+def _init_HeartbeatRequest(_group_id, _generation_id, _member_id, _group_instance_id):
+    def __init__(self, group_id='', generation_id=0, member_id='', group_instance_id=None):
+        _group_id(self, group_id)
+        _generation_id(self, generation_id)
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+    return __init__
+
+HeartbeatRequest.__init__ = _init_HeartbeatRequest(*_setters(HeartbeatRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class HeartbeatResponse:
     API_KEY = 12
     VALID_VERSIONS = (0, 4)
@@ -821,17 +1465,36 @@ class HeartbeatResponse:
     error_code: 'int' = 0
 
 
-@dataclass(frozen=True, slots=True)
+def _init_HeartbeatResponse(_throttle_time_ms, _error_code):
+    def __init__(self, throttle_time_ms=0, error_code=0):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+    return __init__
+
+HeartbeatResponse.__init__ = _init_HeartbeatResponse(*_setters(HeartbeatResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _LeaveGroupRequest_MemberIdentity:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
     reason: 'str | None' = None
 
+
+def _init_LeaveGroupRequest_MemberIdentity(_member_id, _group_instance_id, _reason):
+    def __init__(self, member_id='', group_instance_id=None, reason=None):
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _reason(self, reason)
+    return __init__
+
+_LeaveGroupRequest_MemberIdentity.__init__ = _init_LeaveGroupRequest_MemberIdentity(*_setters(_LeaveGroupRequest_MemberIdentity))
+
 _nest(_LeaveGroupRequest_MemberIdentity, 'LeaveGroupRequest', 'MemberIdentity')
 _D_LeaveGroupRequest_MemberIdentity = _LeaveGroupRequest_MemberIdentity()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class LeaveGroupRequest:
     MemberIdentity = _LeaveGroupRequest_MemberIdentity
     API_KEY = 13
@@ -843,17 +1506,37 @@ class LeaveGroupRequest:
     members: 'list[LeaveGroupRequest.MemberIdentity]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_LeaveGroupRequest(_group_id, _member_id, _members):
+    def __init__(self, group_id='', member_id='', members=_NEW_LIST):
+        _group_id(self, group_id)
+        _member_id(self, member_id)
+        _members(self, [] if members is _NEW_LIST else members)
+    return __init__
+
+LeaveGroupRequest.__init__ = _init_LeaveGroupRequest(*_setters(LeaveGroupRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _LeaveGroupResponse_MemberResponse:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = ''
     error_code: 'int' = 0
 
+
+def _init_LeaveGroupResponse_MemberResponse(_member_id, _group_instance_id, _error_code):
+    def __init__(self, member_id='', group_instance_id='', error_code=0):
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _error_code(self, error_code)
+    return __init__
+
+_LeaveGroupResponse_MemberResponse.__init__ = _init_LeaveGroupResponse_MemberResponse(*_setters(_LeaveGroupResponse_MemberResponse))
+
 _nest(_LeaveGroupResponse_MemberResponse, 'LeaveGroupResponse', 'MemberResponse')
 _D_LeaveGroupResponse_MemberResponse = _LeaveGroupResponse_MemberResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class LeaveGroupResponse:
     MemberResponse = _LeaveGroupResponse_MemberResponse
     API_KEY = 13
@@ -865,16 +1548,35 @@ class LeaveGroupResponse:
     members: 'list[LeaveGroupResponse.MemberResponse]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_LeaveGroupResponse(_throttle_time_ms, _error_code, _members):
+    def __init__(self, throttle_time_ms=0, error_code=0, members=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _members(self, [] if members is _NEW_LIST else members)
+    return __init__
+
+LeaveGroupResponse.__init__ = _init_LeaveGroupResponse(*_setters(LeaveGroupResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _SyncGroupRequest_SyncGroupRequestAssignment:
     member_id: 'str' = ''
     assignment: 'bytes' = b''
+
+
+def _init_SyncGroupRequest_SyncGroupRequestAssignment(_member_id, _assignment):
+    def __init__(self, member_id='', assignment=b''):
+        _member_id(self, member_id)
+        _assignment(self, assignment)
+    return __init__
+
+_SyncGroupRequest_SyncGroupRequestAssignment.__init__ = _init_SyncGroupRequest_SyncGroupRequestAssignment(*_setters(_SyncGroupRequest_SyncGroupRequestAssignment))
 
 _nest(_SyncGroupRequest_SyncGroupRequestAssignment, 'SyncGroupRequest', 'SyncGroupRequestAssignment')
 _D_SyncGroupRequest_SyncGroupRequestAssignment = _SyncGroupRequest_SyncGroupRequestAssignment()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SyncGroupRequest:
     SyncGroupRequestAssignment = _SyncGroupRequest_SyncGroupRequestAssignment
     API_KEY = 14
@@ -890,7 +1592,21 @@ class SyncGroupRequest:
     assignments: 'list[SyncGroupRequest.SyncGroupRequestAssignment]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_SyncGroupRequest(_group_id, _generation_id, _member_id, _group_instance_id, _protocol_type, _protocol_name, _assignments):
+    def __init__(self, group_id='', generation_id=0, member_id='', group_instance_id=None, protocol_type=None, protocol_name=None, assignments=_NEW_LIST):
+        _group_id(self, group_id)
+        _generation_id(self, generation_id)
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _protocol_type(self, protocol_type)
+        _protocol_name(self, protocol_name)
+        _assignments(self, [] if assignments is _NEW_LIST else assignments)
+    return __init__
+
+SyncGroupRequest.__init__ = _init_SyncGroupRequest(*_setters(SyncGroupRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class SyncGroupResponse:
     API_KEY = 14
     VALID_VERSIONS = (0, 5)
@@ -903,7 +1619,19 @@ class SyncGroupResponse:
     assignment: 'bytes' = b''
 
 
-@dataclass(frozen=True, slots=True)
+def _init_SyncGroupResponse(_throttle_time_ms, _error_code, _protocol_type, _protocol_name, _assignment):
+    def __init__(self, throttle_time_ms=0, error_code=0, protocol_type=None, protocol_name=None, assignment=b''):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _protocol_type(self, protocol_type)
+        _protocol_name(self, protocol_name)
+        _assignment(self, assignment)
+    return __init__
+
+SyncGroupResponse.__init__ = _init_SyncGroupResponse(*_setters(SyncGroupResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeGroupsRequest:
     API_KEY = 15
     VALID_VERSIONS = (0, 5)
@@ -913,7 +1641,16 @@ class DescribeGroupsRequest:
     include_authorized_operations: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeGroupsRequest(_groups, _include_authorized_operations):
+    def __init__(self, groups=_NEW_LIST, include_authorized_operations=False):
+        _groups(self, [] if groups is _NEW_LIST else groups)
+        _include_authorized_operations(self, include_authorized_operations)
+    return __init__
+
+DescribeGroupsRequest.__init__ = _init_DescribeGroupsRequest(*_setters(DescribeGroupsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeGroupsResponse_DescribedGroupMember:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
@@ -922,11 +1659,24 @@ class _DescribeGroupsResponse_DescribedGroupMember:
     member_metadata: 'bytes' = b''
     member_assignment: 'bytes' = b''
 
+
+def _init_DescribeGroupsResponse_DescribedGroupMember(_member_id, _group_instance_id, _client_id, _client_host, _member_metadata, _member_assignment):
+    def __init__(self, member_id='', group_instance_id=None, client_id='', client_host='', member_metadata=b'', member_assignment=b''):
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _client_id(self, client_id)
+        _client_host(self, client_host)
+        _member_metadata(self, member_metadata)
+        _member_assignment(self, member_assignment)
+    return __init__
+
+_DescribeGroupsResponse_DescribedGroupMember.__init__ = _init_DescribeGroupsResponse_DescribedGroupMember(*_setters(_DescribeGroupsResponse_DescribedGroupMember))
+
 _nest(_DescribeGroupsResponse_DescribedGroupMember, 'DescribeGroupsResponse', 'DescribedGroupMember')
 _D_DescribeGroupsResponse_DescribedGroupMember = _DescribeGroupsResponse_DescribedGroupMember()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeGroupsResponse_DescribedGroup:
     error_code: 'int' = 0
     group_id: 'str' = ''
@@ -936,11 +1686,25 @@ class _DescribeGroupsResponse_DescribedGroup:
     members: 'list[DescribeGroupsResponse.DescribedGroupMember]' = _field(default_factory=list)
     authorized_operations: 'int' = -2147483648
 
+
+def _init_DescribeGroupsResponse_DescribedGroup(_error_code, _group_id, _group_state, _protocol_type, _protocol_data, _members, _authorized_operations):
+    def __init__(self, error_code=0, group_id='', group_state='', protocol_type='', protocol_data='', members=_NEW_LIST, authorized_operations=-2147483648):
+        _error_code(self, error_code)
+        _group_id(self, group_id)
+        _group_state(self, group_state)
+        _protocol_type(self, protocol_type)
+        _protocol_data(self, protocol_data)
+        _members(self, [] if members is _NEW_LIST else members)
+        _authorized_operations(self, authorized_operations)
+    return __init__
+
+_DescribeGroupsResponse_DescribedGroup.__init__ = _init_DescribeGroupsResponse_DescribedGroup(*_setters(_DescribeGroupsResponse_DescribedGroup))
+
 _nest(_DescribeGroupsResponse_DescribedGroup, 'DescribeGroupsResponse', 'DescribedGroup')
 _D_DescribeGroupsResponse_DescribedGroup = _DescribeGroupsResponse_DescribedGroup()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeGroupsResponse:
     DescribedGroupMember = _DescribeGroupsResponse_DescribedGroupMember
     DescribedGroup = _DescribeGroupsResponse_DescribedGroup
@@ -952,7 +1716,16 @@ class DescribeGroupsResponse:
     groups: 'list[DescribeGroupsResponse.DescribedGroup]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeGroupsResponse(_throttle_time_ms, _groups):
+    def __init__(self, throttle_time_ms=0, groups=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _groups(self, [] if groups is _NEW_LIST else groups)
+    return __init__
+
+DescribeGroupsResponse.__init__ = _init_DescribeGroupsResponse(*_setters(DescribeGroupsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ListGroupsRequest:
     API_KEY = 16
     VALID_VERSIONS = (0, 5)
@@ -962,18 +1735,38 @@ class ListGroupsRequest:
     types_filter: 'list[str]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ListGroupsRequest(_states_filter, _types_filter):
+    def __init__(self, states_filter=_NEW_LIST, types_filter=_NEW_LIST):
+        _states_filter(self, [] if states_filter is _NEW_LIST else states_filter)
+        _types_filter(self, [] if types_filter is _NEW_LIST else types_filter)
+    return __init__
+
+ListGroupsRequest.__init__ = _init_ListGroupsRequest(*_setters(ListGroupsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ListGroupsResponse_ListedGroup:
     group_id: 'str' = ''
     protocol_type: 'str' = ''
     group_state: 'str' = ''
     group_type: 'str' = ''
 
+
+def _init_ListGroupsResponse_ListedGroup(_group_id, _protocol_type, _group_state, _group_type):
+    def __init__(self, group_id='', protocol_type='', group_state='', group_type=''):
+        _group_id(self, group_id)
+        _protocol_type(self, protocol_type)
+        _group_state(self, group_state)
+        _group_type(self, group_type)
+    return __init__
+
+_ListGroupsResponse_ListedGroup.__init__ = _init_ListGroupsResponse_ListedGroup(*_setters(_ListGroupsResponse_ListedGroup))
+
 _nest(_ListGroupsResponse_ListedGroup, 'ListGroupsResponse', 'ListedGroup')
 _D_ListGroupsResponse_ListedGroup = _ListGroupsResponse_ListedGroup()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ListGroupsResponse:
     ListedGroup = _ListGroupsResponse_ListedGroup
     API_KEY = 16
@@ -985,7 +1778,17 @@ class ListGroupsResponse:
     groups: 'list[ListGroupsResponse.ListedGroup]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ListGroupsResponse(_throttle_time_ms, _error_code, _groups):
+    def __init__(self, throttle_time_ms=0, error_code=0, groups=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _groups(self, [] if groups is _NEW_LIST else groups)
+    return __init__
+
+ListGroupsResponse.__init__ = _init_ListGroupsResponse(*_setters(ListGroupsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class SaslHandshakeRequest:
     API_KEY = 17
     VALID_VERSIONS = (0, 1)
@@ -994,7 +1797,15 @@ class SaslHandshakeRequest:
     mechanism: 'str' = ''
 
 
-@dataclass(frozen=True, slots=True)
+def _init_SaslHandshakeRequest(_mechanism):
+    def __init__(self, mechanism=''):
+        _mechanism(self, mechanism)
+    return __init__
+
+SaslHandshakeRequest.__init__ = _init_SaslHandshakeRequest(*_setters(SaslHandshakeRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class SaslHandshakeResponse:
     API_KEY = 17
     VALID_VERSIONS = (0, 1)
@@ -1004,7 +1815,16 @@ class SaslHandshakeResponse:
     mechanisms: 'list[str]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_SaslHandshakeResponse(_error_code, _mechanisms):
+    def __init__(self, error_code=0, mechanisms=_NEW_LIST):
+        _error_code(self, error_code)
+        _mechanisms(self, [] if mechanisms is _NEW_LIST else mechanisms)
+    return __init__
+
+SaslHandshakeResponse.__init__ = _init_SaslHandshakeResponse(*_setters(SaslHandshakeResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ApiVersionsRequest:
     API_KEY = 18
     VALID_VERSIONS = (0, 4)
@@ -1014,37 +1834,76 @@ class ApiVersionsRequest:
     client_software_version: 'str' = ''
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ApiVersionsRequest(_client_software_name, _client_software_version):
+    def __init__(self, client_software_name='', client_software_version=''):
+        _client_software_name(self, client_software_name)
+        _client_software_version(self, client_software_version)
+    return __init__
+
+ApiVersionsRequest.__init__ = _init_ApiVersionsRequest(*_setters(ApiVersionsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ApiVersionsResponse_ApiVersion:
     api_key: 'int' = 0
     min_version: 'int' = 0
     max_version: 'int' = 0
 
+
+def _init_ApiVersionsResponse_ApiVersion(_api_key, _min_version, _max_version):
+    def __init__(self, api_key=0, min_version=0, max_version=0):
+        _api_key(self, api_key)
+        _min_version(self, min_version)
+        _max_version(self, max_version)
+    return __init__
+
+_ApiVersionsResponse_ApiVersion.__init__ = _init_ApiVersionsResponse_ApiVersion(*_setters(_ApiVersionsResponse_ApiVersion))
+
 _nest(_ApiVersionsResponse_ApiVersion, 'ApiVersionsResponse', 'ApiVersion')
 _D_ApiVersionsResponse_ApiVersion = _ApiVersionsResponse_ApiVersion()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ApiVersionsResponse_SupportedFeatureKey:
     name: 'str' = ''
     min_version: 'int' = 0
     max_version: 'int' = 0
 
+
+def _init_ApiVersionsResponse_SupportedFeatureKey(_name, _min_version, _max_version):
+    def __init__(self, name='', min_version=0, max_version=0):
+        _name(self, name)
+        _min_version(self, min_version)
+        _max_version(self, max_version)
+    return __init__
+
+_ApiVersionsResponse_SupportedFeatureKey.__init__ = _init_ApiVersionsResponse_SupportedFeatureKey(*_setters(_ApiVersionsResponse_SupportedFeatureKey))
+
 _nest(_ApiVersionsResponse_SupportedFeatureKey, 'ApiVersionsResponse', 'SupportedFeatureKey')
 _D_ApiVersionsResponse_SupportedFeatureKey = _ApiVersionsResponse_SupportedFeatureKey()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ApiVersionsResponse_FinalizedFeatureKey:
     name: 'str' = ''
     max_version_level: 'int' = 0
     min_version_level: 'int' = 0
 
+
+def _init_ApiVersionsResponse_FinalizedFeatureKey(_name, _max_version_level, _min_version_level):
+    def __init__(self, name='', max_version_level=0, min_version_level=0):
+        _name(self, name)
+        _max_version_level(self, max_version_level)
+        _min_version_level(self, min_version_level)
+    return __init__
+
+_ApiVersionsResponse_FinalizedFeatureKey.__init__ = _init_ApiVersionsResponse_FinalizedFeatureKey(*_setters(_ApiVersionsResponse_FinalizedFeatureKey))
+
 _nest(_ApiVersionsResponse_FinalizedFeatureKey, 'ApiVersionsResponse', 'FinalizedFeatureKey')
 _D_ApiVersionsResponse_FinalizedFeatureKey = _ApiVersionsResponse_FinalizedFeatureKey()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ApiVersionsResponse:
     ApiVersion = _ApiVersionsResponse_ApiVersion
     SupportedFeatureKey = _ApiVersionsResponse_SupportedFeatureKey
@@ -1062,25 +1921,57 @@ class ApiVersionsResponse:
     zk_migration_ready: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ApiVersionsResponse(_error_code, _api_keys, _throttle_time_ms, _supported_features, _finalized_features_epoch, _finalized_features, _zk_migration_ready):
+    def __init__(self, error_code=0, api_keys=_NEW_LIST, throttle_time_ms=0, supported_features=_NEW_LIST, finalized_features_epoch=-1, finalized_features=_NEW_LIST, zk_migration_ready=False):
+        _error_code(self, error_code)
+        _api_keys(self, [] if api_keys is _NEW_LIST else api_keys)
+        _throttle_time_ms(self, throttle_time_ms)
+        _supported_features(self, [] if supported_features is _NEW_LIST else supported_features)
+        _finalized_features_epoch(self, finalized_features_epoch)
+        _finalized_features(self, [] if finalized_features is _NEW_LIST else finalized_features)
+        _zk_migration_ready(self, zk_migration_ready)
+    return __init__
+
+ApiVersionsResponse.__init__ = _init_ApiVersionsResponse(*_setters(ApiVersionsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _CreateTopicsRequest_CreatableReplicaAssignment:
     partition_index: 'int' = 0
     broker_ids: 'list[int]' = _field(default_factory=list)
+
+
+def _init_CreateTopicsRequest_CreatableReplicaAssignment(_partition_index, _broker_ids):
+    def __init__(self, partition_index=0, broker_ids=_NEW_LIST):
+        _partition_index(self, partition_index)
+        _broker_ids(self, [] if broker_ids is _NEW_LIST else broker_ids)
+    return __init__
+
+_CreateTopicsRequest_CreatableReplicaAssignment.__init__ = _init_CreateTopicsRequest_CreatableReplicaAssignment(*_setters(_CreateTopicsRequest_CreatableReplicaAssignment))
 
 _nest(_CreateTopicsRequest_CreatableReplicaAssignment, 'CreateTopicsRequest', 'CreatableReplicaAssignment')
 _D_CreateTopicsRequest_CreatableReplicaAssignment = _CreateTopicsRequest_CreatableReplicaAssignment()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _CreateTopicsRequest_CreatableTopicConfig:
     name: 'str' = ''
     value: 'str | None' = ''
+
+
+def _init_CreateTopicsRequest_CreatableTopicConfig(_name, _value):
+    def __init__(self, name='', value=''):
+        _name(self, name)
+        _value(self, value)
+    return __init__
+
+_CreateTopicsRequest_CreatableTopicConfig.__init__ = _init_CreateTopicsRequest_CreatableTopicConfig(*_setters(_CreateTopicsRequest_CreatableTopicConfig))
 
 _nest(_CreateTopicsRequest_CreatableTopicConfig, 'CreateTopicsRequest', 'CreatableTopicConfig')
 _D_CreateTopicsRequest_CreatableTopicConfig = _CreateTopicsRequest_CreatableTopicConfig()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _CreateTopicsRequest_CreatableTopic:
     name: 'str' = ''
     num_partitions: 'int' = 0
@@ -1088,11 +1979,23 @@ class _CreateTopicsRequest_CreatableTopic:
     assignments: 'list[CreateTopicsRequest.CreatableReplicaAssignment]' = _field(default_factory=list)
     configs: 'list[CreateTopicsRequest.CreatableTopicConfig]' = _field(default_factory=list)
 
+
+def _init_CreateTopicsRequest_CreatableTopic(_name, _num_partitions, _replication_factor, _assignments, _configs):
+    def __init__(self, name='', num_partitions=0, replication_factor=0, assignments=_NEW_LIST, configs=_NEW_LIST):
+        _name(self, name)
+        _num_partitions(self, num_partitions)
+        _replication_factor(self, replication_factor)
+        _assignments(self, [] if assignments is _NEW_LIST else assignments)
+        _configs(self, [] if configs is _NEW_LIST else configs)
+    return __init__
+
+_CreateTopicsRequest_CreatableTopic.__init__ = _init_CreateTopicsRequest_CreatableTopic(*_setters(_CreateTopicsRequest_CreatableTopic))
+
 _nest(_CreateTopicsRequest_CreatableTopic, 'CreateTopicsRequest', 'CreatableTopic')
 _D_CreateTopicsRequest_CreatableTopic = _CreateTopicsRequest_CreatableTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CreateTopicsRequest:
     CreatableReplicaAssignment = _CreateTopicsRequest_CreatableReplicaAssignment
     CreatableTopicConfig = _CreateTopicsRequest_CreatableTopicConfig
@@ -1106,7 +2009,17 @@ class CreateTopicsRequest:
     validate_only: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_CreateTopicsRequest(_topics, _timeout_ms, _validate_only):
+    def __init__(self, topics=_NEW_LIST, timeout_ms=60000, validate_only=False):
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _timeout_ms(self, timeout_ms)
+        _validate_only(self, validate_only)
+    return __init__
+
+CreateTopicsRequest.__init__ = _init_CreateTopicsRequest(*_setters(CreateTopicsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _CreateTopicsResponse_CreatableTopicConfigs:
     name: 'str' = ''
     value: 'str | None' = ''
@@ -1114,11 +2027,23 @@ class _CreateTopicsResponse_CreatableTopicConfigs:
     config_source: 'int' = -1
     is_sensitive: 'bool' = False
 
+
+def _init_CreateTopicsResponse_CreatableTopicConfigs(_name, _value, _read_only, _config_source, _is_sensitive):
+    def __init__(self, name='', value='', read_only=False, config_source=-1, is_sensitive=False):
+        _name(self, name)
+        _value(self, value)
+        _read_only(self, read_only)
+        _config_source(self, config_source)
+        _is_sensitive(self, is_sensitive)
+    return __init__
+
+_CreateTopicsResponse_CreatableTopicConfigs.__init__ = _init_CreateTopicsResponse_CreatableTopicConfigs(*_setters(_CreateTopicsResponse_CreatableTopicConfigs))
+
 _nest(_CreateTopicsResponse_CreatableTopicConfigs, 'CreateTopicsResponse', 'CreatableTopicConfigs')
 _D_CreateTopicsResponse_CreatableTopicConfigs = _CreateTopicsResponse_CreatableTopicConfigs()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _CreateTopicsResponse_CreatableTopicResult:
     name: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
@@ -1129,11 +2054,26 @@ class _CreateTopicsResponse_CreatableTopicResult:
     replication_factor: 'int' = -1
     configs: 'list[CreateTopicsResponse.CreatableTopicConfigs] | None' = _field(default_factory=list)
 
+
+def _init_CreateTopicsResponse_CreatableTopicResult(_name, _topic_id, _error_code, _error_message, _topic_config_error_code, _num_partitions, _replication_factor, _configs):
+    def __init__(self, name='', topic_id=UUID_ZERO, error_code=0, error_message='', topic_config_error_code=0, num_partitions=-1, replication_factor=-1, configs=_NEW_LIST):
+        _name(self, name)
+        _topic_id(self, topic_id)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _topic_config_error_code(self, topic_config_error_code)
+        _num_partitions(self, num_partitions)
+        _replication_factor(self, replication_factor)
+        _configs(self, [] if configs is _NEW_LIST else configs)
+    return __init__
+
+_CreateTopicsResponse_CreatableTopicResult.__init__ = _init_CreateTopicsResponse_CreatableTopicResult(*_setters(_CreateTopicsResponse_CreatableTopicResult))
+
 _nest(_CreateTopicsResponse_CreatableTopicResult, 'CreateTopicsResponse', 'CreatableTopicResult')
 _D_CreateTopicsResponse_CreatableTopicResult = _CreateTopicsResponse_CreatableTopicResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CreateTopicsResponse:
     CreatableTopicConfigs = _CreateTopicsResponse_CreatableTopicConfigs
     CreatableTopicResult = _CreateTopicsResponse_CreatableTopicResult
@@ -1145,16 +2085,34 @@ class CreateTopicsResponse:
     topics: 'list[CreateTopicsResponse.CreatableTopicResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_CreateTopicsResponse(_throttle_time_ms, _topics):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+CreateTopicsResponse.__init__ = _init_CreateTopicsResponse(*_setters(CreateTopicsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DeleteTopicsRequest_DeleteTopicState:
     name: 'str | None' = None
     topic_id: 'UUID' = UUID_ZERO
+
+
+def _init_DeleteTopicsRequest_DeleteTopicState(_name, _topic_id):
+    def __init__(self, name=None, topic_id=UUID_ZERO):
+        _name(self, name)
+        _topic_id(self, topic_id)
+    return __init__
+
+_DeleteTopicsRequest_DeleteTopicState.__init__ = _init_DeleteTopicsRequest_DeleteTopicState(*_setters(_DeleteTopicsRequest_DeleteTopicState))
 
 _nest(_DeleteTopicsRequest_DeleteTopicState, 'DeleteTopicsRequest', 'DeleteTopicState')
 _D_DeleteTopicsRequest_DeleteTopicState = _DeleteTopicsRequest_DeleteTopicState()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DeleteTopicsRequest:
     DeleteTopicState = _DeleteTopicsRequest_DeleteTopicState
     API_KEY = 20
@@ -1166,18 +2124,39 @@ class DeleteTopicsRequest:
     timeout_ms: 'int' = 0
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DeleteTopicsRequest(_topics, _topic_names, _timeout_ms):
+    def __init__(self, topics=_NEW_LIST, topic_names=_NEW_LIST, timeout_ms=0):
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _topic_names(self, [] if topic_names is _NEW_LIST else topic_names)
+        _timeout_ms(self, timeout_ms)
+    return __init__
+
+DeleteTopicsRequest.__init__ = _init_DeleteTopicsRequest(*_setters(DeleteTopicsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DeleteTopicsResponse_DeletableTopicResult:
     name: 'str | None' = ''
     topic_id: 'UUID' = UUID_ZERO
     error_code: 'int' = 0
     error_message: 'str | None' = None
 
+
+def _init_DeleteTopicsResponse_DeletableTopicResult(_name, _topic_id, _error_code, _error_message):
+    def __init__(self, name='', topic_id=UUID_ZERO, error_code=0, error_message=None):
+        _name(self, name)
+        _topic_id(self, topic_id)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+    return __init__
+
+_DeleteTopicsResponse_DeletableTopicResult.__init__ = _init_DeleteTopicsResponse_DeletableTopicResult(*_setters(_DeleteTopicsResponse_DeletableTopicResult))
+
 _nest(_DeleteTopicsResponse_DeletableTopicResult, 'DeleteTopicsResponse', 'DeletableTopicResult')
 _D_DeleteTopicsResponse_DeletableTopicResult = _DeleteTopicsResponse_DeletableTopicResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DeleteTopicsResponse:
     DeletableTopicResult = _DeleteTopicsResponse_DeletableTopicResult
     API_KEY = 20
@@ -1188,25 +2167,52 @@ class DeleteTopicsResponse:
     responses: 'list[DeleteTopicsResponse.DeletableTopicResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DeleteTopicsResponse(_throttle_time_ms, _responses):
+    def __init__(self, throttle_time_ms=0, responses=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _responses(self, [] if responses is _NEW_LIST else responses)
+    return __init__
+
+DeleteTopicsResponse.__init__ = _init_DeleteTopicsResponse(*_setters(DeleteTopicsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DeleteRecordsRequest_DeleteRecordsPartition:
     partition_index: 'int' = 0
     offset: 'int' = 0
+
+
+def _init_DeleteRecordsRequest_DeleteRecordsPartition(_partition_index, _offset):
+    def __init__(self, partition_index=0, offset=0):
+        _partition_index(self, partition_index)
+        _offset(self, offset)
+    return __init__
+
+_DeleteRecordsRequest_DeleteRecordsPartition.__init__ = _init_DeleteRecordsRequest_DeleteRecordsPartition(*_setters(_DeleteRecordsRequest_DeleteRecordsPartition))
 
 _nest(_DeleteRecordsRequest_DeleteRecordsPartition, 'DeleteRecordsRequest', 'DeleteRecordsPartition')
 _D_DeleteRecordsRequest_DeleteRecordsPartition = _DeleteRecordsRequest_DeleteRecordsPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DeleteRecordsRequest_DeleteRecordsTopic:
     name: 'str' = ''
     partitions: 'list[DeleteRecordsRequest.DeleteRecordsPartition]' = _field(default_factory=list)
+
+
+def _init_DeleteRecordsRequest_DeleteRecordsTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_DeleteRecordsRequest_DeleteRecordsTopic.__init__ = _init_DeleteRecordsRequest_DeleteRecordsTopic(*_setters(_DeleteRecordsRequest_DeleteRecordsTopic))
 
 _nest(_DeleteRecordsRequest_DeleteRecordsTopic, 'DeleteRecordsRequest', 'DeleteRecordsTopic')
 _D_DeleteRecordsRequest_DeleteRecordsTopic = _DeleteRecordsRequest_DeleteRecordsTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DeleteRecordsRequest:
     DeleteRecordsPartition = _DeleteRecordsRequest_DeleteRecordsPartition
     DeleteRecordsTopic = _DeleteRecordsRequest_DeleteRecordsTopic
@@ -1218,26 +2224,54 @@ class DeleteRecordsRequest:
     timeout_ms: 'int' = 0
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DeleteRecordsRequest(_topics, _timeout_ms):
+    def __init__(self, topics=_NEW_LIST, timeout_ms=0):
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _timeout_ms(self, timeout_ms)
+    return __init__
+
+DeleteRecordsRequest.__init__ = _init_DeleteRecordsRequest(*_setters(DeleteRecordsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DeleteRecordsResponse_DeleteRecordsPartitionResult:
     partition_index: 'int' = 0
     low_watermark: 'int' = 0
     error_code: 'int' = 0
 
+
+def _init_DeleteRecordsResponse_DeleteRecordsPartitionResult(_partition_index, _low_watermark, _error_code):
+    def __init__(self, partition_index=0, low_watermark=0, error_code=0):
+        _partition_index(self, partition_index)
+        _low_watermark(self, low_watermark)
+        _error_code(self, error_code)
+    return __init__
+
+_DeleteRecordsResponse_DeleteRecordsPartitionResult.__init__ = _init_DeleteRecordsResponse_DeleteRecordsPartitionResult(*_setters(_DeleteRecordsResponse_DeleteRecordsPartitionResult))
+
 _nest(_DeleteRecordsResponse_DeleteRecordsPartitionResult, 'DeleteRecordsResponse', 'DeleteRecordsPartitionResult')
 _D_DeleteRecordsResponse_DeleteRecordsPartitionResult = _DeleteRecordsResponse_DeleteRecordsPartitionResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DeleteRecordsResponse_DeleteRecordsTopicResult:
     name: 'str' = ''
     partitions: 'list[DeleteRecordsResponse.DeleteRecordsPartitionResult]' = _field(default_factory=list)
+
+
+def _init_DeleteRecordsResponse_DeleteRecordsTopicResult(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_DeleteRecordsResponse_DeleteRecordsTopicResult.__init__ = _init_DeleteRecordsResponse_DeleteRecordsTopicResult(*_setters(_DeleteRecordsResponse_DeleteRecordsTopicResult))
 
 _nest(_DeleteRecordsResponse_DeleteRecordsTopicResult, 'DeleteRecordsResponse', 'DeleteRecordsTopicResult')
 _D_DeleteRecordsResponse_DeleteRecordsTopicResult = _DeleteRecordsResponse_DeleteRecordsTopicResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DeleteRecordsResponse:
     DeleteRecordsPartitionResult = _DeleteRecordsResponse_DeleteRecordsPartitionResult
     DeleteRecordsTopicResult = _DeleteRecordsResponse_DeleteRecordsTopicResult
@@ -1249,7 +2283,16 @@ class DeleteRecordsResponse:
     topics: 'list[DeleteRecordsResponse.DeleteRecordsTopicResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DeleteRecordsResponse(_throttle_time_ms, _topics):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+DeleteRecordsResponse.__init__ = _init_DeleteRecordsResponse(*_setters(DeleteRecordsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class InitProducerIdRequest:
     API_KEY = 22
     VALID_VERSIONS = (0, 5)
@@ -1261,7 +2304,18 @@ class InitProducerIdRequest:
     producer_epoch: 'int' = -1
 
 
-@dataclass(frozen=True, slots=True)
+def _init_InitProducerIdRequest(_transactional_id, _transaction_timeout_ms, _producer_id, _producer_epoch):
+    def __init__(self, transactional_id='', transaction_timeout_ms=0, producer_id=-1, producer_epoch=-1):
+        _transactional_id(self, transactional_id)
+        _transaction_timeout_ms(self, transaction_timeout_ms)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+    return __init__
+
+InitProducerIdRequest.__init__ = _init_InitProducerIdRequest(*_setters(InitProducerIdRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class InitProducerIdResponse:
     API_KEY = 22
     VALID_VERSIONS = (0, 5)
@@ -1273,26 +2327,56 @@ class InitProducerIdResponse:
     producer_epoch: 'int' = 0
 
 
-@dataclass(frozen=True, slots=True)
+def _init_InitProducerIdResponse(_throttle_time_ms, _error_code, _producer_id, _producer_epoch):
+    def __init__(self, throttle_time_ms=0, error_code=0, producer_id=-1, producer_epoch=0):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+    return __init__
+
+InitProducerIdResponse.__init__ = _init_InitProducerIdResponse(*_setters(InitProducerIdResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetForLeaderEpochRequest_OffsetForLeaderPartition:
     partition: 'int' = 0
     current_leader_epoch: 'int' = -1
     leader_epoch: 'int' = 0
 
+
+def _init_OffsetForLeaderEpochRequest_OffsetForLeaderPartition(_partition, _current_leader_epoch, _leader_epoch):
+    def __init__(self, partition=0, current_leader_epoch=-1, leader_epoch=0):
+        _partition(self, partition)
+        _current_leader_epoch(self, current_leader_epoch)
+        _leader_epoch(self, leader_epoch)
+    return __init__
+
+_OffsetForLeaderEpochRequest_OffsetForLeaderPartition.__init__ = _init_OffsetForLeaderEpochRequest_OffsetForLeaderPartition(*_setters(_OffsetForLeaderEpochRequest_OffsetForLeaderPartition))
+
 _nest(_OffsetForLeaderEpochRequest_OffsetForLeaderPartition, 'OffsetForLeaderEpochRequest', 'OffsetForLeaderPartition')
 _D_OffsetForLeaderEpochRequest_OffsetForLeaderPartition = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetForLeaderEpochRequest_OffsetForLeaderTopic:
     topic: 'str' = ''
     partitions: 'list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]' = _field(default_factory=list)
+
+
+def _init_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_topic, _partitions):
+    def __init__(self, topic='', partitions=_NEW_LIST):
+        _topic(self, topic)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetForLeaderEpochRequest_OffsetForLeaderTopic.__init__ = _init_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(*_setters(_OffsetForLeaderEpochRequest_OffsetForLeaderTopic))
 
 _nest(_OffsetForLeaderEpochRequest_OffsetForLeaderTopic, 'OffsetForLeaderEpochRequest', 'OffsetForLeaderTopic')
 _D_OffsetForLeaderEpochRequest_OffsetForLeaderTopic = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetForLeaderEpochRequest:
     OffsetForLeaderPartition = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition
     OffsetForLeaderTopic = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic
@@ -1304,27 +2388,56 @@ class OffsetForLeaderEpochRequest:
     topics: 'list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetForLeaderEpochRequest(_replica_id, _topics):
+    def __init__(self, replica_id=-2, topics=_NEW_LIST):
+        _replica_id(self, replica_id)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+OffsetForLeaderEpochRequest.__init__ = _init_OffsetForLeaderEpochRequest(*_setters(OffsetForLeaderEpochRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetForLeaderEpochResponse_EpochEndOffset:
     error_code: 'int' = 0
     partition: 'int' = 0
     leader_epoch: 'int' = -1
     end_offset: 'int' = -1
 
+
+def _init_OffsetForLeaderEpochResponse_EpochEndOffset(_error_code, _partition, _leader_epoch, _end_offset):
+    def __init__(self, error_code=0, partition=0, leader_epoch=-1, end_offset=-1):
+        _error_code(self, error_code)
+        _partition(self, partition)
+        _leader_epoch(self, leader_epoch)
+        _end_offset(self, end_offset)
+    return __init__
+
+_OffsetForLeaderEpochResponse_EpochEndOffset.__init__ = _init_OffsetForLeaderEpochResponse_EpochEndOffset(*_setters(_OffsetForLeaderEpochResponse_EpochEndOffset))
+
 _nest(_OffsetForLeaderEpochResponse_EpochEndOffset, 'OffsetForLeaderEpochResponse', 'EpochEndOffset')
 _D_OffsetForLeaderEpochResponse_EpochEndOffset = _OffsetForLeaderEpochResponse_EpochEndOffset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult:
     topic: 'str' = ''
     partitions: 'list[OffsetForLeaderEpochResponse.EpochEndOffset]' = _field(default_factory=list)
+
+
+def _init_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_topic, _partitions):
+    def __init__(self, topic='', partitions=_NEW_LIST):
+        _topic(self, topic)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult.__init__ = _init_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(*_setters(_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult))
 
 _nest(_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult, 'OffsetForLeaderEpochResponse', 'OffsetForLeaderTopicResult')
 _D_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetForLeaderEpochResponse:
     EpochEndOffset = _OffsetForLeaderEpochResponse_EpochEndOffset
     OffsetForLeaderTopicResult = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult
@@ -1336,16 +2449,34 @@ class OffsetForLeaderEpochResponse:
     topics: 'list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetForLeaderEpochResponse(_throttle_time_ms, _topics):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+OffsetForLeaderEpochResponse.__init__ = _init_OffsetForLeaderEpochResponse(*_setters(OffsetForLeaderEpochResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic:
     name: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+
+
+def _init_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic.__init__ = _init_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(*_setters(_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic))
 
 _nest(_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic, 'AddPartitionsToTxnRequest', 'AddPartitionsToTxnTopic')
 _D_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction:
     transactional_id: 'str' = ''
     producer_id: 'int' = 0
@@ -1353,11 +2484,23 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction:
     verify_only: 'bool' = False
     topics: 'list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]' = _field(default_factory=list)
 
+
+def _init_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_transactional_id, _producer_id, _producer_epoch, _verify_only, _topics):
+    def __init__(self, transactional_id='', producer_id=0, producer_epoch=0, verify_only=False, topics=_NEW_LIST):
+        _transactional_id(self, transactional_id)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+        _verify_only(self, verify_only)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction.__init__ = _init_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(*_setters(_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction))
+
 _nest(_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction, 'AddPartitionsToTxnRequest', 'AddPartitionsToTxnTransaction')
 _D_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction = _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AddPartitionsToTxnRequest:
     AddPartitionsToTxnTopic = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic
     AddPartitionsToTxnTransaction = _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction
@@ -1372,34 +2515,73 @@ class AddPartitionsToTxnRequest:
     v3_and_below_topics: 'list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AddPartitionsToTxnRequest(_transactions, _v3_and_below_transactional_id, _v3_and_below_producer_id, _v3_and_below_producer_epoch, _v3_and_below_topics):
+    def __init__(self, transactions=_NEW_LIST, v3_and_below_transactional_id='', v3_and_below_producer_id=0, v3_and_below_producer_epoch=0, v3_and_below_topics=_NEW_LIST):
+        _transactions(self, [] if transactions is _NEW_LIST else transactions)
+        _v3_and_below_transactional_id(self, v3_and_below_transactional_id)
+        _v3_and_below_producer_id(self, v3_and_below_producer_id)
+        _v3_and_below_producer_epoch(self, v3_and_below_producer_epoch)
+        _v3_and_below_topics(self, [] if v3_and_below_topics is _NEW_LIST else v3_and_below_topics)
+    return __init__
+
+AddPartitionsToTxnRequest.__init__ = _init_AddPartitionsToTxnRequest(*_setters(AddPartitionsToTxnRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult:
     partition_index: 'int' = 0
     partition_error_code: 'int' = 0
+
+
+def _init_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_partition_index, _partition_error_code):
+    def __init__(self, partition_index=0, partition_error_code=0):
+        _partition_index(self, partition_index)
+        _partition_error_code(self, partition_error_code)
+    return __init__
+
+_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult.__init__ = _init_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(*_setters(_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult))
 
 _nest(_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult, 'AddPartitionsToTxnResponse', 'AddPartitionsToTxnPartitionResult')
 _D_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult:
     name: 'str' = ''
     results_by_partition: 'list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]' = _field(default_factory=list)
+
+
+def _init_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_name, _results_by_partition):
+    def __init__(self, name='', results_by_partition=_NEW_LIST):
+        _name(self, name)
+        _results_by_partition(self, [] if results_by_partition is _NEW_LIST else results_by_partition)
+    return __init__
+
+_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult.__init__ = _init_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(*_setters(_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult))
 
 _nest(_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult, 'AddPartitionsToTxnResponse', 'AddPartitionsToTxnTopicResult')
 _D_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult:
     transactional_id: 'str' = ''
     topic_results: 'list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]' = _field(default_factory=list)
+
+
+def _init_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_transactional_id, _topic_results):
+    def __init__(self, transactional_id='', topic_results=_NEW_LIST):
+        _transactional_id(self, transactional_id)
+        _topic_results(self, [] if topic_results is _NEW_LIST else topic_results)
+    return __init__
+
+_AddPartitionsToTxnResponse_AddPartitionsToTxnResult.__init__ = _init_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(*_setters(_AddPartitionsToTxnResponse_AddPartitionsToTxnResult))
 
 _nest(_AddPartitionsToTxnResponse_AddPartitionsToTxnResult, 'AddPartitionsToTxnResponse', 'AddPartitionsToTxnResult')
 _D_AddPartitionsToTxnResponse_AddPartitionsToTxnResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AddPartitionsToTxnResponse:
     AddPartitionsToTxnPartitionResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
     AddPartitionsToTxnTopicResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult
@@ -1414,7 +2596,18 @@ class AddPartitionsToTxnResponse:
     results_by_topic_v3_and_below: 'list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AddPartitionsToTxnResponse(_throttle_time_ms, _error_code, _results_by_transaction, _results_by_topic_v3_and_below):
+    def __init__(self, throttle_time_ms=0, error_code=0, results_by_transaction=_NEW_LIST, results_by_topic_v3_and_below=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _results_by_transaction(self, [] if results_by_transaction is _NEW_LIST else results_by_transaction)
+        _results_by_topic_v3_and_below(self, [] if results_by_topic_v3_and_below is _NEW_LIST else results_by_topic_v3_and_below)
+    return __init__
+
+AddPartitionsToTxnResponse.__init__ = _init_AddPartitionsToTxnResponse(*_setters(AddPartitionsToTxnResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class AddOffsetsToTxnRequest:
     API_KEY = 25
     VALID_VERSIONS = (0, 4)
@@ -1426,7 +2619,18 @@ class AddOffsetsToTxnRequest:
     group_id: 'str' = ''
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AddOffsetsToTxnRequest(_transactional_id, _producer_id, _producer_epoch, _group_id):
+    def __init__(self, transactional_id='', producer_id=0, producer_epoch=0, group_id=''):
+        _transactional_id(self, transactional_id)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+        _group_id(self, group_id)
+    return __init__
+
+AddOffsetsToTxnRequest.__init__ = _init_AddOffsetsToTxnRequest(*_setters(AddOffsetsToTxnRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class AddOffsetsToTxnResponse:
     API_KEY = 25
     VALID_VERSIONS = (0, 4)
@@ -1436,7 +2640,16 @@ class AddOffsetsToTxnResponse:
     error_code: 'int' = 0
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AddOffsetsToTxnResponse(_throttle_time_ms, _error_code):
+    def __init__(self, throttle_time_ms=0, error_code=0):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+    return __init__
+
+AddOffsetsToTxnResponse.__init__ = _init_AddOffsetsToTxnResponse(*_setters(AddOffsetsToTxnResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class EndTxnRequest:
     API_KEY = 26
     VALID_VERSIONS = (0, 5)
@@ -1448,7 +2661,18 @@ class EndTxnRequest:
     committed: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_EndTxnRequest(_transactional_id, _producer_id, _producer_epoch, _committed):
+    def __init__(self, transactional_id='', producer_id=0, producer_epoch=0, committed=False):
+        _transactional_id(self, transactional_id)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+        _committed(self, committed)
+    return __init__
+
+EndTxnRequest.__init__ = _init_EndTxnRequest(*_setters(EndTxnRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class EndTxnResponse:
     API_KEY = 26
     VALID_VERSIONS = (0, 5)
@@ -1460,16 +2684,36 @@ class EndTxnResponse:
     producer_epoch: 'int' = -1
 
 
-@dataclass(frozen=True, slots=True)
+def _init_EndTxnResponse(_throttle_time_ms, _error_code, _producer_id, _producer_epoch):
+    def __init__(self, throttle_time_ms=0, error_code=0, producer_id=-1, producer_epoch=-1):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+    return __init__
+
+EndTxnResponse.__init__ = _init_EndTxnResponse(*_setters(EndTxnResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _WriteTxnMarkersRequest_WritableTxnMarkerTopic:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+
+
+def _init_WriteTxnMarkersRequest_WritableTxnMarkerTopic(_name, _partition_indexes):
+    def __init__(self, name='', partition_indexes=_NEW_LIST):
+        _name(self, name)
+        _partition_indexes(self, [] if partition_indexes is _NEW_LIST else partition_indexes)
+    return __init__
+
+_WriteTxnMarkersRequest_WritableTxnMarkerTopic.__init__ = _init_WriteTxnMarkersRequest_WritableTxnMarkerTopic(*_setters(_WriteTxnMarkersRequest_WritableTxnMarkerTopic))
 
 _nest(_WriteTxnMarkersRequest_WritableTxnMarkerTopic, 'WriteTxnMarkersRequest', 'WritableTxnMarkerTopic')
 _D_WriteTxnMarkersRequest_WritableTxnMarkerTopic = _WriteTxnMarkersRequest_WritableTxnMarkerTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _WriteTxnMarkersRequest_WritableTxnMarker:
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
@@ -1477,11 +2721,23 @@ class _WriteTxnMarkersRequest_WritableTxnMarker:
     topics: 'list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]' = _field(default_factory=list)
     coordinator_epoch: 'int' = 0
 
+
+def _init_WriteTxnMarkersRequest_WritableTxnMarker(_producer_id, _producer_epoch, _transaction_result, _topics, _coordinator_epoch):
+    def __init__(self, producer_id=0, producer_epoch=0, transaction_result=False, topics=_NEW_LIST, coordinator_epoch=0):
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+        _transaction_result(self, transaction_result)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _coordinator_epoch(self, coordinator_epoch)
+    return __init__
+
+_WriteTxnMarkersRequest_WritableTxnMarker.__init__ = _init_WriteTxnMarkersRequest_WritableTxnMarker(*_setters(_WriteTxnMarkersRequest_WritableTxnMarker))
+
 _nest(_WriteTxnMarkersRequest_WritableTxnMarker, 'WriteTxnMarkersRequest', 'WritableTxnMarker')
 _D_WriteTxnMarkersRequest_WritableTxnMarker = _WriteTxnMarkersRequest_WritableTxnMarker()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class WriteTxnMarkersRequest:
     WritableTxnMarkerTopic = _WriteTxnMarkersRequest_WritableTxnMarkerTopic
     WritableTxnMarker = _WriteTxnMarkersRequest_WritableTxnMarker
@@ -1492,34 +2748,69 @@ class WriteTxnMarkersRequest:
     markers: 'list[WriteTxnMarkersRequest.WritableTxnMarker]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_WriteTxnMarkersRequest(_markers):
+    def __init__(self, markers=_NEW_LIST):
+        _markers(self, [] if markers is _NEW_LIST else markers)
+    return __init__
+
+WriteTxnMarkersRequest.__init__ = _init_WriteTxnMarkersRequest(*_setters(WriteTxnMarkersRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+
+
+def _init_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(_partition_index, _error_code):
+    def __init__(self, partition_index=0, error_code=0):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+    return __init__
+
+_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult.__init__ = _init_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(*_setters(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult))
 
 _nest(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult, 'WriteTxnMarkersResponse', 'WritableTxnMarkerPartitionResult')
 _D_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult:
     name: 'str' = ''
     partitions: 'list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]' = _field(default_factory=list)
+
+
+def _init_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult.__init__ = _init_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(*_setters(_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult))
 
 _nest(_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult, 'WriteTxnMarkersResponse', 'WritableTxnMarkerTopicResult')
 _D_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _WriteTxnMarkersResponse_WritableTxnMarkerResult:
     producer_id: 'int' = 0
     topics: 'list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult]' = _field(default_factory=list)
+
+
+def _init_WriteTxnMarkersResponse_WritableTxnMarkerResult(_producer_id, _topics):
+    def __init__(self, producer_id=0, topics=_NEW_LIST):
+        _producer_id(self, producer_id)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+_WriteTxnMarkersResponse_WritableTxnMarkerResult.__init__ = _init_WriteTxnMarkersResponse_WritableTxnMarkerResult(*_setters(_WriteTxnMarkersResponse_WritableTxnMarkerResult))
 
 _nest(_WriteTxnMarkersResponse_WritableTxnMarkerResult, 'WriteTxnMarkersResponse', 'WritableTxnMarkerResult')
 _D_WriteTxnMarkersResponse_WritableTxnMarkerResult = _WriteTxnMarkersResponse_WritableTxnMarkerResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class WriteTxnMarkersResponse:
     WritableTxnMarkerPartitionResult = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult
     WritableTxnMarkerTopicResult = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult
@@ -1531,27 +2822,55 @@ class WriteTxnMarkersResponse:
     markers: 'list[WriteTxnMarkersResponse.WritableTxnMarkerResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_WriteTxnMarkersResponse(_markers):
+    def __init__(self, markers=_NEW_LIST):
+        _markers(self, [] if markers is _NEW_LIST else markers)
+    return __init__
+
+WriteTxnMarkersResponse.__init__ = _init_WriteTxnMarkersResponse(*_setters(WriteTxnMarkersResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
     committed_leader_epoch: 'int' = -1
     committed_metadata: 'str | None' = ''
 
+
+def _init_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(_partition_index, _committed_offset, _committed_leader_epoch, _committed_metadata):
+    def __init__(self, partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=''):
+        _partition_index(self, partition_index)
+        _committed_offset(self, committed_offset)
+        _committed_leader_epoch(self, committed_leader_epoch)
+        _committed_metadata(self, committed_metadata)
+    return __init__
+
+_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition.__init__ = _init_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(*_setters(_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition))
+
 _nest(_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition, 'TxnOffsetCommitRequest', 'TxnOffsetCommitRequestPartition')
 _D_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic:
     name: 'str' = ''
     partitions: 'list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]' = _field(default_factory=list)
+
+
+def _init_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic.__init__ = _init_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(*_setters(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic))
 
 _nest(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic, 'TxnOffsetCommitRequest', 'TxnOffsetCommitRequestTopic')
 _D_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class TxnOffsetCommitRequest:
     TxnOffsetCommitRequestPartition = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition
     TxnOffsetCommitRequestTopic = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic
@@ -1569,25 +2888,58 @@ class TxnOffsetCommitRequest:
     topics: 'list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_TxnOffsetCommitRequest(_transactional_id, _group_id, _producer_id, _producer_epoch, _generation_id, _member_id, _group_instance_id, _topics):
+    def __init__(self, transactional_id='', group_id='', producer_id=0, producer_epoch=0, generation_id=-1, member_id='', group_instance_id=None, topics=_NEW_LIST):
+        _transactional_id(self, transactional_id)
+        _group_id(self, group_id)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+        _generation_id(self, generation_id)
+        _member_id(self, member_id)
+        _group_instance_id(self, group_instance_id)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+TxnOffsetCommitRequest.__init__ = _init_TxnOffsetCommitRequest(*_setters(TxnOffsetCommitRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+
+
+def _init_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(_partition_index, _error_code):
+    def __init__(self, partition_index=0, error_code=0):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+    return __init__
+
+_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition.__init__ = _init_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(*_setters(_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition))
 
 _nest(_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition, 'TxnOffsetCommitResponse', 'TxnOffsetCommitResponsePartition')
 _D_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic:
     name: 'str' = ''
     partitions: 'list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]' = _field(default_factory=list)
+
+
+def _init_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic.__init__ = _init_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(*_setters(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic))
 
 _nest(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic, 'TxnOffsetCommitResponse', 'TxnOffsetCommitResponseTopic')
 _D_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class TxnOffsetCommitResponse:
     TxnOffsetCommitResponsePartition = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition
     TxnOffsetCommitResponseTopic = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic
@@ -1599,17 +2951,36 @@ class TxnOffsetCommitResponse:
     topics: 'list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_TxnOffsetCommitResponse(_throttle_time_ms, _topics):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+TxnOffsetCommitResponse.__init__ = _init_TxnOffsetCommitResponse(*_setters(TxnOffsetCommitResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeConfigsRequest_DescribeConfigsResource:
     resource_type: 'int' = 0
     resource_name: 'str' = ''
     configuration_keys: 'list[str] | None' = _field(default_factory=list)
 
+
+def _init_DescribeConfigsRequest_DescribeConfigsResource(_resource_type, _resource_name, _configuration_keys):
+    def __init__(self, resource_type=0, resource_name='', configuration_keys=_NEW_LIST):
+        _resource_type(self, resource_type)
+        _resource_name(self, resource_name)
+        _configuration_keys(self, [] if configuration_keys is _NEW_LIST else configuration_keys)
+    return __init__
+
+_DescribeConfigsRequest_DescribeConfigsResource.__init__ = _init_DescribeConfigsRequest_DescribeConfigsResource(*_setters(_DescribeConfigsRequest_DescribeConfigsResource))
+
 _nest(_DescribeConfigsRequest_DescribeConfigsResource, 'DescribeConfigsRequest', 'DescribeConfigsResource')
 _D_DescribeConfigsRequest_DescribeConfigsResource = _DescribeConfigsRequest_DescribeConfigsResource()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeConfigsRequest:
     DescribeConfigsResource = _DescribeConfigsRequest_DescribeConfigsResource
     API_KEY = 32
@@ -1621,17 +2992,37 @@ class DescribeConfigsRequest:
     include_documentation: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeConfigsRequest(_resources, _include_synonyms, _include_documentation):
+    def __init__(self, resources=_NEW_LIST, include_synonyms=False, include_documentation=False):
+        _resources(self, [] if resources is _NEW_LIST else resources)
+        _include_synonyms(self, include_synonyms)
+        _include_documentation(self, include_documentation)
+    return __init__
+
+DescribeConfigsRequest.__init__ = _init_DescribeConfigsRequest(*_setters(DescribeConfigsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeConfigsResponse_DescribeConfigsSynonym:
     name: 'str' = ''
     value: 'str | None' = ''
     source: 'int' = 0
 
+
+def _init_DescribeConfigsResponse_DescribeConfigsSynonym(_name, _value, _source):
+    def __init__(self, name='', value='', source=0):
+        _name(self, name)
+        _value(self, value)
+        _source(self, source)
+    return __init__
+
+_DescribeConfigsResponse_DescribeConfigsSynonym.__init__ = _init_DescribeConfigsResponse_DescribeConfigsSynonym(*_setters(_DescribeConfigsResponse_DescribeConfigsSynonym))
+
 _nest(_DescribeConfigsResponse_DescribeConfigsSynonym, 'DescribeConfigsResponse', 'DescribeConfigsSynonym')
 _D_DescribeConfigsResponse_DescribeConfigsSynonym = _DescribeConfigsResponse_DescribeConfigsSynonym()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeConfigsResponse_DescribeConfigsResourceResult:
     name: 'str' = ''
     value: 'str | None' = ''
@@ -1643,11 +3034,27 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult:
     config_type: 'int' = 0
     documentation: 'str | None' = ''
 
+
+def _init_DescribeConfigsResponse_DescribeConfigsResourceResult(_name, _value, _read_only, _is_default, _config_source, _is_sensitive, _synonyms, _config_type, _documentation):
+    def __init__(self, name='', value='', read_only=False, is_default=False, config_source=-1, is_sensitive=False, synonyms=_NEW_LIST, config_type=0, documentation=''):
+        _name(self, name)
+        _value(self, value)
+        _read_only(self, read_only)
+        _is_default(self, is_default)
+        _config_source(self, config_source)
+        _is_sensitive(self, is_sensitive)
+        _synonyms(self, [] if synonyms is _NEW_LIST else synonyms)
+        _config_type(self, config_type)
+        _documentation(self, documentation)
+    return __init__
+
+_DescribeConfigsResponse_DescribeConfigsResourceResult.__init__ = _init_DescribeConfigsResponse_DescribeConfigsResourceResult(*_setters(_DescribeConfigsResponse_DescribeConfigsResourceResult))
+
 _nest(_DescribeConfigsResponse_DescribeConfigsResourceResult, 'DescribeConfigsResponse', 'DescribeConfigsResourceResult')
 _D_DescribeConfigsResponse_DescribeConfigsResourceResult = _DescribeConfigsResponse_DescribeConfigsResourceResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeConfigsResponse_DescribeConfigsResult:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
@@ -1655,11 +3062,23 @@ class _DescribeConfigsResponse_DescribeConfigsResult:
     resource_name: 'str' = ''
     configs: 'list[DescribeConfigsResponse.DescribeConfigsResourceResult]' = _field(default_factory=list)
 
+
+def _init_DescribeConfigsResponse_DescribeConfigsResult(_error_code, _error_message, _resource_type, _resource_name, _configs):
+    def __init__(self, error_code=0, error_message='', resource_type=0, resource_name='', configs=_NEW_LIST):
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _resource_type(self, resource_type)
+        _resource_name(self, resource_name)
+        _configs(self, [] if configs is _NEW_LIST else configs)
+    return __init__
+
+_DescribeConfigsResponse_DescribeConfigsResult.__init__ = _init_DescribeConfigsResponse_DescribeConfigsResult(*_setters(_DescribeConfigsResponse_DescribeConfigsResult))
+
 _nest(_DescribeConfigsResponse_DescribeConfigsResult, 'DescribeConfigsResponse', 'DescribeConfigsResult')
 _D_DescribeConfigsResponse_DescribeConfigsResult = _DescribeConfigsResponse_DescribeConfigsResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeConfigsResponse:
     DescribeConfigsSynonym = _DescribeConfigsResponse_DescribeConfigsSynonym
     DescribeConfigsResourceResult = _DescribeConfigsResponse_DescribeConfigsResourceResult
@@ -1672,26 +3091,54 @@ class DescribeConfigsResponse:
     results: 'list[DescribeConfigsResponse.DescribeConfigsResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeConfigsResponse(_throttle_time_ms, _results):
+    def __init__(self, throttle_time_ms=0, results=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _results(self, [] if results is _NEW_LIST else results)
+    return __init__
+
+DescribeConfigsResponse.__init__ = _init_DescribeConfigsResponse(*_setters(DescribeConfigsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _AlterConfigsRequest_AlterableConfig:
     name: 'str' = ''
     value: 'str | None' = ''
+
+
+def _init_AlterConfigsRequest_AlterableConfig(_name, _value):
+    def __init__(self, name='', value=''):
+        _name(self, name)
+        _value(self, value)
+    return __init__
+
+_AlterConfigsRequest_AlterableConfig.__init__ = _init_AlterConfigsRequest_AlterableConfig(*_setters(_AlterConfigsRequest_AlterableConfig))
 
 _nest(_AlterConfigsRequest_AlterableConfig, 'AlterConfigsRequest', 'AlterableConfig')
 _D_AlterConfigsRequest_AlterableConfig = _AlterConfigsRequest_AlterableConfig()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _AlterConfigsRequest_AlterConfigsResource:
     resource_type: 'int' = 0
     resource_name: 'str' = ''
     configs: 'list[AlterConfigsRequest.AlterableConfig]' = _field(default_factory=list)
 
+
+def _init_AlterConfigsRequest_AlterConfigsResource(_resource_type, _resource_name, _configs):
+    def __init__(self, resource_type=0, resource_name='', configs=_NEW_LIST):
+        _resource_type(self, resource_type)
+        _resource_name(self, resource_name)
+        _configs(self, [] if configs is _NEW_LIST else configs)
+    return __init__
+
+_AlterConfigsRequest_AlterConfigsResource.__init__ = _init_AlterConfigsRequest_AlterConfigsResource(*_setters(_AlterConfigsRequest_AlterConfigsResource))
+
 _nest(_AlterConfigsRequest_AlterConfigsResource, 'AlterConfigsRequest', 'AlterConfigsResource')
 _D_AlterConfigsRequest_AlterConfigsResource = _AlterConfigsRequest_AlterConfigsResource()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AlterConfigsRequest:
     AlterableConfig = _AlterConfigsRequest_AlterableConfig
     AlterConfigsResource = _AlterConfigsRequest_AlterConfigsResource
@@ -1703,18 +3150,38 @@ class AlterConfigsRequest:
     validate_only: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AlterConfigsRequest(_resources, _validate_only):
+    def __init__(self, resources=_NEW_LIST, validate_only=False):
+        _resources(self, [] if resources is _NEW_LIST else resources)
+        _validate_only(self, validate_only)
+    return __init__
+
+AlterConfigsRequest.__init__ = _init_AlterConfigsRequest(*_setters(AlterConfigsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _AlterConfigsResponse_AlterConfigsResourceResponse:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
     resource_type: 'int' = 0
     resource_name: 'str' = ''
 
+
+def _init_AlterConfigsResponse_AlterConfigsResourceResponse(_error_code, _error_message, _resource_type, _resource_name):
+    def __init__(self, error_code=0, error_message='', resource_type=0, resource_name=''):
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _resource_type(self, resource_type)
+        _resource_name(self, resource_name)
+    return __init__
+
+_AlterConfigsResponse_AlterConfigsResourceResponse.__init__ = _init_AlterConfigsResponse_AlterConfigsResourceResponse(*_setters(_AlterConfigsResponse_AlterConfigsResourceResponse))
+
 _nest(_AlterConfigsResponse_AlterConfigsResourceResponse, 'AlterConfigsResponse', 'AlterConfigsResourceResponse')
 _D_AlterConfigsResponse_AlterConfigsResourceResponse = _AlterConfigsResponse_AlterConfigsResourceResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AlterConfigsResponse:
     AlterConfigsResourceResponse = _AlterConfigsResponse_AlterConfigsResourceResponse
     API_KEY = 33
@@ -1725,16 +3192,34 @@ class AlterConfigsResponse:
     responses: 'list[AlterConfigsResponse.AlterConfigsResourceResponse]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AlterConfigsResponse(_throttle_time_ms, _responses):
+    def __init__(self, throttle_time_ms=0, responses=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _responses(self, [] if responses is _NEW_LIST else responses)
+    return __init__
+
+AlterConfigsResponse.__init__ = _init_AlterConfigsResponse(*_setters(AlterConfigsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeLogDirsRequest_DescribableLogDirTopic:
     topic: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+
+
+def _init_DescribeLogDirsRequest_DescribableLogDirTopic(_topic, _partitions):
+    def __init__(self, topic='', partitions=_NEW_LIST):
+        _topic(self, topic)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_DescribeLogDirsRequest_DescribableLogDirTopic.__init__ = _init_DescribeLogDirsRequest_DescribableLogDirTopic(*_setters(_DescribeLogDirsRequest_DescribableLogDirTopic))
 
 _nest(_DescribeLogDirsRequest_DescribableLogDirTopic, 'DescribeLogDirsRequest', 'DescribableLogDirTopic')
 _D_DescribeLogDirsRequest_DescribableLogDirTopic = _DescribeLogDirsRequest_DescribableLogDirTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeLogDirsRequest:
     DescribableLogDirTopic = _DescribeLogDirsRequest_DescribableLogDirTopic
     API_KEY = 35
@@ -1744,27 +3229,55 @@ class DescribeLogDirsRequest:
     topics: 'list[DescribeLogDirsRequest.DescribableLogDirTopic] | None' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeLogDirsRequest(_topics):
+    def __init__(self, topics=_NEW_LIST):
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+DescribeLogDirsRequest.__init__ = _init_DescribeLogDirsRequest(*_setters(DescribeLogDirsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeLogDirsResponse_DescribeLogDirsPartition:
     partition_index: 'int' = 0
     partition_size: 'int' = 0
     offset_lag: 'int' = 0
     is_future_key: 'bool' = False
 
+
+def _init_DescribeLogDirsResponse_DescribeLogDirsPartition(_partition_index, _partition_size, _offset_lag, _is_future_key):
+    def __init__(self, partition_index=0, partition_size=0, offset_lag=0, is_future_key=False):
+        _partition_index(self, partition_index)
+        _partition_size(self, partition_size)
+        _offset_lag(self, offset_lag)
+        _is_future_key(self, is_future_key)
+    return __init__
+
+_DescribeLogDirsResponse_DescribeLogDirsPartition.__init__ = _init_DescribeLogDirsResponse_DescribeLogDirsPartition(*_setters(_DescribeLogDirsResponse_DescribeLogDirsPartition))
+
 _nest(_DescribeLogDirsResponse_DescribeLogDirsPartition, 'DescribeLogDirsResponse', 'DescribeLogDirsPartition')
 _D_DescribeLogDirsResponse_DescribeLogDirsPartition = _DescribeLogDirsResponse_DescribeLogDirsPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeLogDirsResponse_DescribeLogDirsTopic:
     name: 'str' = ''
     partitions: 'list[DescribeLogDirsResponse.DescribeLogDirsPartition]' = _field(default_factory=list)
+
+
+def _init_DescribeLogDirsResponse_DescribeLogDirsTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_DescribeLogDirsResponse_DescribeLogDirsTopic.__init__ = _init_DescribeLogDirsResponse_DescribeLogDirsTopic(*_setters(_DescribeLogDirsResponse_DescribeLogDirsTopic))
 
 _nest(_DescribeLogDirsResponse_DescribeLogDirsTopic, 'DescribeLogDirsResponse', 'DescribeLogDirsTopic')
 _D_DescribeLogDirsResponse_DescribeLogDirsTopic = _DescribeLogDirsResponse_DescribeLogDirsTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeLogDirsResponse_DescribeLogDirsResult:
     error_code: 'int' = 0
     log_dir: 'str' = ''
@@ -1772,11 +3285,23 @@ class _DescribeLogDirsResponse_DescribeLogDirsResult:
     total_bytes: 'int' = -1
     usable_bytes: 'int' = -1
 
+
+def _init_DescribeLogDirsResponse_DescribeLogDirsResult(_error_code, _log_dir, _topics, _total_bytes, _usable_bytes):
+    def __init__(self, error_code=0, log_dir='', topics=_NEW_LIST, total_bytes=-1, usable_bytes=-1):
+        _error_code(self, error_code)
+        _log_dir(self, log_dir)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _total_bytes(self, total_bytes)
+        _usable_bytes(self, usable_bytes)
+    return __init__
+
+_DescribeLogDirsResponse_DescribeLogDirsResult.__init__ = _init_DescribeLogDirsResponse_DescribeLogDirsResult(*_setters(_DescribeLogDirsResponse_DescribeLogDirsResult))
+
 _nest(_DescribeLogDirsResponse_DescribeLogDirsResult, 'DescribeLogDirsResponse', 'DescribeLogDirsResult')
 _D_DescribeLogDirsResponse_DescribeLogDirsResult = _DescribeLogDirsResponse_DescribeLogDirsResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeLogDirsResponse:
     DescribeLogDirsPartition = _DescribeLogDirsResponse_DescribeLogDirsPartition
     DescribeLogDirsTopic = _DescribeLogDirsResponse_DescribeLogDirsTopic
@@ -1790,7 +3315,17 @@ class DescribeLogDirsResponse:
     results: 'list[DescribeLogDirsResponse.DescribeLogDirsResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeLogDirsResponse(_throttle_time_ms, _error_code, _results):
+    def __init__(self, throttle_time_ms=0, error_code=0, results=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _results(self, [] if results is _NEW_LIST else results)
+    return __init__
+
+DescribeLogDirsResponse.__init__ = _init_DescribeLogDirsResponse(*_setters(DescribeLogDirsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class SaslAuthenticateRequest:
     API_KEY = 36
     VALID_VERSIONS = (0, 2)
@@ -1799,7 +3334,15 @@ class SaslAuthenticateRequest:
     auth_bytes: 'bytes' = b''
 
 
-@dataclass(frozen=True, slots=True)
+def _init_SaslAuthenticateRequest(_auth_bytes):
+    def __init__(self, auth_bytes=b''):
+        _auth_bytes(self, auth_bytes)
+    return __init__
+
+SaslAuthenticateRequest.__init__ = _init_SaslAuthenticateRequest(*_setters(SaslAuthenticateRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class SaslAuthenticateResponse:
     API_KEY = 36
     VALID_VERSIONS = (0, 2)
@@ -1811,25 +3354,54 @@ class SaslAuthenticateResponse:
     session_lifetime_ms: 'int' = 0
 
 
-@dataclass(frozen=True, slots=True)
+def _init_SaslAuthenticateResponse(_error_code, _error_message, _auth_bytes, _session_lifetime_ms):
+    def __init__(self, error_code=0, error_message='', auth_bytes=b'', session_lifetime_ms=0):
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _auth_bytes(self, auth_bytes)
+        _session_lifetime_ms(self, session_lifetime_ms)
+    return __init__
+
+SaslAuthenticateResponse.__init__ = _init_SaslAuthenticateResponse(*_setters(SaslAuthenticateResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _CreatePartitionsRequest_CreatePartitionsAssignment:
     broker_ids: 'list[int]' = _field(default_factory=list)
+
+
+def _init_CreatePartitionsRequest_CreatePartitionsAssignment(_broker_ids):
+    def __init__(self, broker_ids=_NEW_LIST):
+        _broker_ids(self, [] if broker_ids is _NEW_LIST else broker_ids)
+    return __init__
+
+_CreatePartitionsRequest_CreatePartitionsAssignment.__init__ = _init_CreatePartitionsRequest_CreatePartitionsAssignment(*_setters(_CreatePartitionsRequest_CreatePartitionsAssignment))
 
 _nest(_CreatePartitionsRequest_CreatePartitionsAssignment, 'CreatePartitionsRequest', 'CreatePartitionsAssignment')
 _D_CreatePartitionsRequest_CreatePartitionsAssignment = _CreatePartitionsRequest_CreatePartitionsAssignment()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _CreatePartitionsRequest_CreatePartitionsTopic:
     name: 'str' = ''
     count: 'int' = 0
     assignments: 'list[CreatePartitionsRequest.CreatePartitionsAssignment] | None' = _field(default_factory=list)
 
+
+def _init_CreatePartitionsRequest_CreatePartitionsTopic(_name, _count, _assignments):
+    def __init__(self, name='', count=0, assignments=_NEW_LIST):
+        _name(self, name)
+        _count(self, count)
+        _assignments(self, [] if assignments is _NEW_LIST else assignments)
+    return __init__
+
+_CreatePartitionsRequest_CreatePartitionsTopic.__init__ = _init_CreatePartitionsRequest_CreatePartitionsTopic(*_setters(_CreatePartitionsRequest_CreatePartitionsTopic))
+
 _nest(_CreatePartitionsRequest_CreatePartitionsTopic, 'CreatePartitionsRequest', 'CreatePartitionsTopic')
 _D_CreatePartitionsRequest_CreatePartitionsTopic = _CreatePartitionsRequest_CreatePartitionsTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CreatePartitionsRequest:
     CreatePartitionsAssignment = _CreatePartitionsRequest_CreatePartitionsAssignment
     CreatePartitionsTopic = _CreatePartitionsRequest_CreatePartitionsTopic
@@ -1842,17 +3414,37 @@ class CreatePartitionsRequest:
     validate_only: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_CreatePartitionsRequest(_topics, _timeout_ms, _validate_only):
+    def __init__(self, topics=_NEW_LIST, timeout_ms=0, validate_only=False):
+        _topics(self, [] if topics is _NEW_LIST else topics)
+        _timeout_ms(self, timeout_ms)
+        _validate_only(self, validate_only)
+    return __init__
+
+CreatePartitionsRequest.__init__ = _init_CreatePartitionsRequest(*_setters(CreatePartitionsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _CreatePartitionsResponse_CreatePartitionsTopicResult:
     name: 'str' = ''
     error_code: 'int' = 0
     error_message: 'str | None' = None
 
+
+def _init_CreatePartitionsResponse_CreatePartitionsTopicResult(_name, _error_code, _error_message):
+    def __init__(self, name='', error_code=0, error_message=None):
+        _name(self, name)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+    return __init__
+
+_CreatePartitionsResponse_CreatePartitionsTopicResult.__init__ = _init_CreatePartitionsResponse_CreatePartitionsTopicResult(*_setters(_CreatePartitionsResponse_CreatePartitionsTopicResult))
+
 _nest(_CreatePartitionsResponse_CreatePartitionsTopicResult, 'CreatePartitionsResponse', 'CreatePartitionsTopicResult')
 _D_CreatePartitionsResponse_CreatePartitionsTopicResult = _CreatePartitionsResponse_CreatePartitionsTopicResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CreatePartitionsResponse:
     CreatePartitionsTopicResult = _CreatePartitionsResponse_CreatePartitionsTopicResult
     API_KEY = 37
@@ -1863,7 +3455,16 @@ class CreatePartitionsResponse:
     results: 'list[CreatePartitionsResponse.CreatePartitionsTopicResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_CreatePartitionsResponse(_throttle_time_ms, _results):
+    def __init__(self, throttle_time_ms=0, results=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _results(self, [] if results is _NEW_LIST else results)
+    return __init__
+
+CreatePartitionsResponse.__init__ = _init_CreatePartitionsResponse(*_setters(CreatePartitionsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class DeleteGroupsRequest:
     API_KEY = 42
     VALID_VERSIONS = (0, 2)
@@ -1872,16 +3473,33 @@ class DeleteGroupsRequest:
     groups_names: 'list[str]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DeleteGroupsRequest(_groups_names):
+    def __init__(self, groups_names=_NEW_LIST):
+        _groups_names(self, [] if groups_names is _NEW_LIST else groups_names)
+    return __init__
+
+DeleteGroupsRequest.__init__ = _init_DeleteGroupsRequest(*_setters(DeleteGroupsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DeleteGroupsResponse_DeletableGroupResult:
     group_id: 'str' = ''
     error_code: 'int' = 0
+
+
+def _init_DeleteGroupsResponse_DeletableGroupResult(_group_id, _error_code):
+    def __init__(self, group_id='', error_code=0):
+        _group_id(self, group_id)
+        _error_code(self, error_code)
+    return __init__
+
+_DeleteGroupsResponse_DeletableGroupResult.__init__ = _init_DeleteGroupsResponse_DeletableGroupResult(*_setters(_DeleteGroupsResponse_DeletableGroupResult))
 
 _nest(_DeleteGroupsResponse_DeletableGroupResult, 'DeleteGroupsResponse', 'DeletableGroupResult')
 _D_DeleteGroupsResponse_DeletableGroupResult = _DeleteGroupsResponse_DeletableGroupResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DeleteGroupsResponse:
     DeletableGroupResult = _DeleteGroupsResponse_DeletableGroupResult
     API_KEY = 42
@@ -1892,16 +3510,34 @@ class DeleteGroupsResponse:
     results: 'list[DeleteGroupsResponse.DeletableGroupResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DeleteGroupsResponse(_throttle_time_ms, _results):
+    def __init__(self, throttle_time_ms=0, results=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _results(self, [] if results is _NEW_LIST else results)
+    return __init__
+
+DeleteGroupsResponse.__init__ = _init_DeleteGroupsResponse(*_setters(DeleteGroupsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ElectLeadersRequest_TopicPartitions:
     topic: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+
+
+def _init_ElectLeadersRequest_TopicPartitions(_topic, _partitions):
+    def __init__(self, topic='', partitions=_NEW_LIST):
+        _topic(self, topic)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_ElectLeadersRequest_TopicPartitions.__init__ = _init_ElectLeadersRequest_TopicPartitions(*_setters(_ElectLeadersRequest_TopicPartitions))
 
 _nest(_ElectLeadersRequest_TopicPartitions, 'ElectLeadersRequest', 'TopicPartitions')
 _D_ElectLeadersRequest_TopicPartitions = _ElectLeadersRequest_TopicPartitions()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ElectLeadersRequest:
     TopicPartitions = _ElectLeadersRequest_TopicPartitions
     API_KEY = 43
@@ -1913,26 +3549,55 @@ class ElectLeadersRequest:
     timeout_ms: 'int' = 60000
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ElectLeadersRequest(_election_type, _topic_partitions, _timeout_ms):
+    def __init__(self, election_type=0, topic_partitions=_NEW_LIST, timeout_ms=60000):
+        _election_type(self, election_type)
+        _topic_partitions(self, [] if topic_partitions is _NEW_LIST else topic_partitions)
+        _timeout_ms(self, timeout_ms)
+    return __init__
+
+ElectLeadersRequest.__init__ = _init_ElectLeadersRequest(*_setters(ElectLeadersRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ElectLeadersResponse_PartitionResult:
     partition_id: 'int' = 0
     error_code: 'int' = 0
     error_message: 'str | None' = ''
 
+
+def _init_ElectLeadersResponse_PartitionResult(_partition_id, _error_code, _error_message):
+    def __init__(self, partition_id=0, error_code=0, error_message=''):
+        _partition_id(self, partition_id)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+    return __init__
+
+_ElectLeadersResponse_PartitionResult.__init__ = _init_ElectLeadersResponse_PartitionResult(*_setters(_ElectLeadersResponse_PartitionResult))
+
 _nest(_ElectLeadersResponse_PartitionResult, 'ElectLeadersResponse', 'PartitionResult')
 _D_ElectLeadersResponse_PartitionResult = _ElectLeadersResponse_PartitionResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ElectLeadersResponse_ReplicaElectionResult:
     topic: 'str' = ''
     partition_result: 'list[ElectLeadersResponse.PartitionResult]' = _field(default_factory=list)
+
+
+def _init_ElectLeadersResponse_ReplicaElectionResult(_topic, _partition_result):
+    def __init__(self, topic='', partition_result=_NEW_LIST):
+        _topic(self, topic)
+        _partition_result(self, [] if partition_result is _NEW_LIST else partition_result)
+    return __init__
+
+_ElectLeadersResponse_ReplicaElectionResult.__init__ = _init_ElectLeadersResponse_ReplicaElectionResult(*_setters(_ElectLeadersResponse_ReplicaElectionResult))
 
 _nest(_ElectLeadersResponse_ReplicaElectionResult, 'ElectLeadersResponse', 'ReplicaElectionResult')
 _D_ElectLeadersResponse_ReplicaElectionResult = _ElectLeadersResponse_ReplicaElectionResult()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ElectLeadersResponse:
     PartitionResult = _ElectLeadersResponse_PartitionResult
     ReplicaElectionResult = _ElectLeadersResponse_ReplicaElectionResult
@@ -1945,27 +3610,57 @@ class ElectLeadersResponse:
     replica_election_results: 'list[ElectLeadersResponse.ReplicaElectionResult]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ElectLeadersResponse(_throttle_time_ms, _error_code, _replica_election_results):
+    def __init__(self, throttle_time_ms=0, error_code=0, replica_election_results=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _replica_election_results(self, [] if replica_election_results is _NEW_LIST else replica_election_results)
+    return __init__
+
+ElectLeadersResponse.__init__ = _init_ElectLeadersResponse(*_setters(ElectLeadersResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _IncrementalAlterConfigsRequest_AlterableConfig:
     name: 'str' = ''
     config_operation: 'int' = 0
     value: 'str | None' = ''
 
+
+def _init_IncrementalAlterConfigsRequest_AlterableConfig(_name, _config_operation, _value):
+    def __init__(self, name='', config_operation=0, value=''):
+        _name(self, name)
+        _config_operation(self, config_operation)
+        _value(self, value)
+    return __init__
+
+_IncrementalAlterConfigsRequest_AlterableConfig.__init__ = _init_IncrementalAlterConfigsRequest_AlterableConfig(*_setters(_IncrementalAlterConfigsRequest_AlterableConfig))
+
 _nest(_IncrementalAlterConfigsRequest_AlterableConfig, 'IncrementalAlterConfigsRequest', 'AlterableConfig')
 _D_IncrementalAlterConfigsRequest_AlterableConfig = _IncrementalAlterConfigsRequest_AlterableConfig()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _IncrementalAlterConfigsRequest_AlterConfigsResource:
     resource_type: 'int' = 0
     resource_name: 'str' = ''
     configs: 'list[IncrementalAlterConfigsRequest.AlterableConfig]' = _field(default_factory=list)
 
+
+def _init_IncrementalAlterConfigsRequest_AlterConfigsResource(_resource_type, _resource_name, _configs):
+    def __init__(self, resource_type=0, resource_name='', configs=_NEW_LIST):
+        _resource_type(self, resource_type)
+        _resource_name(self, resource_name)
+        _configs(self, [] if configs is _NEW_LIST else configs)
+    return __init__
+
+_IncrementalAlterConfigsRequest_AlterConfigsResource.__init__ = _init_IncrementalAlterConfigsRequest_AlterConfigsResource(*_setters(_IncrementalAlterConfigsRequest_AlterConfigsResource))
+
 _nest(_IncrementalAlterConfigsRequest_AlterConfigsResource, 'IncrementalAlterConfigsRequest', 'AlterConfigsResource')
 _D_IncrementalAlterConfigsRequest_AlterConfigsResource = _IncrementalAlterConfigsRequest_AlterConfigsResource()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class IncrementalAlterConfigsRequest:
     AlterableConfig = _IncrementalAlterConfigsRequest_AlterableConfig
     AlterConfigsResource = _IncrementalAlterConfigsRequest_AlterConfigsResource
@@ -1977,18 +3672,38 @@ class IncrementalAlterConfigsRequest:
     validate_only: 'bool' = False
 
 
-@dataclass(frozen=True, slots=True)
+def _init_IncrementalAlterConfigsRequest(_resources, _validate_only):
+    def __init__(self, resources=_NEW_LIST, validate_only=False):
+        _resources(self, [] if resources is _NEW_LIST else resources)
+        _validate_only(self, validate_only)
+    return __init__
+
+IncrementalAlterConfigsRequest.__init__ = _init_IncrementalAlterConfigsRequest(*_setters(IncrementalAlterConfigsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
     resource_type: 'int' = 0
     resource_name: 'str' = ''
 
+
+def _init_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(_error_code, _error_message, _resource_type, _resource_name):
+    def __init__(self, error_code=0, error_message='', resource_type=0, resource_name=''):
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _resource_type(self, resource_type)
+        _resource_name(self, resource_name)
+    return __init__
+
+_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse.__init__ = _init_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(*_setters(_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse))
+
 _nest(_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse, 'IncrementalAlterConfigsResponse', 'AlterConfigsResourceResponse')
 _D_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class IncrementalAlterConfigsResponse:
     AlterConfigsResourceResponse = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse
     API_KEY = 44
@@ -1999,25 +3714,52 @@ class IncrementalAlterConfigsResponse:
     responses: 'list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_IncrementalAlterConfigsResponse(_throttle_time_ms, _responses):
+    def __init__(self, throttle_time_ms=0, responses=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _responses(self, [] if responses is _NEW_LIST else responses)
+    return __init__
+
+IncrementalAlterConfigsResponse.__init__ = _init_IncrementalAlterConfigsResponse(*_setters(IncrementalAlterConfigsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _AlterPartitionReassignmentsRequest_ReassignablePartition:
     partition_index: 'int' = 0
     replicas: 'list[int] | None' = None
+
+
+def _init_AlterPartitionReassignmentsRequest_ReassignablePartition(_partition_index, _replicas):
+    def __init__(self, partition_index=0, replicas=None):
+        _partition_index(self, partition_index)
+        _replicas(self, replicas)
+    return __init__
+
+_AlterPartitionReassignmentsRequest_ReassignablePartition.__init__ = _init_AlterPartitionReassignmentsRequest_ReassignablePartition(*_setters(_AlterPartitionReassignmentsRequest_ReassignablePartition))
 
 _nest(_AlterPartitionReassignmentsRequest_ReassignablePartition, 'AlterPartitionReassignmentsRequest', 'ReassignablePartition')
 _D_AlterPartitionReassignmentsRequest_ReassignablePartition = _AlterPartitionReassignmentsRequest_ReassignablePartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _AlterPartitionReassignmentsRequest_ReassignableTopic:
     name: 'str' = ''
     partitions: 'list[AlterPartitionReassignmentsRequest.ReassignablePartition]' = _field(default_factory=list)
+
+
+def _init_AlterPartitionReassignmentsRequest_ReassignableTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_AlterPartitionReassignmentsRequest_ReassignableTopic.__init__ = _init_AlterPartitionReassignmentsRequest_ReassignableTopic(*_setters(_AlterPartitionReassignmentsRequest_ReassignableTopic))
 
 _nest(_AlterPartitionReassignmentsRequest_ReassignableTopic, 'AlterPartitionReassignmentsRequest', 'ReassignableTopic')
 _D_AlterPartitionReassignmentsRequest_ReassignableTopic = _AlterPartitionReassignmentsRequest_ReassignableTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AlterPartitionReassignmentsRequest:
     ReassignablePartition = _AlterPartitionReassignmentsRequest_ReassignablePartition
     ReassignableTopic = _AlterPartitionReassignmentsRequest_ReassignableTopic
@@ -2029,26 +3771,54 @@ class AlterPartitionReassignmentsRequest:
     topics: 'list[AlterPartitionReassignmentsRequest.ReassignableTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AlterPartitionReassignmentsRequest(_timeout_ms, _topics):
+    def __init__(self, timeout_ms=60000, topics=_NEW_LIST):
+        _timeout_ms(self, timeout_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+AlterPartitionReassignmentsRequest.__init__ = _init_AlterPartitionReassignmentsRequest(*_setters(AlterPartitionReassignmentsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse:
     partition_index: 'int' = 0
     error_code: 'int' = 0
     error_message: 'str | None' = ''
 
+
+def _init_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(_partition_index, _error_code, _error_message):
+    def __init__(self, partition_index=0, error_code=0, error_message=''):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+    return __init__
+
+_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse.__init__ = _init_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(*_setters(_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse))
+
 _nest(_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse, 'AlterPartitionReassignmentsResponse', 'ReassignablePartitionResponse')
 _D_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse = _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _AlterPartitionReassignmentsResponse_ReassignableTopicResponse:
     name: 'str' = ''
     partitions: 'list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]' = _field(default_factory=list)
+
+
+def _init_AlterPartitionReassignmentsResponse_ReassignableTopicResponse(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_AlterPartitionReassignmentsResponse_ReassignableTopicResponse.__init__ = _init_AlterPartitionReassignmentsResponse_ReassignableTopicResponse(*_setters(_AlterPartitionReassignmentsResponse_ReassignableTopicResponse))
 
 _nest(_AlterPartitionReassignmentsResponse_ReassignableTopicResponse, 'AlterPartitionReassignmentsResponse', 'ReassignableTopicResponse')
 _D_AlterPartitionReassignmentsResponse_ReassignableTopicResponse = _AlterPartitionReassignmentsResponse_ReassignableTopicResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AlterPartitionReassignmentsResponse:
     ReassignablePartitionResponse = _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse
     ReassignableTopicResponse = _AlterPartitionReassignmentsResponse_ReassignableTopicResponse
@@ -2062,16 +3832,36 @@ class AlterPartitionReassignmentsResponse:
     responses: 'list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_AlterPartitionReassignmentsResponse(_throttle_time_ms, _error_code, _error_message, _responses):
+    def __init__(self, throttle_time_ms=0, error_code=0, error_message='', responses=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _responses(self, [] if responses is _NEW_LIST else responses)
+    return __init__
+
+AlterPartitionReassignmentsResponse.__init__ = _init_AlterPartitionReassignmentsResponse(*_setters(AlterPartitionReassignmentsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+
+
+def _init_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(_name, _partition_indexes):
+    def __init__(self, name='', partition_indexes=_NEW_LIST):
+        _name(self, name)
+        _partition_indexes(self, [] if partition_indexes is _NEW_LIST else partition_indexes)
+    return __init__
+
+_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics.__init__ = _init_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(*_setters(_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics))
 
 _nest(_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics, 'ListPartitionReassignmentsRequest', 'ListPartitionReassignmentsTopics')
 _D_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics = _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ListPartitionReassignmentsRequest:
     ListPartitionReassignmentsTopics = _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics
     API_KEY = 46
@@ -2082,27 +3872,56 @@ class ListPartitionReassignmentsRequest:
     topics: 'list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None' = None
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ListPartitionReassignmentsRequest(_timeout_ms, _topics):
+    def __init__(self, timeout_ms=60000, topics=None):
+        _timeout_ms(self, timeout_ms)
+        _topics(self, topics)
+    return __init__
+
+ListPartitionReassignmentsRequest.__init__ = _init_ListPartitionReassignmentsRequest(*_setters(ListPartitionReassignmentsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ListPartitionReassignmentsResponse_OngoingPartitionReassignment:
     partition_index: 'int' = 0
     replicas: 'list[int]' = _field(default_factory=list)
     adding_replicas: 'list[int]' = _field(default_factory=list)
     removing_replicas: 'list[int]' = _field(default_factory=list)
 
+
+def _init_ListPartitionReassignmentsResponse_OngoingPartitionReassignment(_partition_index, _replicas, _adding_replicas, _removing_replicas):
+    def __init__(self, partition_index=0, replicas=_NEW_LIST, adding_replicas=_NEW_LIST, removing_replicas=_NEW_LIST):
+        _partition_index(self, partition_index)
+        _replicas(self, [] if replicas is _NEW_LIST else replicas)
+        _adding_replicas(self, [] if adding_replicas is _NEW_LIST else adding_replicas)
+        _removing_replicas(self, [] if removing_replicas is _NEW_LIST else removing_replicas)
+    return __init__
+
+_ListPartitionReassignmentsResponse_OngoingPartitionReassignment.__init__ = _init_ListPartitionReassignmentsResponse_OngoingPartitionReassignment(*_setters(_ListPartitionReassignmentsResponse_OngoingPartitionReassignment))
+
 _nest(_ListPartitionReassignmentsResponse_OngoingPartitionReassignment, 'ListPartitionReassignmentsResponse', 'OngoingPartitionReassignment')
 _D_ListPartitionReassignmentsResponse_OngoingPartitionReassignment = _ListPartitionReassignmentsResponse_OngoingPartitionReassignment()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _ListPartitionReassignmentsResponse_OngoingTopicReassignment:
     name: 'str' = ''
     partitions: 'list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]' = _field(default_factory=list)
+
+
+def _init_ListPartitionReassignmentsResponse_OngoingTopicReassignment(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_ListPartitionReassignmentsResponse_OngoingTopicReassignment.__init__ = _init_ListPartitionReassignmentsResponse_OngoingTopicReassignment(*_setters(_ListPartitionReassignmentsResponse_OngoingTopicReassignment))
 
 _nest(_ListPartitionReassignmentsResponse_OngoingTopicReassignment, 'ListPartitionReassignmentsResponse', 'OngoingTopicReassignment')
 _D_ListPartitionReassignmentsResponse_OngoingTopicReassignment = _ListPartitionReassignmentsResponse_OngoingTopicReassignment()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ListPartitionReassignmentsResponse:
     OngoingPartitionReassignment = _ListPartitionReassignmentsResponse_OngoingPartitionReassignment
     OngoingTopicReassignment = _ListPartitionReassignmentsResponse_OngoingTopicReassignment
@@ -2116,24 +3935,52 @@ class ListPartitionReassignmentsResponse:
     topics: 'list[ListPartitionReassignmentsResponse.OngoingTopicReassignment]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ListPartitionReassignmentsResponse(_throttle_time_ms, _error_code, _error_message, _topics):
+    def __init__(self, throttle_time_ms=0, error_code=0, error_message='', topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+ListPartitionReassignmentsResponse.__init__ = _init_ListPartitionReassignmentsResponse(*_setters(ListPartitionReassignmentsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetDeleteRequest_OffsetDeleteRequestPartition:
     partition_index: 'int' = 0
+
+
+def _init_OffsetDeleteRequest_OffsetDeleteRequestPartition(_partition_index):
+    def __init__(self, partition_index=0):
+        _partition_index(self, partition_index)
+    return __init__
+
+_OffsetDeleteRequest_OffsetDeleteRequestPartition.__init__ = _init_OffsetDeleteRequest_OffsetDeleteRequestPartition(*_setters(_OffsetDeleteRequest_OffsetDeleteRequestPartition))
 
 _nest(_OffsetDeleteRequest_OffsetDeleteRequestPartition, 'OffsetDeleteRequest', 'OffsetDeleteRequestPartition')
 _D_OffsetDeleteRequest_OffsetDeleteRequestPartition = _OffsetDeleteRequest_OffsetDeleteRequestPartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetDeleteRequest_OffsetDeleteRequestTopic:
     name: 'str' = ''
     partitions: 'list[OffsetDeleteRequest.OffsetDeleteRequestPartition]' = _field(default_factory=list)
+
+
+def _init_OffsetDeleteRequest_OffsetDeleteRequestTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetDeleteRequest_OffsetDeleteRequestTopic.__init__ = _init_OffsetDeleteRequest_OffsetDeleteRequestTopic(*_setters(_OffsetDeleteRequest_OffsetDeleteRequestTopic))
 
 _nest(_OffsetDeleteRequest_OffsetDeleteRequestTopic, 'OffsetDeleteRequest', 'OffsetDeleteRequestTopic')
 _D_OffsetDeleteRequest_OffsetDeleteRequestTopic = _OffsetDeleteRequest_OffsetDeleteRequestTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetDeleteRequest:
     OffsetDeleteRequestPartition = _OffsetDeleteRequest_OffsetDeleteRequestPartition
     OffsetDeleteRequestTopic = _OffsetDeleteRequest_OffsetDeleteRequestTopic
@@ -2145,25 +3992,52 @@ class OffsetDeleteRequest:
     topics: 'list[OffsetDeleteRequest.OffsetDeleteRequestTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetDeleteRequest(_group_id, _topics):
+    def __init__(self, group_id='', topics=_NEW_LIST):
+        _group_id(self, group_id)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+OffsetDeleteRequest.__init__ = _init_OffsetDeleteRequest(*_setters(OffsetDeleteRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetDeleteResponse_OffsetDeleteResponsePartition:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+
+
+def _init_OffsetDeleteResponse_OffsetDeleteResponsePartition(_partition_index, _error_code):
+    def __init__(self, partition_index=0, error_code=0):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+    return __init__
+
+_OffsetDeleteResponse_OffsetDeleteResponsePartition.__init__ = _init_OffsetDeleteResponse_OffsetDeleteResponsePartition(*_setters(_OffsetDeleteResponse_OffsetDeleteResponsePartition))
 
 _nest(_OffsetDeleteResponse_OffsetDeleteResponsePartition, 'OffsetDeleteResponse', 'OffsetDeleteResponsePartition')
 _D_OffsetDeleteResponse_OffsetDeleteResponsePartition = _OffsetDeleteResponse_OffsetDeleteResponsePartition()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _OffsetDeleteResponse_OffsetDeleteResponseTopic:
     name: 'str' = ''
     partitions: 'list[OffsetDeleteResponse.OffsetDeleteResponsePartition]' = _field(default_factory=list)
+
+
+def _init_OffsetDeleteResponse_OffsetDeleteResponseTopic(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_OffsetDeleteResponse_OffsetDeleteResponseTopic.__init__ = _init_OffsetDeleteResponse_OffsetDeleteResponseTopic(*_setters(_OffsetDeleteResponse_OffsetDeleteResponseTopic))
 
 _nest(_OffsetDeleteResponse_OffsetDeleteResponseTopic, 'OffsetDeleteResponse', 'OffsetDeleteResponseTopic')
 _D_OffsetDeleteResponse_OffsetDeleteResponseTopic = _OffsetDeleteResponse_OffsetDeleteResponseTopic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class OffsetDeleteResponse:
     OffsetDeleteResponsePartition = _OffsetDeleteResponse_OffsetDeleteResponsePartition
     OffsetDeleteResponseTopic = _OffsetDeleteResponse_OffsetDeleteResponseTopic
@@ -2176,7 +4050,17 @@ class OffsetDeleteResponse:
     topics: 'list[OffsetDeleteResponse.OffsetDeleteResponseTopic]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_OffsetDeleteResponse(_error_code, _throttle_time_ms, _topics):
+    def __init__(self, error_code=0, throttle_time_ms=0, topics=_NEW_LIST):
+        _error_code(self, error_code)
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+OffsetDeleteResponse.__init__ = _init_OffsetDeleteResponse(*_setters(OffsetDeleteResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeClusterRequest:
     API_KEY = 60
     VALID_VERSIONS = (0, 1)
@@ -2186,18 +4070,38 @@ class DescribeClusterRequest:
     endpoint_type: 'int' = 1
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeClusterRequest(_include_cluster_authorized_operations, _endpoint_type):
+    def __init__(self, include_cluster_authorized_operations=False, endpoint_type=1):
+        _include_cluster_authorized_operations(self, include_cluster_authorized_operations)
+        _endpoint_type(self, endpoint_type)
+    return __init__
+
+DescribeClusterRequest.__init__ = _init_DescribeClusterRequest(*_setters(DescribeClusterRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeClusterResponse_DescribeClusterBroker:
     broker_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
 
+
+def _init_DescribeClusterResponse_DescribeClusterBroker(_broker_id, _host, _port, _rack):
+    def __init__(self, broker_id=0, host='', port=0, rack=None):
+        _broker_id(self, broker_id)
+        _host(self, host)
+        _port(self, port)
+        _rack(self, rack)
+    return __init__
+
+_DescribeClusterResponse_DescribeClusterBroker.__init__ = _init_DescribeClusterResponse_DescribeClusterBroker(*_setters(_DescribeClusterResponse_DescribeClusterBroker))
+
 _nest(_DescribeClusterResponse_DescribeClusterBroker, 'DescribeClusterResponse', 'DescribeClusterBroker')
 _D_DescribeClusterResponse_DescribeClusterBroker = _DescribeClusterResponse_DescribeClusterBroker()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeClusterResponse:
     DescribeClusterBroker = _DescribeClusterResponse_DescribeClusterBroker
     API_KEY = 60
@@ -2214,16 +4118,40 @@ class DescribeClusterResponse:
     cluster_authorized_operations: 'int' = -2147483648
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeClusterResponse(_throttle_time_ms, _error_code, _error_message, _endpoint_type, _cluster_id, _controller_id, _brokers, _cluster_authorized_operations):
+    def __init__(self, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id='', controller_id=-1, brokers=_NEW_LIST, cluster_authorized_operations=-2147483648):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _endpoint_type(self, endpoint_type)
+        _cluster_id(self, cluster_id)
+        _controller_id(self, controller_id)
+        _brokers(self, [] if brokers is _NEW_LIST else brokers)
+        _cluster_authorized_operations(self, cluster_authorized_operations)
+    return __init__
+
+DescribeClusterResponse.__init__ = _init_DescribeClusterResponse(*_setters(DescribeClusterResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeProducersRequest_TopicRequest:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+
+
+def _init_DescribeProducersRequest_TopicRequest(_name, _partition_indexes):
+    def __init__(self, name='', partition_indexes=_NEW_LIST):
+        _name(self, name)
+        _partition_indexes(self, [] if partition_indexes is _NEW_LIST else partition_indexes)
+    return __init__
+
+_DescribeProducersRequest_TopicRequest.__init__ = _init_DescribeProducersRequest_TopicRequest(*_setters(_DescribeProducersRequest_TopicRequest))
 
 _nest(_DescribeProducersRequest_TopicRequest, 'DescribeProducersRequest', 'TopicRequest')
 _D_DescribeProducersRequest_TopicRequest = _DescribeProducersRequest_TopicRequest()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeProducersRequest:
     TopicRequest = _DescribeProducersRequest_TopicRequest
     API_KEY = 61
@@ -2233,7 +4161,15 @@ class DescribeProducersRequest:
     topics: 'list[DescribeProducersRequest.TopicRequest]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeProducersRequest(_topics):
+    def __init__(self, topics=_NEW_LIST):
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+DescribeProducersRequest.__init__ = _init_DescribeProducersRequest(*_setters(DescribeProducersRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeProducersResponse_ProducerState:
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
@@ -2242,31 +4178,64 @@ class _DescribeProducersResponse_ProducerState:
     coordinator_epoch: 'int' = 0
     current_txn_start_offset: 'int' = -1
 
+
+def _init_DescribeProducersResponse_ProducerState(_producer_id, _producer_epoch, _last_sequence, _last_timestamp, _coordinator_epoch, _current_txn_start_offset):
+    def __init__(self, producer_id=0, producer_epoch=0, last_sequence=-1, last_timestamp=-1, coordinator_epoch=0, current_txn_start_offset=-1):
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+        _last_sequence(self, last_sequence)
+        _last_timestamp(self, last_timestamp)
+        _coordinator_epoch(self, coordinator_epoch)
+        _current_txn_start_offset(self, current_txn_start_offset)
+    return __init__
+
+_DescribeProducersResponse_ProducerState.__init__ = _init_DescribeProducersResponse_ProducerState(*_setters(_DescribeProducersResponse_ProducerState))
+
 _nest(_DescribeProducersResponse_ProducerState, 'DescribeProducersResponse', 'ProducerState')
 _D_DescribeProducersResponse_ProducerState = _DescribeProducersResponse_ProducerState()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeProducersResponse_PartitionResponse:
     partition_index: 'int' = 0
     error_code: 'int' = 0
     error_message: 'str | None' = None
     active_producers: 'list[DescribeProducersResponse.ProducerState]' = _field(default_factory=list)
 
+
+def _init_DescribeProducersResponse_PartitionResponse(_partition_index, _error_code, _error_message, _active_producers):
+    def __init__(self, partition_index=0, error_code=0, error_message=None, active_producers=_NEW_LIST):
+        _partition_index(self, partition_index)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _active_producers(self, [] if active_producers is _NEW_LIST else active_producers)
+    return __init__
+
+_DescribeProducersResponse_PartitionResponse.__init__ = _init_DescribeProducersResponse_PartitionResponse(*_setters(_DescribeProducersResponse_PartitionResponse))
+
 _nest(_DescribeProducersResponse_PartitionResponse, 'DescribeProducersResponse', 'PartitionResponse')
 _D_DescribeProducersResponse_PartitionResponse = _DescribeProducersResponse_PartitionResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeProducersResponse_TopicResponse:
     name: 'str' = ''
     partitions: 'list[DescribeProducersResponse.PartitionResponse]' = _field(default_factory=list)
+
+
+def _init_DescribeProducersResponse_TopicResponse(_name, _partitions):
+    def __init__(self, name='', partitions=_NEW_LIST):
+        _name(self, name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_DescribeProducersResponse_TopicResponse.__init__ = _init_DescribeProducersResponse_TopicResponse(*_setters(_DescribeProducersResponse_TopicResponse))
 
 _nest(_DescribeProducersResponse_TopicResponse, 'DescribeProducersResponse', 'TopicResponse')
 _D_DescribeProducersResponse_TopicResponse = _DescribeProducersResponse_TopicResponse()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeProducersResponse:
     ProducerState = _DescribeProducersResponse_ProducerState
     PartitionResponse = _DescribeProducersResponse_PartitionResponse
@@ -2279,7 +4248,16 @@ class DescribeProducersResponse:
     topics: 'list[DescribeProducersResponse.TopicResponse]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeProducersResponse(_throttle_time_ms, _topics):
+    def __init__(self, throttle_time_ms=0, topics=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+DescribeProducersResponse.__init__ = _init_DescribeProducersResponse(*_setters(DescribeProducersResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeTransactionsRequest:
     API_KEY = 65
     VALID_VERSIONS = (0, 0)
@@ -2288,16 +4266,33 @@ class DescribeTransactionsRequest:
     transactional_ids: 'list[str]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeTransactionsRequest(_transactional_ids):
+    def __init__(self, transactional_ids=_NEW_LIST):
+        _transactional_ids(self, [] if transactional_ids is _NEW_LIST else transactional_ids)
+    return __init__
+
+DescribeTransactionsRequest.__init__ = _init_DescribeTransactionsRequest(*_setters(DescribeTransactionsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeTransactionsResponse_TopicData:
     topic: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+
+
+def _init_DescribeTransactionsResponse_TopicData(_topic, _partitions):
+    def __init__(self, topic='', partitions=_NEW_LIST):
+        _topic(self, topic)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_DescribeTransactionsResponse_TopicData.__init__ = _init_DescribeTransactionsResponse_TopicData(*_setters(_DescribeTransactionsResponse_TopicData))
 
 _nest(_DescribeTransactionsResponse_TopicData, 'DescribeTransactionsResponse', 'TopicData')
 _D_DescribeTransactionsResponse_TopicData = _DescribeTransactionsResponse_TopicData()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _DescribeTransactionsResponse_TransactionState:
     error_code: 'int' = 0
     transactional_id: 'str' = ''
@@ -2308,11 +4303,26 @@ class _DescribeTransactionsResponse_TransactionState:
     producer_epoch: 'int' = 0
     topics: 'list[DescribeTransactionsResponse.TopicData]' = _field(default_factory=list)
 
+
+def _init_DescribeTransactionsResponse_TransactionState(_error_code, _transactional_id, _transaction_state, _transaction_timeout_ms, _transaction_start_time_ms, _producer_id, _producer_epoch, _topics):
+    def __init__(self, error_code=0, transactional_id='', transaction_state='', transaction_timeout_ms=0, transaction_start_time_ms=0, producer_id=0, producer_epoch=0, topics=_NEW_LIST):
+        _error_code(self, error_code)
+        _transactional_id(self, transactional_id)
+        _transaction_state(self, transaction_state)
+        _transaction_timeout_ms(self, transaction_timeout_ms)
+        _transaction_start_time_ms(self, transaction_start_time_ms)
+        _producer_id(self, producer_id)
+        _producer_epoch(self, producer_epoch)
+        _topics(self, [] if topics is _NEW_LIST else topics)
+    return __init__
+
+_DescribeTransactionsResponse_TransactionState.__init__ = _init_DescribeTransactionsResponse_TransactionState(*_setters(_DescribeTransactionsResponse_TransactionState))
+
 _nest(_DescribeTransactionsResponse_TransactionState, 'DescribeTransactionsResponse', 'TransactionState')
 _D_DescribeTransactionsResponse_TransactionState = _DescribeTransactionsResponse_TransactionState()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DescribeTransactionsResponse:
     TopicData = _DescribeTransactionsResponse_TopicData
     TransactionState = _DescribeTransactionsResponse_TransactionState
@@ -2324,7 +4334,16 @@ class DescribeTransactionsResponse:
     transaction_states: 'list[DescribeTransactionsResponse.TransactionState]' = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+def _init_DescribeTransactionsResponse(_throttle_time_ms, _transaction_states):
+    def __init__(self, throttle_time_ms=0, transaction_states=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _transaction_states(self, [] if transaction_states is _NEW_LIST else transaction_states)
+    return __init__
+
+DescribeTransactionsResponse.__init__ = _init_DescribeTransactionsResponse(*_setters(DescribeTransactionsResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ListTransactionsRequest:
     API_KEY = 66
     VALID_VERSIONS = (0, 1)
@@ -2335,17 +4354,37 @@ class ListTransactionsRequest:
     duration_filter: 'int' = -1
 
 
-@dataclass(frozen=True, slots=True)
+def _init_ListTransactionsRequest(_state_filters, _producer_id_filters, _duration_filter):
+    def __init__(self, state_filters=_NEW_LIST, producer_id_filters=_NEW_LIST, duration_filter=-1):
+        _state_filters(self, [] if state_filters is _NEW_LIST else state_filters)
+        _producer_id_filters(self, [] if producer_id_filters is _NEW_LIST else producer_id_filters)
+        _duration_filter(self, duration_filter)
+    return __init__
+
+ListTransactionsRequest.__init__ = _init_ListTransactionsRequest(*_setters(ListTransactionsRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class _ListTransactionsResponse_TransactionState:
     transactional_id: 'str' = ''
     producer_id: 'int' = 0
     transaction_state: 'str' = ''
 
+
+def _init_ListTransactionsResponse_TransactionState(_transactional_id, _producer_id, _transaction_state):
+    def __init__(self, transactional_id='', producer_id=0, transaction_state=''):
+        _transactional_id(self, transactional_id)
+        _producer_id(self, producer_id)
+        _transaction_state(self, transaction_state)
+    return __init__
+
+_ListTransactionsResponse_TransactionState.__init__ = _init_ListTransactionsResponse_TransactionState(*_setters(_ListTransactionsResponse_TransactionState))
+
 _nest(_ListTransactionsResponse_TransactionState, 'ListTransactionsResponse', 'TransactionState')
 _D_ListTransactionsResponse_TransactionState = _ListTransactionsResponse_TransactionState()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ListTransactionsResponse:
     TransactionState = _ListTransactionsResponse_TransactionState
     API_KEY = 66
@@ -2356,6 +4395,17 @@ class ListTransactionsResponse:
     error_code: 'int' = 0
     unknown_state_filters: 'list[str]' = _field(default_factory=list)
     transaction_states: 'list[ListTransactionsResponse.TransactionState]' = _field(default_factory=list)
+
+
+def _init_ListTransactionsResponse(_throttle_time_ms, _error_code, _unknown_state_filters, _transaction_states):
+    def __init__(self, throttle_time_ms=0, error_code=0, unknown_state_filters=_NEW_LIST, transaction_states=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _unknown_state_filters(self, [] if unknown_state_filters is _NEW_LIST else unknown_state_filters)
+        _transaction_states(self, [] if transaction_states is _NEW_LIST else transaction_states)
+    return __init__
+
+ListTransactionsResponse.__init__ = _init_ListTransactionsResponse(*_setters(ListTransactionsResponse))
 
 # ---- encoders and decoders ------------------------------------------------------------
 

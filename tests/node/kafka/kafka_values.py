@@ -61,3 +61,37 @@ def _element(message_cls, f: schema.FieldSpec, version: int, rng: random.Random)
         return rng.randbytes(rng.randint(0, 40))
     assert t == "uuid", t
     return uuid.UUID(int=rng.getrandbits(128))
+
+
+# ---- the same, as hypothesis strategies --------------------------------------------------
+
+def strategy(spec: schema.MessageSpec, version: int):
+    """A hypothesis strategy of populated messages of ``spec`` at ``version``."""
+    from hypothesis import strategies as st
+
+    def of_struct(cls, sspec):
+        return st.builds(cls, **{f.attr: of_field(f) for f in sspec.fields
+                                 if version in f.versions})
+
+    def of_element(f):
+        t = f.element
+        if f.struct is not None:
+            return of_struct(getattr(message_cls, f.struct.name), f.struct)
+        if t in INT_BITS:
+            bits = INT_BITS[t]
+            return st.integers(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        return {"uint16": st.integers(0, 0xFFFF), "bool": st.booleans(),
+                "float64": st.floats(allow_nan=False), "string": st.text(max_size=20),
+                "bytes": st.binary(max_size=40), "records": st.binary(max_size=40),
+                "uuid": st.uuids()}[t]
+
+    def of_field(f):
+        value = of_element(f)
+        if f.is_array:
+            value = st.lists(value, max_size=3)
+        if version in f.nullable:
+            value = st.none() | value
+        return value
+
+    message_cls = CLASSES[spec.name]
+    return of_struct(message_cls, spec.root)

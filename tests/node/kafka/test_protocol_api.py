@@ -1,5 +1,6 @@
 """The package's entry points: headers, versions, the request/response tables."""
 
+import dataclasses
 import json
 import random
 
@@ -75,3 +76,16 @@ def test_a_response_of_the_wrong_api_is_refused():
         encode_response(RequestHeader(1, 12, 1, None), messages.ProduceResponse())
     with pytest.raises(KafkaProtocolError, match="not a request"):
         encode_request(RequestHeader(1, 12, 1, None), messages.ProduceRequest())
+
+
+def test_messages_are_frozen_dataclasses_built_by_keyword():
+    partition = messages.ProduceRequest.PartitionProduceData(index=3, records=b"r")
+    assert dataclasses.is_dataclass(partition)
+    assert dataclasses.replace(partition, index=4) == messages.ProduceRequest.PartitionProduceData(4, b"r")
+    assert [f.name for f in dataclasses.fields(partition)] == ["index", "records"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        partition.index = 5
+    first, second = messages.MetadataRequest(), messages.MetadataRequest()
+    assert first.topics == [] and first.topics is not second.topics  # a new list each
+    assert messages.FetchRequest().max_bytes == 0x7FFFFFFF  # the JSON's default
+    assert repr(partition) == "ProduceRequest.PartitionProduceData(index=3, records=b'r')"

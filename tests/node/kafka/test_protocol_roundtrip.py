@@ -1,12 +1,16 @@
 """Every message at every valid version: encode, decode, the same object."""
 
+import functools
+import os
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from node.kafka.protocol import KafkaProtocolError, codec, messages
 
-from .kafka_values import CASES, CLASSES, case_id, populated
+from .kafka_values import CASES, CLASSES, case_id, populated, strategy
 
 SEEDS_PER_CASE = 4
 
@@ -73,3 +77,15 @@ def test_a_wrong_value_is_a_clear_encoding_error():
         encode(messages.ProduceRequest(acks=1 << 20), 3)  # int16
     with pytest.raises(KafkaProtocolError, match="no version 12"):
         encode(messages.ProduceRequest(), 12)
+
+
+@functools.cache
+def case_strategy(index: int):
+    return st.tuples(st.just(CASES[index]), strategy(*CASES[index]))
+
+
+@settings(max_examples=int(os.environ.get("KAFKA_FUZZ_EXAMPLES", "200")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(CASES) - 1).flatmap(case_strategy))
+def test_hypothesis_messages_survive_encode_and_decode(case_and_message):
+    (spec, version), message = case_and_message
+    assert codec.decode_body(CLASSES[spec.name], version, encode(message, version)) == message
