@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass
 
 from . import messages
-from .primitives import (S_INT16, S_INT32, KafkaProtocolError, UnsupportedVersion, read_str16n,
-                         skip_tags)
+from .primitives import S_INT16, S_INT32, KafkaProtocolError, UnsupportedVersion
+from .readers import read_str16n, skip_tags
 
 API_VERSIONS_KEY = 18
 _REQUEST_START = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -129,8 +129,9 @@ def decode_request(payload) -> tuple[RequestHeader, object]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), request
 
 
-def encode_response(header: RequestHeader, response) -> bytes:
-    """The response to the request with ``header``, with its size prefix."""
+def encode_response_pieces(header: RequestHeader, response) -> list:
+    """The response as bytes-like pieces, the size prefix first, for a vectored write
+    (``socket.sendmsg``) that sends large records without joining them first."""
     cls = type(response)
     if messages.RESPONSES.get(header.api_key) is not cls:
         raise KafkaProtocolError(f"{cls.__name__} is not the response to API key {header.api_key}")
@@ -138,7 +139,13 @@ def encode_response(header: RequestHeader, response) -> bytes:
     if header.api_key != API_VERSIONS_KEY and is_flexible(cls, header.api_version):
         out.append(b"\x00")
     encode_body(response, header.api_version, out)
-    return _join(out)
+    out[0] = S_INT32.pack(sum(map(len, out)))
+    return out
+
+
+def encode_response(header: RequestHeader, response) -> bytes:
+    """The response to the request with ``header``, with its size prefix."""
+    return b"".join(encode_response_pieces(header, response))
 
 
 # ---- the client's side ------------------------------------------------------------------

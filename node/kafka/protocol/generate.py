@@ -1,4 +1,6 @@
-"""Write ``messages.py`` from Kafka's JSON message definitions: ``python -m node.kafka.protocol.generate``.
+"""Write ``messages.py`` from Kafka's JSON message definitions.
+
+Run: ``python -m node.kafka.protocol.generate``.
 
 Theory of operation. For every message, every struct in it and every valid version, the
 generator writes one encoder and one decoder with that version's layout spelled out:
@@ -35,21 +37,20 @@ import struct
 from dataclasses import dataclass, field as _field
 from uuid import UUID
 
-from .primitives import (
-    KafkaProtocolError, UUID_ZERO, absent_error, byte_length, read_bytes32, read_bytes32n,
-    read_cbytes, read_cbytesn, read_ccount, read_ccountn, read_count32, read_count32n,
-    read_crecords, read_crecordsn, read_cstr, read_cstr_item, read_cstrn, read_ints,
-    read_nullable_struct, read_records32, read_records32n, read_str16, read_str16_item,
-    read_str16n, read_structs, read_uuid, skip_tags, tag_fields, write_array32,
-    write_array32n, write_bytes32, write_bytes32n, write_carray, write_carrayn, write_cbytes,
-    write_cbytesn, write_cints, write_cintsn, write_crecords, write_crecordsn, write_cstr,
-    write_cstr_item, write_cstrn, write_ints32, write_ints32n, write_records32,
-    write_records32n, write_str16, write_str16_item, write_str16n, write_struct,
-    write_struct_n, write_tags, write_uuid_item,
+from .primitives import KafkaProtocolError, UUID_ZERO, absent_error, uvarint_bytes
+from .readers import (
+    read_bytes32, read_bytes32n, read_cbytes, read_cbytesn, read_ccount, read_ccountn,
+    read_count32, read_count32n, read_crecords, read_crecordsn, read_cstr, read_cstr_item,
+    read_cstrn, read_ints, read_nullable_struct, read_records32, read_records32n, read_str16,
+    read_str16_item, read_str16n, read_structs, read_uuid, skip_tags, tag_fields,
 )
-
-_pack = struct.pack
-
+from .writers import (
+    byte_length, write_array32, write_array32n, write_bytes32, write_bytes32n, write_carray,
+    write_carrayn, write_cbytes, write_cbytesn, write_cints, write_cintsn, write_crecords,
+    write_crecordsn, write_cstr, write_cstr_item, write_cstrn, write_ints32, write_ints32n,
+    write_records32, write_records32n, write_str16, write_str16_item, write_str16n,
+    write_struct, write_struct_n, write_tags, write_uuid_item,
+)
 
 _NEW_LIST = object()  # the default of an array field: a new empty list
 
@@ -276,7 +277,8 @@ class Generator:
         def flush():
             if run:
                 fmt = ">" + "".join(c for c, _ in run)
-                body.append(f"    out.append({self.struct_const(fmt)}.pack({', '.join(x for _, x in run)}))")
+                values = ", ".join(x for _, x in run)
+                body.append(f"    out.append({self.struct_const(fmt)}.pack({values}))")
                 run.clear()
 
         tagged = []
@@ -397,13 +399,15 @@ class Generator:
                 post.append(f"    {local} = UUID(bytes={local})")
             else:
                 flush()
-                body += ["    " + x for x in self.dec_value(msg, f, ver, flex, local, "buf", "pos", what)]
+                body += ["    " + x for x in
+                         self.dec_value(msg, f, ver, flex, local, "buf", "pos", what)]
         flush()
         if flex:
             for f, _ in tagged:
                 body.append(f"    f_{f.attr} = {self.default_expr(msg, f)}")
             if not tagged:
-                body.append(f"    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, {sname!r})")
+                body.append("    pos = pos + 1 if buf[pos] == 0 else "
+                            f"skip_tags(buf, pos, {sname!r})")
             else:
                 body.append("    if buf[pos] == 0:")
                 body.append("        pos += 1")
@@ -418,7 +422,8 @@ class Generator:
                     body += [" " * 16 + x for x in self.dec_value(
                         msg, f, ver, True, f"f_{f.attr}", "t", "tp", what)]
                     body.append("                if tp != len(t):")
-                    body.append(f"                    raise KafkaProtocolError({what + ': tagged field size mismatch'!r})")
+                    error = f"{what}: tagged field size mismatch"
+                    body.append(f"                    raise KafkaProtocolError({error!r})")
                     word = "elif"
         body.append(f"    return {self.class_name(msg, st)}({', '.join(args)}), pos")
         return self.define(self.fn_name("d", msg, st, ver), "buf, pos", body)

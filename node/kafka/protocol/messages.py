@@ -12,21 +12,20 @@ import struct
 from dataclasses import dataclass, field as _field
 from uuid import UUID
 
-from .primitives import (
-    KafkaProtocolError, UUID_ZERO, absent_error, byte_length, read_bytes32, read_bytes32n,
-    read_cbytes, read_cbytesn, read_ccount, read_ccountn, read_count32, read_count32n,
-    read_crecords, read_crecordsn, read_cstr, read_cstr_item, read_cstrn, read_ints,
-    read_nullable_struct, read_records32, read_records32n, read_str16, read_str16_item,
-    read_str16n, read_structs, read_uuid, skip_tags, tag_fields, write_array32,
-    write_array32n, write_bytes32, write_bytes32n, write_carray, write_carrayn, write_cbytes,
-    write_cbytesn, write_cints, write_cintsn, write_crecords, write_crecordsn, write_cstr,
-    write_cstr_item, write_cstrn, write_ints32, write_ints32n, write_records32,
-    write_records32n, write_str16, write_str16_item, write_str16n, write_struct,
-    write_struct_n, write_tags, write_uuid_item,
+from .primitives import KafkaProtocolError, UUID_ZERO, absent_error, uvarint_bytes
+from .readers import (
+    read_bytes32, read_bytes32n, read_cbytes, read_cbytesn, read_ccount, read_ccountn,
+    read_count32, read_count32n, read_crecords, read_crecordsn, read_cstr, read_cstr_item,
+    read_cstrn, read_ints, read_nullable_struct, read_records32, read_records32n, read_str16,
+    read_str16_item, read_str16n, read_structs, read_uuid, skip_tags, tag_fields,
 )
-
-_pack = struct.pack
-
+from .writers import (
+    byte_length, write_array32, write_array32n, write_bytes32, write_bytes32n, write_carray,
+    write_carrayn, write_cbytes, write_cbytesn, write_cints, write_cintsn, write_crecords,
+    write_crecordsn, write_cstr, write_cstr_item, write_cstrn, write_ints32, write_ints32n,
+    write_records32, write_records32n, write_str16, write_str16_item, write_str16n,
+    write_struct, write_struct_n, write_tags, write_uuid_item,
+)
 
 _NEW_LIST = object()  # the default of an array field: a new empty list
 

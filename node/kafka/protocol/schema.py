@@ -177,7 +177,8 @@ def load(path: pathlib.Path) -> MessageSpec:
         else:
             assert "fields" not in f, f"{path.name}: {spec.name} has fields"
             assert not (spec.is_array and element in ("records", "bytes", "bool")), spec.type
-        assert (spec.tag is None) == (spec.tagged.high is not None and spec.tagged.high < spec.tagged.low), spec.name
+        never_tagged = spec.tagged.high is not None and spec.tagged.high < spec.tagged.low
+        assert (spec.tag is None) == never_tagged, f"{path.name}: {spec.name} tag"
         return spec
 
     root = StructSpec(doc["name"], [build_field(f) for f in doc["fields"]])

@@ -8,7 +8,7 @@ import pytest
 
 import node.kafka.protocol as protocol
 from node.kafka.protocol import (API_NAMES, VALID_VERSIONS, KafkaProtocolError, RequestHeader,
-                                 decode_request, decode_response, encode_request,
+                                 codec, decode_request, decode_response, encode_request,
                                  encode_response, messages, request_class, response_class, schema)
 
 from .kafka_values import CASES, case_id, populated
@@ -32,11 +32,13 @@ def test_version_table_and_names_come_from_the_json():
     assert API_NAMES[0] == "Produce" and API_NAMES[18] == "ApiVersions" and API_NAMES[1] == "Fetch"
     assert request_class(3) is messages.MetadataRequest
     assert response_class(3) is messages.MetadataResponse
-    assert set(VALID_VERSIONS) == set(API_NAMES) == set(messages.REQUESTS) == set(messages.RESPONSES)
+    keys = set(VALID_VERSIONS)
+    assert keys == set(API_NAMES) == set(messages.REQUESTS) == set(messages.RESPONSES)
 
 
 def test_names_follow_the_contract():
-    assert messages.ProduceRequest.TopicProduceData.__qualname__ == "ProduceRequest.TopicProduceData"
+    nested = messages.ProduceRequest.TopicProduceData
+    assert nested.__qualname__ == "ProduceRequest.TopicProduceData"
     fields = messages.MetadataResponse.MetadataResponsePartition.__dataclass_fields__
     assert {"isr_nodes", "replica_nodes", "leader_epoch"} <= set(fields)
     assert "throttle_time_ms" in messages.FetchResponse.__dataclass_fields__
@@ -81,7 +83,8 @@ def test_a_response_of_the_wrong_api_is_refused():
 def test_messages_are_frozen_dataclasses_built_by_keyword():
     partition = messages.ProduceRequest.PartitionProduceData(index=3, records=b"r")
     assert dataclasses.is_dataclass(partition)
-    assert dataclasses.replace(partition, index=4) == messages.ProduceRequest.PartitionProduceData(4, b"r")
+    changed = dataclasses.replace(partition, index=4)
+    assert changed == messages.ProduceRequest.PartitionProduceData(4, b"r")
     assert [f.name for f in dataclasses.fields(partition)] == ["index", "records"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         partition.index = 5
@@ -89,3 +92,12 @@ def test_messages_are_frozen_dataclasses_built_by_keyword():
     assert first.topics == [] and first.topics is not second.topics  # a new list each
     assert messages.FetchRequest().max_bytes == 0x7FFFFFFF  # the JSON's default
     assert repr(partition) == "ProduceRequest.PartitionProduceData(index=3, records=b'r')"
+
+
+def test_response_pieces_join_to_the_response():
+    header = RequestHeader(1, 12, 9, None)
+    response = messages.FetchResponse(responses=[messages.FetchResponse.FetchableTopicResponse(
+        topic="t", partitions=[messages.FetchResponse.PartitionData(records=[b"ab", b"cd"])])])
+    pieces = codec.encode_response_pieces(header, response)
+    assert b"".join(pieces) == encode_response(header, response)
+    assert int.from_bytes(pieces[0], "big") == sum(map(len, pieces[1:]))

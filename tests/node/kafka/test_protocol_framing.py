@@ -48,7 +48,8 @@ def test_payloads_do_not_change_when_the_caller_reuses_its_buffer():
 
 
 def test_a_frame_of_exactly_max_bytes_is_accepted_and_one_more_is_refused():
-    assert [bytes(p) for p in FrameDecoder(MAX_BYTES).feed(frame(b"z" * MAX_BYTES))] == [b"z" * MAX_BYTES]
+    largest = b"z" * MAX_BYTES
+    assert [bytes(p) for p in FrameDecoder(MAX_BYTES).feed(frame(largest))] == [largest]
     decoder = FrameDecoder(MAX_BYTES)
     with pytest.raises(KafkaProtocolError, match="exceeds"):
         # Refused from its size alone, before the payload arrives.

@@ -42,8 +42,9 @@ def test_every_cut_of_a_message_is_a_protocol_error(case):
 
 
 # Requests with their headers, for the request-level fuzzers.
-REQUESTS = [encode_request(RequestHeader(spec.api_key, version, 7, "fuzz"), sample(spec, version))[4:]
-            for spec, version in CASES if spec.kind == "request"]
+REQUESTS = [
+    encode_request(RequestHeader(spec.api_key, version, 7, "fuzz"), sample(spec, version))[4:]
+    for spec, version in CASES if spec.kind == "request"]
 
 
 def test_every_cut_of_a_request_with_its_header_is_a_protocol_error():

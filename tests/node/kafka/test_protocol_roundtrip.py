@@ -41,8 +41,8 @@ def test_default_message_survives_encode_and_decode(case):
 
 
 def test_fields_a_version_lacks_decode_as_their_defaults():
-    request = messages.MetadataRequest(topics=[messages.MetadataRequest.MetadataRequestTopic(name="t")],
-                                       allow_auto_topic_creation=False)
+    topics = [messages.MetadataRequest.MetadataRequestTopic(name="t")]
+    request = messages.MetadataRequest(topics=topics, allow_auto_topic_creation=False)
     # AllowAutoTopicCreation is v4+ and not ignorable: v3 cannot carry False.
     with pytest.raises(KafkaProtocolError, match="AllowAutoTopicCreation"):
         encode(request, 3)
@@ -59,7 +59,8 @@ def test_an_ignorable_field_the_version_lacks_is_dropped():
 
 def test_null_where_the_version_does_not_allow_it_is_refused():
     with pytest.raises(KafkaProtocolError, match="TopicProduceData.Name"):
-        encode(messages.ProduceRequest(topic_data=[messages.ProduceRequest.TopicProduceData(name=None)]), 9)
+        nameless = messages.ProduceRequest.TopicProduceData(name=None)
+        encode(messages.ProduceRequest(topic_data=[nameless]), 9)
     with pytest.raises(KafkaProtocolError, match="Topics"):
         encode(messages.MetadataRequest(topics=None), 0)  # null (all topics) is v1+
 
@@ -84,7 +85,8 @@ def case_strategy(index: int):
     return st.tuples(st.just(CASES[index]), strategy(*CASES[index]))
 
 
-@settings(max_examples=int(os.environ.get("KAFKA_FUZZ_EXAMPLES", "200")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("KAFKA_FUZZ_EXAMPLES", "200")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, len(CASES) - 1).flatmap(case_strategy))
 def test_hypothesis_messages_survive_encode_and_decode(case_and_message):
     (spec, version), message = case_and_message
