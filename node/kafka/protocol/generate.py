@@ -5,10 +5,12 @@ Run: ``python -m node.kafka.protocol.generate``.
 Theory of operation. For every message, every struct in it and every valid version, the
 generator writes one encoder and one decoder with that version's layout spelled out:
 consecutive fixed-size fields are packed and unpacked by one precompiled ``struct.Struct``,
-variable-length fields are read inline with their bounds checked, and nothing is looked up
-by field name at run time. Versions whose layout is the same share one function (the text
-of their bodies is compared). The objects are frozen dataclasses, one per message, with
-the nested structs as class attributes (``FetchResponse.PartitionData``).
+each variable-length field is one call of the helper for exactly its encoding (``readers``
+and ``writers``: compact or classic, nullable or not), and nothing is looked up by field
+name or type at run time. Functions whose text is the same are written once (versions of
+a message with the same layout; encoders of structs that Kafka's messages share). The
+objects are frozen dataclasses, one per message, with the nested structs as class
+attributes (``FetchResponse.PartitionData``) and an ``__init__`` of the generator's own.
 
 Encoders: ``_e_<Message>[_<Struct>]_<version>(obj, out)`` appends bytes-like pieces to
 ``out``. Decoders: ``_d_..._<version>(buf, pos) -> (obj, pos)``, ``buf`` a memoryview.
@@ -37,7 +39,7 @@ import struct
 from dataclasses import dataclass, field as _field
 from uuid import UUID
 
-from .primitives import KafkaProtocolError, UUID_ZERO, absent_error, uvarint_bytes
+from .primitives import KafkaProtocolError, UUID_ZERO, absent_error
 from .readers import (
     read_bytes32, read_bytes32n, read_cbytes, read_cbytesn, read_ccount, read_ccountn,
     read_count32, read_count32n, read_crecords, read_crecordsn, read_cstr, read_cstr_item,
@@ -67,8 +69,6 @@ def _nest(cls, outer, name):
 
 '''
 
-NULL_CLASSIC = {"string": r"b'\xff\xff'", "bytes": r"b'\xff\xff\xff\xff'",
-                "records": r"b'\xff\xff\xff\xff'", "array": r"b'\xff\xff\xff\xff'"}
 INT_TYPES = ("int8", "int16", "uint16", "int32", "int64")
 PY_TYPES = {"bool": "bool", "float64": "float", "string": "str", "bytes": "bytes",
             "records": "bytes | memoryview", "uuid": "UUID", **{t: "int" for t in INT_TYPES}}
@@ -79,6 +79,8 @@ class Generator:
         self.structs: dict[str, str] = {}  # struct format -> name of its Struct constant
         self.functions: list[str] = []     # function source texts, in definition order
         self.bodies: dict[str, str] = {}   # function body (name left out) -> function name
+        # ("e" or "d", message, struct, version) -> the function that encodes/decodes it
+        self.names: dict[tuple[str, str, str, int], str] = {}
 
     # ---- shared pieces ---------------------------------------------------------------
 
@@ -134,7 +136,7 @@ class Generator:
             base = PY_TYPES[f.element]
         if f.is_array:
             base = f"list[{base}]"
-        if f.nullable.high != f.nullable.low - 1 or f.default == "null" or f.element == "records":
+        if not f.nullable.empty or f.default == "null" or f.element == "records":
             base += " | None"
         return base
 
@@ -184,7 +186,7 @@ class Generator:
     @staticmethod
     def flexible_from(msg: MessageSpec):
         flex = msg.flexible
-        if flex.high is not None and flex.high < flex.low:
+        if flex.empty:
             return None
         assert flex.high is None, f"{msg.name}: flexibleVersions must be N+"
         return flex.low
@@ -456,7 +458,6 @@ class Generator:
             lines += self.emit_class(msg, st)
         lines += self.emit_class(msg, msg.root)
         encoders, decoders = [], []
-        self.names = getattr(self, "names", {})
         for ver in msg.versions:
             for st in self.reachable(msg, ver) + [msg.root]:
                 self.names[("e", msg.name, st.name, ver)] = self.gen_encoder(msg, st, ver)
@@ -506,7 +507,12 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Rewrite messages.py; with ``--check``, only say whether it is up to date."""
     text = render()
+    if "--check" in argv:
+        current = OUT_PATH.read_text(encoding="utf-8") if OUT_PATH.exists() else ""
+        print(f"{OUT_PATH} is {'up to date' if current == text else 'OUT OF DATE'}")
+        return 0 if current == text else 1
     OUT_PATH.write_text(text, encoding="utf-8")
     print(f"wrote {OUT_PATH} ({text.count(chr(10))} lines)")
     return 0

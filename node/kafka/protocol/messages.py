@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field as _field
 from uuid import UUID
 
-from .primitives import KafkaProtocolError, UUID_ZERO, absent_error, uvarint_bytes
+from .primitives import KafkaProtocolError, UUID_ZERO, absent_error
 from .readers import (
     read_bytes32, read_bytes32n, read_cbytes, read_cbytesn, read_ccount, read_ccountn,
     read_count32, read_count32n, read_crecords, read_crecordsn, read_cstr, read_cstr_item,
