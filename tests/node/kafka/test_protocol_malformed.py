@@ -123,9 +123,8 @@ def test_random_bytes_after_a_valid_header_only_raise_protocol_errors(payload, d
         pass
 
 
-@FUZZ
-@given(st.sampled_from(REQUESTS), st.data())
-def test_mutated_valid_requests_only_raise_protocol_errors(payload, data):
+def mutate(payload: bytes, data) -> bytes:
+    """A few random flips, special bytes, insertions and deletions."""
     mutated = bytearray(payload)
     for _ in range(data.draw(st.integers(1, 4))):
         kind = data.draw(st.sampled_from(["flip", "insert", "delete", "byte"]))
@@ -138,8 +137,30 @@ def test_mutated_valid_requests_only_raise_protocol_errors(payload, data):
             mutated[i:i] = data.draw(st.binary(min_size=1, max_size=4))
         elif mutated:
             del mutated[i]
+    return bytes(mutated)
+
+
+@FUZZ
+@given(st.sampled_from(REQUESTS), st.data())
+def test_mutated_valid_requests_only_raise_protocol_errors(payload, data):
     try:
-        decode_request(bytes(mutated))
+        decode_request(mutate(payload, data))
+    except KafkaProtocolError:
+        pass
+
+
+RESPONSES = [
+    (spec.api_key, version,
+     encode_response(RequestHeader(spec.api_key, version, 7, None), sample(spec, version))[4:])
+    for spec, version in CASES if spec.kind == "response"]
+
+
+@FUZZ
+@given(st.sampled_from(RESPONSES), st.data())
+def test_mutated_valid_responses_only_raise_protocol_errors(response, data):
+    api_key, version, payload = response
+    try:
+        decode_response(api_key, version, mutate(payload, data))
     except KafkaProtocolError:
         pass
 
