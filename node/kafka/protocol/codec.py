@@ -129,16 +129,32 @@ def decode_request(payload) -> tuple[RequestHeader, object]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), request
 
 
+# api key -> (response class, first version, last version, header bytes after the
+# correlation id by version - b"\x00" (no tagged fields) where the header is v1 - encoders)
+_RESPONSE_ENCODERS = {
+    key: (cls, *cls.VALID_VERSIONS,
+          tuple(b"\x00" if key != API_VERSIONS_KEY and is_flexible(cls, version) else b""
+                for version in range(cls.VALID_VERSIONS[0], cls.VALID_VERSIONS[1] + 1)),
+          messages.ENCODERS[cls][1])
+    for key, cls in messages.RESPONSES.items()}
+
+
 def encode_response_pieces(header: RequestHeader, response) -> list:
     """The response as bytes-like pieces, the size prefix first, for a vectored write
     (``socket.sendmsg``) that sends large records without joining them first."""
+    entry = _RESPONSE_ENCODERS.get(header.api_key)
     cls = type(response)
-    if messages.RESPONSES.get(header.api_key) is not cls:
+    if entry is None or entry[0] is not cls:
         raise KafkaProtocolError(f"{cls.__name__} is not the response to API key {header.api_key}")
-    out = [b"", S_INT32.pack(header.correlation_id)]
-    if header.api_key != API_VERSIONS_KEY and is_flexible(cls, header.api_version):
-        out.append(b"\x00")
-    encode_body(response, header.api_version, out)
+    _, low, high, header_ends, encoders = entry
+    version = header.api_version
+    if not low <= version <= high:
+        raise KafkaProtocolError(f"{cls.__name__} has no version {version} ({low}-{high})")
+    out = [b"", S_INT32.pack(header.correlation_id), header_ends[version - low]]
+    try:
+        encoders[version - low](response, out)
+    except _ENCODE_ERRORS as e:
+        raise KafkaProtocolError(f"cannot encode {cls.__name__} v{version}: {e}") from e
     out[0] = S_INT32.pack(sum(map(len, out)))
     return out
 

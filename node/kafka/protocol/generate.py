@@ -223,6 +223,8 @@ class Generator:
             return f"({v} is None or len({v}) != 0)"
         if f.element == "bytes":
             return f"({v} is None or byte_length({v}) != 0)"
+        if f.struct is not None:  # the shared default instance, usually
+            return f"({v} is not {d} and {v} != {d})"
         return f"{v} != {d}"
 
     # ---- encoding --------------------------------------------------------------------

@@ -4509,7 +4509,7 @@ def _d_ProduceRequest_9(buf, pos):
 
 def _e_ProduceResponse_PartitionProduceResponse_0(o, out):
     out.append(_S_ihq.pack(o.index, o.error_code, o.base_offset))
-    if o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_ProduceResponse_LeaderIdAndEpoch and o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch):
         raise absent_error('ProduceResponse.PartitionProduceResponse.CurrentLeader', '10+')
 
 
@@ -4560,7 +4560,7 @@ def _d_ProduceResponse_1(buf, pos):
 
 def _e_ProduceResponse_PartitionProduceResponse_2(o, out):
     out.append(_S_ihqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms))
-    if o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_ProduceResponse_LeaderIdAndEpoch and o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch):
         raise absent_error('ProduceResponse.PartitionProduceResponse.CurrentLeader', '10+')
 
 
@@ -4599,7 +4599,7 @@ def _d_ProduceResponse_2(buf, pos):
 
 def _e_ProduceResponse_PartitionProduceResponse_5(o, out):
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
-    if o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_ProduceResponse_LeaderIdAndEpoch and o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch):
         raise absent_error('ProduceResponse.PartitionProduceResponse.CurrentLeader', '10+')
 
 
@@ -4652,7 +4652,7 @@ def _e_ProduceResponse_PartitionProduceResponse_8(o, out):
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
     write_array32(out, o.record_errors, _e_ProduceResponse_BatchIndexAndErrorMessage_8, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
     write_str16n(out, o.error_message, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
-    if o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_ProduceResponse_LeaderIdAndEpoch and o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch):
         raise absent_error('ProduceResponse.PartitionProduceResponse.CurrentLeader', '10+')
 
 
@@ -4710,7 +4710,7 @@ def _e_ProduceResponse_PartitionProduceResponse_9(o, out):
     out.append(_S_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
     write_carray(out, o.record_errors, _e_ProduceResponse_BatchIndexAndErrorMessage_9, 'ProduceResponse.PartitionProduceResponse.RecordErrors')
     write_cstrn(out, o.error_message, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
-    if o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_ProduceResponse_LeaderIdAndEpoch and o.current_leader != _D_ProduceResponse_LeaderIdAndEpoch):
         raise absent_error('ProduceResponse.PartitionProduceResponse.CurrentLeader', '10+')
     out.append(_S_B.pack(0))
 
@@ -4773,7 +4773,7 @@ def _e_ProduceResponse_PartitionProduceResponse_10(o, out):
     write_cstrn(out, o.error_message, 'ProduceResponse.PartitionProduceResponse.ErrorMessage')
     tagged = []
     v = o.current_leader
-    if v != _D_ProduceResponse_LeaderIdAndEpoch:
+    if (v is not _D_ProduceResponse_LeaderIdAndEpoch and v != _D_ProduceResponse_LeaderIdAndEpoch):
         p = []
         write_struct(p, v, _e_ProduceResponse_LeaderIdAndEpoch_10, 'ProduceResponse.PartitionProduceResponse.CurrentLeader')
         tagged.append((0, p))
@@ -4900,7 +4900,7 @@ def _d_FetchRequest_FetchTopic_0(buf, pos):
 
 def _e_FetchRequest_0(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_ii.pack(o.max_wait_ms, o.min_bytes))
     write_array32(out, o.topics, _e_FetchRequest_FetchTopic_0, 'FetchRequest.Topics')
@@ -4918,7 +4918,7 @@ def _d_FetchRequest_0(buf, pos):
 
 def _e_FetchRequest_3(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes))
     write_array32(out, o.topics, _e_FetchRequest_FetchTopic_0, 'FetchRequest.Topics')
@@ -4936,7 +4936,7 @@ def _d_FetchRequest_3(buf, pos):
 
 def _e_FetchRequest_4(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiib.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level))
     write_array32(out, o.topics, _e_FetchRequest_FetchTopic_0, 'FetchRequest.Topics')
@@ -4979,7 +4979,7 @@ def _d_FetchRequest_FetchTopic_5(buf, pos):
 
 def _e_FetchRequest_5(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiib.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level))
     write_array32(out, o.topics, _e_FetchRequest_FetchTopic_5, 'FetchRequest.Topics')
@@ -5009,7 +5009,7 @@ def _d_FetchRequest_ForgottenTopic_7(buf, pos):
 
 def _e_FetchRequest_7(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
     write_array32(out, o.topics, _e_FetchRequest_FetchTopic_5, 'FetchRequest.Topics')
@@ -5053,7 +5053,7 @@ def _d_FetchRequest_FetchTopic_9(buf, pos):
 
 def _e_FetchRequest_9(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
     write_array32(out, o.topics, _e_FetchRequest_FetchTopic_9, 'FetchRequest.Topics')
@@ -5072,7 +5072,7 @@ def _d_FetchRequest_9(buf, pos):
 
 def _e_FetchRequest_11(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
     write_array32(out, o.topics, _e_FetchRequest_FetchTopic_9, 'FetchRequest.Topics')
@@ -5132,7 +5132,7 @@ def _d_FetchRequest_ForgottenTopic_12(buf, pos):
 
 def _e_FetchRequest_12(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
     write_carray(out, o.topics, _e_FetchRequest_FetchTopic_12, 'FetchRequest.Topics')
@@ -5207,7 +5207,7 @@ def _d_FetchRequest_ForgottenTopic_13(buf, pos):
 
 def _e_FetchRequest_13(o, out):
     out.append(_S_i.pack(o.replica_id))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
+    if (o.replica_state is not _D_FetchRequest_ReplicaState and o.replica_state != _D_FetchRequest_ReplicaState):
         raise absent_error('FetchRequest.ReplicaState', '15+')
     out.append(_S_iiibii.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch))
     write_carray(out, o.topics, _e_FetchRequest_FetchTopic_13, 'FetchRequest.Topics')
@@ -5273,7 +5273,7 @@ def _e_FetchRequest_15(o, out):
         write_cstrn(p, v, 'FetchRequest.ClusterId')
         tagged.append((0, p))
     v = o.replica_state
-    if v != _D_FetchRequest_ReplicaState:
+    if (v is not _D_FetchRequest_ReplicaState and v != _D_FetchRequest_ReplicaState):
         p = []
         write_struct(p, v, _e_FetchRequest_ReplicaState_15, 'FetchRequest.ReplicaState')
         tagged.append((1, p))
@@ -5375,7 +5375,7 @@ def _e_FetchRequest_17(o, out):
         write_cstrn(p, v, 'FetchRequest.ClusterId')
         tagged.append((0, p))
     v = o.replica_state
-    if v != _D_FetchRequest_ReplicaState:
+    if (v is not _D_FetchRequest_ReplicaState and v != _D_FetchRequest_ReplicaState):
         p = []
         write_struct(p, v, _e_FetchRequest_ReplicaState_15, 'FetchRequest.ReplicaState')
         tagged.append((1, p))
@@ -5417,11 +5417,11 @@ def _d_FetchRequest_17(buf, pos):
 
 def _e_FetchResponse_PartitionData_0(o, out):
     out.append(_S_ihq.pack(o.partition_index, o.error_code, o.high_watermark))
-    if o.diverging_epoch != _D_FetchResponse_EpochEndOffset:
+    if (o.diverging_epoch is not _D_FetchResponse_EpochEndOffset and o.diverging_epoch != _D_FetchResponse_EpochEndOffset):
         raise absent_error('FetchResponse.PartitionData.DivergingEpoch', '12+')
-    if o.current_leader != _D_FetchResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_FetchResponse_LeaderIdAndEpoch and o.current_leader != _D_FetchResponse_LeaderIdAndEpoch):
         raise absent_error('FetchResponse.PartitionData.CurrentLeader', '12+')
-    if o.snapshot_id != _D_FetchResponse_SnapshotId:
+    if (o.snapshot_id is not _D_FetchResponse_SnapshotId and o.snapshot_id != _D_FetchResponse_SnapshotId):
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
     if o.preferred_read_replica != -1:
         raise absent_error('FetchResponse.PartitionData.PreferredReadReplica', '11+')
@@ -5490,11 +5490,11 @@ def _d_FetchResponse_AbortedTransaction_4(buf, pos):
 
 def _e_FetchResponse_PartitionData_4(o, out):
     out.append(_S_ihqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset))
-    if o.diverging_epoch != _D_FetchResponse_EpochEndOffset:
+    if (o.diverging_epoch is not _D_FetchResponse_EpochEndOffset and o.diverging_epoch != _D_FetchResponse_EpochEndOffset):
         raise absent_error('FetchResponse.PartitionData.DivergingEpoch', '12+')
-    if o.current_leader != _D_FetchResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_FetchResponse_LeaderIdAndEpoch and o.current_leader != _D_FetchResponse_LeaderIdAndEpoch):
         raise absent_error('FetchResponse.PartitionData.CurrentLeader', '12+')
-    if o.snapshot_id != _D_FetchResponse_SnapshotId:
+    if (o.snapshot_id is not _D_FetchResponse_SnapshotId and o.snapshot_id != _D_FetchResponse_SnapshotId):
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
     write_array32n(out, o.aborted_transactions, _e_FetchResponse_AbortedTransaction_4, 'FetchResponse.PartitionData.AbortedTransactions')
     if o.preferred_read_replica != -1:
@@ -5542,11 +5542,11 @@ def _d_FetchResponse_4(buf, pos):
 
 def _e_FetchResponse_PartitionData_5(o, out):
     out.append(_S_ihqqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset))
-    if o.diverging_epoch != _D_FetchResponse_EpochEndOffset:
+    if (o.diverging_epoch is not _D_FetchResponse_EpochEndOffset and o.diverging_epoch != _D_FetchResponse_EpochEndOffset):
         raise absent_error('FetchResponse.PartitionData.DivergingEpoch', '12+')
-    if o.current_leader != _D_FetchResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_FetchResponse_LeaderIdAndEpoch and o.current_leader != _D_FetchResponse_LeaderIdAndEpoch):
         raise absent_error('FetchResponse.PartitionData.CurrentLeader', '12+')
-    if o.snapshot_id != _D_FetchResponse_SnapshotId:
+    if (o.snapshot_id is not _D_FetchResponse_SnapshotId and o.snapshot_id != _D_FetchResponse_SnapshotId):
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
     write_array32n(out, o.aborted_transactions, _e_FetchResponse_AbortedTransaction_4, 'FetchResponse.PartitionData.AbortedTransactions')
     if o.preferred_read_replica != -1:
@@ -5609,11 +5609,11 @@ def _d_FetchResponse_7(buf, pos):
 
 def _e_FetchResponse_PartitionData_11(o, out):
     out.append(_S_ihqqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset))
-    if o.diverging_epoch != _D_FetchResponse_EpochEndOffset:
+    if (o.diverging_epoch is not _D_FetchResponse_EpochEndOffset and o.diverging_epoch != _D_FetchResponse_EpochEndOffset):
         raise absent_error('FetchResponse.PartitionData.DivergingEpoch', '12+')
-    if o.current_leader != _D_FetchResponse_LeaderIdAndEpoch:
+    if (o.current_leader is not _D_FetchResponse_LeaderIdAndEpoch and o.current_leader != _D_FetchResponse_LeaderIdAndEpoch):
         raise absent_error('FetchResponse.PartitionData.CurrentLeader', '12+')
-    if o.snapshot_id != _D_FetchResponse_SnapshotId:
+    if (o.snapshot_id is not _D_FetchResponse_SnapshotId and o.snapshot_id != _D_FetchResponse_SnapshotId):
         raise absent_error('FetchResponse.PartitionData.SnapshotId', '12+')
     write_array32n(out, o.aborted_transactions, _e_FetchResponse_AbortedTransaction_4, 'FetchResponse.PartitionData.AbortedTransactions')
     out.append(_S_i.pack(o.preferred_read_replica))
@@ -5705,17 +5705,17 @@ def _e_FetchResponse_PartitionData_12(o, out):
     write_crecordsn(out, o.records, 'FetchResponse.PartitionData.Records')
     tagged = []
     v = o.diverging_epoch
-    if v != _D_FetchResponse_EpochEndOffset:
+    if (v is not _D_FetchResponse_EpochEndOffset and v != _D_FetchResponse_EpochEndOffset):
         p = []
         write_struct(p, v, _e_FetchResponse_EpochEndOffset_12, 'FetchResponse.PartitionData.DivergingEpoch')
         tagged.append((0, p))
     v = o.current_leader
-    if v != _D_FetchResponse_LeaderIdAndEpoch:
+    if (v is not _D_FetchResponse_LeaderIdAndEpoch and v != _D_FetchResponse_LeaderIdAndEpoch):
         p = []
         write_struct(p, v, _e_ProduceResponse_LeaderIdAndEpoch_10, 'FetchResponse.PartitionData.CurrentLeader')
         tagged.append((1, p))
     v = o.snapshot_id
-    if v != _D_FetchResponse_SnapshotId:
+    if (v is not _D_FetchResponse_SnapshotId and v != _D_FetchResponse_SnapshotId):
         p = []
         write_struct(p, v, _e_FetchResponse_SnapshotId_12, 'FetchResponse.PartitionData.SnapshotId')
         tagged.append((2, p))
