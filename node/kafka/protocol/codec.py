@@ -73,8 +73,9 @@ def encode_body(message, version: int, out: list) -> None:
         raise KafkaProtocolError(f"cannot encode {cls.__name__} v{version}: {e}") from e
 
 
-def decode_body(cls: type, version: int, buf, pos: int = 0):
-    """The message of class ``cls`` at ``version`` filling ``buf[pos:]`` exactly."""
+def decode_body(cls: type, version: int, buf, pos: int = 0, *, exact: bool = True):
+    """The message of class ``cls`` at ``version`` filling ``buf[pos:]`` exactly (or, not
+    ``exact``, starting there: what follows it is ignored)."""
     _check_version(cls, version)
     buf = _view(buf)
     low, decoders = messages.DECODERS[cls]
@@ -82,7 +83,7 @@ def decode_body(cls: type, version: int, buf, pos: int = 0):
         message, pos = decoders[version - low](buf, pos)
     except _DECODE_ERRORS as e:
         raise KafkaProtocolError(f"malformed {cls.__name__} v{version}: {e}") from None
-    if pos != len(buf):
+    if exact and pos != len(buf):
         raise KafkaProtocolError(
             f"{cls.__name__} v{version}: {len(buf) - pos} bytes after the end of the message")
     return message
@@ -103,7 +104,11 @@ _REQUEST_DECODERS = {
 
 
 def decode_request(payload) -> tuple[RequestHeader, object]:
-    """A request payload (without its size prefix) -> (header, request)."""
+    """A request payload (without its size prefix) -> (header, request).
+
+    Bytes after the end of the request are ignored, as Kafka's broker ignores them, and
+    clients rely on it: librdkafka's all-topics Metadata v9+ leaves 3 bytes of its array
+    count's int32 placeholder after the request (``rd_kafka_buf_write_arraycnt_pos``)."""
     buf = memoryview(payload)
     if type(payload) is not bytes:
         buf = _view(buf)
@@ -122,10 +127,6 @@ def decode_request(payload) -> tuple[RequestHeader, object]:
     except _DECODE_ERRORS as e:
         name = messages.REQUESTS[api_key].__name__
         raise KafkaProtocolError(f"malformed {name} v{api_version}: {e}") from None
-    if pos != len(buf):
-        name = messages.REQUESTS[api_key].__name__
-        raise KafkaProtocolError(
-            f"{name} v{api_version}: {len(buf) - pos} bytes after the end of the message")
     return RequestHeader(api_key, api_version, correlation_id, client_id), request
 
 
@@ -187,7 +188,10 @@ def encode_request(header: RequestHeader, request) -> bytes:
 
 
 def decode_response(api_key: int, api_version: int, payload) -> tuple[int, object]:
-    """A response payload (without its size prefix) -> (correlation id, response)."""
+    """A response payload (without its size prefix) -> (correlation id, response).
+
+    Strict, unlike ``decode_request``: bytes after the response are an error (this side
+    serves tests, tools and the fuzzer, which want to hear of them)."""
     cls = messages.RESPONSES.get(api_key)
     if cls is None:
         raise KafkaProtocolError(f"unknown API key {api_key}")

@@ -39,6 +39,20 @@ def test_metadata_request_v1_names_topics_or_asks_for_all_with_null():
     assert request.topics is None
 
 
+def test_librdkafka_all_topics_metadata_v12_with_its_three_stray_bytes():
+    # librdkafka reserves an int32 for the topic count (rd_kafka_buf_write_arraycnt_pos)
+    # and, asking for all topics in v9+, leaves it unfinalized: 00 (null: all topics) and
+    # three zero bytes that Kafka's broker reads as the two booleans and the tagged fields,
+    # ignoring the three real ones after them. We read it as Kafka does.
+    payload = h("0003 000c 00000002 0007'rdkafka' 00"
+                "00 000000"   # the int32 placeholder: null topics, then 00 00 00
+                "01 00 00")   # AllowAutoTopicCreation, IncludeTopicAuthorizedOperations, tags
+    header, request = decode_request(payload)
+    assert header == RequestHeader(3, 12, 2, "rdkafka")
+    assert request == MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                      include_topic_authorized_operations=False)
+
+
 def test_produce_request_v3():
     payload = h("0000 0003 00000007 ffff"  # header v1, null client id
                 "ffff ffff 00007530"       # null transactional id, acks -1, timeout 30000 ms

@@ -54,6 +54,19 @@ def test_every_cut_of_a_request_with_its_header_is_a_protocol_error():
                 decode_request(payload[:end])
 
 
+def test_bytes_after_a_whole_request_are_ignored_as_kafkas_broker_ignores_them():
+    for payload in REQUESTS[::5]:
+        assert decode_request(payload + b"\x00\xff garbage") == decode_request(payload)
+
+
+def test_bytes_after_a_whole_response_are_an_error():
+    header = RequestHeader(3, 12, 1, None)
+    payload = encode_response(header, messages.MetadataResponse())[4:]
+    assert decode_response(3, 12, payload)[1] == messages.MetadataResponse()
+    with pytest.raises(KafkaProtocolError, match="after the end"):
+        decode_response(3, 12, payload + b"\x00")
+
+
 def test_unknown_api_key_or_version_names_the_request():
     with pytest.raises(UnsupportedVersion) as info:
         decode_request(bytes.fromhex("7fff 0000 0000002a ffff"))
