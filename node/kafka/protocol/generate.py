@@ -16,8 +16,10 @@ Encoders: ``_e_<Message>[_<Struct>]_<version>(obj, out)`` appends bytes-like pie
 ``out``. Decoders: ``_d_..._<version>(buf, pos) -> (obj, pos)``, ``buf`` a memoryview.
 """
 
+import base64
 import pathlib
 import sys
+import uuid
 
 from . import schema
 from .schema import FIXED, FieldSpec, MessageSpec, StructSpec
@@ -108,6 +110,9 @@ class Generator:
         return msg.name if st is msg.root else f"_{msg.name}_{st.name}"
 
     def default_expr(self, msg: MessageSpec, f: FieldSpec) -> str:
+        """The field's default as Kafka's generator has it (FieldSpec.fieldDefault): the JSON
+        "default", else zero, "", False, an empty list, an empty struct or the zero uuid;
+        None only where the JSON says "null" - and for records, whose default is null."""
         t, d = f.element, f.default
         if f.is_array:
             return "None" if d == "null" else "[]"
@@ -127,6 +132,8 @@ class Generator:
         if t == "records":
             return "None"
         assert t == "uuid", t
+        if d:  # Kafka writes a uuid default in URL-safe base64, as Uuid.toString does
+            return f"UUID({str(uuid.UUID(bytes=base64.urlsafe_b64decode(d + '==')))!r})"
         return "UUID_ZERO"
 
     def annotation(self, msg: MessageSpec, f: FieldSpec) -> str:
