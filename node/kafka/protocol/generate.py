@@ -39,6 +39,7 @@ DECODERS map each class to (first version, one function per version).
 
 import struct
 from dataclasses import dataclass, field as _field
+from operator import attrgetter
 from uuid import UUID
 
 from .primitives import KafkaProtocolError, UUID_ZERO, absent_error
@@ -57,6 +58,33 @@ from .writers import (
 )
 
 _NEW_LIST = object()  # the default of an array field: a new empty list
+
+# The methods dataclass would write for every class (by exec, which costs a tenth of a
+# second at import for all of them), written once: each class's _values gives the tuple
+# of its fields' values.
+
+
+def _repr(self):
+    values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__)
+    return f"{self.__class__.__qualname__}({values})"
+
+
+def _eq(self, other):
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._values(self) == other._values(other)
+
+
+def _hash(self):
+    return hash(self._values(self))
+
+
+def _one(name):
+    get = attrgetter(name)
+    return staticmethod(lambda obj: (get(obj),))
+
+
+_none = staticmethod(lambda obj: ())
 
 
 def _setters(cls):
@@ -149,7 +177,8 @@ class Generator:
 
     def emit_class(self, msg: MessageSpec, st: StructSpec) -> list[str]:
         name = self.class_name(msg, st)
-        lines = ["", "", "@dataclass(frozen=True, slots=True, init=False)", f"class {name}:"]
+        lines = ["", "", "@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)",
+                 f"class {name}:"]
         if st is msg.root:
             for nested in msg.structs:
                 lines.append(f"    {nested.name} = _{msg.name}_{nested.name}")
@@ -162,8 +191,10 @@ class Generator:
             if default == "[]":
                 default = "_field(default_factory=list)"
             lines.append(f"    {f.attr}: {self.annotation(msg, f)!r} = {default}")
-        if not st.fields:
-            lines.append("    pass")
+        names = ", ".join(repr(f.attr) for f in st.fields)
+        lines.append(f"    _values = attrgetter({names})" if len(st.fields) > 1 else
+                     f"    _values = _one({names})" if st.fields else "    _values = _none")
+        lines.append("    __repr__, __eq__, __hash__ = _repr, _eq, _hash")
         lines += self.emit_init(msg, st, name)
         if st is not msg.root:
             lines.append("")

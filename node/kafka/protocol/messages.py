@@ -10,6 +10,7 @@ DECODERS map each class to (first version, one function per version).
 
 import struct
 from dataclasses import dataclass, field as _field
+from operator import attrgetter
 from uuid import UUID
 
 from .primitives import KafkaProtocolError, UUID_ZERO, absent_error
@@ -28,6 +29,33 @@ from .writers import (
 )
 
 _NEW_LIST = object()  # the default of an array field: a new empty list
+
+# The methods dataclass would write for every class (by exec, which costs a tenth of a
+# second at import for all of them), written once: each class's _values gives the tuple
+# of its fields' values.
+
+
+def _repr(self):
+    values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__)
+    return f"{self.__class__.__qualname__}({values})"
+
+
+def _eq(self, other):
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._values(self) == other._values(other)
+
+
+def _hash(self):
+    return hash(self._values(self))
+
+
+def _one(name):
+    get = attrgetter(name)
+    return staticmethod(lambda obj: (get(obj),))
+
+
+_none = staticmethod(lambda obj: ())
 
 
 def _setters(cls):
@@ -124,10 +152,12 @@ _S_qqi = struct.Struct('>qqi')
 _S_qqiB = struct.Struct('>qqiB')
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ProduceRequest_PartitionProduceData:
     index: 'int' = 0
     records: 'bytes | memoryview | None' = None
+    _values = attrgetter('index', 'records')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceRequest_PartitionProduceData(_index, _records):
@@ -142,10 +172,12 @@ _nest(_ProduceRequest_PartitionProduceData, 'ProduceRequest', 'PartitionProduceD
 _D_ProduceRequest_PartitionProduceData = _ProduceRequest_PartitionProduceData()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ProduceRequest_TopicProduceData:
     name: 'str' = ''
     partition_data: 'list[ProduceRequest.PartitionProduceData]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partition_data')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceRequest_TopicProduceData(_name, _partition_data):
@@ -160,7 +192,7 @@ _nest(_ProduceRequest_TopicProduceData, 'ProduceRequest', 'TopicProduceData')
 _D_ProduceRequest_TopicProduceData = _ProduceRequest_TopicProduceData()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ProduceRequest:
     PartitionProduceData = _ProduceRequest_PartitionProduceData
     TopicProduceData = _ProduceRequest_TopicProduceData
@@ -172,6 +204,8 @@ class ProduceRequest:
     acks: 'int' = 0
     timeout_ms: 'int' = 0
     topic_data: 'list[ProduceRequest.TopicProduceData]' = _field(default_factory=list)
+    _values = attrgetter('transactional_id', 'acks', 'timeout_ms', 'topic_data')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceRequest(_transactional_id, _acks, _timeout_ms, _topic_data):
@@ -185,10 +219,12 @@ def _init_ProduceRequest(_transactional_id, _acks, _timeout_ms, _topic_data):
 ProduceRequest.__init__ = _init_ProduceRequest(*_setters(ProduceRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ProduceResponse_BatchIndexAndErrorMessage:
     batch_index: 'int' = 0
     batch_index_error_message: 'str | None' = None
+    _values = attrgetter('batch_index', 'batch_index_error_message')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceResponse_BatchIndexAndErrorMessage(_batch_index, _batch_index_error_message):
@@ -203,10 +239,12 @@ _nest(_ProduceResponse_BatchIndexAndErrorMessage, 'ProduceResponse', 'BatchIndex
 _D_ProduceResponse_BatchIndexAndErrorMessage = _ProduceResponse_BatchIndexAndErrorMessage()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ProduceResponse_LeaderIdAndEpoch:
     leader_id: 'int' = -1
     leader_epoch: 'int' = -1
+    _values = attrgetter('leader_id', 'leader_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceResponse_LeaderIdAndEpoch(_leader_id, _leader_epoch):
@@ -221,7 +259,7 @@ _nest(_ProduceResponse_LeaderIdAndEpoch, 'ProduceResponse', 'LeaderIdAndEpoch')
 _D_ProduceResponse_LeaderIdAndEpoch = _ProduceResponse_LeaderIdAndEpoch()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ProduceResponse_PartitionProduceResponse:
     index: 'int' = 0
     error_code: 'int' = 0
@@ -231,6 +269,8 @@ class _ProduceResponse_PartitionProduceResponse:
     record_errors: 'list[ProduceResponse.BatchIndexAndErrorMessage]' = _field(default_factory=list)
     error_message: 'str | None' = None
     current_leader: 'ProduceResponse.LeaderIdAndEpoch' = _D_ProduceResponse_LeaderIdAndEpoch
+    _values = attrgetter('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceResponse_PartitionProduceResponse(_index, _error_code, _base_offset, _log_append_time_ms, _log_start_offset, _record_errors, _error_message, _current_leader):
@@ -251,10 +291,12 @@ _nest(_ProduceResponse_PartitionProduceResponse, 'ProduceResponse', 'PartitionPr
 _D_ProduceResponse_PartitionProduceResponse = _ProduceResponse_PartitionProduceResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ProduceResponse_TopicProduceResponse:
     name: 'str' = ''
     partition_responses: 'list[ProduceResponse.PartitionProduceResponse]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partition_responses')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceResponse_TopicProduceResponse(_name, _partition_responses):
@@ -269,12 +311,14 @@ _nest(_ProduceResponse_TopicProduceResponse, 'ProduceResponse', 'TopicProduceRes
 _D_ProduceResponse_TopicProduceResponse = _ProduceResponse_TopicProduceResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ProduceResponse_NodeEndpoint:
     node_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
+    _values = attrgetter('node_id', 'host', 'port', 'rack')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceResponse_NodeEndpoint(_node_id, _host, _port, _rack):
@@ -291,7 +335,7 @@ _nest(_ProduceResponse_NodeEndpoint, 'ProduceResponse', 'NodeEndpoint')
 _D_ProduceResponse_NodeEndpoint = _ProduceResponse_NodeEndpoint()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ProduceResponse:
     BatchIndexAndErrorMessage = _ProduceResponse_BatchIndexAndErrorMessage
     LeaderIdAndEpoch = _ProduceResponse_LeaderIdAndEpoch
@@ -305,6 +349,8 @@ class ProduceResponse:
     responses: 'list[ProduceResponse.TopicProduceResponse]' = _field(default_factory=list)
     throttle_time_ms: 'int' = 0
     node_endpoints: 'list[ProduceResponse.NodeEndpoint]' = _field(default_factory=list)
+    _values = attrgetter('responses', 'throttle_time_ms', 'node_endpoints')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ProduceResponse(_responses, _throttle_time_ms, _node_endpoints):
@@ -317,10 +363,12 @@ def _init_ProduceResponse(_responses, _throttle_time_ms, _node_endpoints):
 ProduceResponse.__init__ = _init_ProduceResponse(*_setters(ProduceResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchRequest_ReplicaState:
     replica_id: 'int' = -1
     replica_epoch: 'int' = -1
+    _values = attrgetter('replica_id', 'replica_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchRequest_ReplicaState(_replica_id, _replica_epoch):
@@ -335,7 +383,7 @@ _nest(_FetchRequest_ReplicaState, 'FetchRequest', 'ReplicaState')
 _D_FetchRequest_ReplicaState = _FetchRequest_ReplicaState()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchRequest_FetchPartition:
     partition: 'int' = 0
     current_leader_epoch: 'int' = -1
@@ -344,6 +392,8 @@ class _FetchRequest_FetchPartition:
     log_start_offset: 'int' = -1
     partition_max_bytes: 'int' = 0
     replica_directory_id: 'UUID' = UUID_ZERO
+    _values = attrgetter('partition', 'current_leader_epoch', 'fetch_offset', 'last_fetched_epoch', 'log_start_offset', 'partition_max_bytes', 'replica_directory_id')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchRequest_FetchPartition(_partition, _current_leader_epoch, _fetch_offset, _last_fetched_epoch, _log_start_offset, _partition_max_bytes, _replica_directory_id):
@@ -363,11 +413,13 @@ _nest(_FetchRequest_FetchPartition, 'FetchRequest', 'FetchPartition')
 _D_FetchRequest_FetchPartition = _FetchRequest_FetchPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchRequest_FetchTopic:
     topic: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
     partitions: 'list[FetchRequest.FetchPartition]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'topic_id', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchRequest_FetchTopic(_topic, _topic_id, _partitions):
@@ -383,11 +435,13 @@ _nest(_FetchRequest_FetchTopic, 'FetchRequest', 'FetchTopic')
 _D_FetchRequest_FetchTopic = _FetchRequest_FetchTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchRequest_ForgottenTopic:
     topic: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
     partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'topic_id', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchRequest_ForgottenTopic(_topic, _topic_id, _partitions):
@@ -403,7 +457,7 @@ _nest(_FetchRequest_ForgottenTopic, 'FetchRequest', 'ForgottenTopic')
 _D_FetchRequest_ForgottenTopic = _FetchRequest_ForgottenTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class FetchRequest:
     ReplicaState = _FetchRequest_ReplicaState
     FetchPartition = _FetchRequest_FetchPartition
@@ -425,6 +479,8 @@ class FetchRequest:
     topics: 'list[FetchRequest.FetchTopic]' = _field(default_factory=list)
     forgotten_topics_data: 'list[FetchRequest.ForgottenTopic]' = _field(default_factory=list)
     rack_id: 'str' = ''
+    _values = attrgetter('cluster_id', 'replica_id', 'replica_state', 'max_wait_ms', 'min_bytes', 'max_bytes', 'isolation_level', 'session_id', 'session_epoch', 'topics', 'forgotten_topics_data', 'rack_id')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchRequest(_cluster_id, _replica_id, _replica_state, _max_wait_ms, _min_bytes, _max_bytes, _isolation_level, _session_id, _session_epoch, _topics, _forgotten_topics_data, _rack_id):
@@ -446,10 +502,12 @@ def _init_FetchRequest(_cluster_id, _replica_id, _replica_state, _max_wait_ms, _
 FetchRequest.__init__ = _init_FetchRequest(*_setters(FetchRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchResponse_EpochEndOffset:
     epoch: 'int' = -1
     end_offset: 'int' = -1
+    _values = attrgetter('epoch', 'end_offset')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse_EpochEndOffset(_epoch, _end_offset):
@@ -464,10 +522,12 @@ _nest(_FetchResponse_EpochEndOffset, 'FetchResponse', 'EpochEndOffset')
 _D_FetchResponse_EpochEndOffset = _FetchResponse_EpochEndOffset()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchResponse_LeaderIdAndEpoch:
     leader_id: 'int' = -1
     leader_epoch: 'int' = -1
+    _values = attrgetter('leader_id', 'leader_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse_LeaderIdAndEpoch(_leader_id, _leader_epoch):
@@ -482,10 +542,12 @@ _nest(_FetchResponse_LeaderIdAndEpoch, 'FetchResponse', 'LeaderIdAndEpoch')
 _D_FetchResponse_LeaderIdAndEpoch = _FetchResponse_LeaderIdAndEpoch()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchResponse_SnapshotId:
     end_offset: 'int' = -1
     epoch: 'int' = -1
+    _values = attrgetter('end_offset', 'epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse_SnapshotId(_end_offset, _epoch):
@@ -500,10 +562,12 @@ _nest(_FetchResponse_SnapshotId, 'FetchResponse', 'SnapshotId')
 _D_FetchResponse_SnapshotId = _FetchResponse_SnapshotId()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchResponse_AbortedTransaction:
     producer_id: 'int' = 0
     first_offset: 'int' = 0
+    _values = attrgetter('producer_id', 'first_offset')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse_AbortedTransaction(_producer_id, _first_offset):
@@ -518,7 +582,7 @@ _nest(_FetchResponse_AbortedTransaction, 'FetchResponse', 'AbortedTransaction')
 _D_FetchResponse_AbortedTransaction = _FetchResponse_AbortedTransaction()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchResponse_PartitionData:
     partition_index: 'int' = 0
     error_code: 'int' = 0
@@ -531,6 +595,8 @@ class _FetchResponse_PartitionData:
     aborted_transactions: 'list[FetchResponse.AbortedTransaction] | None' = _field(default_factory=list)
     preferred_read_replica: 'int' = -1
     records: 'bytes | memoryview | None' = None
+    _values = attrgetter('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse_PartitionData(_partition_index, _error_code, _high_watermark, _last_stable_offset, _log_start_offset, _diverging_epoch, _current_leader, _snapshot_id, _aborted_transactions, _preferred_read_replica, _records):
@@ -554,11 +620,13 @@ _nest(_FetchResponse_PartitionData, 'FetchResponse', 'PartitionData')
 _D_FetchResponse_PartitionData = _FetchResponse_PartitionData()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchResponse_FetchableTopicResponse:
     topic: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
     partitions: 'list[FetchResponse.PartitionData]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'topic_id', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse_FetchableTopicResponse(_topic, _topic_id, _partitions):
@@ -574,12 +642,14 @@ _nest(_FetchResponse_FetchableTopicResponse, 'FetchResponse', 'FetchableTopicRes
 _D_FetchResponse_FetchableTopicResponse = _FetchResponse_FetchableTopicResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FetchResponse_NodeEndpoint:
     node_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
+    _values = attrgetter('node_id', 'host', 'port', 'rack')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse_NodeEndpoint(_node_id, _host, _port, _rack):
@@ -596,7 +666,7 @@ _nest(_FetchResponse_NodeEndpoint, 'FetchResponse', 'NodeEndpoint')
 _D_FetchResponse_NodeEndpoint = _FetchResponse_NodeEndpoint()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class FetchResponse:
     EpochEndOffset = _FetchResponse_EpochEndOffset
     LeaderIdAndEpoch = _FetchResponse_LeaderIdAndEpoch
@@ -614,6 +684,8 @@ class FetchResponse:
     session_id: 'int' = 0
     responses: 'list[FetchResponse.FetchableTopicResponse]' = _field(default_factory=list)
     node_endpoints: 'list[FetchResponse.NodeEndpoint]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'session_id', 'responses', 'node_endpoints')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses, _node_endpoints):
@@ -628,12 +700,14 @@ def _init_FetchResponse(_throttle_time_ms, _error_code, _session_id, _responses,
 FetchResponse.__init__ = _init_FetchResponse(*_setters(FetchResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListOffsetsRequest_ListOffsetsPartition:
     partition_index: 'int' = 0
     current_leader_epoch: 'int' = -1
     timestamp: 'int' = 0
     max_num_offsets: 'int' = 1
+    _values = attrgetter('partition_index', 'current_leader_epoch', 'timestamp', 'max_num_offsets')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListOffsetsRequest_ListOffsetsPartition(_partition_index, _current_leader_epoch, _timestamp, _max_num_offsets):
@@ -650,10 +724,12 @@ _nest(_ListOffsetsRequest_ListOffsetsPartition, 'ListOffsetsRequest', 'ListOffse
 _D_ListOffsetsRequest_ListOffsetsPartition = _ListOffsetsRequest_ListOffsetsPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListOffsetsRequest_ListOffsetsTopic:
     name: 'str' = ''
     partitions: 'list[ListOffsetsRequest.ListOffsetsPartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListOffsetsRequest_ListOffsetsTopic(_name, _partitions):
@@ -668,7 +744,7 @@ _nest(_ListOffsetsRequest_ListOffsetsTopic, 'ListOffsetsRequest', 'ListOffsetsTo
 _D_ListOffsetsRequest_ListOffsetsTopic = _ListOffsetsRequest_ListOffsetsTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListOffsetsRequest:
     ListOffsetsPartition = _ListOffsetsRequest_ListOffsetsPartition
     ListOffsetsTopic = _ListOffsetsRequest_ListOffsetsTopic
@@ -680,6 +756,8 @@ class ListOffsetsRequest:
     isolation_level: 'int' = 0
     topics: 'list[ListOffsetsRequest.ListOffsetsTopic]' = _field(default_factory=list)
     timeout_ms: 'int' = 0
+    _values = attrgetter('replica_id', 'isolation_level', 'topics', 'timeout_ms')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListOffsetsRequest(_replica_id, _isolation_level, _topics, _timeout_ms):
@@ -693,7 +771,7 @@ def _init_ListOffsetsRequest(_replica_id, _isolation_level, _topics, _timeout_ms
 ListOffsetsRequest.__init__ = _init_ListOffsetsRequest(*_setters(ListOffsetsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListOffsetsResponse_ListOffsetsPartitionResponse:
     partition_index: 'int' = 0
     error_code: 'int' = 0
@@ -701,6 +779,8 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse:
     timestamp: 'int' = -1
     offset: 'int' = -1
     leader_epoch: 'int' = -1
+    _values = attrgetter('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListOffsetsResponse_ListOffsetsPartitionResponse(_partition_index, _error_code, _old_style_offsets, _timestamp, _offset, _leader_epoch):
@@ -719,10 +799,12 @@ _nest(_ListOffsetsResponse_ListOffsetsPartitionResponse, 'ListOffsetsResponse', 
 _D_ListOffsetsResponse_ListOffsetsPartitionResponse = _ListOffsetsResponse_ListOffsetsPartitionResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListOffsetsResponse_ListOffsetsTopicResponse:
     name: 'str' = ''
     partitions: 'list[ListOffsetsResponse.ListOffsetsPartitionResponse]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListOffsetsResponse_ListOffsetsTopicResponse(_name, _partitions):
@@ -737,7 +819,7 @@ _nest(_ListOffsetsResponse_ListOffsetsTopicResponse, 'ListOffsetsResponse', 'Lis
 _D_ListOffsetsResponse_ListOffsetsTopicResponse = _ListOffsetsResponse_ListOffsetsTopicResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListOffsetsResponse:
     ListOffsetsPartitionResponse = _ListOffsetsResponse_ListOffsetsPartitionResponse
     ListOffsetsTopicResponse = _ListOffsetsResponse_ListOffsetsTopicResponse
@@ -747,6 +829,8 @@ class ListOffsetsResponse:
 
     throttle_time_ms: 'int' = 0
     topics: 'list[ListOffsetsResponse.ListOffsetsTopicResponse]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListOffsetsResponse(_throttle_time_ms, _topics):
@@ -758,10 +842,12 @@ def _init_ListOffsetsResponse(_throttle_time_ms, _topics):
 ListOffsetsResponse.__init__ = _init_ListOffsetsResponse(*_setters(ListOffsetsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _MetadataRequest_MetadataRequestTopic:
     topic_id: 'UUID' = UUID_ZERO
     name: 'str | None' = ''
+    _values = attrgetter('topic_id', 'name')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_MetadataRequest_MetadataRequestTopic(_topic_id, _name):
@@ -776,7 +862,7 @@ _nest(_MetadataRequest_MetadataRequestTopic, 'MetadataRequest', 'MetadataRequest
 _D_MetadataRequest_MetadataRequestTopic = _MetadataRequest_MetadataRequestTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class MetadataRequest:
     MetadataRequestTopic = _MetadataRequest_MetadataRequestTopic
     API_KEY = 3
@@ -787,6 +873,8 @@ class MetadataRequest:
     allow_auto_topic_creation: 'bool' = True
     include_cluster_authorized_operations: 'bool' = False
     include_topic_authorized_operations: 'bool' = False
+    _values = attrgetter('topics', 'allow_auto_topic_creation', 'include_cluster_authorized_operations', 'include_topic_authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_MetadataRequest(_topics, _allow_auto_topic_creation, _include_cluster_authorized_operations, _include_topic_authorized_operations):
@@ -800,12 +888,14 @@ def _init_MetadataRequest(_topics, _allow_auto_topic_creation, _include_cluster_
 MetadataRequest.__init__ = _init_MetadataRequest(*_setters(MetadataRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _MetadataResponse_MetadataResponseBroker:
     node_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
+    _values = attrgetter('node_id', 'host', 'port', 'rack')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_MetadataResponse_MetadataResponseBroker(_node_id, _host, _port, _rack):
@@ -822,7 +912,7 @@ _nest(_MetadataResponse_MetadataResponseBroker, 'MetadataResponse', 'MetadataRes
 _D_MetadataResponse_MetadataResponseBroker = _MetadataResponse_MetadataResponseBroker()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _MetadataResponse_MetadataResponsePartition:
     error_code: 'int' = 0
     partition_index: 'int' = 0
@@ -831,6 +921,8 @@ class _MetadataResponse_MetadataResponsePartition:
     replica_nodes: 'list[int]' = _field(default_factory=list)
     isr_nodes: 'list[int]' = _field(default_factory=list)
     offline_replicas: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'offline_replicas')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_MetadataResponse_MetadataResponsePartition(_error_code, _partition_index, _leader_id, _leader_epoch, _replica_nodes, _isr_nodes, _offline_replicas):
@@ -850,7 +942,7 @@ _nest(_MetadataResponse_MetadataResponsePartition, 'MetadataResponse', 'Metadata
 _D_MetadataResponse_MetadataResponsePartition = _MetadataResponse_MetadataResponsePartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _MetadataResponse_MetadataResponseTopic:
     error_code: 'int' = 0
     name: 'str | None' = ''
@@ -858,6 +950,8 @@ class _MetadataResponse_MetadataResponseTopic:
     is_internal: 'bool' = False
     partitions: 'list[MetadataResponse.MetadataResponsePartition]' = _field(default_factory=list)
     topic_authorized_operations: 'int' = -2147483648
+    _values = attrgetter('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_MetadataResponse_MetadataResponseTopic(_error_code, _name, _topic_id, _is_internal, _partitions, _topic_authorized_operations):
@@ -876,7 +970,7 @@ _nest(_MetadataResponse_MetadataResponseTopic, 'MetadataResponse', 'MetadataResp
 _D_MetadataResponse_MetadataResponseTopic = _MetadataResponse_MetadataResponseTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class MetadataResponse:
     MetadataResponseBroker = _MetadataResponse_MetadataResponseBroker
     MetadataResponsePartition = _MetadataResponse_MetadataResponsePartition
@@ -891,6 +985,8 @@ class MetadataResponse:
     controller_id: 'int' = -1
     topics: 'list[MetadataResponse.MetadataResponseTopic]' = _field(default_factory=list)
     cluster_authorized_operations: 'int' = -2147483648
+    _values = attrgetter('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_MetadataResponse(_throttle_time_ms, _brokers, _cluster_id, _controller_id, _topics, _cluster_authorized_operations):
@@ -906,13 +1002,15 @@ def _init_MetadataResponse(_throttle_time_ms, _brokers, _cluster_id, _controller
 MetadataResponse.__init__ = _init_MetadataResponse(*_setters(MetadataResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetCommitRequest_OffsetCommitRequestPartition:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
     committed_leader_epoch: 'int' = -1
     commit_timestamp: 'int' = -1
     committed_metadata: 'str | None' = ''
+    _values = attrgetter('partition_index', 'committed_offset', 'committed_leader_epoch', 'commit_timestamp', 'committed_metadata')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetCommitRequest_OffsetCommitRequestPartition(_partition_index, _committed_offset, _committed_leader_epoch, _commit_timestamp, _committed_metadata):
@@ -930,10 +1028,12 @@ _nest(_OffsetCommitRequest_OffsetCommitRequestPartition, 'OffsetCommitRequest', 
 _D_OffsetCommitRequest_OffsetCommitRequestPartition = _OffsetCommitRequest_OffsetCommitRequestPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetCommitRequest_OffsetCommitRequestTopic:
     name: 'str' = ''
     partitions: 'list[OffsetCommitRequest.OffsetCommitRequestPartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetCommitRequest_OffsetCommitRequestTopic(_name, _partitions):
@@ -948,7 +1048,7 @@ _nest(_OffsetCommitRequest_OffsetCommitRequestTopic, 'OffsetCommitRequest', 'Off
 _D_OffsetCommitRequest_OffsetCommitRequestTopic = _OffsetCommitRequest_OffsetCommitRequestTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetCommitRequest:
     OffsetCommitRequestPartition = _OffsetCommitRequest_OffsetCommitRequestPartition
     OffsetCommitRequestTopic = _OffsetCommitRequest_OffsetCommitRequestTopic
@@ -962,6 +1062,8 @@ class OffsetCommitRequest:
     group_instance_id: 'str | None' = None
     retention_time_ms: 'int' = -1
     topics: 'list[OffsetCommitRequest.OffsetCommitRequestTopic]' = _field(default_factory=list)
+    _values = attrgetter('group_id', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'retention_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetCommitRequest(_group_id, _generation_id_or_member_epoch, _member_id, _group_instance_id, _retention_time_ms, _topics):
@@ -977,10 +1079,12 @@ def _init_OffsetCommitRequest(_group_id, _generation_id_or_member_epoch, _member
 OffsetCommitRequest.__init__ = _init_OffsetCommitRequest(*_setters(OffsetCommitRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetCommitResponse_OffsetCommitResponsePartition:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetCommitResponse_OffsetCommitResponsePartition(_partition_index, _error_code):
@@ -995,10 +1099,12 @@ _nest(_OffsetCommitResponse_OffsetCommitResponsePartition, 'OffsetCommitResponse
 _D_OffsetCommitResponse_OffsetCommitResponsePartition = _OffsetCommitResponse_OffsetCommitResponsePartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetCommitResponse_OffsetCommitResponseTopic:
     name: 'str' = ''
     partitions: 'list[OffsetCommitResponse.OffsetCommitResponsePartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetCommitResponse_OffsetCommitResponseTopic(_name, _partitions):
@@ -1013,7 +1119,7 @@ _nest(_OffsetCommitResponse_OffsetCommitResponseTopic, 'OffsetCommitResponse', '
 _D_OffsetCommitResponse_OffsetCommitResponseTopic = _OffsetCommitResponse_OffsetCommitResponseTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetCommitResponse:
     OffsetCommitResponsePartition = _OffsetCommitResponse_OffsetCommitResponsePartition
     OffsetCommitResponseTopic = _OffsetCommitResponse_OffsetCommitResponseTopic
@@ -1023,6 +1129,8 @@ class OffsetCommitResponse:
 
     throttle_time_ms: 'int' = 0
     topics: 'list[OffsetCommitResponse.OffsetCommitResponseTopic]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetCommitResponse(_throttle_time_ms, _topics):
@@ -1034,10 +1142,12 @@ def _init_OffsetCommitResponse(_throttle_time_ms, _topics):
 OffsetCommitResponse.__init__ = _init_OffsetCommitResponse(*_setters(OffsetCommitResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchRequest_OffsetFetchRequestTopic:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partition_indexes')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchRequest_OffsetFetchRequestTopic(_name, _partition_indexes):
@@ -1052,10 +1162,12 @@ _nest(_OffsetFetchRequest_OffsetFetchRequestTopic, 'OffsetFetchRequest', 'Offset
 _D_OffsetFetchRequest_OffsetFetchRequestTopic = _OffsetFetchRequest_OffsetFetchRequestTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchRequest_OffsetFetchRequestTopics:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partition_indexes')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchRequest_OffsetFetchRequestTopics(_name, _partition_indexes):
@@ -1070,12 +1182,14 @@ _nest(_OffsetFetchRequest_OffsetFetchRequestTopics, 'OffsetFetchRequest', 'Offse
 _D_OffsetFetchRequest_OffsetFetchRequestTopics = _OffsetFetchRequest_OffsetFetchRequestTopics()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchRequest_OffsetFetchRequestGroup:
     group_id: 'str' = ''
     member_id: 'str | None' = None
     member_epoch: 'int' = -1
     topics: 'list[OffsetFetchRequest.OffsetFetchRequestTopics] | None' = _field(default_factory=list)
+    _values = attrgetter('group_id', 'member_id', 'member_epoch', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchRequest_OffsetFetchRequestGroup(_group_id, _member_id, _member_epoch, _topics):
@@ -1092,7 +1206,7 @@ _nest(_OffsetFetchRequest_OffsetFetchRequestGroup, 'OffsetFetchRequest', 'Offset
 _D_OffsetFetchRequest_OffsetFetchRequestGroup = _OffsetFetchRequest_OffsetFetchRequestGroup()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetFetchRequest:
     OffsetFetchRequestTopic = _OffsetFetchRequest_OffsetFetchRequestTopic
     OffsetFetchRequestTopics = _OffsetFetchRequest_OffsetFetchRequestTopics
@@ -1105,6 +1219,8 @@ class OffsetFetchRequest:
     topics: 'list[OffsetFetchRequest.OffsetFetchRequestTopic] | None' = _field(default_factory=list)
     groups: 'list[OffsetFetchRequest.OffsetFetchRequestGroup]' = _field(default_factory=list)
     require_stable: 'bool' = False
+    _values = attrgetter('group_id', 'topics', 'groups', 'require_stable')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchRequest(_group_id, _topics, _groups, _require_stable):
@@ -1118,13 +1234,15 @@ def _init_OffsetFetchRequest(_group_id, _topics, _groups, _require_stable):
 OffsetFetchRequest.__init__ = _init_OffsetFetchRequest(*_setters(OffsetFetchRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchResponse_OffsetFetchResponsePartition:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
     committed_leader_epoch: 'int' = -1
     metadata: 'str | None' = ''
     error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchResponse_OffsetFetchResponsePartition(_partition_index, _committed_offset, _committed_leader_epoch, _metadata, _error_code):
@@ -1142,10 +1260,12 @@ _nest(_OffsetFetchResponse_OffsetFetchResponsePartition, 'OffsetFetchResponse', 
 _D_OffsetFetchResponse_OffsetFetchResponsePartition = _OffsetFetchResponse_OffsetFetchResponsePartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchResponse_OffsetFetchResponseTopic:
     name: 'str' = ''
     partitions: 'list[OffsetFetchResponse.OffsetFetchResponsePartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchResponse_OffsetFetchResponseTopic(_name, _partitions):
@@ -1160,13 +1280,15 @@ _nest(_OffsetFetchResponse_OffsetFetchResponseTopic, 'OffsetFetchResponse', 'Off
 _D_OffsetFetchResponse_OffsetFetchResponseTopic = _OffsetFetchResponse_OffsetFetchResponseTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchResponse_OffsetFetchResponsePartitions:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
     committed_leader_epoch: 'int' = -1
     metadata: 'str | None' = ''
     error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchResponse_OffsetFetchResponsePartitions(_partition_index, _committed_offset, _committed_leader_epoch, _metadata, _error_code):
@@ -1184,10 +1306,12 @@ _nest(_OffsetFetchResponse_OffsetFetchResponsePartitions, 'OffsetFetchResponse',
 _D_OffsetFetchResponse_OffsetFetchResponsePartitions = _OffsetFetchResponse_OffsetFetchResponsePartitions()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchResponse_OffsetFetchResponseTopics:
     name: 'str' = ''
     partitions: 'list[OffsetFetchResponse.OffsetFetchResponsePartitions]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchResponse_OffsetFetchResponseTopics(_name, _partitions):
@@ -1202,11 +1326,13 @@ _nest(_OffsetFetchResponse_OffsetFetchResponseTopics, 'OffsetFetchResponse', 'Of
 _D_OffsetFetchResponse_OffsetFetchResponseTopics = _OffsetFetchResponse_OffsetFetchResponseTopics()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetFetchResponse_OffsetFetchResponseGroup:
     group_id: 'str' = ''
     topics: 'list[OffsetFetchResponse.OffsetFetchResponseTopics]' = _field(default_factory=list)
     error_code: 'int' = 0
+    _values = attrgetter('group_id', 'topics', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchResponse_OffsetFetchResponseGroup(_group_id, _topics, _error_code):
@@ -1222,7 +1348,7 @@ _nest(_OffsetFetchResponse_OffsetFetchResponseGroup, 'OffsetFetchResponse', 'Off
 _D_OffsetFetchResponse_OffsetFetchResponseGroup = _OffsetFetchResponse_OffsetFetchResponseGroup()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetFetchResponse:
     OffsetFetchResponsePartition = _OffsetFetchResponse_OffsetFetchResponsePartition
     OffsetFetchResponseTopic = _OffsetFetchResponse_OffsetFetchResponseTopic
@@ -1237,6 +1363,8 @@ class OffsetFetchResponse:
     topics: 'list[OffsetFetchResponse.OffsetFetchResponseTopic]' = _field(default_factory=list)
     error_code: 'int' = 0
     groups: 'list[OffsetFetchResponse.OffsetFetchResponseGroup]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics', 'error_code', 'groups')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetFetchResponse(_throttle_time_ms, _topics, _error_code, _groups):
@@ -1250,7 +1378,7 @@ def _init_OffsetFetchResponse(_throttle_time_ms, _topics, _error_code, _groups):
 OffsetFetchResponse.__init__ = _init_OffsetFetchResponse(*_setters(OffsetFetchResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class FindCoordinatorRequest:
     API_KEY = 10
     VALID_VERSIONS = (0, 6)
@@ -1259,6 +1387,8 @@ class FindCoordinatorRequest:
     key: 'str' = ''
     key_type: 'int' = 0
     coordinator_keys: 'list[str]' = _field(default_factory=list)
+    _values = attrgetter('key', 'key_type', 'coordinator_keys')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FindCoordinatorRequest(_key, _key_type, _coordinator_keys):
@@ -1271,7 +1401,7 @@ def _init_FindCoordinatorRequest(_key, _key_type, _coordinator_keys):
 FindCoordinatorRequest.__init__ = _init_FindCoordinatorRequest(*_setters(FindCoordinatorRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _FindCoordinatorResponse_Coordinator:
     key: 'str' = ''
     node_id: 'int' = 0
@@ -1279,6 +1409,8 @@ class _FindCoordinatorResponse_Coordinator:
     port: 'int' = 0
     error_code: 'int' = 0
     error_message: 'str | None' = ''
+    _values = attrgetter('key', 'node_id', 'host', 'port', 'error_code', 'error_message')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FindCoordinatorResponse_Coordinator(_key, _node_id, _host, _port, _error_code, _error_message):
@@ -1297,7 +1429,7 @@ _nest(_FindCoordinatorResponse_Coordinator, 'FindCoordinatorResponse', 'Coordina
 _D_FindCoordinatorResponse_Coordinator = _FindCoordinatorResponse_Coordinator()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class FindCoordinatorResponse:
     Coordinator = _FindCoordinatorResponse_Coordinator
     API_KEY = 10
@@ -1311,6 +1443,8 @@ class FindCoordinatorResponse:
     host: 'str' = ''
     port: 'int' = 0
     coordinators: 'list[FindCoordinatorResponse.Coordinator]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'error_message', 'node_id', 'host', 'port', 'coordinators')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_FindCoordinatorResponse(_throttle_time_ms, _error_code, _error_message, _node_id, _host, _port, _coordinators):
@@ -1327,10 +1461,12 @@ def _init_FindCoordinatorResponse(_throttle_time_ms, _error_code, _error_message
 FindCoordinatorResponse.__init__ = _init_FindCoordinatorResponse(*_setters(FindCoordinatorResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _JoinGroupRequest_JoinGroupRequestProtocol:
     name: 'str' = ''
     metadata: 'bytes' = b''
+    _values = attrgetter('name', 'metadata')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_JoinGroupRequest_JoinGroupRequestProtocol(_name, _metadata):
@@ -1345,7 +1481,7 @@ _nest(_JoinGroupRequest_JoinGroupRequestProtocol, 'JoinGroupRequest', 'JoinGroup
 _D_JoinGroupRequest_JoinGroupRequestProtocol = _JoinGroupRequest_JoinGroupRequestProtocol()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class JoinGroupRequest:
     JoinGroupRequestProtocol = _JoinGroupRequest_JoinGroupRequestProtocol
     API_KEY = 11
@@ -1360,6 +1496,8 @@ class JoinGroupRequest:
     protocol_type: 'str' = ''
     protocols: 'list[JoinGroupRequest.JoinGroupRequestProtocol]' = _field(default_factory=list)
     reason: 'str | None' = None
+    _values = attrgetter('group_id', 'session_timeout_ms', 'rebalance_timeout_ms', 'member_id', 'group_instance_id', 'protocol_type', 'protocols', 'reason')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_JoinGroupRequest(_group_id, _session_timeout_ms, _rebalance_timeout_ms, _member_id, _group_instance_id, _protocol_type, _protocols, _reason):
@@ -1377,11 +1515,13 @@ def _init_JoinGroupRequest(_group_id, _session_timeout_ms, _rebalance_timeout_ms
 JoinGroupRequest.__init__ = _init_JoinGroupRequest(*_setters(JoinGroupRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _JoinGroupResponse_JoinGroupResponseMember:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
     metadata: 'bytes' = b''
+    _values = attrgetter('member_id', 'group_instance_id', 'metadata')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_JoinGroupResponse_JoinGroupResponseMember(_member_id, _group_instance_id, _metadata):
@@ -1397,7 +1537,7 @@ _nest(_JoinGroupResponse_JoinGroupResponseMember, 'JoinGroupResponse', 'JoinGrou
 _D_JoinGroupResponse_JoinGroupResponseMember = _JoinGroupResponse_JoinGroupResponseMember()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class JoinGroupResponse:
     JoinGroupResponseMember = _JoinGroupResponse_JoinGroupResponseMember
     API_KEY = 11
@@ -1413,6 +1553,8 @@ class JoinGroupResponse:
     skip_assignment: 'bool' = False
     member_id: 'str' = ''
     members: 'list[JoinGroupResponse.JoinGroupResponseMember]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'generation_id', 'protocol_type', 'protocol_name', 'leader', 'skip_assignment', 'member_id', 'members')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_JoinGroupResponse(_throttle_time_ms, _error_code, _generation_id, _protocol_type, _protocol_name, _leader, _skip_assignment, _member_id, _members):
@@ -1431,7 +1573,7 @@ def _init_JoinGroupResponse(_throttle_time_ms, _error_code, _generation_id, _pro
 JoinGroupResponse.__init__ = _init_JoinGroupResponse(*_setters(JoinGroupResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class HeartbeatRequest:
     API_KEY = 12
     VALID_VERSIONS = (0, 4)
@@ -1441,6 +1583,8 @@ class HeartbeatRequest:
     generation_id: 'int' = 0
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
+    _values = attrgetter('group_id', 'generation_id', 'member_id', 'group_instance_id')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_HeartbeatRequest(_group_id, _generation_id, _member_id, _group_instance_id):
@@ -1454,7 +1598,7 @@ def _init_HeartbeatRequest(_group_id, _generation_id, _member_id, _group_instanc
 HeartbeatRequest.__init__ = _init_HeartbeatRequest(*_setters(HeartbeatRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class HeartbeatResponse:
     API_KEY = 12
     VALID_VERSIONS = (0, 4)
@@ -1462,6 +1606,8 @@ class HeartbeatResponse:
 
     throttle_time_ms: 'int' = 0
     error_code: 'int' = 0
+    _values = attrgetter('throttle_time_ms', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_HeartbeatResponse(_throttle_time_ms, _error_code):
@@ -1473,11 +1619,13 @@ def _init_HeartbeatResponse(_throttle_time_ms, _error_code):
 HeartbeatResponse.__init__ = _init_HeartbeatResponse(*_setters(HeartbeatResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _LeaveGroupRequest_MemberIdentity:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
     reason: 'str | None' = None
+    _values = attrgetter('member_id', 'group_instance_id', 'reason')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_LeaveGroupRequest_MemberIdentity(_member_id, _group_instance_id, _reason):
@@ -1493,7 +1641,7 @@ _nest(_LeaveGroupRequest_MemberIdentity, 'LeaveGroupRequest', 'MemberIdentity')
 _D_LeaveGroupRequest_MemberIdentity = _LeaveGroupRequest_MemberIdentity()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class LeaveGroupRequest:
     MemberIdentity = _LeaveGroupRequest_MemberIdentity
     API_KEY = 13
@@ -1503,6 +1651,8 @@ class LeaveGroupRequest:
     group_id: 'str' = ''
     member_id: 'str' = ''
     members: 'list[LeaveGroupRequest.MemberIdentity]' = _field(default_factory=list)
+    _values = attrgetter('group_id', 'member_id', 'members')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_LeaveGroupRequest(_group_id, _member_id, _members):
@@ -1515,11 +1665,13 @@ def _init_LeaveGroupRequest(_group_id, _member_id, _members):
 LeaveGroupRequest.__init__ = _init_LeaveGroupRequest(*_setters(LeaveGroupRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _LeaveGroupResponse_MemberResponse:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = ''
     error_code: 'int' = 0
+    _values = attrgetter('member_id', 'group_instance_id', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_LeaveGroupResponse_MemberResponse(_member_id, _group_instance_id, _error_code):
@@ -1535,7 +1687,7 @@ _nest(_LeaveGroupResponse_MemberResponse, 'LeaveGroupResponse', 'MemberResponse'
 _D_LeaveGroupResponse_MemberResponse = _LeaveGroupResponse_MemberResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class LeaveGroupResponse:
     MemberResponse = _LeaveGroupResponse_MemberResponse
     API_KEY = 13
@@ -1545,6 +1697,8 @@ class LeaveGroupResponse:
     throttle_time_ms: 'int' = 0
     error_code: 'int' = 0
     members: 'list[LeaveGroupResponse.MemberResponse]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'members')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_LeaveGroupResponse(_throttle_time_ms, _error_code, _members):
@@ -1557,10 +1711,12 @@ def _init_LeaveGroupResponse(_throttle_time_ms, _error_code, _members):
 LeaveGroupResponse.__init__ = _init_LeaveGroupResponse(*_setters(LeaveGroupResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _SyncGroupRequest_SyncGroupRequestAssignment:
     member_id: 'str' = ''
     assignment: 'bytes' = b''
+    _values = attrgetter('member_id', 'assignment')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_SyncGroupRequest_SyncGroupRequestAssignment(_member_id, _assignment):
@@ -1575,7 +1731,7 @@ _nest(_SyncGroupRequest_SyncGroupRequestAssignment, 'SyncGroupRequest', 'SyncGro
 _D_SyncGroupRequest_SyncGroupRequestAssignment = _SyncGroupRequest_SyncGroupRequestAssignment()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class SyncGroupRequest:
     SyncGroupRequestAssignment = _SyncGroupRequest_SyncGroupRequestAssignment
     API_KEY = 14
@@ -1589,6 +1745,8 @@ class SyncGroupRequest:
     protocol_type: 'str | None' = None
     protocol_name: 'str | None' = None
     assignments: 'list[SyncGroupRequest.SyncGroupRequestAssignment]' = _field(default_factory=list)
+    _values = attrgetter('group_id', 'generation_id', 'member_id', 'group_instance_id', 'protocol_type', 'protocol_name', 'assignments')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_SyncGroupRequest(_group_id, _generation_id, _member_id, _group_instance_id, _protocol_type, _protocol_name, _assignments):
@@ -1605,7 +1763,7 @@ def _init_SyncGroupRequest(_group_id, _generation_id, _member_id, _group_instanc
 SyncGroupRequest.__init__ = _init_SyncGroupRequest(*_setters(SyncGroupRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class SyncGroupResponse:
     API_KEY = 14
     VALID_VERSIONS = (0, 5)
@@ -1616,6 +1774,8 @@ class SyncGroupResponse:
     protocol_type: 'str | None' = None
     protocol_name: 'str | None' = None
     assignment: 'bytes' = b''
+    _values = attrgetter('throttle_time_ms', 'error_code', 'protocol_type', 'protocol_name', 'assignment')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_SyncGroupResponse(_throttle_time_ms, _error_code, _protocol_type, _protocol_name, _assignment):
@@ -1630,7 +1790,7 @@ def _init_SyncGroupResponse(_throttle_time_ms, _error_code, _protocol_type, _pro
 SyncGroupResponse.__init__ = _init_SyncGroupResponse(*_setters(SyncGroupResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeGroupsRequest:
     API_KEY = 15
     VALID_VERSIONS = (0, 5)
@@ -1638,6 +1798,8 @@ class DescribeGroupsRequest:
 
     groups: 'list[str]' = _field(default_factory=list)
     include_authorized_operations: 'bool' = False
+    _values = attrgetter('groups', 'include_authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeGroupsRequest(_groups, _include_authorized_operations):
@@ -1649,7 +1811,7 @@ def _init_DescribeGroupsRequest(_groups, _include_authorized_operations):
 DescribeGroupsRequest.__init__ = _init_DescribeGroupsRequest(*_setters(DescribeGroupsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeGroupsResponse_DescribedGroupMember:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
@@ -1657,6 +1819,8 @@ class _DescribeGroupsResponse_DescribedGroupMember:
     client_host: 'str' = ''
     member_metadata: 'bytes' = b''
     member_assignment: 'bytes' = b''
+    _values = attrgetter('member_id', 'group_instance_id', 'client_id', 'client_host', 'member_metadata', 'member_assignment')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeGroupsResponse_DescribedGroupMember(_member_id, _group_instance_id, _client_id, _client_host, _member_metadata, _member_assignment):
@@ -1675,7 +1839,7 @@ _nest(_DescribeGroupsResponse_DescribedGroupMember, 'DescribeGroupsResponse', 'D
 _D_DescribeGroupsResponse_DescribedGroupMember = _DescribeGroupsResponse_DescribedGroupMember()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeGroupsResponse_DescribedGroup:
     error_code: 'int' = 0
     group_id: 'str' = ''
@@ -1684,6 +1848,8 @@ class _DescribeGroupsResponse_DescribedGroup:
     protocol_data: 'str' = ''
     members: 'list[DescribeGroupsResponse.DescribedGroupMember]' = _field(default_factory=list)
     authorized_operations: 'int' = -2147483648
+    _values = attrgetter('error_code', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeGroupsResponse_DescribedGroup(_error_code, _group_id, _group_state, _protocol_type, _protocol_data, _members, _authorized_operations):
@@ -1703,7 +1869,7 @@ _nest(_DescribeGroupsResponse_DescribedGroup, 'DescribeGroupsResponse', 'Describ
 _D_DescribeGroupsResponse_DescribedGroup = _DescribeGroupsResponse_DescribedGroup()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeGroupsResponse:
     DescribedGroupMember = _DescribeGroupsResponse_DescribedGroupMember
     DescribedGroup = _DescribeGroupsResponse_DescribedGroup
@@ -1713,6 +1879,8 @@ class DescribeGroupsResponse:
 
     throttle_time_ms: 'int' = 0
     groups: 'list[DescribeGroupsResponse.DescribedGroup]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'groups')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeGroupsResponse(_throttle_time_ms, _groups):
@@ -1724,7 +1892,7 @@ def _init_DescribeGroupsResponse(_throttle_time_ms, _groups):
 DescribeGroupsResponse.__init__ = _init_DescribeGroupsResponse(*_setters(DescribeGroupsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListGroupsRequest:
     API_KEY = 16
     VALID_VERSIONS = (0, 5)
@@ -1732,6 +1900,8 @@ class ListGroupsRequest:
 
     states_filter: 'list[str]' = _field(default_factory=list)
     types_filter: 'list[str]' = _field(default_factory=list)
+    _values = attrgetter('states_filter', 'types_filter')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListGroupsRequest(_states_filter, _types_filter):
@@ -1743,12 +1913,14 @@ def _init_ListGroupsRequest(_states_filter, _types_filter):
 ListGroupsRequest.__init__ = _init_ListGroupsRequest(*_setters(ListGroupsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListGroupsResponse_ListedGroup:
     group_id: 'str' = ''
     protocol_type: 'str' = ''
     group_state: 'str' = ''
     group_type: 'str' = ''
+    _values = attrgetter('group_id', 'protocol_type', 'group_state', 'group_type')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListGroupsResponse_ListedGroup(_group_id, _protocol_type, _group_state, _group_type):
@@ -1765,7 +1937,7 @@ _nest(_ListGroupsResponse_ListedGroup, 'ListGroupsResponse', 'ListedGroup')
 _D_ListGroupsResponse_ListedGroup = _ListGroupsResponse_ListedGroup()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListGroupsResponse:
     ListedGroup = _ListGroupsResponse_ListedGroup
     API_KEY = 16
@@ -1775,6 +1947,8 @@ class ListGroupsResponse:
     throttle_time_ms: 'int' = 0
     error_code: 'int' = 0
     groups: 'list[ListGroupsResponse.ListedGroup]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'groups')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListGroupsResponse(_throttle_time_ms, _error_code, _groups):
@@ -1787,13 +1961,15 @@ def _init_ListGroupsResponse(_throttle_time_ms, _error_code, _groups):
 ListGroupsResponse.__init__ = _init_ListGroupsResponse(*_setters(ListGroupsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class SaslHandshakeRequest:
     API_KEY = 17
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_FROM = None
 
     mechanism: 'str' = ''
+    _values = _one('mechanism')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_SaslHandshakeRequest(_mechanism):
@@ -1804,7 +1980,7 @@ def _init_SaslHandshakeRequest(_mechanism):
 SaslHandshakeRequest.__init__ = _init_SaslHandshakeRequest(*_setters(SaslHandshakeRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class SaslHandshakeResponse:
     API_KEY = 17
     VALID_VERSIONS = (0, 1)
@@ -1812,6 +1988,8 @@ class SaslHandshakeResponse:
 
     error_code: 'int' = 0
     mechanisms: 'list[str]' = _field(default_factory=list)
+    _values = attrgetter('error_code', 'mechanisms')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_SaslHandshakeResponse(_error_code, _mechanisms):
@@ -1823,7 +2001,7 @@ def _init_SaslHandshakeResponse(_error_code, _mechanisms):
 SaslHandshakeResponse.__init__ = _init_SaslHandshakeResponse(*_setters(SaslHandshakeResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ApiVersionsRequest:
     API_KEY = 18
     VALID_VERSIONS = (0, 4)
@@ -1831,6 +2009,8 @@ class ApiVersionsRequest:
 
     client_software_name: 'str' = ''
     client_software_version: 'str' = ''
+    _values = attrgetter('client_software_name', 'client_software_version')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ApiVersionsRequest(_client_software_name, _client_software_version):
@@ -1842,11 +2022,13 @@ def _init_ApiVersionsRequest(_client_software_name, _client_software_version):
 ApiVersionsRequest.__init__ = _init_ApiVersionsRequest(*_setters(ApiVersionsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ApiVersionsResponse_ApiVersion:
     api_key: 'int' = 0
     min_version: 'int' = 0
     max_version: 'int' = 0
+    _values = attrgetter('api_key', 'min_version', 'max_version')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ApiVersionsResponse_ApiVersion(_api_key, _min_version, _max_version):
@@ -1862,11 +2044,13 @@ _nest(_ApiVersionsResponse_ApiVersion, 'ApiVersionsResponse', 'ApiVersion')
 _D_ApiVersionsResponse_ApiVersion = _ApiVersionsResponse_ApiVersion()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ApiVersionsResponse_SupportedFeatureKey:
     name: 'str' = ''
     min_version: 'int' = 0
     max_version: 'int' = 0
+    _values = attrgetter('name', 'min_version', 'max_version')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ApiVersionsResponse_SupportedFeatureKey(_name, _min_version, _max_version):
@@ -1882,11 +2066,13 @@ _nest(_ApiVersionsResponse_SupportedFeatureKey, 'ApiVersionsResponse', 'Supporte
 _D_ApiVersionsResponse_SupportedFeatureKey = _ApiVersionsResponse_SupportedFeatureKey()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ApiVersionsResponse_FinalizedFeatureKey:
     name: 'str' = ''
     max_version_level: 'int' = 0
     min_version_level: 'int' = 0
+    _values = attrgetter('name', 'max_version_level', 'min_version_level')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ApiVersionsResponse_FinalizedFeatureKey(_name, _max_version_level, _min_version_level):
@@ -1902,7 +2088,7 @@ _nest(_ApiVersionsResponse_FinalizedFeatureKey, 'ApiVersionsResponse', 'Finalize
 _D_ApiVersionsResponse_FinalizedFeatureKey = _ApiVersionsResponse_FinalizedFeatureKey()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ApiVersionsResponse:
     ApiVersion = _ApiVersionsResponse_ApiVersion
     SupportedFeatureKey = _ApiVersionsResponse_SupportedFeatureKey
@@ -1918,6 +2104,8 @@ class ApiVersionsResponse:
     finalized_features_epoch: 'int' = -1
     finalized_features: 'list[ApiVersionsResponse.FinalizedFeatureKey]' = _field(default_factory=list)
     zk_migration_ready: 'bool' = False
+    _values = attrgetter('error_code', 'api_keys', 'throttle_time_ms', 'supported_features', 'finalized_features_epoch', 'finalized_features', 'zk_migration_ready')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ApiVersionsResponse(_error_code, _api_keys, _throttle_time_ms, _supported_features, _finalized_features_epoch, _finalized_features, _zk_migration_ready):
@@ -1934,10 +2122,12 @@ def _init_ApiVersionsResponse(_error_code, _api_keys, _throttle_time_ms, _suppor
 ApiVersionsResponse.__init__ = _init_ApiVersionsResponse(*_setters(ApiVersionsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreateTopicsRequest_CreatableReplicaAssignment:
     partition_index: 'int' = 0
     broker_ids: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('partition_index', 'broker_ids')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreateTopicsRequest_CreatableReplicaAssignment(_partition_index, _broker_ids):
@@ -1952,10 +2142,12 @@ _nest(_CreateTopicsRequest_CreatableReplicaAssignment, 'CreateTopicsRequest', 'C
 _D_CreateTopicsRequest_CreatableReplicaAssignment = _CreateTopicsRequest_CreatableReplicaAssignment()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreateTopicsRequest_CreatableTopicConfig:
     name: 'str' = ''
     value: 'str | None' = ''
+    _values = attrgetter('name', 'value')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreateTopicsRequest_CreatableTopicConfig(_name, _value):
@@ -1970,13 +2162,15 @@ _nest(_CreateTopicsRequest_CreatableTopicConfig, 'CreateTopicsRequest', 'Creatab
 _D_CreateTopicsRequest_CreatableTopicConfig = _CreateTopicsRequest_CreatableTopicConfig()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreateTopicsRequest_CreatableTopic:
     name: 'str' = ''
     num_partitions: 'int' = 0
     replication_factor: 'int' = 0
     assignments: 'list[CreateTopicsRequest.CreatableReplicaAssignment]' = _field(default_factory=list)
     configs: 'list[CreateTopicsRequest.CreatableTopicConfig]' = _field(default_factory=list)
+    _values = attrgetter('name', 'num_partitions', 'replication_factor', 'assignments', 'configs')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreateTopicsRequest_CreatableTopic(_name, _num_partitions, _replication_factor, _assignments, _configs):
@@ -1994,7 +2188,7 @@ _nest(_CreateTopicsRequest_CreatableTopic, 'CreateTopicsRequest', 'CreatableTopi
 _D_CreateTopicsRequest_CreatableTopic = _CreateTopicsRequest_CreatableTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class CreateTopicsRequest:
     CreatableReplicaAssignment = _CreateTopicsRequest_CreatableReplicaAssignment
     CreatableTopicConfig = _CreateTopicsRequest_CreatableTopicConfig
@@ -2006,6 +2200,8 @@ class CreateTopicsRequest:
     topics: 'list[CreateTopicsRequest.CreatableTopic]' = _field(default_factory=list)
     timeout_ms: 'int' = 60000
     validate_only: 'bool' = False
+    _values = attrgetter('topics', 'timeout_ms', 'validate_only')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreateTopicsRequest(_topics, _timeout_ms, _validate_only):
@@ -2018,13 +2214,15 @@ def _init_CreateTopicsRequest(_topics, _timeout_ms, _validate_only):
 CreateTopicsRequest.__init__ = _init_CreateTopicsRequest(*_setters(CreateTopicsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreateTopicsResponse_CreatableTopicConfigs:
     name: 'str' = ''
     value: 'str | None' = ''
     read_only: 'bool' = False
     config_source: 'int' = -1
     is_sensitive: 'bool' = False
+    _values = attrgetter('name', 'value', 'read_only', 'config_source', 'is_sensitive')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreateTopicsResponse_CreatableTopicConfigs(_name, _value, _read_only, _config_source, _is_sensitive):
@@ -2042,7 +2240,7 @@ _nest(_CreateTopicsResponse_CreatableTopicConfigs, 'CreateTopicsResponse', 'Crea
 _D_CreateTopicsResponse_CreatableTopicConfigs = _CreateTopicsResponse_CreatableTopicConfigs()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreateTopicsResponse_CreatableTopicResult:
     name: 'str' = ''
     topic_id: 'UUID' = UUID_ZERO
@@ -2052,6 +2250,8 @@ class _CreateTopicsResponse_CreatableTopicResult:
     num_partitions: 'int' = -1
     replication_factor: 'int' = -1
     configs: 'list[CreateTopicsResponse.CreatableTopicConfigs] | None' = _field(default_factory=list)
+    _values = attrgetter('name', 'topic_id', 'error_code', 'error_message', 'topic_config_error_code', 'num_partitions', 'replication_factor', 'configs')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreateTopicsResponse_CreatableTopicResult(_name, _topic_id, _error_code, _error_message, _topic_config_error_code, _num_partitions, _replication_factor, _configs):
@@ -2072,7 +2272,7 @@ _nest(_CreateTopicsResponse_CreatableTopicResult, 'CreateTopicsResponse', 'Creat
 _D_CreateTopicsResponse_CreatableTopicResult = _CreateTopicsResponse_CreatableTopicResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class CreateTopicsResponse:
     CreatableTopicConfigs = _CreateTopicsResponse_CreatableTopicConfigs
     CreatableTopicResult = _CreateTopicsResponse_CreatableTopicResult
@@ -2082,6 +2282,8 @@ class CreateTopicsResponse:
 
     throttle_time_ms: 'int' = 0
     topics: 'list[CreateTopicsResponse.CreatableTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreateTopicsResponse(_throttle_time_ms, _topics):
@@ -2093,10 +2295,12 @@ def _init_CreateTopicsResponse(_throttle_time_ms, _topics):
 CreateTopicsResponse.__init__ = _init_CreateTopicsResponse(*_setters(CreateTopicsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DeleteTopicsRequest_DeleteTopicState:
     name: 'str | None' = None
     topic_id: 'UUID' = UUID_ZERO
+    _values = attrgetter('name', 'topic_id')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteTopicsRequest_DeleteTopicState(_name, _topic_id):
@@ -2111,7 +2315,7 @@ _nest(_DeleteTopicsRequest_DeleteTopicState, 'DeleteTopicsRequest', 'DeleteTopic
 _D_DeleteTopicsRequest_DeleteTopicState = _DeleteTopicsRequest_DeleteTopicState()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DeleteTopicsRequest:
     DeleteTopicState = _DeleteTopicsRequest_DeleteTopicState
     API_KEY = 20
@@ -2121,6 +2325,8 @@ class DeleteTopicsRequest:
     topics: 'list[DeleteTopicsRequest.DeleteTopicState]' = _field(default_factory=list)
     topic_names: 'list[str]' = _field(default_factory=list)
     timeout_ms: 'int' = 0
+    _values = attrgetter('topics', 'topic_names', 'timeout_ms')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteTopicsRequest(_topics, _topic_names, _timeout_ms):
@@ -2133,12 +2339,14 @@ def _init_DeleteTopicsRequest(_topics, _topic_names, _timeout_ms):
 DeleteTopicsRequest.__init__ = _init_DeleteTopicsRequest(*_setters(DeleteTopicsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DeleteTopicsResponse_DeletableTopicResult:
     name: 'str | None' = ''
     topic_id: 'UUID' = UUID_ZERO
     error_code: 'int' = 0
     error_message: 'str | None' = None
+    _values = attrgetter('name', 'topic_id', 'error_code', 'error_message')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteTopicsResponse_DeletableTopicResult(_name, _topic_id, _error_code, _error_message):
@@ -2155,7 +2363,7 @@ _nest(_DeleteTopicsResponse_DeletableTopicResult, 'DeleteTopicsResponse', 'Delet
 _D_DeleteTopicsResponse_DeletableTopicResult = _DeleteTopicsResponse_DeletableTopicResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DeleteTopicsResponse:
     DeletableTopicResult = _DeleteTopicsResponse_DeletableTopicResult
     API_KEY = 20
@@ -2164,6 +2372,8 @@ class DeleteTopicsResponse:
 
     throttle_time_ms: 'int' = 0
     responses: 'list[DeleteTopicsResponse.DeletableTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'responses')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteTopicsResponse(_throttle_time_ms, _responses):
@@ -2175,10 +2385,12 @@ def _init_DeleteTopicsResponse(_throttle_time_ms, _responses):
 DeleteTopicsResponse.__init__ = _init_DeleteTopicsResponse(*_setters(DeleteTopicsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DeleteRecordsRequest_DeleteRecordsPartition:
     partition_index: 'int' = 0
     offset: 'int' = 0
+    _values = attrgetter('partition_index', 'offset')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteRecordsRequest_DeleteRecordsPartition(_partition_index, _offset):
@@ -2193,10 +2405,12 @@ _nest(_DeleteRecordsRequest_DeleteRecordsPartition, 'DeleteRecordsRequest', 'Del
 _D_DeleteRecordsRequest_DeleteRecordsPartition = _DeleteRecordsRequest_DeleteRecordsPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DeleteRecordsRequest_DeleteRecordsTopic:
     name: 'str' = ''
     partitions: 'list[DeleteRecordsRequest.DeleteRecordsPartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteRecordsRequest_DeleteRecordsTopic(_name, _partitions):
@@ -2211,7 +2425,7 @@ _nest(_DeleteRecordsRequest_DeleteRecordsTopic, 'DeleteRecordsRequest', 'DeleteR
 _D_DeleteRecordsRequest_DeleteRecordsTopic = _DeleteRecordsRequest_DeleteRecordsTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DeleteRecordsRequest:
     DeleteRecordsPartition = _DeleteRecordsRequest_DeleteRecordsPartition
     DeleteRecordsTopic = _DeleteRecordsRequest_DeleteRecordsTopic
@@ -2221,6 +2435,8 @@ class DeleteRecordsRequest:
 
     topics: 'list[DeleteRecordsRequest.DeleteRecordsTopic]' = _field(default_factory=list)
     timeout_ms: 'int' = 0
+    _values = attrgetter('topics', 'timeout_ms')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteRecordsRequest(_topics, _timeout_ms):
@@ -2232,11 +2448,13 @@ def _init_DeleteRecordsRequest(_topics, _timeout_ms):
 DeleteRecordsRequest.__init__ = _init_DeleteRecordsRequest(*_setters(DeleteRecordsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DeleteRecordsResponse_DeleteRecordsPartitionResult:
     partition_index: 'int' = 0
     low_watermark: 'int' = 0
     error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'low_watermark', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteRecordsResponse_DeleteRecordsPartitionResult(_partition_index, _low_watermark, _error_code):
@@ -2252,10 +2470,12 @@ _nest(_DeleteRecordsResponse_DeleteRecordsPartitionResult, 'DeleteRecordsRespons
 _D_DeleteRecordsResponse_DeleteRecordsPartitionResult = _DeleteRecordsResponse_DeleteRecordsPartitionResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DeleteRecordsResponse_DeleteRecordsTopicResult:
     name: 'str' = ''
     partitions: 'list[DeleteRecordsResponse.DeleteRecordsPartitionResult]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteRecordsResponse_DeleteRecordsTopicResult(_name, _partitions):
@@ -2270,7 +2490,7 @@ _nest(_DeleteRecordsResponse_DeleteRecordsTopicResult, 'DeleteRecordsResponse', 
 _D_DeleteRecordsResponse_DeleteRecordsTopicResult = _DeleteRecordsResponse_DeleteRecordsTopicResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DeleteRecordsResponse:
     DeleteRecordsPartitionResult = _DeleteRecordsResponse_DeleteRecordsPartitionResult
     DeleteRecordsTopicResult = _DeleteRecordsResponse_DeleteRecordsTopicResult
@@ -2280,6 +2500,8 @@ class DeleteRecordsResponse:
 
     throttle_time_ms: 'int' = 0
     topics: 'list[DeleteRecordsResponse.DeleteRecordsTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteRecordsResponse(_throttle_time_ms, _topics):
@@ -2291,7 +2513,7 @@ def _init_DeleteRecordsResponse(_throttle_time_ms, _topics):
 DeleteRecordsResponse.__init__ = _init_DeleteRecordsResponse(*_setters(DeleteRecordsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class InitProducerIdRequest:
     API_KEY = 22
     VALID_VERSIONS = (0, 5)
@@ -2301,6 +2523,8 @@ class InitProducerIdRequest:
     transaction_timeout_ms: 'int' = 0
     producer_id: 'int' = -1
     producer_epoch: 'int' = -1
+    _values = attrgetter('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_InitProducerIdRequest(_transactional_id, _transaction_timeout_ms, _producer_id, _producer_epoch):
@@ -2314,7 +2538,7 @@ def _init_InitProducerIdRequest(_transactional_id, _transaction_timeout_ms, _pro
 InitProducerIdRequest.__init__ = _init_InitProducerIdRequest(*_setters(InitProducerIdRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class InitProducerIdResponse:
     API_KEY = 22
     VALID_VERSIONS = (0, 5)
@@ -2324,6 +2548,8 @@ class InitProducerIdResponse:
     error_code: 'int' = 0
     producer_id: 'int' = -1
     producer_epoch: 'int' = 0
+    _values = attrgetter('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_InitProducerIdResponse(_throttle_time_ms, _error_code, _producer_id, _producer_epoch):
@@ -2337,11 +2563,13 @@ def _init_InitProducerIdResponse(_throttle_time_ms, _error_code, _producer_id, _
 InitProducerIdResponse.__init__ = _init_InitProducerIdResponse(*_setters(InitProducerIdResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetForLeaderEpochRequest_OffsetForLeaderPartition:
     partition: 'int' = 0
     current_leader_epoch: 'int' = -1
     leader_epoch: 'int' = 0
+    _values = attrgetter('partition', 'current_leader_epoch', 'leader_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetForLeaderEpochRequest_OffsetForLeaderPartition(_partition, _current_leader_epoch, _leader_epoch):
@@ -2357,10 +2585,12 @@ _nest(_OffsetForLeaderEpochRequest_OffsetForLeaderPartition, 'OffsetForLeaderEpo
 _D_OffsetForLeaderEpochRequest_OffsetForLeaderPartition = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetForLeaderEpochRequest_OffsetForLeaderTopic:
     topic: 'str' = ''
     partitions: 'list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_topic, _partitions):
@@ -2375,7 +2605,7 @@ _nest(_OffsetForLeaderEpochRequest_OffsetForLeaderTopic, 'OffsetForLeaderEpochRe
 _D_OffsetForLeaderEpochRequest_OffsetForLeaderTopic = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetForLeaderEpochRequest:
     OffsetForLeaderPartition = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition
     OffsetForLeaderTopic = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic
@@ -2385,6 +2615,8 @@ class OffsetForLeaderEpochRequest:
 
     replica_id: 'int' = -2
     topics: 'list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic]' = _field(default_factory=list)
+    _values = attrgetter('replica_id', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetForLeaderEpochRequest(_replica_id, _topics):
@@ -2396,12 +2628,14 @@ def _init_OffsetForLeaderEpochRequest(_replica_id, _topics):
 OffsetForLeaderEpochRequest.__init__ = _init_OffsetForLeaderEpochRequest(*_setters(OffsetForLeaderEpochRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetForLeaderEpochResponse_EpochEndOffset:
     error_code: 'int' = 0
     partition: 'int' = 0
     leader_epoch: 'int' = -1
     end_offset: 'int' = -1
+    _values = attrgetter('error_code', 'partition', 'leader_epoch', 'end_offset')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetForLeaderEpochResponse_EpochEndOffset(_error_code, _partition, _leader_epoch, _end_offset):
@@ -2418,10 +2652,12 @@ _nest(_OffsetForLeaderEpochResponse_EpochEndOffset, 'OffsetForLeaderEpochRespons
 _D_OffsetForLeaderEpochResponse_EpochEndOffset = _OffsetForLeaderEpochResponse_EpochEndOffset()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult:
     topic: 'str' = ''
     partitions: 'list[OffsetForLeaderEpochResponse.EpochEndOffset]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_topic, _partitions):
@@ -2436,7 +2672,7 @@ _nest(_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult, 'OffsetForLeader
 _D_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetForLeaderEpochResponse:
     EpochEndOffset = _OffsetForLeaderEpochResponse_EpochEndOffset
     OffsetForLeaderTopicResult = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult
@@ -2446,6 +2682,8 @@ class OffsetForLeaderEpochResponse:
 
     throttle_time_ms: 'int' = 0
     topics: 'list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetForLeaderEpochResponse(_throttle_time_ms, _topics):
@@ -2457,10 +2695,12 @@ def _init_OffsetForLeaderEpochResponse(_throttle_time_ms, _topics):
 OffsetForLeaderEpochResponse.__init__ = _init_OffsetForLeaderEpochResponse(*_setters(OffsetForLeaderEpochResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic:
     name: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(_name, _partitions):
@@ -2475,13 +2715,15 @@ _nest(_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic, 'AddPartitionsToTxnReq
 _D_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction:
     transactional_id: 'str' = ''
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
     verify_only: 'bool' = False
     topics: 'list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]' = _field(default_factory=list)
+    _values = attrgetter('transactional_id', 'producer_id', 'producer_epoch', 'verify_only', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_transactional_id, _producer_id, _producer_epoch, _verify_only, _topics):
@@ -2499,7 +2741,7 @@ _nest(_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction, 'AddPartitionsTo
 _D_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction = _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AddPartitionsToTxnRequest:
     AddPartitionsToTxnTopic = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic
     AddPartitionsToTxnTransaction = _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction
@@ -2512,6 +2754,8 @@ class AddPartitionsToTxnRequest:
     v3_and_below_producer_id: 'int' = 0
     v3_and_below_producer_epoch: 'int' = 0
     v3_and_below_topics: 'list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]' = _field(default_factory=list)
+    _values = attrgetter('transactions', 'v3_and_below_transactional_id', 'v3_and_below_producer_id', 'v3_and_below_producer_epoch', 'v3_and_below_topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddPartitionsToTxnRequest(_transactions, _v3_and_below_transactional_id, _v3_and_below_producer_id, _v3_and_below_producer_epoch, _v3_and_below_topics):
@@ -2526,10 +2770,12 @@ def _init_AddPartitionsToTxnRequest(_transactions, _v3_and_below_transactional_i
 AddPartitionsToTxnRequest.__init__ = _init_AddPartitionsToTxnRequest(*_setters(AddPartitionsToTxnRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult:
     partition_index: 'int' = 0
     partition_error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'partition_error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_partition_index, _partition_error_code):
@@ -2544,10 +2790,12 @@ _nest(_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult, 'AddPartiti
 _D_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult:
     name: 'str' = ''
     results_by_partition: 'list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]' = _field(default_factory=list)
+    _values = attrgetter('name', 'results_by_partition')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_name, _results_by_partition):
@@ -2562,10 +2810,12 @@ _nest(_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult, 'AddPartitionsT
 _D_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult:
     transactional_id: 'str' = ''
     topic_results: 'list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('transactional_id', 'topic_results')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_transactional_id, _topic_results):
@@ -2580,7 +2830,7 @@ _nest(_AddPartitionsToTxnResponse_AddPartitionsToTxnResult, 'AddPartitionsToTxnR
 _D_AddPartitionsToTxnResponse_AddPartitionsToTxnResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AddPartitionsToTxnResponse:
     AddPartitionsToTxnPartitionResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
     AddPartitionsToTxnTopicResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult
@@ -2593,6 +2843,8 @@ class AddPartitionsToTxnResponse:
     error_code: 'int' = 0
     results_by_transaction: 'list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult]' = _field(default_factory=list)
     results_by_topic_v3_and_below: 'list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'results_by_transaction', 'results_by_topic_v3_and_below')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddPartitionsToTxnResponse(_throttle_time_ms, _error_code, _results_by_transaction, _results_by_topic_v3_and_below):
@@ -2606,7 +2858,7 @@ def _init_AddPartitionsToTxnResponse(_throttle_time_ms, _error_code, _results_by
 AddPartitionsToTxnResponse.__init__ = _init_AddPartitionsToTxnResponse(*_setters(AddPartitionsToTxnResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AddOffsetsToTxnRequest:
     API_KEY = 25
     VALID_VERSIONS = (0, 4)
@@ -2616,6 +2868,8 @@ class AddOffsetsToTxnRequest:
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
     group_id: 'str' = ''
+    _values = attrgetter('transactional_id', 'producer_id', 'producer_epoch', 'group_id')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddOffsetsToTxnRequest(_transactional_id, _producer_id, _producer_epoch, _group_id):
@@ -2629,7 +2883,7 @@ def _init_AddOffsetsToTxnRequest(_transactional_id, _producer_id, _producer_epoc
 AddOffsetsToTxnRequest.__init__ = _init_AddOffsetsToTxnRequest(*_setters(AddOffsetsToTxnRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AddOffsetsToTxnResponse:
     API_KEY = 25
     VALID_VERSIONS = (0, 4)
@@ -2637,6 +2891,8 @@ class AddOffsetsToTxnResponse:
 
     throttle_time_ms: 'int' = 0
     error_code: 'int' = 0
+    _values = attrgetter('throttle_time_ms', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AddOffsetsToTxnResponse(_throttle_time_ms, _error_code):
@@ -2648,7 +2904,7 @@ def _init_AddOffsetsToTxnResponse(_throttle_time_ms, _error_code):
 AddOffsetsToTxnResponse.__init__ = _init_AddOffsetsToTxnResponse(*_setters(AddOffsetsToTxnResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class EndTxnRequest:
     API_KEY = 26
     VALID_VERSIONS = (0, 5)
@@ -2658,6 +2914,8 @@ class EndTxnRequest:
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
     committed: 'bool' = False
+    _values = attrgetter('transactional_id', 'producer_id', 'producer_epoch', 'committed')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_EndTxnRequest(_transactional_id, _producer_id, _producer_epoch, _committed):
@@ -2671,7 +2929,7 @@ def _init_EndTxnRequest(_transactional_id, _producer_id, _producer_epoch, _commi
 EndTxnRequest.__init__ = _init_EndTxnRequest(*_setters(EndTxnRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class EndTxnResponse:
     API_KEY = 26
     VALID_VERSIONS = (0, 5)
@@ -2681,6 +2939,8 @@ class EndTxnResponse:
     error_code: 'int' = 0
     producer_id: 'int' = -1
     producer_epoch: 'int' = -1
+    _values = attrgetter('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_EndTxnResponse(_throttle_time_ms, _error_code, _producer_id, _producer_epoch):
@@ -2694,10 +2954,12 @@ def _init_EndTxnResponse(_throttle_time_ms, _error_code, _producer_id, _producer
 EndTxnResponse.__init__ = _init_EndTxnResponse(*_setters(EndTxnResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _WriteTxnMarkersRequest_WritableTxnMarkerTopic:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partition_indexes')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_WriteTxnMarkersRequest_WritableTxnMarkerTopic(_name, _partition_indexes):
@@ -2712,13 +2974,15 @@ _nest(_WriteTxnMarkersRequest_WritableTxnMarkerTopic, 'WriteTxnMarkersRequest', 
 _D_WriteTxnMarkersRequest_WritableTxnMarkerTopic = _WriteTxnMarkersRequest_WritableTxnMarkerTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _WriteTxnMarkersRequest_WritableTxnMarker:
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
     transaction_result: 'bool' = False
     topics: 'list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]' = _field(default_factory=list)
     coordinator_epoch: 'int' = 0
+    _values = attrgetter('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_WriteTxnMarkersRequest_WritableTxnMarker(_producer_id, _producer_epoch, _transaction_result, _topics, _coordinator_epoch):
@@ -2736,7 +3000,7 @@ _nest(_WriteTxnMarkersRequest_WritableTxnMarker, 'WriteTxnMarkersRequest', 'Writ
 _D_WriteTxnMarkersRequest_WritableTxnMarker = _WriteTxnMarkersRequest_WritableTxnMarker()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class WriteTxnMarkersRequest:
     WritableTxnMarkerTopic = _WriteTxnMarkersRequest_WritableTxnMarkerTopic
     WritableTxnMarker = _WriteTxnMarkersRequest_WritableTxnMarker
@@ -2745,6 +3009,8 @@ class WriteTxnMarkersRequest:
     FLEXIBLE_FROM = 1
 
     markers: 'list[WriteTxnMarkersRequest.WritableTxnMarker]' = _field(default_factory=list)
+    _values = _one('markers')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_WriteTxnMarkersRequest(_markers):
@@ -2755,10 +3021,12 @@ def _init_WriteTxnMarkersRequest(_markers):
 WriteTxnMarkersRequest.__init__ = _init_WriteTxnMarkersRequest(*_setters(WriteTxnMarkersRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(_partition_index, _error_code):
@@ -2773,10 +3041,12 @@ _nest(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult, 'WriteTxnMarker
 _D_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult:
     name: 'str' = ''
     partitions: 'list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(_name, _partitions):
@@ -2791,10 +3061,12 @@ _nest(_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult, 'WriteTxnMarkersRes
 _D_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _WriteTxnMarkersResponse_WritableTxnMarkerResult:
     producer_id: 'int' = 0
     topics: 'list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('producer_id', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_WriteTxnMarkersResponse_WritableTxnMarkerResult(_producer_id, _topics):
@@ -2809,7 +3081,7 @@ _nest(_WriteTxnMarkersResponse_WritableTxnMarkerResult, 'WriteTxnMarkersResponse
 _D_WriteTxnMarkersResponse_WritableTxnMarkerResult = _WriteTxnMarkersResponse_WritableTxnMarkerResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class WriteTxnMarkersResponse:
     WritableTxnMarkerPartitionResult = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult
     WritableTxnMarkerTopicResult = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult
@@ -2819,6 +3091,8 @@ class WriteTxnMarkersResponse:
     FLEXIBLE_FROM = 1
 
     markers: 'list[WriteTxnMarkersResponse.WritableTxnMarkerResult]' = _field(default_factory=list)
+    _values = _one('markers')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_WriteTxnMarkersResponse(_markers):
@@ -2829,12 +3103,14 @@ def _init_WriteTxnMarkersResponse(_markers):
 WriteTxnMarkersResponse.__init__ = _init_WriteTxnMarkersResponse(*_setters(WriteTxnMarkersResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition:
     partition_index: 'int' = 0
     committed_offset: 'int' = 0
     committed_leader_epoch: 'int' = -1
     committed_metadata: 'str | None' = ''
+    _values = attrgetter('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(_partition_index, _committed_offset, _committed_leader_epoch, _committed_metadata):
@@ -2851,10 +3127,12 @@ _nest(_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition, 'TxnOffsetCommitR
 _D_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic:
     name: 'str' = ''
     partitions: 'list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_name, _partitions):
@@ -2869,7 +3147,7 @@ _nest(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic, 'TxnOffsetCommitReque
 _D_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class TxnOffsetCommitRequest:
     TxnOffsetCommitRequestPartition = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition
     TxnOffsetCommitRequestTopic = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic
@@ -2885,6 +3163,8 @@ class TxnOffsetCommitRequest:
     member_id: 'str' = ''
     group_instance_id: 'str | None' = None
     topics: 'list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]' = _field(default_factory=list)
+    _values = attrgetter('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_TxnOffsetCommitRequest(_transactional_id, _group_id, _producer_id, _producer_epoch, _generation_id, _member_id, _group_instance_id, _topics):
@@ -2902,10 +3182,12 @@ def _init_TxnOffsetCommitRequest(_transactional_id, _group_id, _producer_id, _pr
 TxnOffsetCommitRequest.__init__ = _init_TxnOffsetCommitRequest(*_setters(TxnOffsetCommitRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(_partition_index, _error_code):
@@ -2920,10 +3202,12 @@ _nest(_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition, 'TxnOffsetCommi
 _D_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic:
     name: 'str' = ''
     partitions: 'list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(_name, _partitions):
@@ -2938,7 +3222,7 @@ _nest(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic, 'TxnOffsetCommitRes
 _D_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class TxnOffsetCommitResponse:
     TxnOffsetCommitResponsePartition = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition
     TxnOffsetCommitResponseTopic = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic
@@ -2948,6 +3232,8 @@ class TxnOffsetCommitResponse:
 
     throttle_time_ms: 'int' = 0
     topics: 'list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_TxnOffsetCommitResponse(_throttle_time_ms, _topics):
@@ -2959,11 +3245,13 @@ def _init_TxnOffsetCommitResponse(_throttle_time_ms, _topics):
 TxnOffsetCommitResponse.__init__ = _init_TxnOffsetCommitResponse(*_setters(TxnOffsetCommitResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeConfigsRequest_DescribeConfigsResource:
     resource_type: 'int' = 0
     resource_name: 'str' = ''
     configuration_keys: 'list[str] | None' = _field(default_factory=list)
+    _values = attrgetter('resource_type', 'resource_name', 'configuration_keys')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeConfigsRequest_DescribeConfigsResource(_resource_type, _resource_name, _configuration_keys):
@@ -2979,7 +3267,7 @@ _nest(_DescribeConfigsRequest_DescribeConfigsResource, 'DescribeConfigsRequest',
 _D_DescribeConfigsRequest_DescribeConfigsResource = _DescribeConfigsRequest_DescribeConfigsResource()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeConfigsRequest:
     DescribeConfigsResource = _DescribeConfigsRequest_DescribeConfigsResource
     API_KEY = 32
@@ -2989,6 +3277,8 @@ class DescribeConfigsRequest:
     resources: 'list[DescribeConfigsRequest.DescribeConfigsResource]' = _field(default_factory=list)
     include_synonyms: 'bool' = False
     include_documentation: 'bool' = False
+    _values = attrgetter('resources', 'include_synonyms', 'include_documentation')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeConfigsRequest(_resources, _include_synonyms, _include_documentation):
@@ -3001,11 +3291,13 @@ def _init_DescribeConfigsRequest(_resources, _include_synonyms, _include_documen
 DescribeConfigsRequest.__init__ = _init_DescribeConfigsRequest(*_setters(DescribeConfigsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeConfigsResponse_DescribeConfigsSynonym:
     name: 'str' = ''
     value: 'str | None' = ''
     source: 'int' = 0
+    _values = attrgetter('name', 'value', 'source')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeConfigsResponse_DescribeConfigsSynonym(_name, _value, _source):
@@ -3021,7 +3313,7 @@ _nest(_DescribeConfigsResponse_DescribeConfigsSynonym, 'DescribeConfigsResponse'
 _D_DescribeConfigsResponse_DescribeConfigsSynonym = _DescribeConfigsResponse_DescribeConfigsSynonym()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeConfigsResponse_DescribeConfigsResourceResult:
     name: 'str' = ''
     value: 'str | None' = ''
@@ -3032,6 +3324,8 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult:
     synonyms: 'list[DescribeConfigsResponse.DescribeConfigsSynonym]' = _field(default_factory=list)
     config_type: 'int' = 0
     documentation: 'str | None' = ''
+    _values = attrgetter('name', 'value', 'read_only', 'is_default', 'config_source', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeConfigsResponse_DescribeConfigsResourceResult(_name, _value, _read_only, _is_default, _config_source, _is_sensitive, _synonyms, _config_type, _documentation):
@@ -3053,13 +3347,15 @@ _nest(_DescribeConfigsResponse_DescribeConfigsResourceResult, 'DescribeConfigsRe
 _D_DescribeConfigsResponse_DescribeConfigsResourceResult = _DescribeConfigsResponse_DescribeConfigsResourceResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeConfigsResponse_DescribeConfigsResult:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
     resource_type: 'int' = 0
     resource_name: 'str' = ''
     configs: 'list[DescribeConfigsResponse.DescribeConfigsResourceResult]' = _field(default_factory=list)
+    _values = attrgetter('error_code', 'error_message', 'resource_type', 'resource_name', 'configs')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeConfigsResponse_DescribeConfigsResult(_error_code, _error_message, _resource_type, _resource_name, _configs):
@@ -3077,7 +3373,7 @@ _nest(_DescribeConfigsResponse_DescribeConfigsResult, 'DescribeConfigsResponse',
 _D_DescribeConfigsResponse_DescribeConfigsResult = _DescribeConfigsResponse_DescribeConfigsResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeConfigsResponse:
     DescribeConfigsSynonym = _DescribeConfigsResponse_DescribeConfigsSynonym
     DescribeConfigsResourceResult = _DescribeConfigsResponse_DescribeConfigsResourceResult
@@ -3088,6 +3384,8 @@ class DescribeConfigsResponse:
 
     throttle_time_ms: 'int' = 0
     results: 'list[DescribeConfigsResponse.DescribeConfigsResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'results')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeConfigsResponse(_throttle_time_ms, _results):
@@ -3099,10 +3397,12 @@ def _init_DescribeConfigsResponse(_throttle_time_ms, _results):
 DescribeConfigsResponse.__init__ = _init_DescribeConfigsResponse(*_setters(DescribeConfigsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AlterConfigsRequest_AlterableConfig:
     name: 'str' = ''
     value: 'str | None' = ''
+    _values = attrgetter('name', 'value')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterConfigsRequest_AlterableConfig(_name, _value):
@@ -3117,11 +3417,13 @@ _nest(_AlterConfigsRequest_AlterableConfig, 'AlterConfigsRequest', 'AlterableCon
 _D_AlterConfigsRequest_AlterableConfig = _AlterConfigsRequest_AlterableConfig()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AlterConfigsRequest_AlterConfigsResource:
     resource_type: 'int' = 0
     resource_name: 'str' = ''
     configs: 'list[AlterConfigsRequest.AlterableConfig]' = _field(default_factory=list)
+    _values = attrgetter('resource_type', 'resource_name', 'configs')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterConfigsRequest_AlterConfigsResource(_resource_type, _resource_name, _configs):
@@ -3137,7 +3439,7 @@ _nest(_AlterConfigsRequest_AlterConfigsResource, 'AlterConfigsRequest', 'AlterCo
 _D_AlterConfigsRequest_AlterConfigsResource = _AlterConfigsRequest_AlterConfigsResource()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AlterConfigsRequest:
     AlterableConfig = _AlterConfigsRequest_AlterableConfig
     AlterConfigsResource = _AlterConfigsRequest_AlterConfigsResource
@@ -3147,6 +3449,8 @@ class AlterConfigsRequest:
 
     resources: 'list[AlterConfigsRequest.AlterConfigsResource]' = _field(default_factory=list)
     validate_only: 'bool' = False
+    _values = attrgetter('resources', 'validate_only')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterConfigsRequest(_resources, _validate_only):
@@ -3158,12 +3462,14 @@ def _init_AlterConfigsRequest(_resources, _validate_only):
 AlterConfigsRequest.__init__ = _init_AlterConfigsRequest(*_setters(AlterConfigsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AlterConfigsResponse_AlterConfigsResourceResponse:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
     resource_type: 'int' = 0
     resource_name: 'str' = ''
+    _values = attrgetter('error_code', 'error_message', 'resource_type', 'resource_name')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterConfigsResponse_AlterConfigsResourceResponse(_error_code, _error_message, _resource_type, _resource_name):
@@ -3180,7 +3486,7 @@ _nest(_AlterConfigsResponse_AlterConfigsResourceResponse, 'AlterConfigsResponse'
 _D_AlterConfigsResponse_AlterConfigsResourceResponse = _AlterConfigsResponse_AlterConfigsResourceResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AlterConfigsResponse:
     AlterConfigsResourceResponse = _AlterConfigsResponse_AlterConfigsResourceResponse
     API_KEY = 33
@@ -3189,6 +3495,8 @@ class AlterConfigsResponse:
 
     throttle_time_ms: 'int' = 0
     responses: 'list[AlterConfigsResponse.AlterConfigsResourceResponse]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'responses')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterConfigsResponse(_throttle_time_ms, _responses):
@@ -3200,10 +3508,12 @@ def _init_AlterConfigsResponse(_throttle_time_ms, _responses):
 AlterConfigsResponse.__init__ = _init_AlterConfigsResponse(*_setters(AlterConfigsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeLogDirsRequest_DescribableLogDirTopic:
     topic: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeLogDirsRequest_DescribableLogDirTopic(_topic, _partitions):
@@ -3218,7 +3528,7 @@ _nest(_DescribeLogDirsRequest_DescribableLogDirTopic, 'DescribeLogDirsRequest', 
 _D_DescribeLogDirsRequest_DescribableLogDirTopic = _DescribeLogDirsRequest_DescribableLogDirTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeLogDirsRequest:
     DescribableLogDirTopic = _DescribeLogDirsRequest_DescribableLogDirTopic
     API_KEY = 35
@@ -3226,6 +3536,8 @@ class DescribeLogDirsRequest:
     FLEXIBLE_FROM = 2
 
     topics: 'list[DescribeLogDirsRequest.DescribableLogDirTopic] | None' = _field(default_factory=list)
+    _values = _one('topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeLogDirsRequest(_topics):
@@ -3236,12 +3548,14 @@ def _init_DescribeLogDirsRequest(_topics):
 DescribeLogDirsRequest.__init__ = _init_DescribeLogDirsRequest(*_setters(DescribeLogDirsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeLogDirsResponse_DescribeLogDirsPartition:
     partition_index: 'int' = 0
     partition_size: 'int' = 0
     offset_lag: 'int' = 0
     is_future_key: 'bool' = False
+    _values = attrgetter('partition_index', 'partition_size', 'offset_lag', 'is_future_key')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeLogDirsResponse_DescribeLogDirsPartition(_partition_index, _partition_size, _offset_lag, _is_future_key):
@@ -3258,10 +3572,12 @@ _nest(_DescribeLogDirsResponse_DescribeLogDirsPartition, 'DescribeLogDirsRespons
 _D_DescribeLogDirsResponse_DescribeLogDirsPartition = _DescribeLogDirsResponse_DescribeLogDirsPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeLogDirsResponse_DescribeLogDirsTopic:
     name: 'str' = ''
     partitions: 'list[DescribeLogDirsResponse.DescribeLogDirsPartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeLogDirsResponse_DescribeLogDirsTopic(_name, _partitions):
@@ -3276,13 +3592,15 @@ _nest(_DescribeLogDirsResponse_DescribeLogDirsTopic, 'DescribeLogDirsResponse', 
 _D_DescribeLogDirsResponse_DescribeLogDirsTopic = _DescribeLogDirsResponse_DescribeLogDirsTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeLogDirsResponse_DescribeLogDirsResult:
     error_code: 'int' = 0
     log_dir: 'str' = ''
     topics: 'list[DescribeLogDirsResponse.DescribeLogDirsTopic]' = _field(default_factory=list)
     total_bytes: 'int' = -1
     usable_bytes: 'int' = -1
+    _values = attrgetter('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeLogDirsResponse_DescribeLogDirsResult(_error_code, _log_dir, _topics, _total_bytes, _usable_bytes):
@@ -3300,7 +3618,7 @@ _nest(_DescribeLogDirsResponse_DescribeLogDirsResult, 'DescribeLogDirsResponse',
 _D_DescribeLogDirsResponse_DescribeLogDirsResult = _DescribeLogDirsResponse_DescribeLogDirsResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeLogDirsResponse:
     DescribeLogDirsPartition = _DescribeLogDirsResponse_DescribeLogDirsPartition
     DescribeLogDirsTopic = _DescribeLogDirsResponse_DescribeLogDirsTopic
@@ -3312,6 +3630,8 @@ class DescribeLogDirsResponse:
     throttle_time_ms: 'int' = 0
     error_code: 'int' = 0
     results: 'list[DescribeLogDirsResponse.DescribeLogDirsResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'results')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeLogDirsResponse(_throttle_time_ms, _error_code, _results):
@@ -3324,13 +3644,15 @@ def _init_DescribeLogDirsResponse(_throttle_time_ms, _error_code, _results):
 DescribeLogDirsResponse.__init__ = _init_DescribeLogDirsResponse(*_setters(DescribeLogDirsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class SaslAuthenticateRequest:
     API_KEY = 36
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_FROM = 2
 
     auth_bytes: 'bytes' = b''
+    _values = _one('auth_bytes')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_SaslAuthenticateRequest(_auth_bytes):
@@ -3341,7 +3663,7 @@ def _init_SaslAuthenticateRequest(_auth_bytes):
 SaslAuthenticateRequest.__init__ = _init_SaslAuthenticateRequest(*_setters(SaslAuthenticateRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class SaslAuthenticateResponse:
     API_KEY = 36
     VALID_VERSIONS = (0, 2)
@@ -3351,6 +3673,8 @@ class SaslAuthenticateResponse:
     error_message: 'str | None' = ''
     auth_bytes: 'bytes' = b''
     session_lifetime_ms: 'int' = 0
+    _values = attrgetter('error_code', 'error_message', 'auth_bytes', 'session_lifetime_ms')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_SaslAuthenticateResponse(_error_code, _error_message, _auth_bytes, _session_lifetime_ms):
@@ -3364,9 +3688,11 @@ def _init_SaslAuthenticateResponse(_error_code, _error_message, _auth_bytes, _se
 SaslAuthenticateResponse.__init__ = _init_SaslAuthenticateResponse(*_setters(SaslAuthenticateResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreatePartitionsRequest_CreatePartitionsAssignment:
     broker_ids: 'list[int]' = _field(default_factory=list)
+    _values = _one('broker_ids')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreatePartitionsRequest_CreatePartitionsAssignment(_broker_ids):
@@ -3380,11 +3706,13 @@ _nest(_CreatePartitionsRequest_CreatePartitionsAssignment, 'CreatePartitionsRequ
 _D_CreatePartitionsRequest_CreatePartitionsAssignment = _CreatePartitionsRequest_CreatePartitionsAssignment()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreatePartitionsRequest_CreatePartitionsTopic:
     name: 'str' = ''
     count: 'int' = 0
     assignments: 'list[CreatePartitionsRequest.CreatePartitionsAssignment] | None' = _field(default_factory=list)
+    _values = attrgetter('name', 'count', 'assignments')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreatePartitionsRequest_CreatePartitionsTopic(_name, _count, _assignments):
@@ -3400,7 +3728,7 @@ _nest(_CreatePartitionsRequest_CreatePartitionsTopic, 'CreatePartitionsRequest',
 _D_CreatePartitionsRequest_CreatePartitionsTopic = _CreatePartitionsRequest_CreatePartitionsTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class CreatePartitionsRequest:
     CreatePartitionsAssignment = _CreatePartitionsRequest_CreatePartitionsAssignment
     CreatePartitionsTopic = _CreatePartitionsRequest_CreatePartitionsTopic
@@ -3411,6 +3739,8 @@ class CreatePartitionsRequest:
     topics: 'list[CreatePartitionsRequest.CreatePartitionsTopic]' = _field(default_factory=list)
     timeout_ms: 'int' = 0
     validate_only: 'bool' = False
+    _values = attrgetter('topics', 'timeout_ms', 'validate_only')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreatePartitionsRequest(_topics, _timeout_ms, _validate_only):
@@ -3423,11 +3753,13 @@ def _init_CreatePartitionsRequest(_topics, _timeout_ms, _validate_only):
 CreatePartitionsRequest.__init__ = _init_CreatePartitionsRequest(*_setters(CreatePartitionsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _CreatePartitionsResponse_CreatePartitionsTopicResult:
     name: 'str' = ''
     error_code: 'int' = 0
     error_message: 'str | None' = None
+    _values = attrgetter('name', 'error_code', 'error_message')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreatePartitionsResponse_CreatePartitionsTopicResult(_name, _error_code, _error_message):
@@ -3443,7 +3775,7 @@ _nest(_CreatePartitionsResponse_CreatePartitionsTopicResult, 'CreatePartitionsRe
 _D_CreatePartitionsResponse_CreatePartitionsTopicResult = _CreatePartitionsResponse_CreatePartitionsTopicResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class CreatePartitionsResponse:
     CreatePartitionsTopicResult = _CreatePartitionsResponse_CreatePartitionsTopicResult
     API_KEY = 37
@@ -3452,6 +3784,8 @@ class CreatePartitionsResponse:
 
     throttle_time_ms: 'int' = 0
     results: 'list[CreatePartitionsResponse.CreatePartitionsTopicResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'results')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_CreatePartitionsResponse(_throttle_time_ms, _results):
@@ -3463,13 +3797,15 @@ def _init_CreatePartitionsResponse(_throttle_time_ms, _results):
 CreatePartitionsResponse.__init__ = _init_CreatePartitionsResponse(*_setters(CreatePartitionsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DeleteGroupsRequest:
     API_KEY = 42
     VALID_VERSIONS = (0, 2)
     FLEXIBLE_FROM = 2
 
     groups_names: 'list[str]' = _field(default_factory=list)
+    _values = _one('groups_names')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteGroupsRequest(_groups_names):
@@ -3480,10 +3816,12 @@ def _init_DeleteGroupsRequest(_groups_names):
 DeleteGroupsRequest.__init__ = _init_DeleteGroupsRequest(*_setters(DeleteGroupsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DeleteGroupsResponse_DeletableGroupResult:
     group_id: 'str' = ''
     error_code: 'int' = 0
+    _values = attrgetter('group_id', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteGroupsResponse_DeletableGroupResult(_group_id, _error_code):
@@ -3498,7 +3836,7 @@ _nest(_DeleteGroupsResponse_DeletableGroupResult, 'DeleteGroupsResponse', 'Delet
 _D_DeleteGroupsResponse_DeletableGroupResult = _DeleteGroupsResponse_DeletableGroupResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DeleteGroupsResponse:
     DeletableGroupResult = _DeleteGroupsResponse_DeletableGroupResult
     API_KEY = 42
@@ -3507,6 +3845,8 @@ class DeleteGroupsResponse:
 
     throttle_time_ms: 'int' = 0
     results: 'list[DeleteGroupsResponse.DeletableGroupResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'results')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DeleteGroupsResponse(_throttle_time_ms, _results):
@@ -3518,10 +3858,12 @@ def _init_DeleteGroupsResponse(_throttle_time_ms, _results):
 DeleteGroupsResponse.__init__ = _init_DeleteGroupsResponse(*_setters(DeleteGroupsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ElectLeadersRequest_TopicPartitions:
     topic: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ElectLeadersRequest_TopicPartitions(_topic, _partitions):
@@ -3536,7 +3878,7 @@ _nest(_ElectLeadersRequest_TopicPartitions, 'ElectLeadersRequest', 'TopicPartiti
 _D_ElectLeadersRequest_TopicPartitions = _ElectLeadersRequest_TopicPartitions()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ElectLeadersRequest:
     TopicPartitions = _ElectLeadersRequest_TopicPartitions
     API_KEY = 43
@@ -3546,6 +3888,8 @@ class ElectLeadersRequest:
     election_type: 'int' = 0
     topic_partitions: 'list[ElectLeadersRequest.TopicPartitions] | None' = _field(default_factory=list)
     timeout_ms: 'int' = 60000
+    _values = attrgetter('election_type', 'topic_partitions', 'timeout_ms')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ElectLeadersRequest(_election_type, _topic_partitions, _timeout_ms):
@@ -3558,11 +3902,13 @@ def _init_ElectLeadersRequest(_election_type, _topic_partitions, _timeout_ms):
 ElectLeadersRequest.__init__ = _init_ElectLeadersRequest(*_setters(ElectLeadersRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ElectLeadersResponse_PartitionResult:
     partition_id: 'int' = 0
     error_code: 'int' = 0
     error_message: 'str | None' = ''
+    _values = attrgetter('partition_id', 'error_code', 'error_message')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ElectLeadersResponse_PartitionResult(_partition_id, _error_code, _error_message):
@@ -3578,10 +3924,12 @@ _nest(_ElectLeadersResponse_PartitionResult, 'ElectLeadersResponse', 'PartitionR
 _D_ElectLeadersResponse_PartitionResult = _ElectLeadersResponse_PartitionResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ElectLeadersResponse_ReplicaElectionResult:
     topic: 'str' = ''
     partition_result: 'list[ElectLeadersResponse.PartitionResult]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'partition_result')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ElectLeadersResponse_ReplicaElectionResult(_topic, _partition_result):
@@ -3596,7 +3944,7 @@ _nest(_ElectLeadersResponse_ReplicaElectionResult, 'ElectLeadersResponse', 'Repl
 _D_ElectLeadersResponse_ReplicaElectionResult = _ElectLeadersResponse_ReplicaElectionResult()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ElectLeadersResponse:
     PartitionResult = _ElectLeadersResponse_PartitionResult
     ReplicaElectionResult = _ElectLeadersResponse_ReplicaElectionResult
@@ -3607,6 +3955,8 @@ class ElectLeadersResponse:
     throttle_time_ms: 'int' = 0
     error_code: 'int' = 0
     replica_election_results: 'list[ElectLeadersResponse.ReplicaElectionResult]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'replica_election_results')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ElectLeadersResponse(_throttle_time_ms, _error_code, _replica_election_results):
@@ -3619,11 +3969,13 @@ def _init_ElectLeadersResponse(_throttle_time_ms, _error_code, _replica_election
 ElectLeadersResponse.__init__ = _init_ElectLeadersResponse(*_setters(ElectLeadersResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _IncrementalAlterConfigsRequest_AlterableConfig:
     name: 'str' = ''
     config_operation: 'int' = 0
     value: 'str | None' = ''
+    _values = attrgetter('name', 'config_operation', 'value')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_IncrementalAlterConfigsRequest_AlterableConfig(_name, _config_operation, _value):
@@ -3639,11 +3991,13 @@ _nest(_IncrementalAlterConfigsRequest_AlterableConfig, 'IncrementalAlterConfigsR
 _D_IncrementalAlterConfigsRequest_AlterableConfig = _IncrementalAlterConfigsRequest_AlterableConfig()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _IncrementalAlterConfigsRequest_AlterConfigsResource:
     resource_type: 'int' = 0
     resource_name: 'str' = ''
     configs: 'list[IncrementalAlterConfigsRequest.AlterableConfig]' = _field(default_factory=list)
+    _values = attrgetter('resource_type', 'resource_name', 'configs')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_IncrementalAlterConfigsRequest_AlterConfigsResource(_resource_type, _resource_name, _configs):
@@ -3659,7 +4013,7 @@ _nest(_IncrementalAlterConfigsRequest_AlterConfigsResource, 'IncrementalAlterCon
 _D_IncrementalAlterConfigsRequest_AlterConfigsResource = _IncrementalAlterConfigsRequest_AlterConfigsResource()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class IncrementalAlterConfigsRequest:
     AlterableConfig = _IncrementalAlterConfigsRequest_AlterableConfig
     AlterConfigsResource = _IncrementalAlterConfigsRequest_AlterConfigsResource
@@ -3669,6 +4023,8 @@ class IncrementalAlterConfigsRequest:
 
     resources: 'list[IncrementalAlterConfigsRequest.AlterConfigsResource]' = _field(default_factory=list)
     validate_only: 'bool' = False
+    _values = attrgetter('resources', 'validate_only')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_IncrementalAlterConfigsRequest(_resources, _validate_only):
@@ -3680,12 +4036,14 @@ def _init_IncrementalAlterConfigsRequest(_resources, _validate_only):
 IncrementalAlterConfigsRequest.__init__ = _init_IncrementalAlterConfigsRequest(*_setters(IncrementalAlterConfigsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
     resource_type: 'int' = 0
     resource_name: 'str' = ''
+    _values = attrgetter('error_code', 'error_message', 'resource_type', 'resource_name')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(_error_code, _error_message, _resource_type, _resource_name):
@@ -3702,7 +4060,7 @@ _nest(_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse, 'Incrementa
 _D_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class IncrementalAlterConfigsResponse:
     AlterConfigsResourceResponse = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse
     API_KEY = 44
@@ -3711,6 +4069,8 @@ class IncrementalAlterConfigsResponse:
 
     throttle_time_ms: 'int' = 0
     responses: 'list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'responses')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_IncrementalAlterConfigsResponse(_throttle_time_ms, _responses):
@@ -3722,10 +4082,12 @@ def _init_IncrementalAlterConfigsResponse(_throttle_time_ms, _responses):
 IncrementalAlterConfigsResponse.__init__ = _init_IncrementalAlterConfigsResponse(*_setters(IncrementalAlterConfigsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AlterPartitionReassignmentsRequest_ReassignablePartition:
     partition_index: 'int' = 0
     replicas: 'list[int] | None' = None
+    _values = attrgetter('partition_index', 'replicas')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterPartitionReassignmentsRequest_ReassignablePartition(_partition_index, _replicas):
@@ -3740,10 +4102,12 @@ _nest(_AlterPartitionReassignmentsRequest_ReassignablePartition, 'AlterPartition
 _D_AlterPartitionReassignmentsRequest_ReassignablePartition = _AlterPartitionReassignmentsRequest_ReassignablePartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AlterPartitionReassignmentsRequest_ReassignableTopic:
     name: 'str' = ''
     partitions: 'list[AlterPartitionReassignmentsRequest.ReassignablePartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterPartitionReassignmentsRequest_ReassignableTopic(_name, _partitions):
@@ -3758,7 +4122,7 @@ _nest(_AlterPartitionReassignmentsRequest_ReassignableTopic, 'AlterPartitionReas
 _D_AlterPartitionReassignmentsRequest_ReassignableTopic = _AlterPartitionReassignmentsRequest_ReassignableTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AlterPartitionReassignmentsRequest:
     ReassignablePartition = _AlterPartitionReassignmentsRequest_ReassignablePartition
     ReassignableTopic = _AlterPartitionReassignmentsRequest_ReassignableTopic
@@ -3768,6 +4132,8 @@ class AlterPartitionReassignmentsRequest:
 
     timeout_ms: 'int' = 60000
     topics: 'list[AlterPartitionReassignmentsRequest.ReassignableTopic]' = _field(default_factory=list)
+    _values = attrgetter('timeout_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterPartitionReassignmentsRequest(_timeout_ms, _topics):
@@ -3779,11 +4145,13 @@ def _init_AlterPartitionReassignmentsRequest(_timeout_ms, _topics):
 AlterPartitionReassignmentsRequest.__init__ = _init_AlterPartitionReassignmentsRequest(*_setters(AlterPartitionReassignmentsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse:
     partition_index: 'int' = 0
     error_code: 'int' = 0
     error_message: 'str | None' = ''
+    _values = attrgetter('partition_index', 'error_code', 'error_message')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(_partition_index, _error_code, _error_message):
@@ -3799,10 +4167,12 @@ _nest(_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse, 'Alter
 _D_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse = _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _AlterPartitionReassignmentsResponse_ReassignableTopicResponse:
     name: 'str' = ''
     partitions: 'list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterPartitionReassignmentsResponse_ReassignableTopicResponse(_name, _partitions):
@@ -3817,7 +4187,7 @@ _nest(_AlterPartitionReassignmentsResponse_ReassignableTopicResponse, 'AlterPart
 _D_AlterPartitionReassignmentsResponse_ReassignableTopicResponse = _AlterPartitionReassignmentsResponse_ReassignableTopicResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class AlterPartitionReassignmentsResponse:
     ReassignablePartitionResponse = _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse
     ReassignableTopicResponse = _AlterPartitionReassignmentsResponse_ReassignableTopicResponse
@@ -3829,6 +4199,8 @@ class AlterPartitionReassignmentsResponse:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
     responses: 'list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'error_message', 'responses')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_AlterPartitionReassignmentsResponse(_throttle_time_ms, _error_code, _error_message, _responses):
@@ -3842,10 +4214,12 @@ def _init_AlterPartitionReassignmentsResponse(_throttle_time_ms, _error_code, _e
 AlterPartitionReassignmentsResponse.__init__ = _init_AlterPartitionReassignmentsResponse(*_setters(AlterPartitionReassignmentsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partition_indexes')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(_name, _partition_indexes):
@@ -3860,7 +4234,7 @@ _nest(_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics, 'List
 _D_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics = _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListPartitionReassignmentsRequest:
     ListPartitionReassignmentsTopics = _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics
     API_KEY = 46
@@ -3869,6 +4243,8 @@ class ListPartitionReassignmentsRequest:
 
     timeout_ms: 'int' = 60000
     topics: 'list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None' = None
+    _values = attrgetter('timeout_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListPartitionReassignmentsRequest(_timeout_ms, _topics):
@@ -3880,12 +4256,14 @@ def _init_ListPartitionReassignmentsRequest(_timeout_ms, _topics):
 ListPartitionReassignmentsRequest.__init__ = _init_ListPartitionReassignmentsRequest(*_setters(ListPartitionReassignmentsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListPartitionReassignmentsResponse_OngoingPartitionReassignment:
     partition_index: 'int' = 0
     replicas: 'list[int]' = _field(default_factory=list)
     adding_replicas: 'list[int]' = _field(default_factory=list)
     removing_replicas: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('partition_index', 'replicas', 'adding_replicas', 'removing_replicas')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListPartitionReassignmentsResponse_OngoingPartitionReassignment(_partition_index, _replicas, _adding_replicas, _removing_replicas):
@@ -3902,10 +4280,12 @@ _nest(_ListPartitionReassignmentsResponse_OngoingPartitionReassignment, 'ListPar
 _D_ListPartitionReassignmentsResponse_OngoingPartitionReassignment = _ListPartitionReassignmentsResponse_OngoingPartitionReassignment()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListPartitionReassignmentsResponse_OngoingTopicReassignment:
     name: 'str' = ''
     partitions: 'list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListPartitionReassignmentsResponse_OngoingTopicReassignment(_name, _partitions):
@@ -3920,7 +4300,7 @@ _nest(_ListPartitionReassignmentsResponse_OngoingTopicReassignment, 'ListPartiti
 _D_ListPartitionReassignmentsResponse_OngoingTopicReassignment = _ListPartitionReassignmentsResponse_OngoingTopicReassignment()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListPartitionReassignmentsResponse:
     OngoingPartitionReassignment = _ListPartitionReassignmentsResponse_OngoingPartitionReassignment
     OngoingTopicReassignment = _ListPartitionReassignmentsResponse_OngoingTopicReassignment
@@ -3932,6 +4312,8 @@ class ListPartitionReassignmentsResponse:
     error_code: 'int' = 0
     error_message: 'str | None' = ''
     topics: 'list[ListPartitionReassignmentsResponse.OngoingTopicReassignment]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'error_message', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListPartitionReassignmentsResponse(_throttle_time_ms, _error_code, _error_message, _topics):
@@ -3945,9 +4327,11 @@ def _init_ListPartitionReassignmentsResponse(_throttle_time_ms, _error_code, _er
 ListPartitionReassignmentsResponse.__init__ = _init_ListPartitionReassignmentsResponse(*_setters(ListPartitionReassignmentsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetDeleteRequest_OffsetDeleteRequestPartition:
     partition_index: 'int' = 0
+    _values = _one('partition_index')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetDeleteRequest_OffsetDeleteRequestPartition(_partition_index):
@@ -3961,10 +4345,12 @@ _nest(_OffsetDeleteRequest_OffsetDeleteRequestPartition, 'OffsetDeleteRequest', 
 _D_OffsetDeleteRequest_OffsetDeleteRequestPartition = _OffsetDeleteRequest_OffsetDeleteRequestPartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetDeleteRequest_OffsetDeleteRequestTopic:
     name: 'str' = ''
     partitions: 'list[OffsetDeleteRequest.OffsetDeleteRequestPartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetDeleteRequest_OffsetDeleteRequestTopic(_name, _partitions):
@@ -3979,7 +4365,7 @@ _nest(_OffsetDeleteRequest_OffsetDeleteRequestTopic, 'OffsetDeleteRequest', 'Off
 _D_OffsetDeleteRequest_OffsetDeleteRequestTopic = _OffsetDeleteRequest_OffsetDeleteRequestTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetDeleteRequest:
     OffsetDeleteRequestPartition = _OffsetDeleteRequest_OffsetDeleteRequestPartition
     OffsetDeleteRequestTopic = _OffsetDeleteRequest_OffsetDeleteRequestTopic
@@ -3989,6 +4375,8 @@ class OffsetDeleteRequest:
 
     group_id: 'str' = ''
     topics: 'list[OffsetDeleteRequest.OffsetDeleteRequestTopic]' = _field(default_factory=list)
+    _values = attrgetter('group_id', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetDeleteRequest(_group_id, _topics):
@@ -4000,10 +4388,12 @@ def _init_OffsetDeleteRequest(_group_id, _topics):
 OffsetDeleteRequest.__init__ = _init_OffsetDeleteRequest(*_setters(OffsetDeleteRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetDeleteResponse_OffsetDeleteResponsePartition:
     partition_index: 'int' = 0
     error_code: 'int' = 0
+    _values = attrgetter('partition_index', 'error_code')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetDeleteResponse_OffsetDeleteResponsePartition(_partition_index, _error_code):
@@ -4018,10 +4408,12 @@ _nest(_OffsetDeleteResponse_OffsetDeleteResponsePartition, 'OffsetDeleteResponse
 _D_OffsetDeleteResponse_OffsetDeleteResponsePartition = _OffsetDeleteResponse_OffsetDeleteResponsePartition()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _OffsetDeleteResponse_OffsetDeleteResponseTopic:
     name: 'str' = ''
     partitions: 'list[OffsetDeleteResponse.OffsetDeleteResponsePartition]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetDeleteResponse_OffsetDeleteResponseTopic(_name, _partitions):
@@ -4036,7 +4428,7 @@ _nest(_OffsetDeleteResponse_OffsetDeleteResponseTopic, 'OffsetDeleteResponse', '
 _D_OffsetDeleteResponse_OffsetDeleteResponseTopic = _OffsetDeleteResponse_OffsetDeleteResponseTopic()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class OffsetDeleteResponse:
     OffsetDeleteResponsePartition = _OffsetDeleteResponse_OffsetDeleteResponsePartition
     OffsetDeleteResponseTopic = _OffsetDeleteResponse_OffsetDeleteResponseTopic
@@ -4047,6 +4439,8 @@ class OffsetDeleteResponse:
     error_code: 'int' = 0
     throttle_time_ms: 'int' = 0
     topics: 'list[OffsetDeleteResponse.OffsetDeleteResponseTopic]' = _field(default_factory=list)
+    _values = attrgetter('error_code', 'throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_OffsetDeleteResponse(_error_code, _throttle_time_ms, _topics):
@@ -4059,7 +4453,7 @@ def _init_OffsetDeleteResponse(_error_code, _throttle_time_ms, _topics):
 OffsetDeleteResponse.__init__ = _init_OffsetDeleteResponse(*_setters(OffsetDeleteResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeClusterRequest:
     API_KEY = 60
     VALID_VERSIONS = (0, 1)
@@ -4067,6 +4461,8 @@ class DescribeClusterRequest:
 
     include_cluster_authorized_operations: 'bool' = False
     endpoint_type: 'int' = 1
+    _values = attrgetter('include_cluster_authorized_operations', 'endpoint_type')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeClusterRequest(_include_cluster_authorized_operations, _endpoint_type):
@@ -4078,12 +4474,14 @@ def _init_DescribeClusterRequest(_include_cluster_authorized_operations, _endpoi
 DescribeClusterRequest.__init__ = _init_DescribeClusterRequest(*_setters(DescribeClusterRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeClusterResponse_DescribeClusterBroker:
     broker_id: 'int' = 0
     host: 'str' = ''
     port: 'int' = 0
     rack: 'str | None' = None
+    _values = attrgetter('broker_id', 'host', 'port', 'rack')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeClusterResponse_DescribeClusterBroker(_broker_id, _host, _port, _rack):
@@ -4100,7 +4498,7 @@ _nest(_DescribeClusterResponse_DescribeClusterBroker, 'DescribeClusterResponse',
 _D_DescribeClusterResponse_DescribeClusterBroker = _DescribeClusterResponse_DescribeClusterBroker()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeClusterResponse:
     DescribeClusterBroker = _DescribeClusterResponse_DescribeClusterBroker
     API_KEY = 60
@@ -4115,6 +4513,8 @@ class DescribeClusterResponse:
     controller_id: 'int' = -1
     brokers: 'list[DescribeClusterResponse.DescribeClusterBroker]' = _field(default_factory=list)
     cluster_authorized_operations: 'int' = -2147483648
+    _values = attrgetter('throttle_time_ms', 'error_code', 'error_message', 'endpoint_type', 'cluster_id', 'controller_id', 'brokers', 'cluster_authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeClusterResponse(_throttle_time_ms, _error_code, _error_message, _endpoint_type, _cluster_id, _controller_id, _brokers, _cluster_authorized_operations):
@@ -4132,10 +4532,12 @@ def _init_DescribeClusterResponse(_throttle_time_ms, _error_code, _error_message
 DescribeClusterResponse.__init__ = _init_DescribeClusterResponse(*_setters(DescribeClusterResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeProducersRequest_TopicRequest:
     name: 'str' = ''
     partition_indexes: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partition_indexes')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeProducersRequest_TopicRequest(_name, _partition_indexes):
@@ -4150,7 +4552,7 @@ _nest(_DescribeProducersRequest_TopicRequest, 'DescribeProducersRequest', 'Topic
 _D_DescribeProducersRequest_TopicRequest = _DescribeProducersRequest_TopicRequest()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeProducersRequest:
     TopicRequest = _DescribeProducersRequest_TopicRequest
     API_KEY = 61
@@ -4158,6 +4560,8 @@ class DescribeProducersRequest:
     FLEXIBLE_FROM = 0
 
     topics: 'list[DescribeProducersRequest.TopicRequest]' = _field(default_factory=list)
+    _values = _one('topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeProducersRequest(_topics):
@@ -4168,7 +4572,7 @@ def _init_DescribeProducersRequest(_topics):
 DescribeProducersRequest.__init__ = _init_DescribeProducersRequest(*_setters(DescribeProducersRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeProducersResponse_ProducerState:
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
@@ -4176,6 +4580,8 @@ class _DescribeProducersResponse_ProducerState:
     last_timestamp: 'int' = -1
     coordinator_epoch: 'int' = 0
     current_txn_start_offset: 'int' = -1
+    _values = attrgetter('producer_id', 'producer_epoch', 'last_sequence', 'last_timestamp', 'coordinator_epoch', 'current_txn_start_offset')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeProducersResponse_ProducerState(_producer_id, _producer_epoch, _last_sequence, _last_timestamp, _coordinator_epoch, _current_txn_start_offset):
@@ -4194,12 +4600,14 @@ _nest(_DescribeProducersResponse_ProducerState, 'DescribeProducersResponse', 'Pr
 _D_DescribeProducersResponse_ProducerState = _DescribeProducersResponse_ProducerState()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeProducersResponse_PartitionResponse:
     partition_index: 'int' = 0
     error_code: 'int' = 0
     error_message: 'str | None' = None
     active_producers: 'list[DescribeProducersResponse.ProducerState]' = _field(default_factory=list)
+    _values = attrgetter('partition_index', 'error_code', 'error_message', 'active_producers')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeProducersResponse_PartitionResponse(_partition_index, _error_code, _error_message, _active_producers):
@@ -4216,10 +4624,12 @@ _nest(_DescribeProducersResponse_PartitionResponse, 'DescribeProducersResponse',
 _D_DescribeProducersResponse_PartitionResponse = _DescribeProducersResponse_PartitionResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeProducersResponse_TopicResponse:
     name: 'str' = ''
     partitions: 'list[DescribeProducersResponse.PartitionResponse]' = _field(default_factory=list)
+    _values = attrgetter('name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeProducersResponse_TopicResponse(_name, _partitions):
@@ -4234,7 +4644,7 @@ _nest(_DescribeProducersResponse_TopicResponse, 'DescribeProducersResponse', 'To
 _D_DescribeProducersResponse_TopicResponse = _DescribeProducersResponse_TopicResponse()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeProducersResponse:
     ProducerState = _DescribeProducersResponse_ProducerState
     PartitionResponse = _DescribeProducersResponse_PartitionResponse
@@ -4245,6 +4655,8 @@ class DescribeProducersResponse:
 
     throttle_time_ms: 'int' = 0
     topics: 'list[DescribeProducersResponse.TopicResponse]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeProducersResponse(_throttle_time_ms, _topics):
@@ -4256,13 +4668,15 @@ def _init_DescribeProducersResponse(_throttle_time_ms, _topics):
 DescribeProducersResponse.__init__ = _init_DescribeProducersResponse(*_setters(DescribeProducersResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeTransactionsRequest:
     API_KEY = 65
     VALID_VERSIONS = (0, 0)
     FLEXIBLE_FROM = 0
 
     transactional_ids: 'list[str]' = _field(default_factory=list)
+    _values = _one('transactional_ids')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeTransactionsRequest(_transactional_ids):
@@ -4273,10 +4687,12 @@ def _init_DescribeTransactionsRequest(_transactional_ids):
 DescribeTransactionsRequest.__init__ = _init_DescribeTransactionsRequest(*_setters(DescribeTransactionsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeTransactionsResponse_TopicData:
     topic: 'str' = ''
     partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('topic', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeTransactionsResponse_TopicData(_topic, _partitions):
@@ -4291,7 +4707,7 @@ _nest(_DescribeTransactionsResponse_TopicData, 'DescribeTransactionsResponse', '
 _D_DescribeTransactionsResponse_TopicData = _DescribeTransactionsResponse_TopicData()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _DescribeTransactionsResponse_TransactionState:
     error_code: 'int' = 0
     transactional_id: 'str' = ''
@@ -4301,6 +4717,8 @@ class _DescribeTransactionsResponse_TransactionState:
     producer_id: 'int' = 0
     producer_epoch: 'int' = 0
     topics: 'list[DescribeTransactionsResponse.TopicData]' = _field(default_factory=list)
+    _values = attrgetter('error_code', 'transactional_id', 'transaction_state', 'transaction_timeout_ms', 'transaction_start_time_ms', 'producer_id', 'producer_epoch', 'topics')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeTransactionsResponse_TransactionState(_error_code, _transactional_id, _transaction_state, _transaction_timeout_ms, _transaction_start_time_ms, _producer_id, _producer_epoch, _topics):
@@ -4321,7 +4739,7 @@ _nest(_DescribeTransactionsResponse_TransactionState, 'DescribeTransactionsRespo
 _D_DescribeTransactionsResponse_TransactionState = _DescribeTransactionsResponse_TransactionState()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class DescribeTransactionsResponse:
     TopicData = _DescribeTransactionsResponse_TopicData
     TransactionState = _DescribeTransactionsResponse_TransactionState
@@ -4331,6 +4749,8 @@ class DescribeTransactionsResponse:
 
     throttle_time_ms: 'int' = 0
     transaction_states: 'list[DescribeTransactionsResponse.TransactionState]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'transaction_states')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_DescribeTransactionsResponse(_throttle_time_ms, _transaction_states):
@@ -4342,7 +4762,7 @@ def _init_DescribeTransactionsResponse(_throttle_time_ms, _transaction_states):
 DescribeTransactionsResponse.__init__ = _init_DescribeTransactionsResponse(*_setters(DescribeTransactionsResponse))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListTransactionsRequest:
     API_KEY = 66
     VALID_VERSIONS = (0, 1)
@@ -4351,6 +4771,8 @@ class ListTransactionsRequest:
     state_filters: 'list[str]' = _field(default_factory=list)
     producer_id_filters: 'list[int]' = _field(default_factory=list)
     duration_filter: 'int' = -1
+    _values = attrgetter('state_filters', 'producer_id_filters', 'duration_filter')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListTransactionsRequest(_state_filters, _producer_id_filters, _duration_filter):
@@ -4363,11 +4785,13 @@ def _init_ListTransactionsRequest(_state_filters, _producer_id_filters, _duratio
 ListTransactionsRequest.__init__ = _init_ListTransactionsRequest(*_setters(ListTransactionsRequest))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class _ListTransactionsResponse_TransactionState:
     transactional_id: 'str' = ''
     producer_id: 'int' = 0
     transaction_state: 'str' = ''
+    _values = attrgetter('transactional_id', 'producer_id', 'transaction_state')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListTransactionsResponse_TransactionState(_transactional_id, _producer_id, _transaction_state):
@@ -4383,7 +4807,7 @@ _nest(_ListTransactionsResponse_TransactionState, 'ListTransactionsResponse', 'T
 _D_ListTransactionsResponse_TransactionState = _ListTransactionsResponse_TransactionState()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class ListTransactionsResponse:
     TransactionState = _ListTransactionsResponse_TransactionState
     API_KEY = 66
@@ -4394,6 +4818,8 @@ class ListTransactionsResponse:
     error_code: 'int' = 0
     unknown_state_filters: 'list[str]' = _field(default_factory=list)
     transaction_states: 'list[ListTransactionsResponse.TransactionState]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'error_code', 'unknown_state_filters', 'transaction_states')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
 
 
 def _init_ListTransactionsResponse(_throttle_time_ms, _error_code, _unknown_state_filters, _transaction_states):
