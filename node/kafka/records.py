@@ -134,8 +134,7 @@ def _kafka_batch_to_log(data: bytes, position: int, log_append_time_ms: int | No
         try:
             raw = bytes(compression.decompress(codec, raw, max_bytes))
         except compression.CompressionError as e:
-            code = ErrorCode.MESSAGE_TOO_LARGE if "more than" in str(e) or "over the limit" \
-                in str(e) else ErrorCode.CORRUPT_MESSAGE
+            code = ErrorCode.MESSAGE_TOO_LARGE if e.too_large else ErrorCode.CORRUPT_MESSAGE
             raise RecordError(code, f"record batch at byte {position}: {e}") from None
     try:
         columns = record_columns.decode(raw, count, base_timestamp)
@@ -276,7 +275,7 @@ def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
     if h.record_count <= SCALAR_ENCODE_RECORDS_MAX:
         records = record_columns.encode_scalar(columns, h.base_timestamp)
     else:
-        records = memoryview(record_columns.encode(columns, h.base_timestamp))
+        records = record_columns.encode(columns, h.base_timestamp)
     if attributes & ATTR_CODEC_MASK:
         records = compression.compress(attributes & ATTR_CODEC_MASK, records)
     out = bytearray(KAFKA_HEADER_BYTES)
