@@ -85,7 +85,8 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
     or a 2-D uint8 numpy array (one fixed-size record per row). ``keys=None`` means
     every key is null. ``timestamps_ms``: None (now), an int (all the same), or a
     sequence / numpy array of n ints. Arrays are encoded without per-record Python work.
-    ``headers``: None (no headers column), or per record a list of (key, value|None).
+    ``headers``: None, or per record a list of (key, value|None); the headers column is
+    written only if some record has headers.
     ``codec_hint``: the CODEC_* a Kafka producer compressed with (a hint, see above).
     ``log_append_time``: Kafka's LogAppendTime; every timestamp must then be the same.
     """
@@ -108,9 +109,10 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
         if len(headers) != n:
             raise ValueError(f"{len(headers)} header lists for {n} values")
         entries = [record_headers.encode_entry(h) for h in headers]
-        header_offsets = np.fromiter(itertools.accumulate(map(len, entries), initial=0),
-                                     np.int64, n + 1)
-        header_data = b"".join(entries)
+        if any(entries):  # no record with headers: no column, as for headers=None
+            header_offsets = np.fromiter(itertools.accumulate(map(len, entries), initial=0),
+                                         np.int64, n + 1)
+            header_data = b"".join(entries)
     return encode_columns(
         deltas.astype("<i4"), key_col.offsets, key_col.data, value_col.offsets,
         value_col.data, key_validity=key_col.validity, value_validity=value_col.validity,
