@@ -132,15 +132,22 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
     """Encode one batch from its columns, already laid out: the one body writer
     (``build_batch`` and the Kafka listener's converter use it). ``timestamp_deltas``:
     n non-negative ints; offsets: n + 1 ints from 0, ending at their data's length;
-    validity: packed bitmaps (or None: nothing null); data: any bytes-like objects."""
-    deltas = np.asarray(timestamp_deltas, "<i4")
-    n = len(deltas)
+    validity: packed bitmaps (or None: nothing null); data: any bytes-like objects.
+    The int columns may be numpy arrays or, for a few records, lists (then packed with
+    struct: numpy's cost per call is most of a small batch's)."""
+    n = len(timestamp_deltas)
     if not 1 <= n <= BATCH_RECORDS_MAX:
         raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {n}")
     if not CODEC_NONE <= codec_hint <= CODEC_MAX:
         raise ValueError(f"unknown compression codec {codec_hint}")
-    parts = [deltas, np.asarray(key_offsets, "<i4"), np.asarray(value_offsets, "<i4"),
-             key_data, value_data]
+    if isinstance(timestamp_deltas, list):
+        int32s = _packed_int32s
+        max_delta, min_delta = max(timestamp_deltas), min(timestamp_deltas)
+    else:
+        int32s = _int32s
+        max_delta, min_delta = int(np.max(timestamp_deltas)), int(np.min(timestamp_deltas))
+    parts = [int32s(timestamp_deltas), int32s(key_offsets), int32s(value_offsets), key_data,
+             value_data]
     attributes = codec_hint | (ATTR_LOG_APPEND_TIME if log_append_time else 0)
     for bit, bitmap in ((ATTR_KEY_NULLS, key_validity), (ATTR_VALUE_NULLS, value_validity)):
         if bitmap is not None:
@@ -148,7 +155,7 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
             parts.append(bitmap)
     if header_offsets is not None:
         attributes |= ATTR_HEADERS
-        parts += [np.asarray(header_offsets, "<i4"), header_data]
+        parts += [int32s(header_offsets), header_data]
     views = [memoryview(p if isinstance(p, (bytes, bytearray, memoryview))
                         else np.ascontiguousarray(p)).cast("B") for p in parts]
     assert len(views[1]) == len(views[2]) == 4 * (n + 1), "offsets: n + 1 entries"
@@ -162,11 +169,18 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
         buf[position:position + len(view)] = view
         position += len(view)
     assert position == total_bytes
-    max_delta = int(deltas.max())
-    assert int(deltas.min()) >= 0, "timestamp deltas are >= 0"
+    assert min_delta >= 0, "timestamp deltas are >= 0"
     _pack_header(buf, base_offset, partition_leader_epoch, attributes, n, base_timestamp,
                  base_timestamp + max_delta, producer_id, producer_epoch, base_sequence)
     return buf
+
+
+def _int32s(values) -> np.ndarray:
+    return np.asarray(values, "<i4")
+
+
+def _packed_int32s(values: list) -> bytes:
+    return struct.pack(f"<{len(values)}i", *values)
 
 
 def _pack_header(buf: bytearray, base_offset: int, partition_leader_epoch: int,

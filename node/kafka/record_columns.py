@@ -32,12 +32,14 @@ INT32_MAX = 2**31 - 1
 
 @dataclass
 class RecordColumns:
-    timestamps: np.ndarray  # int64[n], absolute ms
-    key_lengths: np.ndarray  # int64[n], -1 = null key
+    """The int columns are numpy int64 arrays, or lists (the scalar paths, few records)."""
+
+    timestamps: np.ndarray | list  # [n], absolute ms
+    key_lengths: np.ndarray | list  # [n], -1 = null key
     key_data: bytes
-    value_lengths: np.ndarray  # int64[n], -1 = null value
+    value_lengths: np.ndarray | list  # [n], -1 = null value
     value_data: bytes
-    header_lengths: np.ndarray | None  # int64[n] (0 = no headers), None: no record has any
+    header_lengths: np.ndarray | list | None  # [n] (0 = no headers); None: no headers at all
     header_data: bytes | None
 
     @property
@@ -152,7 +154,7 @@ def decode(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
     inside(pos, "an offset delta")
     if not np.array_equal(offsets, np.arange(n)):
         bad = int(np.flatnonzero(offsets != np.arange(n))[0])
-        raise OffsetDeltaError(f"record {bad} has offset delta {int(offsets[bad])}")
+        raise ValueError(f"record {bad} has offset delta {int(offsets[bad])}")
     key_lengths, pos = _varints(arr, pos, VARINT_BYTES_MAX, "key length")
     key_starts = pos
     pos = pos + np.maximum(key_lengths, 0)
@@ -184,8 +186,48 @@ def decode(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
                          header_lengths, header_data)
 
 
-class OffsetDeltaError(ValueError):
-    """Offset deltas that are not 0..n-1 in order."""
+def decode_scalar(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
+    """``decode`` record by record in Python, its columns as lists: for a few records,
+    where numpy's fixed cost per call is the larger part (a linger.ms=0 producer)."""
+    read = record_headers.read_varint
+    timestamps, key_lengths, value_lengths, header_lengths = [], [], [], []
+    keys, values, headers = [], [], []
+    p, end = 0, len(raw)
+    try:
+        for i in range(n):
+            length, p = read(raw, p, end)
+            record_end = p + length
+            if length < RECORD_BODY_MIN_BYTES or record_end > end:
+                raise ValueError(f"record {i} is {length} bytes long, {end - p} left")
+            delta, p = read(raw, p + 1, record_end, VARLONG_BYTES_MAX)  # after attributes
+            offset_delta, p = read(raw, p, record_end)
+            if offset_delta != i:
+                raise ValueError(f"record {i} has offset delta {offset_delta}")
+            timestamps.append(first_timestamp + delta)
+            for lengths, parts in ((key_lengths, keys), (value_lengths, values)):
+                size, p = read(raw, p, record_end)
+                if size < -1 or p + size > record_end:
+                    raise ValueError(f"record {i}: a field of {size} bytes")
+                lengths.append(size)
+                if size > 0:
+                    parts.append(raw[p:p + size])
+                    p += size
+            header_end = record_headers.entry_end(raw, p, record_end) if p < record_end \
+                else -1
+            if header_end != record_end:
+                raise ValueError(f"record {i}: its fields do not fill its length")
+            entry = raw[p:record_end] if raw[p] else b""  # count 0: no headers
+            header_lengths.append(len(entry))
+            headers.append(entry)
+            p = record_end
+    except HeaderFormatError as e:
+        raise ValueError(f"record {len(timestamps)}: {e}") from None
+    if p != end:
+        raise ValueError(f"{n} records end at byte {p} of {end}")
+    with_headers = any(header_lengths)
+    return RecordColumns(timestamps, key_lengths, b"".join(keys), value_lengths,
+                         b"".join(values), header_lengths if with_headers else None,
+                         b"".join(headers) if with_headers else None)
 
 
 def _entry_end(raw: bytes, start: int, end: int) -> int:

@@ -37,6 +37,7 @@ Checks, with Kafka's error codes (``RecordError.code``):
 """
 from __future__ import annotations
 
+import itertools
 import struct
 
 import numpy as np
@@ -61,10 +62,10 @@ ATTR_CODEC_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
-# Up to this many records, ``log_to_kafka`` encodes record by record in Python: numpy's
-# fixed cost per call is larger than the per-record work (a linger.ms=0 producer's
-# single-record batches, a consumer at the end of the log).
-SCALAR_ENCODE_RECORDS_MAX = 16
+# Up to this many records a batch is converted record by record in Python, both ways:
+# numpy's fixed cost per call is larger than the per-record work (a linger.ms=0
+# producer's single-record batches, a consumer at the end of the log).
+SCALAR_RECORDS_MAX = 16
 INT32_MAX = 2**31 - 1
 
 assert KAFKA_HEADER_BYTES == log_batch.HEADER_BYTES == 61
@@ -136,8 +137,10 @@ def _kafka_batch_to_log(data: bytes, position: int, log_append_time_ms: int | No
         except compression.CompressionError as e:
             code = ErrorCode.MESSAGE_TOO_LARGE if e.too_large else ErrorCode.CORRUPT_MESSAGE
             raise RecordError(code, f"record batch at byte {position}: {e}") from None
+    decode = record_columns.decode_scalar if count <= SCALAR_RECORDS_MAX else \
+        record_columns.decode
     try:
-        columns = record_columns.decode(raw, count, base_timestamp)
+        columns = decode(raw, count, base_timestamp)
     except ValueError as e:
         raise RecordError(ErrorCode.INVALID_RECORD,
                           f"record batch at byte {position}: {e}") from None
@@ -181,21 +184,27 @@ def _check_batch_header(attributes: int, codec: int, count: int, last_offset_del
 
 def _encode_log_batch(columns: RecordColumns, log_append: int | None, **fields) -> bytearray:
     """Our batch for ``columns`` (through shm.batch, the one batch encoder)."""
-    n = columns.count
+    small = isinstance(columns.timestamps, list)
+    n = len(columns.timestamps)
     if log_append is not None:
         base_timestamp = log_append
-        deltas = np.zeros(n, "<i4")
+        deltas = [0] * n if small else np.zeros(n, "<i4")
+    elif small:
+        base_timestamp = min(columns.timestamps)
+        deltas = [t - base_timestamp for t in columns.timestamps]
     else:
         base_timestamp = int(columns.timestamps.min())
         deltas = columns.timestamps - base_timestamp
-        if int(deltas.max()) > INT32_MAX:
-            raise RecordError(ErrorCode.INVALID_RECORD,
-                              "the timestamps of one batch span more than 2**31 ms")
-    key_offsets, key_validity = _offsets_and_validity(columns.key_lengths)
-    value_offsets, value_validity = _offsets_and_validity(columns.value_lengths)
+    span = max(deltas) if small else int(deltas.max())
+    if span > INT32_MAX:
+        raise RecordError(ErrorCode.INVALID_RECORD,
+                          "the timestamps of one batch span more than 2**31 ms")
+    layout = _small_layout if small else _layout
+    key_offsets, key_validity = layout(columns.key_lengths)
+    value_offsets, value_validity = layout(columns.value_lengths)
     header_offsets = None
     if columns.header_lengths is not None:
-        header_offsets = _offsets(columns.header_lengths)
+        header_offsets, _ = layout(columns.header_lengths)
     try:
         return log_batch.encode_columns(
             deltas, key_offsets, columns.key_data, value_offsets, columns.value_data,
@@ -206,20 +215,30 @@ def _encode_log_batch(columns: RecordColumns, log_append: int | None, **fields) 
         raise RecordError(ErrorCode.MESSAGE_TOO_LARGE, str(e)) from None
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def _layout(lengths: np.ndarray):
+    """(offsets from 0, validity bitmap or None) for lengths where -1 is null."""
+    nulls = lengths < 0
+    present = np.maximum(lengths, 0) if bool(nulls.any()) else lengths
     offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    np.cumsum(present, out=offsets[1:])
     if int(offsets[-1]) > INT32_MAX:
         raise RecordError(ErrorCode.MESSAGE_TOO_LARGE, "a batch's keys, values or headers "
                                                        "exceed 2**31 bytes")
-    return offsets
+    if present is lengths:
+        return offsets, None
+    return offsets, np.packbits(~nulls, bitorder="little")
 
 
-def _offsets_and_validity(lengths: np.ndarray):
-    nulls = lengths < 0
-    if not bool(nulls.any()):
-        return _offsets(lengths), None
-    return _offsets(np.maximum(lengths, 0)), np.packbits(~nulls, bitorder="little")
+def _small_layout(lengths: list):
+    """``_layout`` for a few records, in Python."""
+    offsets = list(itertools.accumulate((max(x, 0) for x in lengths), initial=0))
+    if -1 not in lengths:
+        return offsets, None
+    bitmap = bytearray((len(lengths) + 7) // 8)
+    for i, length in enumerate(lengths):
+        if length >= 0:
+            bitmap[i >> 3] |= 1 << (i & 7)
+    return offsets, bytes(bitmap)
 
 
 # ---------------------------------------------------------------- log -> Kafka
@@ -272,7 +291,7 @@ def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
         _lengths(c.value_offsets, c.value_validity), c.value_data,
         None if c.header_offsets is None else np.diff(c.header_offsets).astype(np.int64),
         c.header_data)
-    if h.record_count <= SCALAR_ENCODE_RECORDS_MAX:
+    if h.record_count <= SCALAR_RECORDS_MAX:
         records = record_columns.encode_scalar(columns, h.base_timestamp)
     else:
         records = record_columns.encode(columns, h.base_timestamp)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from node.kafka import record_columns
-from node.kafka.records import (SCALAR_ENCODE_RECORDS_MAX as SCALAR_MAX, RecordError,
+from node.kafka.records import (SCALAR_RECORDS_MAX as SCALAR_MAX, RecordError,
                                 kafka_to_log, log_to_kafka)
 from node.wire.errors import ErrorCode
 from shm import batch
