@@ -422,8 +422,9 @@ def _check_header_entries(buf, position: int, header: BatchHeader, offsets_at: i
                                  position) from None
 
 
-def _layout(buf, position: int, header: BatchHeader) -> Columns:
-    """Check the body's structure; returns its sections as views."""
+def _layout(buf, position: int, header: BatchHeader, *, check: bool = True) -> Columns:
+    """Check the body's structure (unless ``_check_small_layout`` did); returns its
+    sections as views."""
     n = header.record_count
     view = memoryview(buf)[position:position + header.size_bytes]
     bitmap_bytes = (n + 7) // 8
@@ -442,13 +443,13 @@ def _layout(buf, position: int, header: BatchHeader) -> Columns:
     key_bytes, value_bytes = int(key_offsets[-1]), int(value_offsets[-1])
     header_bytes = _header_bytes_at(view, 0, header, fixed, key_bytes, value_bytes)
     _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
-    for name, offs in (("key", key_offsets), ("value", value_offsets)):
+    for name, offs in (("key", key_offsets), ("value", value_offsets)) if check else ():
         if offs[0] != 0 or (n and bool((offs[1:] < offs[:-1]).any())):
             raise CorruptRecordError(
                 f"batch at position {position}: {name} offsets are not monotonic from 0",
                 position)
-    if n and (int(deltas.min()) < 0 or
-              header.base_timestamp + int(deltas.max()) != header.max_timestamp):
+    if check and n and (int(deltas.min()) < 0 or
+                        header.base_timestamp + int(deltas.max()) != header.max_timestamp):
         raise CorruptRecordError(
             f"batch at position {position}: timestamp deltas do not match "
             f"max_timestamp {header.max_timestamp}", position)
@@ -465,7 +466,8 @@ def _layout(buf, position: int, header: BatchHeader) -> Columns:
         p += bitmap_bytes
     if header.attributes & ATTR_HEADERS:
         header_offsets = np.frombuffer(view, dtype="<i4", count=n + 1, offset=p)
-        _check_header_entries(buf, position, header, p, header_offsets.tolist())
+        if check:
+            _check_header_entries(buf, position, header, p, header_offsets.tolist())
         p += 4 * (n + 1)
         header_data = view[p:p + header_bytes]
         p += header_bytes
@@ -535,6 +537,9 @@ def read_columns(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
     header = read_header(buf, position, max_bytes=max_bytes)
     if verify_crc:
         _verify_crc(buf, position, header)
+    if header.record_count <= SMALL_BATCH_RECORDS:
+        _check_small_layout(buf, position, header)
+        return _layout(buf, position, header, check=False)
     return _layout(buf, position, header)
 
 

@@ -285,16 +285,21 @@ def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
     attributes = h.attributes & (log_batch.ATTR_CODEC_MASK | log_batch.ATTR_LOG_APPEND_TIME)
     if codec is not None:
         attributes = (attributes & ~ATTR_CODEC_MASK) | codec
-    columns = RecordColumns(
-        c.timestamp_deltas.astype(np.int64) + h.base_timestamp,
-        _lengths(c.key_offsets, c.key_validity), c.key_data,
-        _lengths(c.value_offsets, c.value_validity), c.value_data,
-        None if c.header_offsets is None else np.diff(c.header_offsets).astype(np.int64),
-        c.header_data)
     if h.record_count <= SCALAR_RECORDS_MAX:
-        records = record_columns.encode_scalar(columns, h.base_timestamp)
+        columns = RecordColumns(
+            c.timestamp_deltas.tolist(), _small_lengths(c.key_offsets, c.key_validity),
+            c.key_data, _small_lengths(c.value_offsets, c.value_validity), c.value_data,
+            None if c.header_offsets is None else _small_lengths(c.header_offsets, None),
+            c.header_data)
+        records = record_columns.encode_scalar(columns, 0)
     else:
-        records = record_columns.encode(columns, h.base_timestamp)
+        columns = RecordColumns(
+            c.timestamp_deltas.astype(np.int64), _lengths(c.key_offsets, c.key_validity),
+            c.key_data, _lengths(c.value_offsets, c.value_validity), c.value_data,
+            None if c.header_offsets is None else np.diff(c.header_offsets).astype(np.int64),
+            c.header_data)
+        records = record_columns.encode(columns, 0)
+    # (The columns' "timestamps" are our deltas: Kafka's deltas from the same base.)
     if attributes & ATTR_CODEC_MASK:
         records = compression.compress(attributes & ATTR_CODEC_MASK, records)
     out = bytearray(KAFKA_HEADER_BYTES)
@@ -308,10 +313,22 @@ def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
 
 
 def _lengths(offsets: np.ndarray, validity) -> np.ndarray:
+    """Per record: its length, -1 where the validity bitmap says null."""
     lengths = np.diff(offsets).astype(np.int64)
     if validity is not None:
         n = len(lengths)
         present = np.unpackbits(np.frombuffer(validity, np.uint8), count=n,
                                 bitorder="little").astype(bool)
         lengths[~present] = -1
+    return lengths
+
+
+def _small_lengths(offsets: np.ndarray, validity) -> list[int]:
+    """``_lengths`` for a few records, in Python."""
+    bounds = offsets.tolist()
+    lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+    if validity is not None:
+        bits = bytes(validity)
+        lengths = [length if bits[i >> 3] >> (i & 7) & 1 else -1
+                   for i, length in enumerate(lengths)]
     return lengths
