@@ -239,8 +239,23 @@ def _entry_end(raw: bytes, start: int, end: int) -> int:
 
 # ---------------------------------------------------------------- encoding
 
+# Zigzag varints of -TABLE_HALF..TABLE_HALF-1, precomputed (3 bytes at most): a record's
+# lengths and deltas are nearly always in this range, so one look-up encodes a column.
+TABLE_HALF = 1 << 15
+
+
 def _varint_bytes(values: np.ndarray):
     """Zigzag varints of ``values`` (int64[n]): (uint8 matrix [n, width], lengths)."""
+    if len(values) and -TABLE_HALF <= int(values.min()) and \
+            int(values.max()) < TABLE_HALF:
+        index = values + TABLE_HALF
+        lengths = _TABLE_LENGTHS[index]
+        width = int(lengths.max())
+        return _TABLE[index, :width], lengths
+    return _computed_varint_bytes(values)
+
+
+def _computed_varint_bytes(values: np.ndarray):
     z = (values << 1) ^ (values >> 63)
     z = z.view(np.uint64)
     groups = [z & np.uint64(0x7F)]
@@ -254,6 +269,10 @@ def _varint_bytes(values: np.ndarray):
     if matrix.shape[1] > 1:  # continuation bit on every byte but a varint's last
         matrix[:, :-1] |= (np.arange(matrix.shape[1] - 1) < (lengths - 1)[:, None]) * np.uint8(0x80)
     return matrix, lengths
+
+
+_TABLE, _TABLE_LENGTHS = _computed_varint_bytes(np.arange(-TABLE_HALF, TABLE_HALF))
+assert _TABLE.shape == (2 * TABLE_HALF, 3)
 
 
 def _ragged(matrices_and_lengths) -> tuple[np.ndarray, np.ndarray]:
@@ -289,11 +308,21 @@ def encode(columns: RecordColumns, timestamp_base: int) -> bytes:
     body = 1 + sum(lengths for _, lengths in fields) + key_bytes + value_length[1] + \
         value_bytes + tail_bytes
     attributes = (np.zeros((n, 1), np.uint8), np.ones(n, np.int64))
+    if header_lengths is None and _rows_fit(n, key_bytes, value_bytes):
+        # No headers and keys and values of about one size (a padded matrix wastes little):
+        # each record is one row [previous record's header count 0x00 | length ..
+        # key length | key | value length | value], and one boolean compaction of the
+        # rows (a few passes over the bytes, no per-record Python work) is the records.
+        previous_tail = (np.zeros((n, 1), np.uint8), (np.arange(n) > 0).astype(np.int64))
+        records, _ = _ragged([previous_tail, _varint_bytes(body), attributes] + fields +
+                             [_rows(columns.key_data, key_bytes), value_length,
+                              _rows(columns.value_data, value_bytes)])
+        return records.tobytes() + b"\x00"
     values = bytes(columns.value_data)
     value_bounds = _bounds(value_bytes)
     if header_lengths is None and not int(key_bytes.sum()):
-        # The common case (no key bytes, no headers): glue i = the previous record's
-        # header count (0x00), record i's length .. key length, its value length.
+        # No key bytes, no headers: glue i = the previous record's header count (0x00),
+        # record i's length .. key length, its value length.
         previous_tail = (np.zeros((n, 1), np.uint8), (np.arange(n) > 0).astype(np.int64))
         glue, glue_bytes = _ragged([previous_tail, _varint_bytes(body), attributes] +
                                    fields + [value_length])
@@ -314,6 +343,32 @@ def encode(columns: RecordColumns, timestamp_base: int) -> bytes:
         entries = _slices(bytes(columns.header_data), _bounds(header_lengths))
         pieces[4::5] = [entry or b"\x00" for entry in entries]
     return b"".join(pieces)
+
+
+# ``encode`` lays records out as rows of a matrix when the padding (rows as wide as the
+# longest key and value) costs at most this many times the bytes themselves, plus a
+# little a record.
+ROWS_PADDING_RATIO = 2
+ROWS_PADDING_SLACK_BYTES = 64
+
+
+def _rows_fit(n: int, key_bytes: np.ndarray, value_bytes: np.ndarray) -> bool:
+    padded = n * (int(key_bytes.max()) + int(value_bytes.max()))
+    return padded <= ROWS_PADDING_RATIO * int(key_bytes.sum() + value_bytes.sum()) + \
+        ROWS_PADDING_SLACK_BYTES * n
+
+
+def _rows(data, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces of ``data`` (``lengths`` back to back) as rows of a matrix, each left
+    aligned (the rest of a row is not to be read), and the lengths."""
+    n = len(lengths)
+    width = int(lengths.max())
+    flat = np.frombuffer(data, np.uint8)
+    if int(lengths.min()) == width:
+        return flat.reshape(n, width), lengths  # all one size: a view, no copy
+    matrix = np.empty((n, width), np.uint8)
+    matrix[np.arange(width) < lengths[:, None]] = flat
+    return matrix, lengths
 
 
 def _bounds(lengths: np.ndarray) -> list[int]:
