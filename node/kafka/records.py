@@ -244,14 +244,16 @@ def _small_layout(lengths: list):
 # ---------------------------------------------------------------- log -> Kafka
 
 def log_to_kafka(data, *, compression: str | None = None) -> list:
-    """Our batches back to back (as read from the log) -> Kafka v2 batches, one per
-    batch, as a list of bytes-like objects (the protocol codec writes a list as one
+    """Our batches back to back (as read from the log; or a list of such reads) -> Kafka
+    v2 batches, one per batch, as a list of bytes-like objects (the protocol codec writes a list as one
     ``records`` field). ``compression``: "gzip" | "snappy" | "lz4" | "zstd", "none"
     (uncompressed), or None / "producer" (each batch as its producer compressed it, the
     hint). A partial batch at the end (a read cut at a byte limit) is left out, as
     Kafka's clients ignore one; anything else that is not a whole, valid batch raises
     RecordError(CORRUPT_MESSAGE)."""
     codec = _codec_named(compression)
+    if isinstance(data, (list, tuple)):  # several log reads: each holds whole batches
+        return [kafka for part in data for kafka in log_to_kafka(part, compression=compression)]
     out = []
     position = 0
     end = len(data)

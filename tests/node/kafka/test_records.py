@@ -359,3 +359,8 @@ def test_xerial_framing_with_a_bad_block_length_is_corrupt_message():
     struct.pack_into(">i", buf, 8, len(buf) - 12)
     kafka_v2.reseal(buf)
     expect_error(ErrorCode.CORRUPT_MESSAGE, bytes(buf))
+
+
+def test_log_to_kafka_takes_a_list_of_log_reads():
+    first, second = bytes(sample_log_batch()), bytes(batch.build_batch([b"z"], None, T0))
+    assert log_to_kafka([first, second]) == log_to_kafka(first + second)
