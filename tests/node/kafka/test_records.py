@@ -364,3 +364,33 @@ def test_xerial_framing_with_a_bad_block_length_is_corrupt_message():
 def test_log_to_kafka_takes_a_list_of_log_reads():
     first, second = bytes(sample_log_batch()), bytes(batch.build_batch([b"z"], None, T0))
     assert log_to_kafka([first, second]) == log_to_kafka(first + second)
+
+
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
+def test_aiokafkas_reader_reads_every_codec_we_write(codec):
+    """aiokafka's record reader (its C extension where built): a second real client."""
+    default_records = pytest.importorskip("aiokafka.record.default_records")
+    ours = sample_log_batch()
+    parsed = default_records.DefaultRecordBatch(
+        bytes(b"".join(log_to_kafka(bytes(ours), compression=codec))))
+    assert parsed.validate_crc()
+    got = [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
+           for r in parsed]
+    assert got == records_of(ours)  # (its header keys are valid UTF-8)
+
+
+def test_aiokafkas_writer_with_every_codec_it_has_converts():
+    default_records = pytest.importorskip("aiokafka.record.default_records")
+    codecs = pytest.importorskip("aiokafka.codec")
+    available = {0: True, 1: True, 2: codecs.has_snappy(), 3: codecs.has_lz4(),
+                 4: codecs.has_zstd()}
+    for codec in [c for c, ok in available.items() if ok]:
+        builder = default_records.DefaultRecordBatchBuilder(
+            magic=2, compression_type=codec, is_transactional=0, producer_id=-1,
+            producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        for i in range(50):
+            builder.append(i, timestamp=T0 + i, key=b"k%d" % i, value=b"v" * i,
+                           headers=[("x", None)] if i % 2 else [])
+        got = records_of(kafka_to_log(bytes(builder.build())))
+        assert got == [(i, T0 + i, b"k%d" % i, b"v" * i, [("x", None)] if i % 2 else [])
+                       for i in range(50)], codec
