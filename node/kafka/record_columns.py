@@ -275,68 +275,71 @@ _TABLE, _TABLE_LENGTHS = _computed_varint_bytes(np.arange(-TABLE_HALF, TABLE_HAL
 assert _TABLE.shape == (2 * TABLE_HALF, 3)
 
 
-def _ragged(matrices_and_lengths) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise concatenation of several varint matrices, each row keeping only its
-    first ``length`` bytes: (bytes of all rows back to back, bytes per row)."""
-    matrix = np.concatenate([m for m, _ in matrices_and_lengths], axis=1)
-    mask = np.concatenate([np.arange(m.shape[1]) < lengths[:, None]
-                           for m, lengths in matrices_and_lengths], axis=1)
-    return matrix[mask], sum(lengths for _, lengths in matrices_and_lengths)
+def _ragged(parts) -> bytes:
+    """Row-wise concatenation of ``(matrix, mask)`` parts (mask None: the whole part),
+    keeping the masked bytes of each row: all rows' bytes back to back."""
+    matrix = np.concatenate([m for m, _ in parts], axis=1)
+    mask = np.concatenate([np.ones(m.shape, bool) if k is None else k for m, k in parts],
+                          axis=1)
+    return matrix[mask].tobytes()
+
+
+def _mask(lengths: np.ndarray, width: int) -> np.ndarray:
+    return _WIDTHS[:width] < lengths[..., None]
+
+
+_WIDTHS = np.arange(16)  # a varint matrix is at most 3 (table) or 10 bytes wide
 
 
 def encode(columns: RecordColumns, timestamp_base: int) -> bytes:
     """Kafka v2 records for ``columns`` (offset deltas 0..n-1, timestamps relative to
     ``timestamp_base``), back to back.
 
-    Every varint of every record is computed at once (numpy); the records are then one
-    ``bytes.join`` of small "glue" pieces (a record's varints and fixed bytes) and slices
-    of the key, value and header sections: a few hundred ns a record, whatever its size.
+    Every varint of every record is computed at once (numpy, two table look-ups). Then,
+    without headers and with keys and values of about one size, each record is one row
+    of a matrix [previous record's header count 0x00 | length | attributes | timestamp
+    delta | offset delta | key length | key | value length | value] and one boolean
+    compaction of the rows is the records; otherwise one ``bytes.join`` of small glue
+    pieces and slices of the key, value and header sections.
     """
     n = columns.count
     key_bytes = np.maximum(columns.key_lengths, 0)
     value_bytes = np.maximum(columns.value_lengths, 0)
-    if columns.header_lengths is None:
-        header_lengths = None
-        tail_bytes = np.ones(n, np.int64)
-    else:
-        header_lengths = columns.header_lengths
-        tail_bytes = np.maximum(header_lengths, 1)  # no headers: one 0x00 (count 0)
-    fields = [_varint_bytes(columns.timestamps - timestamp_base),
-              _varint_bytes(np.arange(n, dtype=np.int64)),
-              _varint_bytes(columns.key_lengths)]
-    value_length = _varint_bytes(columns.value_lengths)
-    body = 1 + sum(lengths for _, lengths in fields) + key_bytes + value_length[1] + \
-        value_bytes + tail_bytes
-    attributes = (np.zeros((n, 1), np.uint8), np.ones(n, np.int64))
+    header_lengths = columns.header_lengths
+    tail_bytes = 1 if header_lengths is None else np.maximum(header_lengths, 1)
+    # timestamp delta, offset delta, key length, value length: one look-up for all
+    fields = np.empty((n, 4), np.int64)
+    fields[:, 0] = columns.timestamps
+    fields[:, 0] -= timestamp_base
+    fields[:, 1] = np.arange(n)
+    fields[:, 2] = columns.key_lengths
+    fields[:, 3] = columns.value_lengths
+    field_bytes, field_lengths = _varint_bytes(fields.ravel())
+    width = field_bytes.shape[1]
+    field_bytes = field_bytes.reshape(n, 4 * width)
+    field_lengths = field_lengths.reshape(n, 4)
+    field_mask = _mask(field_lengths, width).reshape(n, 4 * width)
+    body = 1 + field_lengths.sum(axis=1) + key_bytes + value_bytes + tail_bytes
+    length_bytes, length_lengths = _varint_bytes(body)
+    length_mask = _mask(length_lengths, length_bytes.shape[1])
+    head = 3 * width  # timestamp delta, offset delta, key length
+    zero = np.zeros((n, 1), np.uint8)
     if header_lengths is None and _rows_fit(n, key_bytes, value_bytes):
-        # No headers and keys and values of about one size (a padded matrix wastes little):
-        # each record is one row [previous record's header count 0x00 | length ..
-        # key length | key | value length | value], and one boolean compaction of the
-        # rows (a few passes over the bytes, no per-record Python work) is the records.
-        previous_tail = (np.zeros((n, 1), np.uint8), (np.arange(n) > 0).astype(np.int64))
-        records, _ = _ragged([previous_tail, _varint_bytes(body), attributes] + fields +
-                             [_rows(columns.key_data, key_bytes), value_length,
-                              _rows(columns.value_data, value_bytes)])
-        return records.tobytes() + b"\x00"
-    values = bytes(columns.value_data)
-    value_bounds = _bounds(value_bytes)
-    if header_lengths is None and not int(key_bytes.sum()):
-        # No key bytes, no headers: glue i = the previous record's header count (0x00),
-        # record i's length .. key length, its value length.
-        previous_tail = (np.zeros((n, 1), np.uint8), (np.arange(n) > 0).astype(np.int64))
-        glue, glue_bytes = _ragged([previous_tail, _varint_bytes(body), attributes] +
-                                   fields + [value_length])
-        pieces = [b""] * (2 * n + 1)
-        pieces[0::2] = _slices(glue.tobytes(), _bounds(glue_bytes)) + [b"\x00"]
-        pieces[1::2] = _slices(values, value_bounds)
-        return b"".join(pieces)
-    prefix, prefix_bytes = _ragged([_varint_bytes(body), attributes] + fields)
-    middle, middle_bytes = _ragged([value_length])
+        previous_tail = (zero, (np.arange(n) > 0)[:, None])
+        records = _ragged([previous_tail, (length_bytes, length_mask), (zero, None),
+                           (field_bytes[:, :head], field_mask[:, :head]),
+                           _rows(columns.key_data, key_bytes),
+                           (field_bytes[:, head:], field_mask[:, head:]),
+                           _rows(columns.value_data, value_bytes)])
+        return records + b"\x00"
+    prefix = _ragged([(length_bytes, length_mask), (zero, None),
+                      (field_bytes[:, :head], field_mask[:, :head])])
+    middle = _ragged([(field_bytes[:, head:], field_mask[:, head:])])
     pieces = [b""] * (5 * n)
-    pieces[0::5] = _slices(prefix.tobytes(), _bounds(prefix_bytes))
+    pieces[0::5] = _slices(prefix, _bounds(length_lengths + 1 + field_lengths[:, :3].sum(1)))
     pieces[1::5] = _slices(bytes(columns.key_data), _bounds(key_bytes))
-    pieces[2::5] = _slices(middle.tobytes(), _bounds(middle_bytes))
-    pieces[3::5] = _slices(values, value_bounds)
+    pieces[2::5] = _slices(middle, _bounds(field_lengths[:, 3]))
+    pieces[3::5] = _slices(bytes(columns.value_data), _bounds(value_bytes))
     if header_lengths is None:
         pieces[4::5] = [b"\x00"] * n
     else:
@@ -358,17 +361,18 @@ def _rows_fit(n: int, key_bytes: np.ndarray, value_bytes: np.ndarray) -> bool:
         ROWS_PADDING_SLACK_BYTES * n
 
 
-def _rows(data, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rows(data, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """The pieces of ``data`` (``lengths`` back to back) as rows of a matrix, each left
-    aligned (the rest of a row is not to be read), and the lengths."""
+    aligned, and the mask of their bytes (None: every byte)."""
     n = len(lengths)
     width = int(lengths.max())
     flat = np.frombuffer(data, np.uint8)
     if int(lengths.min()) == width:
-        return flat.reshape(n, width), lengths  # all one size: a view, no copy
+        return flat.reshape(n, width), None  # all one size: a view, no copy
     matrix = np.empty((n, width), np.uint8)
-    matrix[np.arange(width) < lengths[:, None]] = flat
-    return matrix, lengths
+    mask = np.arange(width) < lengths[:, None]
+    matrix[mask] = flat
+    return matrix, mask
 
 
 def _bounds(lengths: np.ndarray) -> list[int]:
