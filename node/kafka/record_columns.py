@@ -179,6 +179,9 @@ def decode(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
         bad = int(np.flatnonzero(pos != ends)[0])
         raise ValueError(f"record {bad}: {int(ends[bad] - pos[bad])} bytes left after its "
                          f"fields")
+    if not -2**63 <= first_timestamp + int(deltas.min()) <= \
+            first_timestamp + int(deltas.max()) < 2**63:
+        raise ValueError("timestamps out of the 64-bit range")
     timestamps = deltas + first_timestamp
     return RecordColumns(timestamps, key_lengths,
                          _gather(raw, key_starts, np.maximum(key_lengths, 0)), value_lengths,
@@ -224,6 +227,8 @@ def decode_scalar(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
         raise ValueError(f"record {len(timestamps)}: {e}") from None
     if p != end:
         raise ValueError(f"{n} records end at byte {p} of {end}")
+    if not -2**63 <= min(timestamps) <= max(timestamps) < 2**63:
+        raise ValueError("timestamps out of the 64-bit range")
     with_headers = any(header_lengths)
     return RecordColumns(timestamps, key_lengths, b"".join(keys), value_lengths,
                          b"".join(values), header_lengths if with_headers else None,

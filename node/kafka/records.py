@@ -67,6 +67,7 @@ ATTR_CONTROL = 0x20
 # producer's single-record batches, a consumer at the end of the log).
 SCALAR_RECORDS_MAX = 16
 INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 
 assert KAFKA_HEADER_BYTES == log_batch.HEADER_BYTES == 61
 assert log_batch.CODEC_ZSTD == compression.CODEC_ZSTD
@@ -196,9 +197,11 @@ def _encode_log_batch(columns: RecordColumns, log_append: int | None, **fields) 
         base_timestamp = int(columns.timestamps.min())
         deltas = columns.timestamps - base_timestamp
     span = max(deltas) if small else int(deltas.max())
-    if span > INT32_MAX:
+    lowest = min(deltas) if small else int(deltas.min())
+    if span > INT32_MAX or lowest < 0 or not INT64_MIN <= base_timestamp <= INT64_MAX - span:
         raise RecordError(ErrorCode.INVALID_RECORD,
-                          "the timestamps of one batch span more than 2**31 ms")
+                          "the timestamps of one batch span more than 2**31 ms or leave "
+                          "the 64-bit range")
     layout = _small_layout if small else _layout
     key_offsets, key_validity = layout(columns.key_lengths)
     value_offsets, value_validity = layout(columns.value_lengths)

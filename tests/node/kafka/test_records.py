@@ -394,3 +394,14 @@ def test_aiokafkas_writer_with_every_codec_it_has_converts():
         got = records_of(kafka_to_log(bytes(builder.build())))
         assert got == [(i, T0 + i, b"k%d" % i, b"v" * i, [("x", None)] if i % 2 else [])
                        for i in range(50)], codec
+
+
+@pytest.mark.parametrize("records", [1, 40])  # the scalar and the numpy decoder
+def test_timestamps_out_of_the_64_bit_range_are_invalid_record(records):
+    rows = [(100, None, b"v", [])] * records
+    top = 2**63 - 10
+    expect_error(ErrorCode.INVALID_RECORD,
+                 kafka_v2.batch(rows, first_timestamp=top, max_timestamp=top))
+    rows = [(0, None, b"v", []), (2**62, None, b"w", [])] + [(0, None, b"x", [])] * records
+    expect_error(ErrorCode.INVALID_RECORD,
+                 kafka_v2.batch(rows, first_timestamp=2**62, max_timestamp=0))
