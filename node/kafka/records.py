@@ -89,9 +89,9 @@ def kafka_to_log(data, *, log_append_time_ms: int | None = None,
     data = bytes(data) if not isinstance(data, bytes) else data
     if not data:
         raise RecordError(ErrorCode.INVALID_RECORD, "no record batch at all")
-    out = bytearray()
-    position = 0
-    while position < len(data):
+    size, out = _kafka_batch_to_log(data, 0, log_append_time_ms, max_bytes)
+    position = size
+    while position < len(data):  # more batches (Kafka's clients send one a partition)
         size, converted = _kafka_batch_to_log(data, position, log_append_time_ms, max_bytes)
         out += converted
         position += size
