@@ -100,8 +100,26 @@ def _record_starts_long(raw: bytes, n: int, starts: list[int], i: int) -> list[i
     return starts
 
 
+def _two_byte_tables() -> tuple[np.ndarray, np.ndarray]:
+    """For two bytes (first | second << 8): the zigzag varint they start with and its
+    length, when it takes one or two bytes (length 0 when it takes more)."""
+    first = np.arange(1 << 16) & 0xFF
+    second = np.arange(1 << 16) >> 8
+    z = np.where(first < 0x80, first, (first & 0x7F) | (second << 7))
+    lengths = np.where(first < 0x80, 1, np.where(second < 0x80, 2, 0))
+    return ((z >> 1) ^ -(z & 1)).astype(np.int64), lengths.astype(np.int64)
+
+
+_TWO_BYTE_VALUES, _TWO_BYTE_LENGTHS = _two_byte_tables()
+
+
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int, what: str):
-    """Decode one zigzag varint per record at ``pos``: (values int64, positions after)."""
+    """Decode one zigzag varint per record at ``pos``: (values int64, positions after).
+    ``arr`` has a pad byte after the last ``pos``."""
+    two = arr[pos].astype(np.intp) | (arr[pos + 1].astype(np.intp) << 8)
+    lengths = _TWO_BYTE_LENGTHS[two]
+    if lengths.all():  # every varint takes one or two bytes: one look-up
+        return _TWO_BYTE_VALUES[two], pos + lengths
     b = arr[pos]
     raw = (b & 0x7F).astype(np.uint64)
     pos = pos + 1
