@@ -175,3 +175,96 @@ def test_fetch_v13_names_topics_by_id(kafka_cluster, kafka_topic):
     assert part.high_watermark >= 0 and part.last_stable_offset == part.high_watermark
     assert (part.high_watermark == 0) == (not bytes(part.records or b""))
     assert unknown.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+
+
+def kafka_batch(values, *, producer_id=-1, producer_epoch=-1, base_sequence=-1) -> bytes:
+    """Kafka v2 batch bytes of ``values`` (built as our batch, converted as a fetch would)."""
+    from shm.batch import build_batch
+    from node.kafka.records import log_to_kafka
+    ours = build_batch(list(values), producer_id=producer_id, producer_epoch=producer_epoch,
+                       base_sequence=base_sequence)
+    return b"".join(bytes(b) for b in log_to_kafka(ours, compression="none"))
+
+
+def leader_and_follower(cluster, topic: str) -> tuple[int, int, int]:
+    """(leader, a follower, leader epoch) of partition 0."""
+    with KafkaWire(cluster.kafka_bootstrap_servers.split(",")[0]) as wire:
+        md = wire.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+            name=topic)]), 12).topics[0]
+    p0 = next(p for p in md.partitions if p.partition_index == 0)
+    return p0.leader_id, next(r for r in p0.replica_nodes if r != p0.leader_id), p0.leader_epoch
+
+
+def produce_request(topic: str, records: bytes, acks: int = -1):
+    from node.kafka.protocol.messages import ProduceRequest
+    return ProduceRequest(acks=acks, timeout_ms=10_000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=0, records=records)])])
+
+
+def test_a_retried_idempotent_batch_gets_its_original_offset(kafka_cluster, kafka_topic):
+    from node.kafka.protocol.messages import InitProducerIdRequest
+    leader, _, _ = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        ids = wire.request(InitProducerIdRequest(transactional_id=None,
+                                                 transaction_timeout_ms=60_000), 4)
+        assert ids.error_code == 0 and ids.producer_id >= 0
+        first = kafka_batch([b"a", b"b"], producer_id=ids.producer_id,
+                            producer_epoch=ids.producer_epoch, base_sequence=0)
+        second = kafka_batch([b"c"], producer_id=ids.producer_id,
+                             producer_epoch=ids.producer_epoch, base_sequence=2)
+        gap = kafka_batch([b"d"], producer_id=ids.producer_id,
+                          producer_epoch=ids.producer_epoch, base_sequence=7)
+
+        def base_offset(records):
+            answer = wire.request(produce_request(kafka_topic, records), 9)
+            part = answer.responses[0].partition_responses[0]
+            return part.error_code, part.base_offset
+
+        assert base_offset(first) == (0, 0)
+        assert base_offset(second) == (0, 2)
+        assert base_offset(first) == (0, 0)        # a duplicate: the original offset
+        assert base_offset(gap)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    records = consume_all(kafka_cluster, kafka_topic, 3, timeout_s=10)
+    assert sorted(m.value() for m in records) == [b"a", b"b", b"c"]
+
+
+def test_a_follower_names_the_leader_kip_951(kafka_cluster, kafka_topic):
+    leader, follower, epoch = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(follower)) as wire:
+        produced = wire.request(produce_request(kafka_topic, kafka_batch([b"x"])), 11)
+        fetched = wire.request(FetchRequest(max_wait_ms=0, topics=[FetchRequest.FetchTopic(
+            topic=kafka_topic, partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1024)])]), 12)
+        fenced = wire.request(FetchRequest(max_wait_ms=0, topics=[FetchRequest.FetchTopic(
+            topic=kafka_topic, partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=0, current_leader_epoch=epoch + 5,
+                partition_max_bytes=1024)])]), 12)
+    part = produced.responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (leader, epoch)
+    assert [(n.node_id, f"{n.host}:{n.port}") for n in produced.node_endpoints] == [
+        (leader, kafka_cluster.kafka_address(leader))]
+    fetch_part = fetched.responses[0].partitions[0]
+    assert fetch_part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetch_part.current_leader.leader_id == leader
+    assert fenced.responses[0].partitions[0].error_code in (
+        ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def test_a_corrupt_batch_costs_only_its_partition(kafka_cluster, kafka_topic):
+    leader, _, _ = leader_and_follower(kafka_cluster, kafka_topic)
+    good = kafka_batch([b"fine"])
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF          # the CRC no longer matches
+    from node.kafka.protocol.messages import ProduceRequest
+    request = ProduceRequest(acks=-1, timeout_ms=10_000, topic_data=[
+        ProduceRequest.TopicProduceData(name=kafka_topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=0, records=bytes(bad)),
+            ProduceRequest.PartitionProduceData(index=0, records=good)])])
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        answer = wire.request(request, 9)
+    codes = [p.error_code for p in answer.responses[0].partition_responses]
+    assert codes == [ErrorCode.CORRUPT_MESSAGE, 0]
+    records = consume_all(kafka_cluster, kafka_topic, 1, timeout_s=10)
+    assert [m.value() for m in records] == [b"fine"]
