@@ -35,12 +35,12 @@ from node.kafka.translate.registry import (TRANSLATIONS, NativeCall, Translation
                                            TranslationBase, advertised, register,
                                            top_level_error)
 
+__all__ = ["TRANSLATIONS", "NativeCall", "Translation", "TranslationBase", "advertised",
+           "register", "top_level_error"]
+
 # The translations (each module registers its own; one import line per module).
 from node.kafka.translate import api_versions  # noqa: E402,F401
 from node.kafka.translate import metadata  # noqa: E402,F401
 from node.kafka.translate import produce  # noqa: E402,F401
 from node.kafka.translate import fetch  # noqa: E402,F401
 from node.kafka.translate import offsets  # noqa: E402,F401
-
-__all__ = ["TRANSLATIONS", "NativeCall", "Translation", "TranslationBase", "advertised",
-           "register", "top_level_error"]
