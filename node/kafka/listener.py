@@ -184,9 +184,10 @@ class KafkaListener:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             server.bind((entry.host, entry.port))
-        except OSError:
+        except OSError as e:
             server.close()
-            raise
+            raise OSError(e.errno, f"cannot bind the Kafka listener {entry}: "
+                                   f"{e.strerror}") from None
         server.listen(LISTEN_BACKLOG)
         server.setblocking(False)
         self.server = server
