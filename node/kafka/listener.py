@@ -41,7 +41,7 @@ from node.config import KAFKA_LISTENER, BrokerConfig
 from node.kafka.protocol import (API_NAMES, FrameDecoder, KafkaProtocolError, RequestHeader,
                                  UnsupportedVersion, decode_request)
 from node.kafka.protocol.codec import encode_response_pieces
-from node.kafka.translate import TRANSLATIONS, NativeCall, top_level_error
+from node.kafka.translate import CLOSE_CONNECTION, TRANSLATIONS, NativeCall, top_level_error
 from node.kafka.translate.api_versions import api_versions_response
 from node.kafka.translate.context import KafkaContext
 from node.wire import protocol
@@ -130,7 +130,9 @@ class Exchange:
         conn = self.connection
         if conn.closed:
             return
-        if response is not None:
+        if response is CLOSE_CONNECTION:
+            self.data = CLOSE_CONNECTION
+        elif response is not None:
             try:
                 self.data = _coalesced(encode_response_pieces(self.header, response))
             except (KafkaProtocolError, ValueError, TypeError, OverflowError) as e:
@@ -379,7 +381,15 @@ class KafkaListener:
         """An exchange is done: queue every answer now in order, and send."""
         exchanges = conn.exchanges
         while exchanges and exchanges[0].done:
-            data = exchanges.popleft().data
+            exchange = exchanges.popleft()
+            data = exchange.data
+            if data is CLOSE_CONNECTION:
+                self._write(conn)           # what came before it, as far as it goes
+                logger.info("kafka listener: closing the connection from %s after its "
+                            "%s (correlation id %d) failed", conn.peer,
+                            _name(exchange.header), exchange.header.correlation_id)
+                self._drop(conn)
+                return
             if data:
                 conn.output.extend(data)
                 conn.output_bytes += sum(map(len, data))

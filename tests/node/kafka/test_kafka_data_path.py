@@ -335,3 +335,18 @@ def test_a_topics_compression_type_is_what_consumers_get(kafka_cluster, setting,
     assert attributes & 0x7 == codec
     values = sorted(m.value() for m in consume_all(kafka_cluster, topic, 200, partitions=1))
     assert values == sorted((b"%d-" % i).ljust(VALUE_BYTES, b"v") for i in range(200))
+
+
+def test_acks_0_is_not_answered_and_a_failed_one_closes_the_connection(kafka_cluster,
+                                                                         kafka_topic):
+    leader, follower, _ = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        wire.send(produce_request(kafka_topic, kafka_batch([b"fire"]), acks=0), 9)
+        # The next answer on the connection is the next request's: acks=0 got none.
+        answer = wire.request(produce_request(kafka_topic, kafka_batch([b"and"]), acks=1), 9)
+        assert answer.responses[0].partition_responses[0].base_offset == 1
+    with KafkaWire(kafka_cluster.kafka_address(follower)) as wire:
+        wire.send(produce_request(kafka_topic, kafka_batch([b"lost"]), acks=0), 9)
+        assert wire.closed_by_broker(), "a failed acks=0 write must close the connection"
+    records = consume_all(kafka_cluster, kafka_topic, 2, timeout_s=10)
+    assert sorted(m.value() for m in records) == [b"and", b"fire"]
