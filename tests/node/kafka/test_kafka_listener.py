@@ -240,3 +240,18 @@ def test_cluster_up_prints_the_kafka_bootstrap_servers(tmp_path, cluster_id):
                 int(again.rsplit(":", 1)[1])
     finally:
         cluster("down", "--grace", "5")
+
+
+def test_advertised_listeners_are_what_clients_are_told(tmp_path, cluster_id):
+    """advertised.listeners (port 0 there: the port bound) reaches the registration and
+    every Metadata answer; the listener itself stays where listeners put it."""
+    from node.cluster import Cluster
+    with Cluster.up(tmp_path / "c", brokers=1, cluster_id=cluster_id,
+                    config={"advertised.listeners": "KAFKA://localhost:0"}) as cluster:
+        address = cluster.kafka_address(0)
+        port = int(address.rsplit(":", 1)[1])
+        with KafkaWire(address) as wire:
+            answer = wire.request(MetadataRequest(topics=None), 12)
+        assert [(b.host, b.port) for b in answer.brokers] == [("localhost", port)]
+        value = json.loads(cluster.zk().get(zkdata.broker_path(0))[0])
+        assert value["endpoints"][1] == f"KAFKA://localhost:{port}"
