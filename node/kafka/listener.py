@@ -333,12 +333,8 @@ class KafkaListener:
             self.translation_failed(conn, header, e)
             return
         except (protocol.ProtocolError, KafkaProtocolError) as e:
-            response = translation.error(self.ctx, header, request,
-                                         ErrorCode.INVALID_REQUEST, str(e))
-            if response is None:
-                self.violation(conn, f"invalid {_name(header)}: {e}")
-            else:
-                exchange.finish(response)
+            self._say_no(conn, exchange, translation, ErrorCode.INVALID_REQUEST,
+                         f"invalid {_name(header)}: {e}")
             return
         if not isinstance(result, NativeCall):
             exchange.finish(result)
@@ -355,12 +351,23 @@ class KafkaListener:
         error response with UNSUPPORTED_VERSION, or (no way to say it) the connection
         closed."""
         header = exchange.header
-        message = f"{_name(header)} version {header.api_version} is not supported"
-        if translation is not None:
-            response = translation.error(self.ctx, header, exchange.request,
-                                         ErrorCode.UNSUPPORTED_VERSION, message)
-        else:
-            response = top_level_error(header.api_key, ErrorCode.UNSUPPORTED_VERSION, message)
+        self._say_no(conn, exchange, translation, ErrorCode.UNSUPPORTED_VERSION,
+                     f"{_name(header)} version {header.api_version} is not supported")
+
+    def _say_no(self, conn: KafkaConnection, exchange: Exchange, translation, code: int,
+                message: str) -> None:
+        """Answer ``exchange`` with its API's error response for ``code``; close the
+        connection where the API has no way to say it."""
+        header = exchange.header
+        try:
+            if translation is not None:
+                response = translation.error(self.ctx, header, exchange.request, code, message)
+            else:
+                response = top_level_error(header.api_key, code, message)
+        except TRANSLATION_BUGS as e:
+            exchange.done = True
+            self.translation_failed(conn, header, e)
+            return
         if response is None:
             self.violation(conn, message)
         else:
