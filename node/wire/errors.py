@@ -56,6 +56,11 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
     INELIGIBLE_REPLICA = 107
+    # Kafka's wire (node.kafka): SASL not offered, fetch sessions declined, topic ids.
+    ILLEGAL_SASL_STATE = 34
+    INVALID_REQUIRED_ACKS = 21
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    UNKNOWN_TOPIC_ID = 100
 
 
 # Per code: (retriable, message), as Kafka's Errors enum.
@@ -122,6 +127,11 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
     ErrorCode.INVALID_RECORD: (False, 'This record has failed the validation on broker and '
                                       'hence will be rejected.'),
     ErrorCode.INELIGIBLE_REPLICA: (False, 'The new ISR contains at least one ineligible replica.'),
+    ErrorCode.ILLEGAL_SASL_STATE: (False, 'Request is not valid given the current SASL state.'),
+    ErrorCode.INVALID_REQUIRED_ACKS: (False, 'Produce request specified an invalid value for '
+                                             'required acks.'),
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND: (True, 'The fetch session ID was not found.'),
+    ErrorCode.UNKNOWN_TOPIC_ID: (True, 'This server does not host this topic ID.'),
 }
 assert set(_INFO) == set(ErrorCode) - {ErrorCode.NONE}
 

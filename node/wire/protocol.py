@@ -30,7 +30,9 @@ PRODUCE (0)
        + one batch frame per partition entry
   resp {"partitions": [[topic, partition, error, base_offset, log_start_offset,
                         error_message|None], ...]}
-       acks=0: the broker sends no response at all.
+       acks=0: the broker sends no response at all - unless the request has
+       "answer_acks_0": true (the Kafka listener's, to close the connection of an acks=0
+       producer whose write failed, as Kafka does): then it is answered after the append.
 FETCH (1)
   req  {"replica_id": int (-1 for a consumer, the broker id for a follower),
         "max_wait_ms": int, "min_bytes": int, "max_bytes": int,
@@ -42,17 +44,24 @@ FETCH (1)
        ``log_end_offset`` is the leader's LEO (a follower that fetched past it after a
        leader change uses it to truncate; Kafka asks with ListOffsets instead).
 LIST_OFFSETS (2)
-  req  {"replica_id": int, "partitions": [[topic, partition, timestamp_ms], ...]}
-       timestamp -1 = latest (HW for consumers), -2 = earliest (log start), >= 0: the
-       first record whose timestamp is at or after it (time index)
-  resp {"partitions": [[topic, partition, error, timestamp_ms, offset], ...]}
+  req  {"replica_id": int, "partitions": [[topic, partition, timestamp_ms
+                                           (, current_leader_epoch)], ...]}
+       timestamp -1 = latest (HW for consumers), -2 = earliest (log start), -3 = the
+       record with the largest timestamp (KIP-734), >= 0: the first record whose
+       timestamp is at or after it (time index)
+  resp {"partitions": [[topic, partition, error, timestamp_ms, offset
+                        (, leader_epoch)], ...]}
        by time: that record's own timestamp and offset, or -1, -1 when none is (below
-       the HW for consumers); other negative times: INVALID_REQUEST
+       the HW for consumers); other negative times: INVALID_REQUEST. An entry with a
+       current leader epoch (-1: not checked) is checked as a fetch's (KIP-320:
+       FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) and answered with the leader epoch
+       (latest: the leader's; -1 otherwise)
 METADATA (3)
   req  {"topics": None | [topic, ...]}          None = every topic
   resp {"brokers": [[id, host, port, rack|None], ...], "controller_id": int (-1),
         "topics": [[topic, error, [[partition, error, leader (-1 = none),
-                    leader_epoch, replicas, isr, offline_replicas], ...]], ...]}
+                    leader_epoch, replicas, isr, offline_replicas], ...]], ...],
+        "topic_ids": {topic: id} (KIP-516, of the topics answered that have one)}
 Every controller -> broker request may carry "broker_epoch": int, the epoch (the
 registration's czxid) of the broker it is meant for (KIP-380); a broker refuses one
 meant for another incarnation with {"error": STALE_BROKER_EPOCH} (absent or -1: not
@@ -71,9 +80,11 @@ STOP_REPLICA (5)              controller -> broker
   resp {"error": int, "partitions": [[topic, partition, error], ...]}
 UPDATE_METADATA (6)           controller -> broker
   req  {"controller_id": int, "controller_epoch": int,
-        "brokers": [[id, host, port, rack|None], ...],
+        "brokers": [[id, host, port, rack|None(, {listener: [host, port]})], ...],
         "partitions": [[topic, partition, leader, leader_epoch, isr, zk_version,
-                        replicas, offline_replicas], ...]}
+                        replicas, offline_replicas], ...],
+        "topic_ids": {topic: id} (optional; KIP-516, Kafka's text form)}
+       a broker's fifth field names its listeners other than the native one (KAFKA)
   resp {"error": int}
 CONTROLLED_SHUTDOWN (7)       broker -> controller
   req  {"broker_id": int, "broker_epoch": int}
@@ -178,6 +189,7 @@ API_VERSION = 0
 CONSUMER_REPLICA_ID = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3          # KIP-734: the record with the largest timestamp
 NO_LEADER = -1
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
