@@ -9,7 +9,8 @@ on the shared-memory board.
 
 Effects, in the order a core returns them (``node.core.replication`` says why), each
 by its handler in a table keyed by effect type:
-- ``Truncate`` / ``TruncateFully`` / ``AssignEpoch`` / ``SetHighWatermark`` on the
+- ``Truncate`` / ``TruncateFully`` / ``AssignEpoch`` / ``SetHighWatermark`` /
+  ``IncrementLogStart`` (a follower following the leader's DeleteRecords) on the
   local log before anything after them;
 - ``WriteIsr``: a conditional ``set`` of the partition-state znode at ``zk_version``,
   then an ``/isr_change_notification/isr_change_`` sequential node; the outcome goes to
@@ -54,8 +55,8 @@ from node.broker.coordinator import GuardedZk
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS, LogLimiter
 from node.config import BrokerConfig, topic_log_config, topic_setting
 from node.broker.metadata_cache import MetadataCache
-from node.core.replication import (AssignEpoch, CompleteProduce, Effect, ReplicaCore,
-                                   ReplicationConfig, Role, SendOffsetForLeaderEpoch,
+from node.core.replication import (AssignEpoch, CompleteProduce, Effect, IncrementLogStart,
+                                   ReplicaCore, ReplicationConfig, Role, SendOffsetForLeaderEpoch,
                                    SetHighWatermark, Truncate, TruncateFully, TruncationMode,
                                    WriteIsr, lost_replica_is_back)
 from shm import batch
@@ -156,6 +157,7 @@ class ReplicaManager:
         self._effect_handlers: dict[type, Callable[[Partition, Effect], None]] = {
             CompleteProduce: self._complete_produce,
             SetHighWatermark: self._set_high_watermark,
+            IncrementLogStart: self._increment_log_start,
             Truncate: self._truncate,
             TruncateFully: self._truncate_fully,
             AssignEpoch: self._assign_epoch,
@@ -222,6 +224,9 @@ class ReplicaManager:
     def _set_high_watermark(self, part: Partition, effect: SetHighWatermark) -> None:
         part.log.update_high_watermark(effect.offset)
         self.on_high_watermark(part)
+
+    def _increment_log_start(self, part: Partition, effect: IncrementLogStart) -> None:
+        part.log.increment_log_start_offset(effect.offset)
 
     def _truncate(self, part: Partition, effect: Truncate) -> None:
         self._log_truncation(part, effect.offset, "truncating to")

@@ -22,7 +22,8 @@ from functools import partial
 import logging
 from typing import Callable
 
-from node.broker.apis import control, fetch, metadata, offsets, produce
+from node.broker.apis import (control, delete_records, fetch, log_dirs, metadata, offsets,
+                              produce)
 from node.broker.apis.admin import ADMIN_API_KEYS, handle_admin_request
 from node.broker.apis.common import api_name
 from node.broker.coordinator import GuardedZk
@@ -57,6 +58,9 @@ HANDLERS: dict[int, Handler] = {
     protocol.ApiKey.CONTROLLED_SHUTDOWN: control.handle_controlled_shutdown,
     protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
     protocol.ApiKey.GET_REPLICA_LOG_INFO: control.handle_get_replica_log_info,
+    protocol.ApiKey.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
+    protocol.ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
+    protocol.ApiKey.DELETE_RECORDS: delete_records.handle_delete_records,
 }
 assert not set(HANDLERS) & set(ADMIN_API_KEYS)
 HANDLERS.update((key, _handle_admin) for key in ADMIN_API_KEYS)
@@ -74,6 +78,7 @@ class KafkaApis:
         self.send_response = send_response   # (peer, correlation id, api key, body, frames)
         self.broker_epoch = broker_epoch     # this incarnation's (KIP-380); -1 unregistered
         self.controller = controller         # the ControllerRunner, once started
+        self.cluster_id: str | None = None   # set by the broker once read (DescribeCluster)
         self.purgatory = FetchPurgatory(loop, partial(fetch.read_fetch, self),
                                         partial(fetch.answer_fetch, self))
         self.on_produce_complete = partial(produce.on_produce_complete, self)
