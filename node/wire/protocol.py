@@ -92,11 +92,13 @@ CREATE_TOPICS (19)            any broker (writes the coordinator, as Kafka's ZK 
                     ({partition: [broker ids]}), configs {key: value}], ...],
         "timeout_ms": int, "validate_only": bool, "include_configs": bool (optional)}
   resp {"topics": [[name, error, error_message|None], ...],
+        "topic_ids": {name: id} (KIP-516, of the topics created),
         "details": {name: [num_partitions, replication_factor, config entries (as
                     DESCRIBE_CONFIGS' include_sources)]}   (include_configs only)}
 DELETE_TOPICS (20)
   req  {"topics": [name, ...], "timeout_ms": int}
   resp {"topics": [[name, error, error_message|None], ...]}
+       TOPIC_DELETION_DISABLED for every topic when delete.topic.enable is false
 DELETE_RECORDS (21)           the leader of each partition (Kafka's DeleteRecords)
   req  {"partitions": [[topic, partition, offset (-1 = the high watermark)], ...],
         "timeout_ms": int}

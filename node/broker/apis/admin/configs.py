@@ -9,12 +9,13 @@ from kazoo.exceptions import NoNodeError
 
 from node.broker.apis.admin.common import CONFIG_ENTRIES_MAX, _topic_list, _topics
 from node.broker.coordinator import GuardedZk
-from node.config import TOPIC_KEYS, BrokerConfig, broker_config_text
+from node.config import TOPIC_KEYS
 from node.wire.errors import ErrorCode
-from node.wire import protocol
 from node.wire.protocol import ProtocolError
 from node.wire import zkdata
 from shm.config import KAFKA_NAMES, LogConfig
+from node.config import BrokerConfig, broker_config_text
+from node.wire import protocol
 
 # Topic-level config keys (Kafka's) -> the broker key they override.
 TOPIC_CONFIG_KEYS = {

@@ -26,7 +26,7 @@ from shm.names import topic_name_error
 # ------------------------------------------------------------------ CreateTopics
 
 def _refuse(name: str, message: str | None = None) -> tuple[int, str | None, tuple]:
-    return (*_error(name, message), (-1, -1))
+    return (*_error(name, message), (-1, -1, None))
 
 
 def create_topics(body: dict, zk: GuardedZk, config) -> dict:
@@ -55,6 +55,7 @@ def create_topics(body: dict, zk: GuardedZk, config) -> dict:
     existing = _topics(zk)
     results = []
     details = {}
+    topic_ids = {}
     seen: set[str] = set()
     for name, num_partitions, rf, assignment, configs in parsed:
         if name in seen:
@@ -66,18 +67,21 @@ def create_topics(body: dict, zk: GuardedZk, config) -> dict:
                                                  validate_only)
             if code == ErrorCode.NONE and include_configs:
                 overrides = validate_topic_config(configs)
-                details[name] = [*shape, describe_topic_entries(config, overrides)]
+                details[name] = [*shape[:2], describe_topic_entries(config, overrides)]
+            if shape[2] is not None:
+                topic_ids[name] = shape[2]
         seen.add(name)
         results.append([name, code, message])
-    out = {"topics": results}
+    out = {"topics": results, "topic_ids": topic_ids}
     if include_configs:
         out["details"] = details
     return out
 
 
 def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assignment,
-                  configs, validate_only) -> tuple[int, str | None, tuple[int, int]]:
-    """(code, message, (partitions, replication factor) of the topic made)."""
+                  configs, validate_only) -> tuple[int, str | None, tuple]:
+    """(code, message, (partitions, replication factor, topic id|None) of the topic
+    made)."""
     problem = topic_name_error(name)
     if problem:
         return _refuse("INVALID_TOPIC_EXCEPTION", problem)
@@ -114,7 +118,7 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
             replicas = placement.assign_replicas(sorted(brokers), brokers, num_partitions, rf)
         except placement.PlacementError as e:
             return _refuse(e.kafka_error, str(e))
-    shape = (len(replicas), len(next(iter(replicas.values()))) if replicas else 0)
+    shape = (len(replicas), len(next(iter(replicas.values()))) if replicas else 0, None)
     if validate_only:
         return ErrorCode.NONE, None, shape
     for path in (zkdata.CONFIG_TOPICS, zkdata.BROKER_TOPICS):
@@ -127,8 +131,8 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
     else:   # left behind by an interrupted deletion
         txn.set_data(config_path, zkdata.encode_topic_config(overrides),
                      version=stale_config.version)
-    txn.create(zkdata.topic_path(name), zkdata.encode_assignment(
-        replicas, topic_id=zkdata.new_topic_id()))
+    topic_id = zkdata.new_topic_id()
+    txn.create(zkdata.topic_path(name), zkdata.encode_assignment(replicas, topic_id=topic_id))
     results = txn.commit()
     if any(isinstance(r, NodeExistsError) for r in results):
         return _refuse("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
@@ -136,7 +140,7 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
     if failure is not None:
         return _refuse("UNKNOWN_SERVER_ERROR", f"coordinator refused the write: {failure!r}")
     existing.append(name)
-    return ErrorCode.NONE, None, shape
+    return ErrorCode.NONE, None, (*shape[:2], topic_id)
 
 
 # ------------------------------------------------------------------ DeleteTopics
@@ -148,7 +152,12 @@ def delete_topics(body: dict, zk: GuardedZk, config) -> dict:
     existing = set(_topics(zk))
     zk.ensure_path(zkdata.DELETE_TOPICS)
     results = []
+    enabled = getattr(config, "delete_topic_enable", True)
     for name in names:
+        if not enabled:
+            results.append([name, *_error("TOPIC_DELETION_DISABLED", "Topic deletion is "
+                                          "disabled.")])
+            continue
         problem = topic_name_error(name)
         if problem:
             results.append([name, *_error("INVALID_TOPIC_EXCEPTION", problem)])
