@@ -20,7 +20,7 @@ by its handler in a table keyed by effect type:
 
 A new HW wakes parked fetches (``on_high_watermark``). Logs are opened when a
 LeaderAndIsr names them, as Kafka; topic-level overrides are read from
-``/config/topics/T`` then.
+``/config/topics/T`` then, and follow its changes (``node.broker.topic_configs``).
 
 A log directory that fails a write (a full disk: ENOSPC or a short write; EIO, EROFS)
 goes offline, as in Kafka (KIP-112): its replicas stop (no more appends, fetches or
@@ -43,7 +43,7 @@ import os
 import time
 from typing import Callable
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError
 
 from node.broker import limits
 from node.wire.errors import ErrorCode
@@ -55,6 +55,7 @@ from node.broker.coordinator import GuardedZk
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS, LogLimiter
 from node.config import BrokerConfig, topic_log_config, topic_setting
 from node.broker.metadata_cache import MetadataCache
+from node.broker.topic_configs import TopicConfigs
 from node.core.replication import (AssignEpoch, CompleteProduce, Effect, IncrementLogStart,
                                    ReplicaCore, ReplicationConfig, Role, SendOffsetForLeaderEpoch,
                                    SetHighWatermark, Truncate, TruncateFully, TruncationMode,
@@ -130,6 +131,7 @@ class ReplicaManager:
         self.loop = loop
         self.zk = zk
         self.metadata = metadata
+        self.topic_configs = TopicConfigs(self)   # topic overrides, watched for changes
         self.on_produce_complete = on_produce_complete
         self.on_high_watermark = on_high_watermark
         self.on_all_log_dirs_offline = on_all_log_dirs_offline
@@ -388,14 +390,7 @@ class ReplicaManager:
         return part
 
     def _topic_overrides(self, topic: str) -> dict[str, str]:
-        try:
-            data, _ = self.zk.get(zkdata.topic_config_path(topic))  # bounded (GuardedZk)
-            return zkdata.decode_topic_config(topic, data)
-        except NoNodeError:
-            return {}
-        except COORDINATOR_ERRORS as e:  # garbled or unreadable: the broker's defaults
-            logger.error("ignoring the topic config of %s: %s", topic, e)
-            return {}
+        return self.topic_configs.overrides(topic)     # and watched (node.broker.topic_configs)
 
     def _log_dir_for(self, topic: str, partition: int) -> str:
         """The log dir already holding this partition, else the least loaded online one."""

@@ -99,3 +99,22 @@ def test_alter_configs_changes_what_describe_configs_shows(cluster, admin):
     assert configs["retention.ms"] == str(7 * 24 * 3600 * 1000)
     with pytest.raises(errors.InvalidConfigError):
         admin.alter_configs("ac", set={"retention.bytes": "lots"})
+
+
+def test_altered_topic_configs_apply_on_the_brokers_at_once(cluster, admin):
+    """min.insync.replicas set above the replication factor refuses acks=all writes at
+    once (NOT_ENOUGH_REPLICAS) on the running leader; deleting it lets them in again."""
+    admin.create_topic("live", 1, 3)
+    with Producer(cluster.bootstrap_servers, acks="all", retries=0) as producer:
+        producer.send("live", b"before", partition=0).get(timeout=30)
+        admin.alter_configs("live", set={"min.insync.replicas": "4"})
+
+        def refused():
+            try:
+                producer.send("live", b"x", partition=0).get(timeout=30)
+                return False
+            except errors.NotEnoughReplicasError:
+                return True
+        poll_until(refused, 20, "acks=all refused under min.insync.replicas=4")
+        admin.alter_configs("live", delete=["min.insync.replicas"])
+        poll_until(lambda: not refused(), 20, "acks=all accepted again")
