@@ -1,0 +1,241 @@
+"""Odd but well-formed admin requests on Kafka's wire, sent raw with the codec: every one
+gets Kafka's answer (an error code where Kafka gives one), nothing is written, and the
+broker keeps serving. Also a hypothesis run of random admin requests against a live
+broker: each is answered and the broker stays up."""
+from __future__ import annotations
+
+import socket
+import uuid
+
+import pytest
+
+from node.cluster import Cluster
+from node.kafka.protocol import (FrameDecoder, RequestHeader, decode_response,
+                                 encode_request)
+from node.kafka.protocol import messages as m
+from node.wire.errors import ErrorCode
+from tests.conftest import new_cluster_id
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+FRAME_BYTES_MAX = 16 * 1024 * 1024
+TIMEOUT_S = 20
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = Cluster.up(tmp_path_factory.mktemp("cluster"), brokers=1,
+                         config={"num.partitions": "1", "default.replication.factor": "1"},
+                         cluster_id=new_cluster_id())
+    try:
+        yield cluster
+    finally:
+        cluster.down(grace_s=5)
+
+
+class RawClient:
+    """One connection speaking Kafka's protocol through the codec."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        self.frames = FrameDecoder(FRAME_BYTES_MAX)
+        self.correlation_id = 0
+
+    def call(self, request, version: int):
+        self.correlation_id += 1
+        header = RequestHeader(request.API_KEY, version, self.correlation_id, "bad-input")
+        self.sock.sendall(encode_request(header, request))
+        while True:
+            data = self.sock.recv(1 << 16)
+            assert data, "the broker closed the connection"
+            payloads = self.frames.feed(data)
+            if payloads:
+                (payload,) = payloads
+                correlation_id, response = decode_response(request.API_KEY, version, payload)
+                assert correlation_id == self.correlation_id
+                return response
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def client(cluster):
+    c = RawClient(cluster.kafka_address(0))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def alive(client) -> bool:
+    answer = client.call(m.MetadataRequest(topics=None), 12)
+    return [b.node_id for b in answer.brokers] == [0]
+
+
+def test_odd_create_topics_get_kafkas_codes_per_topic(client):
+    T = m.CreateTopicsRequest.CreatableTopic
+    A = m.CreateTopicsRequest.CreatableReplicaAssignment
+    answer = client.call(m.CreateTopicsRequest(topics=[
+        T(name="zero-partitions", num_partitions=0, replication_factor=1),
+        T(name="zero-rf", num_partitions=1, replication_factor=0),
+        T(name="", num_partitions=1, replication_factor=1),
+        T(name="x" * 300, num_partitions=1, replication_factor=1),
+        T(name="both", num_partitions=2, replication_factor=1,
+          assignments=[A(partition_index=0, broker_ids=[0])]),
+        T(name="gap", num_partitions=-1, replication_factor=-1, assignments=[A(partition_index=0, broker_ids=[0]),
+                                   A(partition_index=2, broker_ids=[0])]),
+        T(name="no-replicas", num_partitions=-1, replication_factor=-1, assignments=[A(partition_index=0, broker_ids=[])]),
+        T(name="twice-broker", num_partitions=-1, replication_factor=-1, assignments=[A(partition_index=0, broker_ids=[0, 0])]),
+        T(name="null-config", num_partitions=1, replication_factor=1,
+          configs=[m.CreateTopicsRequest.CreatableTopicConfig(name="retention.ms",
+                                                              value=None)]),
+    ], timeout_ms=1000, validate_only=True), 7)
+    codes = {t.name: t.error_code for t in answer.topics}
+    assert codes == {
+        "zero-partitions": ErrorCode.INVALID_PARTITIONS,
+        "zero-rf": ErrorCode.INVALID_REPLICATION_FACTOR,
+        "": ErrorCode.INVALID_TOPIC_EXCEPTION,
+        "x" * 300: ErrorCode.INVALID_TOPIC_EXCEPTION,
+        "both": ErrorCode.INVALID_REQUEST,
+        "gap": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        "no-replicas": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        "twice-broker": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        "null-config": ErrorCode.NONE,
+    }, codes
+    assert all(t.error_message for t in answer.topics if t.error_code)
+    assert alive(client)
+
+
+def test_odd_config_requests_are_answered_per_resource(client):
+    R = m.DescribeConfigsRequest.DescribeConfigsResource
+    answer = client.call(m.DescribeConfigsRequest(resources=[
+        R(resource_type=2, resource_name="no-such-topic"),
+        R(resource_type=2, resource_name=""),
+        R(resource_type=4, resource_name="99999999999999999999999"),
+        R(resource_type=4, resource_name="minus"),
+        R(resource_type=8, resource_name="0"),
+        R(resource_type=4, resource_name="0", configuration_keys=["broker.id", "nope"]),
+    ], include_synonyms=True), 4)
+    assert [r.error_code for r in answer.results] == [
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST,
+        ErrorCode.NONE]
+    assert [(c.name, c.value) for c in answer.results[-1].configs] == [("broker.id", "0")]
+    C = m.IncrementalAlterConfigsRequest.AlterableConfig
+    AR = m.IncrementalAlterConfigsRequest.AlterConfigsResource
+    answer = client.call(m.IncrementalAlterConfigsRequest(resources=[
+        AR(resource_type=2, resource_name="no-such-topic",
+           configs=[C(name="retention.ms", config_operation=0, value="1")]),
+        AR(resource_type=2, resource_name="", configs=[]),
+        AR(resource_type=4, resource_name="0",
+           configs=[C(name="retention.ms", config_operation=77, value="1")]),
+        AR(resource_type=9, resource_name="g", configs=[]),
+    ]), 1)
+    assert [r.error_code for r in answer.responses] == [
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_REQUEST]
+    assert alive(client)
+
+
+def test_odd_partition_requests_get_kafkas_codes(client):
+    answer = client.call(m.DeleteRecordsRequest(topics=[
+        m.DeleteRecordsRequest.DeleteRecordsTopic(name="nope", partitions=[
+            m.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=-1, offset=-5)])],
+        timeout_ms=1000), 2)
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    answer = client.call(m.ElectLeadersRequest(election_type=1, topic_partitions=[
+        m.ElectLeadersRequest.TopicPartitions(topic="nope", partitions=[0, -3])],
+        timeout_ms=1000), 2)
+    assert [p.error_code for p in answer.replica_election_results[0].partition_result] == \
+        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
+    answer = client.call(m.ElectLeadersRequest(election_type=7, topic_partitions=None,
+                                               timeout_ms=1000), 2)
+    assert answer.error_code == ErrorCode.INVALID_REQUEST
+    answer = client.call(m.AlterPartitionReassignmentsRequest(topics=[
+        m.AlterPartitionReassignmentsRequest.ReassignableTopic(name="nope", partitions=[
+            m.AlterPartitionReassignmentsRequest.ReassignablePartition(
+                partition_index=0, replicas=[0, 0])])]), 0)
+    assert answer.responses[0].partitions[0].error_code == \
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    answer = client.call(m.ListPartitionReassignmentsRequest(topics=[
+        m.ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics(
+            name="nope", partition_indexes=[1])]), 0)
+    assert (answer.error_code, answer.topics) == (0, [])
+    answer = client.call(m.DescribeLogDirsRequest(topics=[
+        m.DescribeLogDirsRequest.DescribableLogDirTopic(topic="nope", partitions=[1])]), 4)
+    assert [r.error_code for r in answer.results] == [0] and answer.results[0].topics == []
+    answer = client.call(m.DeleteTopicsRequest(topics=[
+        m.DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=uuid.uuid4())],
+        timeout_ms=1000), 6)
+    assert answer.responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    answer = client.call(m.CreatePartitionsRequest(topics=[
+        m.CreatePartitionsRequest.CreatePartitionsTopic(name="nope", count=-4,
+                                                        assignments=[])],
+        timeout_ms=1000, validate_only=False), 3)
+    assert answer.results[0].error_code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                            ErrorCode.INVALID_REQUEST)
+    assert alive(client)
+
+
+def test_random_admin_requests_are_answered_and_the_broker_stays_up(cluster):
+    """h11's rule at the listener: whatever well-formed admin request comes in, an
+    answer comes back and the broker keeps serving."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    names = st.sampled_from(["", "t", "fuzz", "a.b", "x" * 250, "bad/name"])
+    ints = st.integers(-3, 4)
+    create = st.builds(m.CreateTopicsRequest, topics=st.lists(st.builds(
+        m.CreateTopicsRequest.CreatableTopic, name=names, num_partitions=ints,
+        replication_factor=ints, assignments=st.lists(st.builds(
+            m.CreateTopicsRequest.CreatableReplicaAssignment, partition_index=ints,
+            broker_ids=st.lists(ints, max_size=3)), max_size=3),
+        configs=st.lists(st.builds(m.CreateTopicsRequest.CreatableTopicConfig,
+                                   name=st.sampled_from(["retention.ms", "x", ""]),
+                                   value=st.one_of(st.none(), st.sampled_from(
+                                       ["1", "-1", "a", ""]))), max_size=2)),
+        max_size=3), timeout_ms=st.just(1000), validate_only=st.just(True))
+    alter = st.builds(m.IncrementalAlterConfigsRequest, resources=st.lists(st.builds(
+        m.IncrementalAlterConfigsRequest.AlterConfigsResource,
+        resource_type=st.integers(0, 9), resource_name=names,
+        configs=st.lists(st.builds(
+            m.IncrementalAlterConfigsRequest.AlterableConfig,
+            name=st.sampled_from(["retention.ms", "cleanup.policy", "x"]),
+            config_operation=st.integers(-1, 4),
+            value=st.one_of(st.none(), st.sampled_from(["1", "compact", "z"]))),
+            max_size=3)), max_size=3), validate_only=st.just(True))
+    describe = st.builds(m.DescribeConfigsRequest, resources=st.lists(st.builds(
+        m.DescribeConfigsRequest.DescribeConfigsResource, resource_type=st.integers(0, 9),
+        resource_name=st.one_of(names, st.sampled_from(["0", "1", "-1"])),
+        configuration_keys=st.one_of(st.none(), st.lists(names, max_size=2))),
+        max_size=3), include_synonyms=st.booleans())
+    partitions = st.lists(ints, max_size=3)
+    elect = st.builds(m.ElectLeadersRequest, election_type=st.integers(0, 2),
+                      topic_partitions=st.one_of(st.none(), st.lists(st.builds(
+                          m.ElectLeadersRequest.TopicPartitions, topic=names,
+                          partitions=partitions), max_size=2)), timeout_ms=st.just(1000))
+    records = st.builds(m.DeleteRecordsRequest, topics=st.lists(st.builds(
+        m.DeleteRecordsRequest.DeleteRecordsTopic, name=names, partitions=st.lists(
+            st.builds(m.DeleteRecordsRequest.DeleteRecordsPartition, partition_index=ints,
+                      offset=st.integers(-3, 10)), max_size=2)), max_size=2),
+        timeout_ms=st.just(1000))
+    versions = {m.CreateTopicsRequest: 7, m.IncrementalAlterConfigsRequest: 1,
+                m.DescribeConfigsRequest: 4, m.ElectLeadersRequest: 2,
+                m.DeleteRecordsRequest: 2}
+    client = RawClient(cluster.kafka_address(0))
+    calls: list[str] = []
+    try:
+        @settings(max_examples=150, deadline=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(st.one_of(create, alter, describe, elect, records))
+        def answered(request):
+            assert client.call(request, versions[type(request)]) is not None
+            calls.append(type(request).__name__)
+
+        answered()
+        assert len(set(calls)) == len(versions), "every kind was tried"
+        assert alive(client)
+    finally:
+        client.close()
