@@ -93,12 +93,17 @@ API_VERSIONS (18)             any broker (Kafka's; answered whatever version it 
        Every other request in a version outside its range gets {"error":
        UNSUPPORTED_VERSION, "error_message": ...} and nothing else.
 CREATE_TOPICS (19)            any broker (writes the coordinator, as Kafka's ZK mode)
+  CreateTopics, CreatePartitions and DeleteTopics with timeout_ms > 0 (and not
+  validate_only) are answered once the broker's metadata shows what they accepted
+  (every new partition led / the topic gone), or at timeout_ms with REQUEST_TIMED_OUT
+  for the topics not there yet (Kafka's DelayedCreatePartitions / DelayedDeleteTopics)
   req  {"topics": [[name, num_partitions (-1 = num.partitions), replication_factor
                     (-1 = default.replication.factor), assignment | None
                     ({partition: [broker ids]}), configs {key: value}], ...],
         "timeout_ms": int, "validate_only": bool, "include_configs": bool (optional)}
   resp {"topics": [[name, error, error_message|None], ...],
         "topic_ids": {name: id} (KIP-516, of the topics created),
+        "partition_counts": {name: partitions} (of the topics created),
         "details": {name: [num_partitions, replication_factor, config entries (as
                     DESCRIBE_CONFIGS' include_sources)]}   (include_configs only)}
 DELETE_TOPICS (20)

@@ -8,6 +8,7 @@
     metadata     Metadata, DescribeCluster
     log_dirs     DescribeLogDirs
     delete_records  DeleteRecords (moves a leader's log start offset)
+    admin_waits  admin answers held until the metadata cache shows them
     control      LeaderAndIsr, UpdateMetadata, StopReplica, GetReplicaLogInfo,
                  ControlledShutdown (requests from and to the controller)
     tracing      the stamps of traced writes (bench.perf.latency --breakdown)

@@ -25,6 +25,7 @@ from typing import Callable
 from node.broker.apis import (control, delete_records, fetch, log_dirs, metadata, offsets,
                               produce)
 from node.broker.apis.admin import ADMIN_API_KEYS, handle_admin_request
+from node.broker.apis.admin_waits import AdminWaits
 from node.broker.apis.common import api_name
 from node.broker.coordinator import GuardedZk
 from node.broker.failures import EXPECTED_ERRORS
@@ -42,7 +43,14 @@ logger = logging.getLogger("node.broker.server")
 
 def _handle_admin(apis, identity, request: protocol.Request) -> None:
     body = handle_admin_request(request.api_key, request.body, zk=apis.zk, config=apis.config)
+    if request.api_key in ADMIN_WAITING_KEYS:
+        apis.admin_waits.answer(identity, request, body)   # once the cache shows it
+        return
     apis.send_response(identity, request.correlation_id, request.api_key, body)
+
+
+ADMIN_WAITING_KEYS = frozenset({protocol.ApiKey.CREATE_TOPICS, protocol.ApiKey.DELETE_TOPICS,
+                                protocol.ApiKey.CREATE_PARTITIONS})
 
 
 Handler = Callable[["KafkaApis", object, protocol.Request], None]
@@ -81,6 +89,10 @@ class KafkaApis:
         self.cluster_id: str | None = None   # set by the broker once read (DescribeCluster)
         self.purgatory = FetchPurgatory(loop, partial(fetch.read_fetch, self),
                                         partial(fetch.answer_fetch, self))
+        # CreateTopics, CreatePartitions, DeleteTopics answered once this broker's
+        # metadata shows them (Kafka's DelayedCreatePartitions / DelayedDeleteTopics).
+        self.admin_waits = AdminWaits(loop, metadata,
+                                      lambda *args: self.send_response(*args))
         self.on_produce_complete = partial(produce.on_produce_complete, self)
         self.pending_produces = 0            # acks=all partition appends waiting
         # Traced acks=all writes waiting for their followers: partition key ->

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from node.cluster import Cluster
+from node.wire.errors import ErrorCode
 from tests.conftest import new_cluster_id
 from tests.waiting import poll_until
 
@@ -312,3 +313,24 @@ def test_kafka_python_reassignments_log_dirs_and_delete_records(cluster, kp_admi
     assert producer.flush(TIMEOUT_S) == 0
     answer = kp_admin.delete_records({tp: 4})
     assert answer[tp]["low_watermark"] == 4
+
+
+def test_create_topics_waits_for_the_metadata_and_times_out_as_kafka(cluster, admin):
+    """A paused controller: the topic is written but no broker learns of it, so the
+    answer waits for timeout_ms and says REQUEST_TIMED_OUT, as Kafka's broker does."""
+    from node.kafka.protocol import messages as m
+    from tests.node.kafka.test_admin_raw import RawClient
+
+    controller = admin.describe_cluster().result(timeout=TIMEOUT_S).controller.id
+    other = next(b for b in cluster.broker_ids if b != controller)
+    client = RawClient(cluster.kafka_address(other))
+    create = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
+        name="c-late", num_partitions=1, replication_factor=3)], timeout_ms=1500)
+    cluster.kill(controller, "STOP")
+    try:
+        answer = client.call(create, 7)
+    finally:
+        cluster.kill(controller, "CONT")
+        client.close()
+    assert answer.topics[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    wait_partitions(admin, "c-late", 1)

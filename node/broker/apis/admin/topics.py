@@ -56,6 +56,7 @@ def create_topics(body: dict, zk: GuardedZk, config) -> dict:
     results = []
     details = {}
     topic_ids = {}
+    counts = {}
     seen: set[str] = set()
     for name, num_partitions, rf, assignment, configs in parsed:
         if name in seen:
@@ -68,11 +69,12 @@ def create_topics(body: dict, zk: GuardedZk, config) -> dict:
             if code == ErrorCode.NONE and include_configs:
                 overrides = validate_topic_config(configs)
                 details[name] = [*shape[:2], describe_topic_entries(config, overrides)]
-            if shape[2] is not None:
+            if shape[2] is not None:         # made (not validate_only)
                 topic_ids[name] = shape[2]
+                counts[name] = shape[0]
         seen.add(name)
         results.append([name, code, message])
-    out = {"topics": results, "topic_ids": topic_ids}
+    out = {"topics": results, "topic_ids": topic_ids, "partition_counts": counts}
     if include_configs:
         out["details"] = details
     return out

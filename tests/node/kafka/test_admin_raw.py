@@ -1,7 +1,9 @@
-"""Odd but well-formed admin requests on Kafka's wire, sent raw with the codec: every one
-gets Kafka's answer (an error code where Kafka gives one), nothing is written, and the
-broker keeps serving. Also a hypothesis run of random admin requests against a live
-broker: each is answered and the broker stays up."""
+"""Admin requests on Kafka's wire sent raw with the codec, one connection to one broker:
+CreateTopics, CreatePartitions and DeleteTopics are answered once that broker's metadata
+shows them (Kafka's DelayedCreatePartitions / DelayedDeleteTopics); odd but well-formed
+requests get Kafka's answer (an error code where Kafka gives one) and the broker keeps
+serving; and a hypothesis run of random admin requests: each is answered and the broker
+stays up."""
 from __future__ import annotations
 
 import socket
@@ -72,6 +74,31 @@ def client(cluster):
 def alive(client) -> bool:
     answer = client.call(m.MetadataRequest(topics=None), 12)
     return [b.node_id for b in answer.brokers] == [0]
+
+
+def test_create_and_delete_are_answered_once_the_brokers_metadata_shows_them(client):
+    answer = client.call(m.CreateTopicsRequest(topics=[
+        m.CreateTopicsRequest.CreatableTopic(name="waited", num_partitions=4,
+                                             replication_factor=1)],
+        timeout_ms=15_000), 7)
+    assert answer.topics[0].error_code == 0
+    md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
+        name="waited")]), 12)
+    assert [(p.partition_index, p.leader_id) for p in md.topics[0].partitions] == \
+        [(0, 0), (1, 0), (2, 0), (3, 0)]
+    answer = client.call(m.CreatePartitionsRequest(topics=[
+        m.CreatePartitionsRequest.CreatePartitionsTopic(name="waited", count=6,
+                                                        assignments=None)],
+        timeout_ms=15_000), 3)
+    assert answer.results[0].error_code == 0
+    md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
+        name="waited")]), 12)
+    assert len(md.topics[0].partitions) == 6
+    answer = client.call(m.DeleteTopicsRequest(topic_names=["waited"], timeout_ms=15_000), 5)
+    assert answer.responses[0].error_code == 0
+    md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
+        name="waited")]), 12)
+    assert md.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_odd_create_topics_get_kafkas_codes_per_topic(client):
