@@ -155,7 +155,8 @@ INCREMENTAL_ALTER_CONFIGS (44)   any broker (-> /config/topics/T)
   req  {"resources": [[resource_type (2 topic, 4 broker), name,
                        [[key, op (0 set, 1 delete, 2 append, 3 subtract), value|None],
                         ...]], ...],
-        "validate_only": bool}
+        "validate_only": bool, "replace": bool (optional: the SETs are the whole set,
+        Kafka's older AlterConfigs)}
   resp {"resources": [[resource_type, name, error, error_message|None], ...]}
 ALTER_PARTITION_REASSIGNMENTS (45)   any broker (-> /admin/reassign_partitions)
   req  {"partitions": [[topic, partition, replicas | None (cancel)], ...],

@@ -11,11 +11,13 @@
   Documentation is not given (null).
 - IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on topic overrides; broker
   keys are refused as Kafka refuses keys that are not dynamic (INVALID_CONFIG).
+- AlterConfigs (the older API, still used by some tools): the configs given become the
+  topic's whole override set.
 """
 from __future__ import annotations
 
 from node.broker.apis.admin.configs import SOURCE_DEFAULT
-from node.kafka.protocol.messages import (DescribeConfigsResponse,
+from node.kafka.protocol.messages import (AlterConfigsResponse, DescribeConfigsResponse,
                                           IncrementalAlterConfigsResponse)
 from node.kafka.translate import NativeCall, TranslationBase, register
 from node.wire import protocol
@@ -138,5 +140,35 @@ class IncrementalAlterConfigs(TranslationBase):
             for r in request.resources])
 
 
+# ------------------------------------------------------------------ AlterConfigs
+
+class AlterConfigs(TranslationBase):
+    api_key = 33
+    versions = (0, 2)
+
+    def request(self, ctx, header, request):
+        resources = [[r.resource_type, r.resource_name,
+                      [[c.name, 0, c.value] for c in r.configs]]    # 0: SET
+                     for r in request.resources]
+        return NativeCall(protocol.ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+            "resources": resources, "validate_only": bool(request.validate_only),
+            "replace": True})
+
+    def response(self, ctx, header, request, body, frames):
+        return AlterConfigsResponse(throttle_time_ms=0, responses=[
+            AlterConfigsResponse.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=resource_type,
+                resource_name=name)
+            for resource_type, name, code, message in body["resources"]])
+
+    def error(self, ctx, header, request, code, message):
+        return AlterConfigsResponse(throttle_time_ms=0, responses=[
+            AlterConfigsResponse.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=r.resource_type,
+                resource_name=r.resource_name)
+            for r in request.resources])
+
+
 register(DescribeConfigs())
 register(IncrementalAlterConfigs())
+register(AlterConfigs())

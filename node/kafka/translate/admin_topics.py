@@ -16,25 +16,13 @@
 """
 from __future__ import annotations
 
-import uuid
-
 from node.kafka.protocol.messages import (CreatePartitionsResponse, CreateTopicsResponse,
                                           DeleteTopicsResponse)
 from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.metadata import ZERO_UUID, topic_uuid
 from node.wire import protocol
 from node.wire.errors import ErrorCode
-from node.wire.zkdata import topic_id_text, topic_id_uuid
-
-ZERO_UUID = uuid.UUID(int=0)
-
-
-def uuid_of(text: str | None) -> uuid.UUID:
-    if not text:
-        return ZERO_UUID
-    try:
-        return topic_id_uuid(text)
-    except ValueError:
-        return ZERO_UUID
+from node.wire.zkdata import topic_id_text
 
 
 def message_for(code: int, message: str | None) -> str | None:
@@ -83,7 +71,7 @@ class CreateTopics(TranslationBase):
                     for key, value, source, read_only, sensitive, _synonyms, _type
                     in shape[2]]
             results.append(CreateTopicsResponse.CreatableTopicResult(
-                name=name, topic_id=uuid_of(topic_ids.get(name)), error_code=code,
+                name=name, topic_id=topic_uuid(topic_ids.get(name)), error_code=code,
                 error_message=message_for(code, message),
                 num_partitions=shape[0] if shape else -1,
                 replication_factor=shape[1] if shape else -1, configs=configs))
@@ -127,7 +115,7 @@ class DeleteTopics(TranslationBase):
     def response(self, ctx, header, request, body, frames, state=()):
         ids = ctx.metadata.topic_ids
         out = [DeleteTopicsResponse.DeletableTopicResult(
-            name=name, topic_id=uuid_of(ids.get(name)), error_code=code,
+            name=name, topic_id=topic_uuid(ids.get(name)), error_code=code,
             error_message=message_for(code, message))
             for name, code, message in body["topics"]]
         out += [DeleteTopicsResponse.DeletableTopicResult(

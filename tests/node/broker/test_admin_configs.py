@@ -154,3 +154,14 @@ def test_create_partitions_validate_only_writes_nothing(zk):
     body["topics"] = [["p", 1, None]]
     assert call(zk, ApiKey.CREATE_PARTITIONS, body)["topics"][0][1] == \
         ErrorCode.INVALID_PARTITIONS
+
+
+def test_replace_makes_the_sets_the_whole_override_set(zk):
+    create(zk, "r", configs={"retention.ms": "1000", "min.insync.replicas": "2"})
+    body = {"resources": [[RESOURCE_TOPIC, "r", [["retention.bytes", OP_SET, "99"]]]],
+            "validate_only": False, "replace": True}
+    assert call(zk, ApiKey.INCREMENTAL_ALTER_CONFIGS, body)["resources"][0][2] == OK
+    assert overrides(zk, "r") == {"retention.bytes": "99"}
+    body["resources"] = [[RESOURCE_TOPIC, "r", [["retention.bytes", OP_DELETE, None]]]]
+    assert call(zk, ApiKey.INCREMENTAL_ALTER_CONFIGS, body)["resources"][0][2] == \
+        ErrorCode.INVALID_REQUEST

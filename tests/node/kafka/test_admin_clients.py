@@ -334,3 +334,17 @@ def test_create_topics_waits_for_the_metadata_and_times_out_as_kafka(cluster, ad
         client.close()
     assert answer.topics[0].error_code == ErrorCode.REQUEST_TIMED_OUT
     wait_partitions(admin, "c-late", 1)
+
+
+def test_alter_configs_replaces_the_topics_overrides(admin):
+    """The older AlterConfigs (confluent-kafka's alter_configs): the configs given become
+    the whole override set."""
+    result(admin.create_topics([NewTopic("c-replace", 1, 1, config={"retention.ms": "1000"})]))
+    resource = ConfigResource("topic", "c-replace", set_config={"retention.bytes": "5000"})
+    admin.alter_configs([resource])[resource].result(timeout=TIMEOUT_S)
+    entries = topic_configs(admin, "c-replace")
+    assert (entries["retention.bytes"].value, entries["retention.bytes"].source) == \
+        ("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert entries["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    bad = ConfigResource("topic", "c-replace", set_config={"retention.bytes": "lots"})
+    assert error_name(admin.alter_configs([bad])[bad]) == "INVALID_CONFIG"

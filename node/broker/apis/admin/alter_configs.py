@@ -11,6 +11,8 @@ Rules (Kafka's):
   start), so every broker key is answered as Kafka answers a key that is not dynamic:
   INVALID_CONFIG "Cannot update these configs dynamically".
 - ``validate_only``: every check, no write.
+- ``replace`` (Kafka's older AlterConfigs): the SETs given are the topic's whole override
+  set; every other override goes.
 """
 from __future__ import annotations
 
@@ -98,6 +100,7 @@ def apply_ops(current: dict[str, str], ops, defaults: dict[str, str]) -> dict[st
 def incremental_alter_configs(body: dict, zk: GuardedZk, config) -> dict:
     resources = _parse(body)
     validate_only = protocol.field(body, "validate_only", bool, optional=True, default=False)
+    replace = protocol.field(body, "replace", bool, optional=True, default=False)
     results = []
     for resource_type, name, ops in resources:
         try:
@@ -105,8 +108,10 @@ def incremental_alter_configs(body: dict, zk: GuardedZk, config) -> dict:
             if len(set(keys)) != len(keys):
                 raise _Refused("INVALID_REQUEST", f"Error due to duplicate config keys: "
                                                   f"{sorted({k for k in keys if keys.count(k) > 1})}")
+            if replace and any(op != OP_SET for _, op, _ in ops):
+                raise _Refused("INVALID_REQUEST", "AlterConfigs only sets configs")
             if resource_type == RESOURCE_TOPIC:
-                _alter_topic(zk, config, name, ops, validate_only)
+                _alter_topic(zk, config, name, ops, validate_only, replace)
             elif resource_type == RESOURCE_BROKER:
                 _alter_broker(config, name, ops)
             else:
@@ -119,7 +124,8 @@ def incremental_alter_configs(body: dict, zk: GuardedZk, config) -> dict:
     return {"resources": results}
 
 
-def _alter_topic(zk: GuardedZk, config, name: str, ops, validate_only: bool) -> None:
+def _alter_topic(zk: GuardedZk, config, name: str, ops, validate_only: bool,
+                 replace: bool) -> None:
     if not name:
         raise _Refused("INVALID_REQUEST", "Default topic resources are not allowed.")
     if name not in _topics(zk) or _being_deleted(zk, name):
@@ -134,7 +140,7 @@ def _alter_topic(zk: GuardedZk, config, name: str, ops, validate_only: bool) -> 
             current, version = {}, -1
         except zkdata.ZkDataError:      # garbled: replaced by the new overrides
             current, version = {}, stat.version
-        updated = apply_ops(current, ops, defaults)
+        updated = apply_ops({} if replace else current, ops, defaults)
         try:
             updated = validate_topic_config(updated)
         except InvalidConfig as e:
