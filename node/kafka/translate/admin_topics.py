@@ -92,35 +92,32 @@ class DeleteTopics(TranslationBase):
 
     def request(self, ctx, header, request):
         if header.api_version < 6:
-            return NativeCall(protocol.ApiKey.DELETE_TOPICS,
-                              {"topics": list(request.topic_names),
-                               "timeout_ms": request.timeout_ms})
-        names, unknown_ids = [], []
-        for topic in request.topics:
-            if topic.name is not None:
-                names.append(topic.name)
-                continue
-            name = ctx.metadata.topic_names.get(topic_id_text(topic.topic_id))
-            if name is None:
-                unknown_ids.append(topic.topic_id)
-            else:
-                names.append(name)
+            names, unknown_ids = list(request.topic_names), []
+        else:
+            names, unknown_ids = [], []
+            for topic in request.topics:
+                name = topic.name if topic.name is not None else \
+                    ctx.metadata.topic_names.get(topic_id_text(topic.topic_id))
+                if name is None:
+                    unknown_ids.append(topic.topic_id)
+                else:
+                    names.append(name)
+        # The ids now: once a deletion is done the metadata has forgotten them.
+        state = (unknown_ids, {n: ctx.metadata.topic_ids.get(n) for n in names})
         if not names:
-            return self.response(ctx, header, request, {"topics": []}, [],
-                                 state=unknown_ids)
+            return self.response(ctx, header, request, {"topics": []}, [], state=state)
         return NativeCall(protocol.ApiKey.DELETE_TOPICS,
-                          {"topics": names, "timeout_ms": request.timeout_ms},
-                          state=unknown_ids)
+                          {"topics": names, "timeout_ms": request.timeout_ms}, state=state)
 
-    def response(self, ctx, header, request, body, frames, state=()):
-        ids = ctx.metadata.topic_ids
+    def response(self, ctx, header, request, body, frames, state=((), {})):
+        unknown_ids, ids = state
         out = [DeleteTopicsResponse.DeletableTopicResult(
             name=name, topic_id=topic_uuid(ids.get(name)), error_code=code,
             error_message=message_for(code, message))
             for name, code, message in body["topics"]]
         out += [DeleteTopicsResponse.DeletableTopicResult(
             name=None, topic_id=topic_id, error_code=ErrorCode.UNKNOWN_TOPIC_ID,
-            error_message=f"Topic id {topic_id} does not exist.") for topic_id in state]
+            error_message=f"Topic id {topic_id} does not exist.") for topic_id in unknown_ids]
         return DeleteTopicsResponse(throttle_time_ms=0, responses=out)
 
     def error(self, ctx, header, request, code, message):

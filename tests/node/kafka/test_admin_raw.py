@@ -82,8 +82,10 @@ def test_create_and_delete_are_answered_once_the_brokers_metadata_shows_them(cli
                                              replication_factor=1)],
         timeout_ms=15_000), 7)
     assert answer.topics[0].error_code == 0
+    created_id = answer.topics[0].topic_id
     md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
         name="waited")]), 12)
+    assert md.topics[0].topic_id == created_id != uuid.UUID(int=0)
     assert [(p.partition_index, p.leader_id) for p in md.topics[0].partitions] == \
         [(0, 0), (1, 0), (2, 0), (3, 0)]
     answer = client.call(m.CreatePartitionsRequest(topics=[
@@ -94,8 +96,11 @@ def test_create_and_delete_are_answered_once_the_brokers_metadata_shows_them(cli
     md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
         name="waited")]), 12)
     assert len(md.topics[0].partitions) == 6
-    answer = client.call(m.DeleteTopicsRequest(topic_names=["waited"], timeout_ms=15_000), 5)
-    assert answer.responses[0].error_code == 0
+    topic_id = md.topics[0].topic_id
+    answer = client.call(m.DeleteTopicsRequest(topics=[m.DeleteTopicsRequest.DeleteTopicState(
+        name=None, topic_id=topic_id)], timeout_ms=15_000), 6)
+    assert [(r.name, r.topic_id, r.error_code) for r in answer.responses] == \
+        [("waited", topic_id, 0)]
     md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
         name="waited")]), 12)
     assert md.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
