@@ -118,3 +118,42 @@ def test_altered_topic_configs_apply_on_the_brokers_at_once(cluster, admin):
         poll_until(refused, 20, "acks=all refused under min.insync.replicas=4")
         admin.alter_configs("live", delete=["min.insync.replicas"])
         poll_until(lambda: not refused(), 20, "acks=all accepted again")
+
+
+def _configs_tool(cluster, *args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "node.cli", "configs",
+                           "--bootstrap-server", cluster.bootstrap_servers, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_configs_tool_describes_and_alters_like_kafka_configs(cluster, admin):
+    admin.create_topic("cfg", 1, 1, config={"retention.ms": "1000"})
+    topic = ["--entity-type", "topics", "--entity-name", "cfg"]
+    shown = _configs_tool(cluster, *topic, "--describe")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        "Dynamic configs for topic cfg are:",
+        "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000, "
+        "DEFAULT_CONFIG:log.retention.ms=604800000}"]
+    altered = _configs_tool(cluster, *topic, "--alter", "--add-config",
+                            "retention.bytes=777,max.message.bytes=5000",
+                            "--delete-config", "retention.ms")
+    assert (altered.returncode, altered.stdout) == \
+        (0, "Completed updating config for topic cfg.\n"), altered.stderr
+    assert admin.describe_configs(["cfg"])["cfg"]["retention.bytes"] == "777"
+    shown = _configs_tool(cluster, *topic, "--describe")
+    assert [line.split()[0] for line in shown.stdout.splitlines()[1:]] == \
+        ["max.message.bytes=5000", "retention.bytes=777"]
+    everything = _configs_tool(cluster, "--entity-type", "brokers", "--entity-name", "1",
+                               "--describe", "--all")
+    assert everything.stdout.startswith("All configs for broker 1 are:\n")
+    assert "  broker.id=1 sensitive=false synonyms={STATIC_BROKER_CONFIG:broker.id=1}" in \
+        everything.stdout.splitlines()
+    refused = _configs_tool(cluster, "--entity-type", "brokers", "--entity-name", "1",
+                            "--alter", "--add-config", "log.retention.ms=1")
+    assert refused.returncode == 1
+    assert "Cannot update these configs dynamically" in refused.stderr
+    bad = _configs_tool(cluster, *topic, "--alter", "--add-config", "retention.ms=soon")
+    assert bad.returncode == 1 and "retention.ms" in bad.stderr
