@@ -348,3 +348,33 @@ def test_alter_configs_replaces_the_topics_overrides(admin):
     assert entries["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     bad = ConfigResource("topic", "c-replace", set_config={"retention.bytes": "lots"})
     assert error_name(admin.alter_configs([bad])[bad]) == "INVALID_CONFIG"
+
+
+def test_unclean_election_elects_a_replica_out_of_the_isr(cluster, admin):
+    """The only in-sync replica dies and an out-of-sync one comes back: the partition
+    stays offline (unclean election disabled) until ElectLeaders UNCLEAN elects it."""
+    result(admin.create_topics([NewTopic("c-unclean", 1, replica_assignment=[[1, 2]])]))
+    wait_partitions(admin, "c-unclean", 1)
+    tp = TopicPartition("c-unclean", 0)
+
+    def state():
+        md = admin.list_topics("c-unclean", timeout=TIMEOUT_S).topics["c-unclean"]
+        return md.partitions[0].leader, sorted(md.partitions[0].isrs)
+
+    poll_until(lambda: state() == (1, [1, 2]), TIMEOUT_S, "c-unclean-0 led by 1, ISR 1, 2")
+    cluster.stop(2)
+    try:
+        poll_until(lambda: state() == (1, [1]), TIMEOUT_S, "broker 2 out of the ISR")
+        cluster.stop(1)
+        try:
+            cluster.start(2)
+            poll_until(lambda: state()[0] == -1, TIMEOUT_S, "c-unclean-0 offline")
+            answer = admin.elect_leaders(ck.ElectionType.UNCLEAN, [tp]).result(
+                timeout=TIMEOUT_S)
+            assert answer[tp] is None
+            poll_until(lambda: state() == (2, [2]), TIMEOUT_S, "broker 2 elected uncleanly")
+        finally:
+            cluster.start(1)
+    finally:
+        if cluster.process(2).pid() is None:
+            cluster.start(2)
