@@ -336,6 +336,7 @@ def test_create_topics_waits_for_the_metadata_and_times_out_as_kafka(cluster, ad
     wait_partitions(admin, "c-late", 1)
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_alter_configs_replaces_the_topics_overrides(admin):
     """The older AlterConfigs (confluent-kafka's alter_configs): the configs given become
     the whole override set."""
