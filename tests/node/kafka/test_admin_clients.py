@@ -319,16 +319,16 @@ def test_create_topics_waits_for_the_metadata_and_times_out_as_kafka(cluster, ad
     """A paused controller: the topic is written but no broker learns of it, so the
     answer waits for timeout_ms and says REQUEST_TIMED_OUT, as Kafka's broker does."""
     from node.kafka.protocol import messages as m
-    from tests.node.kafka.test_admin_raw import RawClient
+    from tests.node.kafka.kafka_wire import KafkaWire
 
     controller = admin.describe_cluster().result(timeout=TIMEOUT_S).controller.id
     other = next(b for b in cluster.broker_ids if b != controller)
-    client = RawClient(cluster.kafka_address(other))
+    client = KafkaWire(cluster.kafka_address(other), TIMEOUT_S)
     create = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
         name="c-late", num_partitions=1, replication_factor=3)], timeout_ms=1500)
     cluster.kill(controller, "STOP")
     try:
-        answer = client.call(create, 7)
+        answer = client.request(create, 7)
     finally:
         cluster.kill(controller, "CONT")
         client.close()

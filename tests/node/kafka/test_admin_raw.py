@@ -6,21 +6,18 @@ serving; and a hypothesis run of random admin requests: each is answered and the
 stays up."""
 from __future__ import annotations
 
-import socket
 import uuid
 
 import pytest
 
 from node.cluster import Cluster
-from node.kafka.protocol import (FrameDecoder, RequestHeader, decode_response,
-                                 encode_request)
 from node.kafka.protocol import messages as m
 from node.wire.errors import ErrorCode
 from tests.conftest import new_cluster_id
+from tests.node.kafka.kafka_wire import KafkaWire
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-FRAME_BYTES_MAX = 16 * 1024 * 1024
 TIMEOUT_S = 20
 
 
@@ -35,36 +32,9 @@ def cluster(tmp_path_factory):
         cluster.down(grace_s=5)
 
 
-class RawClient:
-    """One connection speaking Kafka's protocol through the codec."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
-        self.frames = FrameDecoder(FRAME_BYTES_MAX)
-        self.correlation_id = 0
-
-    def call(self, request, version: int):
-        self.correlation_id += 1
-        header = RequestHeader(request.API_KEY, version, self.correlation_id, "bad-input")
-        self.sock.sendall(encode_request(header, request))
-        while True:
-            data = self.sock.recv(1 << 16)
-            assert data, "the broker closed the connection"
-            payloads = self.frames.feed(data)
-            if payloads:
-                (payload,) = payloads
-                correlation_id, response = decode_response(request.API_KEY, version, payload)
-                assert correlation_id == self.correlation_id
-                return response
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def client(cluster):
-    c = RawClient(cluster.kafka_address(0))
+    c = KafkaWire(cluster.kafka_address(0), TIMEOUT_S)
     try:
         yield c
     finally:
@@ -72,36 +42,36 @@ def client(cluster):
 
 
 def alive(client) -> bool:
-    answer = client.call(m.MetadataRequest(topics=None), 12)
+    answer = client.request(m.MetadataRequest(topics=None), 12)
     return [b.node_id for b in answer.brokers] == [0]
 
 
 def test_create_and_delete_are_answered_once_the_brokers_metadata_shows_them(client):
-    answer = client.call(m.CreateTopicsRequest(topics=[
+    answer = client.request(m.CreateTopicsRequest(topics=[
         m.CreateTopicsRequest.CreatableTopic(name="waited", num_partitions=4,
                                              replication_factor=1)],
         timeout_ms=15_000), 7)
     assert answer.topics[0].error_code == 0
     created_id = answer.topics[0].topic_id
-    md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
+    md = client.request(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
         name="waited")]), 12)
     assert md.topics[0].topic_id == created_id != uuid.UUID(int=0)
     assert [(p.partition_index, p.leader_id) for p in md.topics[0].partitions] == \
         [(0, 0), (1, 0), (2, 0), (3, 0)]
-    answer = client.call(m.CreatePartitionsRequest(topics=[
+    answer = client.request(m.CreatePartitionsRequest(topics=[
         m.CreatePartitionsRequest.CreatePartitionsTopic(name="waited", count=6,
                                                         assignments=None)],
         timeout_ms=15_000), 3)
     assert answer.results[0].error_code == 0
-    md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
+    md = client.request(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
         name="waited")]), 12)
     assert len(md.topics[0].partitions) == 6
     topic_id = md.topics[0].topic_id
-    answer = client.call(m.DeleteTopicsRequest(topics=[m.DeleteTopicsRequest.DeleteTopicState(
+    answer = client.request(m.DeleteTopicsRequest(topics=[m.DeleteTopicsRequest.DeleteTopicState(
         name=None, topic_id=topic_id)], timeout_ms=15_000), 6)
     assert [(r.name, r.topic_id, r.error_code) for r in answer.responses] == \
         [("waited", topic_id, 0)]
-    md = client.call(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
+    md = client.request(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(
         name="waited")]), 12)
     assert md.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -109,7 +79,7 @@ def test_create_and_delete_are_answered_once_the_brokers_metadata_shows_them(cli
 def test_odd_create_topics_get_kafkas_codes_per_topic(client):
     T = m.CreateTopicsRequest.CreatableTopic
     A = m.CreateTopicsRequest.CreatableReplicaAssignment
-    answer = client.call(m.CreateTopicsRequest(topics=[
+    answer = client.request(m.CreateTopicsRequest(topics=[
         T(name="zero-partitions", num_partitions=0, replication_factor=1),
         T(name="zero-rf", num_partitions=1, replication_factor=0),
         T(name="", num_partitions=1, replication_factor=1),
@@ -142,7 +112,7 @@ def test_odd_create_topics_get_kafkas_codes_per_topic(client):
 
 def test_odd_config_requests_are_answered_per_resource(client):
     R = m.DescribeConfigsRequest.DescribeConfigsResource
-    answer = client.call(m.DescribeConfigsRequest(resources=[
+    answer = client.request(m.DescribeConfigsRequest(resources=[
         R(resource_type=2, resource_name="no-such-topic"),
         R(resource_type=2, resource_name=""),
         R(resource_type=4, resource_name="99999999999999999999999"),
@@ -157,7 +127,7 @@ def test_odd_config_requests_are_answered_per_resource(client):
     assert [(c.name, c.value) for c in answer.results[-1].configs] == [("broker.id", "0")]
     C = m.IncrementalAlterConfigsRequest.AlterableConfig
     AR = m.IncrementalAlterConfigsRequest.AlterConfigsResource
-    answer = client.call(m.IncrementalAlterConfigsRequest(resources=[
+    answer = client.request(m.IncrementalAlterConfigsRequest(resources=[
         AR(resource_type=2, resource_name="no-such-topic",
            configs=[C(name="retention.ms", config_operation=0, value="1")]),
         AR(resource_type=2, resource_name="", configs=[]),
@@ -172,37 +142,37 @@ def test_odd_config_requests_are_answered_per_resource(client):
 
 
 def test_odd_partition_requests_get_kafkas_codes(client):
-    answer = client.call(m.DeleteRecordsRequest(topics=[
+    answer = client.request(m.DeleteRecordsRequest(topics=[
         m.DeleteRecordsRequest.DeleteRecordsTopic(name="nope", partitions=[
             m.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=-1, offset=-5)])],
         timeout_ms=1000), 2)
     assert answer.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    answer = client.call(m.ElectLeadersRequest(election_type=1, topic_partitions=[
+    answer = client.request(m.ElectLeadersRequest(election_type=1, topic_partitions=[
         m.ElectLeadersRequest.TopicPartitions(topic="nope", partitions=[0, -3])],
         timeout_ms=1000), 2)
     assert [p.error_code for p in answer.replica_election_results[0].partition_result] == \
         [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
-    answer = client.call(m.ElectLeadersRequest(election_type=7, topic_partitions=None,
+    answer = client.request(m.ElectLeadersRequest(election_type=7, topic_partitions=None,
                                                timeout_ms=1000), 2)
     assert answer.error_code == ErrorCode.INVALID_REQUEST
-    answer = client.call(m.AlterPartitionReassignmentsRequest(topics=[
+    answer = client.request(m.AlterPartitionReassignmentsRequest(topics=[
         m.AlterPartitionReassignmentsRequest.ReassignableTopic(name="nope", partitions=[
             m.AlterPartitionReassignmentsRequest.ReassignablePartition(
                 partition_index=0, replicas=[0, 0])])]), 0)
     assert answer.responses[0].partitions[0].error_code == \
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    answer = client.call(m.ListPartitionReassignmentsRequest(topics=[
+    answer = client.request(m.ListPartitionReassignmentsRequest(topics=[
         m.ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics(
             name="nope", partition_indexes=[1])]), 0)
     assert (answer.error_code, answer.topics) == (0, [])
-    answer = client.call(m.DescribeLogDirsRequest(topics=[
+    answer = client.request(m.DescribeLogDirsRequest(topics=[
         m.DescribeLogDirsRequest.DescribableLogDirTopic(topic="nope", partitions=[1])]), 4)
     assert [r.error_code for r in answer.results] == [0] and answer.results[0].topics == []
-    answer = client.call(m.DeleteTopicsRequest(topics=[
+    answer = client.request(m.DeleteTopicsRequest(topics=[
         m.DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=uuid.uuid4())],
         timeout_ms=1000), 6)
     assert answer.responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
-    answer = client.call(m.CreatePartitionsRequest(topics=[
+    answer = client.request(m.CreatePartitionsRequest(topics=[
         m.CreatePartitionsRequest.CreatePartitionsTopic(name="nope", count=-4,
                                                         assignments=[])],
         timeout_ms=1000, validate_only=False), 3)
@@ -256,14 +226,14 @@ def test_random_admin_requests_are_answered_and_the_broker_stays_up(cluster):
     versions = {m.CreateTopicsRequest: 7, m.IncrementalAlterConfigsRequest: 1,
                 m.DescribeConfigsRequest: 4, m.ElectLeadersRequest: 2,
                 m.DeleteRecordsRequest: 2}
-    client = RawClient(cluster.kafka_address(0))
+    client = KafkaWire(cluster.kafka_address(0), TIMEOUT_S)
     calls: list[str] = []
     try:
         @settings(max_examples=150, deadline=None,
                   suppress_health_check=list(HealthCheck))
         @given(st.one_of(create, alter, describe, elect, records))
         def answered(request):
-            assert client.call(request, versions[type(request)]) is not None
+            assert client.request(request, versions[type(request)]) is not None
             calls.append(type(request).__name__)
 
         answered()
