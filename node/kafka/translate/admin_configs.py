@@ -51,9 +51,12 @@ class DescribeConfigs(TranslationBase):
                 key = str(_broker_id(r.resource_name))
             else:
                 continue        # answered here (see response)
-            if r.configuration_keys is not None:
-                keys[key] = sorted(set(keys.get(key, [])) | set(r.configuration_keys))
-        body = {"topics": list(dict.fromkeys(topics)), "include_sources": True, "keys": keys}
+            if not r.configuration_keys:    # null or empty: every key (Kafka's rule)
+                keys[key] = None
+            elif key not in keys or keys[key] is not None:
+                keys[key] = (keys.get(key) or set()) | set(r.configuration_keys)
+        body = {"topics": list(dict.fromkeys(topics)), "include_sources": True,
+                "keys": {k: sorted(v) for k, v in keys.items() if v is not None}}
         if brokers:
             body["brokers"] = list(dict.fromkeys(brokers))
         return NativeCall(protocol.ApiKey.DESCRIBE_CONFIGS, body)
@@ -83,7 +86,7 @@ class DescribeConfigs(TranslationBase):
             else:
                 code, message = ErrorCode.INVALID_REQUEST, \
                     f"Unsupported resource type {r.resource_type}"
-            if r.configuration_keys is not None:
+            if r.configuration_keys:
                 wanted = set(r.configuration_keys)
                 entries = [e for e in entries if e[0] in wanted]
             results.append(DescribeConfigsResponse.DescribeConfigsResult(

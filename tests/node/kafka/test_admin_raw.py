@@ -119,12 +119,15 @@ def test_odd_config_requests_are_answered_per_resource(client):
         R(resource_type=4, resource_name="minus"),
         R(resource_type=8, resource_name="0"),
         R(resource_type=4, resource_name="0", configuration_keys=["broker.id", "nope"]),
+        R(resource_type=4, resource_name="0", configuration_keys=[]),
     ], include_synonyms=True), 4)
     assert [r.error_code for r in answer.results] == [
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
         ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST,
-        ErrorCode.NONE]
-    assert [(c.name, c.value) for c in answer.results[-1].configs] == [("broker.id", "0")]
+        ErrorCode.NONE, ErrorCode.NONE]
+    assert [(c.name, c.value) for c in answer.results[-2].configs] == [("broker.id", "0")]
+    everything = {c.name for c in answer.results[-1].configs}   # empty: every key
+    assert {"broker.id", "log.retention.ms", "num.partitions"} <= everything
     C = m.IncrementalAlterConfigsRequest.AlterableConfig
     AR = m.IncrementalAlterConfigsRequest.AlterConfigsResource
     answer = client.request(m.IncrementalAlterConfigsRequest(resources=[
