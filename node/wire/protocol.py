@@ -150,6 +150,7 @@ CREATE_PARTITIONS (37)
 ELECT_LEADERS (43)            any broker (-> /admin/preferred_replica_election)
   req  {"election_type": 0 (preferred) | 1 (unclean),
         "partitions": None | [[topic, partition], ...], "timeout_ms": int}
+       None: every partition of the broker's metadata, each answered (Kafka's way)
   resp {"error": int, "partitions": [[topic, partition, error, error_message|None], ...]}
 INCREMENTAL_ALTER_CONFIGS (44)   any broker (-> /config/topics/T)
   req  {"resources": [[resource_type (2 topic, 4 broker), name,

@@ -42,7 +42,8 @@ logger = logging.getLogger("node.broker.server")
 
 
 def _handle_admin(apis, identity, request: protocol.Request) -> None:
-    body = handle_admin_request(request.api_key, request.body, zk=apis.zk, config=apis.config)
+    body = handle_admin_request(request.api_key, request.body, zk=apis.zk, config=apis.config,
+                                metadata=apis.metadata)
     if request.api_key in ADMIN_WAITING_KEYS:
         apis.admin_waits.answer(identity, request, body)   # once the cache shows it
         return

@@ -5,7 +5,8 @@ ListPartitionReassignments through the native handlers (``node.broker.apis.metad
 - DescribeCluster: the live brokers' Kafka endpoints (the listener the request came by,
   as Kafka), the controller and the cluster id from the broker's metadata cache; only
   brokers are described (endpoint type 1), anything else is MISMATCHED_ENDPOINT_TYPE.
-- ElectLeaders: preferred (0) or unclean (1); v0 has no type and means preferred. A
+- ElectLeaders: preferred (0) or unclean (1); v0 has no type and means preferred; null
+  partitions: every partition the broker's metadata knows, each answered. A
   partition that needs no election is ELECTION_NOT_NEEDED, one whose preferred replica
   is down or out of the ISR PREFERRED_LEADER_NOT_AVAILABLE, one with no live replica
   ELIGIBLE_LEADERS_NOT_AVAILABLE, as Kafka. The answer comes once the election is

@@ -231,6 +231,12 @@ def test_elect_leaders_preferred_and_unclean(cluster, admin):
     answer = admin.elect_leaders(ck.ElectionType.PREFERRED, [tp]).result(timeout=TIMEOUT_S)
     assert answer[tp] is None
     poll_until(lambda: leader() == 1, TIMEOUT_S, "the preferred leader back")
+    # null partitions: every partition, each answered (Kafka's reply from its cache)
+    everything = admin.elect_leaders(ck.ElectionType.PREFERRED, None).result(
+        timeout=TIMEOUT_S)
+    assert everything[tp].name() == "ELECTION_NOT_NEEDED"
+    assert len(everything) == sum(len(t.partitions) for t in
+                                  admin.list_topics(timeout=TIMEOUT_S).topics.values())
 
 
 # ------------------------------------------------------------------ kafka-python

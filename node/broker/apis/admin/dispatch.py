@@ -19,12 +19,17 @@ ADMIN_API_KEYS = frozenset({
     ApiKey.INCREMENTAL_ALTER_CONFIGS})
 
 
-def handle_admin_request(api_key: int, body: dict, *, zk: GuardedZk, config) -> dict:
+def handle_admin_request(api_key: int, body: dict, *, zk: GuardedZk, config,
+                         metadata=None) -> dict:
+    """``metadata``: the broker's metadata cache, for the requests that name every
+    partition (ElectLeaders with null partitions answers each, as Kafka)."""
     handler = _HANDLERS.get(api_key)
     if handler is None:
         raise ProtocolError(f"api key {api_key} is not an admin request")
     if not isinstance(body, dict):
         raise ProtocolError("body must be a map")
+    if api_key == ApiKey.ELECT_LEADERS:
+        return elect_leaders(body, zk, config, metadata=metadata)
     return handler(body, zk, config)
 
 
