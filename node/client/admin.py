@@ -289,8 +289,9 @@ class Admin:
                 raise error(code, f"alter configs of {name}: {message}")
 
     def alter_broker_configs(self, broker: str, set: dict | None = None, delete=()) -> None:
-        """IncrementalAlterConfigs of a broker ("" = every broker): refused here, as no
-        broker config changes at run time (the broker's INVALID_CONFIG)."""
+        """IncrementalAlterConfigs of a broker's dynamic configs ("" = the cluster-wide
+        default): the defaults of topic configs (log.retention.ms, min.insync.replicas,
+        compression.type ...); any other key raises the broker's INVALID_CONFIG."""
         self.alter_configs(str(broker), set, delete, resource_type=RESOURCE_BROKER)
 
     # ------------------------------------------------------------- records

@@ -1,6 +1,7 @@
 """``minikafka configs``: Kafka's kafka-configs.sh for topics and brokers.
 
-    minikafka configs --bootstrap-server B --entity-type topics|brokers --entity-name N
+    minikafka configs --bootstrap-server B --entity-type topics|brokers
+        (--entity-name N | --entity-default)
         (--describe [--all] | --alter [--add-config K=V,K=V] [--delete-config K,K])
 
 Output lines are Kafka's::
@@ -9,10 +10,11 @@ Output lines are Kafka's::
       retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000, ...}
     Completed updating config for topic t.
 
-``--describe`` lists the overrides (a topic's dynamic configs); with ``--all`` every
-config with its value. Broker configs are static here (server.properties), so a broker
-has no dynamic configs and ``--alter`` of one is refused with the broker's error, as
-Kafka refuses a key that is not dynamic.
+``--describe`` lists the dynamic configs (a topic's overrides, a broker's or, with
+``--entity-default``, the cluster-wide dynamic broker configs); with ``--all`` every
+config with its value. A broker's dynamic keys are the defaults of topic configs
+(log.retention.ms, min.insync.replicas, compression.type ...); altering another is
+refused with the broker's error, as Kafka refuses a key that is not dynamic.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bootstrap-server")
     parser.add_argument("--entity-type", choices=sorted(ENTITY_TYPES))
     parser.add_argument("--entity-name")
+    parser.add_argument("--entity-default", action="store_true",
+                        help="the cluster-wide dynamic broker configs")
     parser.add_argument("--describe", action="store_true")
     parser.add_argument("--alter", action="store_true")
     parser.add_argument("--all", action="store_true",
@@ -48,30 +52,44 @@ def run(args) -> int:
 def _run(args) -> int:
     if args.describe == args.alter:
         raise ToolError("Command must include exactly one action: --describe, --alter")
-    if not args.entity_type or not args.entity_name:
-        raise ToolError("--entity-type and --entity-name are required")
+    if not args.entity_type or bool(args.entity_name) == args.entity_default:
+        raise ToolError("--entity-type and one of --entity-name or --entity-default are "
+                        "required")
     kind = ENTITY_TYPES[args.entity_type]
-    broker = None
-    if kind == "broker":
+    if args.entity_default and kind != "broker":
+        raise ToolError("--entity-default is for --entity-type brokers")
+    name = "" if args.entity_default else args.entity_name
+    if kind == "broker" and name:
         try:
-            broker = int(args.entity_name)
+            int(name)
         except ValueError:
             raise ToolError(f"The entity name for brokers must be a broker id, got "
-                            f"{args.entity_name}") from None
+                            f"{name}") from None
     admin = open_admin(args.bootstrap_server)
     try:
         if args.describe:
-            _describe(admin, kind, args.entity_name, broker, args.all)
+            _describe(admin, kind, name, args.all)
         else:
-            _alter(admin, kind, args.entity_name, args.add_config, args.delete_config)
+            _alter(admin, kind, name, args.add_config, args.delete_config)
     finally:
         admin.close()
     return EXIT_OK
 
 
-def _describe(admin, kind: str, name: str, broker: int | None, everything: bool) -> None:
-    entries = admin.describe_config_entries(topic=name if broker is None else None,
-                                            broker=broker)
+def _describe(admin, kind: str, name: str, everything: bool) -> None:
+    if kind == "broker" and not name:    # the cluster-wide ones, asked of any broker
+        some = min(b.broker_id for b in admin.describe_cluster().brokers)
+        entries = [e for e in admin.describe_config_entries(broker=some)
+                   if e.source == "DYNAMIC_DEFAULT_BROKER_CONFIG" or
+                   any(s == "DYNAMIC_DEFAULT_BROKER_CONFIG" for _, _, s in e.synonyms)]
+        print("Default configs for brokers in the cluster are:")
+        for e in entries:
+            (value,) = [v for _, v, s in e.synonyms if s == "DYNAMIC_DEFAULT_BROKER_CONFIG"]
+            print(f"  {e.name}={value} sensitive={'true' if e.sensitive else 'false'} "
+                  f"synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{e.name}={value}}}")
+        return
+    entries = admin.describe_config_entries(topic=name if kind == "topic" else None,
+                                            broker=int(name) if kind == "broker" else None)
     shown = entries if everything else [e for e in entries if e.source in DYNAMIC_SOURCES]
     print(f"{'All' if everything else 'Dynamic'} configs for {kind} {name} are:")
     for e in shown:
@@ -92,4 +110,5 @@ def _alter(admin, kind: str, name: str, add: str, delete: str) -> None:
         admin.alter_broker_configs(name, set=to_set, delete=to_delete)
     else:
         admin.alter_configs(name, set=to_set, delete=to_delete)
-    print(f"Completed updating config for {kind} {name}.")
+    print(f"Completed updating config for {kind} {name}." if name else
+          "Completed updating default config for brokers in the cluster.")

@@ -152,7 +152,8 @@ ELECT_LEADERS (43)            any broker (-> /admin/preferred_replica_election)
         "partitions": None | [[topic, partition], ...], "timeout_ms": int}
        None: every partition of the broker's metadata, each answered (Kafka's way)
   resp {"error": int, "partitions": [[topic, partition, error, error_message|None], ...]}
-INCREMENTAL_ALTER_CONFIGS (44)   any broker (-> /config/topics/T)
+INCREMENTAL_ALTER_CONFIGS (44)   any broker (-> /config/topics/T, /config/brokers/<id>,
+                                 /config/brokers/<default> for broker name "")
   req  {"resources": [[resource_type (2 topic, 4 broker), name,
                        [[key, op (0 set, 1 delete, 2 append, 3 subtract), value|None],
                         ...]], ...],

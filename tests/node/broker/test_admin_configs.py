@@ -8,8 +8,9 @@ import pytest
 from node.broker.apis.admin import handle_admin_request
 from node.broker.apis.admin.alter_configs import (OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT,
                                                   RESOURCE_BROKER, RESOURCE_TOPIC)
-from node.broker.apis.admin.configs import (SOURCE_DEFAULT, SOURCE_STATIC_BROKER,
-                                            SOURCE_TOPIC)
+from node.broker.apis.admin.configs import (SOURCE_DEFAULT, SOURCE_DYNAMIC_BROKER,
+                                            SOURCE_DYNAMIC_DEFAULT_BROKER,
+                                            SOURCE_STATIC_BROKER, SOURCE_TOPIC)
 from node.config import BrokerConfig
 from node.wire import zkdata
 from node.wire.errors import ErrorCode
@@ -90,13 +91,26 @@ def test_incremental_alter_sets_deletes_and_validates_topic_overrides(zk):
     assert alter(zk, [[3, "x", []]])[0][2] == ErrorCode.INVALID_REQUEST
 
 
-def test_broker_configs_are_static_so_altering_them_is_refused_as_kafka(zk):
-    got = alter(zk, [[RESOURCE_BROKER, "0", [["log.retention.ms", OP_SET, "1"]]],
-                     [RESOURCE_BROKER, "", [["no.such.key", OP_SET, "1"]]],
-                     [RESOURCE_BROKER, "x", [["log.retention.ms", OP_SET, "1"]]]])
-    assert [g[2] for g in got] == [ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_CONFIG,
-                                   ErrorCode.INVALID_REQUEST]
-    assert "Cannot update these configs dynamically" in got[0][3]
+def test_dynamic_broker_configs_per_broker_and_cluster_wide(zk):
+    got = alter(zk, [[RESOURCE_BROKER, "0", [["log.retention.ms", OP_SET, "1234"],
+                                             ["min.insync.replicas", OP_SET, "2"]]],
+                     [RESOURCE_BROKER, "", [["compression.type", OP_SET, "LZ4"]]]])
+    assert [g[2] for g in got] == [OK, OK]
+    config_of = lambda b: zkdata.decode_topic_config("b", zk.get(zkdata.broker_config_path(b))[0])
+    assert config_of(0) == {"log.retention.ms": "1234", "min.insync.replicas": "2"}
+    assert config_of("") == {"compression.type": "lz4"}
+    assert alter(zk, [[RESOURCE_BROKER, "0", [["min.insync.replicas", OP_DELETE, None]]]]
+                 )[0][2] == OK
+    assert config_of(0) == {"log.retention.ms": "1234"}
+    refused = alter(zk, [[RESOURCE_BROKER, "0", [["num.partitions", OP_SET, "3"]]],
+                         [RESOURCE_BROKER, "", [["no.such.key", OP_SET, "1"]]],
+                         [RESOURCE_BROKER, "0", [["log.retention.ms", OP_SET, "soon"]]],
+                         [RESOURCE_BROKER, "0", [["log.retention.ms", OP_APPEND, "1"]]],
+                         [RESOURCE_BROKER, "x", [["log.retention.ms", OP_SET, "1"]]]])
+    assert [g[2] for g in refused] == [ErrorCode.INVALID_CONFIG] * 4 + \
+        [ErrorCode.INVALID_REQUEST]
+    assert "Cannot update these configs dynamically" in refused[0][3]
+    assert config_of(0) == {"log.retention.ms": "1234"}
 
 
 def test_malformed_alter_bodies_raise_protocol_error(zk):
@@ -124,7 +138,7 @@ def test_describe_configs_gives_kafkas_sources_and_synonyms(zk):
     (broker, bcode, bvalues, bentries), other = resp["brokers"]
     assert (broker, bcode) == (0, OK) and other[1] == ErrorCode.INVALID_REQUEST
     bkeys = {e[0]: e for e in bentries}
-    assert bkeys["log.retention.ms"][1:4] == ["5000", SOURCE_STATIC_BROKER, True]
+    assert bkeys["log.retention.ms"][1:4] == ["5000", SOURCE_STATIC_BROKER, False]  # dynamic
     assert bkeys["num.partitions"][1:4] == ["1", SOURCE_DEFAULT, True]
     assert bvalues["broker.id"] == "0"
     # only the keys asked for
@@ -165,3 +179,24 @@ def test_replace_makes_the_sets_the_whole_override_set(zk):
     body["resources"] = [[RESOURCE_TOPIC, "r", [["retention.bytes", OP_DELETE, None]]]]
     assert call(zk, ApiKey.INCREMENTAL_ALTER_CONFIGS, body)["resources"][0][2] == \
         ErrorCode.INVALID_REQUEST
+
+
+def test_describe_configs_shows_dynamic_broker_configs_as_kafka(zk):
+    create(zk, "dyn")
+    alter(zk, [[RESOURCE_BROKER, "", [["log.retention.ms", OP_SET, "3000"],
+                                      ["min.insync.replicas", OP_SET, "2"]]],
+               [RESOURCE_BROKER, "0", [["log.retention.ms", OP_SET, "2000"]]]])
+    resp = call(zk, ApiKey.DESCRIBE_CONFIGS, {"topics": ["dyn"], "brokers": [0],
+                                              "include_sources": True})
+    topic = {e[0]: e for e in resp["topics"][0][3]}
+    assert topic["retention.ms"][1:3] == ["2000", SOURCE_DYNAMIC_BROKER]
+    assert topic["retention.ms"][5] == [
+        ["log.retention.ms", "2000", SOURCE_DYNAMIC_BROKER],
+        ["log.retention.ms", "3000", SOURCE_DYNAMIC_DEFAULT_BROKER],
+        ["log.retention.ms", "5000", SOURCE_STATIC_BROKER],
+        ["log.retention.ms", str(7 * 24 * 3600 * 1000), SOURCE_DEFAULT]]
+    assert topic["min.insync.replicas"][1:3] == ["2", SOURCE_DYNAMIC_DEFAULT_BROKER]
+    broker = {e[0]: e for e in resp["brokers"][0][3]}
+    assert broker["log.retention.ms"][1:4] == ["2000", SOURCE_DYNAMIC_BROKER, False]
+    assert broker["num.partitions"][3] is True, "a static key is read-only"
+

@@ -154,9 +154,9 @@ def test_incremental_alter_configs_set_delete_append_subtract(admin):
     assert error_name(alter(ConfigEntry("segment.bytes", "tiny",
                                         incremental_operation=AlterConfigOpType.SET))) == \
         "INVALID_CONFIG"
-    # broker configs are static here: refused as Kafka refuses a key that is not dynamic
+    # a broker key that is not dynamic: refused as Kafka refuses it
     broker = ConfigResource("broker", "1", incremental_configs=[
-        ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("num.partitions", "1", incremental_operation=AlterConfigOpType.SET)])
     assert error_name(admin.incremental_alter_configs([broker])[broker]) == "INVALID_CONFIG"
 
 
@@ -165,7 +165,8 @@ def test_describe_broker_configs(cluster, admin):
     assert entries["broker.id"].value == "2"
     retention = entries["log.retention.ms"]
     assert (retention.value, retention.source, retention.is_read_only) == \
-        ("86400000", ConfigSource.STATIC_BROKER_CONFIG.value, True)
+        ("86400000", ConfigSource.STATIC_BROKER_CONFIG.value, False)    # dynamic
+    assert entries["num.partitions"].is_read_only, "a key that is not dynamic"
     assert entries["unclean.leader.election.enable"].source == \
         ConfigSource.DEFAULT_CONFIG.value
 
@@ -385,3 +386,43 @@ def test_unclean_election_elects_a_replica_out_of_the_isr(cluster, admin):
     finally:
         if cluster.process(2).pid() is None:
             cluster.start(2)
+
+
+def test_dynamic_broker_configs_apply_to_topics_without_overrides(cluster, admin):
+    """A dynamic min.insync.replicas on every broker, above the replication factor,
+    refuses acks=all writes to topics that do not override it, at once, described as
+    DYNAMIC_BROKER_CONFIG; a topic override still wins."""
+    result(admin.create_topics([NewTopic("c-dyn", 1, 3),
+                                NewTopic("c-dyn-own", 1, 3,
+                                         config={"min.insync.replicas": "1"})]))
+    wait_partitions(admin, "c-dyn", 1)
+    wait_partitions(admin, "c-dyn-own", 1)
+
+    def on_every_broker(op, value=None):
+        for b in cluster.broker_ids:        # librdkafka: one broker resource per call
+            resource = ConfigResource("broker", str(b), incremental_configs=[
+                ConfigEntry("min.insync.replicas", value, incremental_operation=op)])
+            result(admin.incremental_alter_configs([resource]))
+
+    def delivery(topic):
+        outcome = []
+        producer = ck.Producer({"bootstrap.servers": cluster.kafka_bootstrap_servers,
+                                "acks": "all", "retries": 0, "linger.ms": 0,
+                                "message.timeout.ms": 5000})
+        producer.produce(topic, b"x", partition=0,
+                         on_delivery=lambda err, msg: outcome.append(err and err.name()))
+        producer.flush(TIMEOUT_S)
+        return outcome[0]
+
+    on_every_broker(AlterConfigOpType.SET, "4")
+    try:
+        poll_until(lambda: delivery("c-dyn") == "NOT_ENOUGH_REPLICAS", TIMEOUT_S,
+                   "acks=all refused under the dynamic min.insync.replicas=4")
+        assert delivery("c-dyn-own") is None, "the topic's own override wins"
+        (broker,) = result(admin.describe_configs([ConfigResource("broker", "0")])).values()
+        entry = broker["min.insync.replicas"]
+        assert (entry.value, entry.source, entry.is_read_only) == \
+            ("4", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+    finally:
+        on_every_broker(AlterConfigOpType.DELETE)
+    poll_until(lambda: delivery("c-dyn") is None, TIMEOUT_S, "acks=all accepted again")

@@ -152,8 +152,48 @@ def test_configs_tool_describes_and_alters_like_kafka_configs(cluster, admin):
     assert "  broker.id=1 sensitive=false synonyms={STATIC_BROKER_CONFIG:broker.id=1}" in \
         everything.stdout.splitlines()
     refused = _configs_tool(cluster, "--entity-type", "brokers", "--entity-name", "1",
-                            "--alter", "--add-config", "log.retention.ms=1")
+                            "--alter", "--add-config", "num.partitions=3")
     assert refused.returncode == 1
     assert "Cannot update these configs dynamically" in refused.stderr
+    broker = ["--entity-type", "brokers", "--entity-name", "1"]
+    altered = _configs_tool(cluster, *broker, "--alter", "--add-config", "log.retention.ms=1")
+    assert altered.stdout == "Completed updating config for broker 1.\n", altered.stderr
+    try:
+        assert _configs_tool(cluster, *broker, "--describe").stdout.splitlines() == [
+            "Dynamic configs for broker 1 are:",
+            "  log.retention.ms=1 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:"
+            "log.retention.ms=1, DEFAULT_CONFIG:log.retention.ms=604800000}"]
+        default = ["--entity-type", "brokers", "--entity-default"]
+        assert _configs_tool(cluster, *default, "--describe").stdout == \
+            "Default configs for brokers in the cluster are:\n"
+        assert _configs_tool(cluster, *default, "--alter", "--add-config",
+                             "compression.type=zstd").stdout == \
+            "Completed updating default config for brokers in the cluster.\n"
+        assert _configs_tool(cluster, *default, "--describe").stdout.splitlines()[1:] == [
+            "  compression.type=zstd sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:"
+            "compression.type=zstd}"]
+        _configs_tool(cluster, *default, "--alter", "--delete-config", "compression.type")
+    finally:
+        _configs_tool(cluster, *broker, "--alter", "--delete-config", "log.retention.ms")
     bad = _configs_tool(cluster, *topic, "--alter", "--add-config", "retention.ms=soon")
     assert bad.returncode == 1 and "retention.ms" in bad.stderr
+
+
+def test_cluster_wide_dynamic_config_applies_to_every_broker(cluster, admin):
+    """log.retention.bytes set for the whole cluster (the broker resource "") shows in
+    every topic without an override and in each broker's description."""
+    admin.create_topic("wide", 1, 3)
+    admin.alter_broker_configs("", set={"log.retention.bytes": "4096"})
+    try:
+        assert admin.describe_configs(["wide"])["wide"]["retention.bytes"] == "4096"
+        for broker_id in range(3):
+            (entry,) = [e for e in admin.describe_config_entries(broker=broker_id)
+                        if e.name == "log.retention.bytes"]
+            assert (entry.value, entry.source, entry.read_only) == \
+                ("4096", "DYNAMIC_DEFAULT_BROKER_CONFIG", False)
+        with pytest.raises(errors.InvalidConfigError):
+            admin.alter_broker_configs("", set={"num.partitions": "3"})
+    finally:
+        admin.alter_broker_configs("", delete=["log.retention.bytes"])
+    assert admin.describe_configs(["wide"])["wide"]["retention.bytes"] == "-1"
+

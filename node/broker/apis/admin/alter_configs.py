@@ -7,9 +7,12 @@ Rules (Kafka's):
 - A key given twice for one resource: INVALID_REQUEST; an unknown key, APPEND/SUBTRACT of
   a key that is not a list, or a value the topic config refuses: INVALID_CONFIG.
 - The default topic resource ("") is refused with INVALID_REQUEST.
-- No broker key changes while a broker runs here (each broker reads server.properties at
-  start), so every broker key is answered as Kafka answers a key that is not dynamic:
-  INVALID_CONFIG "Cannot update these configs dynamically".
+- Brokers: /config/brokers/<id> or /config/brokers/<default> (""), Kafka's dynamic
+  broker configs, for the keys that are topic configs' defaults (``DYNAMIC_BROKER_KEYS``:
+  log.retention.ms, min.insync.replicas, compression.type ...), each checked as the topic
+  config it stands for; the brokers watch them (``node.broker.topic_configs``). Any
+  other broker key is answered as Kafka answers a key that is not dynamic: INVALID_CONFIG
+  "Cannot update these configs dynamically".
 - ``validate_only``: every check, no write.
 - ``replace`` (Kafka's older AlterConfigs): the SETs given are the topic's whole override
   set; every other override goes.
@@ -21,7 +24,8 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 from node.broker.apis.admin.common import (CONFIG_ENTRIES_MAX, TOPICS_PER_REQUEST_MAX,
                                            WRITE_ATTEMPTS_MAX, _being_deleted,
                                            _topics)
-from node.broker.apis.admin.configs import (TOPIC_CONFIG_KEYS, InvalidConfig, _broker_values,
+from node.broker.apis.admin.configs import (DYNAMIC_BROKER_KEYS, TOPIC_CONFIG_KEYS,
+                                            InvalidConfig, _broker_values,
                                             validate_topic_config)
 from node.broker.coordinator import GuardedZk
 from node.wire import protocol
@@ -68,15 +72,17 @@ def _parse(body: dict) -> list[tuple[int, str, list[tuple[str, int, str | None]]
     return out
 
 
-def apply_ops(current: dict[str, str], ops, defaults: dict[str, str]) -> dict[str, str]:
+def apply_ops(current: dict[str, str], ops, defaults: dict[str, str],
+              known=TOPIC_CONFIG_KEYS, list_keys=LIST_TOPIC_KEYS,
+              what: str = "topic") -> dict[str, str]:
     """The overrides after ``ops`` (pure; _Refused on a bad op). ``defaults`` gives a
-    list key's value when the topic does not override it (APPEND extends that)."""
+    list key's value when it is not overridden (APPEND extends that)."""
     out = dict(current)
     for key, op, value in ops:
         if op not in OPS:
             raise _Refused("INVALID_REQUEST", f"Unknown config operation {op} for {key}")
-        if key not in TOPIC_CONFIG_KEYS:
-            raise _Refused("INVALID_CONFIG", f"Unknown topic config name: {key}")
+        if key not in known:
+            raise _Refused("INVALID_CONFIG", f"Unknown {what} config name: {key}")
         if op == OP_DELETE:
             out.pop(key, None)
             continue
@@ -85,7 +91,7 @@ def apply_ops(current: dict[str, str], ops, defaults: dict[str, str]) -> dict[st
         if op == OP_SET:
             out[key] = value
             continue
-        if key not in LIST_TOPIC_KEYS:
+        if key not in list_keys:
             verb = "append" if op == OP_APPEND else "subtract"
             raise _Refused("INVALID_CONFIG", f"Config value {verb} is not allowed for "
                                              f"config key: {key}")
@@ -113,7 +119,7 @@ def incremental_alter_configs(body: dict, zk: GuardedZk, config) -> dict:
             if resource_type == RESOURCE_TOPIC:
                 _alter_topic(zk, config, name, ops, validate_only, replace)
             elif resource_type == RESOURCE_BROKER:
-                _alter_broker(config, name, ops)
+                _alter_broker(zk, config, name, ops, validate_only, replace)
             else:
                 raise _Refused("INVALID_REQUEST", f"AlterConfigs is only supported for topics "
                                                   f"and brokers, but resource type is "
@@ -130,8 +136,56 @@ def _alter_topic(zk: GuardedZk, config, name: str, ops, validate_only: bool,
         raise _Refused("INVALID_REQUEST", "Default topic resources are not allowed.")
     if name not in _topics(zk) or _being_deleted(zk, name):
         raise _Refused("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.")
-    path = zkdata.topic_config_path(name)
-    defaults = {"cleanup.policy": "delete"}
+
+    def updated(current: dict[str, str]) -> dict[str, str]:
+        new = apply_ops({} if replace else current, ops, {"cleanup.policy": "delete"})
+        try:
+            return validate_topic_config(new)
+        except InvalidConfig as e:
+            raise _Refused("INVALID_CONFIG", f"Invalid config value for resource "
+                                             f"ConfigResource(type=TOPIC, name='{name}'): "
+                                             f"{e}") from None
+    _write_config(zk, zkdata.topic_config_path(name), name, updated, validate_only)
+
+
+def _alter_broker(zk: GuardedZk, config, name: str, ops, validate_only: bool,
+                  replace: bool) -> None:
+    """Per broker (its id) or cluster-wide (""): only the dynamic keys, each checked as
+    the topic config it is the default of."""
+    if name:
+        try:
+            int(name)
+        except ValueError:
+            raise _Refused("INVALID_REQUEST", f"Broker id must be an integer, but it is: "
+                                              f"{name}") from None
+    resource = f"ConfigResource(type=BROKER, name='{name}')"
+    known = _broker_values(config)
+    unknown = sorted(k for k, _, _ in ops if k not in known and k not in DYNAMIC_BROKER_KEYS)
+    if unknown:
+        raise _Refused("INVALID_CONFIG", f"Unknown broker configs: {', '.join(unknown)}")
+    static = sorted(k for k, _, _ in ops if k not in DYNAMIC_BROKER_KEYS)
+    if static:
+        raise _Refused("INVALID_CONFIG", f"Invalid config value for resource {resource}: "
+                                         f"Cannot update these configs dynamically: {static}")
+
+    def updated(current: dict[str, str]) -> dict[str, str]:
+        new = apply_ops({} if replace else current, ops, {}, known=DYNAMIC_BROKER_KEYS,
+                        list_keys=(), what="broker")
+        try:
+            checked = validate_topic_config({DYNAMIC_BROKER_KEYS[k]: v
+                                             for k, v in new.items()})
+        except InvalidConfig as e:
+            raise _Refused("INVALID_CONFIG", f"Invalid config value for resource {resource}: "
+                                             f"{e}") from None
+        return {k: checked[DYNAMIC_BROKER_KEYS[k]] for k in new}
+    zk.ensure_path(zkdata.CONFIG_BROKERS)
+    _write_config(zk, zkdata.broker_config_path(name), name or zkdata.BROKER_DEFAULT_CONFIG,
+                  updated, validate_only)
+
+
+def _write_config(zk: GuardedZk, path: str, name: str, updated, validate_only: bool) -> None:
+    """Read-modify-write of a config znode on its version: ``updated(current)`` gives the
+    new map (or raises _Refused)."""
     for _ in range(WRITE_ATTEMPTS_MAX):
         try:
             data, stat = zk.get(path)
@@ -140,41 +194,16 @@ def _alter_topic(zk: GuardedZk, config, name: str, ops, validate_only: bool,
             current, version = {}, -1
         except zkdata.ZkDataError:      # garbled: replaced by the new overrides
             current, version = {}, stat.version
-        updated = apply_ops({} if replace else current, ops, defaults)
-        try:
-            updated = validate_topic_config(updated)
-        except InvalidConfig as e:
-            raise _Refused("INVALID_CONFIG", f"Invalid config value for resource "
-                                             f"ConfigResource(type=TOPIC, name='{name}'): "
-                                             f"{e}") from None
-        if validate_only or updated == current:
+        new = updated(current)
+        if validate_only or new == current:
             return
         try:
             if version < 0:
-                zk.ensure_path(zkdata.CONFIG_TOPICS)
-                zk.create(path, zkdata.encode_topic_config(updated))
+                zk.ensure_path(path.rsplit("/", 1)[0])
+                zk.create(path, zkdata.encode_topic_config(new))
             else:
-                zk.set(path, zkdata.encode_topic_config(updated), version=version)
+                zk.set(path, zkdata.encode_topic_config(new), version=version)
             return
         except (BadVersionError, NodeExistsError, NoNodeError):
             continue        # another admin wrote meanwhile: read again
     raise _Refused("REQUEST_TIMED_OUT", f"the config of {name} kept changing; retry")
-
-
-def _alter_broker(config, name: str, ops) -> None:
-    if name:
-        try:
-            int(name)
-        except ValueError:
-            raise _Refused("INVALID_REQUEST", f"Broker id must be an integer, but it is: "
-                                              f"{name}") from None
-    known = _broker_values(config)
-    unknown = sorted(k for k, _, _ in ops if k not in known)
-    if unknown:
-        raise _Refused("INVALID_CONFIG", f"Unknown broker configs: {', '.join(unknown)}")
-    if ops:
-        raise _Refused("INVALID_CONFIG", f"Invalid config value for resource "
-                                         f"ConfigResource(type=BROKER, name='{name}'): Cannot "
-                                         f"update these configs dynamically: "
-                                         f"{sorted(k for k, _, _ in ops)}")
-

@@ -34,6 +34,11 @@ TOPIC_CONFIG_KEYS = {
     "compression.type": "compression.type",
 }
 _LOG_KEYS = set(KAFKA_NAMES.values())
+# Broker keys that change while brokers run (Kafka's dynamic broker configs, per broker or
+# cluster-wide): the defaults of topic configs, as the topic key they stand for. The
+# controller's unclean.leader.election.enable and the fixed cleanup policy are not.
+DYNAMIC_BROKER_KEYS = {broker: topic for topic, broker in TOPIC_CONFIG_KEYS.items()
+                       if topic not in ("unclean.leader.election.enable", "cleanup.policy")}
 # One set of topic keys: node.config parses and applies them, this validates requests.
 assert set(TOPIC_CONFIG_KEYS) == set(TOPIC_KEYS), "topic config keys disagree with node.config"
 
@@ -157,24 +162,38 @@ def _broker_defaults() -> dict[str, str]:
     return out
 
 
-def _broker_entry(key: str, value: str | None, defaults: dict) -> list:
-    """[name, value, source, read_only, sensitive, synonyms, type] of a broker key:
-    static (differs from Kafka's default) or default; no broker key changes at run
-    time here, so all are read-only."""
+# The dynamic broker configs a description sees: (this broker's, the cluster-wide).
+NO_DYNAMIC: tuple[dict, dict] = ({}, {})
+
+
+def _broker_entry(key: str, value: str | None, defaults: dict,
+                  dynamic: tuple[dict, dict] = NO_DYNAMIC) -> list:
+    """[name, value, source, read_only, sensitive, synonyms, type] of a broker key, its
+    synonyms most specific first as Kafka lists them: this broker's dynamic config, the
+    cluster-wide one, server.properties (when it differs from Kafka's default), the
+    default. Only the dynamic keys are writable."""
     default = defaults.get(key)
     synonyms = []
+    per_broker, cluster = dynamic
+    if key in per_broker:
+        synonyms.append([key, per_broker[key], SOURCE_DYNAMIC_BROKER])
+    if key in cluster:
+        synonyms.append([key, cluster[key], SOURCE_DYNAMIC_DEFAULT_BROKER])
     if key not in defaults or value != default:
         synonyms.append([key, value, SOURCE_STATIC_BROKER])
     if key in defaults:
         synonyms.append([key, default, SOURCE_DEFAULT])
-    return [key, value, synonyms[0][2], True, False, synonyms, config_type(key, value)]
+    first = synonyms[0]
+    return [key, first[1], first[2], key not in DYNAMIC_BROKER_KEYS, False, synonyms,
+            config_type(key, first[1])]
 
 
-def _topic_entry(key: str, overrides: dict, broker: dict, defaults: dict) -> list:
+def _topic_entry(key: str, overrides: dict, broker: dict, defaults: dict,
+                 dynamic: tuple[dict, dict]) -> list:
     """[name, value, source, read_only, sensitive, synonyms, type] of a topic key: the
     topic's override, else the broker's key it falls back to."""
     broker_key = TOPIC_CONFIG_KEYS[key]
-    fallback = _broker_entry(broker_key, broker.get(broker_key), defaults)
+    fallback = _broker_entry(broker_key, broker.get(broker_key), defaults, dynamic)
     synonyms = list(fallback[5])
     if key in overrides:
         value, source = overrides[key], SOURCE_TOPIC
@@ -184,19 +203,33 @@ def _topic_entry(key: str, overrides: dict, broker: dict, defaults: dict) -> lis
     return [key, value, source, False, False, synonyms, config_type(key, value)]
 
 
-def describe_topic_entries(config, overrides: dict[str, str],
-                           keys: list[str] | None = None) -> list[list]:
+def describe_topic_entries(config, overrides: dict[str, str], keys: list[str] | None = None,
+                           dynamic: tuple[dict, dict] = NO_DYNAMIC) -> list[list]:
     """The entries of a topic's configs (all, or ``keys``; unknown keys left out)."""
     broker, defaults = _broker_values(config), _broker_defaults()
     wanted = sorted(TOPIC_CONFIG_KEYS) if keys is None else \
         [k for k in keys if k in TOPIC_CONFIG_KEYS]
-    return [_topic_entry(k, overrides, broker, defaults) for k in wanted]
+    return [_topic_entry(k, overrides, broker, defaults, dynamic) for k in wanted]
 
 
-def describe_broker_entries(config, keys: list[str] | None = None) -> list[list]:
+def describe_broker_entries(config, keys: list[str] | None = None,
+                            dynamic: tuple[dict, dict] = NO_DYNAMIC) -> list[list]:
     broker, defaults = _broker_values(config), _broker_defaults()
     wanted = sorted(broker) if keys is None else [k for k in keys if k in broker]
-    return [_broker_entry(k, broker[k], defaults) for k in wanted]
+    return [_broker_entry(k, broker[k], defaults, dynamic) for k in wanted]
+
+
+def read_dynamic_broker_configs(zk: GuardedZk, broker_id: int) -> tuple[dict, dict]:
+    """(this broker's dynamic configs, the cluster-wide ones), dynamic keys only."""
+    out = []
+    for who in (broker_id, ""):
+        try:
+            values = zkdata.decode_topic_config(
+                "broker", zk.get(zkdata.broker_config_path(who))[0])
+        except (NoNodeError, zkdata.ZkDataError):
+            values = {}
+        out.append({k: v for k, v in values.items() if k in DYNAMIC_BROKER_KEYS})
+    return out[0], out[1]
 
 
 def read_topic_overrides(zk: GuardedZk, name: str) -> dict[str, str]:
@@ -225,6 +258,7 @@ def describe_configs(body: dict, zk: GuardedZk, config) -> dict:
     detailed = protocol.field(body, "include_sources", bool, optional=True, default=False)
     keys = protocol.field(body, "keys", dict, optional=True, default={})
     existing = set(_topics(zk))
+    dynamic = read_dynamic_broker_configs(zk, config.broker_id)
     results = []
     for name in names:
         if name not in existing:
@@ -232,7 +266,7 @@ def describe_configs(body: dict, zk: GuardedZk, config) -> dict:
                            ([[]] if detailed else []))
             continue
         entries = describe_topic_entries(config, read_topic_overrides(zk, name),
-                                         _keys_field(keys.get(name), name))
+                                         _keys_field(keys.get(name), name), dynamic)
         values = {e[0]: e[1] for e in entries if e[1] is not None}
         results.append([name, ErrorCode.NONE, values] + ([entries] if detailed else []))
     out = {"topics": results}
@@ -247,7 +281,8 @@ def describe_configs(body: dict, zk: GuardedZk, config) -> dict:
                 out["brokers"].append([b, ErrorCode.INVALID_REQUEST, {}] +
                                       ([[]] if detailed else []))
                 continue
-            entries = describe_broker_entries(config, _keys_field(keys.get(str(b)), str(b)))
+            entries = describe_broker_entries(config, _keys_field(keys.get(str(b)), str(b)),
+                                              dynamic)
             values = {e[0]: e[1] for e in entries if e[1] is not None}
             out["brokers"].append([b, ErrorCode.NONE, values] +
                                   ([entries] if detailed else []))

@@ -13,6 +13,7 @@ from node.broker.apis.admin.common import (PARTITIONS_PER_TOPIC_MAX, WRITE_ATTEM
                                            _int_list, _live_brokers, _read_topic, _topic_list,
                                            _topics)
 from node.broker.apis.admin.configs import (InvalidConfig, describe_topic_entries,
+                                            read_dynamic_broker_configs,
                                             validate_topic_config)
 from node.broker.coordinator import GuardedZk
 from node.core import placement
@@ -68,7 +69,9 @@ def create_topics(body: dict, zk: GuardedZk, config) -> dict:
                                                  validate_only)
             if code == ErrorCode.NONE and include_configs:
                 overrides = validate_topic_config(configs)
-                details[name] = [*shape[:2], describe_topic_entries(config, overrides)]
+                details[name] = [*shape[:2], describe_topic_entries(
+                    config, overrides, dynamic=read_dynamic_broker_configs(
+                        zk, getattr(config, "broker_id", -1)))]
             if shape[2] is not None:         # made (not validate_only)
                 topic_ids[name] = shape[2]
                 counts[name] = shape[0]
