@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from node.kafka.protocol.messages import ProduceResponse
 from node.kafka.records import RecordError, kafka_to_log
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 
