@@ -16,15 +16,15 @@
 """
 from __future__ import annotations
 
-from node.broker.apis.admin.configs import SOURCE_DEFAULT
 from node.kafka.protocol.messages import (AlterConfigsResponse, DescribeConfigsResponse,
                                           IncrementalAlterConfigsResponse)
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+SOURCE_DEFAULT = 5      # Kafka's ConfigSource.DEFAULT_CONFIG (v0 answers it as is_default)
 
 
 def _broker_id(name: str) -> int | None:

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from node.kafka.protocol.messages import DeleteRecordsResponse, DescribeLogDirsResponse
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.kafka.translate.admin_cluster import by_topic
 from node.wire import protocol
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from node.kafka.protocol.messages import (CreatePartitionsResponse, CreateTopicsResponse,
                                           DeleteTopicsResponse)
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.kafka.translate.metadata import ZERO_UUID, topic_uuid
 from node.wire import protocol
 from node.wire.errors import ErrorCode
