@@ -536,7 +536,9 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "elections": {"common"},
         "reassignments": {"common"},
         "producer_ids": {"common"},
-        "dispatch": {"configs", "topics", "elections", "reassignments", "producer_ids"},
+        "alter_configs": {"common", "configs"},
+        "dispatch": {"configs", "topics", "elections", "reassignments", "producer_ids",
+                     "alter_configs"},
     },
 }
 

@@ -26,6 +26,10 @@ PARKED_FETCHES_PER_CONNECTION_MAX = 16
 # bound, so the broker refuses first and a core never sees more than it accepts.
 PENDING_PRODUCE_REQUESTS_MAX = PENDING_PRODUCES_MAX
 PRODUCE_TIMEOUT_MS_MAX = 300_000
+# Admin answers waiting for the metadata cache (CreateTopics, CreatePartitions,
+# DeleteTopics: node.broker.apis.admin_waits), and for at most this long.
+ADMIN_WAITS_MAX = 1_000
+ADMIN_WAIT_MS_MAX = 300_000
 # A changed board row is published this long after the first change (one timer for
 # every row changed meanwhile): readers see a replica's state at most this late.
 BOARD_PUBLISH_DELAY_MS = 10

@@ -9,7 +9,8 @@ on the shared-memory board.
 
 Effects, in the order a core returns them (``node.core.replication`` says why), each
 by its handler in a table keyed by effect type:
-- ``Truncate`` / ``TruncateFully`` / ``AssignEpoch`` / ``SetHighWatermark`` on the
+- ``Truncate`` / ``TruncateFully`` / ``AssignEpoch`` / ``SetHighWatermark`` /
+  ``IncrementLogStart`` (a follower following the leader's DeleteRecords) on the
   local log before anything after them;
 - ``WriteIsr``: a conditional ``set`` of the partition-state znode at ``zk_version``,
   then an ``/isr_change_notification/isr_change_`` sequential node; the outcome goes to
@@ -19,7 +20,7 @@ by its handler in a table keyed by effect type:
 
 A new HW wakes parked fetches (``on_high_watermark``). Logs are opened when a
 LeaderAndIsr names them, as Kafka; topic-level overrides are read from
-``/config/topics/T`` then.
+``/config/topics/T`` then, and follow its changes (``node.broker.topic_configs``).
 
 A log directory that fails a write (a full disk: ENOSPC or a short write; EIO, EROFS)
 goes offline, as in Kafka (KIP-112): its replicas stop (no more appends, fetches or
@@ -42,7 +43,7 @@ import os
 import time
 from typing import Callable
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError
 
 from node.broker import limits
 from node.wire.errors import ErrorCode
@@ -54,8 +55,9 @@ from node.broker.coordinator import GuardedZk
 from node.broker.failures import COORDINATOR_ERRORS, STORAGE_ERRORS, LogLimiter
 from node.config import BrokerConfig, topic_log_config, topic_setting
 from node.broker.metadata_cache import MetadataCache
-from node.core.replication import (AssignEpoch, CompleteProduce, Effect, ReplicaCore,
-                                   ReplicationConfig, Role, SendOffsetForLeaderEpoch,
+from node.broker.topic_configs import TopicConfigs
+from node.core.replication import (AssignEpoch, CompleteProduce, Effect, IncrementLogStart,
+                                   ReplicaCore, ReplicationConfig, Role, SendOffsetForLeaderEpoch,
                                    SetHighWatermark, Truncate, TruncateFully, TruncationMode,
                                    WriteIsr, lost_replica_is_back)
 from shm import batch
@@ -129,6 +131,7 @@ class ReplicaManager:
         self.loop = loop
         self.zk = zk
         self.metadata = metadata
+        self.topic_configs = TopicConfigs(self)   # topic overrides, watched for changes
         self.on_produce_complete = on_produce_complete
         self.on_high_watermark = on_high_watermark
         self.on_all_log_dirs_offline = on_all_log_dirs_offline
@@ -157,6 +160,7 @@ class ReplicaManager:
         self._effect_handlers: dict[type, Callable[[Partition, Effect], None]] = {
             CompleteProduce: self._complete_produce,
             SetHighWatermark: self._set_high_watermark,
+            IncrementLogStart: self._increment_log_start,
             Truncate: self._truncate,
             TruncateFully: self._truncate_fully,
             AssignEpoch: self._assign_epoch,
@@ -223,6 +227,9 @@ class ReplicaManager:
     def _set_high_watermark(self, part: Partition, effect: SetHighWatermark) -> None:
         part.log.update_high_watermark(effect.offset)
         self.on_high_watermark(part)
+
+    def _increment_log_start(self, part: Partition, effect: IncrementLogStart) -> None:
+        part.log.increment_log_start_offset(effect.offset)
 
     def _truncate(self, part: Partition, effect: Truncate) -> None:
         self._log_truncation(part, effect.offset, "truncating to")
@@ -383,14 +390,7 @@ class ReplicaManager:
         return part
 
     def _topic_overrides(self, topic: str) -> dict[str, str]:
-        try:
-            data, _ = self.zk.get(zkdata.topic_config_path(topic))  # bounded (GuardedZk)
-            return zkdata.decode_topic_config(topic, data)
-        except NoNodeError:
-            return {}
-        except COORDINATOR_ERRORS as e:  # garbled or unreadable: the broker's defaults
-            logger.error("ignoring the topic config of %s: %s", topic, e)
-            return {}
+        return self.topic_configs.overrides(topic)     # and watched (node.broker.topic_configs)
 
     def _log_dir_for(self, topic: str, partition: int) -> str:
         """The log dir already holding this partition, else the least loaded online one."""

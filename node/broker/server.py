@@ -159,6 +159,7 @@ class Broker:
         self._until_coordinator_answers("create the cluster's paths", ensure_paths)
         self.cluster_id = self._until_coordinator_answers("read the cluster id",
                                                           self._read_cluster_id)
+        self.apis.cluster_id = self.cluster_id
         for d in config.log_dirs:
             os.makedirs(d, exist_ok=True)
         self.port = self.network.bind(self.apis.handle, self.apis.purgatory.forget_peer)

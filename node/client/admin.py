@@ -20,6 +20,11 @@ from node.client.metadata import (MetadataFetcher, PartitionMetadata, parse_boot
 from node.client.network import Network
 from node.client.types import BrokerMetadata, KafkaTimeoutError, error
 
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4   # Kafka's ConfigResource.Type numbers
+ALTER_SET, ALTER_DELETE = 0, 1           # Kafka's AlterConfigOp.OpType numbers
+SOURCE_NAMES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",   # ConfigSource
+                3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
+                5: "DEFAULT_CONFIG"}
 ELECTION_TYPES = {"preferred": protocol.ELECTION_PREFERRED, "unclean": protocol.ELECTION_UNCLEAN}
 WAIT_INTERVAL_S = 0.05
 # A request that carries a ``timeout_ms`` for the broker to wait in (for the controller,
@@ -38,6 +43,17 @@ _client_ids = itertools.count(1)
 class ClusterDescription:
     brokers: list[BrokerMetadata]
     controller_id: int  # -1 if none
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a topic or broker, as Kafka's DescribeConfigs describes it."""
+    name: str
+    value: str | None
+    source: str                      # Kafka's ConfigSource name
+    read_only: bool
+    sensitive: bool
+    synonyms: list                   # [(name, value, source name)], most specific first
 
 
 @dataclass(frozen=True)
@@ -233,10 +249,98 @@ class Admin:
         return {(t, p): Reassignment(list(replicas), list(adding), list(removing))
                 for t, p, replicas, adding, removing in response.get("partitions", [])}
 
+    def describe_config_entries(self, topic: str | None = None, broker: int | None = None
+                                ) -> list[ConfigEntry]:
+        """Every config of a topic or of a broker (asked of that broker), with Kafka's
+        source, read-only flag and synonyms (DescribeConfigs' detail)."""
+        if (topic is None) == (broker is None):
+            raise ValueError("name a topic or a broker")
+        body = {"topics": [] if topic is None else [topic], "include_sources": True}
+        if topic is not None:
+            response = self._request(protocol.ApiKey.DESCRIBE_CONFIGS, body)
+            entries = response.get("topics", [])
+        else:
+            endpoint = self._metadata([]).endpoint(broker)
+            if endpoint is None:
+                raise error(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker}")
+            body["brokers"] = [broker]
+            entries = self.net.request(endpoint, protocol.ApiKey.DESCRIBE_CONFIGS, body,
+                                       timeout_ms=self.request_timeout_ms).body.get("brokers", [])
+        for name, code, _values, details in entries:
+            if code:
+                raise error(code, f"describe configs of {name}")
+            return [ConfigEntry(key, value, SOURCE_NAMES.get(source, str(source)), read_only,
+                                sensitive, [(k, v, SOURCE_NAMES.get(s, str(s)))
+                                            for k, v, s in synonyms])
+                    for key, value, source, read_only, sensitive, synonyms, _type in details]
+        raise error(ErrorCode.UNKNOWN_SERVER_ERROR, "describe configs: no answer")
+
+    def alter_configs(self, topic: str, set: dict | None = None, delete=(),
+                      validate_only: bool = False, *, resource_type: int = RESOURCE_TOPIC
+                      ) -> None:
+        """IncrementalAlterConfigs of a topic's overrides: ``set`` {key: value}, then
+        ``delete`` [key] (back to the broker's value)."""
+        ops = [[str(k), ALTER_SET, str(v)] for k, v in (set or {}).items()] + \
+            [[str(k), ALTER_DELETE, None] for k in delete]
+        response = self._request(protocol.ApiKey.INCREMENTAL_ALTER_CONFIGS, {
+            "resources": [[resource_type, topic, ops]], "validate_only": validate_only})
+        for _, name, code, message in response.get("resources", []):
+            if code:
+                raise error(code, f"alter configs of {name}: {message}")
+
+    def alter_broker_configs(self, broker: str, set: dict | None = None, delete=()) -> None:
+        """IncrementalAlterConfigs of a broker's dynamic configs ("" = the cluster-wide
+        default): the defaults of topic configs (log.retention.ms, min.insync.replicas,
+        compression.type ...); any other key raises the broker's INVALID_CONFIG."""
+        self.alter_configs(str(broker), set, delete, resource_type=RESOURCE_BROKER)
+
+    # ------------------------------------------------------------- records
+    def delete_records(self, offsets: dict) -> dict[tuple[str, int], int]:
+        """{(topic, partition): offset (-1 = the high watermark)}: each partition's
+        leader moves its log start there. Returns {(topic, partition): low watermark};
+        an error raises."""
+        md = self._metadata(sorted({t for t, _ in offsets}))
+        by_leader: dict[int, list] = {}
+        for (topic, partition), offset in offsets.items():
+            found = md.partition(topic, partition)
+            if found is None or found.leader < 0:
+                raise error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if found is None else
+                            ErrorCode.LEADER_NOT_AVAILABLE, f"delete records of "
+                            f"{topic}-{partition}")
+            by_leader.setdefault(found.leader, []).append([topic, partition, int(offset)])
+        out = {}
+        for leader, entries in sorted(by_leader.items()):
+            answer = self.net.request(md.endpoint(leader), protocol.ApiKey.DELETE_RECORDS,
+                                      {"partitions": entries, "timeout_ms":
+                                       self.request_timeout_ms},
+                                      timeout_ms=self.request_timeout_ms).body
+            for topic, partition, code, low_watermark in answer.get("partitions", []):
+                if code:
+                    raise error(code, f"delete records of {topic}-{partition}")
+                out[(topic, partition)] = low_watermark
+        return out
+
     # ------------------------------------------------------------- cluster
     def describe_cluster(self) -> ClusterDescription:
         md = self._metadata([])
         return ClusterDescription([md.brokers[b] for b in sorted(md.brokers)], md.controller_id)
+
+    def describe_log_dirs(self, broker_id: int) -> dict[str, dict[tuple[str, int], int]]:
+        """{log dir: {(topic, partition): size in bytes}} of one broker; a directory
+        that went offline raises its error."""
+        md = self._metadata([])
+        endpoint = md.endpoint(broker_id)
+        if endpoint is None:
+            raise error(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id}")
+        answer = self.net.request(endpoint, protocol.ApiKey.DESCRIBE_LOG_DIRS,
+                                  {"partitions": None},
+                                  timeout_ms=self.request_timeout_ms).body
+        out = {}
+        for path, code, _total, _usable, entries in answer.get("log_dirs", []):
+            if code:
+                raise error(code, f"log dir {path} of broker {broker_id}")
+            out[path] = {(t, p): size for t, p, size, _lag in entries}
+        return out
 
     def close(self) -> None:
         self.net.close()

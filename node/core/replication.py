@@ -157,6 +157,13 @@ class SetHighWatermark:
 
 
 @dataclass(frozen=True)
+class IncrementLogStart:
+    """Move the local log start up to ``offset`` (Log.increment_log_start_offset): a
+    follower following the leader's DeleteRecords; never above its own HW."""
+    offset: int
+
+
+@dataclass(frozen=True)
 class AssignEpoch:
     """Record (leader_epoch, start_offset) in the local leader-epoch cache (Kafka does it
     when a replica becomes leader, so OffsetForLeaderEpoch is right before any write)."""
@@ -189,8 +196,8 @@ class CompleteProduce:
     base_offset: int = -1
 
 
-Effect = (Truncate | TruncateFully | SetHighWatermark | AssignEpoch | WriteIsr
-          | SendOffsetForLeaderEpoch | CompleteProduce)
+Effect = (Truncate | TruncateFully | SetHighWatermark | IncrementLogStart | AssignEpoch
+          | WriteIsr | SendOffsetForLeaderEpoch | CompleteProduce)
 
 
 @dataclass(frozen=True)
@@ -526,11 +533,18 @@ class ReplicaCore:
         if self.role is not Role.FOLLOWER or not self.fetching:
             return []
         if error == 0:
+            effects: list[Effect] = []
             hw = min(log.log_end_offset, leader_high_watermark)
             if hw != log.high_watermark and hw >= log.log_start_offset:
                 self._hw = hw
-                return [SetHighWatermark(hw)]
-            return []
+                effects.append(SetHighWatermark(hw))
+            else:
+                hw = log.high_watermark
+            # DeleteRecords on the leader: follow its log start, up to our own HW.
+            start = min(leader_log_start_offset, hw)
+            if start > log.log_start_offset:
+                effects.append(IncrementLogStart(start))
+            return effects
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             leo = log.log_end_offset
             if leo > leader_log_end_offset >= 0:

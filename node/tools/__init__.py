@@ -7,6 +7,7 @@
 - ``consumer-groups`` (kafka-consumer-groups.sh): ``node.tools.consumer_groups``
 - ``mirror-maker`` (kafka-mirror-maker.sh): ``node.tools.mirror_maker``
 - ``get-offsets`` (kafka-get-offsets.sh, GetOffsetShell): ``node.tools.get_offsets``
+- ``configs`` (kafka-configs.sh, topics and brokers): ``node.tools.configs``
 - ``schemas``: the Avro schema registry in the coordinator: ``node.tools.schemas``
 - ``cluster add-broker`` / ``cluster remove-broker``: ``node.cluster.scale``
 - what they share (one-line errors, flags, admin connection, progress): ``node.tools.common``
@@ -34,6 +35,8 @@ TOOLS = {
                      "copy topics from one cluster to another (kafka-mirror-maker)"),
     "get-offsets": ("node.tools.get_offsets", "add_arguments",
                     "offsets by time, earliest or latest (kafka-get-offsets)"),
+    "configs": ("node.tools.configs", "add_arguments",
+                "describe and alter topic and broker configs (kafka-configs)"),
     "schemas": ("node.tools.schemas", "add_arguments",
                 "list, show and register Avro schemas in the registry"),
 }

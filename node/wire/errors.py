@@ -61,6 +61,10 @@ class ErrorCode(IntEnum):
     INVALID_REQUIRED_ACKS = 21
     FETCH_SESSION_ID_NOT_FOUND = 70
     UNKNOWN_TOPIC_ID = 100
+    # Kafka's wire, admin (node.kafka.translate.admin*).
+    POLICY_VIOLATION = 44
+    TOPIC_DELETION_DISABLED = 73
+    MISMATCHED_ENDPOINT_TYPE = 114
 
 
 # Per code: (retriable, message), as Kafka's Errors enum.
@@ -132,6 +136,11 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
                                              'required acks.'),
     ErrorCode.FETCH_SESSION_ID_NOT_FOUND: (True, 'The fetch session ID was not found.'),
     ErrorCode.UNKNOWN_TOPIC_ID: (True, 'This server does not host this topic ID.'),
+    ErrorCode.POLICY_VIOLATION: (False, 'Request parameters do not satisfy the configured '
+                                        'policy.'),
+    ErrorCode.TOPIC_DELETION_DISABLED: (False, 'Topic deletion is disabled.'),
+    ErrorCode.MISMATCHED_ENDPOINT_TYPE: (False, 'The request was sent to an endpoint of the '
+                                                'wrong type.'),
 }
 assert set(_INFO) == set(ErrorCode) - {ErrorCode.NONE}
 

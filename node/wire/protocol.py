@@ -95,14 +95,30 @@ API_VERSIONS (18)             any broker (Kafka's; answered whatever version it 
        Every other request in a version outside its range gets {"error":
        UNSUPPORTED_VERSION, "error_message": ...} and nothing else.
 CREATE_TOPICS (19)            any broker (writes the coordinator, as Kafka's ZK mode)
+  CreateTopics, CreatePartitions and DeleteTopics with timeout_ms > 0 (and not
+  validate_only) are answered once the broker's metadata shows what they accepted
+  (every new partition led / the topic gone), or at timeout_ms with REQUEST_TIMED_OUT
+  for the topics not there yet (Kafka's DelayedCreatePartitions / DelayedDeleteTopics)
   req  {"topics": [[name, num_partitions (-1 = num.partitions), replication_factor
                     (-1 = default.replication.factor), assignment | None
                     ({partition: [broker ids]}), configs {key: value}], ...],
-        "timeout_ms": int, "validate_only": bool}
-  resp {"topics": [[name, error, error_message|None], ...]}
+        "timeout_ms": int, "validate_only": bool, "include_configs": bool (optional)}
+  resp {"topics": [[name, error, error_message|None], ...],
+        "topic_ids": {name: id} (KIP-516, of the topics created),
+        "partition_counts": {name: partitions} (of the topics created),
+        "details": {name: [num_partitions, replication_factor, config entries (as
+                    DESCRIBE_CONFIGS' include_sources)]}   (include_configs only)}
 DELETE_TOPICS (20)
   req  {"topics": [name, ...], "timeout_ms": int}
   resp {"topics": [[name, error, error_message|None], ...]}
+       TOPIC_DELETION_DISABLED for every topic when delete.topic.enable is false
+DELETE_RECORDS (21)           the leader of each partition (Kafka's DeleteRecords)
+  req  {"partitions": [[topic, partition, offset (-1 = the high watermark)], ...],
+        "timeout_ms": int}
+  resp {"partitions": [[topic, partition, error, low_watermark], ...]}
+       Moves the log start offset up to ``offset`` (never down); followers follow
+       through the log start offset of their fetch answers. OFFSET_OUT_OF_RANGE past the
+       high watermark; low_watermark is the leader's new log start offset (-1 on error).
 INIT_PRODUCER_ID (22)         any broker (idempotent producers)
   req  {"producer_id": -1 | id, "producer_epoch": -1 | epoch}
   resp {"error": int, "producer_id": int, "producer_epoch": int}
@@ -113,17 +129,39 @@ OFFSET_FOR_LEADER_EPOCH (23)  follower -> leader (KIP-101/279)
   resp {"partitions": [[topic, partition, error, leader_epoch, end_offset], ...]}
        end_offset -1 (UNDEFINED_EPOCH_OFFSET) when the leader knows no such epoch
 DESCRIBE_CONFIGS (32)
-  req  {"topics": [name, ...], "brokers": [id, ...] (optional)}
+  req  {"topics": [name, ...], "brokers": [id, ...] (optional),
+        "include_sources": bool (optional), "keys": {name or str(id): [key, ...]}
+        (optional: only these keys)}
   resp {"topics": [[name, error, {key: value}], ...],
         "brokers": [[id, error, {key: value}], ...]}   a broker describes itself only
                                                         (others: INVALID_REQUEST)
+       With include_sources each entry gains a 4th field: [[key, value, source,
+       read_only, sensitive, synonyms [[key, value, source], ...], type], ...]
+       (Kafka's ConfigSource and ConfigType numbers).
+DESCRIBE_LOG_DIRS (35)        any broker, about its own log directories
+  req  {"partitions": None (all) | [[topic, partition], ...]}
+  resp {"error": int, "log_dirs": [[path, error, total_bytes, usable_bytes,
+                                    [[topic, partition, size_bytes, offset_lag], ...]],
+                                   ...]}
+       error KAFKA_STORAGE_ERROR for a directory that went offline; offset_lag is the
+       high watermark's distance to the log end (Kafka's, for a current replica)
 CREATE_PARTITIONS (37)
-  req  {"topics": [[name, new_total_count, assignment | None], ...], "timeout_ms": int}
+  req  {"topics": [[name, new_total_count, assignment | None], ...], "timeout_ms": int,
+        "validate_only": bool (optional)}
   resp {"topics": [[name, error, error_message|None], ...]}
 ELECT_LEADERS (43)            any broker (-> /admin/preferred_replica_election)
   req  {"election_type": 0 (preferred) | 1 (unclean),
         "partitions": None | [[topic, partition], ...], "timeout_ms": int}
+       None: every partition of the broker's metadata, each answered (Kafka's way)
   resp {"error": int, "partitions": [[topic, partition, error, error_message|None], ...]}
+INCREMENTAL_ALTER_CONFIGS (44)   any broker (-> /config/topics/T, /config/brokers/<id>,
+                                 /config/brokers/<default> for broker name "")
+  req  {"resources": [[resource_type (2 topic, 4 broker), name,
+                       [[key, op (0 set, 1 delete, 2 append, 3 subtract), value|None],
+                        ...]], ...],
+        "validate_only": bool, "replace": bool (optional: the SETs are the whole set,
+        Kafka's older AlterConfigs)}
+  resp {"resources": [[resource_type, name, error, error_message|None], ...]}
 ALTER_PARTITION_REASSIGNMENTS (45)   any broker (-> /admin/reassign_partitions)
   req  {"partitions": [[topic, partition, replicas | None (cancel)], ...],
         "timeout_ms": int}
@@ -131,6 +169,10 @@ ALTER_PARTITION_REASSIGNMENTS (45)   any broker (-> /admin/reassign_partitions)
 LIST_PARTITION_REASSIGNMENTS (46)
   req  {"partitions": None | [[topic, partition], ...]}
   resp {"error": int, "partitions": [[topic, partition, replicas, adding, removing], ...]}
+DESCRIBE_CLUSTER (60)         any broker (from its metadata cache)
+  req  {}
+  resp {"error": int, "cluster_id": str, "controller_id": int,
+        "brokers": [[id, host, port, rack|None], ...]}
 GET_REPLICA_LOG_INFO (1000)   controller -> broker (KIP-966 unclean recovery)
   req  {"controller_id": int, "controller_epoch": int, "partitions": [[topic, partition], ...]}
   resp {"error": int, "partitions": [[topic, partition, error, last_leader_epoch,
@@ -172,13 +214,17 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    DESCRIBE_CLUSTER = 60
     # Ours: KIP-966's GetReplicaLogInfo (unclean recovery asks each replica for its
     # log's end), numbered outside Kafka's range since this Kafka has no number for it.
     GET_REPLICA_LOG_INFO = 1000

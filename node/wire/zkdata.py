@@ -368,3 +368,14 @@ def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
         return {str(k): str(v) for k, v in value["config"].items()}
     except (KeyError, TypeError, AttributeError):
         raise ZkDataError(f"config of {topic}: bad value {value!r}") from None
+
+
+# Dynamic broker configs (Kafka's /config/brokers/<id> and /config/brokers/<default>, the
+# cluster-wide default), same JSON as a topic's config.
+CONFIG_BROKERS = "/config/brokers"
+BROKER_DEFAULT_CONFIG = "<default>"
+
+
+def broker_config_path(broker: int | str) -> str:
+    """``broker``: an id, or "" / BROKER_DEFAULT_CONFIG for the cluster-wide default."""
+    return f"{CONFIG_BROKERS}/{broker if broker != '' else BROKER_DEFAULT_CONFIG}"

@@ -110,6 +110,9 @@ class Log:
         self._bases: list[int] = []
         self.high_watermark = 0
         self.recovery_point = 0
+        # DeleteRecords' lower bound on the log start offset (Kafka's logStartOffset may
+        # sit inside the first segment); the first segment's base when that is higher.
+        self.deleted_below = 0
         self.recovery = RecoveryReport()
         self._recovery_file = OffsetCheckpointFile(
             os.path.join(data_dir, RECOVERY_POINT_OFFSET_CHECKPOINT))
@@ -172,7 +175,7 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        return max(self.segments[0].base_offset, self.deleted_below)
 
     @property
     def log_end_offset(self) -> int:
@@ -575,6 +578,7 @@ class Log:
         """The checkpoints of an empty log restarted at ``offset`` (its only segment)."""
         self._producers = None
         delete_snapshots(self.directory, lambda o: True)
+        self.deleted_below = offset
         assert self.log_start_offset == self.log_end_offset == offset
         self.high_watermark = offset
         self.recovery_point = offset
@@ -587,6 +591,11 @@ class Log:
         self._roll_flush = None  # its offset may now name different data: forget it
         self._producers = None   # rebuilt from what is left when next needed
         delete_snapshots(self.directory, lambda o: o > self.log_end_offset)
+        if self.deleted_below > self.log_end_offset:
+            # The cut (whole batches) went below a DeleteRecords' log start, as Kafka's
+            # truncateTo: the log start follows the end down.
+            self.deleted_below = self.log_end_offset
+            self._log_start_file.update(self.topic, self.partition, self.deleted_below)
         if self.high_watermark > self.log_end_offset:
             # Lower the checkpoint too: otherwise, after new appends at these offsets
             # and a crash, the old HW would cover records no replica has confirmed.
@@ -609,6 +618,36 @@ class Log:
         if victims:
             retention.delete_first_segments(self, victims)
         return victims
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords (Kafka's maybeIncrementLogStartOffset): records below ``offset``
+        are gone for readers; segments wholly below it are deleted. Never moves down;
+        ``offset`` above the HW raises OffsetOutOfRangeError. True if it moved.
+
+        Crash-safe as retention: the new log start offset is durable before any file
+        goes, and the loader honours it (deleting what lies wholly below it)."""
+        self._ensure_open()
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self.topic}-{self.partition}: cannot delete records below {offset}, "
+                f"above the high watermark {self.high_watermark}")
+        if offset <= self.log_start_offset:
+            return False
+        self._log_start_file.update(self.topic, self.partition, offset)
+        self.deleted_below = offset
+        whole = 0
+        while whole < len(self.segments) - 1 and self.segments[whole].next_offset <= offset:
+            whole += 1
+        if whole:
+            retention.delete_first_segments(self, whole)
+        self._producers = None      # rebuilt from what is left when next needed
+        delete_snapshots(self.directory, lambda o: o < self.log_start_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        if self.recovery_point < self.log_start_offset:
+            self.recovery_point = self.log_start_offset
+            self._write_recovery_point()
+        self.check()
+        return True
 
     # ================================================================ close / delete
 

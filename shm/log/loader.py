@@ -104,6 +104,8 @@ def load(log, reattach_indexes: bool, now_ms: int) -> None:
         log.recovery_point = start
     else:
         _recover(log, bases, reattach_indexes, now_ms)
+    # DeleteRecords may have put the log start inside the first segment.
+    log.deleted_below = min(_read_checkpoint(log, log._log_start_file), log.log_end_offset)
     log.high_watermark = min(max(_read_checkpoint(log, log._hw_file),
                              log.log_start_offset), log.log_end_offset)
     log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
@@ -191,10 +193,7 @@ def _delete_below_log_start(log, bases: list[int]) -> list[int]:
         logger.warning("recovery of %s deleted %d segment(s) below the checkpointed log "
                        "start offset %d (retention interrupted)", log.directory, first,
                        log_start)
-    if bases[first:] and bases[first] < log_start:
-        logger.warning("%s: log start offset %d is inside segment %d", log.directory,
-                       log_start, bases[first])
-    return bases[first:]
+    return bases[first:]    # a log start inside the first segment: DeleteRecords
 
 
 def _unlink_stray_index_files(log, bases: list[int]) -> None:

@@ -41,7 +41,9 @@ def delete_first_segments(log, count: int) -> None:
     """Crash-safe: the new log start offset is durable before any file goes (Kafka's
     log-start-offset-checkpoint), and recovery deletes every segment below it."""
     victims = log.segments[:count]
-    log._log_start_file.update(log.topic, log.partition, log.segments[count].base_offset)
+    # Never below a DeleteRecords' log start offset already made durable.
+    log._log_start_file.update(log.topic, log.partition,
+                               max(log.segments[count].base_offset, log.deleted_below))
     faults.point("retention:log-start-written")
     for victim in victims:
         victim.mark_deleted()

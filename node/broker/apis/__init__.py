@@ -5,7 +5,10 @@
     produce      Produce, and the idempotent producer's duplicate check
     fetch        Fetch (consumers and followers; long polls parked in the purgatory)
     offsets      ListOffsets, OffsetForLeaderEpoch
-    metadata     Metadata
+    metadata     Metadata, DescribeCluster
+    log_dirs     DescribeLogDirs
+    delete_records  DeleteRecords (moves a leader's log start offset)
+    admin_waits  admin answers held until the metadata cache shows them
     control      LeaderAndIsr, UpdateMetadata, StopReplica, GetReplicaLogInfo,
                  ControlledShutdown (requests from and to the controller)
     tracing      the stamps of traced writes (bench.perf.latency --breakdown)

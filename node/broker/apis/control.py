@@ -106,6 +106,7 @@ def handle_update_metadata(apis, identity, request: protocol.Request) -> None:
         apis.send_response(identity, request.correlation_id, request.api_key, {"error": error})
         return
     apis.metadata.update(body["controller_id"], brokers, entries, topic_ids)
+    apis.admin_waits.check()
     apis.send_response(identity, request.correlation_id, request.api_key, {"error": NONE})
 
 

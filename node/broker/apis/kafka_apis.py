@@ -22,8 +22,10 @@ from functools import partial
 import logging
 from typing import Callable
 
-from node.broker.apis import control, fetch, metadata, offsets, produce
+from node.broker.apis import (control, delete_records, fetch, log_dirs, metadata, offsets,
+                              produce)
 from node.broker.apis.admin import ADMIN_API_KEYS, handle_admin_request
+from node.broker.apis.admin_waits import AdminWaits
 from node.broker.apis.common import api_name
 from node.broker.coordinator import GuardedZk
 from node.broker.failures import EXPECTED_ERRORS
@@ -40,8 +42,16 @@ logger = logging.getLogger("node.broker.server")
 
 
 def _handle_admin(apis, identity, request: protocol.Request) -> None:
-    body = handle_admin_request(request.api_key, request.body, zk=apis.zk, config=apis.config)
+    body = handle_admin_request(request.api_key, request.body, zk=apis.zk, config=apis.config,
+                                metadata=apis.metadata)
+    if request.api_key in ADMIN_WAITING_KEYS:
+        apis.admin_waits.answer(identity, request, body)   # once the cache shows it
+        return
     apis.send_response(identity, request.correlation_id, request.api_key, body)
+
+
+ADMIN_WAITING_KEYS = frozenset({protocol.ApiKey.CREATE_TOPICS, protocol.ApiKey.DELETE_TOPICS,
+                                protocol.ApiKey.CREATE_PARTITIONS})
 
 
 Handler = Callable[["KafkaApis", object, protocol.Request], None]
@@ -57,6 +67,9 @@ HANDLERS: dict[int, Handler] = {
     protocol.ApiKey.CONTROLLED_SHUTDOWN: control.handle_controlled_shutdown,
     protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
     protocol.ApiKey.GET_REPLICA_LOG_INFO: control.handle_get_replica_log_info,
+    protocol.ApiKey.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
+    protocol.ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
+    protocol.ApiKey.DELETE_RECORDS: delete_records.handle_delete_records,
 }
 assert not set(HANDLERS) & set(ADMIN_API_KEYS)
 HANDLERS.update((key, _handle_admin) for key in ADMIN_API_KEYS)
@@ -74,8 +87,13 @@ class KafkaApis:
         self.send_response = send_response   # (peer, correlation id, api key, body, frames)
         self.broker_epoch = broker_epoch     # this incarnation's (KIP-380); -1 unregistered
         self.controller = controller         # the ControllerRunner, once started
+        self.cluster_id: str | None = None   # set by the broker once read (DescribeCluster)
         self.purgatory = FetchPurgatory(loop, partial(fetch.read_fetch, self),
                                         partial(fetch.answer_fetch, self))
+        # CreateTopics, CreatePartitions, DeleteTopics answered once this broker's
+        # metadata shows them (Kafka's DelayedCreatePartitions / DelayedDeleteTopics).
+        self.admin_waits = AdminWaits(loop, metadata,
+                                      lambda *args: self.send_response(*args))
         self.on_produce_complete = partial(produce.on_produce_complete, self)
         self.pending_produces = 0            # acks=all partition appends waiting
         # Traced acks=all writes waiting for their followers: partition key ->

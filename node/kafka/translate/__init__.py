@@ -45,3 +45,7 @@ from node.kafka.translate import metadata  # noqa: E402,F401
 from node.kafka.translate import produce  # noqa: E402,F401
 from node.kafka.translate import fetch  # noqa: E402,F401
 from node.kafka.translate import offsets  # noqa: E402,F401
+from node.kafka.translate import admin_topics  # noqa: E402,F401
+from node.kafka.translate import admin_configs  # noqa: E402,F401
+from node.kafka.translate import admin_cluster  # noqa: E402,F401
+from node.kafka.translate import admin_logs  # noqa: E402,F401

@@ -48,7 +48,7 @@ def assignment_of(zk, name):
 
 
 def test_admin_api_keys():
-    assert ADMIN_API_KEYS == {19, 20, 22, 32, 37, 43, 45, 46}
+    assert ADMIN_API_KEYS == {19, 20, 22, 32, 37, 43, 44, 45, 46}
 
 
 def test_init_producer_id_hands_out_blocks_reserved_in_the_coordinator(cluster):

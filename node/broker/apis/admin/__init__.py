@@ -4,6 +4,7 @@ one module per request family behind one table, as Kafka's ``ZkAdminManager``.
     dispatch        ADMIN_API_KEYS and handle_admin_request (the table)
     topics          CreateTopics, DeleteTopics, CreatePartitions
     configs         DescribeConfigs, and the topic configs CreateTopics validates
+    alter_configs   IncrementalAlterConfigs
     elections       ElectLeaders
     reassignments   AlterPartitionReassignments, ListPartitionReassignments
     producer_ids    InitProducerId
@@ -18,7 +19,9 @@ client of their own.
 ``ADMIN_API_KEYS`` (bodies: node/wire/protocol.py). The broker calls it from its loop; every
 coordinator call is a synchronous round trip and nothing here waits for the controller:
 the controller's watches do the rest (create states, elect, move replicas, delete), so
-an answer of NONE means "accepted", as Kafka's ZK-mode admin paths before KIP-497.
+an answer of NONE means "accepted", as Kafka's ZK-mode admin paths before KIP-497. The
+broker holds the answers of CreateTopics, CreatePartitions and DeleteTopics until its
+metadata shows them (``node.broker.apis.admin_waits``).
 
 - CreateTopics: name as Kafka ([a-zA-Z0-9._-], at most 249 characters, not "." or "..",
   no collision with an existing topic once '.' and '_' are the same), -1 takes

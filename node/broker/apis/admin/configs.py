@@ -3,6 +3,8 @@ configs (Kafka's names) that CreateTopics validates.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from kazoo.exceptions import NoNodeError
 
 from node.broker.apis.admin.common import CONFIG_ENTRIES_MAX, _topic_list, _topics
@@ -12,6 +14,8 @@ from node.wire.errors import ErrorCode
 from node.wire.protocol import ProtocolError
 from node.wire import zkdata
 from shm.config import KAFKA_NAMES, LogConfig
+from node.config import BrokerConfig, broker_config_text
+from node.wire import protocol
 
 # Topic-level config keys (Kafka's) -> the broker key they override.
 TOPIC_CONFIG_KEYS = {
@@ -30,6 +34,11 @@ TOPIC_CONFIG_KEYS = {
     "compression.type": "compression.type",
 }
 _LOG_KEYS = set(KAFKA_NAMES.values())
+# Broker keys that change while brokers run (Kafka's dynamic broker configs, per broker or
+# cluster-wide): the defaults of topic configs, as the topic key they stand for. The
+# controller's unclean.leader.election.enable and the fixed cleanup policy are not.
+DYNAMIC_BROKER_KEYS = {broker: topic for topic, broker in TOPIC_CONFIG_KEYS.items()
+                       if topic not in ("unclean.leader.election.enable", "cleanup.policy")}
 # One set of topic keys: node.config parses and applies them, this validates requests.
 assert set(TOPIC_CONFIG_KEYS) == set(TOPIC_KEYS), "topic config keys disagree with node.config"
 
@@ -86,47 +95,195 @@ def validate_topic_config(configs: dict) -> dict[str, str]:
     return out
 
 
-def _broker_default(config, topic_key: str):
-    broker_key = TOPIC_CONFIG_KEYS[topic_key]
-    value = getattr(config, broker_key.replace(".", "_"), None)
+# ------------------------------------------------------------------ describing
+
+# Kafka's ConfigSource numbers (DescribeConfigsResponse).
+SOURCE_TOPIC = 1                  # DYNAMIC_TOPIC_CONFIG
+SOURCE_DYNAMIC_BROKER = 2         # DYNAMIC_BROKER_CONFIG
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
+SOURCE_STATIC_BROKER = 4          # STATIC_BROKER_CONFIG (server.properties)
+SOURCE_DEFAULT = 5                # DEFAULT_CONFIG
+# Kafka's ConfigType numbers (DescribeConfigs v3+).
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 4, 5, 7
+_INT_KEYS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes",
+             "max.message.bytes", "min.insync.replicas", "log.segment.bytes",
+             "log.index.size.max.bytes", "log.index.interval.bytes", "message.max.bytes",
+             "num.partitions", "broker.id", "request.timeout.ms",
+             "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
+             "replica.fetch.min.bytes", "replica.fetch.response.max.bytes",
+             "replica.fetch.backoff.ms", "zookeeper.session.timeout.ms",
+             "zookeeper.connection.timeout.ms", "leader.imbalance.per.broker.percentage",
+             "controlled.shutdown.max.retries"}
+_LIST_KEYS = {"cleanup.policy", "log.cleanup.policy", "log.dirs", "listeners",
+              "advertised.listeners"}
+
+
+def _text(value) -> str | None:
     if value is None:
-        field = next((f for f, k in KAFKA_NAMES.items() if k == broker_key), None)
-        value = getattr(LogConfig(), field) if field else None
-    if value is None and topic_key == "cleanup.policy":
-        value = "delete"
+        return None
     if isinstance(value, bool):
         return "true" if value else "false"
-    return None if value is None else str(value)
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def config_type(key: str, value: str | None) -> int:
+    if key in _LIST_KEYS:
+        return TYPE_LIST
+    if key == "default.replication.factor":
+        return TYPE_SHORT
+    if value in ("true", "false"):
+        return TYPE_BOOLEAN
+    if key in _INT_KEYS:
+        return TYPE_INT
+    if value is not None and value.lstrip("-").isdigit():
+        return TYPE_LONG
+    return TYPE_STRING
+
+
+def _broker_values(config) -> dict[str, str]:
+    """Every broker key (Kafka's names) of ``config``, as text: the broker keys plus the
+    log keys of its LogConfig."""
+    out = broker_config_text(config)
+    log_config = getattr(config, "log_config", None) or LogConfig()
+    for name, kafka in KAFKA_NAMES.items():
+        out[kafka] = _text(getattr(log_config, name))
+    out.setdefault("log.cleanup.policy", "delete")
+    return out
+
+
+@lru_cache(maxsize=1)
+def _broker_defaults() -> dict[str, str]:
+    """Kafka's default of every broker key that has one (a key set to its default in
+    server.properties looks like an unset one: STATIC needs a value that differs)."""
+    out = _broker_values(BrokerConfig(broker_id=0, zookeeper_connect="-"))
+    del out["broker.id"], out["zookeeper.connect"]
+    return out
+
+
+# The dynamic broker configs a description sees: (this broker's, the cluster-wide).
+NO_DYNAMIC: tuple[dict, dict] = ({}, {})
+
+
+def _broker_entry(key: str, value: str | None, defaults: dict,
+                  dynamic: tuple[dict, dict] = NO_DYNAMIC) -> list:
+    """[name, value, source, read_only, sensitive, synonyms, type] of a broker key, its
+    synonyms most specific first as Kafka lists them: this broker's dynamic config, the
+    cluster-wide one, server.properties (when it differs from Kafka's default), the
+    default. Only the dynamic keys are writable."""
+    default = defaults.get(key)
+    synonyms = []
+    per_broker, cluster = dynamic
+    if key in per_broker:
+        synonyms.append([key, per_broker[key], SOURCE_DYNAMIC_BROKER])
+    if key in cluster:
+        synonyms.append([key, cluster[key], SOURCE_DYNAMIC_DEFAULT_BROKER])
+    if key not in defaults or value != default:
+        synonyms.append([key, value, SOURCE_STATIC_BROKER])
+    if key in defaults:
+        synonyms.append([key, default, SOURCE_DEFAULT])
+    first = synonyms[0]
+    return [key, first[1], first[2], key not in DYNAMIC_BROKER_KEYS, False, synonyms,
+            config_type(key, first[1])]
+
+
+def _topic_entry(key: str, overrides: dict, broker: dict, defaults: dict,
+                 dynamic: tuple[dict, dict]) -> list:
+    """[name, value, source, read_only, sensitive, synonyms, type] of a topic key: the
+    topic's override, else the broker's key it falls back to."""
+    broker_key = TOPIC_CONFIG_KEYS[key]
+    fallback = _broker_entry(broker_key, broker.get(broker_key), defaults, dynamic)
+    synonyms = list(fallback[5])
+    if key in overrides:
+        value, source = overrides[key], SOURCE_TOPIC
+        synonyms.insert(0, [key, value, SOURCE_TOPIC])
+    else:
+        value, source = fallback[1], fallback[2]
+    return [key, value, source, False, False, synonyms, config_type(key, value)]
+
+
+def describe_topic_entries(config, overrides: dict[str, str], keys: list[str] | None = None,
+                           dynamic: tuple[dict, dict] = NO_DYNAMIC) -> list[list]:
+    """The entries of a topic's configs (all, or ``keys``; unknown keys left out)."""
+    broker, defaults = _broker_values(config), _broker_defaults()
+    wanted = sorted(TOPIC_CONFIG_KEYS) if keys is None else \
+        [k for k in keys if k in TOPIC_CONFIG_KEYS]
+    return [_topic_entry(k, overrides, broker, defaults, dynamic) for k in wanted]
+
+
+def describe_broker_entries(config, keys: list[str] | None = None,
+                            dynamic: tuple[dict, dict] = NO_DYNAMIC) -> list[list]:
+    broker, defaults = _broker_values(config), _broker_defaults()
+    wanted = sorted(broker) if keys is None else [k for k in keys if k in broker]
+    return [_broker_entry(k, broker[k], defaults, dynamic) for k in wanted]
+
+
+def read_dynamic_broker_configs(zk: GuardedZk, broker_id: int) -> tuple[dict, dict]:
+    """(this broker's dynamic configs, the cluster-wide ones), dynamic keys only."""
+    out = []
+    for who in (broker_id, ""):
+        try:
+            values = zkdata.decode_topic_config(
+                "broker", zk.get(zkdata.broker_config_path(who))[0])
+        except (NoNodeError, zkdata.ZkDataError):
+            values = {}
+        out.append({k: v for k, v in values.items() if k in DYNAMIC_BROKER_KEYS})
+    return out[0], out[1]
+
+
+def read_topic_overrides(zk: GuardedZk, name: str) -> dict[str, str]:
+    try:
+        return zkdata.decode_topic_config(name, zk.get(zkdata.topic_config_path(name))[0])
+    except (NoNodeError, zkdata.ZkDataError):
+        return {}
+
+
+def _keys_field(value, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > CONFIG_ENTRIES_MAX or \
+            not all(isinstance(k, str) for k in value):
+        raise ProtocolError(f"{what}: configuration keys must be a list of names")
+    return value
 
 
 def describe_configs(body: dict, zk: GuardedZk, config) -> dict:
+    """Topics: [name, error, {key: value}] each, or with ``"include_sources": true``
+    [name, error, {key: value}, [[key, value, source, read_only, sensitive, synonyms,
+    type], ...]] (``"keys": {name: [key, ...]}`` narrows them); brokers likewise."""
     names = _topic_list(body, "topics")
     if not all(isinstance(n, str) for n in names):
         raise ProtocolError("topics must be a list of names")
+    detailed = protocol.field(body, "include_sources", bool, optional=True, default=False)
+    keys = protocol.field(body, "keys", dict, optional=True, default={})
     existing = set(_topics(zk))
+    dynamic = read_dynamic_broker_configs(zk, config.broker_id)
     results = []
     for name in names:
         if name not in existing:
-            results.append([name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, {}])
+            results.append([name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, {}] +
+                           ([[]] if detailed else []))
             continue
-        values = {k: v for k in sorted(TOPIC_CONFIG_KEYS)
-                  if (v := _broker_default(config, k)) is not None}
-        try:
-            values.update(zkdata.decode_topic_config(
-                name, zk.get(zkdata.topic_config_path(name))[0]))
-        except (NoNodeError, zkdata.ZkDataError):
-            pass
-        results.append([name, ErrorCode.NONE, values])
+        entries = describe_topic_entries(config, read_topic_overrides(zk, name),
+                                         _keys_field(keys.get(name), name), dynamic)
+        values = {e[0]: e[1] for e in entries if e[1] is not None}
+        results.append([name, ErrorCode.NONE, values] + ([entries] if detailed else []))
     out = {"topics": results}
     brokers = body.get("brokers")
     if brokers is not None:
         if not isinstance(brokers, list) or not all(isinstance(b, int) for b in brokers):
             raise ProtocolError("brokers must be a list of broker ids")
-        from node.config import broker_config_text
+        out["brokers"] = []
         # A broker describes itself only (Kafka sends a broker resource to that broker).
-        out["brokers"] = [[b, ErrorCode.NONE, broker_config_text(config)]
-                          if b == config.broker_id else
-                          [b, ErrorCode.INVALID_REQUEST, {}] for b in brokers]
+        for b in brokers:
+            if b != config.broker_id:
+                out["brokers"].append([b, ErrorCode.INVALID_REQUEST, {}] +
+                                      ([[]] if detailed else []))
+                continue
+            entries = describe_broker_entries(config, _keys_field(keys.get(str(b)), str(b)),
+                                              dynamic)
+            values = {e[0]: e[1] for e in entries if e[1] is not None}
+            out["brokers"].append([b, ErrorCode.NONE, values] +
+                                  ([entries] if detailed else []))
     return out
-
-

@@ -3,6 +3,7 @@ config=...) -> dict``, which ``node.broker.apis.kafka_apis`` calls from the brok
 """
 from __future__ import annotations
 
+from node.broker.apis.admin.alter_configs import incremental_alter_configs
 from node.broker.apis.admin.configs import describe_configs
 from node.broker.apis.admin.elections import elect_leaders
 from node.broker.apis.admin.producer_ids import init_producer_id
@@ -14,15 +15,21 @@ from node.wire.protocol import ApiKey, ProtocolError
 ADMIN_API_KEYS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-    ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CONFIGS, ApiKey.INIT_PRODUCER_ID})
+    ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CONFIGS, ApiKey.INIT_PRODUCER_ID,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS})
 
 
-def handle_admin_request(api_key: int, body: dict, *, zk: GuardedZk, config) -> dict:
+def handle_admin_request(api_key: int, body: dict, *, zk: GuardedZk, config,
+                         metadata=None) -> dict:
+    """``metadata``: the broker's metadata cache, for the requests that name every
+    partition (ElectLeaders with null partitions answers each, as Kafka)."""
     handler = _HANDLERS.get(api_key)
     if handler is None:
         raise ProtocolError(f"api key {api_key} is not an admin request")
     if not isinstance(body, dict):
         raise ProtocolError("body must be a map")
+    if api_key == ApiKey.ELECT_LEADERS:
+        return elect_leaders(body, zk, config, metadata=metadata)
     return handler(body, zk, config)
 
 
@@ -35,5 +42,6 @@ _HANDLERS = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: list_reassignments,
     ApiKey.DESCRIBE_CONFIGS: describe_configs,
     ApiKey.INIT_PRODUCER_ID: init_producer_id,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
 }
 assert set(_HANDLERS) == ADMIN_API_KEYS

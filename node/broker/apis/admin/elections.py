@@ -18,7 +18,10 @@ from node.wire import zkdata
 
 # ------------------------------------------------------------------ ElectLeaders
 
-def elect_leaders(body: dict, zk: GuardedZk, config) -> dict:
+def elect_leaders(body: dict, zk: GuardedZk, config, metadata=None) -> dict:
+    """With ``metadata`` (the broker's cache), null partitions mean every partition it
+    knows, each answered (Kafka's KafkaApis does the same from its cache); without, the
+    election znode says "all" and nothing is answered per partition."""
     kind_code = protocol.field(body, "election_type", int)
     if kind_code not in (protocol.ELECTION_PREFERRED, protocol.ELECTION_UNCLEAN):
         raise ProtocolError(f"election_type must be 0 or 1, got {kind_code}")
@@ -26,7 +29,11 @@ def elect_leaders(body: dict, zk: GuardedZk, config) -> dict:
     requested = protocol.entries(body, "partitions", 2, optional=True)
     results = []
     chosen: list[tuple[str, int]] | None = None
-    if requested is not None:
+    if requested is None and metadata is not None:
+        results, chosen = _from_cache(kind, metadata)
+        if not chosen:
+            return {"error": ErrorCode.NONE, "partitions": results}
+    elif requested is not None:
         chosen = []
         live = set(_live_brokers(zk))
         cache: dict = {}
@@ -59,21 +66,42 @@ def _election_precheck(zk, kind, replicas, live, topic, partition) -> tuple[int,
         state = zkdata.decode_partition_state(data, stat.version)
     except (NoNodeError, zkdata.ZkDataError):
         return ErrorCode.NONE, None      # no state yet: let the controller decide
+    return _verdict(kind, state.leader, state.isr, replicas, live, topic, partition)
+
+
+def _verdict(kind, leader, isr, replicas, live, topic, partition) -> tuple[int, str | None]:
     if kind == "preferred":
-        if state.leader == replicas[0]:
+        if leader == replicas[0]:
             return _error("ELECTION_NOT_NEEDED", "Leader election not needed for topic "
                           "partition.")
-        if replicas[0] not in live or replicas[0] not in state.isr:
+        if replicas[0] not in live or replicas[0] not in isr:
             return _error("PREFERRED_LEADER_NOT_AVAILABLE", f"Failed to elect leader for "
                           f"partition {topic}-{partition} under strategy "
                           f"PreferredReplicaPartitionLeaderElectionStrategy")
         return ErrorCode.NONE, None
-    if state.leader in live:
+    if leader in live:
         return _error("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
     if not any(r in live for r in replicas):
         return _error("ELIGIBLE_LEADERS_NOT_AVAILABLE", f"No replica of {topic}-{partition} "
                       f"is alive")
     return ErrorCode.NONE, None
+
+
+def _from_cache(kind: str, metadata) -> tuple[list, list]:
+    """Every partition of the broker's metadata cache: (results, the ones to elect),
+    judged from the cache alone (no coordinator read per partition)."""
+    live = set(metadata.brokers)
+    results, chosen = [], []
+    for topic in sorted(metadata.topics):
+        for partition, m in sorted(metadata.topics[topic].items()):
+            if not m.replicas:
+                continue
+            code, message = _verdict(kind, m.leader, m.isr, m.replicas, live, topic,
+                                     partition)
+            if code == ErrorCode.NONE:
+                chosen.append((topic, partition))
+            results.append([topic, partition, code, message])
+    return results, chosen
 
 
 def _encode_election(kind: str, partitions) -> bytes:

@@ -12,7 +12,9 @@ from node.broker.apis.admin.common import (PARTITIONS_PER_TOPIC_MAX, WRITE_ATTEM
                                            _assignment_map, _being_deleted, _error, _int,
                                            _int_list, _live_brokers, _read_topic, _topic_list,
                                            _topics)
-from node.broker.apis.admin.configs import InvalidConfig, validate_topic_config
+from node.broker.apis.admin.configs import (InvalidConfig, describe_topic_entries,
+                                            read_dynamic_broker_configs,
+                                            validate_topic_config)
 from node.broker.coordinator import GuardedZk
 from node.core import placement
 from node.wire.errors import ErrorCode
@@ -23,6 +25,10 @@ from shm.names import topic_name_error
 
 
 # ------------------------------------------------------------------ CreateTopics
+
+def _refuse(name: str, message: str | None = None) -> tuple[int, str | None, tuple]:
+    return (*_error(name, message), (-1, -1, None))
+
 
 def create_topics(body: dict, zk: GuardedZk, config) -> dict:
     items = _topic_list(body, "topics")
@@ -44,47 +50,66 @@ def create_topics(body: dict, zk: GuardedZk, config) -> dict:
         if not isinstance(configs, dict):
             raise ProtocolError("configs must be a map")
         parsed.append((name, num_partitions, rf, assignment, configs))
+    include_configs = protocol.field(body, "include_configs", bool, optional=True,
+                                     default=False)
     brokers = _live_brokers(zk)
     existing = _topics(zk)
     results = []
+    details = {}
+    topic_ids = {}
+    counts = {}
     seen: set[str] = set()
     for name, num_partitions, rf, assignment, configs in parsed:
         if name in seen:
             code, message = _error("INVALID_REQUEST", f"Create topics request from client "
                                    f"contains a duplicate topic: {name}")
         else:
-            code, message = _create_topic(zk, config, brokers, existing, name, num_partitions,
-                                          rf, assignment, configs, validate_only)
+            code, message, shape = _create_topic(zk, config, brokers, existing, name,
+                                                 num_partitions, rf, assignment, configs,
+                                                 validate_only)
+            if code == ErrorCode.NONE and include_configs:
+                overrides = validate_topic_config(configs)
+                details[name] = [*shape[:2], describe_topic_entries(
+                    config, overrides, dynamic=read_dynamic_broker_configs(
+                        zk, getattr(config, "broker_id", -1)))]
+            if shape[2] is not None:         # made (not validate_only)
+                topic_ids[name] = shape[2]
+                counts[name] = shape[0]
         seen.add(name)
         results.append([name, code, message])
-    return {"topics": results}
+    out = {"topics": results, "topic_ids": topic_ids, "partition_counts": counts}
+    if include_configs:
+        out["details"] = details
+    return out
 
 
 def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assignment,
-                  configs, validate_only) -> tuple[int, str | None]:
+                  configs, validate_only) -> tuple[int, str | None, tuple]:
+    """(code, message, (partitions, replication factor, topic id|None) of the topic
+    made)."""
     problem = topic_name_error(name)
     if problem:
-        return _error("INVALID_TOPIC_EXCEPTION", problem)
+        return _refuse("INVALID_TOPIC_EXCEPTION", problem)
     if name in existing:
-        return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+        return _refuse("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
     collides = [t for t in existing if t.replace(".", "_") == name.replace(".", "_")]
     if collides:
-        return _error("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing "
-                      f"topics: {', '.join(collides)}")
+        return _refuse("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing "
+                       f"topics: {', '.join(collides)}")
     if _being_deleted(zk, name):
-        return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' is marked for deletion.")
+        return _refuse("TOPIC_ALREADY_EXISTS", f"Topic '{name}' is marked for deletion.")
     if assignment is not None and (num_partitions != -1 or rf != -1):
-        return _error("INVALID_REQUEST", "Both numPartitions or replicationFactor and "
-                      "replicasAssignments were set. Both cannot be used at the same time.")
+        return _refuse("INVALID_REQUEST", "Both numPartitions or replicationFactor and "
+                       "replicasAssignments were set. Both cannot be used at the same time.")
     try:
         overrides = validate_topic_config(configs)
     except InvalidConfig as e:
-        return _error("INVALID_CONFIG", str(e))
+        return _refuse("INVALID_CONFIG", str(e))
     if assignment is not None:
         try:
             placement.validate_assignment(assignment, brokers)
         except placement.PlacementError as e:
-            return _error(e.kafka_error, str(e))
+            return _refuse(e.kafka_error, str(e))
         replicas = assignment
     else:
         if num_partitions == -1:
@@ -92,14 +117,15 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
         if rf == -1:
             rf = int(getattr(config, "default_replication_factor", 1))
         if num_partitions > PARTITIONS_PER_TOPIC_MAX:
-            return _error("INVALID_PARTITIONS", f"Number of partitions {num_partitions} "
+            return _refuse("INVALID_PARTITIONS", f"Number of partitions {num_partitions} "
                           f"exceeds {PARTITIONS_PER_TOPIC_MAX}")
         try:
             replicas = placement.assign_replicas(sorted(brokers), brokers, num_partitions, rf)
         except placement.PlacementError as e:
-            return _error(e.kafka_error, str(e))
+            return _refuse(e.kafka_error, str(e))
+    shape = (len(replicas), len(next(iter(replicas.values()))) if replicas else 0, None)
     if validate_only:
-        return ErrorCode.NONE, None
+        return ErrorCode.NONE, None, shape
     for path in (zkdata.CONFIG_TOPICS, zkdata.BROKER_TOPICS):
         zk.ensure_path(path)
     txn = zk.transaction()
@@ -110,16 +136,16 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
     else:   # left behind by an interrupted deletion
         txn.set_data(config_path, zkdata.encode_topic_config(overrides),
                      version=stale_config.version)
-    txn.create(zkdata.topic_path(name), zkdata.encode_assignment(
-        replicas, topic_id=zkdata.new_topic_id()))
+    topic_id = zkdata.new_topic_id()
+    txn.create(zkdata.topic_path(name), zkdata.encode_assignment(replicas, topic_id=topic_id))
     results = txn.commit()
     if any(isinstance(r, NodeExistsError) for r in results):
-        return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+        return _refuse("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
     failure = next((r for r in results if isinstance(r, Exception)), None)
     if failure is not None:
-        return _error("UNKNOWN_SERVER_ERROR", f"coordinator refused the write: {failure!r}")
+        return _refuse("UNKNOWN_SERVER_ERROR", f"coordinator refused the write: {failure!r}")
     existing.append(name)
-    return ErrorCode.NONE, None
+    return ErrorCode.NONE, None, (*shape[:2], topic_id)
 
 
 # ------------------------------------------------------------------ DeleteTopics
@@ -131,7 +157,12 @@ def delete_topics(body: dict, zk: GuardedZk, config) -> dict:
     existing = set(_topics(zk))
     zk.ensure_path(zkdata.DELETE_TOPICS)
     results = []
+    enabled = getattr(config, "delete_topic_enable", True)
     for name in names:
+        if not enabled:
+            results.append([name, *_error("TOPIC_DELETION_DISABLED", "Topic deletion is "
+                                          "disabled.")])
+            continue
         problem = topic_name_error(name)
         if problem:
             results.append([name, *_error("INVALID_TOPIC_EXCEPTION", problem)])
@@ -164,15 +195,18 @@ def create_partitions(body: dict, zk: GuardedZk, config) -> dict:
             else:
                 assignment = _assignment_map(assignment, "assignment")
         parsed.append((name, total, assignment))
+    validate_only = protocol.field(body, "validate_only", bool, optional=True, default=False)
     brokers = _live_brokers(zk)
     results = []
     for name, total, assignment in parsed:
-        code, message = _create_partitions_one(zk, brokers, name, total, assignment)
+        code, message = _create_partitions_one(zk, brokers, name, total, assignment,
+                                               validate_only)
         results.append([name, code, message])
     return {"topics": results}
 
 
-def _create_partitions_one(zk, brokers, name, total, assignment) -> tuple[int, str | None]:
+def _create_partitions_one(zk, brokers, name, total, assignment,
+                           validate_only: bool) -> tuple[int, str | None]:
     for _ in range(WRITE_ATTEMPTS_MAX):
         found = _read_topic(zk, name)
         if found is None:
@@ -211,6 +245,8 @@ def _create_partitions_one(zk, brokers, name, total, assignment) -> tuple[int, s
                                                 start_index=start, start_partition_id=count)
             except placement.PlacementError as e:
                 return _error(e.kafka_error, str(e))
+        if validate_only:
+            return ErrorCode.NONE, None
         raw = dict(raw)
         raw["partitions"] = {**raw.get("partitions", {}),
                              **{str(p): list(r) for p, r in sorted(new.items())}}
