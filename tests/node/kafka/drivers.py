@@ -329,6 +329,12 @@ def _by_key(headers) -> tuple:
     return tuple(sorted(headers, key=lambda kv: kv[0]))   # stable: values keep their order
 
 
+def headers_grouped(records: list[Rec]) -> list[Rec]:
+    """``records`` with each one's headers grouped by key: what kafkajs can send (its
+    headers are an object, so a key's repeated values go out together)."""
+    return [Rec(r.key, r.value, _by_key(r.headers), r.timestamp) for r in records]
+
+
 PRODUCERS = {"confluent-kafka": produce_confluent, "kafka-python": produce_kafka_python,
              "aiokafka": produce_aiokafka, "kafkajs": produce_kafkajs}
 CONSUMERS = {"confluent-kafka": consume_confluent, "kafka-python": consume_kafka_python,

@@ -8,7 +8,8 @@ import pytest
 
 from tests.node.kafka.clients import create_topic, kafka_bootstrap, kafka_cluster, needs
 from tests.node.kafka.drivers import (assert_records, consume_confluent, consume_kafkajs,
-                                      produce_confluent, produce_kafkajs, sample_records)
+                                      headers_grouped, produce_confluent, produce_kafkajs,
+                                      sample_records)
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, needs("kafkajs", "confluent-kafka")]
 __all__ = ["kafka_cluster"]
@@ -17,7 +18,7 @@ __all__ = ["kafka_cluster"]
 def test_produce_and_read_keys_values_headers_timestamps(kafka_cluster):
     create_topic(kafka_cluster, "kjs", partitions=2)
     b = kafka_bootstrap(kafka_cluster)
-    records = sample_records(30)
+    records = headers_grouped(sample_records(30))
     assert produce_kafkajs(b, "kjs", records, partition=1) == list(range(30))
     assert_records(consume_kafkajs(b, "kjs", 1, 30), records, "kafkajs")
     assert_records(consume_confluent(b, "kjs", 1, 30), records, "confluent-kafka")
@@ -36,6 +37,6 @@ def test_reads_what_librdkafka_wrote(kafka_cluster):
 def test_idempotent_producer(kafka_cluster):
     create_topic(kafka_cluster, "kjs-idem", config={"min.insync.replicas": "2"})
     b = kafka_bootstrap(kafka_cluster)
-    records = sample_records(20, binary=False)
+    records = headers_grouped(sample_records(20, binary=False))
     assert produce_kafkajs(b, "kjs-idem", records, idempotent=True) == list(range(20))
     assert_records(consume_confluent(b, "kjs-idem", 0, 20), records, "confluent-kafka")

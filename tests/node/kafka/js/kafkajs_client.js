@@ -13,6 +13,7 @@ const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkaj
 const createLogger = require('kafkajs/src/loggers').createLogger
 const LoggerConsole = require('kafkajs/src/loggers/console')
 const Cluster = require('kafkajs/src/cluster')
+const socketFactory = require('kafkajs/src/network/socketFactory')
 
 const CODECS = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP,
                  snappy: CompressionTypes.Snappy, lz4: CompressionTypes.LZ4,
@@ -26,11 +27,14 @@ for (const [type, pkg, make] of OPTIONAL_CODECS) {
   CompressionCodecs[type] = make(Codec)
 }
 
+// KAFKAJS_TEST_LOG=debug: kafkajs' own debug log on stderr (what it sent and got).
+const LOG_LEVEL = process.env.KAFKAJS_TEST_LOG === 'debug' ? logLevel.DEBUG : logLevel.ERROR
+
 const hex = b => (b === null || b === undefined ? null : Buffer.from(b).toString('hex'))
 const unhex = s => (s === null ? null : Buffer.from(s, 'hex'))
 
 async function produce (cmd) {
-  const kafka = new Kafka({ brokers: cmd.brokers, clientId: 'kafkajs-test', logLevel: logLevel.ERROR })
+  const kafka = new Kafka({ brokers: cmd.brokers, clientId: 'kafkajs-test', logLevel: LOG_LEVEL })
   const producer = kafka.producer({ idempotent: !!cmd.idempotent, maxInFlightRequests: cmd.idempotent ? 1 : undefined })
   await producer.connect()
   const offsets = []
@@ -55,8 +59,8 @@ async function produce (cmd) {
 }
 
 async function consume (cmd) {
-  const logger = createLogger({ level: logLevel.ERROR, logCreator: LoggerConsole })
-  const cluster = new Cluster({ logger, brokers: cmd.brokers, clientId: 'kafkajs-test',
+  const logger = createLogger({ level: LOG_LEVEL, logCreator: LoggerConsole })
+  const cluster = new Cluster({ logger, socketFactory: socketFactory(), brokers: cmd.brokers, clientId: 'kafkajs-test',
                                 connectionTimeout: 5000, requestTimeout: 30000,
                                 enforceRequestTimeout: true, metadataMaxAge: 300000,
                                 retry: { retries: 10 }, allowAutoTopicCreation: false })
