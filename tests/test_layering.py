@@ -38,6 +38,7 @@ LAYERS: dict[str, set[str]] = {
     "node.http_guard": set(),   # any HTTP surface may use it; it uses nothing of node
     "node.paths": set(),
     "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config"},
+    "node.kafka": _BASE,   # Kafka's wire protocol (issue 25): records, codecs
     "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group"},
     "node.tools": _CLIENT_SIDE,
     "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},

@@ -60,6 +60,11 @@ LISTEN_BACKLOG = 128
 VIOLATION_LOG_INTERVAL_S = 1.0
 
 API_VERSIONS_KEY = 18
+# A translation only reads the broker's state and builds objects; if one fails on what a
+# client sent, that is a bug of the translation (logged, the connection closed), never a
+# reason to stop the broker. Assertions still stop it (node.broker.failures).
+TRANSLATION_BUGS = (AttributeError, KeyError, IndexError, TypeError, ValueError,
+                    LookupError, ArithmeticError)
 
 
 def route_responses(native_send):
@@ -98,15 +103,20 @@ class Exchange:
             return
         ctx = conn.listener.ctx
         translation = self.translation
-        if body.get("error") and set(body) <= {"error", "error_message"}:
-            response = translation.error(ctx, self.header, self.request, body["error"],
-                                         body.get("error_message"))
-        elif self.state is not None:
-            response = translation.response(ctx, self.header, self.request, body,
-                                            list(frames), state=self.state)
-        else:
-            response = translation.response(ctx, self.header, self.request, body,
-                                            list(frames))
+        try:
+            if body.get("error") and set(body) <= {"error", "error_message"}:
+                response = translation.error(ctx, self.header, self.request, body["error"],
+                                             body.get("error_message"))
+            elif self.state is not None:
+                response = translation.response(ctx, self.header, self.request, body,
+                                                list(frames), state=self.state)
+            else:
+                response = translation.response(ctx, self.header, self.request, body,
+                                                list(frames))
+        except TRANSLATION_BUGS as e:
+            self.done = True
+            conn.listener.translation_failed(conn, self.header, e)
+            return
         self.finish(response)
 
     def finish(self, response) -> None:
@@ -230,6 +240,16 @@ class KafkaListener:
         except OSError:
             pass
 
+    def translation_failed(self, conn: KafkaConnection, header, e: Exception) -> None:
+        """A translation failed on what a client sent (a bug of ours): the broker's state
+        is untouched (translations only build objects), so that connection is closed,
+        the failure logged with its traceback, and the broker serves on."""
+        if self._violations.allow(("bug", header.api_key)):
+            logger.error("kafka listener: translating %s v%d from %s failed; closing the "
+                         "connection", _name(header), header.api_version, conn.peer,
+                         exc_info=e)
+        self._drop(conn)
+
     def violation(self, conn: KafkaConnection, what: str) -> None:
         """Close ``conn`` for something it sent; one line per interval for all of them."""
         if self._violations.allow("violation"):
@@ -301,6 +321,10 @@ class KafkaListener:
         exchange.translation = translation
         try:
             result = translation.request(self.ctx, header, request)
+        except TRANSLATION_BUGS as e:
+            exchange.done = True
+            self.translation_failed(conn, header, e)
+            return
         except (protocol.ProtocolError, KafkaProtocolError) as e:
             response = translation.error(self.ctx, header, request,
                                          ErrorCode.INVALID_REQUEST, str(e))

@@ -84,7 +84,8 @@ class Fetch(TranslationBase):
                 leader = FetchResponse.LeaderIdAndEpoch()
                 if error in _LEADER_MOVED and version >= CURRENT_LEADER_FROM_VERSION:
                     known = ctx.metadata.partition(name, partition)
-                    if known is not None:
+                    if known is not None and known.leader >= 0 and \
+                            ctx.endpoint(known.leader) is not None:
                         leader = FetchResponse.LeaderIdAndEpoch(leader_id=known.leader,
                                                                 leader_epoch=known.leader_epoch)
                 out.append(FetchResponse.PartitionData(
