@@ -7,11 +7,11 @@ extra), Debian's ``kcat``, and node's ``kafkajs`` (``.ci/run`` installs it with 
 needs a missing one skips with one line saying what is missing and how to get it:
 ``@needs("kcat")``; ``needs_kafkajs_codec(codec)`` likewise for kafkajs' codec packages.
 
-Clusters: ``running_cluster`` (a context manager) and the module-scoped
-``kafka_cluster`` fixture start a real 3-broker cluster through the supervisor
-(``node.cluster.Cluster``), whose brokers each have a Kafka listener
-(``cluster.kafka_bootstrap_servers``); teardown stops every process and checks that
-nothing is left in /dev/shm. ``create_topic`` makes a topic through the native admin
+Clusters: the module-scoped ``kafka_cluster`` fixture (conftest.py) for most tests;
+``running_cluster`` (a context manager) for a test that needs its own, with failures
+detected in seconds: a real cluster through the supervisor (``node.cluster.Cluster``),
+whose brokers each have a Kafka listener (``cluster.kafka_bootstrap_servers``); leaving
+it stops every process and checks that nothing is left in /dev/shm. ``create_topic`` makes a topic through the native admin
 and waits until the Kafka listeners' metadata shows a leader for each partition.
 """
 from __future__ import annotations
@@ -122,13 +122,6 @@ def running_cluster(directory, cluster_id: str | None = None, brokers: int = 3,
     finally:
         cluster.down(grace_s=STOP_GRACE_S)
         assert cluster_objects(cluster_id) == [], "the cluster leaked shared memory"
-
-
-@pytest.fixture(scope="module")
-def kafka_cluster(tmp_path_factory):
-    """One 3-broker cluster shared by the tests of a module (each uses its own topics)."""
-    with running_cluster(tmp_path_factory.mktemp("kafka")) as cluster:
-        yield cluster
 
 
 def kafka_bootstrap(cluster) -> str:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.node.kafka.clients import create_topic, kafka_bootstrap, kafka_cluster, needs
+from tests.node.kafka.clients import create_topic, kafka_bootstrap, needs
 from tests.node.kafka.drivers import (assert_records, consume_aiokafka, consume_confluent,
                                       produce_aiokafka, produce_confluent, sample_records)
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, needs("aiokafka", "confluent-kafka")]
-__all__ = ["kafka_cluster"]
 
 
 def test_produce_and_consume_keys_values_headers_timestamps(kafka_cluster):

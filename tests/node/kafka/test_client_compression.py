@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.node.kafka.clients import (create_topic, kafka_bootstrap, kafka_cluster,
-                                      skip_if_missing)
+from tests.node.kafka.clients import create_topic, kafka_bootstrap, skip_if_missing
 from tests.node.kafka.drivers import (CONSUMERS, PRODUCERS, Rec, assert_records,
                                       sample_records)
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
-__all__ = ["kafka_cluster"]
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 WRITERS = ["confluent-kafka", "kafka-python"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.node.kafka.clients import create_topic, kafka_bootstrap, kafka_cluster, needs
+from tests.node.kafka.clients import create_topic, kafka_bootstrap, needs
 from tests.node.kafka.drivers import (assert_records, consume_confluent, produce_confluent,
                                       sample_records)
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, needs("confluent-kafka")]
-__all__ = ["kafka_cluster"]
 
 
 def test_admin_client_lists_the_brokers_kafka_addresses_and_the_topics(kafka_cluster):

@@ -14,8 +14,7 @@ from __future__ import annotations
 import pytest
 
 from node.client import Admin
-from tests.node.kafka.clients import (create_topic, kafka_bootstrap, needs,
-                                      running_cluster)
+from tests.node.kafka.clients import create_topic, kafka_bootstrap, needs, running_cluster
 from tests.node.kafka.drivers import Rec, confluent_consumer, produce_confluent
 from tests.waiting import poll_until
 

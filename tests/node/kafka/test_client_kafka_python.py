@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.node.kafka.clients import create_topic, kafka_bootstrap, kafka_cluster, needs
+from tests.node.kafka.clients import create_topic, kafka_bootstrap, needs
 from tests.node.kafka.drivers import (assert_records, consume_confluent, consume_kafka_python,
                                       produce_confluent, produce_kafka_python, sample_records)
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, needs("kafka-python", "confluent-kafka")]
-__all__ = ["kafka_cluster"]
 
 
 def test_produce_and_consume_keys_values_headers_timestamps(kafka_cluster):

@@ -6,13 +6,11 @@ import json
 
 import pytest
 
-from tests.node.kafka.clients import (create_topic, describe_partition, kafka_bootstrap,
-                                      kafka_cluster, needs)
+from tests.node.kafka.clients import create_topic, describe_partition, kafka_bootstrap, needs
 from tests.node.kafka.drivers import (Rec, assert_records, consume_confluent, consume_kcat,
                                       kcat, produce_confluent, produce_kcat, sample_records)
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, needs("kcat")]
-__all__ = ["kafka_cluster"]
 
 
 def test_list_metadata_names_every_broker_and_partition(kafka_cluster):
