@@ -63,22 +63,26 @@ def test_leader_sigkilled_under_an_idempotent_producer(tmp_path, cluster_id):
                 assert i not in reports, f"record {i} acknowledged twice"
                 reports[i] = msg.offset()
 
-        def send(first: int, count: int) -> None:
-            for i in range(first, first + count):
-                producer.produce("idem", value=f"v-{i}".encode(), partition=0, on_delivery=done)
-                producer.poll(0)
+        def send(i: int) -> None:
+            producer.produce("idem", value=f"v-{i}".encode(), partition=0, on_delivery=done)
 
-        send(0, kill_after)
-
-        def half_acknowledged() -> bool:
-            producer.poll(0.05)
-            return len(reports) >= kill_after // 2
-
-        poll_until(half_acknowledged, WAIT_S, "half the first records to be acknowledged")
-        cluster.kill(leader, "KILL")   # with records in flight and queued
-        send(kill_after, n - kill_after)
+        # The producer is running (its id assigned, records acknowledged by the leader)...
+        warm_up = 100
+        for i in range(warm_up):
+            send(i)
+        poll_until(lambda: producer.poll(0.01) >= 0 and len(reports) == warm_up, WAIT_S,
+                   "the first records to be acknowledged")
+        # ... then a steady stream: the kill comes with records in flight and more to come.
+        in_flight_at_kill = None
+        for i in range(warm_up, n):
+            send(i)
+            if i % 20 == 19:
+                producer.poll(0.002)
+            if i == kill_after:
+                in_flight_at_kill = i + 1 - len(reports)
+                cluster.kill(leader, "KILL")
         assert producer.flush(120) == 0 and not failures, failures[:5]
-        assert len(reports) == n
+        assert len(reports) == n, f"{in_flight_at_kill} were unacknowledged at the kill"
 
         state = cluster.partition_state("idem", 0)
         assert state.leader not in (-1, leader), state
@@ -92,12 +96,11 @@ def test_leader_sigkilled_under_an_idempotent_producer(tmp_path, cluster_id):
             log: list = []
 
             def read_all():
-                msg = consumer.poll(0.5)
-                if msg is not None and not msg.error():
-                    log.append((msg.offset(), msg.value()))
+                log.extend((msg.offset(), msg.value())
+                           for msg in consumer.consume(1000, 0.5) if not msg.error())
                 return len(log) >= n
 
-            poll_until(read_all, 120, f"the {n} records to be read back")
+            poll_until(read_all, 120, f"the {n} records to be read back", interval_s=0.001)
         finally:
             consumer.close()
         assert [o for o, _ in log] == list(range(n))
@@ -125,8 +128,7 @@ def test_unclean_election_is_detected_as_log_truncation_by_librdkafka(tmp_path, 
             c.assign([TopicPartition("trunc", 0, OFFSET_BEGINNING)])
 
         def read(name: str, until) -> bool:
-            msg = consumers[name].poll(0.2)
-            if msg is not None:
+            for msg in consumers[name].consume(100, 0.2):
                 if msg.error():
                     problems[name].append(msg.error())
                 else:
