@@ -39,8 +39,9 @@ from node.broker.failures import LogLimiter
 from node.broker.loop import EventLoop
 from node.config import KAFKA_LISTENER, BrokerConfig
 from node.kafka.protocol import (API_NAMES, FrameDecoder, KafkaProtocolError, RequestHeader,
-                                 UnsupportedVersion, decode_request, encode_response)
-from node.kafka.translate import TRANSLATIONS, NativeCall, top_level_error
+                                 UnsupportedVersion, decode_request)
+from node.kafka.protocol.codec import encode_response_pieces
+from node.kafka.translate import CLOSE_CONNECTION, TRANSLATIONS, NativeCall, top_level_error
 from node.kafka.translate.api_versions import api_versions_response
 from node.kafka.translate.context import KafkaContext
 from node.wire import protocol
@@ -56,6 +57,9 @@ RECEIVES_PER_WAKEUP_MAX = 16          # then other connections get their turn
 IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX = 256
 OUTPUT_BYTES_PER_CONNECTION_MAX = 64 * 1024 * 1024
 SEND_BUFFERS_PER_CALL_MAX = 64        # buffers handed to one sendmsg (below IOV_MAX)
+# An answer's pieces at least this large (records) are sent as they are; the small ones
+# between them are joined (one sendmsg buffer per field would cost more than the copy).
+LARGE_PIECE_BYTES = 16 * 1024
 LISTEN_BACKLOG = 128
 VIOLATION_LOG_INTERVAL_S = 1.0
 
@@ -91,7 +95,7 @@ class Exchange:
         self.translation = None
         self.state = None
         self.done = False
-        self.data: bytes | None = None       # the encoded answer; None = no answer
+        self.data: list | None = None        # the encoded answer's buffers; None = none
 
     def answer(self, body: dict, frames=()) -> None:
         """The native handler's answer: translated, encoded, queued in order."""
@@ -126,9 +130,11 @@ class Exchange:
         conn = self.connection
         if conn.closed:
             return
-        if response is not None:
+        if response is CLOSE_CONNECTION:
+            self.data = CLOSE_CONNECTION
+        elif response is not None:
             try:
-                self.data = encode_response(self.header, response)
+                self.data = _coalesced(encode_response_pieces(self.header, response))
             except (KafkaProtocolError, ValueError, TypeError, OverflowError) as e:
                 conn.listener.violation(conn, f"cannot encode the answer to {_name(self.header)} "
                                               f"(correlation id {self.header.correlation_id}): {e}")
@@ -180,9 +186,10 @@ class KafkaListener:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             server.bind((entry.host, entry.port))
-        except OSError:
+        except OSError as e:
             server.close()
-            raise
+            raise OSError(e.errno, f"cannot bind the Kafka listener {entry}: "
+                                   f"{e.strerror}") from None
         server.listen(LISTEN_BACKLOG)
         server.setblocking(False)
         self.server = server
@@ -326,12 +333,8 @@ class KafkaListener:
             self.translation_failed(conn, header, e)
             return
         except (protocol.ProtocolError, KafkaProtocolError) as e:
-            response = translation.error(self.ctx, header, request,
-                                         ErrorCode.INVALID_REQUEST, str(e))
-            if response is None:
-                self.violation(conn, f"invalid {_name(header)}: {e}")
-            else:
-                exchange.finish(response)
+            self._say_no(conn, exchange, translation, ErrorCode.INVALID_REQUEST,
+                         f"invalid {_name(header)}: {e}")
             return
         if not isinstance(result, NativeCall):
             exchange.finish(result)
@@ -348,12 +351,23 @@ class KafkaListener:
         error response with UNSUPPORTED_VERSION, or (no way to say it) the connection
         closed."""
         header = exchange.header
-        message = f"{_name(header)} version {header.api_version} is not supported"
-        if translation is not None:
-            response = translation.error(self.ctx, header, exchange.request,
-                                         ErrorCode.UNSUPPORTED_VERSION, message)
-        else:
-            response = top_level_error(header.api_key, ErrorCode.UNSUPPORTED_VERSION, message)
+        self._say_no(conn, exchange, translation, ErrorCode.UNSUPPORTED_VERSION,
+                     f"{_name(header)} version {header.api_version} is not supported")
+
+    def _say_no(self, conn: KafkaConnection, exchange: Exchange, translation, code: int,
+                message: str) -> None:
+        """Answer ``exchange`` with its API's error response for ``code``; close the
+        connection where the API has no way to say it."""
+        header = exchange.header
+        try:
+            if translation is not None:
+                response = translation.error(self.ctx, header, exchange.request, code, message)
+            else:
+                response = top_level_error(header.api_key, code, message)
+        except TRANSLATION_BUGS as e:
+            exchange.done = True
+            self.translation_failed(conn, header, e)
+            return
         if response is None:
             self.violation(conn, message)
         else:
@@ -374,10 +388,18 @@ class KafkaListener:
         """An exchange is done: queue every answer now in order, and send."""
         exchanges = conn.exchanges
         while exchanges and exchanges[0].done:
-            data = exchanges.popleft().data
+            exchange = exchanges.popleft()
+            data = exchange.data
+            if data is CLOSE_CONNECTION:
+                self._write(conn)           # what came before it, as far as it goes
+                logger.info("kafka listener: closing the connection from %s after its "
+                            "%s (correlation id %d) failed", conn.peer,
+                            _name(exchange.header), exchange.header.correlation_id)
+                self._drop(conn)
+                return
             if data:
-                conn.output.append(data)
-                conn.output_bytes += len(data)
+                conn.output.extend(data)
+                conn.output_bytes += sum(map(len, data))
         if conn.output:
             self._write(conn)
         if not conn.closed:
@@ -411,6 +433,22 @@ class KafkaListener:
         if wanted != conn.watching:
             conn.watching = wanted
             self.loop.watch(conn.fd, *wanted)
+
+
+def _coalesced(pieces: list) -> list:
+    """An answer's pieces as few buffers: large ones kept, runs of small ones joined."""
+    out, small = [], []
+    for piece in pieces:
+        if len(piece) >= LARGE_PIECE_BYTES:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(piece)
+        else:
+            small.append(piece)
+    if small:
+        out.append(b"".join(small))
+    return out
 
 
 def _name(header) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from node.kafka.protocol.messages import FetchResponse
 from node.kafka.records import RecordError, log_to_kafka
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 from node.wire.zkdata import topic_id_text

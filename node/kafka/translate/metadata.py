@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 
 from node.kafka.protocol.messages import MetadataResponse
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 from node.wire.zkdata import topic_id_text, topic_id_uuid

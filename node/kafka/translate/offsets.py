@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from node.kafka.protocol.messages import (InitProducerIdResponse, ListOffsetsResponse,
                                           OffsetForLeaderEpochResponse)
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 

@@ -43,11 +43,12 @@ def produce(cluster, topic: str, count: int, **config) -> list:
     return reports
 
 
-def consume_all(cluster, topic: str, count: int, timeout_s: float = 60) -> list:
+def consume_all(cluster, topic: str, count: int, timeout_s: float = 60,
+                partitions: int = 3) -> list:
     consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers,
                          "group.id": "unused", "enable.auto.commit": False})
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out = []
         deadline = time.monotonic() + timeout_s
         while len(out) < count and time.monotonic() < deadline:
@@ -187,12 +188,13 @@ def kafka_batch(values, *, producer_id=-1, producer_epoch=-1, base_sequence=-1) 
 
 
 def leader_and_follower(cluster, topic: str) -> tuple[int, int, int]:
-    """(leader, a follower, leader epoch) of partition 0."""
+    """(leader, a follower or None, leader epoch) of partition 0."""
     with KafkaWire(cluster.kafka_bootstrap_servers.split(",")[0]) as wire:
         md = wire.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
             name=topic)]), 12).topics[0]
     p0 = next(p for p in md.partitions if p.partition_index == 0)
-    return p0.leader_id, next(r for r in p0.replica_nodes if r != p0.leader_id), p0.leader_epoch
+    follower = next((r for r in p0.replica_nodes if r != p0.leader_id), None)
+    return p0.leader_id, follower, p0.leader_epoch
 
 
 def produce_request(topic: str, records: bytes, acks: int = -1):
@@ -268,3 +270,83 @@ def test_a_corrupt_batch_costs_only_its_partition(kafka_cluster, kafka_topic):
     assert codes == [ErrorCode.CORRUPT_MESSAGE, 0]
     records = consume_all(kafka_cluster, kafka_topic, 1, timeout_s=10)
     assert [m.value() for m in records] == [b"fine"]
+
+
+def test_acks_all_below_min_insync_replicas_is_not_enough_replicas(kafka_cluster):
+    from node.client import Admin
+    topic = "lonely-" + str(time.monotonic_ns())
+    with Admin(kafka_cluster.bootstrap_servers) as admin:   # one replica, two required
+        admin.create_topic(topic, 1, 1, config={"min.insync.replicas": "2"})
+    leader, _, _ = leader_and_follower(kafka_cluster, topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        refused = wire.request(produce_request(topic, kafka_batch([b"x"])), 9)
+        taken = wire.request(produce_request(topic, kafka_batch([b"y"]), acks=1), 9)
+    assert refused.responses[0].partition_responses[0].error_code == \
+        ErrorCode.NOT_ENOUGH_REPLICAS
+    assert [(p.error_code, p.base_offset) for p in taken.responses[0].partition_responses] == \
+        [(0, 0)]
+
+
+def test_leader_epochs_are_checked_and_answered_kip_320(kafka_cluster, kafka_topic):
+    from node.kafka.protocol.messages import ListOffsetsRequest, OffsetForLeaderEpochRequest
+    produce(kafka_cluster, kafka_topic, 30, acks="all")
+    leader, _, epoch = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        def fetch_error(current_epoch):
+            answer = wire.request(FetchRequest(max_wait_ms=0, topics=[FetchRequest.FetchTopic(
+                topic=kafka_topic, partitions=[FetchRequest.FetchPartition(
+                    partition=0, fetch_offset=0, current_leader_epoch=current_epoch,
+                    partition_max_bytes=1024)])]), 12)
+            return answer.responses[0].partitions[0].error_code
+
+        assert fetch_error(epoch) == 0 and fetch_error(-1) == 0
+        assert fetch_error(epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
+        latest = wire.request(ListOffsetsRequest(replica_id=-1, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=kafka_topic, partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(
+                    partition_index=0, current_leader_epoch=epoch, timestamp=-1)])]), 7)
+        end = wire.request(OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=kafka_topic, partitions=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                    partition=0, current_leader_epoch=epoch, leader_epoch=epoch)])]), 4)
+    answer = latest.topics[0].partitions[0]
+    assert (answer.error_code, answer.leader_epoch) == (0, epoch) and answer.offset > 0
+    found = end.topics[0].partitions[0]
+    assert (found.error_code, found.leader_epoch, found.end_offset) == (0, epoch, answer.offset)
+
+
+@pytest.mark.parametrize("setting,codec", [("gzip", 1), ("zstd", 4), ("uncompressed", 0)])
+def test_a_topics_compression_type_is_what_consumers_get(kafka_cluster, setting, codec):
+    from node.client import Admin
+    topic = f"z{setting}{time.monotonic_ns()}"
+    with Admin(kafka_cluster.bootstrap_servers) as admin:
+        admin.create_topic(topic, 1, 3, config={"compression.type": setting})
+    reports = produce(kafka_cluster, topic, 200, acks="all",
+                      **{"compression.type": "lz4" if setting == "uncompressed" else "none"})
+    assert [r[0] for r in reports] == [None] * 200
+    leader, _, _ = leader_and_follower(kafka_cluster, topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        answer = wire.request(FetchRequest(max_wait_ms=0, max_bytes=1 << 20, topics=[
+            FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 11)
+    records = bytes(answer.responses[0].partitions[0].records)
+    assert records and records[16] == 2                   # magic v2
+    attributes = int.from_bytes(records[21:23], "big")
+    assert attributes & 0x7 == codec
+    values = sorted(m.value() for m in consume_all(kafka_cluster, topic, 200, partitions=1))
+    assert values == sorted((b"%d-" % i).ljust(VALUE_BYTES, b"v") for i in range(200))
+
+
+def test_acks_0_is_not_answered_and_a_failed_one_closes_the_connection(kafka_cluster,
+                                                                         kafka_topic):
+    leader, follower, _ = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        wire.send(produce_request(kafka_topic, kafka_batch([b"fire"]), acks=0), 9)
+        # The next answer on the connection is the next request's: acks=0 got none.
+        answer = wire.request(produce_request(kafka_topic, kafka_batch([b"and"]), acks=1), 9)
+        assert answer.responses[0].partition_responses[0].base_offset == 1
+    with KafkaWire(kafka_cluster.kafka_address(follower)) as wire:
+        wire.send(produce_request(kafka_topic, kafka_batch([b"lost"]), acks=0), 9)
+        assert wire.closed_by_broker(), "a failed acks=0 write must close the connection"
+    records = consume_all(kafka_cluster, kafka_topic, 2, timeout_s=10)
+    assert sorted(m.value() for m in records) == [b"and", b"fire"]
