@@ -33,7 +33,15 @@ HIGH_WATERMARK_MODE = "high-watermark"
 TRUNCATION_MODES = (LEADER_EPOCH_MODE, HIGH_WATERMARK_MODE)
 
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9_]{1,40}$")
-_LISTENER = re.compile(r"^PLAINTEXT://([A-Za-z0-9.\-]*|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
+_LISTENER = re.compile(r"^([A-Za-z0-9_]+)://([A-Za-z0-9.\-]*|\[[0-9a-fA-F:]+\]):(\d{1,5})$")
+# The listener names a broker knows: PLAINTEXT is the native wire (node.wire.protocol,
+# what node.client, the fetchers and the tools speak); KAFKA speaks Kafka's own protocol
+# (node.kafka.listener). Both are plaintext (Kafka's security protocol PLAINTEXT).
+NATIVE_LISTENER = "PLAINTEXT"
+KAFKA_LISTENER = "KAFKA"
+LISTENER_NAMES = (NATIVE_LISTENER, KAFKA_LISTENER)
+# Kafka's socket.request.max.bytes default: the largest request frame a listener accepts.
+SOCKET_REQUEST_MAX_BYTES_DEFAULT = 104857600
 _RACK = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
 
 
@@ -92,13 +100,56 @@ def _optional_text(key: str, text: str) -> str | None:
     return value or None
 
 
+@dataclass(frozen=True)
+class Listener:
+    """One entry of ``listeners`` / ``advertised.listeners``: NAME://HOST:PORT."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_listeners(key: str, text: str) -> tuple[Listener, ...]:
+    """Kafka's comma-separated NAME://HOST:PORT list; ConfigError naming ``key`` for a
+    malformed entry, an unknown name, a name or (non-zero) port given twice."""
+    out: list[Listener] = []
+    for item in text.split(","):
+        item = item.strip()
+        match = _LISTENER.match(item)
+        if match is None:
+            raise ConfigError(f"{key}: expected NAME://HOST:PORT[,NAME://HOST:PORT] with NAME "
+                              f"one of {', '.join(LISTENER_NAMES)}, got {text!r}")
+        name, host, port = match.group(1), match.group(2), int(match.group(3))
+        if name not in LISTENER_NAMES:
+            raise ConfigError(f"{key}: unknown listener name {name!r} (known: PLAINTEXT, the "
+                              f"native wire; KAFKA, Kafka's protocol)")
+        if port > 65535:
+            raise ConfigError(f"{key}: port {port} is outside [0, 65535]")
+        if any(entry.name == name for entry in out):
+            raise ConfigError(f"{key}: listener {name} is given twice")
+        if port and any(entry.port == port and entry.host == host for entry in out):
+            raise ConfigError(f"{key}: listeners {name} and "
+                              f"{next(e.name for e in out if e.port == port)} share port {port}")
+        out.append(Listener(name, host, port))
+    return tuple(out)
+
+
 def _listeners(key: str, text: str) -> str:
+    listeners = parse_listeners(key, text)
+    if not any(entry.name == NATIVE_LISTENER for entry in listeners):
+        raise ConfigError(f"{key}: a PLAINTEXT listener (the native wire the brokers replicate "
+                          f"over) is required, got {text!r}")
+    return text.strip()
+
+
+def _advertised_listeners(key: str, text: str) -> str | None:
     value = text.strip()
-    if not _LISTENER.match(value):
-        raise ConfigError(f"{key}: expected one PLAINTEXT://HOST:PORT listener, got {text!r}")
-    port = int(_LISTENER.match(value).group(2))
-    if port > 65535:
-        raise ConfigError(f"{key}: port {port} is outside [0, 65535]")
+    if not value:
+        return None
+    parse_listeners(key, value)
     return value
 
 
@@ -177,6 +228,10 @@ _KEYS: tuple[_Key, ...] = (
     _Key("broker.id", _int_in(0, INT_MAX), None),
     # Kafka's default is PLAINTEXT://:9092 (all interfaces); everything here binds loopback.
     _Key("listeners", _listeners, "PLAINTEXT://127.0.0.1:9092"),
+    # Kafka's: the addresses clients are told (Metadata, the registration); empty = the
+    # listeners' (a port 0 there: the port bound).
+    _Key("advertised.listeners", _advertised_listeners, ""),
+    _Key("socket.request.max.bytes", _POSITIVE, str(SOCKET_REQUEST_MAX_BYTES_DEFAULT)),
     _Key("log.dirs", _log_dirs, "/tmp/kafka-logs"),
     _Key("zookeeper.connect", _zookeeper_connect, None),
     _Key("zookeeper.session.timeout.ms", _int_in(100, INT_MAX), "18000"),
@@ -262,6 +317,8 @@ class BrokerConfig:
     broker_id: int
     zookeeper_connect: str
     listeners: str = "PLAINTEXT://127.0.0.1:9092"
+    advertised_listeners: str | None = None
+    socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT
     log_dirs: tuple[str, ...] = ("/tmp/kafka-logs",)
     zookeeper_session_timeout_ms: int = 18000
     zookeeper_connection_timeout_ms: int = 18000
@@ -309,6 +366,11 @@ class BrokerConfig:
                 f"replica.lag.time.max.ms ({self.replica_lag_time_max_ms})")
         if self.replica_fetch_max_bytes < 64:
             raise ConfigError("replica.fetch.max.bytes must be at least 64")
+        names = {entry.name for entry in self.listener_list}
+        for entry in self.advertised_listener_list:
+            if entry.name not in names:
+                raise ConfigError(f"advertised.listeners: {entry.name} is not one of the "
+                                  f"listeners ({self.listeners})")
 
     # ---- derived ----------------------------------------------------------------------
 
@@ -317,12 +379,41 @@ class BrokerConfig:
         return self.log_config.message_max_bytes
 
     @property
+    def listener_list(self) -> tuple[Listener, ...]:
+        return parse_listeners("listeners", self.listeners)
+
+    @property
+    def advertised_listener_list(self) -> tuple[Listener, ...]:
+        """advertised.listeners, else the listeners (Kafka's default)."""
+        if self.advertised_listeners is None:
+            return self.listener_list
+        return parse_listeners("advertised.listeners", self.advertised_listeners)
+
+    def listener(self, name: str) -> Listener | None:
+        """The listener ``name`` with its host filled in (empty host: 127.0.0.1)."""
+        for entry in self.listener_list:
+            if entry.name == name:
+                return Listener(entry.name, entry.host or "127.0.0.1", entry.port)
+        return None
+
+    def advertised(self, name: str, bound_port: int) -> Listener | None:
+        """What clients are told for listener ``name`` bound on ``bound_port``: its
+        advertised entry (else the listener itself), a port 0 replaced by the bound one."""
+        if self.listener(name) is None:
+            return None
+        entry = next((e for e in self.advertised_listener_list if e.name == name),
+                     self.listener(name))
+        return Listener(name, entry.host or self.listener(name).host, entry.port or bound_port)
+
+    @property
     def host(self) -> str:
-        return _LISTENER.match(self.listeners).group(1) or "127.0.0.1"
+        """The native (PLAINTEXT) listener's host."""
+        return self.listener(NATIVE_LISTENER).host
 
     @property
     def port(self) -> int:
-        return int(_LISTENER.match(self.listeners).group(2))
+        """The native (PLAINTEXT) listener's port (0: any free one)."""
+        return self.listener(NATIVE_LISTENER).port
 
     @property
     def bind_endpoint(self) -> str:

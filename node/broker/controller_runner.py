@@ -331,7 +331,7 @@ class ControllerRunner:
                 continue
             brokers.append(controller.Broker(broker_id, info.host, info.port, info.rack,
                                              stat.czxid, frozenset(info.lost_replicas),
-                                             info.clean_shutdown))
+                                             info.clean_shutdown, info.other_endpoints))
         return tuple(sorted(brokers))
 
     def _topic_names(self) -> list[str]:
@@ -345,6 +345,7 @@ class ControllerRunner:
                                      watch=self._watcher(("topic", name),
                                                          lambda: self._on_topic_data(name)))
             assignment = zkdata.decode_assignment(name, data)
+            topic_id = zkdata.decode_topic_id(name, data, stat.czxid)
         except NoNodeError:
             self._watched_topics.discard(name)
             return None
@@ -352,7 +353,7 @@ class ControllerRunner:
             log.error("ignoring topic %s: %s", name, e)
             return None
         return controller.TopicSnapshot(name, {p: tuple(r) for p, r in assignment.items()},
-                               stat.version, self._read_topic_config(name))
+                               stat.version, self._read_topic_config(name), topic_id)
 
     def _read_topic_config(self, name: str) -> dict[str, str]:
         path = zkdata.topic_config_path(name)

@@ -79,9 +79,19 @@ class EventLoop:
         if socket in self._handlers:
             self.poller.register(socket, zmq.POLLIN | (zmq.POLLOUT if writable else 0))
 
+    def watch(self, socket, readable: bool, writable: bool) -> None:
+        """Call ``socket``'s handler when it is readable and/or writable; neither keeps
+        it registered but unwatched (a connection whose output is full stops reading)."""
+        if socket in self._handlers:
+            self.poller.register(socket, (zmq.POLLIN if readable else 0) |
+                                 (zmq.POLLOUT if writable else 0))
+
     def remove_socket(self, socket) -> None:
         if socket in self._handlers:
-            self.poller.unregister(socket)
+            try:
+                self.poller.unregister(socket)
+            except KeyError:
+                pass                # unwatched (``watch`` with neither): not in the poller
             del self._handlers[socket]
 
     def call_later(self, delay_ms: int, fn: Callable[[], None]) -> int:

@@ -4,7 +4,8 @@ Every broker answers Metadata from this cache, never from the coordinator: what 
 sees is what the controller last told this broker. An UpdateMetadata carries the live
 brokers (replacing the known set) and partition states (upserted); a partition whose
 leader is ``LEADER_DURING_DELETE`` (-2, Kafka's marker) is removed, and a topic without
-partitions left disappears.
+partitions left disappears. Brokers carry their other listeners (the Kafka-protocol one)
+and topics their ids (KIP-516) when the controller sends them.
 """
 from __future__ import annotations
 
@@ -28,14 +29,27 @@ class PartitionMetadata:
 class MetadataCache:
     def __init__(self) -> None:
         self.brokers: dict[int, tuple[str, int, str | None]] = {}   # id -> host, port, rack
+        # id -> {listener name: (host, port)} of its listeners other than the native one
+        self.listeners: dict[int, dict[str, tuple[str, int]]] = {}
         self.topics: dict[str, dict[int, PartitionMetadata]] = {}
+        self.topic_ids: dict[str, str] = {}       # name -> id (KIP-516, Kafka's text form)
+        self.topic_names: dict[str, str] = {}     # id -> name
         self.controller_id = -1
 
     def update(self, controller_id: int, brokers: list,
-               partitions: list[UpdateMetadataPartition]) -> None:
+               partitions: list[UpdateMetadataPartition],
+               topic_ids: dict[str, str] | None = None) -> None:
         """Apply a validated UpdateMetadata body."""
         self.controller_id = controller_id
         self.brokers = {b[0]: (b[1], b[2], b[3]) for b in brokers}
+        self.listeners = {b[0]: {name: (a[0], a[1]) for name, a in b[4].items()}
+                          for b in brokers if len(b) > 4}
+        for topic, topic_id in (topic_ids or {}).items():
+            old = self.topic_ids.get(topic)
+            if old is not None and old != topic_id:
+                self.topic_names.pop(old, None)
+            self.topic_ids[topic] = topic_id
+            self.topic_names[topic_id] = topic
         for e in partitions:
             if e.leader == LEADER_DURING_DELETE:
                 parts = self.topics.get(e.topic)
@@ -43,6 +57,7 @@ class MetadataCache:
                     parts.pop(e.partition, None)
                     if not parts:
                         del self.topics[e.topic]
+                        self.topic_names.pop(self.topic_ids.pop(e.topic, None), None)
                 continue
             self.topics.setdefault(e.topic, {})[e.partition] = PartitionMetadata(
                 e.leader, e.leader_epoch, e.isr, e.zk_version, e.replicas,
@@ -71,4 +86,6 @@ class MetadataCache:
                                 list(m.isr), list(m.offline_replicas)])
             out.append([name, 0, entries])
         return {"brokers": [[i, h, p, r] for i, (h, p, r) in sorted(self.brokers.items())],
-                "controller_id": self.controller_id, "topics": out}
+                "controller_id": self.controller_id, "topics": out,
+                "topic_ids": {name: self.topic_ids[name] for name in names
+                              if name in self.topic_ids and name in self.topics}}

@@ -53,6 +53,10 @@ class ErrorCode(IntEnum):
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
     INELIGIBLE_REPLICA = 107
+    # Kafka's wire (node.kafka): SASL not offered, fetch sessions declined, topic ids.
+    ILLEGAL_SASL_STATE = 34
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    UNKNOWN_TOPIC_ID = 100
 
 
 # Per code: (retriable, message), as Kafka's Errors enum.
@@ -113,6 +117,9 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
     ErrorCode.ELECTION_NOT_NEEDED: (True, 'Leader election not needed for topic partition.'),
     ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: (False, 'No partition reassignment is in progress.'),
     ErrorCode.INELIGIBLE_REPLICA: (False, 'The new ISR contains at least one ineligible replica.'),
+    ErrorCode.ILLEGAL_SASL_STATE: (False, 'Request is not valid given the current SASL state.'),
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND: (True, 'The fetch session ID was not found.'),
+    ErrorCode.UNKNOWN_TOPIC_ID: (True, 'This server does not host this topic ID.'),
 }
 assert set(_INFO) == set(ErrorCode) - {ErrorCode.NONE}
 

@@ -52,7 +52,8 @@ METADATA (3)
   req  {"topics": None | [topic, ...]}          None = every topic
   resp {"brokers": [[id, host, port, rack|None], ...], "controller_id": int (-1),
         "topics": [[topic, error, [[partition, error, leader (-1 = none),
-                    leader_epoch, replicas, isr, offline_replicas], ...]], ...]}
+                    leader_epoch, replicas, isr, offline_replicas], ...]], ...],
+        "topic_ids": {topic: id} (KIP-516, of the topics answered that have one)}
 Every controller -> broker request may carry "broker_epoch": int, the epoch (the
 registration's czxid) of the broker it is meant for (KIP-380); a broker refuses one
 meant for another incarnation with {"error": STALE_BROKER_EPOCH} (absent or -1: not
@@ -71,9 +72,11 @@ STOP_REPLICA (5)              controller -> broker
   resp {"error": int, "partitions": [[topic, partition, error], ...]}
 UPDATE_METADATA (6)           controller -> broker
   req  {"controller_id": int, "controller_epoch": int,
-        "brokers": [[id, host, port, rack|None], ...],
+        "brokers": [[id, host, port, rack|None(, {listener: [host, port]})], ...],
         "partitions": [[topic, partition, leader, leader_epoch, isr, zk_version,
-                        replicas, offline_replicas], ...]}
+                        replicas, offline_replicas], ...],
+        "topic_ids": {topic: id} (optional; KIP-516, Kafka's text form)}
+       a broker's fifth field names its listeners other than the native one (KAFKA)
   resp {"error": int}
 CONTROLLED_SHUTDOWN (7)       broker -> controller
   req  {"broker_id": int, "broker_epoch": int}

@@ -23,8 +23,11 @@ must not crash a broker).
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import time
+import uuid
 from dataclasses import dataclass
 
 BROKERS = "/brokers"
@@ -118,16 +121,28 @@ class BrokerInfo:
     # .kafka_cleanshutdown; KRaft tells it by the previous broker epoch). A broker back
     # from an unclean one may have lost its unflushed tail: it leaves every ELR (KIP-966).
     clean_shutdown: bool = True
+    # Every listener but the native one, as Kafka registers them: (name, host, port),
+    # e.g. ("KAFKA", "127.0.0.1", 9094) for the Kafka-protocol listener.
+    other_endpoints: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def endpoint(self) -> str:
         return f"tcp://{self.host}:{self.port}"
 
+    def listener(self, name: str) -> tuple[str, int] | None:
+        """(host, port) of the listener ``name`` (PLAINTEXT: the native one)."""
+        if name == "PLAINTEXT":
+            return self.host, self.port
+        return next(((h, p) for n, h, p in self.other_endpoints if n == name), None)
+
 
 def encode_broker(info: BrokerInfo) -> bytes:
+    # Kafka's registration: "endpoints" lists every listener, host/port the PLAINTEXT one,
+    # and every listener here is plaintext.
+    endpoints = [("PLAINTEXT", info.host, info.port), *info.other_endpoints]
     value = {"version": 4, "host": info.host, "port": info.port, "jmx_port": -1,
-             "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
-             "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+             "endpoints": [f"{n}://{h}:{p}" for n, h, p in endpoints],
+             "listener_security_protocol_map": {n: "PLAINTEXT" for n, _, _ in endpoints},
              "rack": info.rack,
              "timestamp": str(info.timestamp_ms or int(time.time() * 1000))}
     if info.lost_replicas:
@@ -147,8 +162,16 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
         clean = value.get("clean_shutdown", True)
         if not isinstance(clean, bool):
             raise TypeError
+        others = []
+        for text in value.get("endpoints", []):
+            name, sep, address = str(text).partition("://")
+            ep_host, _, ep_port = address.rpartition(":")
+            if not sep or not ep_port.isdigit():
+                raise ValueError
+            if name != "PLAINTEXT":
+                others.append((name, ep_host, int(ep_port)))
         return BrokerInfo(broker_id, host, port, value.get("rack"),
-                          int(value.get("timestamp", 0)), lost, clean)
+                          int(value.get("timestamp", 0)), lost, clean, tuple(others))
     except (KeyError, TypeError, ValueError):
         raise ZkDataError(f"broker {broker_id}: bad registration {value!r}") from None
 
@@ -157,11 +180,53 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
 
 def encode_assignment(assignment: dict[int, list[int]],
                       adding: dict[int, list[int]] | None = None,
-                      removing: dict[int, list[int]] | None = None) -> bytes:
-    return _dump({"version": 2,
-                  "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
-                  "adding_replicas": {str(p): list(r) for p, r in (adding or {}).items()},
-                  "removing_replicas": {str(p): list(r) for p, r in (removing or {}).items()}})
+                      removing: dict[int, list[int]] | None = None,
+                      topic_id: str | None = None) -> bytes:
+    value = {"version": 2,
+             "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+             "adding_replicas": {str(p): list(r) for p, r in (adding or {}).items()},
+             "removing_replicas": {str(p): list(r) for p, r in (removing or {}).items()}}
+    if topic_id is not None:    # Kafka's version 3 (KIP-516)
+        value["version"] = 3
+        value["topic_id"] = topic_id
+    return _dump(value)
+
+
+def new_topic_id() -> str:
+    """A fresh topic id (KIP-516) in Kafka's text form."""
+    return topic_id_text(uuid.uuid4())
+
+
+def topic_id_text(value: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def topic_id_uuid(text: str) -> uuid.UUID:
+    """Kafka's Uuid.fromString; ValueError for anything else."""
+    if not isinstance(text, str) or len(text) != 22:
+        raise ValueError(f"not a topic id: {text!r}")
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"not a topic id: {text!r} ({e})") from None
+
+
+def decode_topic_id(topic: str, data: bytes, czxid: int) -> str:
+    """The topic's id (KIP-516): the znode's "topic_id" (written with the topic, as Kafka
+    does). A topic written without one (by an older writer or a test) gets an id derived
+    from its name and the znode's creation zxid: the same on every broker and controller,
+    and a new one if the topic is deleted and created again."""
+    value = _load(data, f"topic {topic}")
+    text = value.get("topic_id") if isinstance(value, dict) else None
+    if text is not None:
+        try:
+            topic_id_uuid(text)
+            return text
+        except ValueError:
+            raise ZkDataError(f"topic {topic}: bad topic_id {text!r}") from None
+    digest = hashlib.sha256(f"{topic}\0{czxid}".encode()).digest()[:16]
+    return topic_id_text(uuid.UUID(bytes=digest))
 
 
 def decode_assignment(topic: str, data: bytes) -> dict[int, list[int]]:

@@ -80,21 +80,32 @@ def handle_leader_and_isr(apis, identity, request: protocol.Request) -> None:
                        {"error": NONE, "partitions": out})
 
 
+def _listener_map(value) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(a, list) and len(a) == 2 and isinstance(a[0], str)
+        and isinstance(a[1], int) and not isinstance(a[1], bool) for k, a in value.items())
+
+
 def handle_update_metadata(apis, identity, request: protocol.Request) -> None:
     body = request.body
     brokers = protocol.field(body, "brokers", list)
     for b in brokers:
-        if not (isinstance(b, list) and len(b) == 4 and isinstance(b[0], int) and
+        if not (isinstance(b, list) and len(b) in (4, 5) and isinstance(b[0], int) and
                 isinstance(b[1], str) and isinstance(b[2], int) and
-                (b[3] is None or isinstance(b[3], str))):
-            raise protocol.ProtocolError("brokers entries are [id, host, port, rack|None]")
+                (b[3] is None or isinstance(b[3], str)) and
+                (len(b) == 4 or _listener_map(b[4]))):
+            raise protocol.ProtocolError("brokers entries are [id, host, port, rack|None"
+                                         "(, {listener: [host, port]})]")
+    topic_ids = protocol.field(body, "topic_ids", dict, optional=True, default={})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in topic_ids.items()):
+        raise protocol.ProtocolError("topic_ids maps topic names to ids")
     entries = UpdateMetadataPartition.list_from_wire(protocol.field(body, "partitions", list))
     check_partitions(entries)
     error = fenced(apis, request)
     if error:
         apis.send_response(identity, request.correlation_id, request.api_key, {"error": error})
         return
-    apis.metadata.update(body["controller_id"], brokers, entries)
+    apis.metadata.update(body["controller_id"], brokers, entries, topic_ids)
     apis.send_response(identity, request.correlation_id, request.api_key, {"error": NONE})
 
 

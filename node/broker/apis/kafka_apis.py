@@ -108,6 +108,13 @@ class KafkaApis:
                                                  f"not supported (versions {protocol.API_VERSION} "
                                                  f"to {protocol.API_VERSION}; see ApiVersions)"})
             return
+        self.dispatch(identity, request)
+
+    def dispatch(self, identity, request: protocol.Request) -> None:
+        """Run a decoded request through its handler (``HANDLERS``): the one path of
+        every wire (the native one above, Kafka's through ``node.kafka.listener``). A
+        handler's ``ProtocolError`` or an expected failure is answered with an
+        ``{"error", "error_message"}`` body."""
         try:
             handler = HANDLERS.get(request.api_key)
             if handler is not None:

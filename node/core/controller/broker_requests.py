@@ -73,8 +73,15 @@ class BrokerRequests:
         self._send_leader_and_isr(targets, new)
 
     def _broker_list(self) -> list:
-        return [[b.broker_id, b.host, b.port, b.rack]
-                for b in sorted(self.brokers.values())]
+        """[id, host, port, rack], + {listener name: [host, port]} for a broker with
+        other listeners than the native one (the Kafka-protocol one)."""
+        out = []
+        for b in sorted(self.brokers.values()):
+            entry = [b.broker_id, b.host, b.port, b.rack]
+            if b.other_endpoints:
+                entry.append({name: [host, port] for name, host, port in b.other_endpoints})
+            out.append(entry)
+        return out
 
     def _send_update_metadata(self, tps: Iterable[TopicPartition],
                               to: Iterable[int] | None = None,
@@ -95,6 +102,9 @@ class BrokerRequests:
         entries.sort(key=lambda e: (e.topic, e.partition))
         body = {"controller_id": self.broker_id, "controller_epoch": self.epoch,
                 "brokers": self._broker_list(), "partitions": [e.to_wire() for e in entries]}
+        ids = {e.topic: self.topic_ids[e.topic] for e in entries if e.topic in self.topic_ids}
+        if ids:
+            body["topic_ids"] = ids          # KIP-516: Metadata v10+, Fetch v13
         for broker_id in sorted(self.brokers if to is None else set(to) & set(self.brokers)):
             self._send(broker_id, ApiKey.UPDATE_METADATA, body)
 

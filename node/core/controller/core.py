@@ -78,6 +78,8 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
         self.assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self.topic_versions: dict[str, int] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        # KIP-516: topic -> its id (Kafka's text form), carried to brokers in UpdateMetadata.
+        self.topic_ids: dict[str, str] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self.uninitialized: set[TopicPartition] = set()
         self.reassigning: dict[TopicPartition, _Reassignment] = {}

@@ -98,6 +98,9 @@ class Broker:
     # or was wiped): never elected until they are back in an ISR (KIP-966's intent).
     lost: frozenset = frozenset()
     clean_shutdown: bool = True    # its previous run ended cleanly (else: leaves ELRs)
+    # Its other listeners (name, host, port), e.g. the Kafka-protocol one, told to every
+    # broker with UpdateMetadata so Metadata answers name them.
+    other_endpoints: tuple = ()
 
     @property
     def endpoint(self) -> str:
@@ -112,6 +115,7 @@ class TopicSnapshot:
     assignment: Mapping[int, tuple[int, ...]]
     zk_version: int = 0
     config: Mapping[str, str] = field(default_factory=dict)
+    topic_id: str | None = None     # KIP-516, Kafka's text form (zkdata.topic_id_text)
 
 
 # ------------------------------------------------------------------ events

@@ -52,6 +52,8 @@ class Failover:
             self.assignments[topic.name] = {p: tuple(r) for p, r in topic.assignment.items()}
             self.topic_versions[topic.name] = topic.zk_version
             self.topic_configs[topic.name] = dict(topic.config)
+            if topic.topic_id:
+                self.topic_ids[topic.name] = topic.topic_id
         for tp, state in ev.states.items():
             if tp[0] in self.assignments and tp[1] in self.assignments[tp[0]]:
                 self.states[tp] = state

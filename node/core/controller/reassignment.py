@@ -184,7 +184,8 @@ class Reassignments:
                   if (topic, p) in self.reassigning and self.reassigning[(topic, p)].adding}
         removing = {p: list(self.reassigning[(topic, p)].removing) for p in sorted(parts)
                     if (topic, p) in self.reassigning and self.reassigning[(topic, p)].removing}
-        data = zkdata.encode_assignment({p: list(r) for p, r in parts.items()}, adding, removing)
+        data = zkdata.encode_assignment({p: list(r) for p, r in parts.items()}, adding, removing,
+                                        topic_id=self.topic_ids.get(topic))
 
         def on_done(results: tuple[ZkResult, ...]) -> None:
             result = results[0]

@@ -32,6 +32,8 @@ class Topics:
             return
         self.topic_versions[topic.name] = topic.zk_version
         self.topic_configs.setdefault(topic.name, {}).update(topic.config)
+        if topic.topic_id:
+            self.topic_ids[topic.name] = topic.topic_id
         current = self.assignments.setdefault(topic.name, {})
         added = sorted(p for p in topic.assignment if p not in current)
         for p in added:
@@ -97,6 +99,7 @@ class Topics:
             self.reassigning.pop((topic, p), None)
         self.topic_versions.pop(topic, None)
         self.topic_configs.pop(topic, None)
+        self.topic_ids.pop(topic, None)
 
     def _on_topic_config_changed(self, ev: TopicConfigChanged) -> None:
         if ev.topic not in self.assignments:

@@ -75,7 +75,14 @@ def test_kafka_coarse_retention_keys_and_precedence():
     ("broker.id", "-1", "broker.id: -1 is outside"),
     ("num.partitions", "many", "num.partitions: expected an integer"),
     ("unclean.leader.election.enable", "yes", "unclean.leader.election.enable: expected true"),
-    ("listeners", "http://x:1", "listeners: expected one PLAINTEXT://HOST:PORT"),
+    ("listeners", "x:1", "listeners: expected NAME://HOST:PORT"),
+    ("listeners", "SSL://x:1", "listeners: unknown listener name 'SSL'"),
+    ("listeners", "KAFKA://127.0.0.1:1", "listeners: a PLAINTEXT listener"),
+    ("listeners", "PLAINTEXT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2", "listener PLAINTEXT is given twice"),
+    ("listeners", "PLAINTEXT://127.0.0.1:1,KAFKA://127.0.0.1:1", "share port 1"),
+    ("advertised.listeners", "KAFKA//x:1", "advertised.listeners: expected NAME://HOST:PORT"),
+    ("advertised.listeners", "KAFKA://x:1", "advertised.listeners: KAFKA is not one of the listeners"),
+    ("socket.request.max.bytes", "0", "socket.request.max.bytes: 0 is outside"),
     ("listeners", "PLAINTEXT://127.0.0.1:70000", "listeners: port 70000"),
     ("replication.truncation.mode", "epoch", "replication.truncation.mode: expected one of"),
     ("cluster.id", "has-dash", "cluster.id:"),
@@ -143,3 +150,17 @@ def test_check_topic_config():
         check_topic_config({"cleanup.policy": "compact"})
     with pytest.raises(ConfigError, match="min.insync.replicas"):
         check_topic_config({"min.insync.replicas": "0"})
+
+
+def test_listeners_are_kafkas_named_list_with_advertised_defaults():
+    c = config(listeners="PLAINTEXT://127.0.0.1:9093, KAFKA://:0")
+    assert (c.host, c.port) == ("127.0.0.1", 9093)
+    assert str(c.listener("KAFKA")) == "KAFKA://127.0.0.1:0"
+    assert str(c.advertised("KAFKA", 4321)) == "KAFKA://127.0.0.1:4321"
+    assert c.socket_request_max_bytes == 104857600
+    c = config(listeners="PLAINTEXT://127.0.0.1:9093,KAFKA://127.0.0.1:9094",
+               **{"advertised.listeners": "KAFKA://kafka.example:19094"})
+    assert str(c.advertised("KAFKA", 9094)) == "KAFKA://kafka.example:19094"
+    assert str(c.advertised("PLAINTEXT", 9093)) == "PLAINTEXT://127.0.0.1:9093"
+    assert c.advertised("NOPE", 1) is None
+    assert BrokerConfig.from_props(c.to_props()) == c

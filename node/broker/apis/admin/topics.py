@@ -110,7 +110,8 @@ def _create_topic(zk, config, brokers, existing, name, num_partitions, rf, assig
     else:   # left behind by an interrupted deletion
         txn.set_data(config_path, zkdata.encode_topic_config(overrides),
                      version=stale_config.version)
-    txn.create(zkdata.topic_path(name), zkdata.encode_assignment(replicas))
+    txn.create(zkdata.topic_path(name), zkdata.encode_assignment(
+        replicas, topic_id=zkdata.new_topic_id()))
     results = txn.commit()
     if any(isinstance(r, NodeExistsError) for r in results):
         return _error("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")

@@ -1,0 +1,1 @@
+"""Kafka's own wire protocol on a minikafka broker: ``protocol`` (the codec)."""

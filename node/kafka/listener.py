@@ -1,0 +1,389 @@
+"""The Kafka listener: Kafka's binary protocol over TCP on the broker's event loop.
+
+Kafka's SocketServer for the listener named KAFKA (``node.config``): a non-blocking TCP
+server socket and one ``KafkaConnection`` per client, all on the broker's loop
+(``node.broker.loop``). Requests are decoded by the generated codec
+(``node.kafka.protocol``), translated (``node.kafka.translate``) and run through the
+native handler table (``KafkaApis.dispatch``): one handler per API for both wires.
+
+Rules (Kafka's):
+- A connection may pipeline requests; they are answered strictly in the order they came
+  (each request is an ``Exchange`` in the connection's queue; a parked Fetch or an
+  acks=all Produce holds the answers behind it back). A Produce with acks=0 gets no
+  answer and holds nothing back.
+- Output is buffered and written when the socket is writable. A connection with
+  ``IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX`` unanswered requests, or more than
+  ``OUTPUT_BYTES_PER_CONNECTION_MAX`` of unsent answers, is not read until that drains.
+- A frame larger than ``socket.request.max.bytes``, a negative size, a header or body
+  that does not parse, an unknown API key or a version outside the schema's: the
+  connection is closed with one log line naming the peer (rate-limited: a flood of bad
+  clients costs one line per ``VIOLATION_LOG_INTERVAL_S``). ApiVersions in a version
+  too new is answered in version 0 with UNSUPPORTED_VERSION and the API list (KIP-511).
+- A request that parses but whose API or version this broker does not advertise gets
+  the API's error response with UNSUPPORTED_VERSION (``Translation.error``).
+- Nothing a client sends stops the broker: malformed input only ever raises the codec's
+  ``KafkaProtocolError``; an answer that cannot be encoded closes that connection.
+
+The native handlers answer through ``apis.send_response(peer, ...)``; for a Kafka request
+the peer is its ``Exchange`` (``route_responses`` sends it there), whose translation
+builds the Kafka response.
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import socket
+
+from node.broker.failures import LogLimiter
+from node.broker.loop import EventLoop
+from node.config import KAFKA_LISTENER, BrokerConfig
+from node.kafka.protocol import (API_NAMES, FrameDecoder, KafkaProtocolError, RequestHeader,
+                                 UnsupportedVersion, decode_request, encode_response)
+from node.kafka.translate import TRANSLATIONS, NativeCall, top_level_error
+from node.kafka.translate.api_versions import api_versions_response
+from node.kafka.translate.context import KafkaContext
+from node.wire import protocol
+from node.wire.errors import ErrorCode
+
+logger = logging.getLogger("node.broker.server")
+
+# ------------------------------------------------------------------ limits
+CONNECTIONS_MAX = 10_000
+ACCEPTS_PER_WAKEUP_MAX = 64
+RECEIVE_BYTES = 256 * 1024            # one recv
+RECEIVES_PER_WAKEUP_MAX = 16          # then other connections get their turn
+IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX = 256
+OUTPUT_BYTES_PER_CONNECTION_MAX = 64 * 1024 * 1024
+SEND_BUFFERS_PER_CALL_MAX = 64        # buffers handed to one sendmsg (below IOV_MAX)
+LISTEN_BACKLOG = 128
+VIOLATION_LOG_INTERVAL_S = 1.0
+
+API_VERSIONS_KEY = 18
+
+
+def route_responses(native_send):
+    """``KafkaApis.send_response`` for a broker with a Kafka listener: an answer for an
+    ``Exchange`` goes to its Kafka connection, any other to the native listener."""
+    def send_response(peer, correlation_id: int, api_key: int, body: dict, frames=()) -> None:
+        if type(peer) is Exchange:
+            peer.answer(body, frames)
+        else:
+            native_send(peer, correlation_id, api_key, body, frames)
+    return send_response
+
+
+class Exchange:
+    """One Kafka request on one connection, until its answer is queued: the peer the
+    native handler answers (``answer``)."""
+
+    __slots__ = ("connection", "header", "request", "translation", "state", "done", "data")
+
+    def __init__(self, connection: "KafkaConnection", header: RequestHeader, request) -> None:
+        self.connection = connection
+        self.header = header
+        self.request = request
+        self.translation = None
+        self.state = None
+        self.done = False
+        self.data: bytes | None = None       # the encoded answer; None = no answer
+
+    def answer(self, body: dict, frames=()) -> None:
+        """The native handler's answer: translated, encoded, queued in order."""
+        if self.done:
+            return
+        conn = self.connection
+        if conn.closed:
+            self.done = True
+            return
+        ctx = conn.listener.ctx
+        translation = self.translation
+        if body.get("error") and set(body) <= {"error", "error_message"}:
+            response = translation.error(ctx, self.header, self.request, body["error"],
+                                         body.get("error_message"))
+        elif self.state is not None:
+            response = translation.response(ctx, self.header, self.request, body,
+                                            list(frames), state=self.state)
+        else:
+            response = translation.response(ctx, self.header, self.request, body,
+                                            list(frames))
+        self.finish(response)
+
+    def finish(self, response) -> None:
+        """Queue ``response`` (None: nothing to send) and send what is in order."""
+        assert not self.done, "a request is answered once"
+        self.done = True
+        conn = self.connection
+        if conn.closed:
+            return
+        if response is not None:
+            try:
+                self.data = encode_response(self.header, response)
+            except (KafkaProtocolError, ValueError, TypeError, OverflowError) as e:
+                conn.listener.violation(conn, f"cannot encode the answer to {_name(self.header)} "
+                                              f"(correlation id {self.header.correlation_id}): {e}")
+                return
+        conn.listener.answered(conn)
+
+
+class KafkaConnection:
+    __slots__ = ("listener", "sock", "fd", "peer", "decoder", "exchanges", "output",
+                 "output_bytes", "closed", "watching")
+
+    def __init__(self, listener: "KafkaListener", sock: socket.socket, peer: str,
+                 max_bytes: int) -> None:
+        self.listener = listener
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.decoder = FrameDecoder(max_bytes)
+        self.exchanges: collections.deque[Exchange] = collections.deque()
+        self.output: collections.deque = collections.deque()   # bytes / memoryviews
+        self.output_bytes = 0
+        self.closed = False
+        self.watching = (True, False)
+
+    @property
+    def readable(self) -> bool:
+        return len(self.exchanges) < IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX and \
+            self.output_bytes < OUTPUT_BYTES_PER_CONNECTION_MAX
+
+
+class KafkaListener:
+    def __init__(self, loop: EventLoop, config: BrokerConfig, apis, cluster_id) -> None:
+        self.loop = loop
+        self.config = config
+        self.apis = apis
+        self.ctx = KafkaContext(apis, config.broker_id, cluster_id)
+        self.server: socket.socket | None = None
+        self.port = 0
+        self.connections: dict[int, KafkaConnection] = {}
+        self._violations = LogLimiter(VIOLATION_LOG_INTERVAL_S)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def bind(self) -> int:
+        """Bind and listen (port 0: a free one); the port bound."""
+        entry = self.config.listener(KAFKA_LISTENER)
+        assert entry is not None, "no KAFKA listener configured"
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            server.bind((entry.host, entry.port))
+        except OSError:
+            server.close()
+            raise
+        server.listen(LISTEN_BACKLOG)
+        server.setblocking(False)
+        self.server = server
+        self.port = server.getsockname()[1]
+        self.loop.add_socket(server.fileno(), self._on_accept)
+        return self.port
+
+    def close(self) -> None:
+        for conn in list(self.connections.values()):
+            self._drop(conn)
+        if self.server is not None:
+            self.loop.remove_socket(self.server.fileno())
+            self.server.close()
+            self.server = None
+
+    # ---------------------------------------------------------------- connections
+
+    def _on_accept(self) -> None:
+        for _ in range(ACCEPTS_PER_WAKEUP_MAX):
+            try:
+                sock, address = self.server.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                logger.warning("kafka listener: accept failed: %s", e)
+                return
+            peer = f"{address[0]}:{address[1]}"
+            if len(self.connections) >= CONNECTIONS_MAX:
+                if self._violations.allow("connections"):
+                    logger.warning("kafka listener: refusing %s: %d connections open",
+                                   peer, len(self.connections))
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = KafkaConnection(self, sock, peer, self.config.socket_request_max_bytes)
+            self.connections[conn.fd] = conn
+            self.loop.add_socket(conn.fd, lambda c=conn: self._on_ready(c))
+
+    def _drop(self, conn: KafkaConnection) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        if self.connections.get(conn.fd) is conn:
+            del self.connections[conn.fd]
+            self.loop.remove_socket(conn.fd)
+        for exchange in conn.exchanges:
+            if not exchange.done:   # its parked fetch has nobody to answer
+                self.apis.purgatory.forget_peer(exchange)
+        conn.exchanges.clear()
+        conn.output.clear()
+        conn.output_bytes = 0
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def violation(self, conn: KafkaConnection, what: str) -> None:
+        """Close ``conn`` for something it sent; one line per interval for all of them."""
+        if self._violations.allow("violation"):
+            logger.warning("kafka listener: closing the connection from %s: %s",
+                           conn.peer, what)
+        self._drop(conn)
+
+    # ---------------------------------------------------------------- reading
+
+    def _on_ready(self, conn: KafkaConnection) -> None:
+        if conn.output:
+            self._write(conn)
+        if conn.closed:
+            return
+        if conn.readable:
+            self._read(conn)
+        if not conn.closed:
+            self._watch(conn)
+
+    def _read(self, conn: KafkaConnection) -> None:
+        for _ in range(RECEIVES_PER_WAKEUP_MAX):
+            try:
+                data = conn.sock.recv(RECEIVE_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                logger.info("kafka listener: connection from %s failed: %s", conn.peer, e)
+                self._drop(conn)
+                return
+            if not data:
+                self._drop(conn)        # the client closed it
+                return
+            try:
+                payloads = conn.decoder.feed(data)
+            except KafkaProtocolError as e:
+                self.violation(conn, str(e))
+                return
+            for payload in payloads:
+                self._request(conn, payload)
+                if conn.closed:
+                    return
+            if len(data) < RECEIVE_BYTES or not conn.readable:
+                return
+
+    def _request(self, conn: KafkaConnection, payload) -> None:
+        try:
+            header, request = decode_request(payload)
+        except UnsupportedVersion as e:
+            if e.api_key == API_VERSIONS_KEY:
+                self._api_versions_too_new(conn, e)
+            else:
+                self.violation(conn, f"unsupported api key {e.api_key} version "
+                                     f"{e.api_version} (correlation id {e.correlation_id})")
+            return
+        except KafkaProtocolError as e:
+            self.violation(conn, f"malformed request: {e}")
+            return
+        exchange = Exchange(conn, header, request)
+        conn.exchanges.append(exchange)
+        translation = TRANSLATIONS.get(header.api_key)
+        if translation is None or not \
+                translation.versions[0] <= header.api_version <= translation.versions[1]:
+            self._refuse(conn, exchange, translation)
+            return
+        exchange.translation = translation
+        try:
+            result = translation.request(self.ctx, header, request)
+        except (protocol.ProtocolError, KafkaProtocolError) as e:
+            response = translation.error(self.ctx, header, request,
+                                         ErrorCode.INVALID_REQUEST, str(e))
+            if response is None:
+                self.violation(conn, f"invalid {_name(header)}: {e}")
+            else:
+                exchange.finish(response)
+            return
+        if not isinstance(result, NativeCall):
+            exchange.finish(result)
+            return
+        exchange.state = result.state
+        native = protocol.Request(result.api_key, protocol.API_VERSION, header.correlation_id,
+                                  header.client_id or "", result.body, tuple(result.frames))
+        self.apis.dispatch(exchange, native)
+        if not result.answers and not exchange.done:
+            exchange.finish(None)
+
+    def _refuse(self, conn: KafkaConnection, exchange: Exchange, translation) -> None:
+        """A request this broker parses but does not serve in this version: Kafka's
+        error response with UNSUPPORTED_VERSION, or (no way to say it) the connection
+        closed."""
+        header = exchange.header
+        message = f"{_name(header)} version {header.api_version} is not supported"
+        if translation is not None:
+            response = translation.error(self.ctx, header, exchange.request,
+                                         ErrorCode.UNSUPPORTED_VERSION, message)
+        else:
+            response = top_level_error(header.api_key, ErrorCode.UNSUPPORTED_VERSION, message)
+        if response is None:
+            self.violation(conn, message)
+        else:
+            exchange.finish(response)
+
+    def _api_versions_too_new(self, conn: KafkaConnection, e: UnsupportedVersion) -> None:
+        """KIP-511: ApiVersions in a version this broker does not know is answered in
+        version 0 with UNSUPPORTED_VERSION and the API list, so the client retries
+        with a version it finds there."""
+        header = RequestHeader(API_VERSIONS_KEY, 0, e.correlation_id, None)
+        exchange = Exchange(conn, header, None)
+        conn.exchanges.append(exchange)
+        exchange.finish(api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
+
+    # ---------------------------------------------------------------- writing
+
+    def answered(self, conn: KafkaConnection) -> None:
+        """An exchange is done: queue every answer now in order, and send."""
+        exchanges = conn.exchanges
+        while exchanges and exchanges[0].done:
+            data = exchanges.popleft().data
+            if data:
+                conn.output.append(data)
+                conn.output_bytes += len(data)
+        if conn.output:
+            self._write(conn)
+        if not conn.closed:
+            self._watch(conn)
+
+    def _write(self, conn: KafkaConnection) -> None:
+        output = conn.output
+        while output:
+            buffers = [output[i] for i in range(min(len(output), SEND_BUFFERS_PER_CALL_MAX))]
+            try:
+                sent = conn.sock.sendmsg(buffers)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno not in (errno.EPIPE, errno.ECONNRESET):
+                    logger.info("kafka listener: cannot write to %s: %s", conn.peer, e)
+                self._drop(conn)
+                return
+            conn.output_bytes -= sent
+            while sent:
+                head = output[0]
+                if len(head) <= sent:
+                    sent -= len(head)
+                    output.popleft()
+                else:
+                    output[0] = memoryview(head)[sent:]
+                    sent = 0
+
+    def _watch(self, conn: KafkaConnection) -> None:
+        wanted = (conn.readable, bool(conn.output))
+        if wanted != conn.watching:
+            conn.watching = wanted
+            self.loop.watch(conn.fd, *wanted)
+
+
+def _name(header) -> str:
+    return API_NAMES.get(header.api_key, f"api {header.api_key}")
