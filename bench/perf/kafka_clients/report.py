@@ -117,13 +117,16 @@ def target_lines(name: str, figures: dict, native: dict) -> list[str]:
 
 
 def print_profiles(folder: Path, out=None) -> None:
-    """Each broker's profile (``MINIKAFKA_BROKER_PROFILE``), by own time."""
+    """The brokers' profiles (``MINIKAFKA_BROKER_PROFILE``) added together: the
+    functions by own time, then those of the Kafka listener (``node/kafka``) by
+    cumulative time."""
     out = out or sys.stdout
-    paths = sorted(folder.glob("broker.*"))
+    paths = sorted(str(p) for p in folder.glob("broker.*"))
     if not paths:
         print(f"no broker profile in {folder} (did the brokers stop cleanly?)", file=out)
         return
-    for path in paths:
-        print(f"\n--- {path} (top {PROFILE_LINES} by own time)", file=out)
-        stats = pstats.Stats(str(path), stream=out)
-        stats.sort_stats("tottime").print_stats(PROFILE_LINES)
+    stats = pstats.Stats(*paths, stream=out)
+    print(f"\n--- the brokers' profiles ({', '.join(paths)}), by own time", file=out)
+    stats.sort_stats("tottime").print_stats(PROFILE_LINES)
+    print("--- the Kafka listener's functions, by cumulative time", file=out)
+    stats.sort_stats("cumulative").print_stats("node/kafka", PROFILE_LINES)
