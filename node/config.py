@@ -153,6 +153,16 @@ def _advertised_listeners(key: str, text: str) -> str | None:
     return value
 
 
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+def _compression_type(key: str, text: str) -> str:
+    value = text.strip().lower()
+    if value not in COMPRESSION_TYPES:
+        raise ConfigError(f"{key}: expected one of {', '.join(COMPRESSION_TYPES)}, got {text!r}")
+    return value
+
+
 def _log_dirs(key: str, text: str) -> tuple[str, ...]:
     dirs = tuple(d.strip() for d in text.split(",") if d.strip())
     if not dirs:
@@ -232,6 +242,9 @@ _KEYS: tuple[_Key, ...] = (
     # listeners' (a port 0 there: the port bound).
     _Key("advertised.listeners", _advertised_listeners, ""),
     _Key("socket.request.max.bytes", _POSITIVE, str(SOCKET_REQUEST_MAX_BYTES_DEFAULT)),
+    # Kafka's: the codec of the batches consumers get over the Kafka listener (our log
+    # keeps records uncompressed); producer = the codec the producer used.
+    _Key("compression.type", _compression_type, "producer"),
     _Key("log.dirs", _log_dirs, "/tmp/kafka-logs"),
     _Key("zookeeper.connect", _zookeeper_connect, None),
     _Key("zookeeper.session.timeout.ms", _int_in(100, INT_MAX), "18000"),
@@ -319,6 +332,7 @@ class BrokerConfig:
     listeners: str = "PLAINTEXT://127.0.0.1:9092"
     advertised_listeners: str | None = None
     socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT
+    compression_type: str = "producer"
     log_dirs: tuple[str, ...] = ("/tmp/kafka-logs",)
     zookeeper_session_timeout_ms: int = 18000
     zookeeper_connection_timeout_ms: int = 18000
@@ -561,6 +575,7 @@ TOPIC_LOG_KEYS = {
 TOPIC_SETTING_KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "min.insync.replicas": ("min_insync_replicas", _POSITIVE),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+    "compression.type": ("compression_type", _compression_type),
 }
 # Accepted for Kafka compatibility with the only value we implement.
 TOPIC_FIXED_KEYS = {"cleanup.policy": "delete"}

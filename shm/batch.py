@@ -21,7 +21,8 @@ Layout (all little-endian; HEADER_BYTES = 61, exactly Kafka v2's header fields):
 Body (Arrow binary layout, so a batch becomes pyarrow arrays without copying payloads):
 
     timestamp_delta i32[n] | key_offsets i32[n+1] | value_offsets i32[n+1] |
-    key bytes | value bytes | [key validity bitmap] | [value validity bitmap]
+    key bytes | value bytes | [key validity bitmap] | [value validity bitmap] |
+    [header_offsets i32[n+1] | header bytes]
 
 Rules:
 - Offsets arrays start at 0, never decrease, and end at the length of their bytes
@@ -32,8 +33,14 @@ Rules:
   likewise ATTR_VALUE_NULLS (0x200) for values, after the key bitmap. A null entry has
   zero length in its offsets array. Without the flag every entry is present (an empty
   key is b"", not null) and no bitmap is stored - the common case costs nothing.
-- Compression, transactional and control bits (Kafka's low bits) are not supported:
-  any attribute bit other than the two above makes the batch corrupt.
+- Record headers: if ATTR_HEADERS (0x400) is set, a headers column (offsets + bytes, one
+  entry per record, each in Kafka's own header encoding: ``shm.record_headers``) ends
+  the body. Readers that do not ask for headers never look at it; without the flag
+  the batch is byte for byte what it was before headers existed.
+- Kafka's low attribute bits: bits 0-2 (ATTR_CODEC_MASK) keep the compression codec the
+  producer used, as a HINT only (the body in our log is never compressed; a Kafka fetch
+  may compress with it again); 0x08 (ATTR_LOG_APPEND_TIME) is Kafka's timestamp type.
+  Transactional (0x10), control (0x20) and every other bit make the batch corrupt.
 - The CRC starts at ``attributes``, so ``stamp()`` (base_offset, partition_leader_epoch)
   never changes it: brokers never re-encode a batch.
 - Every decoding failure (truncated, oversized, corrupt) raises exactly one
@@ -53,110 +60,16 @@ import numpy as np
 import pyarrow as pa
 from crc32c import crc32c
 
+from shm import record_headers
+from shm.batch_format import (  # noqa: F401  (re-exported: shm.batch is the codec's name)
+    MAGIC, HEADER, HEADER_BYTES, LENGTH_OVERHEAD_BYTES, CRC_START, BASE_OFFSET,
+    LEADER_EPOCH, LEADER_EPOCH_POSITION, PREFIX, LAST_OFFSET_DELTA,
+    LAST_OFFSET_DELTA_POSITION, CRC, CRC_POSITION, PRODUCER, PRODUCER_POSITION,
+    ATTR_CODEC_MASK, CODEC_MAX, ATTR_LOG_APPEND_TIME, ATTR_KEY_NULLS, ATTR_VALUE_NULLS,
+    ATTR_HEADERS, ATTR_KNOWN, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE,
+    CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD,
+    CorruptRecordError, BatchHeader, RecordBatch, Columns)
 from shm.config import BATCH_BYTES_MAX, BATCH_RECORDS_MAX
-
-MAGIC = 2
-HEADER = struct.Struct("<qiibIhiqqqhii")
-HEADER_BYTES = HEADER.size
-LENGTH_OVERHEAD_BYTES = 12  # base_offset + batch_length: not counted in batch_length
-CRC_START = 21
-BASE_OFFSET = struct.Struct("<q")
-LEADER_EPOCH = struct.Struct("<i")
-LEADER_EPOCH_POSITION = 12
-PREFIX = struct.Struct("<qi")  # base_offset, batch_length: enough to walk a region
-LAST_OFFSET_DELTA = struct.Struct("<i")
-LAST_OFFSET_DELTA_POSITION = 23
-CRC = struct.Struct("<I")
-CRC_POSITION = 17
-PRODUCER = struct.Struct("<qhi")  # producer_id, producer_epoch, base_sequence
-PRODUCER_POSITION = 43
-
-ATTR_KEY_NULLS = 0x100
-ATTR_VALUE_NULLS = 0x200
-ATTR_KNOWN = ATTR_KEY_NULLS | ATTR_VALUE_NULLS
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-
-assert HEADER_BYTES == 61
-assert HEADER_BYTES + 4 + 8 <= BATCH_BYTES_MAX
-
-
-class CorruptRecordError(Exception):
-    """A buffer is not a valid record batch (truncated, oversized or corrupt).
-
-    ``position`` is where the bad batch starts within the buffer that was walked.
-    """
-
-    def __init__(self, message: str, position: int = 0) -> None:
-        super().__init__(message)
-        self.position = position
-
-
-@dataclass(frozen=True)
-class BatchHeader:
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-
-    @property
-    def size_bytes(self) -> int:
-        """Total bytes of the batch, header included."""
-        return self.batch_length + LENGTH_OVERHEAD_BYTES
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta + 1
-
-
-@dataclass(frozen=True)
-class RecordBatch:
-    """A parsed batch. ``keys``/``values`` are pyarrow BinaryArrays viewing the buffer."""
-
-    header: BatchHeader
-    timestamp_deltas: np.ndarray
-    keys: pa.Array
-    values: pa.Array
-
-    @property
-    def base_offset(self) -> int:
-        return self.header.base_offset
-
-    @property
-    def record_count(self) -> int:
-        return self.header.record_count
-
-    @property
-    def size_bytes(self) -> int:
-        return self.header.size_bytes
-
-    @property
-    def timestamps(self) -> np.ndarray:
-        return self.timestamp_deltas.astype(np.int64) + self.header.base_timestamp
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return np.arange(self.header.base_offset, self.header.next_offset, dtype=np.int64)
-
-    def records(self) -> list[tuple[int, int, bytes | None, bytes | None]]:
-        """(offset, timestamp, key, value) per record: per-record Python work, for tests."""
-        return list(zip(self.offsets.tolist(), self.timestamps.tolist(),
-                        self.keys.to_pylist(), self.values.to_pylist()))
 
 
 # ---------------------------------------------------------------- building
@@ -164,13 +77,17 @@ class RecordBatch:
 def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
                 partition_leader_epoch: int = -1, producer_id: int = NO_PRODUCER_ID,
                 producer_epoch: int = NO_PRODUCER_EPOCH,
-                base_sequence: int = NO_SEQUENCE) -> bytearray:
+                base_sequence: int = NO_SEQUENCE, headers=None, codec_hint: int = CODEC_NONE,
+                log_append_time: bool = False) -> bytearray:
     """Encode one batch; returns a writable bytearray (so the leader can ``stamp`` it).
 
     ``values`` / ``keys``: a list of bytes-or-None, a pyarrow Binary/LargeBinary array,
     or a 2-D uint8 numpy array (one fixed-size record per row). ``keys=None`` means
     every key is null. ``timestamps_ms``: None (now), an int (all the same), or a
     sequence / numpy array of n ints. Arrays are encoded without per-record Python work.
+    ``headers``: None (no headers column), or per record a list of (key, value|None).
+    ``codec_hint``: the CODEC_* a Kafka producer compressed with (a hint, see above).
+    ``log_append_time``: Kafka's LogAppendTime; every timestamp must then be the same.
     """
     value_col = _column(values, "values")
     n = value_col.count
@@ -184,25 +101,69 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
     deltas = timestamps - base_timestamp
     if int(deltas.max()) > 2**31 - 1:
         raise ValueError("timestamps in one batch must span less than 2**31 ms")
-    attributes = (ATTR_KEY_NULLS if key_col.validity is not None else 0) | \
-                 (ATTR_VALUE_NULLS if value_col.validity is not None else 0)
-    parts = [deltas.astype("<i4"), key_col.offsets, value_col.offsets, key_col.data,
-             value_col.data]
-    parts += [c.validity for c in (key_col, value_col) if c.validity is not None]
-    body_bytes = sum(p.nbytes for p in parts)
+    if log_append_time and int(deltas.max()):
+        raise ValueError("a LogAppendTime batch has one timestamp for all its records")
+    header_offsets = header_data = None
+    if headers is not None:
+        if len(headers) != n:
+            raise ValueError(f"{len(headers)} header lists for {n} values")
+        entries = [record_headers.encode_entry(h) for h in headers]
+        header_offsets = np.fromiter(itertools.accumulate(map(len, entries), initial=0),
+                                     np.int64, n + 1)
+        header_data = b"".join(entries)
+    return encode_columns(
+        deltas.astype("<i4"), key_col.offsets, key_col.data, value_col.offsets,
+        value_col.data, key_validity=key_col.validity, value_validity=value_col.validity,
+        header_offsets=header_offsets, header_data=header_data,
+        base_timestamp=base_timestamp, base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, codec_hint=codec_hint,
+        log_append_time=log_append_time)
+
+
+def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value_data, *,
+                   key_validity=None, value_validity=None, header_offsets=None,
+                   header_data=None, base_timestamp: int, base_offset: int = 0,
+                   partition_leader_epoch: int = -1, producer_id: int = NO_PRODUCER_ID,
+                   producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                   codec_hint: int = CODEC_NONE, log_append_time: bool = False) -> bytearray:
+    """Encode one batch from its columns, already laid out: the one body writer
+    (``build_batch`` and the Kafka listener's converter use it). ``timestamp_deltas``:
+    n non-negative ints; offsets: n + 1 ints from 0, ending at their data's length;
+    validity: packed bitmaps (or None: nothing null); data: any bytes-like objects."""
+    deltas = np.asarray(timestamp_deltas, "<i4")
+    n = len(deltas)
+    if not 1 <= n <= BATCH_RECORDS_MAX:
+        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {n}")
+    if not CODEC_NONE <= codec_hint <= CODEC_MAX:
+        raise ValueError(f"unknown compression codec {codec_hint}")
+    parts = [deltas, np.asarray(key_offsets, "<i4"), np.asarray(value_offsets, "<i4"),
+             key_data, value_data]
+    attributes = codec_hint | (ATTR_LOG_APPEND_TIME if log_append_time else 0)
+    for bit, bitmap in ((ATTR_KEY_NULLS, key_validity), (ATTR_VALUE_NULLS, value_validity)):
+        if bitmap is not None:
+            attributes |= bit
+            parts.append(bitmap)
+    if header_offsets is not None:
+        attributes |= ATTR_HEADERS
+        parts += [np.asarray(header_offsets, "<i4"), header_data]
+    views = [memoryview(p if isinstance(p, (bytes, bytearray, memoryview))
+                        else np.ascontiguousarray(p)).cast("B") for p in parts]
+    assert len(views[1]) == len(views[2]) == 4 * (n + 1), "offsets: n + 1 entries"
+    body_bytes = sum(len(v) for v in views)
     total_bytes = HEADER_BYTES + body_bytes
     if total_bytes > BATCH_BYTES_MAX:
         raise ValueError(f"batch of {total_bytes} bytes exceeds {BATCH_BYTES_MAX}")
     buf = bytearray(total_bytes)
     position = HEADER_BYTES
-    for part in parts:
-        size = part.nbytes
-        buf[position:position + size] = memoryview(np.ascontiguousarray(part)).cast("B")
-        position += size
+    for view in views:
+        buf[position:position + len(view)] = view
+        position += len(view)
     assert position == total_bytes
+    max_delta = int(deltas.max())
+    assert int(deltas.min()) >= 0, "timestamp deltas are >= 0"
     _pack_header(buf, base_offset, partition_leader_epoch, attributes, n, base_timestamp,
-                 base_timestamp + int(deltas.max()), producer_id, producer_epoch,
-                 base_sequence)
+                 base_timestamp + max_delta, producer_id, producer_epoch, base_sequence)
     return buf
 
 
@@ -374,7 +335,7 @@ def read_header(buf, position: int = 0, *,
         raise CorruptRecordError(
             f"batch at position {position} has magic {header.magic}, expected {MAGIC}",
             position)
-    if header.attributes & ~ATTR_KNOWN:
+    if header.attributes & ~ATTR_KNOWN or header.attributes & ATTR_CODEC_MASK > CODEC_MAX:
         raise CorruptRecordError(
             f"batch at position {position} has unsupported attributes "
             f"{header.attributes:#x}", position)
@@ -397,13 +358,60 @@ def crc_of(buf, position: int, header: BatchHeader) -> int:
     return crc32c(memoryview(buf)[position + CRC_START:position + header.size_bytes])
 
 
-def _layout(buf, position: int, header: BatchHeader):
-    """Check the body's structure; returns the numpy views and section positions."""
+def _fixed_bytes(header: BatchHeader) -> int:
+    """Bytes of a batch's sections whose size follows from its record count alone."""
+    n = header.record_count
+    bitmaps = bool(header.attributes & ATTR_KEY_NULLS) + bool(header.attributes & ATTR_VALUE_NULLS)
+    headers = 4 * (n + 1) if header.attributes & ATTR_HEADERS else 0
+    return HEADER_BYTES + 4 * n + 8 * (n + 1) + bitmaps * ((n + 7) // 8) + headers
+
+
+def _check_sizes(position: int, header: BatchHeader, fixed: int, key_bytes: int,
+                 value_bytes: int, header_bytes: int) -> None:
+    if key_bytes < 0 or value_bytes < 0 or header_bytes < 0 or \
+            fixed + key_bytes + value_bytes + header_bytes != header.size_bytes:
+        raise CorruptRecordError(
+            f"batch at position {position}: key/value/header sections ({key_bytes}, "
+            f"{value_bytes}, {header_bytes} bytes) do not add up to batch size "
+            f"{header.size_bytes}", position)
+
+
+def _header_bytes_at(buf, position: int, header: BatchHeader, fixed: int, key_bytes: int,
+                     value_bytes: int) -> int:
+    """The headers column's byte count (its offsets' last entry), 0 without the column;
+    read only once the key/value sections are known to fit."""
+    if not header.attributes & ATTR_HEADERS:
+        return 0
+    if key_bytes < 0 or value_bytes < 0 or fixed + key_bytes + value_bytes > header.size_bytes:
+        return -1  # _check_sizes refuses it
+    last = position + fixed + key_bytes + value_bytes - 4  # the offsets end the fixed part
+    return struct.unpack_from("<i", buf, last)[0]
+
+
+def _check_header_entries(buf, position: int, header: BatchHeader, offsets_at: int,
+                          offsets) -> None:
+    """The headers column: offsets from 0, never decreasing; each entry well formed."""
+    n = header.record_count
+    bounds = list(offsets)
+    if bounds[0] != 0 or any(b < a for a, b in zip(bounds, bounds[1:])):
+        raise CorruptRecordError(
+            f"batch at position {position}: header offsets are not monotonic from 0",
+            position)
+    data_at = position + offsets_at + 4 * (n + 1)
+    view = memoryview(buf)[data_at:data_at + bounds[-1]]
+    try:
+        record_headers.check_entries(view, bounds)
+    except record_headers.HeaderFormatError as e:
+        raise CorruptRecordError(f"batch at position {position}: record headers: {e}",
+                                 position) from None
+
+
+def _layout(buf, position: int, header: BatchHeader) -> Columns:
+    """Check the body's structure; returns its sections as views."""
     n = header.record_count
     view = memoryview(buf)[position:position + header.size_bytes]
     bitmap_bytes = (n + 7) // 8
-    bitmaps = bool(header.attributes & ATTR_KEY_NULLS) + bool(header.attributes & ATTR_VALUE_NULLS)
-    fixed = HEADER_BYTES + 4 * n + 8 * (n + 1) + bitmaps * bitmap_bytes
+    fixed = _fixed_bytes(header)
     if fixed > header.size_bytes:
         raise CorruptRecordError(
             f"batch at position {position}: {n} records need at least {fixed} bytes, "
@@ -416,12 +424,8 @@ def _layout(buf, position: int, header: BatchHeader):
     value_offsets = np.frombuffer(view, dtype="<i4", count=n + 1, offset=p)
     p += 4 * (n + 1)
     key_bytes, value_bytes = int(key_offsets[-1]), int(value_offsets[-1])
-    if key_bytes < 0 or value_bytes < 0 or \
-            fixed + key_bytes + value_bytes != header.size_bytes:
-        raise CorruptRecordError(
-            f"batch at position {position}: key/value sections ({key_bytes}, "
-            f"{value_bytes} bytes) do not add up to batch size {header.size_bytes}",
-            position)
+    header_bytes = _header_bytes_at(view, 0, header, fixed, key_bytes, value_bytes)
+    _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
     for name, offs in (("key", key_offsets), ("value", value_offsets)):
         if offs[0] != 0 or (n and bool((offs[1:] < offs[:-1]).any())):
             raise CorruptRecordError(
@@ -432,7 +436,26 @@ def _layout(buf, position: int, header: BatchHeader):
         raise CorruptRecordError(
             f"batch at position {position}: timestamp deltas do not match "
             f"max_timestamp {header.max_timestamp}", position)
-    return view, deltas, key_offsets, value_offsets, p, key_bytes, value_bytes, bitmap_bytes
+    key_data = view[p:p + key_bytes]
+    p += key_bytes
+    value_data = view[p:p + value_bytes]
+    p += value_bytes
+    key_validity = value_validity = header_offsets = header_data = None
+    if header.attributes & ATTR_KEY_NULLS:
+        key_validity = view[p:p + bitmap_bytes]
+        p += bitmap_bytes
+    if header.attributes & ATTR_VALUE_NULLS:
+        value_validity = view[p:p + bitmap_bytes]
+        p += bitmap_bytes
+    if header.attributes & ATTR_HEADERS:
+        header_offsets = np.frombuffer(view, dtype="<i4", count=n + 1, offset=p)
+        _check_header_entries(buf, position, header, p, header_offsets.tolist())
+        p += 4 * (n + 1)
+        header_data = view[p:p + header_bytes]
+        p += header_bytes
+    assert p == header.size_bytes
+    return Columns(header, deltas, key_offsets, key_data, value_offsets, value_data,
+                   key_validity, value_validity, header_offsets, header_data)
 
 
 # Up to this many records, check_batch checks the layout with struct instead of numpy
@@ -443,9 +466,7 @@ SMALL_BATCH_RECORDS = 8
 def _check_small_layout(buf, position: int, header: BatchHeader) -> None:
     """``_layout``'s checks for a batch of at most SMALL_BATCH_RECORDS records."""
     n = header.record_count
-    bitmap_bytes = (n + 7) // 8
-    bitmaps = bool(header.attributes & ATTR_KEY_NULLS) + bool(header.attributes & ATTR_VALUE_NULLS)
-    fixed = HEADER_BYTES + 4 * n + 8 * (n + 1) + bitmaps * bitmap_bytes
+    fixed = _fixed_bytes(header)
     if fixed > header.size_bytes:
         raise CorruptRecordError(
             f"batch at position {position}: {n} records need at least {fixed} bytes, "
@@ -454,12 +475,8 @@ def _check_small_layout(buf, position: int, header: BatchHeader) -> None:
     deltas, key_offsets, value_offsets = \
         numbers[:n], numbers[n:2 * n + 1], numbers[2 * n + 1:]
     key_bytes, value_bytes = key_offsets[-1], value_offsets[-1]
-    if key_bytes < 0 or value_bytes < 0 or \
-            fixed + key_bytes + value_bytes != header.size_bytes:
-        raise CorruptRecordError(
-            f"batch at position {position}: key/value sections ({key_bytes}, "
-            f"{value_bytes} bytes) do not add up to batch size {header.size_bytes}",
-            position)
+    header_bytes = _header_bytes_at(buf, position, header, fixed, key_bytes, value_bytes)
+    _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
     for name, offs in (("key", key_offsets), ("value", value_offsets)):
         if offs[0] != 0 or any(b < a for a, b in zip(offs, offs[1:])):
             raise CorruptRecordError(
@@ -469,6 +486,10 @@ def _check_small_layout(buf, position: int, header: BatchHeader) -> None:
         raise CorruptRecordError(
             f"batch at position {position}: timestamp deltas do not match "
             f"max_timestamp {header.max_timestamp}", position)
+    if header.attributes & ATTR_HEADERS:
+        offsets_at = fixed - 4 * (n + 1) + key_bytes + value_bytes
+        _check_header_entries(buf, position, header, offsets_at,
+                              struct.unpack_from(f"<{n + 1}i", buf, position + offsets_at))
 
 
 def check_batch(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
@@ -492,33 +513,28 @@ def _verify_crc(buf, position: int, header: BatchHeader) -> None:
             f"its CRC: stored {header.crc:#010x}, computed {actual:#010x}", position)
 
 
-def parse_batch(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
-                verify_crc: bool = True) -> RecordBatch:
-    """Parse the batch at ``position``; bytes after it are ignored. Zero-copy views."""
+def read_columns(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
+                 verify_crc: bool = True) -> Columns:
+    """Check the batch at ``position`` and return its sections as views (no copies)."""
     header = read_header(buf, position, max_bytes=max_bytes)
     if verify_crc:
         _verify_crc(buf, position, header)
-    view, deltas, key_offsets, value_offsets, p, key_bytes, value_bytes, bitmap_bytes = \
-        _layout(buf, position, header)
-    n = header.record_count
-    key_data = view[p:p + key_bytes]
-    p += key_bytes
-    value_data = view[p:p + value_bytes]
-    p += value_bytes
-    key_validity = value_validity = None
-    if header.attributes & ATTR_KEY_NULLS:
-        key_validity = view[p:p + bitmap_bytes]
-        p += bitmap_bytes
-    if header.attributes & ATTR_VALUE_NULLS:
-        value_validity = view[p:p + bitmap_bytes]
-        p += bitmap_bytes
-    assert p == header.size_bytes
-    keys = _arrow(n, key_validity, view, key_offsets, key_data)
-    values = _arrow(n, value_validity, view, value_offsets, value_data)
-    return RecordBatch(header, deltas, keys, values)
+    return _layout(buf, position, header)
 
 
-def _arrow(n, validity, view, offsets: np.ndarray, data) -> pa.Array:
+def parse_batch(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
+                verify_crc: bool = True) -> RecordBatch:
+    """Parse the batch at ``position``; bytes after it are ignored. Zero-copy views."""
+    c = read_columns(buf, position, max_bytes=max_bytes, verify_crc=verify_crc)
+    n = c.header.record_count
+    keys = _arrow(n, c.key_validity, c.key_offsets, c.key_data)
+    values = _arrow(n, c.value_validity, c.value_offsets, c.value_data)
+    headers = None if c.header_offsets is None else \
+        _arrow(n, None, c.header_offsets, c.header_data)
+    return RecordBatch(c.header, c.timestamp_deltas, keys, values, headers)
+
+
+def _arrow(n, validity, offsets: np.ndarray, data) -> pa.Array:
     validity_buf = None if validity is None else pa.py_buffer(validity)
     return pa.Array.from_buffers(pa.binary(), n,
                                  [validity_buf, pa.py_buffer(offsets), pa.py_buffer(data)])

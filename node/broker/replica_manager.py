@@ -112,6 +112,7 @@ class Partition:
         self.log_dir = log.data_dir
         self.fetch_backoff_until_ms = 0  # follower: after a fetch error
         self.checkpointed_high_watermark = -1
+        self.compression_type = "producer"  # Kafka's compression.type, for Kafka fetches
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self.core!r})"
@@ -377,6 +378,7 @@ class ReplicaManager:
             truncation_mode=TruncationMode(self.config.replication_truncation_mode),
             eligible_leader_replicas=self.config.eligible_leader_replicas))
         part = Partition(topic, partition, log, core)
+        part.compression_type = topic_setting(self.config, overrides, "compression.type")
         self.partitions[part.key] = part
         return part
 

@@ -67,7 +67,7 @@ from node.broker.lost_replicas import (LostReplicas, find_lost, take_clean_shutd
 from node.broker.metadata_cache import MetadataCache
 from node.broker.replica_manager import Partition, ReplicaManager
 from node.broker.socket_server import SocketServer
-from node.config import BrokerConfig, ConfigError, parse_key_values
+from node.config import KAFKA_LISTENER, BrokerConfig, ConfigError, parse_key_values
 from node.wire import errors
 from node.wire import protocol
 from node.wire import zkdata
@@ -112,11 +112,18 @@ class Broker:
         self.replicas.fetchers = self.fetchers
         self.controller = None
         # Request handling (node.broker.apis): one table, answers through the listener.
+        send_response = self.network.send_response
+        self.kafka = None       # Kafka's protocol (node.kafka.listener), bound in start()
+        if config.listener(KAFKA_LISTENER) is not None:
+            from node.kafka.listener import KafkaListener, route_responses
+            send_response = route_responses(send_response)
         self.apis = KafkaApis(config=config, zk=self.zk, loop=self.loop,
                               replicas=self.replicas, metadata=self.metadata,
-                              send_response=self.network.send_response,
+                              send_response=send_response,
                               broker_epoch=lambda: self.broker_epoch,
                               controller=lambda: self.controller)
+        if config.listener(KAFKA_LISTENER) is not None:
+            self.kafka = KafkaListener(self.loop, config, self.apis, lambda: self.cluster_id)
         self._shutting_down = False
         self._stop = False
         self._halt = False               # every log dir failed: stop without closing logs
@@ -155,6 +162,8 @@ class Broker:
         for d in config.log_dirs:
             os.makedirs(d, exist_ok=True)
         self.port = self.network.bind(self.apis.handle, self.apis.purgatory.forget_peer)
+        if self.kafka is not None:
+            self.kafka.bind()
         self.replicas.open_board(self.cluster_id, limits.BOARD_CAPACITY)
         self.clean_shutdown = take_clean_shutdown_marker(config.log_dirs)
         if not self.clean_shutdown:
@@ -180,7 +189,9 @@ class Broker:
         # as long as the process: keep it out of the collector, so a full collection
         # scans only what requests made (~15 ms on the import graph, a latency spike).
         gc.freeze()
-        print(f"broker {self.broker_id} started, listening on {config.host}:{self.port} "
+        kafka = "" if self.kafka is None else \
+            f", Kafka's protocol on {config.listener(KAFKA_LISTENER).host}:{self.kafka.port}"
+        print(f"broker {self.broker_id} started, listening on {config.host}:{self.port}{kafka} "
               f"(cluster {self.cluster_id})", flush=True)
 
     def _until_coordinator_answers(self, what: str, step):
@@ -222,10 +233,17 @@ class Broker:
         raise RuntimeError(f"could not read or create {CLUSTER_ID_PATH}")
 
     def _registration(self) -> bytes:
+        """/brokers/ids/N: the native listener's host and port, and every listener's
+        advertised endpoint (Kafka's "endpoints")."""
+        others = ()
+        if self.kafka is not None:
+            kafka = self.config.advertised(KAFKA_LISTENER, self.kafka.port)
+            others = ((kafka.name, kafka.host, kafka.port),)
+        native = self.config.advertised("PLAINTEXT", self.port)
         return zkdata.encode_broker(zkdata.BrokerInfo(
-            self.broker_id, self.config.host, self.port, self.config.broker_rack,
+            self.broker_id, native.host, native.port, self.config.broker_rack,
             lost_replicas=tuple(sorted(self.lost.marked)),
-            clean_shutdown=self.clean_shutdown))
+            clean_shutdown=self.clean_shutdown, other_endpoints=others))
 
     def _find_lost_replicas(self) -> dict[tuple[str, int], int]:
         """Partitions whose ISR (as the coordinator holds it) names this broker although
@@ -458,6 +476,8 @@ class Broker:
         self.fetchers.close()
         self.fetch_outbound.close()
         self.controller_outbound.close()
+        if self.kafka is not None:
+            self.kafka.close()
         self.network.close()
         self.replicas.close()
         if not self.replicas.offline_dirs:

@@ -72,7 +72,8 @@ def _cmd_up(args) -> int:
     try:
         print(f"cluster {cluster.cluster_id} up in {cluster.dir}")
         print(f"zookeeper: {cluster.zookeeper}")
-        print(f"bootstrap servers: {cluster.bootstrap_servers}", flush=True)
+        print(f"bootstrap servers: {cluster.bootstrap_servers}")
+        print(f"kafka bootstrap servers: {cluster.kafka_bootstrap_servers}", flush=True)
     finally:
         cluster.close()
     return 0
@@ -88,7 +89,9 @@ def _cmd_status(args) -> int:
     print(f"cluster {cluster.cluster_id} in {cluster.dir}")
     for row in rows:
         pid = str(row.pid) if row.pid is not None else "-"
-        print(f"{row.name:<10} pid {pid:<8} {row.state:<8} {row.address:<22} {row.role}".rstrip())
+        kafka = f"kafka {row.kafka_address}" if row.kafka_address else ""
+        print(f"{row.name:<10} pid {pid:<8} {row.state:<8} {row.address:<22} {kafka:<28} "
+              f"{row.role}".rstrip())
     if not zk_alive:
         print("controller: unknown (ZooKeeper is not running)")
     return 0

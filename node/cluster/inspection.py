@@ -34,7 +34,8 @@ class Inspection:
             p = self.processes[str(broker_id)]
             role = "controller" if controller == broker_id and p.pid() is not None else ""
             out.append(ProcessStatus(p.name, p.pid(), p.state(),
-                                     self.broker_address(broker_id), role))
+                                     self.broker_address(broker_id), role,
+                                     self.kafka_address(broker_id) or ""))
         return out
 
     def zk_process_alive(self) -> bool:

@@ -4,8 +4,9 @@
 
 One directory ``D`` holds everything of one cluster::
 
-    D/cluster.json                 cluster id, ZooKeeper address, broker ids and ports,
-                                   the --config overrides (written once by ``up``)
+    D/cluster.json                 cluster id, ZooKeeper address, broker ids and ports
+                                   (native and Kafka's), the --config overrides
+                                   (written once by ``up``)
     D/zk/                          zk_lite's data dir (unless ZooKeeper is external)
     D/zk.pid  D/zk.log             pid file and output of the zk_lite process
     D/broker-N/server.properties   broker N's config (Kafka keys)
@@ -108,7 +109,7 @@ class Layout:
     def _write_properties(self, broker_id: int) -> None:
         props = {
             "broker.id": str(broker_id),
-            "listeners": f"PLAINTEXT://{self.host_of(broker_id)}:{self.broker_ports[broker_id]}",
+            "listeners": self._listeners(broker_id),
             "log.dirs": str(self.broker_dir(broker_id) / "logs"),
             "zookeeper.connect": self.zookeeper,
             "cluster.id": self.cluster_id,
@@ -126,8 +127,17 @@ class Layout:
         lines += [f"{k}={v}" for k, v in props.items()]
         path.write_text("\n".join(lines) + "\n")
 
+    def _listeners(self, broker_id: int) -> str:
+        """The native listener, and Kafka's where the spec gives the broker a port."""
+        host = self.host_of(broker_id)
+        out = f"PLAINTEXT://{host}:{self.broker_ports[broker_id]}"
+        if broker_id in self.kafka_ports:
+            out += f",KAFKA://{host}:{self.kafka_ports[broker_id]}"
+        return out
+
     def _save_spec(self) -> None:
         self.spec["brokers"] = {str(b): p for b, p in sorted(self.broker_ports.items())}
+        self.spec["kafka_brokers"] = {str(b): p for b, p in sorted(self.kafka_ports.items())}
         _write_spec(self.dir, self.spec)
 
     # ------------------------------------------------------------- properties
@@ -137,10 +147,22 @@ class Layout:
 
     @property
     def bootstrap_servers(self) -> str:
+        """The native listeners (node.client's bootstrap servers)."""
         return ",".join(self.broker_address(b) for b in self.broker_ids)
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The Kafka-protocol listeners (any Kafka client's bootstrap.servers)."""
+        return ",".join(a for b in self.broker_ids if (a := self.kafka_address(b)))
 
     def broker_address(self, broker_id: int) -> str:
         return f"{self.host_of(broker_id)}:{self.broker_ports[broker_id]}"
+
+    def kafka_address(self, broker_id: int) -> str | None:
+        """HOST:PORT of the broker's Kafka listener; None for a cluster created before
+        brokers had one."""
+        port = self.kafka_ports.get(broker_id)
+        return None if port is None else f"{self.host_of(broker_id)}:{port}"
 
     def _resolve_controller(self, ident) -> str:
         """``ident`` as text, with ``controller`` replaced by the elected broker's id."""

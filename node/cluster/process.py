@@ -39,6 +39,7 @@ class ProcessStatus:
     state: str  # alive | stopped | dead
     address: str
     role: str  # "", "controller", "zookeeper"
+    kafka_address: str = ""     # a broker's Kafka-protocol listener ("" if none)
 
 
 # ----------------------------------------------------------------- processes

@@ -75,6 +75,9 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
         self.zookeeper: str = spec["zookeeper"]
         self.external_zookeeper: bool = spec["external_zookeeper"]
         self.broker_ports: dict[int, int] = {int(b): p for b, p in spec["brokers"].items()}
+        # Each broker's Kafka-protocol listener (absent in clusters made before it was).
+        self.kafka_ports: dict[int, int] = {int(b): p for b, p in
+                                            spec.get("kafka_brokers", {}).items()}
         self.netns: bool = bool(spec.get("netns"))
         self.mesh = self._load_mesh()
         self.processes: dict[str, Process] = {}
@@ -132,6 +135,7 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
             raise ClusterError(f"cannot reach ZooKeeper at {zookeeper}")
         directory.mkdir(parents=True, exist_ok=True)
         ports = {i: _free_port() for i in range(brokers)}
+        kafka_ports = {i: _free_port() for i in range(brokers)}
         spec = {
             "cluster_id": cluster_id,
             "zookeeper": zookeeper or f"{HOST}:{_free_port()}",
@@ -139,6 +143,7 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
             "netns": bool(netns),
             "zk_tick_time_ms": ZK_TICK_TIME_MS,
             "brokers": {str(i): p for i, p in ports.items()},
+            "kafka_brokers": {str(i): p for i, p in kafka_ports.items()},
             "config": {str(k): str(v) for k, v in config.items()},
             "broker_config": {str(b): {str(k): str(v) for k, v in c.items()}
                               for b, c in broker_config.items()},
@@ -297,6 +302,7 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
             raise ClusterError(f"a cluster has at most {BROKERS_MAX} brokers")
         broker_id = max(self.broker_ids, default=-1) + 1
         self.broker_ports[broker_id] = _free_port()
+        self.kafka_ports[broker_id] = _free_port()
         self._save_spec()
         if self.mesh is not None:
             self.add_client_node(f"b{broker_id}")  # its namespace, meshed like the others
@@ -317,6 +323,7 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
                       f"broker {broker_id}'s registration to disappear")
         del self.processes[str(broker_id)]
         del self.broker_ports[broker_id]
+        self.kafka_ports.pop(broker_id, None)
         self.spec.get("broker_config", {}).pop(str(broker_id), None)
         self._save_spec()
         shutil.rmtree(self.broker_dir(broker_id), ignore_errors=True)

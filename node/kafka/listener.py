@@ -279,7 +279,7 @@ class KafkaListener:
             header, request = decode_request(payload)
         except UnsupportedVersion as e:
             if e.api_key == API_VERSIONS_KEY:
-                self._api_versions_too_new(conn, e)
+                self._api_versions_too_new(conn, e.correlation_id)
             else:
                 self.violation(conn, f"unsupported api key {e.api_key} version "
                                      f"{e.api_version} (correlation id {e.correlation_id})")
@@ -287,11 +287,15 @@ class KafkaListener:
         except KafkaProtocolError as e:
             self.violation(conn, f"malformed request: {e}")
             return
+        translation = TRANSLATIONS.get(header.api_key)
+        served = translation is not None and \
+            translation.versions[0] <= header.api_version <= translation.versions[1]
+        if not served and header.api_key == API_VERSIONS_KEY:
+            self._api_versions_too_new(conn, header.correlation_id)
+            return
         exchange = Exchange(conn, header, request)
         conn.exchanges.append(exchange)
-        translation = TRANSLATIONS.get(header.api_key)
-        if translation is None or not \
-                translation.versions[0] <= header.api_version <= translation.versions[1]:
+        if not served:
             self._refuse(conn, exchange, translation)
             return
         exchange.translation = translation
@@ -331,11 +335,11 @@ class KafkaListener:
         else:
             exchange.finish(response)
 
-    def _api_versions_too_new(self, conn: KafkaConnection, e: UnsupportedVersion) -> None:
-        """KIP-511: ApiVersions in a version this broker does not know is answered in
+    def _api_versions_too_new(self, conn: KafkaConnection, correlation_id: int) -> None:
+        """KIP-511: ApiVersions in a version this broker does not serve is answered in
         version 0 with UNSUPPORTED_VERSION and the API list, so the client retries
         with a version it finds there."""
-        header = RequestHeader(API_VERSIONS_KEY, 0, e.correlation_id, None)
+        header = RequestHeader(API_VERSIONS_KEY, 0, correlation_id, None)
         exchange = Exchange(conn, header, None)
         conn.exchanges.append(exchange)
         exchange.finish(api_versions_response(ErrorCode.UNSUPPORTED_VERSION))

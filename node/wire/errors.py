@@ -40,6 +40,7 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
@@ -47,11 +48,13 @@ class ErrorCode(IntEnum):
     UNKNOWN_PRODUCER_ID = 59
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
     STALE_BROKER_EPOCH = 77
     PREFERRED_LEADER_NOT_AVAILABLE = 80
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85
+    INVALID_RECORD = 87
     INELIGIBLE_REPLICA = 107
     # Kafka's wire (node.kafka): SASL not offered, fetch sessions declined, topic ids.
     ILLEGAL_SASL_STATE = 34
@@ -96,6 +99,8 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
     ErrorCode.INVALID_REQUEST: (False, 'This most likely occurs because of a request being '
                                        'malformed by the client library or the message was '
                                        'sent to an incompatible broker.'),
+    ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT: (False, 'The message format version on the '
+                                                      'broker does not support the request.'),
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: (False, 'The broker received an out of order '
                                                     'sequence number.'),
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: (False, 'The broker received a duplicate sequence '
@@ -110,12 +115,16 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
                                           'epoch on the broker.'),
     ErrorCode.UNKNOWN_LEADER_EPOCH: (True, 'The leader epoch in the request is newer than the '
                                            'epoch on the broker.'),
+    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: (False, 'The requesting client does not support '
+                                                    'the compression type of given partition.'),
     ErrorCode.STALE_BROKER_EPOCH: (False, 'Broker epoch has changed.'),
     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: (True, 'The preferred leader was not available.'),
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: (True, 'Eligible topic partition leaders are not '
                                                      'available.'),
     ErrorCode.ELECTION_NOT_NEEDED: (True, 'Leader election not needed for topic partition.'),
     ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: (False, 'No partition reassignment is in progress.'),
+    ErrorCode.INVALID_RECORD: (False, 'This record has failed the validation on broker and '
+                                      'hence will be rejected.'),
     ErrorCode.INELIGIBLE_REPLICA: (False, 'The new ISR contains at least one ineligible replica.'),
     ErrorCode.ILLEGAL_SASL_STATE: (False, 'Request is not valid given the current SASL state.'),
     ErrorCode.FETCH_SESSION_ID_NOT_FOUND: (True, 'The fetch session ID was not found.'),

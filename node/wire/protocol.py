@@ -42,12 +42,18 @@ FETCH (1)
        ``log_end_offset`` is the leader's LEO (a follower that fetched past it after a
        leader change uses it to truncate; Kafka asks with ListOffsets instead).
 LIST_OFFSETS (2)
-  req  {"replica_id": int, "partitions": [[topic, partition, timestamp_ms], ...]}
-       timestamp -1 = latest (HW for consumers), -2 = earliest (log start), >= 0: the
-       first record whose timestamp is at or after it (time index)
-  resp {"partitions": [[topic, partition, error, timestamp_ms, offset], ...]}
+  req  {"replica_id": int, "partitions": [[topic, partition, timestamp_ms
+                                           (, current_leader_epoch)], ...]}
+       timestamp -1 = latest (HW for consumers), -2 = earliest (log start), -3 = the
+       record with the largest timestamp (KIP-734), >= 0: the first record whose
+       timestamp is at or after it (time index)
+  resp {"partitions": [[topic, partition, error, timestamp_ms, offset
+                        (, leader_epoch)], ...]}
        by time: that record's own timestamp and offset, or -1, -1 when none is (below
-       the HW for consumers); other negative times: INVALID_REQUEST
+       the HW for consumers); other negative times: INVALID_REQUEST. An entry with a
+       current leader epoch (-1: not checked) is checked as a fetch's (KIP-320:
+       FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) and answered with the leader epoch
+       (latest: the leader's; -1 otherwise)
 METADATA (3)
   req  {"topics": None | [topic, ...]}          None = every topic
   resp {"brokers": [[id, host, port, rack|None], ...], "controller_id": int (-1),
@@ -181,6 +187,7 @@ API_VERSION = 0
 CONSUMER_REPLICA_ID = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3          # KIP-734: the record with the largest timestamp
 NO_LEADER = -1
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1

@@ -385,6 +385,15 @@ class Log:
                 position += header.size_bytes
         return None
 
+    def entry_for_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the log's largest timestamp
+        (KIP-734's ListOffsets MAX_TIMESTAMP); None for an empty log."""
+        self._ensure_open()
+        newest = max((s.max_timestamp for s in self.segments if s.size_bytes), default=None)
+        if newest is None or newest < 0:
+            return None
+        return self.entry_for_timestamp(newest)
+
     # ================================================================ roll / flush
 
     def roll(self, *, now_ms: int | None = None) -> None:

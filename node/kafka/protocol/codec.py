@@ -73,8 +73,9 @@ def encode_body(message, version: int, out: list) -> None:
         raise KafkaProtocolError(f"cannot encode {cls.__name__} v{version}: {e}") from e
 
 
-def decode_body(cls: type, version: int, buf, pos: int = 0):
-    """The message of class ``cls`` at ``version`` filling ``buf[pos:]`` exactly."""
+def decode_body(cls: type, version: int, buf, pos: int = 0, *, exact: bool = True):
+    """The message of class ``cls`` at ``version`` filling ``buf[pos:]`` exactly (or, not
+    ``exact``, starting there: what follows it is ignored)."""
     _check_version(cls, version)
     buf = _view(buf)
     low, decoders = messages.DECODERS[cls]
@@ -82,7 +83,7 @@ def decode_body(cls: type, version: int, buf, pos: int = 0):
         message, pos = decoders[version - low](buf, pos)
     except _DECODE_ERRORS as e:
         raise KafkaProtocolError(f"malformed {cls.__name__} v{version}: {e}") from None
-    if pos != len(buf):
+    if exact and pos != len(buf):
         raise KafkaProtocolError(
             f"{cls.__name__} v{version}: {len(buf) - pos} bytes after the end of the message")
     return message
@@ -121,7 +122,9 @@ def decode_request(payload) -> tuple[RequestHeader, object]:
     except _DECODE_ERRORS as e:
         raise KafkaProtocolError(f"malformed request header: {e}") from None
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    return header, decode_body(cls, api_version, buf, pos)
+    # Kafka's broker ignores what follows a request in its frame, and clients rely on it:
+    # librdkafka 2.16's Metadata v12 ends with 3 bytes past the message.
+    return header, decode_body(cls, api_version, buf, pos, exact=False)
 
 
 def encode_response(header: RequestHeader, response) -> bytes:

@@ -28,7 +28,9 @@ def api_versions_response(error_code: int = ErrorCode.NONE) -> ApiVersionsRespon
 
 class ApiVersions(TranslationBase):
     api_key = 18
-    versions = (0, 3)
+    # v4 is v3 (it only allows features with min version 0, and we list none); kafka-python
+    # 3 asks in v4.
+    versions = (0, 4)
 
     def request(self, ctx, header, request):
         return api_versions_response()

@@ -7,7 +7,7 @@ from kazoo.exceptions import NoNodeError
 
 from node.broker.apis.admin.common import CONFIG_ENTRIES_MAX, _topic_list, _topics
 from node.broker.coordinator import GuardedZk
-from node.config import TOPIC_KEYS
+from node.config import COMPRESSION_TYPES, TOPIC_KEYS
 from node.wire.errors import ErrorCode
 from node.wire.protocol import ProtocolError
 from node.wire import zkdata
@@ -27,6 +27,7 @@ TOPIC_CONFIG_KEYS = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
 }
 _LOG_KEYS = set(KAFKA_NAMES.values())
 # One set of topic keys: node.config parses and applies them, this validates requests.
@@ -68,6 +69,11 @@ def validate_topic_config(configs: dict) -> dict[str, str]:
             if text.lower() not in ("true", "false"):
                 raise InvalidConfig(f"Invalid value {text} for configuration {key}: "
                                     f"Expected value to be either true or false")
+            text = text.lower()
+        elif key == "compression.type":
+            if text.lower() not in COMPRESSION_TYPES:
+                raise InvalidConfig(f"Invalid value {text} for configuration {key}: String "
+                                    f"must be one of: {', '.join(COMPRESSION_TYPES)}")
             text = text.lower()
         elif key == "cleanup.policy" and text != "delete":
             raise InvalidConfig(f"Invalid value {text} for configuration {key}: "

@@ -1,0 +1,111 @@
+"""ListOffsets (v1-7), OffsetForLeaderEpoch (v0-4) and InitProducerId (v0-4) through
+their native handlers (``node.broker.apis.offsets``, ``...admin.producer_ids``).
+
+- ListOffsets: earliest (-2), latest (-1: the HW, which is also the last stable offset
+  here, so both isolation levels get it), max timestamp (-3, KIP-734, v7+) and by time;
+  the current leader epoch is checked (KIP-320) and the leader epoch answered (v4+).
+  Every request is a consumer's (replica id -1), whatever id it names.
+- OffsetForLeaderEpoch: the leader's end offset of an epoch, what a consumer asks after
+  a leader change to learn whether it must truncate (KIP-320).
+- InitProducerId: an idempotent producer's id and epoch (KIP-98, KIP-360's bump).
+  Transactions are not offered yet: a transactional id gets COORDINATOR_NOT_AVAILABLE.
+"""
+from __future__ import annotations
+
+from node.kafka.protocol.messages import (InitProducerIdResponse, ListOffsetsResponse,
+                                          OffsetForLeaderEpochResponse)
+from node.kafka.translate import NativeCall, TranslationBase, register
+from node.wire import protocol
+from node.wire.errors import ErrorCode
+
+MAX_TIMESTAMP_FROM_VERSION = 7
+
+
+def _grouped(entries, make):
+    """Native answer entries [topic, partition, ...] -> {topic: [made, ...]} in order."""
+    topics: dict[str, list] = {}
+    for entry in entries:
+        topics.setdefault(entry[0], []).append(make(entry))
+    return topics
+
+
+class ListOffsets(TranslationBase):
+    api_key = 2
+    versions = (1, MAX_TIMESTAMP_FROM_VERSION)
+
+    def request(self, ctx, header, request):
+        entries = [[topic.name, part.partition_index, part.timestamp, part.current_leader_epoch]
+                   for topic in request.topics for part in topic.partitions]
+        return NativeCall(protocol.ApiKey.LIST_OFFSETS,
+                          {"replica_id": protocol.CONSUMER_REPLICA_ID, "partitions": entries})
+
+    def response(self, ctx, header, request, body, frames):
+        def make(entry):
+            _, partition, error, timestamp, offset, epoch = entry
+            return ListOffsetsResponse.ListOffsetsPartitionResponse(
+                partition_index=partition, error_code=error, timestamp=timestamp,
+                offset=offset, leader_epoch=epoch)
+        topics = _grouped(body["partitions"], make)
+        return ListOffsetsResponse(throttle_time_ms=0, topics=[
+            ListOffsetsResponse.ListOffsetsTopicResponse(name=name, partitions=parts)
+            for name, parts in topics.items()])
+
+    def error(self, ctx, header, request, code, message):
+        return ListOffsetsResponse(topics=[ListOffsetsResponse.ListOffsetsTopicResponse(
+            name=topic.name, partitions=[ListOffsetsResponse.ListOffsetsPartitionResponse(
+                partition_index=part.partition_index, error_code=code)
+                for part in topic.partitions]) for topic in request.topics])
+
+
+class OffsetForLeaderEpoch(TranslationBase):
+    api_key = 23
+    versions = (0, 4)
+
+    def request(self, ctx, header, request):
+        entries = [[topic.topic, part.partition, part.current_leader_epoch, part.leader_epoch]
+                   for topic in request.topics for part in topic.partitions]
+        return NativeCall(protocol.ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                          {"replica_id": protocol.CONSUMER_REPLICA_ID, "partitions": entries})
+
+    def response(self, ctx, header, request, body, frames):
+        def make(entry):
+            _, partition, error, epoch, end_offset = entry
+            return OffsetForLeaderEpochResponse.EpochEndOffset(
+                error_code=error, partition=partition, leader_epoch=epoch, end_offset=end_offset)
+        topics = _grouped(body["partitions"], make)
+        return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=[
+            OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=name, partitions=parts)
+            for name, parts in topics.items()])
+
+    def error(self, ctx, header, request, code, message):
+        return OffsetForLeaderEpochResponse(topics=[
+            OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
+                topic=topic.topic, partitions=[OffsetForLeaderEpochResponse.EpochEndOffset(
+                    error_code=code, partition=part.partition)
+                    for part in topic.partitions]) for topic in request.topics])
+
+
+class InitProducerId(TranslationBase):
+    api_key = 22
+    versions = (0, 4)
+
+    def request(self, ctx, header, request):
+        if request.transactional_id is not None:
+            return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                          producer_id=-1, producer_epoch=-1)
+        return NativeCall(protocol.ApiKey.INIT_PRODUCER_ID,
+                          {"producer_id": request.producer_id,
+                           "producer_epoch": request.producer_epoch})
+
+    def response(self, ctx, header, request, body, frames):
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=body["error"],
+                                      producer_id=body.get("producer_id", -1),
+                                      producer_epoch=body.get("producer_epoch", -1))
+
+    def error(self, ctx, header, request, code, message):
+        return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
+
+
+register(ListOffsets())
+register(OffsetForLeaderEpoch())
+register(InitProducerId())

@@ -1,0 +1,93 @@
+"""Produce (v3-9) through the native handler (``node.broker.apis.produce``).
+
+Each partition's Kafka record batches (v2) become our log's batches
+(``node.kafka.records.kafka_to_log``: producer id, epoch and sequence, timestamps, keys,
+values and headers kept) and go to the native handler as that partition's frame, so
+acks 0/1/all, min.insync.replicas (NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+the idempotent producer's checks (OUT_OF_ORDER_SEQUENCE_NUMBER, a duplicate answered with
+its original offsets) and NOT_LEADER_OR_FOLLOWER are the native handler's.
+
+Batches that do not convert (a bad CRC, magic 0/1, a codec we cannot read) cost only
+their partition: its ``RecordError`` code, and nothing of it reaches the log; the other
+partitions go on. The answer lists the topics and partitions in the request's order.
+acks=0 gets no answer, as Kafka.
+"""
+from __future__ import annotations
+
+from node.kafka.protocol.messages import ProduceResponse
+from node.kafka.records import RecordError, kafka_to_log
+from node.kafka.translate import NativeCall, TranslationBase, register
+from node.wire import protocol
+from node.wire.errors import ErrorCode
+
+NO_TIMESTAMP = -1
+
+
+class _Frame:
+    """A converted partition's batches as the native handler takes a frame: ``buffer``
+    is stamped in place (offsets, leader epoch), without another copy."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: bytearray) -> None:
+        self.buffer = buffer
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+
+class Produce(TranslationBase):
+    api_key = 0
+    versions = (3, 9)
+
+    def request(self, ctx, header, request):
+        entries, frames = [], []
+        plan = []       # per partition: (topic, index, native entry or -1, error, message)
+        for topic in request.topic_data:
+            for part in topic.partition_data:
+                if part.records is None:
+                    plan.append((topic.name, part.index, -1, ErrorCode.CORRUPT_MESSAGE,
+                                 "no records"))
+                    continue
+                try:
+                    data = kafka_to_log(part.records)
+                except RecordError as e:
+                    plan.append((topic.name, part.index, -1, e.code, e.message))
+                    continue
+                plan.append((topic.name, part.index, len(entries), 0, None))
+                entries.append([topic.name, part.index])
+                frames.append(_Frame(data))
+        acks = request.acks
+        if not entries:
+            return None if acks == 0 else self.response(ctx, header, request,
+                                                        {"partitions": []}, [], state=plan)
+        return NativeCall(protocol.ApiKey.PRODUCE,
+                          {"acks": acks, "timeout_ms": request.timeout_ms, "partitions": entries},
+                          frames, answers=acks != 0, state=plan)
+
+    def response(self, ctx, header, request, body, frames, state=()):
+        results = body["partitions"]
+        topics: dict[str, list] = {}
+        for topic, index, native, error, message in state:
+            base_offset, log_start = -1, -1
+            if native >= 0:
+                _, _, error, base_offset, log_start, message = results[native]
+            topics.setdefault(topic, []).append(ProduceResponse.PartitionProduceResponse(
+                index=index, error_code=error, base_offset=base_offset,
+                log_append_time_ms=NO_TIMESTAMP, log_start_offset=log_start,
+                error_message=message if error else None))
+        return ProduceResponse(
+            responses=[ProduceResponse.TopicProduceResponse(name=name, partition_responses=parts)
+                       for name, parts in topics.items()],
+            throttle_time_ms=0)
+
+    def error(self, ctx, header, request, code, message):
+        if request.acks == 0:
+            return None             # acks=0 is never answered
+        return ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+            name=topic.name, partition_responses=[ProduceResponse.PartitionProduceResponse(
+                index=part.index, error_code=code, base_offset=-1, error_message=message)
+                for part in topic.partition_data]) for topic in request.topic_data])
+
+
+register(Produce())

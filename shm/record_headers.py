@@ -1,0 +1,134 @@
+"""Record headers as ``shm.batch`` stores them: Kafka's own header encoding. Sans-I/O.
+
+A batch with record headers (``shm.batch.ATTR_HEADERS``) has one entry per record in its
+headers column. An entry is exactly the tail of a Kafka v2 record after its value, so a
+Kafka listener copies bytes both ways instead of re-encoding:
+
+    header_count varint
+    header_count times:  key_length varint | key (UTF-8) | value_length varint | value
+
+Varints are Kafka's: zigzag, 7 bits a byte, least significant group first. A value length
+of -1 is a null value; a key is never null. An EMPTY entry (zero bytes) also means "no
+headers", so a batch where most records have none costs one offsets slot per record.
+
+Keys decode as ``str`` with ``surrogateescape``: Kafka's clients may send any bytes as a
+key (librdkafka does not check UTF-8), and what comes in goes out again byte for byte.
+"""
+from __future__ import annotations
+
+# Kafka's limits: a varint is at most 5 bytes, a varlong 10.
+VARINT_BYTES_MAX = 5
+VARLONG_BYTES_MAX = 10
+
+Header = tuple[str, "bytes | None"]
+
+
+class HeaderFormatError(ValueError):
+    """A headers entry (or a varint in it) is malformed: the caller turns it into its own
+    error (``CorruptRecordError`` for the log, ``RecordError`` for the Kafka listener)."""
+
+
+def read_varint(data, position: int, end: int, max_bytes: int = VARINT_BYTES_MAX):
+    """(value, next position) of the zigzag varint at ``position``; ``end`` bounds it."""
+    shift = 0
+    raw = 0
+    limit = min(end, position + max_bytes)
+    while position < limit:
+        b = data[position]
+        position += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), position
+        shift += 7
+    if position >= end:
+        raise HeaderFormatError("truncated varint")
+    raise HeaderFormatError(f"varint longer than {max_bytes} bytes")
+
+
+def write_varint(value: int, out: bytearray) -> None:
+    """Append ``value`` as a zigzag varint (64-bit zigzag: fits varints and varlongs)."""
+    assert -(1 << 63) <= value < (1 << 63), value
+    raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+
+
+def entry_end(data, position: int, end: int) -> int:
+    """Walk one entry starting at ``position`` (bounded by ``end``); returns where it
+    ends. Raises HeaderFormatError on anything malformed."""
+    if position == end:
+        return end
+    count, position = read_varint(data, position, end)
+    if count < 0:
+        raise HeaderFormatError(f"negative header count {count}")
+    for _ in range(count):
+        key_length, position = read_varint(data, position, end)
+        if key_length < 0:
+            raise HeaderFormatError(f"header key length {key_length}")
+        position += key_length
+        if position > end:
+            raise HeaderFormatError("header key runs past the record")
+        value_length, position = read_varint(data, position, end)
+        if value_length < -1:
+            raise HeaderFormatError(f"header value length {value_length}")
+        position += max(value_length, 0)
+        if position > end:
+            raise HeaderFormatError("header value runs past the record")
+    return position
+
+
+def check_entries(data, offsets) -> None:
+    """Every entry ``data[offsets[i]:offsets[i+1]]`` is well formed and exactly filled."""
+    bounds = offsets.tolist() if hasattr(offsets, "tolist") else list(offsets)
+    for start, end in zip(bounds, bounds[1:]):
+        if start != end and entry_end(data, start, end) != end:
+            raise HeaderFormatError("bytes left after a record's headers")
+
+
+def decode_entry(data) -> list[Header]:
+    """The headers of one entry, in order: ``[(key, value or None), ...]``."""
+    data = bytes(data)
+    end = len(data)
+    if not end:
+        return []
+    count, position = read_varint(data, 0, end)
+    if count < 0:
+        raise HeaderFormatError(f"negative header count {count}")
+    headers = []
+    for _ in range(count):
+        key_length, position = read_varint(data, position, end)
+        if key_length < 0 or position + key_length > end:
+            raise HeaderFormatError("header key runs past the record")
+        key = data[position:position + key_length].decode("utf-8", "surrogateescape")
+        position += key_length
+        value_length, position = read_varint(data, position, end)
+        if value_length < -1 or position + max(value_length, 0) > end:
+            raise HeaderFormatError("header value runs past the record")
+        value = None if value_length < 0 else data[position:position + value_length]
+        position += max(value_length, 0)
+        headers.append((key, value))
+    if position != end:
+        raise HeaderFormatError("bytes left after a record's headers")
+    return headers
+
+
+def encode_entry(headers) -> bytes:
+    """One entry for ``headers`` (``[(key str|bytes, value bytes|None), ...]``): empty
+    for no headers."""
+    if not headers:
+        return b""
+    out = bytearray()
+    write_varint(len(headers), out)
+    for key, value in headers:
+        key_bytes = key.encode("utf-8", "surrogateescape") if isinstance(key, str) else bytes(key)
+        write_varint(len(key_bytes), out)
+        out += key_bytes
+        if value is None:
+            write_varint(-1, out)
+        else:
+            value = bytes(value)
+            write_varint(len(value), out)
+            out += value
+    return bytes(out)
