@@ -32,7 +32,7 @@ def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, ca
     expected = {"minikafka"} | {c for c, m in MODULES.items() if importlib.util.find_spec(m)}
     assert "skipping" not in printed, printed
     rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()
-            if line.split() and line.split()[0] in expected}
+            if line.split() and line.split()[0] in expected and not line.startswith(" ")}
     assert set(rows) == expected, printed
     for name, cells in rows.items():
         produce, mb, consume, p50, p99 = (float(c.replace(",", "")) for c in cells)

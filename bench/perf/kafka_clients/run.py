@@ -62,24 +62,6 @@ READY_TIMEOUT_S = 60.0
 PROFILE_ENV = "MINIKAFKA_BROKER_PROFILE"     # node.broker.server
 
 
-def kafka_bootstrap(cluster) -> str | None:
-    """The brokers' Kafka listeners (``KAFKA://H:P`` in advertised.listeners, else in
-    listeners), as ``H:P,H:P,...``; None when the brokers have none."""
-    from node.tools.common import read_properties_file
-    addresses = []
-    for broker_id in cluster.broker_ids:
-        props = read_properties_file(str(cluster.dir / f"broker-{broker_id}" /
-                                         "server.properties"))
-        for key in ("advertised.listeners", "listeners"):
-            found = [item.strip().split("://", 1)[1]
-                     for item in props.get(key, "").split(",")
-                     if item.strip().upper().startswith("KAFKA://")]
-            if found:
-                addresses.append(found[0])
-                break
-    return ",".join(addresses) if addresses else None
-
-
 def usable_clients(names: list[str], kafka: str | None) -> list:
     clients = []
     for name in names:
@@ -224,7 +206,7 @@ def run(args) -> int:
     cluster = Cluster.up(base / "cluster", BROKERS,
                          cluster_id=args.cluster_id or "kb" + uuid.uuid4().hex[:10])
     try:
-        kafka = kafka_bootstrap(cluster)
+        kafka = cluster.kafka_bootstrap_servers or None
         print(f"cluster: {BROKERS} brokers, native {cluster.bootstrap_servers}, kafka "
               f"{kafka or '(no Kafka listener)'}", flush=True)
         clients = usable_clients(names, kafka)
