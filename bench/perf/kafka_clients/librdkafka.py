@@ -1,10 +1,12 @@
 """confluent-kafka (librdkafka) over Kafka's wire.
 
 - Producer runs: the idempotent producer with librdkafka's default settings
-  (``enable.idempotence=true`` implies acks=all; linger.ms 5, its own partitioner);
-  every record has its delivery report, served by ``poll(0)`` in the send loop and by
-  ``flush()`` at the end (so a record's acknowledgement time is when the report was
-  served: the latencies of this run are an upper bound; its records/s are exact).
+  (``enable.idempotence=true`` implies acks=all; linger.ms 5, its own partitioner).
+  One delivery-report callback for the producer (a callback object per record would
+  cost the send loop more than ``produce`` itself), served by ``poll(0)`` in the send
+  loop and by ``flush()``: the i-th report fills the i-th slot, its latency is
+  librdkafka's own (``Message.latency()``: produce() to acknowledgement), its
+  acknowledgement time when the report was served, and its send time the difference.
 - Single writes: acks=all, ``linger.ms=0``, one ``produce`` then ``poll`` until its
   report, one at a time.
 - Consumer runs: ``assign`` at the beginning of every partition (no group: group APIs
@@ -16,10 +18,10 @@ import functools
 import importlib.util
 import time
 
-from bench.perf.kafka_clients.measure import (FLUSH_TIMEOUT_S, POLL_TIMEOUT_S,
+from bench.perf.kafka_clients.measure import (CONNECT_TIMEOUT_S, FLUSH_TIMEOUT_S, POLL_TIMEOUT_S,
                                               SINGLE_WRITE_TIMEOUT_S, ClientUnavailable,
                                               ConsumeResult, MeasureError, Pacer,
-                                              RecordClock, CONSUME_IDLE_TIMEOUT_S)
+                                              ReadClock, Reader, RecordClock)
 
 NAME = "confluent-kafka"
 POLL_EVERY_RECORDS = 1000
@@ -39,18 +41,21 @@ class ConfluentKafka:
     def produce_records(self, bootstrap: dict, topic: str, clock: RecordClock, warmup: int,
                         value: bytes) -> dict:
         from confluent_kafka import Producer
-        settings = {"enable.idempotence": True}
-        producer = Producer({"bootstrap.servers": bootstrap["kafka"], **settings, **QUIET})
+        reports = _Reports(clock)
+        producer = Producer({"bootstrap.servers": bootstrap["kafka"],
+                             "enable.idempotence": True, "on_delivery": reports, **QUIET})
         for _ in range(warmup):
             _produce(producer, topic, value)
         _flush(producer, NAME)
-        acked = functools.partial(_report, clock)
-        send_ns = clock.send_ns
+        reports.armed = True
+        produce, poll = producer.produce, producer.poll
         for i in range(clock.n):
-            send_ns[i] = time.perf_counter_ns()
-            _produce(producer, topic, value, on_delivery=functools.partial(acked, i))
+            try:
+                produce(topic, value)
+            except BufferError:
+                _produce(producer, topic, value)
             if i % POLL_EVERY_RECORDS == 0:
-                producer.poll(0)
+                poll(0)
         _flush(producer, NAME)
         return {"acks": "all", "enable.idempotence": "true"}
 
@@ -78,36 +83,53 @@ class ConfluentKafka:
         return {"acks": "all", "linger.ms": "0"}
 
     def consume(self, bootstrap: dict, topic: str, partitions: list[int], records: int,
-                progress) -> ConsumeResult:
+                clock: ReadClock) -> ConsumeResult:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
         consumer = Consumer({"bootstrap.servers": bootstrap["kafka"], "group.id": GROUP_ID,
                              "enable.auto.commit": False, "auto.offset.reset": "earliest",
                              **QUIET})
         try:
+            for p in partitions:    # connected to every leader before the clock starts
+                consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                               timeout=CONNECT_TIMEOUT_S)
+            clock.start()
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-            messages = total_bytes = 0
-            started = last_read = time.perf_counter()
-            while messages < records:
+            reader = Reader(NAME, records, clock)
+            while reader.more():
                 batch = consumer.consume(CONSUME_BATCH_RECORDS, POLL_TIMEOUT_S)
-                now = time.perf_counter()
-                if not batch:
-                    if now - last_read > CONSUME_IDLE_TIMEOUT_S:
-                        raise MeasureError(f"{NAME}: read {messages} of {records} records, "
-                                           f"then nothing for {CONSUME_IDLE_TIMEOUT_S:.0f} s")
-                    continue
-                last_read = now
+                nbytes = 0
                 for message in batch:
-                    error = message.error()
-                    if error is not None:
-                        raise MeasureError(f"{NAME}: consume: {error}")
-                    total_bytes += len(message)
-                messages += len(batch)
-                progress.update(messages, total_bytes, 0.0)
-            seconds = time.perf_counter() - started
+                    if message.error() is not None:
+                        raise MeasureError(f"{NAME}: consume: {message.error()}")
+                    nbytes += len(message)
+                reader.took(len(batch), nbytes)
         finally:
             consumer.close()
-        return ConsumeResult(messages, total_bytes, seconds, progress,
-                             {})
+        return reader.result()
+
+
+class _Reports:
+    """The producer's delivery-report callback: once ``armed``, the i-th report fills
+    the clock's i-th slot (see the module docstring)."""
+
+    def __init__(self, clock: RecordClock) -> None:
+        self.clock = clock
+        self.armed = False
+        self.served = 0
+
+    def __call__(self, error, message) -> None:
+        if not self.armed:
+            return
+        i = self.served
+        if i >= self.clock.n:
+            raise MeasureError(f"{NAME}: more delivery reports than records")
+        self.served = i + 1
+        if error is not None:
+            self.clock.failed(i, error)
+        else:
+            self.clock.acked(i, message.partition(), message.offset())
+        latency_s = message.latency()
+        self.clock.send_ns[i] = self.clock.ack_ns[i] - int((latency_s or 0.0) * 1e9)
 
 
 def _report(clock: RecordClock, i: int, error, message) -> None:

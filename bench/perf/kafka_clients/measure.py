@@ -14,6 +14,7 @@ from node.perf.common import percentile
 RECORD_BYTES = 100
 SINGLE_WRITE_RATE_PER_S = 1000      # as bench.perf.cluster and bench.perf.latency
 SINGLE_WRITE_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 30.0
 FLUSH_TIMEOUT_S = 120.0
 CONSUME_IDLE_TIMEOUT_S = 30.0      # a consumer that reads nothing this long has failed
 POLL_TIMEOUT_S = 0.1
@@ -74,19 +75,76 @@ class ProduceResult:
     settings: dict
 
 
+class ReadClock:
+    """The clock of a consumer run: ``start`` once the client is connected (each client
+    first makes its connections and looks its partitions' offsets up, untimed), then
+    ``update`` after each poll, as to consumer-perf-test's ``Progress``, which it feeds.
+    Records/s run from ``start`` to the last records read."""
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+        self.started: float | None = None
+        self.last = 0.0
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+
+    def update(self, messages: int, total_bytes: int, rebalance_ms: float) -> None:
+        self.last = time.perf_counter()
+        self.progress.update(messages, total_bytes, rebalance_ms)
+
+
 @dataclasses.dataclass
 class ConsumeResult:
-    """A consumer run over Fetch: records and bytes read, seconds from the first poll
-    to the last record, and ``node.perf.consumer.Progress`` (records per second)."""
+    """A consumer run over Fetch: the records and bytes read, and its clock."""
     records: int
     bytes: int
-    seconds: float
-    progress: object
-    settings: dict
+    clock: ReadClock
+
+    @property
+    def seconds(self) -> float:
+        assert self.clock.started is not None, "the clock was never started"
+        return max(0.0, self.clock.last - self.clock.started)
 
     @property
     def records_per_s(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes / self.seconds if self.seconds > 0 else 0.0
+
+
+class Reader:
+    """A consumer loop's bookkeeping, whatever client hands the records over: ``took``
+    after each poll; a consumer that reads nothing for ``CONSUME_IDLE_TIMEOUT_S`` has
+    failed."""
+
+    def __init__(self, name: str, records: int, clock: ReadClock) -> None:
+        self.name = name
+        self.records = records
+        self.clock = clock
+        self.messages = self.bytes = 0
+        self.last_read = time.perf_counter()
+
+    def more(self) -> bool:
+        return self.messages < self.records
+
+    def took(self, count: int, nbytes: int) -> None:
+        now = time.perf_counter()
+        if not count:
+            if now - self.last_read > CONSUME_IDLE_TIMEOUT_S:
+                raise MeasureError(f"{self.name}: read {self.messages} of {self.records} "
+                                   f"records, then nothing for "
+                                   f"{CONSUME_IDLE_TIMEOUT_S:.0f} s")
+            return
+        self.last_read = now
+        self.messages += count
+        self.bytes += nbytes
+        self.clock.update(self.messages, self.bytes, 0.0)
+
+    def result(self) -> ConsumeResult:
+        return ConsumeResult(self.messages, self.bytes, self.clock)
 
 
 class Pacer:

@@ -12,8 +12,8 @@ import contextlib
 import sys
 import time
 
-from bench.perf.kafka_clients.measure import (ConsumeResult, Pacer,
-                                              ProduceResult, RecordClock, future_single_writes)
+from bench.perf.kafka_clients.measure import (ConsumeResult, Pacer, ProduceResult,
+                                              ReadClock, RecordClock, future_single_writes)
 
 NAME = "minikafka"
 FETCH_SIZE_BYTES = 1024 * 1024      # consumer-perf-test's default --fetch-size
@@ -59,18 +59,17 @@ class Native:
         return {"acks": "all", "linger.ms": "0"}
 
     def consume(self, bootstrap: dict, topic: str, partitions: list[int], records: int,
-                progress) -> ConsumeResult:
+                clock: ReadClock) -> ConsumeResult:
         from node.perf.consumer import consume_fetch
         args = argparse.Namespace(topic=topic, messages=records, fetch_size=FETCH_SIZE_BYTES,
                                   timeout=CONSUME_TIMEOUT_MS, from_latest=False)
-        start_s = time.time()
-        messages, total_bytes, rebalance_ms, end_s = consume_fetch(
-            args, bootstrap["native"], sorted(partitions), progress)
-        # From the first Fetch: the partitions' leaders and offsets are looked up first
-        # (consumer-perf-test's rebalance.time.ms), as the Kafka clients do before theirs.
-        seconds = end_s - start_s - rebalance_ms / 1000
-        return ConsumeResult(messages, total_bytes, seconds, progress,
-                             {"max.partition.fetch.bytes": str(FETCH_SIZE_BYTES)})
+        entered = time.perf_counter()
+        messages, total_bytes, rebalance_ms, _ = consume_fetch(args, bootstrap["native"],
+                                                               sorted(partitions), clock)
+        # Timed once the leaders and offsets are known (consumer-perf-test's
+        # rebalance.time.ms), as the Kafka clients are once connected.
+        clock.started = entered + rebalance_ms / 1000
+        return ConsumeResult(messages, total_bytes, clock)
 
 
 def _perf_args(topic: str, records: int, record_bytes: int) -> argparse.Namespace:

@@ -14,10 +14,10 @@ import functools
 import importlib.util
 import time
 
-from bench.perf.kafka_clients.measure import (CONSUME_IDLE_TIMEOUT_S, FLUSH_TIMEOUT_S,
-                                              POLL_TIMEOUT_S, SINGLE_WRITE_TIMEOUT_S,
-                                              ClientUnavailable, ConsumeResult,
-                                              MeasureError, Pacer, RecordClock, future_single_writes)
+from bench.perf.kafka_clients.measure import (FLUSH_TIMEOUT_S, POLL_TIMEOUT_S,
+                                              SINGLE_WRITE_TIMEOUT_S, ClientUnavailable,
+                                              ConsumeResult, Pacer, ReadClock, Reader,
+                                              RecordClock, future_single_writes)
 
 POLL_TIMEOUT_MS = int(POLL_TIMEOUT_S * 1000)
 
@@ -25,40 +25,6 @@ POLL_TIMEOUT_MS = int(POLL_TIMEOUT_S * 1000)
 def _check(module: str, package: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise ClientUnavailable(f"not installed (pip install {package})")
-
-
-class _Reader:
-    """The consumer loop's bookkeeping, whatever hands the records over."""
-
-    def __init__(self, name: str, records: int, progress) -> None:
-        self.name = name
-        self.records = records
-        self.progress = progress
-        self.messages = self.bytes = 0
-        self.started = self.last_read = time.perf_counter()
-
-    def more(self) -> bool:
-        return self.messages < self.records
-
-    def took(self, batches) -> None:
-        now = time.perf_counter()
-        got = 0
-        for batch in batches:
-            got += len(batch)
-            self.bytes += sum(len(r.value) for r in batch)
-        if not got:
-            if now - self.last_read > CONSUME_IDLE_TIMEOUT_S:
-                raise MeasureError(f"{self.name}: read {self.messages} of {self.records} "
-                                   f"records, then nothing for "
-                                   f"{CONSUME_IDLE_TIMEOUT_S:.0f} s")
-            return
-        self.last_read = now
-        self.messages += got
-        self.progress.update(self.messages, self.bytes, 0.0)
-
-    def result(self) -> ConsumeResult:
-        return ConsumeResult(self.messages, self.bytes, time.perf_counter() - self.started,
-                             self.progress, {})
 
 
 class KafkaPython:
@@ -96,19 +62,31 @@ class KafkaPython:
         return {"acks": "all", "linger.ms": "0"}
 
     def consume(self, bootstrap: dict, topic: str, partitions: list[int], records: int,
-                progress) -> ConsumeResult:
+                clock: ReadClock) -> ConsumeResult:
         from kafka import KafkaConsumer, TopicPartition
         consumer = KafkaConsumer(bootstrap_servers=bootstrap["kafka"], group_id=None,
                                  enable_auto_commit=False, auto_offset_reset="earliest")
         try:
-            consumer.assign([TopicPartition(topic, p) for p in partitions])
+            tps = [TopicPartition(topic, p) for p in partitions]
+            consumer.beginning_offsets(tps)   # connected to every leader, untimed
+            clock.start()
+            consumer.assign(tps)
             consumer.seek_to_beginning()
-            reader = _Reader(self.name, records, progress)
+            reader = Reader(self.name, records, clock)
             while reader.more():
-                reader.took(consumer.poll(timeout_ms=POLL_TIMEOUT_MS).values())
+                reader.took(*_counted(consumer.poll(timeout_ms=POLL_TIMEOUT_MS)))
         finally:
             consumer.close()
         return reader.result()
+
+
+def _counted(polled: dict) -> tuple[int, int]:
+    """(records, value bytes) of a poll's {partition: [records]}."""
+    count = nbytes = 0
+    for records in polled.values():
+        count += len(records)
+        nbytes += sum(len(r.value) for r in records)
+    return count, nbytes
 
 
 def _acked(clock: RecordClock, i: int, metadata) -> None:
@@ -175,22 +153,25 @@ class AioKafka:
             await producer.stop()
 
     def consume(self, bootstrap: dict, topic: str, partitions: list[int], records: int,
-                progress) -> ConsumeResult:
+                clock: ReadClock) -> ConsumeResult:
         return asyncio.run(self._consume(bootstrap["kafka"], topic, partitions, records,
-                                         progress))
+                                         clock))
 
     async def _consume(self, bootstrap: str, topic: str, partitions: list[int], records: int,
-                       progress) -> ConsumeResult:
+                       clock: ReadClock) -> ConsumeResult:
         from aiokafka import AIOKafkaConsumer, TopicPartition
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest")
         await consumer.start()
         try:
-            consumer.assign([TopicPartition(topic, p) for p in partitions])
+            tps = [TopicPartition(topic, p) for p in partitions]
+            await consumer.beginning_offsets(tps)   # connected to every leader, untimed
+            clock.start()
+            consumer.assign(tps)
             await consumer.seek_to_beginning()
-            reader = _Reader(self.name, records, progress)
+            reader = Reader(self.name, records, clock)
             while reader.more():
-                reader.took((await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)).values())
+                reader.took(*_counted(await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)))
         finally:
             await consumer.stop()
         return reader.result()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bench.perf.kafka_clients.measure import RECORD_BYTES
 from node.perf import results
+from node.perf.common import MB_BYTES
 
 TOOL = "kafka-clients"
 NATIVE = "minikafka"
@@ -52,13 +53,18 @@ class Store:
         cluster["producer_props"] = dict(result.settings)
         return run.finish(summary=result.summary, cluster=cluster, topic=about)
 
-    def consume(self, client, round_: int, topic: str, result) -> None:
-        from node.perf.consumer import _record
-        arguments = argparse.Namespace(topic=topic, messages=result.records, local=False)
+    def consume(self, client, round_: int, topic: str, result) -> Path:
+        from node.perf.consumer import seconds_table
+        arguments = argparse.Namespace(topic=topic, messages=result.records)
         run = self._start(client, "consumer", round_, arguments)
-        # consumer-perf-test's record of a run over Fetch, timed from the first poll.
-        _record(run, result.progress, self.bootstrap["native"], arguments, 0.0,
-                result.seconds, result.records, result.bytes, 0.0)
+        run.add_samples("consume", seconds_table(result.clock.progress))
+        cluster, about = self._describe(client, topic)
+        return run.finish(summary={
+            "records": result.records, "bytes": result.bytes, "mode": "fetch",
+            # Once connected, to the last records read (bench.perf.kafka_clients.measure).
+            "seconds": result.seconds,
+            "records_per_s": result.records_per_s,
+            "mb_per_s": result.bytes_per_s / MB_BYTES}, cluster=cluster, topic=about)
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:

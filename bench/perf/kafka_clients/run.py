@@ -44,7 +44,8 @@ from bench.perf.kafka_clients import native, report
 from bench.perf.kafka_clients.librdkafka import ConfluentKafka
 from bench.perf.kafka_clients.measure import (RECORD_BYTES, SINGLE_WRITE_RATE_PER_S,
                                               ClientUnavailable, MeasureError, Pacer,
-                                              ProduceResult, RecordClock, latency_figures,
+                                              ProduceResult, ReadClock, RecordClock,
+                                              latency_figures,
                                               value_of)
 from bench.perf.kafka_clients.pure_python import AioKafka, KafkaPython
 from node.paths import absolute_path
@@ -176,10 +177,10 @@ class Bench:
         from node.perf.consumer import Progress
         for client in self.clients:
             print(f"run {round_ + 1}: {client.name} consumer", file=sys.stderr, flush=True)
-            progress = Progress(1000, False, per_second=True)
+            clock = ReadClock(Progress(1000, False, per_second=True))
             result = client.consume(self.bootstrap, "kbench-read",
                                     list(range(self.args.partitions)), self.args.records,
-                                    progress)
+                                    clock)
             if result.records != self.args.records:
                 raise MeasureError(f"{client.name}: read {result.records} records of "
                                    f"{self.args.records}")
