@@ -85,7 +85,8 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
     or a 2-D uint8 numpy array (one fixed-size record per row). ``keys=None`` means
     every key is null. ``timestamps_ms``: None (now), an int (all the same), or a
     sequence / numpy array of n ints. Arrays are encoded without per-record Python work.
-    ``headers``: None (no headers column), or per record a list of (key, value|None).
+    ``headers``: None, or per record a list of (key, value|None); the headers column is
+    written only if some record has headers.
     ``codec_hint``: the CODEC_* a Kafka producer compressed with (a hint, see above).
     ``log_append_time``: Kafka's LogAppendTime; every timestamp must then be the same.
     """
@@ -108,9 +109,10 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
         if len(headers) != n:
             raise ValueError(f"{len(headers)} header lists for {n} values")
         entries = [record_headers.encode_entry(h) for h in headers]
-        header_offsets = np.fromiter(itertools.accumulate(map(len, entries), initial=0),
-                                     np.int64, n + 1)
-        header_data = b"".join(entries)
+        if any(entries):  # no record with headers: no column, as for headers=None
+            header_offsets = np.fromiter(itertools.accumulate(map(len, entries), initial=0),
+                                         np.int64, n + 1)
+            header_data = b"".join(entries)
     return encode_columns(
         deltas.astype("<i4"), key_col.offsets, key_col.data, value_col.offsets,
         value_col.data, key_validity=key_col.validity, value_validity=value_col.validity,
@@ -130,15 +132,22 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
     """Encode one batch from its columns, already laid out: the one body writer
     (``build_batch`` and the Kafka listener's converter use it). ``timestamp_deltas``:
     n non-negative ints; offsets: n + 1 ints from 0, ending at their data's length;
-    validity: packed bitmaps (or None: nothing null); data: any bytes-like objects."""
-    deltas = np.asarray(timestamp_deltas, "<i4")
-    n = len(deltas)
+    validity: packed bitmaps (or None: nothing null); data: any bytes-like objects.
+    The int columns may be numpy arrays or, for a few records, lists (then packed with
+    struct: numpy's cost per call is most of a small batch's)."""
+    n = len(timestamp_deltas)
     if not 1 <= n <= BATCH_RECORDS_MAX:
         raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {n}")
     if not CODEC_NONE <= codec_hint <= CODEC_MAX:
         raise ValueError(f"unknown compression codec {codec_hint}")
-    parts = [deltas, np.asarray(key_offsets, "<i4"), np.asarray(value_offsets, "<i4"),
-             key_data, value_data]
+    if isinstance(timestamp_deltas, list):
+        int32s = _packed_int32s
+        max_delta, min_delta = max(timestamp_deltas), min(timestamp_deltas)
+    else:
+        int32s = _int32s
+        max_delta, min_delta = int(np.max(timestamp_deltas)), int(np.min(timestamp_deltas))
+    parts = [int32s(timestamp_deltas), int32s(key_offsets), int32s(value_offsets), key_data,
+             value_data]
     attributes = codec_hint | (ATTR_LOG_APPEND_TIME if log_append_time else 0)
     for bit, bitmap in ((ATTR_KEY_NULLS, key_validity), (ATTR_VALUE_NULLS, value_validity)):
         if bitmap is not None:
@@ -146,7 +155,7 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
             parts.append(bitmap)
     if header_offsets is not None:
         attributes |= ATTR_HEADERS
-        parts += [np.asarray(header_offsets, "<i4"), header_data]
+        parts += [int32s(header_offsets), header_data]
     views = [memoryview(p if isinstance(p, (bytes, bytearray, memoryview))
                         else np.ascontiguousarray(p)).cast("B") for p in parts]
     assert len(views[1]) == len(views[2]) == 4 * (n + 1), "offsets: n + 1 entries"
@@ -160,11 +169,18 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
         buf[position:position + len(view)] = view
         position += len(view)
     assert position == total_bytes
-    max_delta = int(deltas.max())
-    assert int(deltas.min()) >= 0, "timestamp deltas are >= 0"
+    assert min_delta >= 0, "timestamp deltas are >= 0"
     _pack_header(buf, base_offset, partition_leader_epoch, attributes, n, base_timestamp,
                  base_timestamp + max_delta, producer_id, producer_epoch, base_sequence)
     return buf
+
+
+def _int32s(values) -> np.ndarray:
+    return np.asarray(values, "<i4")
+
+
+def _packed_int32s(values: list) -> bytes:
+    return struct.pack(f"<{len(values)}i", *values)
 
 
 def _pack_header(buf: bytearray, base_offset: int, partition_leader_epoch: int,
@@ -406,8 +422,9 @@ def _check_header_entries(buf, position: int, header: BatchHeader, offsets_at: i
                                  position) from None
 
 
-def _layout(buf, position: int, header: BatchHeader) -> Columns:
-    """Check the body's structure; returns its sections as views."""
+def _layout(buf, position: int, header: BatchHeader, *, check: bool = True) -> Columns:
+    """Check the body's structure (unless ``_check_small_layout`` did); returns its
+    sections as views."""
     n = header.record_count
     view = memoryview(buf)[position:position + header.size_bytes]
     bitmap_bytes = (n + 7) // 8
@@ -426,13 +443,13 @@ def _layout(buf, position: int, header: BatchHeader) -> Columns:
     key_bytes, value_bytes = int(key_offsets[-1]), int(value_offsets[-1])
     header_bytes = _header_bytes_at(view, 0, header, fixed, key_bytes, value_bytes)
     _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
-    for name, offs in (("key", key_offsets), ("value", value_offsets)):
+    for name, offs in (("key", key_offsets), ("value", value_offsets)) if check else ():
         if offs[0] != 0 or (n and bool((offs[1:] < offs[:-1]).any())):
             raise CorruptRecordError(
                 f"batch at position {position}: {name} offsets are not monotonic from 0",
                 position)
-    if n and (int(deltas.min()) < 0 or
-              header.base_timestamp + int(deltas.max()) != header.max_timestamp):
+    if check and n and (int(deltas.min()) < 0 or
+                        header.base_timestamp + int(deltas.max()) != header.max_timestamp):
         raise CorruptRecordError(
             f"batch at position {position}: timestamp deltas do not match "
             f"max_timestamp {header.max_timestamp}", position)
@@ -449,7 +466,8 @@ def _layout(buf, position: int, header: BatchHeader) -> Columns:
         p += bitmap_bytes
     if header.attributes & ATTR_HEADERS:
         header_offsets = np.frombuffer(view, dtype="<i4", count=n + 1, offset=p)
-        _check_header_entries(buf, position, header, p, header_offsets.tolist())
+        if check:
+            _check_header_entries(buf, position, header, p, header_offsets.tolist())
         p += 4 * (n + 1)
         header_data = view[p:p + header_bytes]
         p += header_bytes
@@ -519,6 +537,9 @@ def read_columns(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
     header = read_header(buf, position, max_bytes=max_bytes)
     if verify_crc:
         _verify_crc(buf, position, header)
+    if header.record_count <= SMALL_BATCH_RECORDS:
+        _check_small_layout(buf, position, header)
+        return _layout(buf, position, header, check=False)
     return _layout(buf, position, header)
 
 

@@ -37,7 +37,15 @@ LAYERS: dict[str, set[str]] = {
     "node.waiting": set(),
     "node.http_guard": set(),   # any HTTP surface may use it; it uses nothing of node
     "node.paths": set(),
-    "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config"},
+    # The broker starts its Kafka listener (one module of node.kafka).
+    "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config",
+                            "node.kafka.listener"},
+    "node.kafka": _BASE,   # Kafka's wire protocol (issue 25): records, codecs
+    # Kafka's wire onto the native handlers: the translations see the broker only through
+    # their context (node.config's names); the listener lives on the broker's loop.
+    "node.kafka.translate": _BASE | {"node.kafka", "node.config"},
+    "node.kafka.listener": _BASE | {"node.kafka", "node.kafka.translate", "node.config",
+                                    "node.broker"},
     "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group"},
     "node.tools": _CLIENT_SIDE,
     "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},

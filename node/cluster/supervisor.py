@@ -100,6 +100,7 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
             if running:
                 raise ClusterError(f"{directory} already holds a running cluster "
                                    f"({', '.join(running)}); use 'cluster start' or 'down'")
+            cluster._give_kafka_listeners()
         else:
             cluster = cls._create(directory, brokers, config or {}, cluster_id, zookeeper,
                                   broker_config or {}, netns)
@@ -153,6 +154,17 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
         for broker_id in ports:
             cluster._write_properties(broker_id)
         return cluster
+
+    def _give_kafka_listeners(self) -> None:
+        """A cluster made before brokers had a Kafka listener gets one per broker (a
+        free port each, in cluster.json and the brokers' server.properties)."""
+        missing = [b for b in self.broker_ids if b not in self.kafka_ports]
+        for broker_id in missing:
+            self.kafka_ports[broker_id] = _free_port()
+        if missing:
+            self._save_spec()
+            for broker_id in missing:
+                self._write_properties(broker_id)
 
     @classmethod
     def open(cls, directory) -> "Cluster":

@@ -39,7 +39,8 @@ from node.broker.failures import LogLimiter
 from node.broker.loop import EventLoop
 from node.config import KAFKA_LISTENER, BrokerConfig
 from node.kafka.protocol import (API_NAMES, FrameDecoder, KafkaProtocolError, RequestHeader,
-                                 UnsupportedVersion, decode_request, encode_response)
+                                 UnsupportedVersion, decode_request)
+from node.kafka.protocol.codec import encode_response_pieces
 from node.kafka.translate import TRANSLATIONS, NativeCall, top_level_error
 from node.kafka.translate.api_versions import api_versions_response
 from node.kafka.translate.context import KafkaContext
@@ -56,10 +57,18 @@ RECEIVES_PER_WAKEUP_MAX = 16          # then other connections get their turn
 IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX = 256
 OUTPUT_BYTES_PER_CONNECTION_MAX = 64 * 1024 * 1024
 SEND_BUFFERS_PER_CALL_MAX = 64        # buffers handed to one sendmsg (below IOV_MAX)
+# An answer's pieces at least this large (records) are sent as they are; the small ones
+# between them are joined (one sendmsg buffer per field would cost more than the copy).
+LARGE_PIECE_BYTES = 16 * 1024
 LISTEN_BACKLOG = 128
 VIOLATION_LOG_INTERVAL_S = 1.0
 
 API_VERSIONS_KEY = 18
+# A translation only reads the broker's state and builds objects; if one fails on what a
+# client sent, that is a bug of the translation (logged, the connection closed), never a
+# reason to stop the broker. Assertions still stop it (node.broker.failures).
+TRANSLATION_BUGS = (AttributeError, KeyError, IndexError, TypeError, ValueError,
+                    LookupError, ArithmeticError)
 
 
 def route_responses(native_send):
@@ -86,7 +95,7 @@ class Exchange:
         self.translation = None
         self.state = None
         self.done = False
-        self.data: bytes | None = None       # the encoded answer; None = no answer
+        self.data: list | None = None        # the encoded answer's buffers; None = none
 
     def answer(self, body: dict, frames=()) -> None:
         """The native handler's answer: translated, encoded, queued in order."""
@@ -98,15 +107,20 @@ class Exchange:
             return
         ctx = conn.listener.ctx
         translation = self.translation
-        if body.get("error") and set(body) <= {"error", "error_message"}:
-            response = translation.error(ctx, self.header, self.request, body["error"],
-                                         body.get("error_message"))
-        elif self.state is not None:
-            response = translation.response(ctx, self.header, self.request, body,
-                                            list(frames), state=self.state)
-        else:
-            response = translation.response(ctx, self.header, self.request, body,
-                                            list(frames))
+        try:
+            if body.get("error") and set(body) <= {"error", "error_message"}:
+                response = translation.error(ctx, self.header, self.request, body["error"],
+                                             body.get("error_message"))
+            elif self.state is not None:
+                response = translation.response(ctx, self.header, self.request, body,
+                                                list(frames), state=self.state)
+            else:
+                response = translation.response(ctx, self.header, self.request, body,
+                                                list(frames))
+        except TRANSLATION_BUGS as e:
+            self.done = True
+            conn.listener.translation_failed(conn, self.header, e)
+            return
         self.finish(response)
 
     def finish(self, response) -> None:
@@ -118,7 +132,7 @@ class Exchange:
             return
         if response is not None:
             try:
-                self.data = encode_response(self.header, response)
+                self.data = _coalesced(encode_response_pieces(self.header, response))
             except (KafkaProtocolError, ValueError, TypeError, OverflowError) as e:
                 conn.listener.violation(conn, f"cannot encode the answer to {_name(self.header)} "
                                               f"(correlation id {self.header.correlation_id}): {e}")
@@ -170,9 +184,10 @@ class KafkaListener:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             server.bind((entry.host, entry.port))
-        except OSError:
+        except OSError as e:
             server.close()
-            raise
+            raise OSError(e.errno, f"cannot bind the Kafka listener {entry}: "
+                                   f"{e.strerror}") from None
         server.listen(LISTEN_BACKLOG)
         server.setblocking(False)
         self.server = server
@@ -229,6 +244,16 @@ class KafkaListener:
             conn.sock.close()
         except OSError:
             pass
+
+    def translation_failed(self, conn: KafkaConnection, header, e: Exception) -> None:
+        """A translation failed on what a client sent (a bug of ours): the broker's state
+        is untouched (translations only build objects), so that connection is closed,
+        the failure logged with its traceback, and the broker serves on."""
+        if self._violations.allow(("bug", header.api_key)):
+            logger.error("kafka listener: translating %s v%d from %s failed; closing the "
+                         "connection", _name(header), header.api_version, conn.peer,
+                         exc_info=e)
+        self._drop(conn)
 
     def violation(self, conn: KafkaConnection, what: str) -> None:
         """Close ``conn`` for something it sent; one line per interval for all of them."""
@@ -301,6 +326,10 @@ class KafkaListener:
         exchange.translation = translation
         try:
             result = translation.request(self.ctx, header, request)
+        except TRANSLATION_BUGS as e:
+            exchange.done = True
+            self.translation_failed(conn, header, e)
+            return
         except (protocol.ProtocolError, KafkaProtocolError) as e:
             response = translation.error(self.ctx, header, request,
                                          ErrorCode.INVALID_REQUEST, str(e))
@@ -352,8 +381,8 @@ class KafkaListener:
         while exchanges and exchanges[0].done:
             data = exchanges.popleft().data
             if data:
-                conn.output.append(data)
-                conn.output_bytes += len(data)
+                conn.output.extend(data)
+                conn.output_bytes += sum(map(len, data))
         if conn.output:
             self._write(conn)
         if not conn.closed:
@@ -387,6 +416,22 @@ class KafkaListener:
         if wanted != conn.watching:
             conn.watching = wanted
             self.loop.watch(conn.fd, *wanted)
+
+
+def _coalesced(pieces: list) -> list:
+    """An answer's pieces as few buffers: large ones kept, runs of small ones joined."""
+    out, small = [], []
+    for piece in pieces:
+        if len(piece) >= LARGE_PIECE_BYTES:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(piece)
+        else:
+            small.append(piece)
+    if small:
+        out.append(b"".join(small))
+    return out
 
 
 def _name(header) -> str:

@@ -32,12 +32,14 @@ INT32_MAX = 2**31 - 1
 
 @dataclass
 class RecordColumns:
-    timestamps: np.ndarray  # int64[n], absolute ms
-    key_lengths: np.ndarray  # int64[n], -1 = null key
+    """The int columns are numpy int64 arrays, or lists (the scalar paths, few records)."""
+
+    timestamps: np.ndarray | list  # [n], absolute ms
+    key_lengths: np.ndarray | list  # [n], -1 = null key
     key_data: bytes
-    value_lengths: np.ndarray  # int64[n], -1 = null value
+    value_lengths: np.ndarray | list  # [n], -1 = null value
     value_data: bytes
-    header_lengths: np.ndarray | None  # int64[n] (0 = no headers), None: no record has any
+    header_lengths: np.ndarray | list | None  # [n] (0 = no headers); None: no headers at all
     header_data: bytes | None
 
     @property
@@ -47,45 +49,55 @@ class RecordColumns:
 
 # ---------------------------------------------------------------- decoding
 
-def _record_bounds(raw: bytes, n: int) -> tuple[list[int], list[int]]:
-    """(start of each record's body, its length): the one sequential walk, tight."""
-    starts: list[int] = []
-    lengths: list[int] = []
-    add_start, add_length = starts.append, lengths.append
+def _step_table() -> list:
+    """For the two bytes at a record's start (first | second << 8): how far the next
+    record starts (its length varint's bytes + the length), when the varint takes one
+    or two bytes (records under 8 KiB); None when it takes more."""
+    first = np.arange(1 << 16) & 0xFF
+    second = np.arange(1 << 16) >> 8
+    one = (first >> 1) ^ -(first & 1)
+    z = (first & 0x7F) | (second << 7)
+    two = (z >> 1) ^ -(z & 1)
+    steps = np.where(first < 0x80, 1 + one, 2 + two).tolist()
+    for index in np.flatnonzero((first >= 0x80) & (second >= 0x80)).tolist():
+        steps[index] = None
+    return steps
+
+
+_STEPS = _step_table()
+
+
+def _record_starts(raw: bytes, n: int) -> list[int]:
+    """Where each of the ``n`` records starts (at its length varint): the one sequential
+    walk of the format, one table look-up a record. ``raw`` ends with a pad byte. The
+    caller checks the result (a negative or short length is caught there)."""
+    starts = [0] * n
     p = 0
+    steps = _STEPS
     try:
-        for _ in range(n):
-            b = raw[p]
-            if b < 0x80:
-                z = b
-                p += 1
-            else:
-                c = raw[p + 1]
-                if c < 0x80:
-                    z = (b & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    z, p = _long_length(raw, p)
-            length = (z >> 1) ^ -(z & 1)
-            if length < RECORD_BODY_MIN_BYTES:
-                raise ValueError(f"a record of {length} bytes")
-            add_start(p)
-            add_length(length)
-            p += length
+        for i in range(n):
+            starts[i] = p
+            p += steps[raw[p] | (raw[p + 1] << 8)]
+    except TypeError:  # a record of 8 KiB or more: a longer varint
+        return _record_starts_long(raw, n, starts, i)
     except IndexError:
-        raise ValueError(f"the records end before record {len(starts)} of {n}") from None
-    if p != len(raw):
-        raise ValueError(f"{n} records end at byte {p} of {len(raw)}" if p < len(raw)
-                         else f"record {n - 1} runs past the end of the batch")
-    return starts, lengths
+        raise ValueError(f"the records end before record {i} of {n}") from None
+    return starts
 
 
-def _long_length(raw: bytes, p: int) -> tuple[int, int]:
-    try:
-        value, p = record_headers.read_varint(raw, p, len(raw))
-    except HeaderFormatError as e:
-        raise ValueError(f"record length: {e}") from None
-    return ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF, p  # back to zigzag form
+def _record_starts_long(raw: bytes, n: int, starts: list[int], i: int) -> list[int]:
+    p = starts[i]
+    end = len(raw) - PAD_BYTES
+    for i in range(i, n):
+        starts[i] = p
+        try:
+            length, p = record_headers.read_varint(raw, p, end)
+        except HeaderFormatError as e:
+            raise ValueError(f"record {i}'s length: {e}") from None
+        if length < RECORD_BODY_MIN_BYTES:
+            raise ValueError(f"record {i} is {length} bytes long")
+        p += length
+    return starts
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int, what: str):
@@ -120,10 +132,16 @@ def decode(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
     deltas must be 0..n-1 in order (our log numbers records by position)."""
     if n > len(raw) // (RECORD_BODY_MIN_BYTES + 1):
         raise ValueError(f"{n} records cannot fit in {len(raw)} bytes")
-    start_list, length_list = _record_bounds(raw, n)
-    arr = np.frombuffer(raw + bytes(PAD_BYTES), np.uint8)
-    starts = np.array(start_list, np.int64)
-    ends = starts + np.array(length_list, np.int64)
+    padded = raw + bytes(PAD_BYTES)
+    record_starts = np.array(_record_starts(padded, n), np.int64)
+    arr = np.frombuffer(padded, np.uint8)
+    lengths, starts = _varints(arr, record_starts, VARINT_BYTES_MAX, "record length")
+    ends = starts + lengths
+    if int(lengths.min()) < RECORD_BODY_MIN_BYTES:
+        bad = int(np.flatnonzero(lengths < RECORD_BODY_MIN_BYTES)[0])
+        raise ValueError(f"record {bad} is {int(lengths[bad])} bytes long")
+    if not np.array_equal(ends[:-1], record_starts[1:]) or int(ends[-1]) != len(raw):
+        raise ValueError(f"{n} records do not fill the batch's {len(raw)} bytes")
 
     def inside(pos, what):
         if bool((pos > ends).any()):
@@ -136,7 +154,7 @@ def decode(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
     inside(pos, "an offset delta")
     if not np.array_equal(offsets, np.arange(n)):
         bad = int(np.flatnonzero(offsets != np.arange(n))[0])
-        raise OffsetDeltaError(f"record {bad} has offset delta {int(offsets[bad])}")
+        raise ValueError(f"record {bad} has offset delta {int(offsets[bad])}")
     key_lengths, pos = _varints(arr, pos, VARINT_BYTES_MAX, "key length")
     key_starts = pos
     pos = pos + np.maximum(key_lengths, 0)
@@ -161,14 +179,60 @@ def decode(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
         bad = int(np.flatnonzero(pos != ends)[0])
         raise ValueError(f"record {bad}: {int(ends[bad] - pos[bad])} bytes left after its "
                          f"fields")
+    if not -2**63 <= first_timestamp + int(deltas.min()) <= \
+            first_timestamp + int(deltas.max()) < 2**63:
+        raise ValueError("timestamps out of the 64-bit range")
     timestamps = deltas + first_timestamp
-    return RecordColumns(timestamps, key_lengths, _gather(raw, key_starts, key_lengths),
-                         value_lengths, _gather(raw, value_starts, value_lengths),
+    return RecordColumns(timestamps, key_lengths,
+                         _gather(raw, key_starts, np.maximum(key_lengths, 0)), value_lengths,
+                         _gather(raw, value_starts, np.maximum(value_lengths, 0)),
                          header_lengths, header_data)
 
 
-class OffsetDeltaError(ValueError):
-    """Offset deltas that are not 0..n-1 in order."""
+def decode_scalar(raw: bytes, n: int, first_timestamp: int) -> RecordColumns:
+    """``decode`` record by record in Python, its columns as lists: for a few records,
+    where numpy's fixed cost per call is the larger part (a linger.ms=0 producer)."""
+    read = record_headers.read_varint
+    timestamps, key_lengths, value_lengths, header_lengths = [], [], [], []
+    keys, values, headers = [], [], []
+    p, end = 0, len(raw)
+    try:
+        for i in range(n):
+            length, p = read(raw, p, end)
+            record_end = p + length
+            if length < RECORD_BODY_MIN_BYTES or record_end > end:
+                raise ValueError(f"record {i} is {length} bytes long, {end - p} left")
+            delta, p = read(raw, p + 1, record_end, VARLONG_BYTES_MAX)  # after attributes
+            offset_delta, p = read(raw, p, record_end)
+            if offset_delta != i:
+                raise ValueError(f"record {i} has offset delta {offset_delta}")
+            timestamps.append(first_timestamp + delta)
+            for lengths, parts in ((key_lengths, keys), (value_lengths, values)):
+                size, p = read(raw, p, record_end)
+                if size < -1 or p + size > record_end:
+                    raise ValueError(f"record {i}: a field of {size} bytes")
+                lengths.append(size)
+                if size > 0:
+                    parts.append(raw[p:p + size])
+                    p += size
+            header_end = record_headers.entry_end(raw, p, record_end) if p < record_end \
+                else -1
+            if header_end != record_end:
+                raise ValueError(f"record {i}: its fields do not fill its length")
+            entry = raw[p:record_end] if raw[p] else b""  # count 0: no headers
+            header_lengths.append(len(entry))
+            headers.append(entry)
+            p = record_end
+    except HeaderFormatError as e:
+        raise ValueError(f"record {len(timestamps)}: {e}") from None
+    if p != end:
+        raise ValueError(f"{n} records end at byte {p} of {end}")
+    if not -2**63 <= min(timestamps) <= max(timestamps) < 2**63:
+        raise ValueError("timestamps out of the 64-bit range")
+    with_headers = any(header_lengths)
+    return RecordColumns(timestamps, key_lengths, b"".join(keys), value_lengths,
+                         b"".join(values), header_lengths if with_headers else None,
+                         b"".join(headers) if with_headers else None)
 
 
 def _entry_end(raw: bytes, start: int, end: int) -> int:
@@ -180,8 +244,23 @@ def _entry_end(raw: bytes, start: int, end: int) -> int:
 
 # ---------------------------------------------------------------- encoding
 
+# Zigzag varints of -TABLE_HALF..TABLE_HALF-1, precomputed (3 bytes at most): a record's
+# lengths and deltas are nearly always in this range, so one look-up encodes a column.
+TABLE_HALF = 1 << 15
+
+
 def _varint_bytes(values: np.ndarray):
     """Zigzag varints of ``values`` (int64[n]): (uint8 matrix [n, width], lengths)."""
+    if len(values) and -TABLE_HALF <= int(values.min()) and \
+            int(values.max()) < TABLE_HALF:
+        index = values + TABLE_HALF
+        lengths = _TABLE_LENGTHS[index]
+        width = int(lengths.max())
+        return _TABLE[index, :width], lengths
+    return _computed_varint_bytes(values)
+
+
+def _computed_varint_bytes(values: np.ndarray):
     z = (values << 1) ^ (values >> 63)
     z = z.view(np.uint64)
     groups = [z & np.uint64(0x7F)]
@@ -197,67 +276,119 @@ def _varint_bytes(values: np.ndarray):
     return matrix, lengths
 
 
-def _ragged(matrices_and_lengths) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise concatenation of several varint matrices, each row keeping only its
-    first ``length`` bytes: (bytes of all rows back to back, bytes per row)."""
-    matrix = np.concatenate([m for m, _ in matrices_and_lengths], axis=1)
-    mask = np.concatenate([np.arange(m.shape[1]) < lengths[:, None]
-                           for m, lengths in matrices_and_lengths], axis=1)
-    return matrix[mask], sum(lengths for _, lengths in matrices_and_lengths)
+_TABLE, _TABLE_LENGTHS = _computed_varint_bytes(np.arange(-TABLE_HALF, TABLE_HALF))
+assert _TABLE.shape == (2 * TABLE_HALF, 3)
 
 
-def encode(columns: RecordColumns, timestamp_base: int) -> np.ndarray:
+def _ragged(parts) -> bytes:
+    """Row-wise concatenation of ``(matrix, mask)`` parts (mask None: the whole part),
+    keeping the masked bytes of each row: all rows' bytes back to back."""
+    matrix = np.concatenate([m for m, _ in parts], axis=1)
+    mask = np.concatenate([np.ones(m.shape, bool) if k is None else k for m, k in parts],
+                          axis=1)
+    return matrix[mask].tobytes()
+
+
+def _mask(lengths: np.ndarray, width: int) -> np.ndarray:
+    return _WIDTHS[:width] < lengths[..., None]
+
+
+_WIDTHS = np.arange(16)  # a varint matrix is at most 3 (table) or 10 bytes wide
+
+
+def encode(columns: RecordColumns, timestamp_base: int) -> bytes:
     """Kafka v2 records for ``columns`` (offset deltas 0..n-1, timestamps relative to
-    ``timestamp_base``): uint8 array of the records back to back."""
+    ``timestamp_base``), back to back.
+
+    Every varint of every record is computed at once (numpy, two table look-ups). Then,
+    without headers and with keys and values of about one size, each record is one row
+    of a matrix [previous record's header count 0x00 | length | attributes | timestamp
+    delta | offset delta | key length | key | value length | value] and one boolean
+    compaction of the rows is the records; otherwise one ``bytes.join`` of small glue
+    pieces and slices of the key, value and header sections.
+    """
     n = columns.count
     key_bytes = np.maximum(columns.key_lengths, 0)
     value_bytes = np.maximum(columns.value_lengths, 0)
-    if columns.header_lengths is None:
-        tail_bytes = np.ones(n, np.int64)
-        header_lengths = np.zeros(n, np.int64)
+    header_lengths = columns.header_lengths
+    tail_bytes = 1 if header_lengths is None else np.maximum(header_lengths, 1)
+    # timestamp delta, offset delta, key length, value length: one look-up for all
+    fields = np.empty((n, 4), np.int64)
+    fields[:, 0] = columns.timestamps
+    fields[:, 0] -= timestamp_base
+    fields[:, 1] = np.arange(n)
+    fields[:, 2] = columns.key_lengths
+    fields[:, 3] = columns.value_lengths
+    field_bytes, field_lengths = _varint_bytes(fields.ravel())
+    width = field_bytes.shape[1]
+    field_bytes = field_bytes.reshape(n, 4 * width)
+    field_lengths = field_lengths.reshape(n, 4)
+    field_mask = _mask(field_lengths, width).reshape(n, 4 * width)
+    body = 1 + field_lengths.sum(axis=1) + key_bytes + value_bytes + tail_bytes
+    length_bytes, length_lengths = _varint_bytes(body)
+    length_mask = _mask(length_lengths, length_bytes.shape[1])
+    head = 3 * width  # timestamp delta, offset delta, key length
+    zero = np.zeros((n, 1), np.uint8)
+    if header_lengths is None and _rows_fit(n, key_bytes, value_bytes):
+        previous_tail = (zero, (np.arange(n) > 0)[:, None])
+        records = _ragged([previous_tail, (length_bytes, length_mask), (zero, None),
+                           (field_bytes[:, :head], field_mask[:, :head]),
+                           _rows(columns.key_data, key_bytes),
+                           (field_bytes[:, head:], field_mask[:, head:]),
+                           _rows(columns.value_data, value_bytes)])
+        return records + b"\x00"
+    prefix = _ragged([(length_bytes, length_mask), (zero, None),
+                      (field_bytes[:, :head], field_mask[:, :head])])
+    middle = _ragged([(field_bytes[:, head:], field_mask[:, head:])])
+    pieces = [b""] * (5 * n)
+    pieces[0::5] = _slices(prefix, _bounds(length_lengths + 1 + field_lengths[:, :3].sum(1)))
+    pieces[1::5] = _slices(bytes(columns.key_data), _bounds(key_bytes))
+    pieces[2::5] = _slices(middle, _bounds(field_lengths[:, 3]))
+    pieces[3::5] = _slices(bytes(columns.value_data), _bounds(value_bytes))
+    if header_lengths is None:
+        pieces[4::5] = [b"\x00"] * n
     else:
-        header_lengths = columns.header_lengths
-        tail_bytes = np.maximum(header_lengths, 1)  # no headers: one 0x00 (count 0)
-    fields = [_varint_bytes(columns.timestamps - timestamp_base),
-              _varint_bytes(np.arange(n, dtype=np.int64)),
-              _varint_bytes(columns.key_lengths)]
-    value_length = _varint_bytes(columns.value_lengths)
-    body = 1 + sum(lengths for _, lengths in fields) + key_bytes + value_length[1] + \
-        value_bytes + tail_bytes
-    attributes = (np.zeros((n, 1), np.uint8), np.ones(n, np.int64))
-    prefix, prefix_bytes = _ragged([_varint_bytes(body), attributes] + fields)
-    middle, middle_bytes = _ragged([value_length])
-    key_data = np.frombuffer(columns.key_data, np.uint8)
-    value_data = np.frombuffer(columns.value_data, np.uint8)
-    header_data = np.frombuffer(columns.header_data or b"", np.uint8)
-    sources = [prefix, key_data, middle, value_data, header_data, np.zeros(1, np.uint8)]
-    source = np.concatenate(sources)
-    bases = np.cumsum([0] + [len(s) for s in sources[:-1]])
-
-    def starts(lengths):
-        return np.cumsum(lengths) - lengths
-
-    zero_at = bases[5]
-    tail_starts = np.where(header_lengths > 0, bases[4] + starts(header_lengths), zero_at)
-    segment_starts = np.stack([bases[0] + starts(prefix_bytes), bases[1] + starts(key_bytes),
-                               bases[2] + starts(middle_bytes), bases[3] + starts(value_bytes),
-                               tail_starts], axis=1).ravel()
-    segment_lengths = np.stack([prefix_bytes, key_bytes, middle_bytes, value_bytes,
-                                tail_bytes], axis=1).ravel()
-    return source[_segment_index(segment_starts, segment_lengths)]
+        entries = _slices(bytes(columns.header_data), _bounds(header_lengths))
+        pieces[4::5] = [entry or b"\x00" for entry in entries]
+    return b"".join(pieces)
 
 
-def _segment_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Indexes into a source for the segments ``(starts[i], lengths[i])`` back to back:
-    one cumulative sum (each index is the previous plus one, but at a segment's start)."""
-    keep = lengths > 0
-    starts, lengths = starts[keep], lengths[keep]
-    total = int(lengths.sum())
-    steps = np.ones(total, np.int64)
-    firsts = np.cumsum(lengths) - lengths
-    steps[0] = starts[0]
-    steps[firsts[1:]] = starts[1:] - (starts[:-1] + lengths[:-1]) + 1
-    return np.cumsum(steps)
+# ``encode`` lays records out as rows of a matrix when the padding (rows as wide as the
+# longest key and value) costs at most this many times the bytes themselves, plus a
+# little a record.
+ROWS_PADDING_RATIO = 2
+ROWS_PADDING_SLACK_BYTES = 64
+
+
+def _rows_fit(n: int, key_bytes: np.ndarray, value_bytes: np.ndarray) -> bool:
+    padded = n * (int(key_bytes.max()) + int(value_bytes.max()))
+    return padded <= ROWS_PADDING_RATIO * int(key_bytes.sum() + value_bytes.sum()) + \
+        ROWS_PADDING_SLACK_BYTES * n
+
+
+def _rows(data, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The pieces of ``data`` (``lengths`` back to back) as rows of a matrix, each left
+    aligned, and the mask of their bytes (None: every byte)."""
+    n = len(lengths)
+    width = int(lengths.max())
+    flat = np.frombuffer(data, np.uint8)
+    if int(lengths.min()) == width:
+        return flat.reshape(n, width), None  # all one size: a view, no copy
+    matrix = np.empty((n, width), np.uint8)
+    mask = np.arange(width) < lengths[:, None]
+    matrix[mask] = flat
+    return matrix, mask
+
+
+def _bounds(lengths: np.ndarray) -> list[int]:
+    """Offsets 0, l0, l0 + l1, ... as a list (n + 1 entries)."""
+    bounds = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    return bounds.tolist()
+
+
+def _slices(data: bytes, bounds: list[int]) -> list[bytes]:
+    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def encode_scalar(columns: RecordColumns, timestamp_base: int) -> bytes:

@@ -37,6 +37,7 @@ Checks, with Kafka's error codes (``RecordError.code``):
 """
 from __future__ import annotations
 
+import itertools
 import struct
 
 import numpy as np
@@ -61,11 +62,12 @@ ATTR_CODEC_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
-# Up to this many records, ``log_to_kafka`` encodes record by record in Python: numpy's
-# fixed cost per call is larger than the per-record work (a linger.ms=0 producer's
-# single-record batches, a consumer at the end of the log).
-SCALAR_ENCODE_RECORDS_MAX = 16
+# Up to this many records a batch is converted record by record in Python, both ways:
+# numpy's fixed cost per call is larger than the per-record work (a linger.ms=0
+# producer's single-record batches, a consumer at the end of the log).
+SCALAR_RECORDS_MAX = 16
 INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 
 assert KAFKA_HEADER_BYTES == log_batch.HEADER_BYTES == 61
 assert log_batch.CODEC_ZSTD == compression.CODEC_ZSTD
@@ -87,9 +89,9 @@ def kafka_to_log(data, *, log_append_time_ms: int | None = None,
     data = bytes(data) if not isinstance(data, bytes) else data
     if not data:
         raise RecordError(ErrorCode.INVALID_RECORD, "no record batch at all")
-    out = bytearray()
-    position = 0
-    while position < len(data):
+    size, out = _kafka_batch_to_log(data, 0, log_append_time_ms, max_bytes)
+    position = size
+    while position < len(data):  # more batches (Kafka's clients send one a partition)
         size, converted = _kafka_batch_to_log(data, position, log_append_time_ms, max_bytes)
         out += converted
         position += size
@@ -134,11 +136,12 @@ def _kafka_batch_to_log(data: bytes, position: int, log_append_time_ms: int | No
         try:
             raw = bytes(compression.decompress(codec, raw, max_bytes))
         except compression.CompressionError as e:
-            code = ErrorCode.MESSAGE_TOO_LARGE if "more than" in str(e) or "over the limit" \
-                in str(e) else ErrorCode.CORRUPT_MESSAGE
+            code = ErrorCode.MESSAGE_TOO_LARGE if e.too_large else ErrorCode.CORRUPT_MESSAGE
             raise RecordError(code, f"record batch at byte {position}: {e}") from None
+    decode = record_columns.decode_scalar if count <= SCALAR_RECORDS_MAX else \
+        record_columns.decode
     try:
-        columns = record_columns.decode(raw, count, base_timestamp)
+        columns = decode(raw, count, base_timestamp)
     except ValueError as e:
         raise RecordError(ErrorCode.INVALID_RECORD,
                           f"record batch at byte {position}: {e}") from None
@@ -182,21 +185,29 @@ def _check_batch_header(attributes: int, codec: int, count: int, last_offset_del
 
 def _encode_log_batch(columns: RecordColumns, log_append: int | None, **fields) -> bytearray:
     """Our batch for ``columns`` (through shm.batch, the one batch encoder)."""
-    n = columns.count
+    small = isinstance(columns.timestamps, list)
+    n = len(columns.timestamps)
     if log_append is not None:
         base_timestamp = log_append
-        deltas = np.zeros(n, "<i4")
+        deltas = [0] * n if small else np.zeros(n, "<i4")
+    elif small:
+        base_timestamp = min(columns.timestamps)
+        deltas = [t - base_timestamp for t in columns.timestamps]
     else:
         base_timestamp = int(columns.timestamps.min())
         deltas = columns.timestamps - base_timestamp
-        if int(deltas.max()) > INT32_MAX:
-            raise RecordError(ErrorCode.INVALID_RECORD,
-                              "the timestamps of one batch span more than 2**31 ms")
-    key_offsets, key_validity = _offsets_and_validity(columns.key_lengths)
-    value_offsets, value_validity = _offsets_and_validity(columns.value_lengths)
+    span = max(deltas) if small else int(deltas.max())
+    lowest = min(deltas) if small else int(deltas.min())
+    if span > INT32_MAX or lowest < 0 or not INT64_MIN <= base_timestamp <= INT64_MAX - span:
+        raise RecordError(ErrorCode.INVALID_RECORD,
+                          "the timestamps of one batch span more than 2**31 ms or leave "
+                          "the 64-bit range")
+    layout = _small_layout if small else _layout
+    key_offsets, key_validity = layout(columns.key_lengths)
+    value_offsets, value_validity = layout(columns.value_lengths)
     header_offsets = None
     if columns.header_lengths is not None:
-        header_offsets = _offsets(columns.header_lengths)
+        header_offsets, _ = layout(columns.header_lengths)
     try:
         return log_batch.encode_columns(
             deltas, key_offsets, columns.key_data, value_offsets, columns.value_data,
@@ -207,33 +218,45 @@ def _encode_log_batch(columns: RecordColumns, log_append: int | None, **fields) 
         raise RecordError(ErrorCode.MESSAGE_TOO_LARGE, str(e)) from None
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def _layout(lengths: np.ndarray):
+    """(offsets from 0, validity bitmap or None) for lengths where -1 is null."""
+    nulls = lengths < 0
+    present = np.maximum(lengths, 0) if bool(nulls.any()) else lengths
     offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    np.cumsum(present, out=offsets[1:])
     if int(offsets[-1]) > INT32_MAX:
         raise RecordError(ErrorCode.MESSAGE_TOO_LARGE, "a batch's keys, values or headers "
                                                        "exceed 2**31 bytes")
-    return offsets
+    if present is lengths:
+        return offsets, None
+    return offsets, np.packbits(~nulls, bitorder="little")
 
 
-def _offsets_and_validity(lengths: np.ndarray):
-    nulls = lengths < 0
-    if not bool(nulls.any()):
-        return _offsets(lengths), None
-    return _offsets(np.maximum(lengths, 0)), np.packbits(~nulls, bitorder="little")
+def _small_layout(lengths: list):
+    """``_layout`` for a few records, in Python."""
+    offsets = list(itertools.accumulate((max(x, 0) for x in lengths), initial=0))
+    if -1 not in lengths:
+        return offsets, None
+    bitmap = bytearray((len(lengths) + 7) // 8)
+    for i, length in enumerate(lengths):
+        if length >= 0:
+            bitmap[i >> 3] |= 1 << (i & 7)
+    return offsets, bytes(bitmap)
 
 
 # ---------------------------------------------------------------- log -> Kafka
 
 def log_to_kafka(data, *, compression: str | None = None) -> list:
-    """Our batches back to back (as read from the log) -> Kafka v2 batches, one per
-    batch, as a list of bytes-like objects (the protocol codec writes a list as one
+    """Our batches back to back (as read from the log; or a list of such reads) -> Kafka
+    v2 batches, one per batch, as a list of bytes-like objects (the protocol codec writes a list as one
     ``records`` field). ``compression``: "gzip" | "snappy" | "lz4" | "zstd", "none"
     (uncompressed), or None / "producer" (each batch as its producer compressed it, the
     hint). A partial batch at the end (a read cut at a byte limit) is left out, as
     Kafka's clients ignore one; anything else that is not a whole, valid batch raises
     RecordError(CORRUPT_MESSAGE)."""
     codec = _codec_named(compression)
+    if isinstance(data, (list, tuple)):  # several log reads: each holds whole batches
+        return [kafka for part in data for kafka in log_to_kafka(part, compression=compression)]
     out = []
     position = 0
     end = len(data)
@@ -267,16 +290,21 @@ def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
     attributes = h.attributes & (log_batch.ATTR_CODEC_MASK | log_batch.ATTR_LOG_APPEND_TIME)
     if codec is not None:
         attributes = (attributes & ~ATTR_CODEC_MASK) | codec
-    columns = RecordColumns(
-        c.timestamp_deltas.astype(np.int64) + h.base_timestamp,
-        _lengths(c.key_offsets, c.key_validity), c.key_data,
-        _lengths(c.value_offsets, c.value_validity), c.value_data,
-        None if c.header_offsets is None else np.diff(c.header_offsets).astype(np.int64),
-        c.header_data)
-    if h.record_count <= SCALAR_ENCODE_RECORDS_MAX:
-        records = record_columns.encode_scalar(columns, h.base_timestamp)
+    if h.record_count <= SCALAR_RECORDS_MAX:
+        columns = RecordColumns(
+            c.timestamp_deltas.tolist(), _small_lengths(c.key_offsets, c.key_validity),
+            c.key_data, _small_lengths(c.value_offsets, c.value_validity), c.value_data,
+            None if c.header_offsets is None else _small_lengths(c.header_offsets, None),
+            c.header_data)
+        records = record_columns.encode_scalar(columns, 0)
     else:
-        records = memoryview(record_columns.encode(columns, h.base_timestamp))
+        columns = RecordColumns(
+            c.timestamp_deltas.astype(np.int64), _lengths(c.key_offsets, c.key_validity),
+            c.key_data, _lengths(c.value_offsets, c.value_validity), c.value_data,
+            None if c.header_offsets is None else np.diff(c.header_offsets).astype(np.int64),
+            c.header_data)
+        records = record_columns.encode(columns, 0)
+    # (The columns' "timestamps" are our deltas: Kafka's deltas from the same base.)
     if attributes & ATTR_CODEC_MASK:
         records = compression.compress(attributes & ATTR_CODEC_MASK, records)
     out = bytearray(KAFKA_HEADER_BYTES)
@@ -290,10 +318,22 @@ def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
 
 
 def _lengths(offsets: np.ndarray, validity) -> np.ndarray:
+    """Per record: its length, -1 where the validity bitmap says null."""
     lengths = np.diff(offsets).astype(np.int64)
     if validity is not None:
         n = len(lengths)
         present = np.unpackbits(np.frombuffer(validity, np.uint8), count=n,
                                 bitorder="little").astype(bool)
         lengths[~present] = -1
+    return lengths
+
+
+def _small_lengths(offsets: np.ndarray, validity) -> list[int]:
+    """``_lengths`` for a few records, in Python."""
+    bounds = offsets.tolist()
+    lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+    if validity is not None:
+        bits = bytes(validity)
+        lengths = [length if bits[i >> 3] >> (i & 7) & 1 else -1
+                   for i, length in enumerate(lengths)]
     return lengths

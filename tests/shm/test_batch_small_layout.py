@@ -32,3 +32,16 @@ def test_struct_and_numpy_layout_checks_agree(values, data):
         where = data.draw(st.integers(0, len(buf) - 1))
         buf[where] = data.draw(st.integers(0, 255))
     assert _verdict(batch._check_small_layout, buf) == _verdict(batch._layout, buf)
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=20)), min_size=0,
+                max_size=batch.SMALL_BATCH_RECORDS - 1), st.data())
+@settings(max_examples=300, deadline=None)
+def test_struct_and_numpy_layout_checks_agree_with_headers(values, data):
+    headers = [[("h", v)] if i % 2 else [] for i, v in enumerate(values)] + [[("x", b"")]]
+    buf = bytearray(batch.build_batch(values + [b"last"], headers=headers))
+    assert _verdict(batch._check_small_layout, buf) == "ok"
+    for _ in range(data.draw(st.integers(1, 4))):
+        where = data.draw(st.integers(0, len(buf) - 1))
+        buf[where] = data.draw(st.integers(0, 255))
+    assert _verdict(batch._check_small_layout, buf) == _verdict(batch._layout, buf)

@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass
 
 from . import messages
-from .primitives import (S_INT16, S_INT32, KafkaProtocolError, UnsupportedVersion, read_string,
-                         tag_fields)
+from .primitives import S_INT16, S_INT32, KafkaProtocolError, UnsupportedVersion
+from .readers import read_str16n, skip_tags
 
 API_VERSIONS_KEY = 18
 _REQUEST_START = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -97,46 +97,72 @@ def _join(out: list) -> bytes:
 
 # ---- the broker's side ------------------------------------------------------------------
 
+# api key -> (first version, last version, first flexible version or None, decoders)
+_REQUEST_DECODERS = {
+    key: (*cls.VALID_VERSIONS, cls.FLEXIBLE_FROM, messages.DECODERS[cls][1])
+    for key, cls in messages.REQUESTS.items()}
+
+
 def decode_request(payload) -> tuple[RequestHeader, object]:
-    """A request payload (without its size prefix) -> (header, request)."""
-    buf = _view(payload)
+    """A request payload (without its size prefix) -> (header, request).
+
+    Bytes after the end of the request are ignored, as Kafka's broker ignores them, and
+    clients rely on it: librdkafka's all-topics Metadata v9+ leaves 3 bytes of its array
+    count's int32 placeholder after the request (``rd_kafka_buf_write_arraycnt_pos``)."""
+    buf = memoryview(payload)
+    if type(payload) is not bytes:
+        buf = _view(buf)
     if len(buf) < _REQUEST_START.size:
         raise KafkaProtocolError(f"request of {len(buf)} bytes is shorter than its header")
     api_key, api_version, correlation_id = _REQUEST_START.unpack_from(buf, 0)
-    cls = messages.REQUESTS.get(api_key)
-    if cls is None or not cls.VALID_VERSIONS[0] <= api_version <= cls.VALID_VERSIONS[1]:
+    entry = _REQUEST_DECODERS.get(api_key)
+    if entry is None or not entry[0] <= api_version <= entry[1]:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
+    low, _, flexible_from, decoders = entry
     try:
-        pos = _REQUEST_START.size
-        n, = S_INT16.unpack_from(buf, pos)
-        pos += 2
-        if n == -1:
-            client_id = None
-        else:
-            client_id, pos = read_string(buf, pos, n, "RequestHeader.ClientId")
-        if is_flexible(cls, api_version):
-            if buf[pos] == 0:
-                pos += 1
-            else:
-                pos = tag_fields(buf, pos, "RequestHeader")[1]
+        client_id, pos = read_str16n(buf, _REQUEST_START.size, "RequestHeader.ClientId")
+        if flexible_from is not None and api_version >= flexible_from:
+            pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, "RequestHeader")
+        request, pos = decoders[api_version - low](buf, pos)
     except _DECODE_ERRORS as e:
-        raise KafkaProtocolError(f"malformed request header: {e}") from None
-    header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    # Kafka's broker ignores what follows a request in its frame, and clients rely on it:
-    # librdkafka 2.16's Metadata v12 ends with 3 bytes past the message.
-    return header, decode_body(cls, api_version, buf, pos, exact=False)
+        name = messages.REQUESTS[api_key].__name__
+        raise KafkaProtocolError(f"malformed {name} v{api_version}: {e}") from None
+    return RequestHeader(api_key, api_version, correlation_id, client_id), request
+
+
+# api key -> (response class, first version, last version, header bytes after the
+# correlation id by version - b"\x00" (no tagged fields) where the header is v1 - encoders)
+_RESPONSE_ENCODERS = {
+    key: (cls, *cls.VALID_VERSIONS,
+          tuple(b"\x00" if key != API_VERSIONS_KEY and is_flexible(cls, version) else b""
+                for version in range(cls.VALID_VERSIONS[0], cls.VALID_VERSIONS[1] + 1)),
+          messages.ENCODERS[cls][1])
+    for key, cls in messages.RESPONSES.items()}
+
+
+def encode_response_pieces(header: RequestHeader, response) -> list:
+    """The response as bytes-like pieces, the size prefix first, for a vectored write
+    (``socket.sendmsg``) that sends large records without joining them first."""
+    entry = _RESPONSE_ENCODERS.get(header.api_key)
+    cls = type(response)
+    if entry is None or entry[0] is not cls:
+        raise KafkaProtocolError(f"{cls.__name__} is not the response to API key {header.api_key}")
+    _, low, high, header_ends, encoders = entry
+    version = header.api_version
+    if not low <= version <= high:
+        raise KafkaProtocolError(f"{cls.__name__} has no version {version} ({low}-{high})")
+    out = [b"", S_INT32.pack(header.correlation_id), header_ends[version - low]]
+    try:
+        encoders[version - low](response, out)
+    except _ENCODE_ERRORS as e:
+        raise KafkaProtocolError(f"cannot encode {cls.__name__} v{version}: {e}") from e
+    out[0] = S_INT32.pack(sum(map(len, out)))
+    return out
 
 
 def encode_response(header: RequestHeader, response) -> bytes:
     """The response to the request with ``header``, with its size prefix."""
-    cls = type(response)
-    if messages.RESPONSES.get(header.api_key) is not cls:
-        raise KafkaProtocolError(f"{cls.__name__} is not the response to API key {header.api_key}")
-    out = [b"", S_INT32.pack(header.correlation_id)]
-    if header.api_key != API_VERSIONS_KEY and is_flexible(cls, header.api_version):
-        out.append(b"\x00")
-    encode_body(response, header.api_version, out)
-    return _join(out)
+    return b"".join(encode_response_pieces(header, response))
 
 
 # ---- the client's side ------------------------------------------------------------------
@@ -162,7 +188,10 @@ def encode_request(header: RequestHeader, request) -> bytes:
 
 
 def decode_response(api_key: int, api_version: int, payload) -> tuple[int, object]:
-    """A response payload (without its size prefix) -> (correlation id, response)."""
+    """A response payload (without its size prefix) -> (correlation id, response).
+
+    Strict, unlike ``decode_request``: bytes after the response are an error (this side
+    serves tests, tools and the fuzzer, which want to hear of them)."""
     cls = messages.RESPONSES.get(api_key)
     if cls is None:
         raise KafkaProtocolError(f"unknown API key {api_key}")
@@ -171,10 +200,7 @@ def decode_response(api_key: int, api_version: int, payload) -> tuple[int, objec
         correlation_id, = S_INT32.unpack_from(buf, 0)
         pos = 4
         if api_key != API_VERSIONS_KEY and is_flexible(cls, api_version):
-            if buf[pos] == 0:
-                pos += 1
-            else:
-                pos = tag_fields(buf, pos, "ResponseHeader")[1]
+            pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, "ResponseHeader")
     except _DECODE_ERRORS as e:
         raise KafkaProtocolError(f"malformed response header: {e}") from None
     return correlation_id, decode_body(cls, api_version, buf, pos)

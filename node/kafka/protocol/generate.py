@@ -1,19 +1,25 @@
-"""Write ``messages.py`` from Kafka's JSON message definitions: ``python -m node.kafka.protocol.generate``.
+"""Write ``messages.py`` from Kafka's JSON message definitions.
+
+Run: ``python -m node.kafka.protocol.generate``.
 
 Theory of operation. For every message, every struct in it and every valid version, the
 generator writes one encoder and one decoder with that version's layout spelled out:
 consecutive fixed-size fields are packed and unpacked by one precompiled ``struct.Struct``,
-variable-length fields are read inline with their bounds checked, and nothing is looked up
-by field name at run time. Versions whose layout is the same share one function (the text
-of their bodies is compared). The objects are frozen dataclasses, one per message, with
-the nested structs as class attributes (``FetchResponse.PartitionData``).
+each variable-length field is one call of the helper for exactly its encoding (``readers``
+and ``writers``: compact or classic, nullable or not), and nothing is looked up by field
+name or type at run time. Functions whose text is the same are written once (versions of
+a message with the same layout; encoders of structs that Kafka's messages share). The
+objects are frozen dataclasses, one per message, with the nested structs as class
+attributes (``FetchResponse.PartitionData``) and an ``__init__`` of the generator's own.
 
 Encoders: ``_e_<Message>[_<Struct>]_<version>(obj, out)`` appends bytes-like pieces to
 ``out``. Decoders: ``_d_..._<version>(buf, pos) -> (obj, pos)``, ``buf`` a memoryview.
 """
 
+import base64
 import pathlib
 import sys
+import uuid
 
 from . import schema
 from .schema import FIXED, FieldSpec, MessageSpec, StructSpec
@@ -33,15 +39,57 @@ DECODERS map each class to (first version, one function per version).
 
 import struct
 from dataclasses import dataclass, field as _field
+from operator import attrgetter
 from uuid import UUID
 
-from .primitives import (
-    KafkaProtocolError, S_INT8, S_INT16, S_INT32, UUID_ZERO, absent_error, as_piece,
-    byte_length, check_count, null_error, read_array_int, read_bytes, read_string,
-    read_uvarint, read_view, records_pieces, tag_fields, uvarint_bytes, write_tags,
+from .primitives import KafkaProtocolError, UUID_ZERO, absent_error
+from .readers import (
+    read_bytes32, read_bytes32n, read_cbytes, read_cbytesn, read_ccount, read_ccountn,
+    read_count32, read_count32n, read_crecords, read_crecordsn, read_cstr, read_cstr_item,
+    read_cstrn, read_ints, read_nullable_struct, read_records32, read_records32n, read_str16,
+    read_str16_item, read_str16n, read_structs, read_uuid, skip_tags, tag_fields,
+)
+from .writers import (
+    byte_length, write_array32, write_array32n, write_bytes32, write_bytes32n, write_carray,
+    write_carrayn, write_cbytes, write_cbytesn, write_cints, write_cintsn, write_crecords,
+    write_crecordsn, write_cstr, write_cstr_item, write_cstrn, write_ints32, write_ints32n,
+    write_records32, write_records32n, write_str16, write_str16_item, write_str16n,
+    write_struct, write_struct_n, write_tags, write_uuid_item,
 )
 
-_pack = struct.pack
+_NEW_LIST = object()  # the default of an array field: a new empty list
+
+# The methods dataclass would write for every class (by exec, which costs a tenth of a
+# second at import for all of them), written once: each class's _values gives the tuple
+# of its fields' values.
+
+
+def _repr(self):
+    values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__)
+    return f"{self.__class__.__qualname__}({values})"
+
+
+def _eq(self, other):
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._values(self) == other._values(other)
+
+
+def _hash(self):
+    return hash(self._values(self))
+
+
+def _one(name):
+    get = attrgetter(name)
+    return staticmethod(lambda obj: (get(obj),))
+
+
+_none = staticmethod(lambda obj: ())
+
+
+def _setters(cls):
+    """The slot descriptors' setters of a dataclass's fields, in order."""
+    return tuple(cls.__dict__[f].__set__ for f in cls.__dataclass_fields__)
 
 
 def _nest(cls, outer, name):
@@ -51,8 +99,6 @@ def _nest(cls, outer, name):
 
 '''
 
-NULL_CLASSIC = {"string": r"b'\xff\xff'", "bytes": r"b'\xff\xff\xff\xff'",
-                "records": r"b'\xff\xff\xff\xff'", "array": r"b'\xff\xff\xff\xff'"}
 INT_TYPES = ("int8", "int16", "uint16", "int32", "int64")
 PY_TYPES = {"bool": "bool", "float64": "float", "string": "str", "bytes": "bytes",
             "records": "bytes | memoryview", "uuid": "UUID", **{t: "int" for t in INT_TYPES}}
@@ -63,6 +109,8 @@ class Generator:
         self.structs: dict[str, str] = {}  # struct format -> name of its Struct constant
         self.functions: list[str] = []     # function source texts, in definition order
         self.bodies: dict[str, str] = {}   # function body (name left out) -> function name
+        # ("e" or "d", message, struct, version) -> the function that encodes/decodes it
+        self.names: dict[tuple[str, str, str, int], str] = {}
 
     # ---- shared pieces ---------------------------------------------------------------
 
@@ -90,6 +138,9 @@ class Generator:
         return msg.name if st is msg.root else f"_{msg.name}_{st.name}"
 
     def default_expr(self, msg: MessageSpec, f: FieldSpec) -> str:
+        """The field's default as Kafka's generator has it (FieldSpec.fieldDefault): the JSON
+        "default", else zero, "", False, an empty list, an empty struct or the zero uuid;
+        None only where the JSON says "null" - and for records, whose default is null."""
         t, d = f.element, f.default
         if f.is_array:
             return "None" if d == "null" else "[]"
@@ -109,6 +160,8 @@ class Generator:
         if t == "records":
             return "None"
         assert t == "uuid", t
+        if d:  # Kafka writes a uuid default in URL-safe base64, as Uuid.toString does
+            return f"UUID({str(uuid.UUID(bytes=base64.urlsafe_b64decode(d + '==')))!r})"
         return "UUID_ZERO"
 
     def annotation(self, msg: MessageSpec, f: FieldSpec) -> str:
@@ -118,13 +171,14 @@ class Generator:
             base = PY_TYPES[f.element]
         if f.is_array:
             base = f"list[{base}]"
-        if f.nullable.high != f.nullable.low - 1 or f.default == "null" or f.element == "records":
+        if not f.nullable.empty or f.default == "null" or f.element == "records":
             base += " | None"
         return base
 
     def emit_class(self, msg: MessageSpec, st: StructSpec) -> list[str]:
         name = self.class_name(msg, st)
-        lines = ["", "", "@dataclass(frozen=True, slots=True)", f"class {name}:"]
+        lines = ["", "", "@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)",
+                 f"class {name}:"]
         if st is msg.root:
             for nested in msg.structs:
                 lines.append(f"    {nested.name} = _{msg.name}_{nested.name}")
@@ -137,18 +191,40 @@ class Generator:
             if default == "[]":
                 default = "_field(default_factory=list)"
             lines.append(f"    {f.attr}: {self.annotation(msg, f)!r} = {default}")
-        if not st.fields:
-            lines.append("    pass")
+        names = ", ".join(repr(f.attr) for f in st.fields)
+        lines.append(f"    _values = attrgetter({names})" if len(st.fields) > 1 else
+                     f"    _values = _one({names})" if st.fields else "    _values = _none")
+        lines.append("    __repr__, __eq__, __hash__ = _repr, _eq, _hash")
+        lines += self.emit_init(msg, st, name)
         if st is not msg.root:
             lines.append("")
             lines.append(f"_nest({name}, {msg.name!r}, {st.name!r})")
             lines.append(f"_D_{msg.name}_{st.name} = {name}()")
         return lines
 
+    def emit_init(self, msg: MessageSpec, st: StructSpec, name: str) -> list[str]:
+        """``__init__`` setting the slots through their descriptors, held in a closure: twice
+        as fast as the one dataclass writes for a frozen class (object.__setattr__ by name)."""
+        params, sets = [], []
+        for f in st.fields:
+            default = self.default_expr(msg, f)
+            if default == "[]":
+                params.append(f"{f.attr}=_NEW_LIST")
+                sets.append(f"        _{f.attr}(self, [] if {f.attr} is _NEW_LIST else {f.attr})")
+            else:
+                params.append(f"{f.attr}={default}")
+                sets.append(f"        _{f.attr}(self, {f.attr})")
+        setters = ", ".join(f"_{f.attr}" for f in st.fields)
+        return ["", "", f"def _init_{name.lstrip('_')}({setters}):",
+                f"    def __init__({', '.join(['self'] + params)}):",
+                *(sets or ["        pass"]),
+                "    return __init__", "",
+                f"{name}.__init__ = _init_{name.lstrip('_')}(*_setters({name}))"]
+
     @staticmethod
     def flexible_from(msg: MessageSpec):
         flex = msg.flexible
-        if flex.high is not None and flex.high < flex.low:
+        if flex.empty:
             return None
         assert flex.high is None, f"{msg.name}: flexibleVersions must be N+"
         return flex.low
@@ -185,68 +261,52 @@ class Generator:
             return f"({v} is None or len({v}) != 0)"
         if f.element == "bytes":
             return f"({v} is None or byte_length({v}) != 0)"
+        if f.struct is not None:  # the shared default instance, usually
+            return f"({v} is not {d} and {v} != {d})"
         return f"{v} != {d}"
 
     # ---- encoding --------------------------------------------------------------------
 
-    def enc_length(self, flex: bool, n: str, out: str, ind: str) -> list[str]:
-        if flex:
-            return [f"{ind}{out}.append(uvarint_bytes({n} + 1))"]
-        return [f"{ind}{out}.append(S_INT32.pack({n}))"]
-
-    def enc_value(self, msg, f, ver, flex, v, out, ind, what, depth=0) -> list[str]:
-        """Lines appending the encoding of ``v`` (field ``f`` at version ``ver``) to ``out``."""
-        t = f.element
-        nullable = ver in f.nullable
+    @staticmethod
+    def variant(f: FieldSpec, ver: int, flex: bool) -> tuple[str, bool]:
+        """The helper suffix for the length prefix ("c" compact, "16"/"32" classic) and
+        whether null is allowed, for field ``f`` at version ``ver``."""
         if f.flexible is not None:
             flex = ver in f.flexible
-        lines = [f"{ind}if {v} is None:"]
-        if nullable:
-            kind = "array" if f.is_array else ("struct" if f.struct else t)
-            null = r"b'\xff'" if kind == "struct" else (r"b'\x00'" if flex else NULL_CLASSIC[kind])
-            lines.append(f"{ind}    {out}.append({null})")
+        if flex:
+            prefix = "c"
         else:
-            lines.append(f"{ind}    raise null_error({what!r})")
-        lines.append(f"{ind}else:")
-        ind2 = ind + "    "
-        if f.is_array:
-            lines += self.enc_length(flex, f"len({v})", out, ind2)
-            if t in FIXED:
-                c = FIXED[t][0]
-                lines.append(f"{ind2}{out}.append(_pack(f'>{{len({v})}}{c}', *{v}))")
-            else:
-                e = f"e{depth}"
-                lines.append(f"{ind2}for {e} in {v}:")
-                lines += self.enc_element(msg, f, ver, flex, e, out, ind2 + "    ", what, depth + 1)
-            return lines
-        if f.struct is not None and nullable:
-            lines.append(f"{ind2}{out}.append(b'\\x01')")
-        lines += self.enc_element(msg, f, ver, flex, v, out, ind2, what, depth)
-        return lines
+            prefix = "16" if f.element == "string" and not f.is_array else "32"
+        return prefix, ver in f.nullable
 
-    def enc_element(self, msg, f, ver, flex, v, out, ind, what, depth) -> list[str]:
-        """Lines encoding one non-null element (or scalar) ``v`` of field ``f``."""
+    def enc_value(self, msg, f, ver, flex, v, out, what) -> str:
+        """One statement appending the encoding of ``v`` (field ``f`` at ``ver``) to ``out``."""
+        prefix, nullable = self.variant(f, ver, flex)
+        n = "n" if nullable else ""
         t = f.element
-        if f.struct is not None:
-            return [f"{ind}{self.encoder_name(msg, f.struct, ver)}({v}, {out})"]
-        if t == "string":
-            b = f"b{depth}"
-            lines = [f"{ind}{b} = {v}.encode('utf-8')"]
-            if flex:
-                lines.append(f"{ind}{out}.append(uvarint_bytes(len({b}) + 1))")
+        if f.is_array:
+            if t in FIXED:
+                kind = "cints" if prefix == "c" else "ints32"
+                return f"write_{kind}{n}({out}, {v}, {FIXED[t][0]!r}, {what!r})"
+            if f.struct is not None:
+                item = self.encoder_name(msg, f.struct, ver)
+            elif t == "string":
+                item = "write_cstr_item" if prefix == "c" else "write_str16_item"
             else:
-                lines.append(f"{ind}{out}.append(S_INT16.pack(len({b})))")
-            return lines + [f"{ind}{out}.append({b})"]
-        if t == "bytes":
-            return self.enc_length(flex, f"byte_length({v})", out, ind) + [
-                f"{ind}{out}.append(as_piece({v}))"]
-        if t == "records":
-            p = f"p{depth}"
-            return [f"{ind}{p}, n{depth} = records_pieces({v})"] + self.enc_length(
-                flex, f"n{depth}", out, ind) + [f"{ind}{out}.extend({p})"]
+                assert t == "uuid", t
+                item = "write_uuid_item"
+            kind = "carray" if prefix == "c" else "array32"
+            return f"write_{kind}{n}({out}, {v}, {item}, {what!r})"
+        if f.struct is not None:
+            helper = "write_struct_n" if nullable else "write_struct"
+            return f"{helper}({out}, {v}, {self.encoder_name(msg, f.struct, ver)}, {what!r})"
+        if t in ("string", "bytes", "records"):
+            kind = {"string": "str", "bytes": "bytes", "records": "records"}[t]
+            name = f"write_c{kind}{n}" if prefix == "c" else f"write_{kind}{prefix}{n}"
+            return f"{name}({out}, {v}, {what!r})"
         if t == "uuid":
-            return [f"{ind}{out}.append({v}.bytes)"]
-        return [f"{ind}{out}.append({self.struct_const('>' + FIXED[t][0])}.pack({v}))"]
+            return f"{out}.append({v}.bytes)"
+        return f"{out}.append({self.struct_const('>' + FIXED[t][0])}.pack({v}))"
 
     def encoder_name(self, msg, st, ver) -> str:
         return self.names[("e", msg.name, st.name, ver)]
@@ -259,7 +319,8 @@ class Generator:
         def flush():
             if run:
                 fmt = ">" + "".join(c for c, _ in run)
-                body.append(f"    out.append({self.struct_const(fmt)}.pack({', '.join(x for _, x in run)}))")
+                values = ", ".join(x for _, x in run)
+                body.append(f"    out.append({self.struct_const(fmt)}.pack({values}))")
                 run.clear()
 
         tagged = []
@@ -280,8 +341,7 @@ class Generator:
                 run.append(("16s", f"o.{f.attr}.bytes"))
             else:
                 flush()
-                body.append(f"    v = o.{f.attr}")
-                body += self.enc_value(msg, f, ver, flex, "v", "out", "    ", what)
+                body.append(f"    {self.enc_value(msg, f, ver, flex, 'o.' + f.attr, 'out', what)}")
         if flex and not tagged:
             run.append(("B", "0"))
         flush()
@@ -291,7 +351,7 @@ class Generator:
                 body.append(f"    v = o.{f.attr}")
                 body.append(f"    if {self.non_default(msg, f, 'v')}:")
                 body.append("        p = []")
-                body += self.enc_value(msg, f, ver, True, "v", "p", "        ", what)
+                body.append(f"        {self.enc_value(msg, f, ver, True, 'v', 'p', what)}")
                 body.append(f"        tagged.append(({f.tag}, p))")
             body.append("    if tagged:")
             body.append("        write_tags(out, tagged)")
@@ -303,78 +363,43 @@ class Generator:
 
     # ---- decoding --------------------------------------------------------------------
 
-    def dec_length(self, flex, buf, pos, n, ind) -> list[str]:
-        """Lines reading a length/count into ``n``: -1 for null, as in the classic form."""
-        if flex:
-            return [f"{ind}{n} = {buf}[{pos}]",
-                    f"{ind}if {n} < 0x80:",
-                    f"{ind}    {pos} += 1",
-                    f"{ind}else:",
-                    f"{ind}    {n}, {pos} = read_uvarint({buf}, {pos})",
-                    f"{ind}{n} -= 1"]
-        return [f"{ind}{n}, = S_INT32.unpack_from({buf}, {pos})", f"{ind}{pos} += 4"]
-
-    def dec_value(self, msg, f, ver, flex, target, buf, pos, ind, what, depth=0) -> list[str]:
+    def dec_value(self, msg, f, ver, flex, target, buf, pos, what) -> list[str]:
+        """Statements reading field ``f`` at ``ver`` from ``buf`` at ``pos`` into ``target``."""
+        prefix, nullable = self.variant(f, ver, flex)
+        n = "n" if nullable else ""
         t = f.element
-        nullable = ver in f.nullable
-        if f.flexible is not None:
-            flex = ver in f.flexible
-        n = f"n{depth}"
-        if f.struct is not None and not f.is_array:
+        if f.is_array:
+            if f.struct is not None:
+                element_min = max(1, self.min_size(f.struct, ver, flex))
+                read = f"read_structs({buf}, {pos}, n, {self.decoder_name(msg, f.struct, ver)})"
+            elif t in FIXED:
+                element_min = FIXED[t][1]
+                read = f"read_ints({buf}, {pos}, n, {FIXED[t][0]!r}, {element_min})"
+            elif t == "string":
+                element_min = 1 if prefix == "c" else 2
+                item = "read_cstr_item" if prefix == "c" else "read_str16_item"
+                read = f"read_structs({buf}, {pos}, n, {item})"
+            else:
+                assert t == "uuid", t
+                element_min = 16
+                read = f"read_structs({buf}, {pos}, n, read_uuid)"
+            count = "read_ccount" if prefix == "c" else "read_count32"
+            return [f"n, {pos} = {count}{n}({buf}, {pos}, {element_min}, {what!r})",
+                    f"{target}, {pos} = {read}"]
+        if f.struct is not None:
             dec = self.decoder_name(msg, f.struct, ver)
-            if not nullable:
-                return [f"{ind}{target}, {pos} = {dec}({buf}, {pos})"]
-            return [f"{ind}{n}, = S_INT8.unpack_from({buf}, {pos})",
-                    f"{ind}{pos} += 1",
-                    f"{ind}if {n} < 0:",
-                    f"{ind}    {target} = None",
-                    f"{ind}else:",
-                    f"{ind}    {target}, {pos} = {dec}({buf}, {pos})"]
-        if t == "uuid" and not f.is_array:
-            return [f"{ind}{n}, = {self.struct_const('>16s')}.unpack_from({buf}, {pos})",
-                    f"{ind}{target} = UUID(bytes={n})",
-                    f"{ind}{pos} += 16"]
-        if t in FIXED and not f.is_array:
-            c, size = FIXED[t]
-            return [f"{ind}{target}, = {self.struct_const('>' + c)}.unpack_from({buf}, {pos})",
-                    f"{ind}{pos} += {size}"]
-        if t == "string" and not f.is_array and not flex:
-            lines = [f"{ind}{n}, = S_INT16.unpack_from({buf}, {pos})", f"{ind}{pos} += 2"]
-        else:
-            lines = self.dec_length(flex, buf, pos, n, ind)
-        lines.append(f"{ind}if {n} < 0:")
-        if nullable:
-            lines.append(f"{ind}    if {n} != -1:")
-            lines.append(f"{ind}        raise KafkaProtocolError({what + ': negative length'!r})")
-            lines.append(f"{ind}    {target} = None")
-        else:
-            lines.append(f"{ind}    raise null_error({what!r})")
-        lines.append(f"{ind}else:")
-        ind2 = ind + "    "
-        if not f.is_array:
-            reader = {"string": "read_string", "bytes": "read_bytes", "records": "read_view"}[t]
-            lines.append(f"{ind2}{target}, {pos} = {reader}({buf}, {pos}, {n}, {what!r})")
-            return lines
-        if t in FIXED:
-            c, size = FIXED[t]
-            lines.append(f"{ind2}{target}, {pos} = read_array_int({buf}, {pos}, {n}, {c!r}, {size}, {what!r})")
-            return lines
-        if f.struct is not None:
-            element_min = max(1, self.min_size(f.struct, ver, flex))
-        else:
-            element_min = {"string": 1 if flex else 2, "uuid": 16}[t]
-        lines.append(f"{ind2}check_count({buf}, {pos}, {n}, {element_min}, {what!r})")
-        lines.append(f"{ind2}{target} = []")
-        lines.append(f"{ind2}for _ in range({n}):")
-        e = f"e{depth}"
-        if f.struct is not None:
-            lines.append(f"{ind2}    {e}, {pos} = {self.decoder_name(msg, f.struct, ver)}({buf}, {pos})")
-        else:
-            scalar = FieldSpec(f.name, f.attr, t, f.versions, schema.Versions(1, 0),
-                               schema.Versions(1, 0), None, False, None, f.flexible)
-            lines += self.dec_value(msg, scalar, ver, flex, e, buf, pos, ind2 + "    ", what, depth + 1)
-        lines.append(f"{ind2}    {target}.append({e})")
-        return lines
+            if nullable:
+                return [f"{target}, {pos} = read_nullable_struct({buf}, {pos}, {dec})"]
+            return [f"{target}, {pos} = {dec}({buf}, {pos})"]
+        if t in ("string", "bytes", "records"):
+            kind = {"string": "str", "bytes": "bytes", "records": "records"}[t]
+            name = f"read_c{kind}{n}" if prefix == "c" else f"read_{kind}{prefix}{n}"
+            return [f"{target}, {pos} = {name}({buf}, {pos}, {what!r})"]
+        if t == "uuid":
+            return [f"{target}, {pos} = read_uuid({buf}, {pos})"]
+        c, size = FIXED[t]
+        return [f"{target}, = {self.struct_const('>' + c)}.unpack_from({buf}, {pos})",
+                f"{pos} += {size}"]
 
     def decoder_name(self, msg, st, ver) -> str:
         return self.names[("d", msg.name, st.name, ver)]
@@ -416,17 +441,19 @@ class Generator:
                 post.append(f"    {local} = UUID(bytes={local})")
             else:
                 flush()
-                body += self.dec_value(msg, f, ver, flex, local, "buf", "pos", "    ", what)
+                body += ["    " + x for x in
+                         self.dec_value(msg, f, ver, flex, local, "buf", "pos", what)]
         flush()
         if flex:
             for f, _ in tagged:
                 body.append(f"    f_{f.attr} = {self.default_expr(msg, f)}")
-            body.append("    if buf[pos] == 0:")
-            body.append("        pos += 1")
-            body.append("    else:")
             if not tagged:
-                body.append(f"        pos = tag_fields(buf, pos, {sname!r})[1]")
+                body.append("    pos = pos + 1 if buf[pos] == 0 else "
+                            f"skip_tags(buf, pos, {sname!r})")
             else:
+                body.append("    if buf[pos] == 0:")
+                body.append("        pos += 1")
+                body.append("    else:")
                 body.append(f"        tags, pos = tag_fields(buf, pos, {sname!r})")
                 body.append("        for tag, start, end in tags:")
                 word = "if"
@@ -434,10 +461,11 @@ class Generator:
                     body.append(f"            {word} tag == {f.tag}:")
                     body.append("                t = buf[start:end]")
                     body.append("                tp = 0")
-                    body += self.dec_value(msg, f, ver, True, f"f_{f.attr}", "t", "tp",
-                                           " " * 16, what)
+                    body += [" " * 16 + x for x in self.dec_value(
+                        msg, f, ver, True, f"f_{f.attr}", "t", "tp", what)]
                     body.append("                if tp != len(t):")
-                    body.append(f"                    raise KafkaProtocolError({what + ': tagged field size mismatch'!r})")
+                    error = f"{what}: tagged field size mismatch"
+                    body.append(f"                    raise KafkaProtocolError({error!r})")
                     word = "elif"
         body.append(f"    return {self.class_name(msg, st)}({', '.join(args)}), pos")
         return self.define(self.fn_name("d", msg, st, ver), "buf, pos", body)
@@ -470,7 +498,6 @@ class Generator:
             lines += self.emit_class(msg, st)
         lines += self.emit_class(msg, msg.root)
         encoders, decoders = [], []
-        self.names = getattr(self, "names", {})
         for ver in msg.versions:
             for st in self.reachable(msg, ver) + [msg.root]:
                 self.names[("e", msg.name, st.name, ver)] = self.gen_encoder(msg, st, ver)
@@ -520,7 +547,12 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Rewrite messages.py; with ``--check``, only say whether it is up to date."""
     text = render()
+    if "--check" in argv:
+        current = OUT_PATH.read_text(encoding="utf-8") if OUT_PATH.exists() else ""
+        print(f"{OUT_PATH} is {'up to date' if current == text else 'OUT OF DATE'}")
+        return 0 if current == text else 1
     OUT_PATH.write_text(text, encoding="utf-8")
     print(f"wrote {OUT_PATH} ({text.count(chr(10))} lines)")
     return 0

@@ -44,13 +44,17 @@ class Versions:
             return cls(int(low), int(high))
         return cls(int(text), int(text))
 
+    @property
+    def empty(self) -> bool:
+        return self.high is not None and self.high < self.low
+
     def __contains__(self, version: int) -> bool:
         return self.low <= version and (self.high is None or version <= self.high)
 
     def __str__(self) -> str:
         if self.high is None:
             return f"{self.low}+"
-        if self.high < self.low:
+        if self.empty:
             return "none"
         return f"{self.low}-{self.high}"
 
@@ -177,7 +181,7 @@ def load(path: pathlib.Path) -> MessageSpec:
         else:
             assert "fields" not in f, f"{path.name}: {spec.name} has fields"
             assert not (spec.is_array and element in ("records", "bytes", "bool")), spec.type
-        assert (spec.tag is None) == (spec.tagged.high is not None and spec.tagged.high < spec.tagged.low), spec.name
+        assert (spec.tag is None) == spec.tagged.empty, f"{path.name}: {spec.name} tag"
         return spec
 
     root = StructSpec(doc["name"], [build_field(f) for f in doc["fields"]])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from node.kafka.protocol.messages import (ApiVersionsResponse, SaslAuthenticateResponse,
                                           SaslHandshakeResponse)
-from node.kafka.translate import TranslationBase, advertised, register
+from node.kafka.translate.registry import TranslationBase, advertised, register
 from node.wire.errors import ErrorCode
 
 SASL_NOT_OFFERED = "SASL is not offered: this listener is PLAINTEXT"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from node.kafka.protocol.messages import FetchResponse
 from node.kafka.records import RecordError, log_to_kafka
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 from node.wire.zkdata import topic_id_text
@@ -84,7 +84,8 @@ class Fetch(TranslationBase):
                 leader = FetchResponse.LeaderIdAndEpoch()
                 if error in _LEADER_MOVED and version >= CURRENT_LEADER_FROM_VERSION:
                     known = ctx.metadata.partition(name, partition)
-                    if known is not None:
+                    if known is not None and known.leader >= 0 and \
+                            ctx.endpoint(known.leader) is not None:
                         leader = FetchResponse.LeaderIdAndEpoch(leader_id=known.leader,
                                                                 leader_epoch=known.leader_epoch)
                 out.append(FetchResponse.PartitionData(

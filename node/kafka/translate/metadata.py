@@ -16,13 +16,14 @@ from __future__ import annotations
 import uuid
 
 from node.kafka.protocol.messages import MetadataResponse
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 from node.wire.zkdata import topic_id_text, topic_id_uuid
 
 ZERO_UUID = uuid.UUID(int=0)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648     # Kafka's default: not asked for
+NULL_NAMES_FROM_VERSION = 12
 
 
 def topic_uuid(text: str | None) -> uuid.UUID:
@@ -72,9 +73,11 @@ class Metadata(TranslationBase):
                 error_code=error, name=name, topic_id=topic_uuid(ids.get(name)),
                 is_internal=False, partitions=out,
                 topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
-        for topic_id in state:
+        for topic_id in state:      # names are nullable from v12 only
             topics.append(MetadataResponse.MetadataResponseTopic(
-                error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id,
+                error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                name=None if header.api_version >= NULL_NAMES_FROM_VERSION else "",
+                topic_id=topic_id,
                 partitions=[], topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
         return MetadataResponse(
             throttle_time_ms=0,

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from node.kafka.protocol.messages import (InitProducerIdResponse, ListOffsetsResponse,
                                           OffsetForLeaderEpochResponse)
-from node.kafka.translate import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 
 MAX_TIMESTAMP_FROM_VERSION = 7
+LEADER_EPOCH_FROM_VERSION = 4
 
 
 def _grouped(entries, make):
@@ -40,11 +41,13 @@ class ListOffsets(TranslationBase):
                           {"replica_id": protocol.CONSUMER_REPLICA_ID, "partitions": entries})
 
     def response(self, ctx, header, request, body, frames):
+        with_epoch = header.api_version >= LEADER_EPOCH_FROM_VERSION
+
         def make(entry):
             _, partition, error, timestamp, offset, epoch = entry
             return ListOffsetsResponse.ListOffsetsPartitionResponse(
                 partition_index=partition, error_code=error, timestamp=timestamp,
-                offset=offset, leader_epoch=epoch)
+                offset=offset, leader_epoch=epoch if with_epoch else -1)
         topics = _grouped(body["partitions"], make)
         return ListOffsetsResponse(throttle_time_ms=0, topics=[
             ListOffsetsResponse.ListOffsetsTopicResponse(name=name, partitions=parts)
