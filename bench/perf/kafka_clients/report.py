@@ -59,6 +59,7 @@ class Store:
         run = self._start(client, "consumer", round_, arguments)
         run.add_samples("consume", seconds_table(result.clock.progress))
         cluster, about = self._describe(client, topic)
+        cluster["consumer_props"] = dict(getattr(client, "consumer_config", {}))
         return run.finish(summary={
             "records": result.records, "bytes": result.bytes, "mode": "fetch",
             # Once connected, to the last records read (bench.perf.kafka_clients.measure).
@@ -81,6 +82,9 @@ def print_table(medians: dict[str, dict[str, float]], args, out=None) -> None:
           f"{args.partitions} partitions; {args.records:,} records per producer and "
           f"consumer run, {args.writes:,} single writes (linger.ms=0); medians of "
           f"{args.runs} run(s)", file=out)
+    if args.librdkafka_consumer:
+        print(f"confluent-kafka's consumer with {' '.join(args.librdkafka_consumer)}",
+              file=out)
     width = max(len(name) for name in medians) + 2
     print(f"{'client':<{width}}" + "".join(f"{title:>16}" for title, _, _ in columns),
           file=out)

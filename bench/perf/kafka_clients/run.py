@@ -41,6 +41,7 @@ import uuid
 from pathlib import Path
 
 from bench.perf.kafka_clients import native, report
+from bench.perf.kafka_clients.librdkafka import NAME as LIBRDKAFKA
 from bench.perf.kafka_clients.librdkafka import ConfluentKafka
 from bench.perf.kafka_clients.measure import (RECORD_BYTES, SINGLE_WRITE_RATE_PER_S,
                                               ClientUnavailable, MeasureError, Pacer,
@@ -48,6 +49,7 @@ from bench.perf.kafka_clients.measure import (RECORD_BYTES, SINGLE_WRITE_RATE_PE
                                               latency_figures,
                                               value_of)
 from bench.perf.kafka_clients.pure_python import AioKafka, KafkaPython
+from node.config import ConfigError, parse_key_values
 from node.paths import absolute_path
 from node.perf.common import positive_int
 from node.tools.common import ToolError
@@ -198,6 +200,11 @@ def run(args) -> int:
     if unknown or not names:
         raise ToolError(f"--clients: unknown {', '.join(unknown) or '(none given)'} "
                         f"(known: {', '.join(CLIENTS)})")
+    try:
+        CLIENTS[LIBRDKAFKA].consumer_config = parse_key_values(args.librdkafka_consumer,
+                                                               "--librdkafka-consumer")
+    except ConfigError as e:
+        raise ToolError(str(e)) from None
     from node.cluster import Cluster
     base = Path(args.dir or tempfile.mkdtemp(prefix="mk-kafka-clients-"))
     args.results = args.results or str(base / "results")
@@ -246,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "store) go (default: a new temporary directory)")
     parser.add_argument("--results", default=None, type=absolute_path, metavar="DIR",
                         help="the results store (node.perf.results; default DIR/results)")
+    parser.add_argument("--librdkafka-consumer", action="append", default=[],
+                        metavar="KEY=VALUE", help="a property of confluent-kafka's consumer "
+                        "over librdkafka's defaults (repeatable), e.g. "
+                        "fetch.queue.backoff.ms=10")
     parser.add_argument("--cluster-id", default=None, help="the cluster's id (default: new)")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile every broker; print where their time went")
