@@ -15,7 +15,9 @@ one-second ``window``s):
 - across producer runs: one comparison table keyed by the settings that differ
   between them (flags, producer properties, topic), with each run's throughput and
   p99 as a ratio to the baseline run (``--baseline``, else the earliest), and the
-  throughput-latency curve (achieved records/s against p50 and p99);
+  throughput-latency curves (achieved records/s against p50 and p99): one per client
+  (a run's ``client`` tag; node.client's without one) and per setting (acks and every
+  other setting that differs, except the target rate and the run's length);
 - given chaos runs instead (a ``minikafka chaos run`` folder or a folder of them):
   acknowledged and failed sends per second with the faults' windows shaded, recovery
   per fault type and the anomalies per run (``bench.analysis.analyze_chaos``);
@@ -44,6 +46,7 @@ import time
 from pathlib import Path
 
 from node.paths import absolute_path
+from bench.analysis.series import curves, settings_of
 from node.perf.results import HOPS, TOTAL_HOP
 from node.tools.common import ToolError
 
@@ -207,29 +210,6 @@ def _rows(df) -> list[dict]:
     return [row.asDict() for row in df.collect()]
 
 
-def settings_of(run: dict) -> dict:
-    """The settings a producer run was made with, flattened (what a comparison keys on):
-    a sweep's point as it tagged it, else the tool's flags, properties and topic."""
-    point = (run.get("tags") or {}).get("settings")
-    if isinstance(point, dict):
-        return dict(point)
-    out = {}
-    for key in ("num_records", "record_size", "throughput"):
-        if key in run.get("arguments", {}):
-            out[key] = run["arguments"][key]
-    for key, value in (run.get("cluster", {}).get("producer_props") or {}).items():
-        if key != "bootstrap.servers":
-            out[key] = value
-    topic = run.get("topic", {})
-    for key in ("name", "partitions", "replication_factor"):
-        if key in topic:
-            out[f"topic.{key}"] = topic[key]
-    for key, value in (topic.get("configs") or {}).items():
-        if key == "min.insync.replicas":
-            out[key] = value
-    return out
-
-
 def comparison(runs: dict[str, dict], per_run: list[dict], baseline: str | None
                ) -> tuple[list[dict], list[str], str | None]:
     """Rows keyed by the settings that differ, with ratios to the baseline run."""
@@ -289,7 +269,7 @@ def run_labels(runs: dict[str, dict], differing: list[str]) -> dict[str, str]:
     return labels
 
 
-def plots(out: Path, produce_seconds, consume_seconds, produce_runs, breakdown,
+def plots(out: Path, produce_seconds, consume_seconds, curve_points, breakdown,
           labels: dict[str, str]) -> list[tuple[str, Path]]:
     import matplotlib
     matplotlib.use("Agg")
@@ -338,21 +318,25 @@ def plots(out: Path, produce_seconds, consume_seconds, produce_runs, breakdown,
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small", ncol=2)
         save(fig, "produce_latency", "Produce latency per second")
-    if len(produce_runs) >= 2:
-        curve = sorted(produce_runs, key=lambda r: r["records_per_s"])
-        fig, ax = plt.subplots(figsize=(7, 4))
-        xs = [r["records_per_s"] for r in curve]
-        ax.plot(xs, [r["p50_ms"] for r in curve], marker="o", label="p50")
-        ax.plot(xs, [r["p99_ms"] for r in curve], marker="o", label="p99")
-        ax.set_title("Throughput-latency curve (one point per producer run)")
+    if len(curve_points) >= 2:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for label, points in _by_key(curve_points, "series").items():
+            xs = [r["records_per_s"] for r in points]
+            line, = ax.plot(xs, [r["p99_ms"] for r in points], marker="o",
+                            label=f"{label}: p99")
+            ax.plot(xs, [r["p50_ms"] for r in points], marker="o", linestyle="--",
+                    color=line.get_color(), label=f"{label}: p50")
+        xs = sorted(r["records_per_s"] for r in curve_points)
+        ax.set_title("Throughput-latency curves (one per client and setting; "
+                     "a point per producer run)")
         ax.set_xlabel("achieved throughput (records / s)")
         ax.set_ylabel("latency (ms)")
         ax.set_yscale("log")
-        if xs[-1] > 20 * xs[0]:
+        if xs[0] > 0 and xs[-1] > 20 * xs[0]:
             ax.set_xscale("log")
         ax.grid(alpha=0.3, which="both")
-        ax.legend()
-        save(fig, "throughput_latency", "Throughput-latency curve")
+        ax.legend(fontsize="x-small", ncol=2)
+        save(fig, "throughput_latency", "Throughput-latency curves")
     if breakdown:
         last = breakdown[-1]["run_id"]
         hops = [r for r in breakdown if r["run_id"] == last and r["hop"] != "total"]
@@ -369,9 +353,13 @@ def plots(out: Path, produce_seconds, consume_seconds, produce_runs, breakdown,
 
 
 def _by_run(rows: list[dict]) -> dict[str, list[dict]]:
+    return _by_key(rows, "run_id")
+
+
+def _by_key(rows: list[dict], key: str) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for row in rows:
-        out.setdefault(row["run_id"], []).append(row)
+        out.setdefault(row[key], []).append(row)
     return out
 
 
@@ -478,6 +466,7 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
         spark.sparkContext.setLogLevel("OFF")   # failures are reported below, in one line
         from pyspark.sql import functions as F
         sections, produce_runs, produce_seconds, consume_seconds, breakdown = [], [], [], [], []
+        curve_points: list[dict] = []
         differing: list[str] = []
         audit_summary = None
         produce = read_kind(spark, root, "produce")
@@ -492,6 +481,10 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
             write_table(out, "produce_runs", produce_runs)
             write_table(out, "produce_per_second", produce_seconds)
             write_table(out, "comparison", rows)
+            curve_points = curves(runs, produce_runs)
+            sections.append(("Throughput-latency curves (one per client and setting)",
+                             curve_points))
+            write_table(out, "throughput_latency", curve_points)
             if bootstrap:
                 progress(f"audit: every acknowledged record looked up in its topic at "
                          f"{bootstrap}")
@@ -529,7 +522,7 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
         if not sections:
             raise ToolError(f"{root}: the runs have no samples")
         progress("plots")
-        figures = plots(out, produce_seconds, consume_seconds, produce_runs, breakdown,
+        figures = plots(out, produce_seconds, consume_seconds, curve_points, breakdown,
                         run_labels(runs, differing))
         report = write_report(out, sections, figures, runs)
     finally:

@@ -294,15 +294,20 @@ def run(args) -> int:
     return 0
 
 
-def _record(recording, progress: Progress, bootstrap: str, args, start_s: float,
-            end_s: float, messages: int, total_bytes: int, rebalance_ms: float) -> None:
+def seconds_table(progress: Progress):
+    """The results store's ``consume`` samples: records and bytes read in each second."""
     import pyarrow as pa
     seconds = sorted(progress.seconds.items())
-    recording.add_samples("consume", pa.table({
+    return pa.table({
         "second": pa.array([s * 1_000_000 for s, _ in seconds],
                            type=pa.timestamp("us", tz="UTC")),
         "records": pa.array([c[0] for _, c in seconds], type=pa.int64()),
-        "bytes": pa.array([c[1] for _, c in seconds], type=pa.int64())}))
+        "bytes": pa.array([c[1] for _, c in seconds], type=pa.int64())})
+
+
+def _record(recording, progress: Progress, bootstrap: str, args, start_s: float,
+            end_s: float, messages: int, total_bytes: int, rebalance_ms: float) -> None:
+    recording.add_samples("consume", seconds_table(progress))
     elapsed_s = max(1e-9, end_s - start_s)
     cluster, topic = results.describe(bootstrap, args.topic)
     recording.finish(summary={"records": messages, "bytes": total_bytes,

@@ -132,6 +132,22 @@ class _Units:
         self.done: list[int] = []  # unit numbers in completion order
         self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()  # monotonic -> UTC
 
+    @classmethod
+    def of_records(cls, send_ns: list[int], ack_ns: list[int], partition: list[int],
+                   offset: list[int], error: list) -> "_Units":
+        """One unit per record, from a run that timed each record itself (another
+        client's producer in ``bench.kafka_clients``): the same samples and figures."""
+        n = len(send_ns)
+        assert len(ack_ns) == len(partition) == len(offset) == len(error) == n
+        units = cls()
+        units.first_record = list(range(n))
+        units.count = [1] * n
+        units.send_ns, units.ack_ns = list(send_ns), list(ack_ns)
+        units.partition, units.base_offset = list(partition), list(offset)
+        units.error = list(error)
+        units.done = list(range(n))
+        return units
+
     def add(self, first_record: int, count: int, send_ns: int, partition: int) -> int:
         unit = len(self.count)
         self.first_record.append(first_record)

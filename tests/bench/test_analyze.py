@@ -90,6 +90,10 @@ def test_the_tables_hold_the_known_figures_and_every_output_exists(store, tmp_pa
     assert rows[0]["throughput_ratio"] == 1.0
     assert rows[1]["throughput_ratio"] == pytest.approx((2000 / 2.001) / (1000 / 10.09))
     assert rows[1]["p99_ratio"] == pytest.approx(2 / 99)
+    # acks=1 and acks=all are two curves, not one line through both runs.
+    curve = pq.read_table(out / "tables" / "throughput_latency.parquet").to_pylist()
+    assert sorted((r["series"], r["run_id"]) for r in curve) == \
+        [("minikafka, acks=1", a), ("minikafka, acks=all", b)]
     consume = pq.read_table(out / "tables" / "consume_runs.parquet").to_pylist()
     assert (consume[0]["records"], consume[0]["seconds"], consume[0]["records_per_s"]) == \
         (1000, 4, 250.0)

@@ -1,0 +1,70 @@
+"""python -m bench.kafka_clients, small: every installed client measured on one live
+cluster, its table printed, and its runs in the results store with real figures."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pyarrow.dataset as ds
+import pytest
+
+from bench.perf.kafka_clients import run as bench
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+RECORDS = 3000
+WRITES = 40
+MODULES = {"confluent-kafka": "confluent_kafka", "kafka-python": "kafka",
+           "aiokafka": "aiokafka"}
+
+
+def _runs(store) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(store.glob("runs/run_id=*/run.json"))]
+
+
+def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, capsys,
+                                                                     cluster_id):
+    store = tmp_path / "results"
+    assert bench.main(["--records", str(RECORDS), "--writes", str(WRITES), "--dir",
+                       str(tmp_path / "bench"), "--results", str(store),
+                       "--cluster-id", cluster_id]) == 0
+    printed = capsys.readouterr().out
+    expected = {"minikafka"} | {c for c, m in MODULES.items() if importlib.util.find_spec(m)}
+    assert "skipping" not in printed, printed
+    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()
+            if line.split() and line.split()[0] in expected and not line.startswith(" ")}
+    assert set(rows) == expected, printed
+    for name, cells in rows.items():
+        produce, mb, consume, p50, p99 = (float(c.replace(",", "")) for c in cells)
+        assert produce > 0 and mb > 0 and consume > 0 and 0 < p50 <= p99, (name, cells)
+    if "confluent-kafka" in expected:
+        assert "confluent-kafka producer records/s:" in printed
+    runs = _runs(store)
+    # Per client: a producer run, a single-write run and a consumer run.
+    phases = sorted((r["tags"]["client"], r["tags"]["phase"]) for r in runs)
+    assert phases == sorted((c, p) for c in expected
+                            for p in ("producer", "single writes", "consumer"))
+    produce = ds.dataset(store / "samples" / "produce", partitioning="hive").to_table()
+    for record in runs:
+        client, phase = record["tags"]["client"], record["tags"]["phase"]
+        if phase == "consumer":
+            # Every client reads the same topic: exactly the records written to it.
+            assert record["summary"]["records"] == RECORDS, (client, record["summary"])
+            assert record["summary"]["bytes"] == RECORDS * 100
+            assert record["summary"]["records_per_s"] > 0
+            continue
+        rows = produce.filter(ds.field("run_id") == record["run_id"]).to_pylist()
+        assert len(rows) == (RECORDS if phase == "producer" else WRITES), (client, phase)
+        assert all(r["error"] is None and r["latency_ms"] > 0 for r in rows), (client, phase)
+        # Each acknowledged record has its own offset in its partition.
+        placed = {(r["partition"], r["offset"]) for r in rows}
+        assert len(placed) == len(rows) and min(o for _, o in placed) >= 0, (client, phase)
+        assert record["summary"]["records"] == len(rows) and \
+            record["summary"]["records_per_s"] > 0
+        assert record["cluster"]["producer_props"]["acks"] == "all"
+
+
+def test_an_unknown_client_is_one_line_and_exit_1(capsys):
+    assert bench.main(["--clients", "minikafka,nope"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and "unknown nope" in err
