@@ -61,6 +61,10 @@ SEND_BUFFERS_PER_CALL_MAX = 64        # buffers handed to one sendmsg (below IOV
 # between them are joined (one sendmsg buffer per field would cost more than the copy).
 LARGE_PIECE_BYTES = 16 * 1024
 LISTEN_BACKLOG = 128
+# Incomplete request frames buffered across every connection (each at most
+# socket.request.max.bytes): a connection that takes the total over this is closed, so
+# many slow senders of huge frames cannot exhaust the broker's memory.
+PARTIAL_FRAME_BYTES_MAX = 256 * 1024 * 1024
 VIOLATION_LOG_INTERVAL_S = 1.0
 
 API_VERSIONS_KEY = 18
@@ -174,6 +178,7 @@ class KafkaListener:
         self.server: socket.socket | None = None
         self.port = 0
         self.connections: dict[int, KafkaConnection] = {}
+        self.partial_frame_bytes = 0     # sum of the connections' incomplete frames
         self._violations = LogLimiter(VIOLATION_LOG_INTERVAL_S)
 
     # ---------------------------------------------------------------- lifecycle
@@ -242,6 +247,9 @@ class KafkaListener:
         conn.exchanges.clear()
         conn.output.clear()
         conn.output_bytes = 0
+        self.partial_frame_bytes -= conn.decoder.buffered_bytes
+        conn.decoder = None
+        assert self.partial_frame_bytes >= 0, self.partial_frame_bytes
         try:
             conn.sock.close()
         except OSError:
@@ -289,10 +297,17 @@ class KafkaListener:
             if not data:
                 self._drop(conn)        # the client closed it
                 return
+            before = conn.decoder.buffered_bytes
             try:
                 payloads = conn.decoder.feed(data)
             except KafkaProtocolError as e:
+                self.partial_frame_bytes += conn.decoder.buffered_bytes - before
                 self.violation(conn, str(e))
+                return
+            self.partial_frame_bytes += conn.decoder.buffered_bytes - before
+            if self.partial_frame_bytes > PARTIAL_FRAME_BYTES_MAX:
+                self.violation(conn, f"incomplete requests of all connections exceed "
+                                     f"{PARTIAL_FRAME_BYTES_MAX} bytes")
                 return
             for payload in payloads:
                 self._request(conn, payload)

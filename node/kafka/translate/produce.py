@@ -46,6 +46,9 @@ class Produce(TranslationBase):
     versions = (3, 11)
 
     def request(self, ctx, header, request):
+        if request.acks not in (-1, 0, 1):
+            return self.error(ctx, header, request, ErrorCode.INVALID_REQUIRED_ACKS,
+                              f"acks must be -1, 0 or 1, got {request.acks}")
         entries, frames = [], []
         plan = []       # per partition: (topic, index, native entry or -1, error, message)
         for topic in request.topic_data:
@@ -98,7 +101,7 @@ class Produce(TranslationBase):
             throttle_time_ms=0, node_endpoints=_endpoints(ctx, leaders))
 
     def error(self, ctx, header, request, code, message):
-        if request.acks == 0:
+        if request.acks == 0 and code != ErrorCode.INVALID_REQUIRED_ACKS:
             return CLOSE_CONNECTION     # acks=0 is never answered; a failure closes
         return ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
             name=topic.name, partition_responses=[ProduceResponse.PartitionProduceResponse(

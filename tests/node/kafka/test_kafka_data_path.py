@@ -350,3 +350,12 @@ def test_acks_0_is_not_answered_and_a_failed_one_closes_the_connection(kafka_clu
         assert wire.closed_by_broker(), "a failed acks=0 write must close the connection"
     records = consume_all(kafka_cluster, kafka_topic, 2, timeout_s=10)
     assert sorted(m.value() for m in records) == [b"and", b"fire"]
+
+
+def test_acks_other_than_minus_one_zero_or_one_are_invalid_required_acks(kafka_cluster,
+                                                                         kafka_topic):
+    leader, _, _ = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        answer = wire.request(produce_request(kafka_topic, kafka_batch([b"x"]), acks=2), 9)
+    assert answer.responses[0].partition_responses[0].error_code == \
+        ErrorCode.INVALID_REQUIRED_ACKS

@@ -255,3 +255,24 @@ def test_advertised_listeners_are_what_clients_are_told(tmp_path, cluster_id):
         assert [(b.host, b.port) for b in answer.brokers] == [("localhost", port)]
         value = json.loads(cluster.zk().get(zkdata.broker_path(0))[0])
         assert value["endpoints"][1] == f"KAFKA://localhost:{port}"
+
+
+def test_connections_dropped_mid_frame_leave_the_broker_serving(kafka_cluster):
+    """Incomplete frames are counted against the listener's budget while buffered and
+    released when their connection goes, however it goes: closed by the client, or by
+    the broker for a bad frame after a partial one."""
+    address = first_kafka(kafka_cluster)
+    for round_ in range(3):
+        wires = [KafkaWire(address) for _ in range(10)]
+        for i, wire in enumerate(wires):
+            wire.sock.sendall(struct.pack(">i", 8 << 20) + b"\x00" * (1 << 20))
+            if i % 2:   # the rest of the frame, then a frame over the limit: closed
+                wire.sock.sendall(b"\x00" * ((8 << 20) - (1 << 20)) +
+                                  struct.pack(">i", 104857600 + 1))
+        for i, wire in enumerate(wires):
+            if i % 2:
+                assert wire.closed_by_broker()
+            wire.close()
+        with KafkaWire(address) as fresh:
+            assert fresh.request(MetadataRequest(topics=None), 1).brokers
+    assert kafka_cluster.processes["0"].pid() is not None
