@@ -61,6 +61,18 @@ def record_batch(values: list[bytes], *, key: bytes | None = None, timestamp_ms:
     return bytes(batch)
 
 
+def batch_attributes(records) -> list[int]:
+    """The attributes of each batch in ``records`` (a Fetch answer's; bits 0-2: codec)."""
+    data, pos, out = bytes(records or b""), 0, []
+    while len(data) - pos >= BATCH_HEADER.size:
+        length, = struct.unpack_from(">i", data, pos + 8)
+        if pos + LENGTH_FROM + length > len(data):
+            break   # a partial batch at the end of a fetch
+        out.append(struct.unpack_from(">h", data, pos + CRC_FROM)[0])
+        pos += LENGTH_FROM + length
+    return out
+
+
 def valid_batches_count(records) -> int | None:
     """How many records ``records`` (a Produce partition's) holds when every batch in it
     is a well-formed magic-2 batch with a correct CRC; None otherwise."""

@@ -1,9 +1,9 @@
-"""librdkafka (confluent-kafka) through broker failures, each test on its own 3-broker
-cluster:
+"""Real clients through broker failures, each test on its own 3-broker cluster:
 
-- a partition leader SIGKILLed under an idempotent producer (acks=all, RF 3,
-  min.insync.replicas=2): every record is acknowledged once, nothing is lost or written
-  twice, and each sits at the offset its delivery report gave;
+- a partition leader SIGKILLed under an idempotent producer, librdkafka's and
+  kafka-python's (acks=all, RF 3, min.insync.replicas=2): every record is acknowledged
+  once, nothing is lost or written twice, and each sits at the offset its delivery
+  report gave;
 - an unclean election seen by consumers (KIP-320): the new leader's log is shorter than
   what they read; OffsetForLeaderEpoch tells them where the logs diverge. With
   auto.offset.reset=error librdkafka reports the truncation; with earliest it resumes at
@@ -39,19 +39,54 @@ def _not_the_controller(cluster, n: int) -> list[int]:
     return brokers[:n]
 
 
-def test_leader_sigkilled_under_an_idempotent_producer(tmp_path, cluster_id):
-    from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
-    n, kill_after = 4000, 1500
+N, WARM_UP, KILL_AFTER = 4000, 100, 1500   # records; acknowledged first; killed at
+
+
+def _idempotence_topic(cluster) -> int:
+    """Topic "idem": 1 partition, RF 3, min.insync.replicas=2, led by a broker that is not
+    the controller (the controller moves leadership at once). Returns that leader."""
+    leader = _not_the_controller(cluster, 1)[0]
+    create_topic(cluster, "idem", assignment={0: [leader] + [
+        b for b in cluster.broker_ids if b != leader]}, config={"min.insync.replicas": "2"})
+    return leader
+
+
+def _check_once_each_at_its_offset(cluster, killed: int, offsets: dict[int, int]) -> None:
+    """The partition read back to its high watermark holds record i once, at offsets[i]
+    (the offset its producer was told), for every i < N, in order."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    state = cluster.partition_state("idem", 0)
+    assert state.leader not in (-1, killed), state
+    assert sorted(offsets) == list(range(N))
+    consumer = confluent_consumer(kafka_bootstrap(cluster))
+    log: list = []
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition("idem", 0), timeout=30)
+        assert (low, high) == (0, N), "records lost or written twice"
+        consumer.assign([TopicPartition("idem", 0, OFFSET_BEGINNING)])
+
+        def read_all():
+            log.extend((msg.offset(), msg.value())
+                       for msg in consumer.consume(1000, 0.5) if not msg.error())
+            return len(log) >= N
+
+        poll_until(read_all, 120, f"the {N} records to be read back", interval_s=0.001)
+    finally:
+        consumer.close()
+    assert [o for o, _ in log] == list(range(N))
+    assert [v for _, v in log] == [f"v-{i}".encode() for i in range(N)], \
+        "the log holds the records once each, in the order sent"
+    assert all(offsets[i] == i for i in range(N)), \
+        [(i, o) for i, o in sorted(offsets.items()) if o != i][:5]
+
+
+def test_leader_sigkilled_under_an_idempotent_librdkafka_producer(tmp_path, cluster_id):
+    from confluent_kafka import Producer
     with running_cluster(tmp_path / "c", cluster_id) as cluster:
-        # The leader is not the controller: the controller moves leadership at once.
-        leader = _not_the_controller(cluster, 1)[0]
-        replicas = [leader] + [b for b in cluster.broker_ids if b != leader]
-        create_topic(cluster, "idem", assignment={0: replicas},
-                     config={"min.insync.replicas": "2"})
-        b = kafka_bootstrap(cluster)
-        producer = Producer({"bootstrap.servers": b, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 2, "message.timeout.ms": 120_000,
-                             "retry.backoff.ms": 100})
+        leader = _idempotence_topic(cluster)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap(cluster),
+                             "enable.idempotence": True, "acks": "all", "linger.ms": 2,
+                             "message.timeout.ms": 120_000, "retry.backoff.ms": 100})
         reports: dict[int, int] = {}
         failures = []
 
@@ -67,47 +102,47 @@ def test_leader_sigkilled_under_an_idempotent_producer(tmp_path, cluster_id):
             producer.produce("idem", value=f"v-{i}".encode(), partition=0, on_delivery=done)
 
         # The producer is running (its id assigned, records acknowledged by the leader)...
-        warm_up = 100
-        for i in range(warm_up):
+        for i in range(WARM_UP):
             send(i)
-        poll_until(lambda: producer.poll(0.01) >= 0 and len(reports) == warm_up, WAIT_S,
+        poll_until(lambda: producer.poll(0.01) >= 0 and len(reports) == WARM_UP, WAIT_S,
                    "the first records to be acknowledged")
         # ... then a steady stream: the kill comes with records in flight and more to come.
         in_flight_at_kill = None
-        for i in range(warm_up, n):
+        for i in range(WARM_UP, N):
             send(i)
             if i % 20 == 19:
                 producer.poll(0.002)
-            if i == kill_after:
+            if i == KILL_AFTER:
                 in_flight_at_kill = i + 1 - len(reports)
                 cluster.kill(leader, "KILL")
         assert producer.flush(120) == 0 and not failures, failures[:5]
-        assert len(reports) == n, f"{in_flight_at_kill} were unacknowledged at the kill"
+        assert len(reports) == N, f"{in_flight_at_kill} were unacknowledged at the kill"
+        _check_once_each_at_its_offset(cluster, leader, reports)
 
-        state = cluster.partition_state("idem", 0)
-        assert state.leader not in (-1, leader), state
-        # Read the partition back to its high watermark.
-        consumer = confluent_consumer(b)
+
+@needs("kafka-python")
+def test_leader_sigkilled_under_an_idempotent_kafka_python_producer(tmp_path, cluster_id):
+    from kafka import KafkaProducer
+    with running_cluster(tmp_path / "c", cluster_id) as cluster:
+        leader = _idempotence_topic(cluster)
+        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap(cluster).split(","),
+                                 enable_idempotence=True, acks="all", linger_ms=2,
+                                 retry_backoff_ms=100, delivery_timeout_ms=120_000)
         try:
-            tp = TopicPartition("idem", 0)
-            low, high = consumer.get_watermark_offsets(tp, timeout=30)
-            assert (low, high) == (0, n), "records lost or written twice"
-            consumer.assign([TopicPartition("idem", 0, OFFSET_BEGINNING)])
-            log: list = []
-
-            def read_all():
-                log.extend((msg.offset(), msg.value())
-                           for msg in consumer.consume(1000, 0.5) if not msg.error())
-                return len(log) >= n
-
-            poll_until(read_all, 120, f"the {n} records to be read back", interval_s=0.001)
+            futures = [producer.send("idem", value=f"v-{i}".encode(), partition=0)
+                       for i in range(WARM_UP)]
+            producer.flush(WAIT_S)
+            assert all(f.succeeded() for f in futures)
+            # kafka-python sends from its own thread: the kill meets a stream in flight.
+            for i in range(WARM_UP, N):
+                futures.append(producer.send("idem", value=f"v-{i}".encode(), partition=0))
+                if i == KILL_AFTER:
+                    cluster.kill(leader, "KILL")
+            producer.flush(120)
+            offsets = {i: f.get(timeout=WAIT_S).offset for i, f in enumerate(futures)}
         finally:
-            consumer.close()
-        assert [o for o, _ in log] == list(range(n))
-        assert [v for _, v in log] == [f"v-{i}".encode() for i in range(n)], \
-            "the log holds the records once each, in the order sent"
-        assert all(reports[i] == i for i in range(n)), \
-            [(i, o) for i, o in sorted(reports.items()) if o != i][:5]
+            producer.close(timeout=10)
+        _check_once_each_at_its_offset(cluster, leader, offsets)
 
 
 def test_unclean_election_is_detected_as_log_truncation_by_librdkafka(tmp_path, cluster_id):
