@@ -20,6 +20,13 @@ retention.ms ...): they sit between a topic's overrides and the broker's
 server.properties, and a change re-applies every hosted topic.
 
 One watcher callable per znode, so kazoo never holds two for one path.
+
+A change that cannot be read (the coordinator unreachable, as when this broker is cut
+from it: kazoo fires the watches as the session goes) changes nothing: the configs in
+force stay, and the read is tried again every ``REREAD_MS`` while the topic is hosted
+(which also arms the watch again). Falling back to the broker's defaults there would
+drop a topic's ``min.insync.replicas=2`` to 1 exactly when the leader is isolated, and
+let it acknowledge writes alone. A garbled node is logged and also changes nothing.
 """
 from __future__ import annotations
 
@@ -33,12 +40,19 @@ from node.broker.apis.admin.configs import DYNAMIC_BROKER_KEYS
 from node.broker.failures import COORDINATOR_ERRORS
 from node.config import ConfigError, topic_log_config, topic_setting
 from node.wire import zkdata
+from node.wire.zkdata import ZkDataError
 
 logger = logging.getLogger("node.broker.server")
 
 # LogConfig fields that size what a segment preallocates and indexes: kept as the log
 # was opened with.
 SIZED_AT_OPEN = ("segment_bytes", "index_size_max_bytes", "index_interval_bytes")
+# How soon a change that could not be read (coordinator unreachable) is read again.
+REREAD_MS = 1_000
+
+
+class Unreadable(Exception):
+    """A config node could not be read now (the coordinator is unreachable)."""
 
 
 class TopicConfigs:
@@ -48,10 +62,20 @@ class TopicConfigs:
         # The dynamic broker configs as topic keys (cluster-wide, then this broker's);
         # None until first read, read again when their watch fires.
         self._broker_layer: dict[str, str] | None = None
+        self._rereads: set[str] = set()   # topics ("" = the broker layer) read again soon
 
     def overrides(self, topic: str) -> dict[str, str]:
         """The topic's overrides over the dynamic broker configs, leaving watches for
-        the next change."""
+        the next change. When a partition opens: what cannot be read counts as absent
+        (the broker's defaults), as before configs were watched."""
+        try:
+            return self._overrides(topic)
+        except Unreadable as e:
+            logger.error("opening with the broker's defaults for %s: %s", topic, e)
+            return dict(self._broker_layer or {})
+
+    def _overrides(self, topic: str) -> dict[str, str]:
+        """Raises ``Unreadable`` when a layer cannot be read now."""
         if self._broker_layer is None:
             self._broker_layer = self._read_broker_layer()
         return {**self._broker_layer,
@@ -67,9 +91,11 @@ class TopicConfigs:
             return zkdata.decode_topic_config(name, data)
         except NoNodeError:     # a topic's node is made with the topic
             return {}
-        except COORDINATOR_ERRORS as e:  # garbled or unreadable: the broker's defaults
+        except ZkDataError as e:        # garbled: the same bytes next time, no retry
             logger.error("ignoring the config of %s: %s", name, e)
             return {}
+        except COORDINATOR_ERRORS as e:
+            raise Unreadable(f"config of {name}: {e}") from e
 
     def _read_broker_layer(self) -> dict[str, str]:
         """The dynamic broker configs as topic keys. An exists-watch on each node: it
@@ -87,9 +113,11 @@ class TopicConfigs:
                 values = zkdata.decode_topic_config(path, zk.get(path)[0])
             except NoNodeError:
                 continue
-            except COORDINATOR_ERRORS as e:
+            except ZkDataError as e:
                 logger.error("ignoring the dynamic broker configs of %s: %s", path, e)
                 continue
+            except COORDINATOR_ERRORS as e:
+                raise Unreadable(f"dynamic broker configs of {path}: {e}") from e
             layer.update({DYNAMIC_BROKER_KEYS[k]: v for k, v in values.items()
                           if k in DYNAMIC_BROKER_KEYS})
         return layer
@@ -103,9 +131,26 @@ class TopicConfigs:
 
     def brokers_changed(self) -> None:
         """On the loop: a dynamic broker config changed; every hosted topic again."""
-        self._broker_layer = self._read_broker_layer()
+        try:
+            self._broker_layer = self._read_broker_layer()
+        except Unreadable as e:
+            self._read_again("", self.brokers_changed, e)
+            return
         for topic in sorted({t for t, _ in self.replicas.partitions}):
             self.changed(topic)
+
+    def _read_again(self, key: str, read: Callable[[], None], error: Exception) -> None:
+        """Keep the configs in force; one read again after ``REREAD_MS`` per key."""
+        if key in self._rereads:
+            return
+        logger.warning("keeping the configs in force, reading again in %d ms: %s",
+                       REREAD_MS, error)
+        self._rereads.add(key)
+
+        def again() -> None:
+            self._rereads.discard(key)
+            read()
+        self.replicas.loop.call_later(REREAD_MS, again)
 
     def changed(self, topic: str) -> None:
         """On the loop: apply the topic's new overrides to its hosted partitions."""
@@ -114,7 +159,11 @@ class TopicConfigs:
             # armed again when a partition opens
             self._watchers.pop(zkdata.topic_config_path(topic), None)
             return
-        overrides = self.overrides(topic)
+        try:
+            overrides = self._overrides(topic)
+        except Unreadable as e:
+            self._read_again(topic, lambda: self.changed(topic), e)
+            return
         config = self.replicas.config
         try:
             log_config = topic_log_config(config, overrides)
