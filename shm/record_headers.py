@@ -88,30 +88,52 @@ def check_entries(data, offsets) -> None:
 
 
 def decode_entry(data) -> list[Header]:
-    """The headers of one entry, in order: ``[(key, value or None), ...]``."""
+    """The headers of one entry, in order: ``[(key, value or None), ...]``. Per-record
+    work of every consumer that asks for headers, so the one-byte varints (lengths up to
+    63, counts up to 63: nearly every header) are read inline."""
     data = bytes(data)
     end = len(data)
     if not end:
         return []
-    count, position = read_varint(data, 0, end)
+    count, position = _varint_at(data, 0, end)
     if count < 0:
         raise HeaderFormatError(f"negative header count {count}")
     headers = []
     for _ in range(count):
-        key_length, position = read_varint(data, position, end)
+        if position < end and data[position] < 0x80:
+            key_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            key_length, position = read_varint(data, position, end)
         if key_length < 0 or position + key_length > end:
             raise HeaderFormatError("header key runs past the record")
         key = data[position:position + key_length].decode("utf-8", "surrogateescape")
         position += key_length
-        value_length, position = read_varint(data, position, end)
-        if value_length < -1 or position + max(value_length, 0) > end:
+        if position < end and data[position] < 0x80:
+            value_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            value_length, position = read_varint(data, position, end)
+        if value_length < 0:
+            if value_length != -1:
+                raise HeaderFormatError("header value runs past the record")
+            headers.append((key, None))
+            continue
+        if position + value_length > end:
             raise HeaderFormatError("header value runs past the record")
-        value = None if value_length < 0 else data[position:position + value_length]
-        position += max(value_length, 0)
-        headers.append((key, value))
+        headers.append((key, data[position:position + value_length]))
+        position += value_length
     if position != end:
         raise HeaderFormatError("bytes left after a record's headers")
     return headers
+
+
+def _varint_at(data: bytes, position: int, end: int):
+    """``read_varint`` with the one-byte case inline."""
+    if position < end and data[position] < 0x80:
+        b = data[position]
+        return (b >> 1) ^ -(b & 1), position + 1
+    return read_varint(data, position, end)
 
 
 def encode_entry(headers) -> bytes:

@@ -10,7 +10,11 @@ KafkaError = errors.KafkaError
 TopicPartition = namedtuple("TopicPartition", "topic partition")
 RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
 BatchMetadata = namedtuple("BatchMetadata", "topic partition base_offset record_count timestamp")
-ConsumerRecord = namedtuple("ConsumerRecord", "topic partition offset timestamp key value")
+# ``headers``: the record's headers, Kafka's shape: a list of (str key, bytes or None value),
+# in order, keys may repeat; an empty list when it has none (default () for a record
+# built by hand).
+ConsumerRecord = namedtuple("ConsumerRecord", "topic partition offset timestamp key value headers",
+                            defaults=((),))
 BrokerMetadata = namedtuple("BrokerMetadata", "broker_id host port rack")
 
 # Errors after which the client's view of leadership is stale: refresh metadata.
