@@ -9,6 +9,8 @@ CreateTime timestamps, and records without headers in the same batch as records 
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from node.client import Consumer as NativeConsumer
 from node.client import Producer as NativeProducer
 from node.client import TopicPartition as NativeTopicPartition
-from tests.node.kafka.clients import needs, skip_if_missing
+from tests.node.kafka.clients import REPO, create_topic, needs, skip_if_missing
 from tests.node.kafka.drivers import (TIMEOUT_S, Got, Rec, assert_records, consume_confluent,
                                       consume_kafka_python, produce_confluent)
 
@@ -125,3 +127,34 @@ def test_native_batches_after_kafka_batches_keep_offsets_and_headers_both_ways(k
                    offsets=range(45))
     assert_records(consume_confluent(b_kafka, kafka_topic, 0, 45), everything,
                    "confluent-kafka", offsets=range(45))
+
+
+def _tool(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "node.cli", *map(str, args)], cwd=REPO,
+                          input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+@needs("confluent-kafka")
+def test_console_tools_parse_and_print_headers_across_wires(kafka_cluster):
+    """console-producer ``parse.headers`` (native wire) -> librdkafka; librdkafka ->
+    console-consumer ``print.headers`` (native wire), as Kafka's console tools."""
+    topic = "console-headers"
+    create_topic(kafka_cluster, topic, partitions=1)
+    _tool("console-producer", "--bootstrap-server", _native(kafka_cluster), "--topic", topic,
+          "--property", "parse.headers=true", "parse.key=true", "null.marker=NULL",
+          stdin="trace:1,null:NULL,trace:2\tk0\tv0\nNULL\tk1\tv1\n\u00e9:\u00e9\tNULL\tv2\n")
+    got = consume_confluent(_kafka(kafka_cluster), topic, 0, 3)
+    assert_records(got, [Rec(b"k0", b"v0", (("trace", b"1"), ("null", None), ("trace", b"2"))),
+                         Rec(b"k1", b"v1"),
+                         Rec(None, b"v2", (("\u00e9", "\u00e9".encode()),))], "confluent-kafka")
+    produce_confluent(_kafka(kafka_cluster), topic,
+                      [Rec(b"k3", b"v3", (("a", b"1"), ("a", None))), Rec(None, b"v4")])
+    printed = _tool("console-consumer", "--bootstrap-server", _native(kafka_cluster),
+                    "--topic", topic, "--from-beginning", "--max-messages", 5,
+                    "--property", "print.headers=true", "print.key=true", "print.offset=true")
+    assert printed.stdout.splitlines() == [
+        "Offset:0\ttrace:1,null:null,trace:2\tk0\tv0", "Offset:1\tNO_HEADERS\tk1\tv1",
+        "Offset:2\t\u00e9:\u00e9\tnull\tv2", "Offset:3\ta:1,a:null\tk3\tv3",
+        "Offset:4\tNO_HEADERS\tnull\tv4"]
