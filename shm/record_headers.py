@@ -57,23 +57,33 @@ def write_varint(value: int, out: bytearray) -> None:
 
 def entry_end(data, position: int, end: int) -> int:
     """Walk one entry starting at ``position`` (bounded by ``end``); returns where it
-    ends. Raises HeaderFormatError on anything malformed."""
+    ends. Raises HeaderFormatError on anything malformed. One-byte varints (nearly
+    every header's) are read inline: every batch with headers is checked this way."""
     if position == end:
         return end
-    count, position = read_varint(data, position, end)
+    count, position = _varint_at(data, position, end)
     if count < 0:
         raise HeaderFormatError(f"negative header count {count}")
     for _ in range(count):
-        key_length, position = read_varint(data, position, end)
+        if position < end and data[position] < 0x80:
+            key_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            key_length, position = read_varint(data, position, end)
         if key_length < 0:
             raise HeaderFormatError(f"header key length {key_length}")
         position += key_length
-        if position > end:
+        if position >= end:
             raise HeaderFormatError("header key runs past the record")
-        value_length, position = read_varint(data, position, end)
+        if data[position] < 0x80:
+            value_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            value_length, position = read_varint(data, position, end)
         if value_length < -1:
             raise HeaderFormatError(f"header value length {value_length}")
-        position += max(value_length, 0)
+        if value_length > 0:
+            position += value_length
         if position > end:
             raise HeaderFormatError("header value runs past the record")
     return position
@@ -82,9 +92,16 @@ def entry_end(data, position: int, end: int) -> int:
 def check_entries(data, offsets) -> None:
     """Every entry ``data[offsets[i]:offsets[i+1]]`` is well formed and exactly filled."""
     bounds = offsets.tolist() if hasattr(offsets, "tolist") else list(offsets)
+    view = memoryview(data)
+    checked = b""   # the last entry walked: a run of equal entries is walked once
     for start, end in zip(bounds, bounds[1:]):
-        if start != end and entry_end(data, start, end) != end:
+        if start == end:
+            continue
+        if end - start == len(checked) and view[start:end] == checked:
+            continue
+        if entry_end(data, start, end) != end:
             raise HeaderFormatError("bytes left after a record's headers")
+        checked = view[start:end]
 
 
 def decode_entry(data) -> list[Header]:

@@ -72,3 +72,25 @@ def test_small_batch_encoder_writes_headers_as_build_batch():
     with pytest.raises(ValueError, match="1 header lists for 2 values"):
         batch.encode_small_batch([b"a", b"b"], None, 1, [[("h", b"")]])
     assert record_headers.encode_entry(None) == b""
+
+
+def test_runs_of_equal_entries_are_checked_once_but_a_different_one_still_is():
+    good = encode_entry([("k", b"v")])                  # 02 02 6b 02 76
+    bad = good[:3] + b"\x04" + good[4:]                 # same length, value runs past
+    data = good * 3 + bad + good
+    offsets = [0, 5, 10, 15, 20, 25]
+    record_headers.check_entries(good * 3, offsets[:4])
+    with pytest.raises(HeaderFormatError):
+        record_headers.check_entries(data, offsets)
+    with pytest.raises(HeaderFormatError):
+        record_headers.check_entries(good + b"" + bad, [0, 5, 5, 10])   # past an empty entry
+
+
+def test_equal_entries_decode_to_a_list_of_their_own_per_record():
+    headers = [[("k", b"v")], [("k", b"v")], [], [], [("k", b"v")], [("k", None)]]
+    parsed = batch.parse_batch(batch.build_batch([b"x"] * 6, None, 1, headers=headers))
+    got = parsed.record_headers()
+    assert got == headers
+    assert len({id(h) for h in got}) == 6
+    got[0].append(("mine", b""))
+    assert parsed.record_headers()[1] == [("k", b"v")] and got[1] == [("k", b"v")]
