@@ -66,8 +66,8 @@ Theory of operation (Kafka's Fetcher, without groups):
   and the offset, and keeps raising until the caller seeks past it (Kafka's behaviour).
 
 ``poll()`` returns ConsumerRecord tuples (per-record Python work), each with its record
-headers as Kafka's clients give them (``headers``: a list of (str, bytes or None), empty
-when the record has none; decoded only for batches that carry a headers column);
+headers as Kafka's clients give them (``headers``: a tuple of (str, bytes or None) pairs,
+() when the record has none; decoded only for batches that carry a headers column);
 ``poll_batches()`` returns the parsed batches themselves (``FetchedBatch``), for the
 perf tool (``batch.record_headers()`` decodes a batch's headers).
 

@@ -1,18 +1,20 @@
 """Record headers in node.client, pure parts: ``send``'s checks and Kafka's shape, the
 accumulator's encoding into shm.batch's headers column (struct and numpy paths), and the
-consumer's ``ConsumerRecord.headers`` (decoded only when a batch has the column)."""
+consumer's ``ConsumerRecord.headers`` (a tuple of pairs, decoded only when a batch has the
+column)."""
 from __future__ import annotations
 
 import threading
 
 import pytest
 
-from node.client.consumer.fetcher import FetchedBatch
+from node.client.consumer.fetcher import FetchedBatch, header_tuples
 from node.client.producer import Producer
 from node.client.producer.accumulator import RecordAccumulator, encode
 from node.client.producer.api import record_headers
 from node.client.types import ConsumerRecord
 from shm import batch
+from shm.batch import CorruptRecordError
 
 TS = 1_700_000_000_000
 
@@ -117,18 +119,26 @@ def test_consumer_records_carry_their_headers_in_order_with_nulls_and_repeats():
     for skip in (0, 2):
         records = _fetched(headers, skip).records()
         assert records == [ConsumerRecord("t", 2, 100 + i, TS + i, b"k", b"v%d" % i,
-                                          headers[i]) for i in range(skip, 5)]
-        assert all(type(r) is ConsumerRecord for r in records)
+                                          tuple(headers[i])) for i in range(skip, 5)]
+        assert all(type(r) is ConsumerRecord and type(r.headers) is tuple for r in records)
 
 
-def test_consumer_records_without_headers_get_a_fresh_empty_list_each():
+def test_consumer_records_without_headers_share_the_empty_tuple():
     for headers in (None, [[]] * 5):     # no column either way
         records = _fetched(headers, skip=1).records()
-        assert [r.headers for r in records] == [[]] * 4
+        assert [r.headers for r in records] == [()] * 4
         assert [r.offset for r in records] == [101, 102, 103, 104]
-        assert len({id(r.headers) for r in records}) == 4   # not one shared list
-        records[0].headers.append(("mine", b""))
-        assert records[1].headers == []
+
+
+def test_equal_headers_decode_once_and_a_bad_entry_is_corrupt():
+    same = [("trace", b"t"), ("n", None)]
+    records = _fetched([same, same, [("other", b"")], same, same]).records()
+    assert [r.headers for r in records] == [tuple(same)] * 2 + [(("other", b""),)] + \
+        [tuple(same)] * 2
+    assert records[0].headers is records[1].headers       # one decoded tuple per run
+    assert header_tuples([b"", b"", b"\x02\x02k\x01"]) == [(), (), (("k", None),)]
+    with pytest.raises(CorruptRecordError, match="record headers"):
+        header_tuples([b"\x02\x02k"])
 
 
 def test_a_record_built_by_hand_defaults_to_no_headers():

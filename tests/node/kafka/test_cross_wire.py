@@ -72,7 +72,7 @@ def consume_native(bootstrap: str, topic: str, partition: int, count: int) -> li
             assert time.monotonic() < deadline, f"node.client read {len(got)} of {count}"
             for r in consumer.poll(timeout_ms=500):
                 assert (r.topic, r.partition) == (topic, partition)
-                assert isinstance(r.headers, list)
+                assert isinstance(r.headers, tuple)
                 got.append(Got(r.offset, r.key, r.value, tuple(r.headers), r.timestamp))
     finally:
         consumer.close()
