@@ -108,7 +108,7 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
     if headers is not None:
         if len(headers) != n:
             raise ValueError(f"{len(headers)} header lists for {n} values")
-        entries = [record_headers.encode_entry(h) for h in headers]
+        entries = record_headers.encode_entries(headers)
         if any(entries):  # no record with headers: no column, as for headers=None
             header_offsets = np.fromiter(itertools.accumulate(map(len, entries), initial=0),
                                          np.int64, n + 1)
@@ -235,7 +235,7 @@ def encode_small_batch(values: list, keys: list | None, timestamps,
     if headers is not None:
         if len(headers) != n:
             raise ValueError(f"{len(headers)} header lists for {n} values")
-        entries = [record_headers.encode_entry(h) for h in headers]
+        entries = record_headers.encode_entries(headers)
         if any(entries):  # as build_batch: a column only if some record has headers
             attributes |= ATTR_HEADERS
             parts.append(struct.pack(f"<{n + 1}i", *itertools.accumulate(map(len, entries),

@@ -171,3 +171,16 @@ def encode_entry(headers) -> bytes:
             write_varint(len(value), out)
             out += value
     return bytes(out)
+
+
+def encode_entries(headers) -> list[bytes]:
+    """One entry per record of ``headers`` (per record None or its headers), as
+    ``encode_entry``; a run of equal header lists (the same headers on every record)
+    is encoded once."""
+    entries = []
+    previous, entry = None, b""
+    for h in headers:
+        if h != previous:
+            previous, entry = h, encode_entry(h)
+        entries.append(entry)
+    return entries

@@ -94,3 +94,10 @@ def test_equal_entries_decode_to_a_list_of_their_own_per_record():
     assert len({id(h) for h in got}) == 6
     got[0].append(("mine", b""))
     assert parsed.record_headers()[1] == [("k", b"v")] and got[1] == [("k", b"v")]
+
+
+def test_encode_entries_encodes_a_run_once_and_each_change():
+    same = [("k", b"v")]
+    entries = record_headers.encode_entries([same, list(same), None, [], same, [("k", None)]])
+    assert entries == [encode_entry(same)] * 2 + [b"", b"", encode_entry(same),
+                                                   encode_entry([("k", None)])]

@@ -51,6 +51,14 @@ def record_headers(headers) -> list[tuple[str, bytes | None]] | None:
     str (sent as UTF-8) or None (a null value)."""
     if headers is None:
         return None
+    if headers.__class__ is list:   # the common shape, already right: copied as it is
+        for header in headers:
+            if not (header.__class__ is tuple and len(header) == 2 and
+                    header[0].__class__ is str and header[0].isascii() and
+                    (header[1] is None or header[1].__class__ is bytes)):
+                break
+        else:
+            return list(headers) or None
     if isinstance(headers, dict):
         headers = headers.items()
     elif isinstance(headers, (str, bytes, bytearray, memoryview)) or \

@@ -144,3 +144,15 @@ def test_equal_headers_decode_once_and_a_bad_entry_is_corrupt():
 def test_a_record_built_by_hand_defaults_to_no_headers():
     record = ConsumerRecord("t", 0, 7, TS, None, b"v")
     assert record.headers == () and record._replace(key=b"k").headers == ()
+
+
+def test_the_common_shape_is_copied_so_later_changes_do_not_reach_the_batch():
+    given = [("a", b"1"), ("a", None)]
+    checked = record_headers(given)
+    given.append(("late", b""))
+    given[0] = ("changed", b"")
+    assert checked == [("a", b"1"), ("a", None)]
+    # The common shape with anything unusual goes the long way and is still checked.
+    assert record_headers([("a", b"1"), ("\u00e9", b"2")]) == [("a", b"1"), ("\u00e9", b"2")]
+    with pytest.raises(TypeError, match="value of header 'b'"):
+        record_headers([("a", b"1"), ("b", 2)])
