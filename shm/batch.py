@@ -108,7 +108,7 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
     if headers is not None:
         if len(headers) != n:
             raise ValueError(f"{len(headers)} header lists for {n} values")
-        entries = [record_headers.encode_entry(h) for h in headers]
+        entries = record_headers.encode_entries(headers)
         if any(entries):  # no record with headers: no column, as for headers=None
             header_offsets = np.fromiter(itertools.accumulate(map(len, entries), initial=0),
                                          np.int64, n + 1)
@@ -200,10 +200,12 @@ def _pack_header(buf: bytearray, base_offset: int, partition_leader_epoch: int,
 SMALL_ENCODE_RECORDS_MAX = 256
 
 
-def encode_small_batch(values: list, keys: list | None, timestamps) -> bytearray | None:
+def encode_small_batch(values: list, keys: list | None, timestamps,
+                       headers: list | None = None) -> bytearray | None:
     """``build_batch``'s fast path for a few records, byte for byte the same batch,
     without numpy or pyarrow (the producer's path for what ``send`` buffers). ``values``
-    and ``keys``: lists of bytes; ``timestamps``: an int or a list of n ints. Returns
+    and ``keys``: lists of bytes; ``timestamps``: an int or a list of n ints;
+    ``headers``: None or per record its headers (as ``build_batch``'s). Returns
     None when the input needs the general encoder (null values, mixed null keys, too
     many records, a too wide time span or size): then call ``build_batch``."""
     n = len(values)
@@ -229,7 +231,17 @@ def encode_small_batch(values: list, keys: list | None, timestamps) -> bytearray
         key_data, key_bitmap = b"".join(keys), b""
     value_offsets = struct.pack(f"<{n + 1}i", *itertools.accumulate(map(len, values),
                                                                       initial=0))
-    body = b"".join((deltas, key_offsets, value_offsets, key_data, *values, key_bitmap))
+    parts = [deltas, key_offsets, value_offsets, key_data, *values, key_bitmap]
+    if headers is not None:
+        if len(headers) != n:
+            raise ValueError(f"{len(headers)} header lists for {n} values")
+        entries = record_headers.encode_entries(headers)
+        if any(entries):  # as build_batch: a column only if some record has headers
+            attributes |= ATTR_HEADERS
+            parts.append(struct.pack(f"<{n + 1}i", *itertools.accumulate(map(len, entries),
+                                                                           initial=0)))
+            parts += entries
+    body = b"".join(parts)
     total = HEADER_BYTES + len(body)
     if total > BATCH_BYTES_MAX:
         return None

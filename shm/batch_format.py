@@ -140,10 +140,16 @@ class RecordBatch:
         parsed; a key that is not UTF-8 decodes with surrogateescape)."""
         if self.headers is None:
             return [[] for _ in range(self.record_count)]
+        out = []
+        previous, decoded = None, []
         try:
-            return [record_headers.decode_entry(entry) for entry in self.headers.to_pylist()]
+            for entry in self.headers.to_pylist():
+                if entry != previous:   # a run of equal entries (the same headers) decodes once
+                    previous, decoded = entry, record_headers.decode_entry(entry)
+                out.append(list(decoded))   # a list of its own per record
         except record_headers.HeaderFormatError as e:  # not reached for a checked batch
             raise CorruptRecordError(f"record headers: {e}") from None
+        return out
 
     def records(self, *, with_headers: bool = False) -> list[tuple]:
         """(offset, timestamp, key, value) per record, and its headers (a list) as a fifth

@@ -57,23 +57,33 @@ def write_varint(value: int, out: bytearray) -> None:
 
 def entry_end(data, position: int, end: int) -> int:
     """Walk one entry starting at ``position`` (bounded by ``end``); returns where it
-    ends. Raises HeaderFormatError on anything malformed."""
+    ends. Raises HeaderFormatError on anything malformed. One-byte varints (nearly
+    every header's) are read inline: every batch with headers is checked this way."""
     if position == end:
         return end
-    count, position = read_varint(data, position, end)
+    count, position = _varint_at(data, position, end)
     if count < 0:
         raise HeaderFormatError(f"negative header count {count}")
     for _ in range(count):
-        key_length, position = read_varint(data, position, end)
+        if position < end and data[position] < 0x80:
+            key_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            key_length, position = read_varint(data, position, end)
         if key_length < 0:
             raise HeaderFormatError(f"header key length {key_length}")
         position += key_length
-        if position > end:
+        if position >= end:
             raise HeaderFormatError("header key runs past the record")
-        value_length, position = read_varint(data, position, end)
+        if data[position] < 0x80:
+            value_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            value_length, position = read_varint(data, position, end)
         if value_length < -1:
             raise HeaderFormatError(f"header value length {value_length}")
-        position += max(value_length, 0)
+        if value_length > 0:
+            position += value_length
         if position > end:
             raise HeaderFormatError("header value runs past the record")
     return position
@@ -82,36 +92,65 @@ def entry_end(data, position: int, end: int) -> int:
 def check_entries(data, offsets) -> None:
     """Every entry ``data[offsets[i]:offsets[i+1]]`` is well formed and exactly filled."""
     bounds = offsets.tolist() if hasattr(offsets, "tolist") else list(offsets)
+    view = memoryview(data)
+    checked = b""   # the last entry walked: a run of equal entries is walked once
     for start, end in zip(bounds, bounds[1:]):
-        if start != end and entry_end(data, start, end) != end:
+        if start == end:
+            continue
+        if end - start == len(checked) and view[start:end] == checked:
+            continue
+        if entry_end(data, start, end) != end:
             raise HeaderFormatError("bytes left after a record's headers")
+        checked = view[start:end]
 
 
 def decode_entry(data) -> list[Header]:
-    """The headers of one entry, in order: ``[(key, value or None), ...]``."""
+    """The headers of one entry, in order: ``[(key, value or None), ...]``. Per-record
+    work of every consumer that asks for headers, so the one-byte varints (lengths up to
+    63, counts up to 63: nearly every header) are read inline."""
     data = bytes(data)
     end = len(data)
     if not end:
         return []
-    count, position = read_varint(data, 0, end)
+    count, position = _varint_at(data, 0, end)
     if count < 0:
         raise HeaderFormatError(f"negative header count {count}")
     headers = []
     for _ in range(count):
-        key_length, position = read_varint(data, position, end)
+        if position < end and data[position] < 0x80:
+            key_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            key_length, position = read_varint(data, position, end)
         if key_length < 0 or position + key_length > end:
             raise HeaderFormatError("header key runs past the record")
         key = data[position:position + key_length].decode("utf-8", "surrogateescape")
         position += key_length
-        value_length, position = read_varint(data, position, end)
-        if value_length < -1 or position + max(value_length, 0) > end:
+        if position < end and data[position] < 0x80:
+            value_length = (data[position] >> 1) ^ -(data[position] & 1)
+            position += 1
+        else:
+            value_length, position = read_varint(data, position, end)
+        if value_length < 0:
+            if value_length != -1:
+                raise HeaderFormatError("header value runs past the record")
+            headers.append((key, None))
+            continue
+        if position + value_length > end:
             raise HeaderFormatError("header value runs past the record")
-        value = None if value_length < 0 else data[position:position + value_length]
-        position += max(value_length, 0)
-        headers.append((key, value))
+        headers.append((key, data[position:position + value_length]))
+        position += value_length
     if position != end:
         raise HeaderFormatError("bytes left after a record's headers")
     return headers
+
+
+def _varint_at(data: bytes, position: int, end: int):
+    """``read_varint`` with the one-byte case inline."""
+    if position < end and data[position] < 0x80:
+        b = data[position]
+        return (b >> 1) ^ -(b & 1), position + 1
+    return read_varint(data, position, end)
 
 
 def encode_entry(headers) -> bytes:
@@ -132,3 +171,16 @@ def encode_entry(headers) -> bytes:
             write_varint(len(value), out)
             out += value
     return bytes(out)
+
+
+def encode_entries(headers) -> list[bytes]:
+    """One entry per record of ``headers`` (per record None or its headers), as
+    ``encode_entry``; a run of equal header lists (the same headers on every record)
+    is encoded once."""
+    entries = []
+    previous, entry = None, b""
+    for h in headers:
+        if h != previous:
+            previous, entry = h, encode_entry(h)
+        entries.append(entry)
+    return entries

@@ -1,8 +1,14 @@
 """``minikafka console-producer`` and ``console-consumer``: Kafka's console tools.
 
-Producer (kafka-console-producer.sh): one record per line of stdin. ``--property
-parse.key=true`` splits each line at ``key.separator`` (default a tab) into key and
-value; ``--producer-property k=v`` sets a producer config (Kafka's names: acks,
+Producer (kafka-console-producer.sh): one record per line of stdin, read as Kafka's
+LineMessageReader: ``[headers<headers.delimiter>][key<key.separator>]value``.
+``--property parse.key=true`` splits each line at ``key.separator`` (default a tab) into
+key and value; ``parse.headers=true`` first takes the headers, ``k:v`` pairs
+(``headers.key.separator``, default ``:``) separated by ``headers.separator`` (default
+``,``, a literal string here, a regex in Kafka) up to ``headers.delimiter`` (default a
+tab); ``null.marker=S`` makes a key, value or header value equal to S a null. A header
+without its key separator is an error (with ``ignore.error=true``: a null value).
+``--producer-property k=v`` sets a producer config (Kafka's names: acks,
 linger.ms, batch.size, retries, request.timeout.ms, ...). A record that fails is
 reported as Kafka's ErrorLoggingCallback does, and the exit code is then 1.
 
@@ -10,8 +16,10 @@ Consumer (kafka-console-consumer.sh): every partition of the topic, or ``--parti
 [--offset O|earliest|latest]``, or as a member of ``--group G`` (its committed offsets,
 committing as it reads); new records only unless ``--from-beginning``. Each record is
 printed by Kafka's DefaultMessageFormatter:
-``[CreateTime:ts<sep>][Partition:p<sep>][Offset:o<sep>][key<sep>]value`` with ``sep`` =
-``key.separator`` (a tab) and ``line.separator`` after the value. It stops after
+``[CreateTime:ts<sep>][Partition:p<sep>][Offset:o<sep>][headers<sep>][key<sep>]value``
+with ``sep`` = ``key.separator`` (a tab) and ``line.separator`` after the value;
+headers (``print.headers=true``) as ``k:v`` joined by ``headers.separator`` (default
+``,``), a null value as ``null.literal``, ``NO_HEADERS`` for none. It stops after
 ``--max-messages`` records, after ``--timeout-ms`` without a record, or on Ctrl-C, and
 prints ``Processed a total of N messages`` on stderr, as Kafka.
 
@@ -104,6 +112,8 @@ def add_producer_arguments(parser) -> None:
                         metavar="KEY=VALUE")
     parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="line reader properties: parse.key, key.separator, "
+                             "parse.headers, headers.delimiter, headers.separator, "
+                             "headers.key.separator, null.marker, "
                              "ignore.error; schema.registry=HOST:PORT with value.schema=JSON "
                              "or value.schema.file=F: each line is a JSON value, sent as Avro")
     parser.add_argument("--request-required-acks", default="-1",
@@ -124,9 +134,7 @@ def _produce(args) -> int:
     from node.client.producer import Producer
 
     reader = parse_key_values(args.property, "--property")
-    parse_key = _flag(reader, "parse.key")
-    ignore_error = _flag(reader, "ignore.error")
-    separator = _unescape(reader.get("key.separator", "\t")).encode()
+    lines = LineReader(reader)
     kwargs = {"acks": args.request_required_acks, "linger_ms": args.timeout,
               "max_block_ms": args.max_block_ms}
     if args.batch_size is not None:
@@ -147,11 +155,10 @@ def _produce(args) -> int:
     failures = []
     prompt = sys.stdin.isatty()
     try:
-        for number, value, key in _lines(sys.stdin.buffer, parse_key, separator,
-                                          ignore_error, prompt):
-            if encode is not None:
+        for number, value, key, headers in _lines(sys.stdin.buffer, lines, prompt):
+            if encode is not None and value is not None:
                 value = encode(number, value)
-            future = producer.send(args.topic, value, key=key)
+            future = producer.send(args.topic, value, key=key, headers=headers)
             future.add_callback(_on_error(args.topic, key, value, failures))
             if args.sync:
                 _wait(future)
@@ -208,8 +215,81 @@ def _avro_encoder(props: dict[str, str], topic: str):
     return registry, encode
 
 
-def _lines(stream, parse_key: bool, separator: bytes, ignore_error: bool, prompt: bool):
-    """(line number, value, key) for each line of ``stream`` (Kafka's LineMessageReader)."""
+class LineReader:
+    """Kafka's LineMessageReader: one line -> (value, key, headers) (module docstring)."""
+
+    def __init__(self, props: dict[str, str]):
+        self.parse_key = _flag(props, "parse.key")
+        self.parse_headers = _flag(props, "parse.headers")
+        self.ignore_error = _flag(props, "ignore.error")
+        separators = {}
+        for name, default in (("key.separator", "\t"), ("headers.delimiter", "\t"),
+                              ("headers.separator", ","), ("headers.key.separator", ":")):
+            separators[name] = _unescape(props.get(name, default)).encode()
+            if not separators[name]:
+                raise ToolError(f"--property {name} may not be empty")
+        self.key_separator = separators["key.separator"]
+        self.headers_delimiter = separators["headers.delimiter"]
+        self.headers_separator = separators["headers.separator"]
+        self.headers_key_separator = separators["headers.key.separator"]
+        marker = props.get("null.marker")
+        self.null_marker = None if marker is None else _unescape(marker).encode()
+        names = list(separators)[1:] + ["null.marker"]
+        values = list(separators.values())[1:] + [self.null_marker]
+        for i, a in enumerate(names):        # Kafka's checks, in its words
+            for b, value in zip(names[i + 1:], values[i + 1:]):
+                if values[i] == value:
+                    raise ToolError(f"{a} and {b} may not be equal")
+        if self.key_separator == self.null_marker:
+            raise ToolError("null.marker and key.separator may not be equal")
+
+    def parse(self, number: int, line: bytes):
+        """(value, key, headers) of line ``number`` (without its line break)."""
+        rest, headers = line, None
+        if self.parse_headers:
+            text, rest = self._cut(number, line, self.headers_delimiter, "headers delimiter")
+            if text is not None and text != self.null_marker:
+                headers = self._headers(number, text)
+        key = None
+        if self.parse_key:
+            key, rest = self._cut(number, rest, self.key_separator, "key separator")
+            if key == self.null_marker:
+                key = None
+        return (None if rest == self.null_marker else rest), key, headers
+
+    def _cut(self, number: int, line: bytes, separator: bytes, name: str):
+        head, sep, rest = line.partition(separator)
+        if sep:
+            return head, rest
+        if self.ignore_error:
+            return None, line
+        raise ToolError(f"No {name} found on line number {number}: "
+                        f"'{line.decode(errors='replace')}'")
+
+    def _headers(self, number: int, text: bytes) -> list:
+        pairs = text.split(self.headers_separator)
+        while len(pairs) > 1 and not pairs[-1]:    # as Java's split: no trailing empties
+            pairs.pop()
+        headers = []
+        for pair in pairs:
+            key, sep, value = pair.partition(self.headers_key_separator)
+            if not sep:
+                if not self.ignore_error:
+                    raise ToolError(f"No header key separator found in pair "
+                                    f"'{pair.decode(errors='replace')}' on line number {number}")
+                value = None
+            elif key == self.null_marker:
+                raise ToolError(f"Header keys should not be equal to the null marker "
+                                f"'{self.null_marker.decode(errors='replace')}' as they "
+                                f"can't be null")
+            elif value == self.null_marker:
+                value = None
+            headers.append((key.decode("utf-8", "surrogateescape"), value))
+        return headers
+
+
+def _lines(stream, reader: LineReader, prompt: bool):
+    """(line number, value, key, headers) for each line of ``stream``."""
     number = 0
     while True:
         if prompt:
@@ -219,18 +299,7 @@ def _lines(stream, parse_key: bool, separator: bytes, ignore_error: bool, prompt
         if not line:
             return
         number += 1
-        line = line.rstrip(b"\n").rstrip(b"\r")
-        if not parse_key:
-            yield number, line, None
-            continue
-        key, sep, value = line.partition(separator)
-        if sep:
-            yield number, value, key
-        elif ignore_error:
-            yield number, line, None
-        else:
-            raise ToolError(f"No key separator found on line number {number}: "
-                            f"'{line.decode(errors='replace')}'")
+        yield (number, *reader.parse(number, line.rstrip(b"\n").rstrip(b"\r")))
 
 
 def _on_error(topic: str, key, value, failures: list):
@@ -238,9 +307,10 @@ def _on_error(topic: str, key, value, failures: list):
         if exception is not None:
             failures.append(exception)
             key_text = "null" if key is None else f"{len(key)} bytes"
+            value_text = "null" if value is None else f"{len(value)} bytes"
             detail = exception.message if isinstance(exception, errors.KafkaError) else exception
             sys.stderr.write(f"ERROR Error when sending message to topic {topic} with key: "
-                             f"{key_text}, value: {len(value)} bytes with error: {detail}\n")
+                             f"{key_text}, value: {value_text} with error: {detail}\n")
     return callback
 
 
@@ -269,7 +339,8 @@ def add_consumer_arguments(parser) -> None:
     parser.add_argument("--property", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="formatter properties: print.key, print.offset, "
                              "print.partition, print.timestamp, print.value, "
-                             "key.separator, line.separator, null.literal; "
+                             "print.headers, key.separator, line.separator, "
+                             "headers.separator, null.literal; "
                              "schema.registry=HOST:PORT prints Avro values as JSON")
     parser.add_argument("--consumer-property", action="extend", nargs="+", default=[],
                         metavar="KEY=VALUE")
@@ -288,6 +359,7 @@ class Formatter:
         self.value = _flag(props, "print.value", True)
         self.separator = _unescape(props.get("key.separator", "\t")).encode()
         self.line_separator = _unescape(props.get("line.separator", "\n")).encode()
+        self.headers_separator = _unescape(props.get("headers.separator", ",")).encode()
         self.null = props.get("null.literal", "null").encode()
 
     def format(self, record) -> bytes:
@@ -299,7 +371,9 @@ class Formatter:
         if self.offset:
             parts.append(b"Offset:%d" % record.offset)
         if self.headers:
-            parts.append(b"NO_HEADERS")
+            parts.append(self.headers_separator.join(
+                k.encode("utf-8", "surrogateescape") + b":" + (self.null if v is None else v)
+                for k, v in record.headers) if record.headers else b"NO_HEADERS")
         if self.key:
             parts.append(self.null if record.key is None else bytes(record.key))
         out = self.separator.join(parts)

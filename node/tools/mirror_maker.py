@@ -12,7 +12,7 @@ The consumer config takes ``bootstrap.servers`` and ``group.id`` (required), and
 ``bootstrap.servers`` and the producer keys of ``console-producer`` (acks is all unless
 set). ``--whitelist`` is Kafka's old name of ``--include``.
 
-Each record goes to the same topic, partition, key and timestamp in the target, so the
+Each record goes to the same topic, partition, key, headers and timestamp in the target, so the
 target's partitions hold the source's records in the source's order. A topic missing in
 the target is created with the source's partition count (the target's default
 replication factor); one with fewer partitions stops the mirror with one line. Every
@@ -142,7 +142,7 @@ class Mirror:
             for r in self.consumer.poll(POLL_MS):
                 self.futures.append(self.producer.send(
                     r.topic, r.value, key=r.key, partition=r.partition,
-                    timestamp_ms=r.timestamp))
+                    timestamp_ms=r.timestamp, headers=r.headers or None))
                 self.sent[(r.topic, r.partition)] = r.offset + 1
                 self.mirrored += 1
             if time.monotonic() >= self.next_commit_s:

@@ -1,5 +1,5 @@
 """``minikafka mirror-maker`` between two real clusters on this host: killed mid-stream
-and restarted, every record arrives, in order per partition."""
+and restarted, every record arrives, in order per partition, with its headers."""
 from __future__ import annotations
 
 import signal
@@ -53,8 +53,9 @@ def _start(consumer, producer, include="orders|clicks"):
         stderr=subprocess.PIPE, text=True)
 
 
-def _read_all(cluster, topic: str, partitions: int) -> dict[int, list[bytes]]:
-    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+def _read_all(cluster, topic: str, partitions: int) -> dict[int, list[tuple]]:
+    """Per partition, (value, headers) of each record."""
+    out: dict[int, list[tuple]] = {p: [] for p in range(partitions)}
     with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
         consumer.assign([(topic, p) for p in range(partitions)])
         ends = consumer.end_offsets([(topic, p) for p in range(partitions)])
@@ -63,7 +64,7 @@ def _read_all(cluster, topic: str, partitions: int) -> dict[int, list[bytes]]:
         deadline = time.monotonic() + 30
         while got < want and time.monotonic() < deadline:
             for r in consumer.poll(200):
-                out[r.partition].append(r.value)
+                out[r.partition].append((r.value, r.headers))
                 got += 1
     return out
 
@@ -84,7 +85,8 @@ def test_a_mirror_killed_mid_stream_and_restarted_delivers_everything_in_order(
         admin.create_topic("ignored", 1, 1)
     with Producer(source.bootstrap_servers) as producer:
         for i in range(RECORDS):
-            producer.send("orders", b"order-%d" % i, key=b"k%d" % (i % 7))
+            producer.send("orders", b"order-%d" % i, key=b"k%d" % (i % 7),
+                          headers=[("i", b"%d" % i), ("n", None)] if i % 3 else None)
         producer.send("ignored", b"not mirrored")
         producer.flush()
     consumer_config, producer_config = _configs(tmp_path, source, target)
@@ -102,7 +104,7 @@ def test_a_mirror_killed_mid_stream_and_restarted_delivers_everything_in_order(
         # Distinct values: the restart repeats some, so a count would arrive early.
         wanted = {b"order-%d" % i for i in range(RECORDS + 600)}
         poll_until(lambda: _count(target, "orders", 3) >= RECORDS + 600 and wanted <= {
-            v for values in _read_all(target, "orders", 3).values() for v in values},
+            v for values in _read_all(target, "orders", 3).values() for v, _ in values},
             90, "every record mirrored", interval_s=0.5)
     finally:
         mirror.send_signal(signal.SIGTERM)
@@ -110,6 +112,7 @@ def test_a_mirror_killed_mid_stream_and_restarted_delivers_everything_in_order(
     assert mirror.returncode == 0, err
     original = _read_all(source, "orders", 3)
     copied = _read_all(target, "orders", 3)
+    assert sum(1 for records in original.values() for _, h in records if h) > RECORDS // 2
     for p in range(3):
         # At least once: a restart may repeat what was sent after the last commit; the
         # first copy of each record is in the source's order, and none is missing.

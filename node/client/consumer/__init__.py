@@ -65,8 +65,11 @@ Theory of operation (Kafka's Fetcher, without groups):
   it are delivered first, then ``poll`` raises CorruptMessageError naming the partition
   and the offset, and keeps raising until the caller seeks past it (Kafka's behaviour).
 
-``poll()`` returns ConsumerRecord tuples (per-record Python work); ``poll_batches()``
-returns the parsed batches themselves (``FetchedBatch``), for the perf tool.
+``poll()`` returns ConsumerRecord tuples (per-record Python work), each with its record
+headers as Kafka's clients give them (``headers``: a tuple of (str, bytes or None) pairs,
+() when the record has none; decoded only for batches that carry a headers column);
+``poll_batches()`` returns the parsed batches themselves (``FetchedBatch``), for the
+perf tool (``batch.record_headers()`` decodes a batch's headers).
 
 ``key_deserializer`` / ``value_deserializer`` (kafka-python's names) are applied by
 ``poll``. A record that cannot be deserialized is not skipped: the records before it are

@@ -15,8 +15,8 @@ Theory of operation (Kafka's RecordAccumulator + Sender, simplified):
 
 - ``send()`` runs in the caller's thread and does as little as possible: pick the
   partition (explicit, murmur2 of the key, or the sticky partition of KIP-480), append
-  value/key/timestamp to that partition's open buffer, return a future that points at
-  (buffer, index). No encoding happens here.
+  value/key/timestamp (and headers) to that partition's open buffer, return a future
+  that points at (buffer, index). No encoding happens here.
 - The I/O thread owns the sockets (a ``Network``). Each turn it takes the buffers that
   are ready (``linger_ms`` elapsed, ``batch_size`` reached, or a flush) and encodes
   each into ONE record batch (``shm.batch``), queues the batches per
@@ -55,6 +55,11 @@ together, and the leader answers a retry of appended batches with their original
 offsets instead of writing them twice. After a batch fails for good, or the leader reports a sequence gap
 or an unknown producer, the producer waits for its requests in flight, takes the next
 epoch and numbers the unsent batches from 0 again (KIP-360).
+
+Record headers (``send(..., headers=[("k", b"v"), ("k", None)])``, Kafka's shape; a dict
+too): checked in ``send``, written by the encoder into ``shm.batch``'s headers column
+(``shm.record_headers``, Kafka's own header encoding), which a batch has only when one
+of its records has headers.
 
 ``key_serializer`` / ``value_serializer`` (kafka-python's names) turn what ``send`` is
 given into bytes (e.g. ``node.client.avro.AvroSerializer``); ``send_many`` takes bytes.

@@ -2,8 +2,10 @@
 taken, per partition, and the encoding of a partition's records into one batch.
 
 Rules:
-- ``send`` does as little as possible: it appends value, key and timestamp to the
-  partition's open batch (``OpenBatch``); nothing is encoded in the caller's thread.
+- ``send`` does as little as possible: it appends value, key, timestamp (and headers,
+  checked by ``send``) to the partition's open batch (``OpenBatch``); nothing is
+  encoded in the caller's thread. A batch keeps a headers list only once one of its
+  records has headers, so records without any cost nothing more than before.
 - An open batch is sealed when it reaches ``batch_size`` bytes; the sender takes sealed
   ones at once, and open ones when ``linger_ms`` has passed (or at once with
   ``linger_ms=0`` or during a flush), and encodes each into ONE record batch
@@ -22,19 +24,27 @@ from node.client.producer.futures import ProduceRequestResult
 from shm.batch import build_batch, encode_small_batch
 
 RECORD_OVERHEAD_BYTES = 12  # timestamp delta + key offset + value offset per record
+HEADER_OVERHEAD_BYTES = 3   # key and value length varints of a small header, roughly
+
+
+def headers_bytes(headers: list) -> int:
+    """About what ``headers`` add to a batch (its ``batch_size`` accounting)."""
+    return 4 + sum(HEADER_OVERHEAD_BYTES + len(k) + (len(v) if v is not None else 0)
+                   for k, v in headers)
 
 
 class OpenBatch:
     """Records of one partition appended by send() and not yet encoded."""
 
-    __slots__ = ("tp", "values", "keys", "timestamps", "result", "bytes", "created_s",
-                 "has_keys", "has_timestamps")
+    __slots__ = ("tp", "values", "keys", "timestamps", "headers", "result", "bytes",
+                 "created_s", "has_keys", "has_timestamps")
 
     def __init__(self, tp, now_s: float):
         self.tp = tp
         self.values: list = []
         self.keys: list = []
         self.timestamps: list = []
+        self.headers: list | None = None  # per record (None: none), once one has some
         self.result = ProduceRequestResult(tp[0], tp[1])
         self.bytes = 0
         self.created_s = now_s
@@ -71,9 +81,9 @@ def encode(buf: OpenBatch) -> ProducerBatch:
         timestamps = [now_ms if t is None else t for t in buf.timestamps]
         buf.result.timestamps = timestamps
     keys = buf.keys if buf.has_keys else None
-    data = encode_small_batch(buf.values, keys, timestamps)  # shm.batch's fast path
+    data = encode_small_batch(buf.values, keys, timestamps, buf.headers)  # the fast path
     if data is None:
-        data = build_batch(buf.values, keys, timestamps)
+        data = build_batch(buf.values, keys, timestamps, headers=buf.headers)
     buf.result.record_count = len(buf.values)
     buf.result.timestamp = now_ms if not buf.has_timestamps else min(timestamps)
     return ProducerBatch(buf.tp, data, len(buf.values), buf.result, buf.created_s)
@@ -94,8 +104,10 @@ class RecordAccumulator:
     def has_open(self, tp) -> bool:
         return tp in self.open
 
-    def append(self, tp, value, key, timestamp_ms) -> tuple[ProduceRequestResult, int, bool]:
-        """Add one record to ``tp``'s open batch (the caller holds ``lock``). Returns the
+    def append(self, tp, value, key, timestamp_ms,
+               headers: list | None = None) -> tuple[ProduceRequestResult, int, bool]:
+        """Add one record to ``tp``'s open batch (the caller holds ``lock``); ``headers``:
+        None or a non-empty list of (str, bytes | None), already checked. Returns the
         batch's result, the record's index in it, and whether the sender should wake."""
         buf = self.open.get(tp)
         if buf is None:
@@ -108,6 +120,12 @@ class RecordAccumulator:
             buf.has_keys = True
         if timestamp_ms is not None:
             buf.has_timestamps = True
+        if headers is not None or buf.headers is not None:
+            if buf.headers is None:
+                buf.headers = [None] * index
+            buf.headers.append(headers)
+            if headers is not None:
+                buf.bytes += headers_bytes(headers)
         buf.bytes += RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + \
             (len(key) if key is not None else 0)
         self.incomplete += 1

@@ -44,6 +44,44 @@ def as_bytes(value, what: str) -> bytes:
     raise TypeError(f"{what} must be bytes or str, got {type(value).__name__}")
 
 
+def record_headers(headers) -> list[tuple[str, bytes | None]] | None:
+    """``send``'s ``headers`` checked and put in Kafka's shape: a list of (str key,
+    bytes or None value) in order (keys may repeat), or None for no headers. Takes a
+    list/tuple of pairs (Kafka's clients' shape) or a dict; a value may be bytes-like,
+    str (sent as UTF-8) or None (a null value)."""
+    if headers is None:
+        return None
+    if headers.__class__ is list:   # the common shape, already right: copied as it is
+        for header in headers:
+            if not (header.__class__ is tuple and len(header) == 2 and
+                    header[0].__class__ is str and header[0].isascii() and
+                    (header[1] is None or header[1].__class__ is bytes)):
+                break
+        else:
+            return list(headers) or None
+    if isinstance(headers, dict):
+        headers = headers.items()
+    elif isinstance(headers, (str, bytes, bytearray, memoryview)) or \
+            not hasattr(headers, "__iter__"):
+        raise TypeError(f"headers must be a list of (str, bytes) pairs or a dict, "
+                        f"got {type(headers).__name__}")
+    out = []
+    for header in headers:
+        if not isinstance(header, (tuple, list)) or len(header) != 2:
+            raise TypeError(f"a header must be a (key, value) pair, got {header!r:.80}")
+        key, value = header
+        if not isinstance(key, str):
+            raise TypeError(f"a header key must be str, got {type(key).__name__}")
+        try:
+            key.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"header key {key!r:.80} cannot be encoded as UTF-8: {e}") from None
+        if value is not None and value.__class__ is not bytes:
+            value = as_bytes(value, f"the value of header {key!r:.80}")
+        out.append((key, value))
+    return out or None
+
+
 class Producer:
     """A thread-safe producer (see the module docstring).
 
@@ -125,10 +163,14 @@ class Producer:
 
     # ------------------------------------------------------------- public API
     def send(self, topic: str, value, key=None, partition: int | None = None,
-             timestamp_ms: int | None = None) -> FutureRecordMetadata:
-        """Queue one record; returns a future (``.get(timeout)`` -> RecordMetadata)."""
+             timestamp_ms: int | None = None, headers=None) -> FutureRecordMetadata:
+        """Queue one record; returns a future (``.get(timeout)`` -> RecordMetadata).
+        ``headers``: Kafka's record headers, a list of (str, bytes or None) pairs (keys
+        may repeat) or a dict (``record_headers``)."""
         if self._closed:
             raise RuntimeError("send() on a closed producer")
+        if headers is not None:
+            headers = record_headers(headers)
         if self.value_serializer is not None:
             value = self.value_serializer(value)
         if self.key_serializer is not None and key is not None:
@@ -156,7 +198,7 @@ class Producer:
                     self._sticky_started.add(topic)
             self._topics.add(topic)
             result, index, wake = self._accumulator.append((topic, partition), value, key,
-                                                           timestamp_ms)
+                                                           timestamp_ms, headers)
         if wake and self._sleeping:
             self._wake()
         return FutureRecordMetadata(result, index, self._done)

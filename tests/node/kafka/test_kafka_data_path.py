@@ -1,6 +1,6 @@
 """Produce, Fetch, ListOffsets, topic ids and the idempotent producer through Kafka's wire
-with real clients on real brokers, and records crossing between the two wires with the
-same offsets, keys, values, headers and timestamps."""
+with real clients on real brokers (records crossing between the two wires:
+test_cross_wire.py)."""
 from __future__ import annotations
 
 import time
@@ -9,13 +9,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from node.client import Consumer as NativeConsumer
-from node.client import Producer as NativeProducer
-from node.client import TopicPartition as NativeTopicPartition
 from node.kafka.protocol.messages import FetchRequest, MetadataRequest
 from node.kafka.records import kafka_to_log  # noqa: F401  (the converter under test)
 from node.wire.errors import ErrorCode
-from shm.record_headers import decode_entry
 from tests.node.kafka.kafka_wire import KafkaWire
 
 pytestmark = pytest.mark.process
@@ -86,52 +82,6 @@ def test_idempotent_producer_writes_each_record_once(kafka_cluster, kafka_topic)
     records = consume_all(kafka_cluster, kafka_topic, 2000)
     assert sorted(m.key() for m in records) == sorted(r[3] for r in reports)
     assert len({(m.partition(), m.offset()) for m in records}) == 2000
-
-
-def test_a_record_produced_through_kafkas_wire_reads_back_natively(kafka_cluster, kafka_topic):
-    reports = produce(kafka_cluster, kafka_topic, 50, acks="all")
-    by_position = {(r[1], r[2]): int(r[3].split(b"-")[1]) for r in reports}
-    consumer = NativeConsumer(kafka_cluster.bootstrap_servers, auto_offset_reset="earliest")
-    try:
-        consumer.assign([NativeTopicPartition(kafka_topic, p) for p in range(3)])
-        seen = {}
-        deadline = time.monotonic() + 30
-        while len(seen) < 50 and time.monotonic() < deadline:
-            for fetched in consumer.poll_batches(timeout_ms=500):
-                batch = fetched.batch
-                for j in range(fetched.skip, batch.record_count):
-                    offset = batch.base_offset + j
-                    seen[(fetched.partition, offset)] = (
-                        batch.keys[j].as_py(), batch.values[j].as_py(),
-                        [tuple(h) for h in decode_entry(batch.headers[j].as_py())],
-                        int(batch.timestamp_deltas[j]) + batch.header.base_timestamp)
-    finally:
-        consumer.close()
-    assert set(seen) == set(by_position)
-    for position, i in by_position.items():
-        key, value, headers, timestamp = seen[position]
-        assert key == b"key-%d" % i and value == (b"%d-" % i).ljust(VALUE_BYTES, b"v")
-        assert headers == [("index", b"%d" % i), ("empty", b"")]
-        assert timestamp == BASE_TIMESTAMP_MS + i
-
-
-def test_a_record_produced_natively_reads_back_through_kafkas_wire(kafka_cluster, kafka_topic):
-    producer = NativeProducer(kafka_cluster.bootstrap_servers, acks="all")
-    try:
-        futures = [producer.send(kafka_topic, b"native-%d" % i, key=b"n%d" % i, partition=i % 3,
-                                 timestamp_ms=BASE_TIMESTAMP_MS + 7 * i) for i in range(30)]
-        producer.flush(30)
-        written = {b"n%d" % i: f.get(30) for i, f in enumerate(futures)}
-    finally:
-        producer.close()
-    records = consume_all(kafka_cluster, kafka_topic, 30)
-    assert len(records) == 30
-    for m in records:
-        i = int(m.key()[1:])
-        meta = written[m.key()]
-        assert (m.partition(), m.offset()) == (meta.partition, meta.offset)
-        assert m.value() == b"native-%d" % i and m.headers() is None
-        assert m.timestamp() == (1, BASE_TIMESTAMP_MS + 7 * i)
 
 
 def test_list_offsets_earliest_latest_by_time_and_max_timestamp(kafka_cluster, kafka_topic):
