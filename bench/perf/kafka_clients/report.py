@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import pstats
+import statistics
 import sys
 from pathlib import Path
 
@@ -72,8 +73,12 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def print_table(medians: dict[str, dict[str, float]], args, out=None) -> None:
+def print_table(per_run: dict[str, dict[str, list[float]]], args, out=None) -> None:
+    """The medians over the runs, each run's figures when there were several, and the
+    ratios to node.client's."""
     out = out or sys.stdout
+    medians = {name: {k: statistics.median(v) for k, v in each.items()}
+               for name, each in per_run.items()}
     columns = (("producer rec/s", "produce_records_per_s", 0),
                ("producer MB/s", "produce_mb_per_s", 1),
                ("consumer rec/s", "consume_records_per_s", 0),
@@ -91,6 +96,12 @@ def print_table(medians: dict[str, dict[str, float]], args, out=None) -> None:
     for name, figures in medians.items():
         print(f"{name:<{width}}" + "".join(f"{_fmt(figures.get(key), digits):>16}"
                                            for _, key, digits in columns), file=out)
+    if args.runs > 1:
+        print("each run:", file=out)
+        for name, each in per_run.items():
+            print(f"  {name}: " + "; ".join(
+                f"{title} " + " / ".join(_fmt(v, digits) for v in each.get(key, []))
+                for title, key, digits in columns if key != "produce_mb_per_s"), file=out)
     native = medians.get(NATIVE)
     if native is None or len(medians) < 2:
         return

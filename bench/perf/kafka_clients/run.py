@@ -27,14 +27,15 @@ client: ``minikafka analyze`` draws a throughput-latency curve per client and se
 where the brokers' time went once they stopped.
 
 A client that is not installed, or Kafka clients when the brokers have no Kafka
-listener, are skipped with one line each. The cluster is stopped at the end.
+listener, are skipped with one line each. The cluster is stopped and its directory
+removed at the end (the results store and the profiles stay).
 """
 from __future__ import annotations
 
 import argparse
 import io
 import os
-import statistics
+import shutil
 import sys
 import tempfile
 import uuid
@@ -189,10 +190,6 @@ class Bench:
             self._add(client, "consume_records_per_s", result.records_per_s)
             self.store.consume(client, round_, "kbench-read", result)
 
-    def medians(self) -> dict[str, dict[str, float]]:
-        return {name: {k: statistics.median(v) for k, v in figures.items()}
-                for name, figures in self.figures.items()}
-
 
 def run(args) -> int:
     names = [n.strip() for n in args.clients.split(",") if n.strip()]
@@ -211,6 +208,10 @@ def run(args) -> int:
     if args.profile:
         os.environ[PROFILE_ENV] = str(base / "profile" / "broker")
         (base / "profile").mkdir(parents=True, exist_ok=True)
+    if (base / "cluster").exists():
+        raise ToolError(f"{base / 'cluster'} is left from an earlier run that did not end: "
+                        f"stop it (minikafka cluster down --dir {base / 'cluster'}) and "
+                        f"remove it, or give another --dir")
     cluster = Cluster.up(base / "cluster", BROKERS,
                          cluster_id=args.cluster_id or "kb" + uuid.uuid4().hex[:10])
     try:
@@ -229,7 +230,8 @@ def run(args) -> int:
     finally:
         cluster.down(grace_s=30)
         os.environ.pop(PROFILE_ENV, None)
-    report.print_table(bench.medians(), args)
+    shutil.rmtree(base / "cluster", ignore_errors=True)   # the results are what is kept
+    report.print_table(bench.figures, args)
     print(f"recorded in {args.results}; draw with: minikafka analyze {args.results}")
     if args.profile:
         report.print_profiles(base / "profile")
