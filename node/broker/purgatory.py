@@ -32,6 +32,7 @@ class ProduceRequest:
     remaining: int
     in_handler: bool = True
     answered: bool = False
+    answer_acks_0: bool = False     # answer even with acks=0 (node.broker.apis.produce)
     # A traced request (bench.perf.latency --breakdown): the CLOCK_MONOTONIC ns stamps of its
     # path, answered with it. None, and never looked at, otherwise.
     trace: dict | None = None

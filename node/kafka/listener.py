@@ -41,7 +41,7 @@ from node.config import KAFKA_LISTENER, BrokerConfig
 from node.kafka.protocol import (API_NAMES, FrameDecoder, KafkaProtocolError, RequestHeader,
                                  UnsupportedVersion, decode_request)
 from node.kafka.protocol.codec import encode_response_pieces
-from node.kafka.translate import TRANSLATIONS, NativeCall, top_level_error
+from node.kafka.translate import CLOSE_CONNECTION, TRANSLATIONS, NativeCall, top_level_error
 from node.kafka.translate.api_versions import api_versions_response
 from node.kafka.translate.context import KafkaContext
 from node.wire import protocol
@@ -61,6 +61,10 @@ SEND_BUFFERS_PER_CALL_MAX = 64        # buffers handed to one sendmsg (below IOV
 # between them are joined (one sendmsg buffer per field would cost more than the copy).
 LARGE_PIECE_BYTES = 16 * 1024
 LISTEN_BACKLOG = 128
+# Incomplete request frames buffered across every connection (each at most
+# socket.request.max.bytes): a connection that takes the total over this is closed, so
+# many slow senders of huge frames cannot exhaust the broker's memory.
+PARTIAL_FRAME_BYTES_MAX = 256 * 1024 * 1024
 VIOLATION_LOG_INTERVAL_S = 1.0
 
 API_VERSIONS_KEY = 18
@@ -130,7 +134,9 @@ class Exchange:
         conn = self.connection
         if conn.closed:
             return
-        if response is not None:
+        if response is CLOSE_CONNECTION:
+            self.data = CLOSE_CONNECTION
+        elif response is not None:
             try:
                 self.data = _coalesced(encode_response_pieces(self.header, response))
             except (KafkaProtocolError, ValueError, TypeError, OverflowError) as e:
@@ -172,6 +178,7 @@ class KafkaListener:
         self.server: socket.socket | None = None
         self.port = 0
         self.connections: dict[int, KafkaConnection] = {}
+        self.partial_frame_bytes = 0     # sum of the connections' incomplete frames
         self._violations = LogLimiter(VIOLATION_LOG_INTERVAL_S)
 
     # ---------------------------------------------------------------- lifecycle
@@ -240,6 +247,9 @@ class KafkaListener:
         conn.exchanges.clear()
         conn.output.clear()
         conn.output_bytes = 0
+        self.partial_frame_bytes -= conn.decoder.buffered_bytes
+        conn.decoder = None
+        assert self.partial_frame_bytes >= 0, self.partial_frame_bytes
         try:
             conn.sock.close()
         except OSError:
@@ -287,10 +297,17 @@ class KafkaListener:
             if not data:
                 self._drop(conn)        # the client closed it
                 return
+            before = conn.decoder.buffered_bytes
             try:
                 payloads = conn.decoder.feed(data)
             except KafkaProtocolError as e:
+                self.partial_frame_bytes += conn.decoder.buffered_bytes - before
                 self.violation(conn, str(e))
+                return
+            self.partial_frame_bytes += conn.decoder.buffered_bytes - before
+            if self.partial_frame_bytes > PARTIAL_FRAME_BYTES_MAX:
+                self.violation(conn, f"incomplete requests of all connections exceed "
+                                     f"{PARTIAL_FRAME_BYTES_MAX} bytes")
                 return
             for payload in payloads:
                 self._request(conn, payload)
@@ -331,12 +348,8 @@ class KafkaListener:
             self.translation_failed(conn, header, e)
             return
         except (protocol.ProtocolError, KafkaProtocolError) as e:
-            response = translation.error(self.ctx, header, request,
-                                         ErrorCode.INVALID_REQUEST, str(e))
-            if response is None:
-                self.violation(conn, f"invalid {_name(header)}: {e}")
-            else:
-                exchange.finish(response)
+            self._say_no(conn, exchange, translation, ErrorCode.INVALID_REQUEST,
+                         f"invalid {_name(header)}: {e}")
             return
         if not isinstance(result, NativeCall):
             exchange.finish(result)
@@ -353,12 +366,23 @@ class KafkaListener:
         error response with UNSUPPORTED_VERSION, or (no way to say it) the connection
         closed."""
         header = exchange.header
-        message = f"{_name(header)} version {header.api_version} is not supported"
-        if translation is not None:
-            response = translation.error(self.ctx, header, exchange.request,
-                                         ErrorCode.UNSUPPORTED_VERSION, message)
-        else:
-            response = top_level_error(header.api_key, ErrorCode.UNSUPPORTED_VERSION, message)
+        self._say_no(conn, exchange, translation, ErrorCode.UNSUPPORTED_VERSION,
+                     f"{_name(header)} version {header.api_version} is not supported")
+
+    def _say_no(self, conn: KafkaConnection, exchange: Exchange, translation, code: int,
+                message: str) -> None:
+        """Answer ``exchange`` with its API's error response for ``code``; close the
+        connection where the API has no way to say it."""
+        header = exchange.header
+        try:
+            if translation is not None:
+                response = translation.error(self.ctx, header, exchange.request, code, message)
+            else:
+                response = top_level_error(header.api_key, code, message)
+        except TRANSLATION_BUGS as e:
+            exchange.done = True
+            self.translation_failed(conn, header, e)
+            return
         if response is None:
             self.violation(conn, message)
         else:
@@ -379,7 +403,15 @@ class KafkaListener:
         """An exchange is done: queue every answer now in order, and send."""
         exchanges = conn.exchanges
         while exchanges and exchanges[0].done:
-            data = exchanges.popleft().data
+            exchange = exchanges.popleft()
+            data = exchange.data
+            if data is CLOSE_CONNECTION:
+                self._write(conn)           # what came before it, as far as it goes
+                logger.info("kafka listener: closing the connection from %s after its "
+                            "%s (correlation id %d) failed", conn.peer,
+                            _name(exchange.header), exchange.header.correlation_id)
+                self._drop(conn)
+                return
             if data:
                 conn.output.extend(data)
                 conn.output_bytes += sum(map(len, data))

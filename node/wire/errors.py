@@ -58,6 +58,7 @@ class ErrorCode(IntEnum):
     INELIGIBLE_REPLICA = 107
     # Kafka's wire (node.kafka): SASL not offered, fetch sessions declined, topic ids.
     ILLEGAL_SASL_STATE = 34
+    INVALID_REQUIRED_ACKS = 21
     FETCH_SESSION_ID_NOT_FOUND = 70
     UNKNOWN_TOPIC_ID = 100
 
@@ -127,6 +128,8 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
                                       'hence will be rejected.'),
     ErrorCode.INELIGIBLE_REPLICA: (False, 'The new ISR contains at least one ineligible replica.'),
     ErrorCode.ILLEGAL_SASL_STATE: (False, 'Request is not valid given the current SASL state.'),
+    ErrorCode.INVALID_REQUIRED_ACKS: (False, 'Produce request specified an invalid value for '
+                                             'required acks.'),
     ErrorCode.FETCH_SESSION_ID_NOT_FOUND: (True, 'The fetch session ID was not found.'),
     ErrorCode.UNKNOWN_TOPIC_ID: (True, 'This server does not host this topic ID.'),
 }

@@ -30,7 +30,9 @@ PRODUCE (0)
        + one batch frame per partition entry
   resp {"partitions": [[topic, partition, error, base_offset, log_start_offset,
                         error_message|None], ...]}
-       acks=0: the broker sends no response at all.
+       acks=0: the broker sends no response at all - unless the request has
+       "answer_acks_0": true (the Kafka listener's, to close the connection of an acks=0
+       producer whose write failed, as Kafka does): then it is answered after the append.
 FETCH (1)
   req  {"replica_id": int (-1 for a consumer, the broker id for a follower),
         "max_wait_ms": int, "min_bytes": int, "max_bytes": int,

@@ -42,6 +42,10 @@ def handle_produce(apis, identity, request: protocol.Request) -> None:
                              [[t, p, None, -1, -1, None] for t, p in entries], len(entries))
     if "trace" in body:
         produce.trace = start_trace(body["trace"])
+    # Kafka's wire closes the connection of an acks=0 producer whose write failed (its
+    # only way to say so): the listener asks for the acks=0 answer to learn it.
+    produce.answer_acks_0 = protocol.field(body, "answer_acks_0", bool, optional=True,
+                                           default=False)
     now = now_ms()
     appended = []
     for i, ((topic, partition), frame) in enumerate(zip(entries, request.frames)):
@@ -139,7 +143,8 @@ def on_produce_complete(apis, part: Partition, effect: CompleteProduce) -> None:
 
 
 def answer_produce(apis, produce: ProduceRequest) -> None:
-    if produce.ready() and produce.acks != 0:  # Kafka sends nothing for acks=0
+    # Kafka sends nothing for acks=0 (unless the listener asked: answer_acks_0).
+    if produce.ready() and (produce.acks != 0 or produce.answer_acks_0):
         body = {"partitions": produce.results}
         if produce.trace is not None:
             produce.trace["answer"] = time.monotonic_ns()

@@ -8,7 +8,8 @@
   frames of the same request, run through the SAME handler table as the native wire
   (``node.broker.apis.kafka_apis.HANDLERS``); or a finished Kafka response object, for
   APIs answered from the context alone (ApiVersions); or None: no answer at all
-  (Produce with acks=0, as Kafka).
+  (Produce with acks=0, as Kafka); or ``CLOSE_CONNECTION`` (an acks=0 Produce that
+  failed, as Kafka), which closes the connection once the answers before it are out.
 - ``response(ctx, header, request, body, frames)`` turns the native handler's answer
   (what it gave ``send_response``) into the Kafka response object. A NativeCall with a
   ``state`` gets it back as ``response(..., state=state)``: what the request side
@@ -31,12 +32,12 @@ registered below with one import line. A translation module imports the registry
 """
 from __future__ import annotations
 
-from node.kafka.translate.registry import (TRANSLATIONS, NativeCall, Translation,
-                                           TranslationBase, advertised, register,
-                                           top_level_error)
+from node.kafka.translate.registry import (CLOSE_CONNECTION, TRANSLATIONS, NativeCall,
+                                           Translation, TranslationBase, advertised,
+                                           register, top_level_error)
 
-__all__ = ["TRANSLATIONS", "NativeCall", "Translation", "TranslationBase", "advertised",
-           "register", "top_level_error"]
+__all__ = ["CLOSE_CONNECTION", "TRANSLATIONS", "NativeCall", "Translation", "TranslationBase",
+           "advertised", "register", "top_level_error"]
 
 # The translations (each module registers its own; one import line per module).
 from node.kafka.translate import api_versions  # noqa: E402,F401

@@ -10,14 +10,16 @@ its original offsets) and NOT_LEADER_OR_FOLLOWER are the native handler's.
 Batches that do not convert (a bad CRC, magic 0/1, a codec we cannot read) cost only
 their partition: its ``RecordError`` code, and nothing of it reaches the log; the other
 partitions go on. The answer lists the topics and partitions in the request's order.
-acks=0 gets no answer, as Kafka. From v10 a partition answered NOT_LEADER_OR_FOLLOWER
+acks=0 gets no answer, as Kafka; if a partition of it failed, the connection is closed
+(Kafka's way of telling an acks=0 producer, which then refreshes its metadata). From v10 a partition answered NOT_LEADER_OR_FOLLOWER
 names the leader this broker knows and its Kafka endpoint (KIP-951).
 """
 from __future__ import annotations
 
 from node.kafka.protocol.messages import ProduceResponse
 from node.kafka.records import RecordError, kafka_to_log
-from node.kafka.translate.registry import NativeCall, TranslationBase, register
+from node.kafka.translate.registry import (CLOSE_CONNECTION, NativeCall, TranslationBase,
+                                           register)
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 
@@ -44,6 +46,9 @@ class Produce(TranslationBase):
     versions = (3, 11)
 
     def request(self, ctx, header, request):
+        if request.acks not in (-1, 0, 1):
+            return self.error(ctx, header, request, ErrorCode.INVALID_REQUIRED_ACKS,
+                              f"acks must be -1, 0 or 1, got {request.acks}")
         entries, frames = [], []
         plan = []       # per partition: (topic, index, native entry or -1, error, message)
         for topic in request.topic_data:
@@ -62,14 +67,18 @@ class Produce(TranslationBase):
                 frames.append(_Frame(data))
         acks = request.acks
         if not entries:
-            return None if acks == 0 else self.response(ctx, header, request,
-                                                        {"partitions": []}, [], state=plan)
-        return NativeCall(protocol.ApiKey.PRODUCE,
-                          {"acks": acks, "timeout_ms": request.timeout_ms, "partitions": entries},
-                          frames, answers=acks != 0, state=plan)
+            return self.response(ctx, header, request, {"partitions": []}, [], state=plan)
+        body = {"acks": acks, "timeout_ms": request.timeout_ms, "partitions": entries}
+        if acks == 0:
+            body["answer_acks_0"] = True     # to learn whether to close the connection
+        return NativeCall(protocol.ApiKey.PRODUCE, body, frames, state=plan)
 
     def response(self, ctx, header, request, body, frames, state=()):
         results = body["partitions"]
+        if request.acks == 0:
+            failed = any(error for _, _, native, error, _ in state if native < 0) or \
+                any(entry[2] for entry in results)
+            return CLOSE_CONNECTION if failed else None
         topics: dict[str, list] = {}
         leaders: set[int] = set()
         with_leader = header.api_version >= CURRENT_LEADER_FROM_VERSION
@@ -92,8 +101,8 @@ class Produce(TranslationBase):
             throttle_time_ms=0, node_endpoints=_endpoints(ctx, leaders))
 
     def error(self, ctx, header, request, code, message):
-        if request.acks == 0:
-            return None             # acks=0 is never answered
+        if request.acks == 0 and code != ErrorCode.INVALID_REQUIRED_ACKS:
+            return CLOSE_CONNECTION     # acks=0 is never answered; a failure closes
         return ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
             name=topic.name, partition_responses=[ProduceResponse.PartitionProduceResponse(
                 index=part.index, error_code=code, base_offset=-1, error_message=message)

@@ -59,6 +59,16 @@ def top_level_error(api_key: int, code: int, message: str | None = None):
     return cls(**kwargs)
 
 
+class _CloseConnection:
+    def __repr__(self) -> str:
+        return "CLOSE_CONNECTION"
+
+
+# What ``request``/``response`` return to close the connection once the answers before
+# it are out (Kafka's answer to an acks=0 Produce that failed: the client notices,
+# refreshes its metadata and reconnects).
+CLOSE_CONNECTION = _CloseConnection()
+
 TRANSLATIONS: dict[int, Translation] = {}
 
 

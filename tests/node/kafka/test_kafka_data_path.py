@@ -43,11 +43,12 @@ def produce(cluster, topic: str, count: int, **config) -> list:
     return reports
 
 
-def consume_all(cluster, topic: str, count: int, timeout_s: float = 60) -> list:
+def consume_all(cluster, topic: str, count: int, timeout_s: float = 60,
+                partitions: int = 3) -> list:
     consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers,
                          "group.id": "unused", "enable.auto.commit": False})
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out = []
         deadline = time.monotonic() + timeout_s
         while len(out) < count and time.monotonic() < deadline:
@@ -312,3 +313,49 @@ def test_leader_epochs_are_checked_and_answered_kip_320(kafka_cluster, kafka_top
     assert (answer.error_code, answer.leader_epoch) == (0, epoch) and answer.offset > 0
     found = end.topics[0].partitions[0]
     assert (found.error_code, found.leader_epoch, found.end_offset) == (0, epoch, answer.offset)
+
+
+@pytest.mark.parametrize("setting,codec", [("gzip", 1), ("zstd", 4), ("uncompressed", 0)])
+def test_a_topics_compression_type_is_what_consumers_get(kafka_cluster, setting, codec):
+    from node.client import Admin
+    topic = f"z{setting}{time.monotonic_ns()}"
+    with Admin(kafka_cluster.bootstrap_servers) as admin:
+        admin.create_topic(topic, 1, 3, config={"compression.type": setting})
+    reports = produce(kafka_cluster, topic, 200, acks="all",
+                      **{"compression.type": "lz4" if setting == "uncompressed" else "none"})
+    assert [r[0] for r in reports] == [None] * 200
+    leader, _, _ = leader_and_follower(kafka_cluster, topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        answer = wire.request(FetchRequest(max_wait_ms=0, max_bytes=1 << 20, topics=[
+            FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 11)
+    records = bytes(answer.responses[0].partitions[0].records)
+    assert records and records[16] == 2                   # magic v2
+    attributes = int.from_bytes(records[21:23], "big")
+    assert attributes & 0x7 == codec
+    values = sorted(m.value() for m in consume_all(kafka_cluster, topic, 200, partitions=1))
+    assert values == sorted((b"%d-" % i).ljust(VALUE_BYTES, b"v") for i in range(200))
+
+
+def test_acks_0_is_not_answered_and_a_failed_one_closes_the_connection(kafka_cluster,
+                                                                         kafka_topic):
+    leader, follower, _ = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        wire.send(produce_request(kafka_topic, kafka_batch([b"fire"]), acks=0), 9)
+        # The next answer on the connection is the next request's: acks=0 got none.
+        answer = wire.request(produce_request(kafka_topic, kafka_batch([b"and"]), acks=1), 9)
+        assert answer.responses[0].partition_responses[0].base_offset == 1
+    with KafkaWire(kafka_cluster.kafka_address(follower)) as wire:
+        wire.send(produce_request(kafka_topic, kafka_batch([b"lost"]), acks=0), 9)
+        assert wire.closed_by_broker(), "a failed acks=0 write must close the connection"
+    records = consume_all(kafka_cluster, kafka_topic, 2, timeout_s=10)
+    assert sorted(m.value() for m in records) == [b"and", b"fire"]
+
+
+def test_acks_other_than_minus_one_zero_or_one_are_invalid_required_acks(kafka_cluster,
+                                                                         kafka_topic):
+    leader, _, _ = leader_and_follower(kafka_cluster, kafka_topic)
+    with KafkaWire(kafka_cluster.kafka_address(leader)) as wire:
+        answer = wire.request(produce_request(kafka_topic, kafka_batch([b"x"]), acks=2), 9)
+    assert answer.responses[0].partition_responses[0].error_code == \
+        ErrorCode.INVALID_REQUIRED_ACKS

@@ -240,3 +240,39 @@ def test_cluster_up_prints_the_kafka_bootstrap_servers(tmp_path, cluster_id):
                 int(again.rsplit(":", 1)[1])
     finally:
         cluster("down", "--grace", "5")
+
+
+def test_advertised_listeners_are_what_clients_are_told(tmp_path, cluster_id):
+    """advertised.listeners (port 0 there: the port bound) reaches the registration and
+    every Metadata answer; the listener itself stays where listeners put it."""
+    from node.cluster import Cluster
+    with Cluster.up(tmp_path / "c", brokers=1, cluster_id=cluster_id,
+                    config={"advertised.listeners": "KAFKA://localhost:0"}) as cluster:
+        address = cluster.kafka_address(0)
+        port = int(address.rsplit(":", 1)[1])
+        with KafkaWire(address) as wire:
+            answer = wire.request(MetadataRequest(topics=None), 12)
+        assert [(b.host, b.port) for b in answer.brokers] == [("localhost", port)]
+        value = json.loads(cluster.zk().get(zkdata.broker_path(0))[0])
+        assert value["endpoints"][1] == f"KAFKA://localhost:{port}"
+
+
+def test_connections_dropped_mid_frame_leave_the_broker_serving(kafka_cluster):
+    """Incomplete frames are counted against the listener's budget while buffered and
+    released when their connection goes, however it goes: closed by the client, or by
+    the broker for a bad frame after a partial one."""
+    address = first_kafka(kafka_cluster)
+    for round_ in range(3):
+        wires = [KafkaWire(address) for _ in range(10)]
+        for i, wire in enumerate(wires):
+            wire.sock.sendall(struct.pack(">i", 8 << 20) + b"\x00" * (1 << 20))
+            if i % 2:   # the rest of the frame, then a frame over the limit: closed
+                wire.sock.sendall(b"\x00" * ((8 << 20) - (1 << 20)) +
+                                  struct.pack(">i", 104857600 + 1))
+        for i, wire in enumerate(wires):
+            if i % 2:
+                assert wire.closed_by_broker()
+            wire.close()
+        with KafkaWire(address) as fresh:
+            assert fresh.request(MetadataRequest(topics=None), 1).brokers
+    assert kafka_cluster.processes["0"].pid() is not None

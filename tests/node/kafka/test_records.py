@@ -158,7 +158,7 @@ def test_kafka_python_compressed_batches_decode():
         assert batch.read_header(log).base_sequence == 10
 
 
-@pytest.mark.parametrize("n", [1, SCALAR_MAX, SCALAR_MAX + 1, 1000])
+@pytest.mark.parametrize("n", [1, SCALAR_MAX, SCALAR_MAX + 1, 1000, 2500])
 def test_many_records_both_ways_and_both_encoders_agree(n):
     rng = np.random.default_rng(n)
     values = [rng.bytes(int(rng.integers(0, 300))) if i % 13 else None for i in range(n)]
