@@ -52,6 +52,7 @@ def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, ca
             assert record["summary"]["records"] == RECORDS, (client, record["summary"])
             assert record["summary"]["bytes"] == RECORDS * 100
             assert record["summary"]["records_per_s"] > 0
+            assert record["summary"]["client_cpu_s"] > 0 <= record["summary"]["brokers_cpu_s"]
             continue
         rows = produce.filter(ds.field("run_id") == record["run_id"]).to_pylist()
         assert len(rows) == (RECORDS if phase == "producer" else WRITES), (client, phase)

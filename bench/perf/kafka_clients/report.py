@@ -66,7 +66,8 @@ class Store:
             # Once connected, to the last records read (bench.perf.kafka_clients.measure).
             "seconds": result.seconds,
             "records_per_s": result.records_per_s,
-            "mb_per_s": result.bytes_per_s / MB_BYTES}, cluster=cluster, topic=about)
+            "mb_per_s": result.bytes_per_s / MB_BYTES, **result.cpu},
+            cluster=cluster, topic=about)
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
@@ -96,6 +97,16 @@ def print_table(per_run: dict[str, dict[str, list[float]]], args, out=None) -> N
     for name, figures in medians.items():
         print(f"{name:<{width}}" + "".join(f"{_fmt(figures.get(key), digits):>16}"
                                            for _, key, digits in columns), file=out)
+    cpu = (("producer: client", "produce_client_cpu_us"),
+           ("brokers", "produce_brokers_cpu_us"),
+           ("consumer: client", "consume_client_cpu_us"),
+           ("brokers", "consume_brokers_cpu_us"))
+    print("\nCPU per record, µs (client: this process with its threads; brokers: the "
+          "3 broker processes)", file=out)
+    print(f"{'client':<{width}}" + "".join(f"{title:>18}" for title, _ in cpu), file=out)
+    for name, each in medians.items():
+        print(f"{name:<{width}}" + "".join(f"{_fmt(each.get(key), 2):>18}"
+                                           for _, key in cpu), file=out)
     if args.runs > 1:
         print("each run:", file=out)
         for name, each in per_run.items():

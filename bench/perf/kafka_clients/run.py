@@ -45,7 +45,7 @@ from bench.perf.kafka_clients import native, report
 from bench.perf.kafka_clients.librdkafka import NAME as LIBRDKAFKA
 from bench.perf.kafka_clients.librdkafka import ConfluentKafka
 from bench.perf.kafka_clients.measure import (RECORD_BYTES, SINGLE_WRITE_RATE_PER_S,
-                                              ClientUnavailable, MeasureError, Pacer,
+                                              ClientUnavailable, CpuMeter, MeasureError, Pacer,
                                               ProduceResult, ReadClock, RecordClock,
                                               latency_figures,
                                               value_of)
@@ -123,6 +123,13 @@ class Bench:
         self.value = value_of(RECORD_BYTES)
         self.store = report.Store(args.results, self.bootstrap, args.partitions)
         self.figures: dict[str, dict[str, list[float]]] = {c.name: {} for c in clients}
+        self.broker_pids = [cluster.processes[str(b)].pid() for b in cluster.broker_ids]
+
+    def _cpu(self, client, phase: str, meter: CpuMeter, records: int) -> dict:
+        """CPU per record of a phase, into the figures; returned for the run's summary."""
+        self._add(client, f"{phase}_client_cpu_us", meter.client_s / records * 1e6)
+        self._add(client, f"{phase}_brokers_cpu_us", meter.brokers_s / records * 1e6)
+        return {"client_cpu_s": meter.client_s, "brokers_cpu_s": meter.brokers_s}
 
     def topics(self) -> None:
         for client in self.clients:
@@ -145,14 +152,18 @@ class Bench:
         for client in self.clients:
             topic = self.produce_topic(client)
             print(f"run {round_ + 1}: {client.name} producer", file=sys.stderr, flush=True)
-            if isinstance(client, native.Native):
-                result = client.produce(self.bootstrap, topic, self.args.records, warmup,
-                                        RECORD_BYTES)
-            else:
-                clock = RecordClock(self.args.records)
-                settings = client.produce_records(self.bootstrap, topic, clock, warmup,
-                                                  self.value)
-                result = result_of(clock, settings, client.name)
+            with CpuMeter(self.broker_pids) as meter:
+                if isinstance(client, native.Native):
+                    result = client.produce(self.bootstrap, topic, self.args.records,
+                                            warmup, RECORD_BYTES)
+                else:
+                    clock = RecordClock(self.args.records)
+                    settings = client.produce_records(self.bootstrap, topic, clock, warmup,
+                                                      self.value)
+                    result = result_of(clock, settings, client.name)
+            # (The warm-up's CPU is counted too: a tenth of the records at most.)
+            result.summary.update(self._cpu(client, "produce", meter,
+                                            self.args.records + warmup))
             self._add(client, "produce_records_per_s", result.summary["records_per_s"])
             self._add(client, "produce_mb_per_s",
                       result.summary["records_per_s"] * RECORD_BYTES / 1e6)
@@ -181,12 +192,14 @@ class Bench:
         for client in self.clients:
             print(f"run {round_ + 1}: {client.name} consumer", file=sys.stderr, flush=True)
             clock = ReadClock(Progress(1000, False, per_second=True))
-            result = client.consume(self.bootstrap, "kbench-read",
-                                    list(range(self.args.partitions)), self.args.records,
-                                    clock)
+            with CpuMeter(self.broker_pids) as meter:
+                result = client.consume(self.bootstrap, "kbench-read",
+                                        list(range(self.args.partitions)),
+                                        self.args.records, clock)
             if result.records != self.args.records:
                 raise MeasureError(f"{client.name}: read {result.records} records of "
                                    f"{self.args.records}")
+            result.cpu = self._cpu(client, "consume", meter, result.records)
             self._add(client, "consume_records_per_s", result.records_per_s)
             self.store.consume(client, round_, "kbench-read", result)
 
