@@ -10,8 +10,6 @@ import pytest
 
 from bench.perf.kafka_clients import run as bench
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
-
 RECORDS = 3000
 WRITES = 40
 MODULES = {"confluent-kafka": "confluent_kafka", "kafka-python": "kafka",
@@ -22,6 +20,8 @@ def _runs(store) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(store.glob("runs/run_id=*/run.json"))]
 
 
+@pytest.mark.process
+@pytest.mark.slow
 def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, capsys,
                                                                      cluster_id):
     store = tmp_path / "results"
@@ -70,3 +70,12 @@ def test_an_unknown_client_is_one_line_and_exit_1(capsys):
     assert bench.main(["--clients", "minikafka,nope"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err] and "unknown nope" in err
+
+
+def test_kafka_clients_without_a_kafka_listener_are_skipped_with_one_line_each(capsys):
+    kept = bench.usable_clients(["minikafka", "confluent-kafka", "aiokafka"], None)
+    assert [c.name for c in kept] == ["minikafka"]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["skipping confluent-kafka",
+                                                      "skipping aiokafka"]
+    assert all("no Kafka listener" in line for line in lines)
