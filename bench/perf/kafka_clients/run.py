@@ -45,10 +45,9 @@ from bench.perf.kafka_clients import native, report
 from bench.perf.kafka_clients.librdkafka import NAME as LIBRDKAFKA
 from bench.perf.kafka_clients.librdkafka import ConfluentKafka
 from bench.perf.kafka_clients.measure import (RECORD_BYTES, SINGLE_WRITE_RATE_PER_S,
-                                              ClientUnavailable, CpuMeter, MeasureError, Pacer,
-                                              ProduceResult, ReadClock, RecordClock,
-                                              latency_figures,
-                                              value_of)
+                                              ClientUnavailable, CpuMeter, MeasureError,
+                                              Pacer, ProduceResult, ReadClock, RecordClock,
+                                              latency_figures, value_of)
 from bench.perf.kafka_clients.pure_python import AioKafka, KafkaPython
 from node.config import ConfigError, parse_key_values
 from node.paths import absolute_path
@@ -222,9 +221,9 @@ def run(args) -> int:
         os.environ[PROFILE_ENV] = str(base / "profile" / "broker")
         (base / "profile").mkdir(parents=True, exist_ok=True)
     if (base / "cluster").exists():
-        raise ToolError(f"{base / 'cluster'} is left from an earlier run that did not end: "
-                        f"stop it (minikafka cluster down --dir {base / 'cluster'}) and "
-                        f"remove it, or give another --dir")
+        raise ToolError(f"{base / 'cluster'} is left from an earlier run that failed (its "
+                        f"logs are there): remove it (after minikafka cluster down --dir "
+                        f"{base / 'cluster'} if it still runs), or give another --dir")
     cluster = Cluster.up(base / "cluster", BROKERS,
                          cluster_id=args.cluster_id or "kb" + uuid.uuid4().hex[:10])
     try:
