@@ -79,3 +79,22 @@ def test_kafka_clients_without_a_kafka_listener_are_skipped_with_one_line_each(c
     assert [line.split(":")[0] for line in lines] == ["skipping confluent-kafka",
                                                       "skipping aiokafka"]
     assert all("no Kafka listener" in line or "not installed" in line for line in lines)
+
+
+def test_the_targets_are_judged_run_by_run_against_node_client():
+    from bench.perf.kafka_clients import report
+    native = {"produce_records_per_s": [1000.0, 400.0, 900.0],
+              "consume_records_per_s": [1000.0, 1000.0, 1000.0],
+              "write_p50_ms": [1.0, 2.0, 1.0]}
+    librdkafka = {"produce_records_per_s": [400.0, 300.0, 500.0],     # 40%, 75%, 56%
+                  "consume_records_per_s": [100.0, 700.0, 200.0],     # 10%, 70%, 20%
+                  "write_p50_ms": [1.3, 2.1, 1.1]}                    # +0.3, +0.1, +0.1
+    lines = report.target_lines("confluent-kafka", librdkafka, native)
+    assert lines == [
+        "confluent-kafka producer records/s: 56% of node.client's (target >= 50%: met)",
+        "confluent-kafka consumer records/s: 20% of node.client's (target >= 50%: MISSED)",
+        "confluent-kafka single-write p50: +0.100 ms against node.client's "
+        "(target <= +0.2 ms: met)"]
+    # Other clients get the same figures without a verdict.
+    assert report.target_lines("aiokafka", librdkafka, native)[0] == \
+        "aiokafka producer records/s: 56% of node.client's"

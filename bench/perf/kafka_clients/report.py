@@ -113,33 +113,39 @@ def print_table(per_run: dict[str, dict[str, list[float]]], args, out=None) -> N
             print(f"  {name}: " + "; ".join(
                 f"{title} " + " / ".join(_fmt(v, digits) for v in each.get(key, []))
                 for title, key, digits in columns if key != "produce_mb_per_s"), file=out)
-    native = medians.get(NATIVE)
-    if native is None or len(medians) < 2:
+    native = per_run.get(NATIVE)
+    if native is None or len(per_run) < 2:
         return
-    print("\nagainst node.client (the issue's targets are librdkafka's):", file=out)
-    for name, figures in medians.items():
+    print("\nagainst node.client, run by run, the median (the issue's targets are "
+          "librdkafka's):", file=out)
+    for name, each in per_run.items():
         if name == NATIVE:
             continue
-        for line in target_lines(name, figures, native):
+        for line in target_lines(name, each, native):
             print(f"  {line}", file=out)
 
 
-def target_lines(name: str, figures: dict, native: dict) -> list[str]:
-    """The ratios to node.client's figures; for librdkafka, each with its target."""
+def target_lines(name: str, each: dict[str, list[float]],
+                 native: dict[str, list[float]]) -> list[str]:
+    """The figures against node.client's, run by run (the clients of a run measured
+    minutes apart at most, so a load that comes and goes hurts both) and the median of
+    those; for librdkafka, each with its target."""
     targeted = name == LIBRDKAFKA
     lines = []
     for what, key, minimum in (("producer records/s", "produce_records_per_s",
                                 PRODUCE_RATIO_MIN),
                                ("consumer records/s", "consume_records_per_s",
                                 CONSUME_RATIO_MIN)):
-        if not figures.get(key) or not native.get(key):
+        pairs = [(v, n) for v, n in zip(each.get(key, []), native.get(key, [])) if n]
+        if not pairs:
             continue
-        ratio = figures[key] / native[key]
+        ratio = statistics.median(v / n for v, n in pairs)
         verdict = f" (target >= {minimum:.0%}: {'met' if ratio >= minimum else 'MISSED'})" \
             if targeted else ""
         lines.append(f"{name} {what}: {ratio:.0%} of node.client's{verdict}")
-    if figures.get("write_p50_ms") is not None and native.get("write_p50_ms") is not None:
-        extra = figures["write_p50_ms"] - native["write_p50_ms"]
+    pairs = list(zip(each.get("write_p50_ms", []), native.get("write_p50_ms", [])))
+    if pairs:
+        extra = statistics.median(v - n for v, n in pairs)
         verdict = (f" (target <= +{WRITE_P50_EXTRA_MS_MAX} ms: "
                    f"{'met' if extra <= WRITE_P50_EXTRA_MS_MAX else 'MISSED'})"
                    if targeted else "")
