@@ -160,7 +160,7 @@ class CpuMeter:
         self.broker_pids = broker_pids
         self.client_s = self.brokers_s = 0.0
 
-    def _brokers(self) -> float:
+    def brokers_s_total(self) -> float:
         total = 0
         for pid in self.broker_pids:
             try:
@@ -172,12 +172,31 @@ class CpuMeter:
         return total / self.TICKS_PER_S
 
     def __enter__(self) -> "CpuMeter":
-        self._started = (time.process_time(), self._brokers())
+        self._started = (time.process_time(), self.brokers_s_total())
         return self
 
     def __exit__(self, *exc) -> None:
         self.client_s = time.process_time() - self._started[0]
-        self.brokers_s = self._brokers() - self._started[1]
+        self.brokers_s = self.brokers_s_total() - self._started[1]
+
+
+SETTLE_WINDOW_S = 0.1
+SETTLE_BUSY_MAX = 0.2        # the brokers together: at most a fifth of a core
+SETTLE_TIMEOUT_S = 5.0
+
+
+def settle(meter: CpuMeter) -> float:
+    """Wait until the brokers are quiet (what the previous phase left them doing, such
+    as flushing and checkpointing its records, is not charged to the next client):
+    until they use at most SETTLE_BUSY_MAX of a core over SETTLE_WINDOW_S, for
+    SETTLE_TIMEOUT_S at most. Returns the seconds waited."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < SETTLE_TIMEOUT_S:
+        before = meter.brokers_s_total()
+        time.sleep(SETTLE_WINDOW_S)
+        if meter.brokers_s_total() - before <= SETTLE_BUSY_MAX * SETTLE_WINDOW_S:
+            break
+    return time.perf_counter() - started
 
 
 class Pacer:

@@ -14,14 +14,17 @@ producer runs and one to read (``--partitions`` partitions, replication factor 3
 2. single writes: ``--writes`` acks=all writes one at a time with linger.ms=0 to one
    partition (1,000 a second at most), p50 and p99 from send to acknowledgement;
 3. consumer: the read topic (``--records`` records written once by node.client) from
-   the beginning over Fetch, records/s from the first poll to the last record.
+   the beginning over Fetch, records/s from the moment the client, connected to every
+   leader, is given the partitions, to its last record.
 
-The phases interleave the clients, and ``--runs N`` repeats them (a noisy neighbour
-hurts every client alike); the table shows each figure's median over the runs, then
-the issue's targets as ratios to node.client's figures. Every producer phase is a run
-in the results store (``--results``, else ``DIR/results``) with the per-record samples
-(``produce``), every consumer phase one with its seconds (``consume``), tagged with the
-client: ``minikafka analyze`` draws a throughput-latency curve per client and setting.
+The phases interleave the clients (each round starting one client further, each
+client's phase once the brokers are quiet), and ``--runs N`` repeats them (a noisy
+neighbour hurts every client alike); the table shows each figure's median over the
+runs, then the issue's targets as ratios to node.client's figures, run by run. Every
+producer phase is a run in the results store (``--results``, else ``DIR/results``)
+with the per-record samples (``produce``), every consumer phase one with its seconds
+(``consume``), tagged with the client: ``minikafka analyze`` draws a
+throughput-latency curve per client and setting.
 
 ``--profile`` runs each broker under cProfile (``MINIKAFKA_BROKER_PROFILE``) and prints
 where the brokers' time went once they stopped.
@@ -47,7 +50,7 @@ from bench.perf.kafka_clients.librdkafka import ConfluentKafka
 from bench.perf.kafka_clients.measure import (RECORD_BYTES, SINGLE_WRITE_RATE_PER_S,
                                               ClientUnavailable, CpuMeter, MeasureError,
                                               Pacer, ProduceResult, ReadClock, RecordClock,
-                                              latency_figures, value_of)
+                                              latency_figures, settle, value_of)
 from bench.perf.kafka_clients.pure_python import AioKafka, KafkaPython
 from node.config import ConfigError, parse_key_values
 from node.paths import absolute_path
@@ -143,13 +146,20 @@ class Bench:
     def produce_topic(client) -> str:
         return f"kbench-produce-{client.name}"
 
+    def in_turn(self, round_: int) -> list:
+        """The clients, starting one further each round: none always follows the same
+        neighbour, nor always goes first."""
+        k = round_ % len(self.clients)
+        return self.clients[k:] + self.clients[:k]
+
     def _add(self, client, key: str, value: float) -> None:
         self.figures[client.name].setdefault(key, []).append(value)
 
     def producer_phase(self, round_: int) -> None:
         warmup = min(WARMUP_RECORDS_MAX, self.args.records // 10)
-        for client in self.clients:
+        for client in self.in_turn(round_):
             topic = self.produce_topic(client)
+            settle(CpuMeter(self.broker_pids))
             print(f"run {round_ + 1}: {client.name} producer", file=sys.stderr, flush=True)
             with CpuMeter(self.broker_pids) as meter:
                 if isinstance(client, native.Native):
@@ -170,7 +180,8 @@ class Bench:
                                result)
 
     def single_write_phase(self, round_: int) -> None:
-        for client in self.clients:
+        for client in self.in_turn(round_):
+            settle(CpuMeter(self.broker_pids))
             print(f"run {round_ + 1}: {client.name} single writes", file=sys.stderr,
                   flush=True)
             clock = RecordClock(self.args.writes)
@@ -188,7 +199,8 @@ class Bench:
 
     def consumer_phase(self, round_: int) -> None:
         from node.perf.consumer import Progress
-        for client in self.clients:
+        for client in self.in_turn(round_):
+            settle(CpuMeter(self.broker_pids))
             print(f"run {round_ + 1}: {client.name} consumer", file=sys.stderr, flush=True)
             clock = ReadClock(Progress(1000, False, per_second=True))
             with CpuMeter(self.broker_pids) as meter:
