@@ -319,23 +319,23 @@ def plots(out: Path, produce_seconds, consume_seconds, curve_points, breakdown,
         ax.legend(fontsize="small", ncol=2)
         save(fig, "produce_latency", "Produce latency per second")
     if len(curve_points) >= 2:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for label, points in _by_key(curve_points, "series").items():
+        series = _by_key(curve_points, "series")
+        fig, ax = plt.subplots(figsize=(12, 4.5 + 0.12 * len(series)))
+        for label, points in series.items():
             xs = [r["records_per_s"] for r in points]
-            line, = ax.plot(xs, [r["p99_ms"] for r in points], marker="o",
-                            label=f"{label}: p99")
-            ax.plot(xs, [r["p50_ms"] for r in points], marker="o", linestyle="--",
-                    color=line.get_color(), label=f"{label}: p50")
+            line, = ax.plot(xs, [r["p99_ms"] for r in points], marker="o", label=label)
+            ax.plot(xs, [r["p50_ms"] for r in points], marker=".", linestyle="--",
+                    color=line.get_color())
         xs = sorted(r["records_per_s"] for r in curve_points)
-        ax.set_title("Throughput-latency curves (one per client and setting; "
-                     "a point per producer run)")
+        ax.set_title("A curve per client and setting: a point per producer run; "
+                     "p99 solid, p50 dashed", fontsize="medium")
         ax.set_xlabel("achieved throughput (records / s)")
         ax.set_ylabel("latency (ms)")
         ax.set_yscale("log")
         if xs[0] > 0 and xs[-1] > 20 * xs[0]:
             ax.set_xscale("log")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="x-small", ncol=2)
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         save(fig, "throughput_latency", "Throughput-latency curves")
     if breakdown:
         last = breakdown[-1]["run_id"]

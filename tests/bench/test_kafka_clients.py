@@ -10,8 +10,6 @@ import pytest
 
 from bench.perf.kafka_clients import run as bench
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
-
 RECORDS = 3000
 WRITES = 40
 MODULES = {"confluent-kafka": "confluent_kafka", "kafka-python": "kafka",
@@ -22,6 +20,8 @@ def _runs(store) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(store.glob("runs/run_id=*/run.json"))]
 
 
+@pytest.mark.process
+@pytest.mark.slow
 def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, capsys,
                                                                      cluster_id):
     store = tmp_path / "results"
@@ -31,7 +31,8 @@ def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, ca
     printed = capsys.readouterr().out
     expected = {"minikafka"} | {c for c, m in MODULES.items() if importlib.util.find_spec(m)}
     assert "skipping" not in printed, printed
-    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()
+    table = printed.split("CPU per record")[0]     # the first table: the figures
+    rows = {line.split()[0]: line.split()[1:] for line in table.splitlines()
             if line.split() and line.split()[0] in expected and not line.startswith(" ")}
     assert set(rows) == expected, printed
     for name, cells in rows.items():
@@ -52,6 +53,7 @@ def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, ca
             assert record["summary"]["records"] == RECORDS, (client, record["summary"])
             assert record["summary"]["bytes"] == RECORDS * 100
             assert record["summary"]["records_per_s"] > 0
+            assert record["summary"]["client_cpu_s"] > 0 <= record["summary"]["brokers_cpu_s"]
             continue
         rows = produce.filter(ds.field("run_id") == record["run_id"]).to_pylist()
         assert len(rows) == (RECORDS if phase == "producer" else WRITES), (client, phase)
@@ -68,3 +70,31 @@ def test_an_unknown_client_is_one_line_and_exit_1(capsys):
     assert bench.main(["--clients", "minikafka,nope"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err] and "unknown nope" in err
+
+
+def test_kafka_clients_without_a_kafka_listener_are_skipped_with_one_line_each(capsys):
+    kept = bench.usable_clients(["minikafka", "confluent-kafka", "aiokafka"], None)
+    assert [c.name for c in kept] == ["minikafka"]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["skipping confluent-kafka",
+                                                      "skipping aiokafka"]
+    assert all("no Kafka listener" in line or "not installed" in line for line in lines)
+
+
+def test_the_targets_are_judged_run_by_run_against_node_client():
+    from bench.perf.kafka_clients import report
+    native = {"produce_records_per_s": [1000.0, 400.0, 900.0],
+              "consume_records_per_s": [1000.0, 1000.0, 1000.0],
+              "write_p50_ms": [1.0, 2.0, 1.0]}
+    librdkafka = {"produce_records_per_s": [400.0, 300.0, 500.0],     # 40%, 75%, 56%
+                  "consume_records_per_s": [100.0, 700.0, 200.0],     # 10%, 70%, 20%
+                  "write_p50_ms": [1.3, 2.1, 1.1]}                    # +0.3, +0.1, +0.1
+    lines = report.target_lines("confluent-kafka", librdkafka, native)
+    assert lines == [
+        "confluent-kafka producer records/s: 56% of node.client's (target >= 50%: met)",
+        "confluent-kafka consumer records/s: 20% of node.client's (target >= 50%: MISSED)",
+        "confluent-kafka single-write p50: +0.100 ms against node.client's "
+        "(target <= +0.2 ms: met)"]
+    # Other clients get the same figures without a verdict.
+    assert report.target_lines("aiokafka", librdkafka, native)[0] == \
+        "aiokafka producer records/s: 56% of node.client's"

@@ -7,6 +7,7 @@ shifted to the epoch from), taken in the benchmark's process.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 from node.perf.common import percentile
@@ -100,6 +101,7 @@ class ConsumeResult:
     records: int
     bytes: int
     clock: ReadClock
+    cpu: dict = dataclasses.field(default_factory=dict)   # CPU seconds (run.json)
 
     @property
     def seconds(self) -> float:
@@ -145,6 +147,56 @@ class Reader:
 
     def result(self) -> ConsumeResult:
         return ConsumeResult(self.messages, self.bytes, self.clock)
+
+
+class CpuMeter:
+    """CPU seconds of a phase: this process's (every thread, so a client's own I/O
+    threads too) and the brokers' (``/proc/PID/stat``: user + system, in clock ticks).
+    ``with meter: ...`` then ``client_s`` and ``brokers_s``."""
+
+    TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, broker_pids: list[int]) -> None:
+        self.broker_pids = broker_pids
+        self.client_s = self.brokers_s = 0.0
+
+    def brokers_s_total(self) -> float:
+        total = 0
+        for pid in self.broker_pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError as e:
+                raise MeasureError(f"broker process {pid} is gone: {e}") from None
+            total += int(fields[11]) + int(fields[12])   # utime, stime
+        return total / self.TICKS_PER_S
+
+    def __enter__(self) -> "CpuMeter":
+        self._started = (time.process_time(), self.brokers_s_total())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.client_s = time.process_time() - self._started[0]
+        self.brokers_s = self.brokers_s_total() - self._started[1]
+
+
+SETTLE_WINDOW_S = 0.1
+SETTLE_BUSY_MAX = 0.2        # the brokers together: at most a fifth of a core
+SETTLE_TIMEOUT_S = 5.0
+
+
+def settle(meter: CpuMeter) -> float:
+    """Wait until the brokers are quiet (what the previous phase left them doing, such
+    as flushing and checkpointing its records, is not charged to the next client):
+    until they use at most SETTLE_BUSY_MAX of a core over SETTLE_WINDOW_S, for
+    SETTLE_TIMEOUT_S at most. Returns the seconds waited."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < SETTLE_TIMEOUT_S:
+        before = meter.brokers_s_total()
+        time.sleep(SETTLE_WINDOW_S)
+        if meter.brokers_s_total() - before <= SETTLE_BUSY_MAX * SETTLE_WINDOW_S:
+            break
+    return time.perf_counter() - started
 
 
 class Pacer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import pstats
+import statistics
 import sys
 from pathlib import Path
 
@@ -65,15 +66,20 @@ class Store:
             # Once connected, to the last records read (bench.perf.kafka_clients.measure).
             "seconds": result.seconds,
             "records_per_s": result.records_per_s,
-            "mb_per_s": result.bytes_per_s / MB_BYTES}, cluster=cluster, topic=about)
+            "mb_per_s": result.bytes_per_s / MB_BYTES, **result.cpu},
+            cluster=cluster, topic=about)
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def print_table(medians: dict[str, dict[str, float]], args, out=None) -> None:
+def print_table(per_run: dict[str, dict[str, list[float]]], args, out=None) -> None:
+    """The medians over the runs, each run's figures when there were several, and the
+    ratios to node.client's."""
     out = out or sys.stdout
+    medians = {name: {k: statistics.median(v) for k, v in each.items()}
+               for name, each in per_run.items()}
     columns = (("producer rec/s", "produce_records_per_s", 0),
                ("producer MB/s", "produce_mb_per_s", 1),
                ("consumer rec/s", "consume_records_per_s", 0),
@@ -91,33 +97,55 @@ def print_table(medians: dict[str, dict[str, float]], args, out=None) -> None:
     for name, figures in medians.items():
         print(f"{name:<{width}}" + "".join(f"{_fmt(figures.get(key), digits):>16}"
                                            for _, key, digits in columns), file=out)
-    native = medians.get(NATIVE)
-    if native is None or len(medians) < 2:
+    cpu = (("producer: client", "produce_client_cpu_us"),
+           ("brokers", "produce_brokers_cpu_us"),
+           ("consumer: client", "consume_client_cpu_us"),
+           ("brokers", "consume_brokers_cpu_us"))
+    print("\nCPU per record, µs (client: this process with its threads; brokers: the "
+          "3 broker processes)", file=out)
+    print(f"{'client':<{width}}" + "".join(f"{title:>18}" for title, _ in cpu), file=out)
+    for name, each in medians.items():
+        print(f"{name:<{width}}" + "".join(f"{_fmt(each.get(key), 2):>18}"
+                                           for _, key in cpu), file=out)
+    if args.runs > 1:
+        print("each run:", file=out)
+        for name, each in per_run.items():
+            print(f"  {name}: " + "; ".join(
+                f"{title} " + " / ".join(_fmt(v, digits) for v in each.get(key, []))
+                for title, key, digits in columns if key != "produce_mb_per_s"), file=out)
+    native = per_run.get(NATIVE)
+    if native is None or len(per_run) < 2:
         return
-    print("\nagainst node.client (the issue's targets are librdkafka's):", file=out)
-    for name, figures in medians.items():
+    print("\nagainst node.client, run by run, the median (the issue's targets are "
+          "librdkafka's):", file=out)
+    for name, each in per_run.items():
         if name == NATIVE:
             continue
-        for line in target_lines(name, figures, native):
+        for line in target_lines(name, each, native):
             print(f"  {line}", file=out)
 
 
-def target_lines(name: str, figures: dict, native: dict) -> list[str]:
-    """The ratios to node.client's figures; for librdkafka, each with its target."""
+def target_lines(name: str, each: dict[str, list[float]],
+                 native: dict[str, list[float]]) -> list[str]:
+    """The figures against node.client's, run by run (the clients of a run measured
+    minutes apart at most, so a load that comes and goes hurts both) and the median of
+    those; for librdkafka, each with its target."""
     targeted = name == LIBRDKAFKA
     lines = []
     for what, key, minimum in (("producer records/s", "produce_records_per_s",
                                 PRODUCE_RATIO_MIN),
                                ("consumer records/s", "consume_records_per_s",
                                 CONSUME_RATIO_MIN)):
-        if not figures.get(key) or not native.get(key):
+        pairs = [(v, n) for v, n in zip(each.get(key, []), native.get(key, [])) if n]
+        if not pairs:
             continue
-        ratio = figures[key] / native[key]
+        ratio = statistics.median(v / n for v, n in pairs)
         verdict = f" (target >= {minimum:.0%}: {'met' if ratio >= minimum else 'MISSED'})" \
             if targeted else ""
         lines.append(f"{name} {what}: {ratio:.0%} of node.client's{verdict}")
-    if figures.get("write_p50_ms") is not None and native.get("write_p50_ms") is not None:
-        extra = figures["write_p50_ms"] - native["write_p50_ms"]
+    pairs = list(zip(each.get("write_p50_ms", []), native.get("write_p50_ms", [])))
+    if pairs:
+        extra = statistics.median(v - n for v, n in pairs)
         verdict = (f" (target <= +{WRITE_P50_EXTRA_MS_MAX} ms: "
                    f"{'met' if extra <= WRITE_P50_EXTRA_MS_MAX else 'MISSED'})"
                    if targeted else "")

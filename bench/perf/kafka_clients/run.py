@@ -14,27 +14,31 @@ producer runs and one to read (``--partitions`` partitions, replication factor 3
 2. single writes: ``--writes`` acks=all writes one at a time with linger.ms=0 to one
    partition (1,000 a second at most), p50 and p99 from send to acknowledgement;
 3. consumer: the read topic (``--records`` records written once by node.client) from
-   the beginning over Fetch, records/s from the first poll to the last record.
+   the beginning over Fetch, records/s from the moment the client, connected to every
+   leader, is given the partitions, to its last record.
 
-The phases interleave the clients, and ``--runs N`` repeats them (a noisy neighbour
-hurts every client alike); the table shows each figure's median over the runs, then
-the issue's targets as ratios to node.client's figures. Every producer phase is a run
-in the results store (``--results``, else ``DIR/results``) with the per-record samples
-(``produce``), every consumer phase one with its seconds (``consume``), tagged with the
-client: ``minikafka analyze`` draws a throughput-latency curve per client and setting.
+The phases interleave the clients (each round starting one client further, each
+client's phase once the brokers are quiet), and ``--runs N`` repeats them (a noisy
+neighbour hurts every client alike); the table shows each figure's median over the
+runs, then the issue's targets as ratios to node.client's figures, run by run. Every
+producer phase is a run in the results store (``--results``, else ``DIR/results``)
+with the per-record samples (``produce``), every consumer phase one with its seconds
+(``consume``), tagged with the client: ``minikafka analyze`` draws a
+throughput-latency curve per client and setting.
 
 ``--profile`` runs each broker under cProfile (``MINIKAFKA_BROKER_PROFILE``) and prints
 where the brokers' time went once they stopped.
 
 A client that is not installed, or Kafka clients when the brokers have no Kafka
-listener, are skipped with one line each. The cluster is stopped at the end.
+listener, are skipped with one line each. The cluster is stopped and its directory
+removed at the end (the results store and the profiles stay).
 """
 from __future__ import annotations
 
 import argparse
 import io
 import os
-import statistics
+import shutil
 import sys
 import tempfile
 import uuid
@@ -44,10 +48,9 @@ from bench.perf.kafka_clients import native, report
 from bench.perf.kafka_clients.librdkafka import NAME as LIBRDKAFKA
 from bench.perf.kafka_clients.librdkafka import ConfluentKafka
 from bench.perf.kafka_clients.measure import (RECORD_BYTES, SINGLE_WRITE_RATE_PER_S,
-                                              ClientUnavailable, MeasureError, Pacer,
-                                              ProduceResult, ReadClock, RecordClock,
-                                              latency_figures,
-                                              value_of)
+                                              ClientUnavailable, CpuMeter, MeasureError,
+                                              Pacer, ProduceResult, ReadClock, RecordClock,
+                                              latency_figures, settle, value_of)
 from bench.perf.kafka_clients.pure_python import AioKafka, KafkaPython
 from node.config import ConfigError, parse_key_values
 from node.paths import absolute_path
@@ -122,6 +125,13 @@ class Bench:
         self.value = value_of(RECORD_BYTES)
         self.store = report.Store(args.results, self.bootstrap, args.partitions)
         self.figures: dict[str, dict[str, list[float]]] = {c.name: {} for c in clients}
+        self.broker_pids = [cluster.processes[str(b)].pid() for b in cluster.broker_ids]
+
+    def _cpu(self, client, phase: str, meter: CpuMeter, records: int) -> dict:
+        """CPU per record of a phase, into the figures; returned for the run's summary."""
+        self._add(client, f"{phase}_client_cpu_us", meter.client_s / records * 1e6)
+        self._add(client, f"{phase}_brokers_cpu_us", meter.brokers_s / records * 1e6)
+        return {"client_cpu_s": meter.client_s, "brokers_cpu_s": meter.brokers_s}
 
     def topics(self) -> None:
         for client in self.clients:
@@ -136,22 +146,33 @@ class Bench:
     def produce_topic(client) -> str:
         return f"kbench-produce-{client.name}"
 
+    def in_turn(self, round_: int) -> list:
+        """The clients, starting one further each round: none always follows the same
+        neighbour, nor always goes first."""
+        k = round_ % len(self.clients)
+        return self.clients[k:] + self.clients[:k]
+
     def _add(self, client, key: str, value: float) -> None:
         self.figures[client.name].setdefault(key, []).append(value)
 
     def producer_phase(self, round_: int) -> None:
         warmup = min(WARMUP_RECORDS_MAX, self.args.records // 10)
-        for client in self.clients:
+        for client in self.in_turn(round_):
             topic = self.produce_topic(client)
+            settle(CpuMeter(self.broker_pids))
             print(f"run {round_ + 1}: {client.name} producer", file=sys.stderr, flush=True)
-            if isinstance(client, native.Native):
-                result = client.produce(self.bootstrap, topic, self.args.records, warmup,
-                                        RECORD_BYTES)
-            else:
-                clock = RecordClock(self.args.records)
-                settings = client.produce_records(self.bootstrap, topic, clock, warmup,
-                                                  self.value)
-                result = result_of(clock, settings, client.name)
+            with CpuMeter(self.broker_pids) as meter:
+                if isinstance(client, native.Native):
+                    result = client.produce(self.bootstrap, topic, self.args.records,
+                                            warmup, RECORD_BYTES)
+                else:
+                    clock = RecordClock(self.args.records)
+                    settings = client.produce_records(self.bootstrap, topic, clock, warmup,
+                                                      self.value)
+                    result = result_of(clock, settings, client.name)
+            # (The warm-up's CPU is counted too: a tenth of the records at most.)
+            result.summary.update(self._cpu(client, "produce", meter,
+                                            self.args.records + warmup))
             self._add(client, "produce_records_per_s", result.summary["records_per_s"])
             self._add(client, "produce_mb_per_s",
                       result.summary["records_per_s"] * RECORD_BYTES / 1e6)
@@ -159,7 +180,8 @@ class Bench:
                                result)
 
     def single_write_phase(self, round_: int) -> None:
-        for client in self.clients:
+        for client in self.in_turn(round_):
+            settle(CpuMeter(self.broker_pids))
             print(f"run {round_ + 1}: {client.name} single writes", file=sys.stderr,
                   flush=True)
             clock = RecordClock(self.args.writes)
@@ -177,21 +199,20 @@ class Bench:
 
     def consumer_phase(self, round_: int) -> None:
         from node.perf.consumer import Progress
-        for client in self.clients:
+        for client in self.in_turn(round_):
+            settle(CpuMeter(self.broker_pids))
             print(f"run {round_ + 1}: {client.name} consumer", file=sys.stderr, flush=True)
             clock = ReadClock(Progress(1000, False, per_second=True))
-            result = client.consume(self.bootstrap, "kbench-read",
-                                    list(range(self.args.partitions)), self.args.records,
-                                    clock)
+            with CpuMeter(self.broker_pids) as meter:
+                result = client.consume(self.bootstrap, "kbench-read",
+                                        list(range(self.args.partitions)),
+                                        self.args.records, clock)
             if result.records != self.args.records:
                 raise MeasureError(f"{client.name}: read {result.records} records of "
                                    f"{self.args.records}")
+            result.cpu = self._cpu(client, "consume", meter, result.records)
             self._add(client, "consume_records_per_s", result.records_per_s)
             self.store.consume(client, round_, "kbench-read", result)
-
-    def medians(self) -> dict[str, dict[str, float]]:
-        return {name: {k: statistics.median(v) for k, v in figures.items()}
-                for name, figures in self.figures.items()}
 
 
 def run(args) -> int:
@@ -211,6 +232,10 @@ def run(args) -> int:
     if args.profile:
         os.environ[PROFILE_ENV] = str(base / "profile" / "broker")
         (base / "profile").mkdir(parents=True, exist_ok=True)
+    if (base / "cluster").exists():
+        raise ToolError(f"{base / 'cluster'} is left from an earlier run that failed (its "
+                        f"logs are there): remove it (after minikafka cluster down --dir "
+                        f"{base / 'cluster'} if it still runs), or give another --dir")
     cluster = Cluster.up(base / "cluster", BROKERS,
                          cluster_id=args.cluster_id or "kb" + uuid.uuid4().hex[:10])
     try:
@@ -229,7 +254,8 @@ def run(args) -> int:
     finally:
         cluster.down(grace_s=30)
         os.environ.pop(PROFILE_ENV, None)
-    report.print_table(bench.medians(), args)
+    shutil.rmtree(base / "cluster", ignore_errors=True)   # the results are what is kept
+    report.print_table(bench.figures, args)
     print(f"recorded in {args.results}; draw with: minikafka analyze {args.results}")
     if args.profile:
         report.print_profiles(base / "profile")
