@@ -47,6 +47,16 @@ from node.waiting import poll_until
 from shm.names import check_cluster_id, cleanup_cluster
 
 READY_TIMEOUT_S = 90.0
+# A broker whose port was taken between picking it and binding it starts again with
+# new ports at most this many times.
+PORT_RETRIES = 3
+START_MARK = "supervisor starts:"       # node.cluster.process's line before each start
+
+
+def _port_was_taken(log_tail: str) -> bool:
+    """Whether the broker's last start (its log after the supervisor's last start line)
+    failed to bind a port that was in use."""
+    return "Address already in use" in log_tail.rpartition(START_MARK)[2]
 
 log = logging.getLogger("minikafka.cluster")
 
@@ -234,8 +244,28 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
         if ready_timeout_s is not None:
             deadline = time.monotonic() + ready_timeout_s
             for broker_id in self.broker_ids:
+                self._wait_ready_rebinding(broker_id, deadline)
+
+    def _wait_ready_rebinding(self, broker_id: int, deadline: float) -> None:
+        """``wait_broker_ready``; a broker that exits because one of its ports was taken
+        meanwhile (the ports are picked free, then bound by the broker: another process
+        can take one in between, as parallel tests do) gets new ports and starts again,
+        up to ``PORT_RETRIES`` times."""
+        process = self.processes[str(broker_id)]
+        for attempt in range(PORT_RETRIES + 1):
+            try:
                 self.wait_broker_ready(broker_id, max(1.0, deadline - time.monotonic()),
                                        peers=self.broker_ids)
+                return
+            except ClusterError:
+                if attempt == PORT_RETRIES or process.pid() is not None or \
+                        self.netns or not _port_was_taken(process.log_tail()):
+                    raise
+            self.broker_ports[broker_id] = _free_port()
+            self.kafka_ports[broker_id] = _free_port()
+            self._save_spec()
+            self._write_properties(broker_id)
+            process.start()
 
     # ------------------------------------------------------------- operations
     def stop(self, ident, grace_s: float = STOP_GRACE_S) -> None:

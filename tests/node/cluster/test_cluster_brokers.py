@@ -73,3 +73,33 @@ def test_cli_up_status_down_with_brokers(tmp_path, cluster_id):
         down = cli("down", "--dir", d, "--grace", "5")
     assert down.returncode == 0, down.stderr
     assert cluster_objects(cluster_id) == []
+
+
+def test_a_broker_whose_port_was_taken_starts_again_with_new_ports(tmp_path, cluster_id,
+                                                                   monkeypatch):
+    """The supervisor picks free ports and the broker binds them later: a port taken in
+    between (another test, another program) used to fail ``up``. The broker gets new
+    ports and starts again."""
+    import socket
+
+    from node.cluster import supervisor
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    picks = []
+    real = supervisor._free_port
+
+    def pick() -> int:                  # the first pick is the native port of broker 0
+        picks.append(port if not picks else real())
+        return picks[-1]
+
+    monkeypatch.setattr(supervisor, "_free_port", pick)
+    try:
+        with Cluster.up(tmp_path / "c", brokers=1, cluster_id=cluster_id) as cluster:
+            assert cluster.broker_ports[0] != port
+            assert "Address already in use" in cluster.processes["0"].log_path.read_text()
+            assert cluster.broker_metadata(0) is not None
+    finally:
+        taken.close()
