@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.cluster import Cluster
 from node.wire.errors import ErrorCode
-from tests.conftest import new_cluster_id
+from tests.node.kafka.clients import running_cluster
 from tests.waiting import poll_until
 
 ck = pytest.importorskip("confluent_kafka")
@@ -18,21 +17,16 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-CONFIG = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
-          "replica.fetch.wait.max.ms": "50", "auto.leader.rebalance.enable": "false",
-          "default.replication.factor": "3", "num.partitions": "2",
+# Over the Kafka tests' cluster config (tests.node.kafka.clients.CLUSTER_CONFIG).
+CONFIG = {"default.replication.factor": "3", "num.partitions": "2",
           "log.retention.ms": "86400000"}
 TIMEOUT_S = 30
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = Cluster.up(tmp_path_factory.mktemp("cluster"), brokers=3, config=CONFIG,
-                         cluster_id=new_cluster_id())
-    try:
+    with running_cluster(tmp_path_factory.mktemp("cluster"), config=CONFIG) as cluster:
         yield cluster
-    finally:
-        cluster.down(grace_s=5)
 
 
 @pytest.fixture(scope="module")
