@@ -118,58 +118,51 @@ class DescribeConfigs(TranslationBase):
 # ------------------------------------------------------------------ IncrementalAlterConfigs
 
 class IncrementalAlterConfigs(TranslationBase):
+    """Both alter APIs run the native IncrementalAlterConfigs; AlterConfigs (below) sets
+    every config given and replaces the resource's whole set."""
     api_key = protocol.ApiKey.INCREMENTAL_ALTER_CONFIGS
     versions = (0, 1)
+    RESPONSE = IncrementalAlterConfigsResponse
+    REPLACE = False
+
+    @staticmethod
+    def _operations(resource) -> list:
+        return [[c.name, c.config_operation, c.value] for c in resource.configs]
 
     def request(self, ctx, header, request):
-        resources = [[r.resource_type, r.resource_name,
-                      [[c.name, c.config_operation, c.value] for c in r.configs]]
+        resources = [[r.resource_type, r.resource_name, self._operations(r)]
                      for r in request.resources]
-        return NativeCall(protocol.ApiKey.INCREMENTAL_ALTER_CONFIGS, {
-            "resources": resources, "validate_only": bool(request.validate_only)})
+        body = {"resources": resources, "validate_only": bool(request.validate_only)}
+        if self.REPLACE:
+            body["replace"] = True
+        return NativeCall(protocol.ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
 
-    def response(self, ctx, header, request, body, frames):
-        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
-            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+    def _answer(self, entries):
+        return self.RESPONSE(throttle_time_ms=0, responses=[
+            self.RESPONSE.AlterConfigsResourceResponse(
                 error_code=code, error_message=message, resource_type=resource_type,
                 resource_name=name)
-            for resource_type, name, code, message in body["resources"]])
+            for resource_type, name, code, message in entries])
+
+    def response(self, ctx, header, request, body, frames):
+        return self._answer(body["resources"])
 
     def error(self, ctx, header, request, code, message):
-        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
-            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
-                error_code=code, error_message=message, resource_type=r.resource_type,
-                resource_name=r.resource_name)
-            for r in request.resources])
+        return self._answer([(r.resource_type, r.resource_name, code, message)
+                             for r in request.resources])
 
 
 # ------------------------------------------------------------------ AlterConfigs
 
-class AlterConfigs(TranslationBase):
+class AlterConfigs(IncrementalAlterConfigs):
     api_key = 33
     versions = (0, 2)
+    RESPONSE = AlterConfigsResponse
+    REPLACE = True
 
-    def request(self, ctx, header, request):
-        resources = [[r.resource_type, r.resource_name,
-                      [[c.name, 0, c.value] for c in r.configs]]    # 0: SET
-                     for r in request.resources]
-        return NativeCall(protocol.ApiKey.INCREMENTAL_ALTER_CONFIGS, {
-            "resources": resources, "validate_only": bool(request.validate_only),
-            "replace": True})
-
-    def response(self, ctx, header, request, body, frames):
-        return AlterConfigsResponse(throttle_time_ms=0, responses=[
-            AlterConfigsResponse.AlterConfigsResourceResponse(
-                error_code=code, error_message=message, resource_type=resource_type,
-                resource_name=name)
-            for resource_type, name, code, message in body["resources"]])
-
-    def error(self, ctx, header, request, code, message):
-        return AlterConfigsResponse(throttle_time_ms=0, responses=[
-            AlterConfigsResponse.AlterConfigsResourceResponse(
-                error_code=code, error_message=message, resource_type=r.resource_type,
-                resource_name=r.resource_name)
-            for r in request.resources])
+    @staticmethod
+    def _operations(resource) -> list:
+        return [[c.name, 0, c.value] for c in resource.configs]    # 0: SET
 
 
 register(DescribeConfigs())
