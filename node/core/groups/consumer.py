@@ -444,6 +444,18 @@ class ConsumerGroups:
     def has(self, group_id: str) -> bool:
         return group_id in self.groups
 
+    def group_ids(self) -> list[str]:
+        return sorted(self.groups)
+
+    def is_empty(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is None or group.state == cs.EMPTY
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        """The topic names the group's members subscribe to (OffsetDelete's check)."""
+        group = self.groups.get(group_id)
+        return set() if group is None else group.subscribed_names()
+
     def state(self, group_id: str) -> str:
         group = self.groups.get(group_id)
         return cs.DEAD if group is None else group.state
@@ -451,7 +463,9 @@ class ConsumerGroups:
     def validate_commit(self, group_id: str, member_id: str, member_epoch: int, version: int,
                         transactional: bool = False) -> tuple[int, str | None]:
         """OffsetCommit against a consumer group: (error code, message)."""
-        group = self.groups[group_id]
+        group = self.groups.get(group_id)
+        if group is None:
+            return GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
         if member_epoch < 0 and not group.members:
             return NONE, None                     # the admin client, or a simple consumer
         member = group.members.get(member_id)
@@ -467,7 +481,10 @@ class ConsumerGroups:
         """OffsetFetch v9+ against a consumer group: (error code, message)."""
         if member_id is None and member_epoch < 0:
             return NONE, None
-        member = self.groups[group_id].members.get(member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            return GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
+        member = group.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
         return self._epoch_matches(member, member_epoch)
