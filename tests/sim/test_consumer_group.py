@@ -34,6 +34,7 @@ import pytest
 
 from node.core.groups import consumer as cons
 from node.core.groups import consumer_state as cs
+from node.core.groups import records
 from node.core.groups.config import GroupConfig
 
 SEEDS = 600
@@ -90,7 +91,7 @@ class World:
         self.topics = {"a": (TOPIC_IDS["a"], self.rng.randint(1, 6))}
         if self.rng.random() < 0.5:
             self.topics["b"] = (TOPIC_IDS["b"], self.rng.randint(1, 4))
-        self.log: list = []                          # committed records
+        self.log: list = []                          # committed records, as (key, value) bytes
         self.generation, self.up = 0, True
         self.last_commit = 0
         self.clients: dict[str, Client] = {}
@@ -121,10 +122,10 @@ class World:
     def new_core(self) -> cons.ConsumerGroups:
         return cons.ConsumerGroups(CONFIG, new_member_id=lambda: next(self.server_ids))
 
-    def submit(self, records: list, replies: list) -> None:
+    def submit(self, recs: list, replies: list) -> None:
         """Records are committed a little later, in order; the answers go out after."""
         self.last_commit = max(self.last_commit, self.now + self.rng.choice((0, 1, 3, 10)))
-        self.at(self.last_commit, self.commit, Batch(records, replies, self.generation))
+        self.at(self.last_commit, self.commit, Batch(recs, replies, self.generation))
         deadline = self.core.next_deadline_ms()
         if deadline is not None:
             self.at(max(deadline, self.now), self.tick, self.generation)
@@ -132,7 +133,7 @@ class World:
     def commit(self, batch: Batch) -> None:
         if batch.generation != self.generation:
             return                                   # lost with the old leader
-        self.log.extend(batch.records)
+        self.log.extend(records.encode(rec) for rec in batch.records)   # Kafka's bytes
         for client, request, body in batch.replies:
             delay = self.net()
             if delay is not None:
@@ -161,8 +162,8 @@ class World:
         if generation != self.generation:
             return                                   # it failed over again meanwhile
         self.core = self.new_core()
-        for rec in self.log:
-            self.core.replay(rec)
+        for key, value in self.log:
+            self.core.replay(records.decode(key, value))
         self.core.loaded(self.now)
         self.up = True
         self.last_commit = self.now
