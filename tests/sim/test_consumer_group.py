@@ -106,9 +106,14 @@ class World:
         heapq.heappush(self.events, (when, next(self.seq), fn, args))
 
     def net(self) -> int | None:
-        """A message's delay, or None when it is lost."""
-        if self.faults and self.rng.random() < 0.03:
-            return None
+        """A message's delay, or None when it is lost. Some arrive after the request timed
+        out (their answer is dropped; a request may even overtake an older one)."""
+        if self.faults:
+            roll = self.rng.random()
+            if roll < 0.03:
+                return None
+            if roll < 0.05:
+                return self.rng.randint(REQUEST_TIMEOUT_MS, 2 * REQUEST_TIMEOUT_MS)
         return self.rng.choice((1, 2, 3, 5, 8, 20, 40))
 
     def step(self) -> None:
