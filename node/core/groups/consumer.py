@@ -545,10 +545,10 @@ class ConsumerGroups:
                 if not states or group.state.lower() in states]
 
     @staticmethod
-    def describe_classic(group_id: str, version: int) -> dict:
+    def describe_classic(group_id: str, version: int | None = None) -> dict:
         """DescribeGroups (the classic API) asked about a consumer group: Kafka 4 answers
-        GROUP_ID_NOT_FOUND from v6, and a Dead group before."""
-        if version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
+        GROUP_ID_NOT_FOUND from v6, and a Dead group before (our codec's newest is v5)."""
+        if version is not None and version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
             return {"error_code": GROUP_ID_NOT_FOUND,
                     "error_message": f"Group {group_id} is not a classic group.",
                     "group_id": group_id, "group_state": "", "protocol_type": "",
