@@ -20,6 +20,7 @@ a consumer group"). JoinGroup on a non-empty consumer group gets INCONSISTENT_GR
 import uuid
 from collections.abc import Callable
 
+from node.kafka.protocol import KafkaProtocolError, codec
 from node.kafka.protocol import messages as m
 
 from . import classic as cl
@@ -109,7 +110,19 @@ class GroupShard:
 
     def handle(self, now_ms: int, api_key: int, version: int, body: dict, token,
                client_id: str = "", client_host: str = "") -> Result:
+        """One request. A body that is not the request's fields (unknown names, wrong types)
+        gets INVALID_REQUEST and changes nothing; missing fields take Kafka's defaults."""
         fx = Effects()
+        if api_key not in _REQUESTS:
+            raise ValueError(f"api {api_key} is not the group coordinator's")
+        try:
+            body = normalize(api_key, version, body)
+        except RecordError as e:
+            reply = error_response(api_key, {}, E.INVALID_REQUEST)
+            if "error_message" in reply:
+                reply["error_message"] = str(e)
+            fx.reply(token, reply)
+            return self._result(fx)
         if not self.is_loaded:
             fx.reply(token, error_response(api_key, body, E.COORDINATOR_LOAD_IN_PROGRESS))
             return self._result(fx)
@@ -140,8 +153,6 @@ class GroupShard:
             self._consumer_heartbeat(now_ms, version, body, token, client_id, client_host, fx)
         elif api_key == CONSUMER_DESCRIBE:
             fx.reply(token, self._consumer_describe(body))
-        else:
-            raise ValueError(f"api {api_key} is not the group coordinator's")
         return self._result(fx)
 
     def _join(self, now, version, body, token, client_id, client_host, fx) -> None:
@@ -415,6 +426,28 @@ def _body(cls, **fields) -> dict:
     body = records.defaults_of(cls)
     body.update(fields)
     return body
+
+
+_REQUESTS = {JOIN: m.JoinGroupRequest, SYNC: m.SyncGroupRequest,
+             HEARTBEAT: m.HeartbeatRequest, LEAVE: m.LeaveGroupRequest,
+             OFFSET_COMMIT: m.OffsetCommitRequest, OFFSET_FETCH: m.OffsetFetchRequest,
+             OFFSET_DELETE: m.OffsetDeleteRequest, LIST: m.ListGroupsRequest,
+             DESCRIBE: m.DescribeGroupsRequest, DELETE: m.DeleteGroupsRequest,
+             CONSUMER_HEARTBEAT: m.ConsumerGroupHeartbeatRequest,
+             CONSUMER_DESCRIBE: m.ConsumerGroupDescribeRequest}
+
+
+def normalize(api_key: int, version: int, body) -> dict:
+    """The request body with every field (Kafka's defaults for the missing ones), checked by
+    encoding it at its version: RecordError if it is not that request."""
+    cls = _REQUESTS[api_key]
+    low, high = cls.VALID_VERSIONS
+    try:
+        message = records.from_dict(cls, body)
+        codec.encode_body(message, min(max(version, low), high), [])
+    except (KafkaProtocolError, TypeError) as e:
+        raise RecordError(f"not a {cls.__name__}: {e}") from None
+    return records.to_dict(message)
 
 
 _RESPONSES = {JOIN: m.JoinGroupResponse, SYNC: m.SyncGroupResponse,
