@@ -13,7 +13,8 @@ committed. The coordinator fails over at random: the uncommitted tail is lost (a
 prefix of it may have been committed first), the replies waiting on it and the parked
 requests get NOT_COORDINATOR, and a new shard is built by replaying the committed records.
 
-Checked at every step that gives a member partitions: no two live members hold one partition in the same generation.
+Checked at every step that gives a member partitions: no two live members hold one
+partition in the same generation.
 Checked when the log has no uncommitted tail: a shard replayed from the log has the same
 persisted state (Stable and Empty groups, offsets) as the live one.
 Checked at the end, after the faults stop: the run settles - the group is Stable, every live
@@ -295,7 +296,7 @@ class World:
         if error == 82:                                       # FENCED_INSTANCE_ID: fatal
             c.alive, c.held = False, set()
             return
-        if error in (25, 22):                                 # UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION
+        if error in (25, 22):                     # UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION
             c.member_id = "" if error == 25 else c.member_id
         self.rejoin(c, self.rng.choice((0, 10, 100)))
 

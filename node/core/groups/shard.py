@@ -230,7 +230,8 @@ class GroupShard:
             for p in topic.get("partitions", []):
                 code = error
                 metadata = p.get("committed_metadata")
-                if not code and metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
+                limit = self.config.offset_metadata_max_bytes
+                if not code and metadata is not None and len(metadata) > limit:
                     code = E.OFFSET_METADATA_TOO_LARGE
                 if not code:
                     fx.records.append(self.offsets.commit(
@@ -318,7 +319,8 @@ class GroupShard:
         reply = _body(m.ListGroupsResponse)
         if not types or "classic" in types:
             for group in self.classic.groups.values():
-                if group.state is not State.DEAD and (not states or group.state.value.lower() in states):
+                state = group.state.value.lower()
+                if group.state is not State.DEAD and (not states or state in states):
                     reply["groups"].append(cl.listed(group))
         reply["groups"] += self.consumer.list_groups(sorted(states), sorted(types))
         return reply
@@ -376,7 +378,8 @@ class GroupShard:
     def _expire(self, now: int, fx: Effects) -> None:
         """Offsets past retention (KIP-211) and then the empty groups left with none."""
         retention = self.config.offsets_retention_ms
-        for gid in set(self.offsets.group_ids()) | set(self.classic.groups) | set(self.consumer.group_ids()):
+        gids = set(self.offsets.group_ids()) | set(self.classic.groups)
+        for gid in sorted(gids | set(self.consumer.group_ids())):
             if self.consumer.has(gid):
                 expired, none_left = self.offsets.expire(
                     gid, now, retention, lambda c: c.commit_timestamp_ms,

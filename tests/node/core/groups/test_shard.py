@@ -219,7 +219,8 @@ def test_before_loading_every_request_gets_load_in_progress():
 
 def test_error_response_fills_every_error_field():
     out = error_response(DELETE, {"groups_names": ["a", "b"]}, NOT_COORDINATOR)
-    assert out["results"] == [{"group_id": "a", "error_code": 16}, {"group_id": "b", "error_code": 16}]
+    assert out["results"] == [{"group_id": "a", "error_code": 16},
+                              {"group_id": "b", "error_code": 16}]
     assert error_response(JOIN, {}, NOT_COORDINATOR)["error_code"] == NOT_COORDINATOR
     fetch = error_response(OFFSET_FETCH, Harness.fetch_body("g"), NOT_COORDINATOR)
     assert fetch["groups"][0]["error_code"] == NOT_COORDINATOR

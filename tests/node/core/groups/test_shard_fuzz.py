@@ -16,8 +16,9 @@ junk = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=3), st.binary(m
                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2),
                                                                       st.integers(), max_size=2))
 op = st.one_of(
-    st.tuples(st.just("join"), st.sampled_from(GROUPS), st.integers(0, 5), st.sampled_from((3, 4, 9)),
-              st.sampled_from((None, "i-1", "i-2")), st.sampled_from(("range", "rr"))),
+    st.tuples(st.just("join"), st.sampled_from(GROUPS), st.integers(0, 5),
+              st.sampled_from((3, 4, 9)), st.sampled_from((None, "i-1", "i-2")),
+              st.sampled_from(("range", "rr"))),
     st.tuples(st.just("sync"), st.sampled_from(GROUPS), st.integers(0, 5), st.integers(-1, 1)),
     st.tuples(st.just("hb"), st.sampled_from(GROUPS), st.integers(0, 5), st.integers(-1, 1)),
     st.tuples(st.just("leave"), st.sampled_from(GROUPS), st.lists(st.integers(0, 5), max_size=3)),
