@@ -411,8 +411,11 @@ class GroupShard:
         assignments follow them; offsets of a topic seen before and now gone are deleted
         (Kafka's onPartitionsDeleted)."""
         fx = Effects()
-        gone = self.known_topics - topics.keys()
-        self.known_topics = set(topics)
+        # An empty view is taken as "not known yet" (a broker's cache before its first
+        # update), never as "every topic was deleted".
+        gone = self.known_topics - topics.keys() if topics else set()
+        if topics:
+            self.known_topics = set(topics)
         for gid in self.offsets.group_ids():
             for topic, partition in list(self.offsets.of_group(gid)):
                 if topic in gone:

@@ -231,6 +231,8 @@ def test_a_deleted_topic_loses_its_offsets():
     h.call(OFFSET_COMMIT, h.commit_body("s", {("t", 0): 1, ("u", 0): 1}))
     h._take(h.shard.metadata_changed({"t": ("AAAAAAAAAAAAAAAAAAAAAQ", 1),
                                       "u": ("AAAAAAAAAAAAAAAAAAAAAg", 1)}))
+    h._take(h.shard.metadata_changed({}))                  # not known: nothing deleted
+    assert fetched(h, "s") == {("t", 0): (1, ""), ("u", 0): (1, "")}
     h._take(h.shard.metadata_changed({"u": ("AAAAAAAAAAAAAAAAAAAAAg", 1)}))
     assert fetched(h, "s") == {("u", 0): (1, "")}
     assert records.offset_tombstone("s", "t", 0) in h.decoded()
