@@ -7,7 +7,7 @@ partitions at once, revoke at their own pace (some slower than their rebalance t
 and on UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH drop everything and rejoin. Faults: members
 join, leave (-1), static members leave for a while (-2) and come back under a new member
 id, processes crash (their session expires) or pause (shorter and longer than the session
-timeout: late heartbeats), messages are lost or late, topics grow and are created, and the
+timeout: late heartbeats), messages are lost or late, topics grow, are created or deleted, and the
 coordinator fails over: a new core is built by replaying the records committed so far
 (what was not committed yet is lost with its answers, as when the leader of the
 ``__consumer_offsets`` partition dies).
@@ -74,6 +74,7 @@ class Client:
     alive: bool = True
     paused_until: int = 0
     hb_at: int = -1                                  # the heartbeat timer set, or -1
+    arrives: int = 0                                 # when its last request arrives
 
 
 @dataclass
@@ -107,7 +108,7 @@ class World:
 
     def net(self) -> int | None:
         """A message's delay, or None when it is lost. Some arrive after the request timed
-        out (their answer is dropped; a request may even overtake an older one)."""
+        out (their answer is dropped)."""
         if self.faults:
             roll = self.rng.random()
             if roll < 0.03:
@@ -175,9 +176,13 @@ class World:
         self.submit(self.core.metadata_changed(self.topics), [])
 
     def grow(self) -> None:
+        """A topic grows, is created, or ("b") is deleted."""
         name = self.rng.choice(["a", "b"])
-        tid, n = self.topics.get(name, (TOPIC_IDS[name], 0))
-        self.topics[name] = (tid, n + self.rng.randint(1, 3))
+        if name == "b" and "b" in self.topics and self.rng.random() < 0.3:
+            del self.topics["b"]
+        else:
+            tid, n = self.topics.get(name, (TOPIC_IDS[name], 0))
+            self.topics[name] = (tid, n + self.rng.randint(1, 3))
         if self.up:
             self.submit(self.core.metadata_changed(self.topics), [])
 
@@ -235,7 +240,10 @@ class World:
         c.full = False
         delay = self.net()
         if delay is not None:
-            self.at(self.now + delay, self.on_request, c, request, body)
+            # One connection: a client's requests arrive in the order sent (TCP), as
+            # Kafka's "previous epoch" rule assumes.
+            c.arrives = max(c.arrives, self.now + delay)
+            self.at(c.arrives, self.on_request, c, request, body)
         self.at(self.now + REQUEST_TIMEOUT_MS, self.timed_out, c, request)
 
     def send_later(self, c: Client) -> None:
@@ -284,7 +292,11 @@ class World:
             if any(c.held[t] - c.target.get(t, set()) for t in c.held) and not c.revoking:
                 c.revoking = True
                 self.rebalances += 1
-                self.at(self.now + self.rng.randint(*c.revoke_ms), self.revoked, c, c.epoch)
+                # A slow member is slow while the faults last (one that always revokes
+                # later than its rebalance timeout is fenced at every rebalance, in Kafka
+                # too, and never settles).
+                slowest = c.revoke_ms if self.faults else (0, 40)
+                self.at(self.now + self.rng.randint(*slowest), self.revoked, c, c.epoch)
             if not c.revoking:
                 self.timer(c, self.now)             # acknowledge at once
         self.timer(c, self.now + HEARTBEAT_MS)
@@ -316,7 +328,7 @@ class World:
             self.at(rng.randint(100, FAULTS_END_MS), self.fault)
         for _ in range(rng.choice((0, 0, 1, 2))):
             self.at(rng.randint(100, FAULTS_END_MS), self.fail_over)
-        if rng.random() < 0.5:
+        for _ in range(rng.choice((0, 1, 1, 2))):
             self.at(rng.randint(100, FAULTS_END_MS), self.grow)
 
     def fault(self) -> None:
