@@ -165,6 +165,10 @@ def test_static_member_errors():
     ({"member_epoch": -3}, c.INVALID_REQUEST, "MemberEpoch is invalid."),
     ({"subscribed_topic_regex": "t.*"}, c.INVALID_REQUEST, "SubscribedTopicRegex is not"),
     ({"server_assignor": "sticky"}, c.UNSUPPORTED_ASSIGNOR, "Supported assignors: uniform, range"),
+    ({"member_epoch": "0"}, c.INVALID_REQUEST, "wrong type"),
+    ({"subscribed_topic_names": ["t", 3]}, c.INVALID_REQUEST, "SubscribedTopicNames has the"),
+    ({"topic_partitions": [{"topic_id": "x", "partitions": ["1"]}]}, c.INVALID_REQUEST,
+     "TopicPartitions has the wrong type"),
 ])
 def test_bad_heartbeats_get_kafkas_errors_and_change_nothing(change, code, message):
     groups = core()
