@@ -67,7 +67,7 @@ class Client:
     epoch: int = 0
     held: dict = field(default_factory=dict)         # topic id -> set: what it consumes
     target: dict = field(default_factory=dict)       # the last assignment it was given
-    revoking: bool = False
+    revoking: int | None = None                      # the revocation under way (its id)
     in_flight: int | None = None
     full: bool = True                                # next heartbeat carries every field
     reported: dict | None = None                     # owned partitions last sent
@@ -274,7 +274,7 @@ class World:
         code = body["error_code"]
         if code in (cons.UNKNOWN_MEMBER_ID, cons.FENCED_MEMBER_EPOCH):
             c.held, c.target, c.epoch, c.full = {}, {}, 0, True     # partitions lost
-            c.revoking = False
+            c.revoking = None
             self.timer(c, self.now + 1)
             return
         if code != 0:                               # not the coordinator, instance unreleased
@@ -289,22 +289,22 @@ class World:
                         for t in body["assignment"]["topic_partitions"]}
             for t, ps in c.target.items():          # new partitions are taken at once
                 c.held.setdefault(t, set()).update(ps)
-            if any(c.held[t] - c.target.get(t, set()) for t in c.held) and not c.revoking:
-                c.revoking = True
+            if any(c.held[t] - c.target.get(t, set()) for t in c.held) and c.revoking is None:
+                c.revoking = next(self.seq)
                 self.rebalances += 1
                 # A slow member is slow while the faults last (one that always revokes
                 # later than its rebalance timeout is fenced at every rebalance, in Kafka
                 # too, and never settles).
                 slowest = c.revoke_ms if self.faults else (0, 40)
-                self.at(self.now + self.rng.randint(*slowest), self.revoked, c, c.epoch)
-            if not c.revoking:
+                self.at(self.now + self.rng.randint(*slowest), self.revoked, c, c.revoking)
+            if c.revoking is None:
                 self.timer(c, self.now)             # acknowledge at once
         self.timer(c, self.now + HEARTBEAT_MS)
 
-    def revoked(self, c: Client, epoch: int) -> None:
-        if not c.alive or not c.revoking or self.busy(c, self.revoked, epoch):
+    def revoked(self, c: Client, revocation: int) -> None:
+        if not c.alive or c.revoking != revocation or self.busy(c, self.revoked, revocation):
             return
-        c.revoking = False
+        c.revoking = None
         c.held = {t: ps & c.target.get(t, set()) for t, ps in c.held.items()}
         self.timer(c, self.now)
 
@@ -391,7 +391,8 @@ class World:
             return False
         for c in live:
             m = group.members[c.member_id]
-            if c.revoking or c.epoch != m.member_epoch or c.epoch != group.group_epoch:
+            if c.revoking is not None or c.epoch != m.member_epoch \
+                    or c.epoch != group.group_epoch:
                 return False
             if {t: frozenset(ps) for t, ps in c.held.items() if ps} != dict(m.assigned):
                 return False
