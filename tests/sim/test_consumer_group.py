@@ -21,7 +21,8 @@ Checked at every step:
   member epoch.
 Checked once the faults stop: the run settles, every live member at the group epoch, in
 the coordinator's group, holding exactly its assignment, and every partition of every
-subscribed topic held exactly once.
+subscribed topic held exactly once; and the records, replayed into a new core, give the
+coordinator's groups exactly.
 """
 from __future__ import annotations
 
@@ -93,6 +94,7 @@ class World:
         if self.rng.random() < 0.5:
             self.topics["b"] = (TOPIC_IDS["b"], self.rng.randint(1, 4))
         self.log: list = []                          # committed records, as (key, value) bytes
+        self.uncommitted: list[Batch] = []           # made by the leader, not committed yet
         self.generation, self.up = 0, True
         self.last_commit = 0
         self.clients: dict[str, Client] = {}
@@ -131,7 +133,9 @@ class World:
     def submit(self, recs: list, replies: list) -> None:
         """Records are committed a little later, in order; the answers go out after."""
         self.last_commit = max(self.last_commit, self.now + self.rng.choice((0, 1, 3, 10)))
-        self.at(self.last_commit, self.commit, Batch(recs, replies, self.generation))
+        batch = Batch(recs, replies, self.generation)
+        self.uncommitted.append(batch)
+        self.at(self.last_commit, self.commit, batch)
         deadline = self.core.next_deadline_ms()
         if deadline is not None:
             self.at(max(deadline, self.now), self.tick, self.generation)
@@ -139,6 +143,7 @@ class World:
     def commit(self, batch: Batch) -> None:
         if batch.generation != self.generation:
             return                                   # lost with the old leader
+        assert self.uncommitted.pop(0) is batch, "batches commit in order"
         self.log.extend(records.encode(rec) for rec in batch.records)   # Kafka's bytes
         for client, request, body in batch.replies:
             delay = self.net()
@@ -160,6 +165,7 @@ class World:
         self.submit(out.records, [(client, request, out.body)])
 
     def fail_over(self) -> None:
+        self.uncommitted.clear()
         self.generation += 1
         self.up = False
         self.at(self.now + self.rng.choice((5, 30, 100)), self.take_over, self.generation)
@@ -412,6 +418,19 @@ class World:
         assert set(held) == want, f"seed {self.seed}: held {sorted(held)} != {sorted(want)}"
         if group is not None and live:
             assert group.assignment_epoch == group.group_epoch
+        # The records say it all: replayed, they give the coordinator's groups exactly.
+        again = cons.ConsumerGroups(CONFIG)
+        for key, value in self.log:
+            again.replay(records.decode(key, value))
+        for batch in self.uncommitted:
+            for rec in batch.records:
+                again.replay(rec)
+        assert snapshot(again) == snapshot(self.core), f"seed {self.seed}: replay differs"
+
+
+def snapshot(core: cons.ConsumerGroups) -> dict:
+    return {gid: (g.group_epoch, g.assignment_epoch, g.subscription_metadata, g.members,
+                  g.target, g.owners, g.static) for gid, g in core.groups.items()}
 
 
 def simulate(seed: int) -> World:
