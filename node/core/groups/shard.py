@@ -31,10 +31,7 @@ from .effects import Effects, Reply, Result
 from .offsets import INVALID_OFFSET, Offsets
 from .records import Rec, RecordError
 
-try:  # g848's KIP-848 core; until it is merged, KIP-848 requests get UNSUPPORTED_VERSION
-    from .consumer import ConsumerGroups
-except ImportError:  # pragma: no cover - removed when g848 is merged
-    ConsumerGroups = None
+from .consumer import ConsumerGroups
 
 __all__ = ["GroupShard", "Reply", "Result", "error_response"]
 
@@ -46,37 +43,6 @@ OFFSET_FETCH_MEMBER_FROM_VERSION = 9
 OFFSET_COMMIT_GROUP_NOT_FOUND_FROM_VERSION = 9
 
 
-class _NoConsumerGroups:
-    """Stands in for ConsumerGroups until g848's core is merged."""
-
-    def __init__(self, config, new_id):
-        pass
-
-    def has(self, group_id):
-        return False
-
-    def group_ids(self):
-        return []
-
-    def tick(self, now_ms):
-        return []
-
-    def next_deadline_ms(self):
-        return None
-
-    def replay(self, rec):
-        pass
-
-    def loaded(self, now_ms):
-        pass
-
-    def metadata_changed(self, topics):
-        return []
-
-    def list_groups(self, states, types):
-        return []
-
-
 class GroupShard:
     def __init__(self, partition: int, config: GroupConfig,
                  new_id: Callable[[], str] | None = None):
@@ -85,8 +51,8 @@ class GroupShard:
         self.new_id = new_id or (lambda: str(uuid.uuid4()))
         self.offsets = Offsets()
         self.classic = ClassicGroups(config, self.new_id)
-        make = ConsumerGroups or _NoConsumerGroups
-        self.consumer = make(config, self.new_id)
+        self.consumer = (ConsumerGroups(config, new_id) if new_id is not None
+                         else ConsumerGroups(config))
         self.is_loaded = False
         self.next_expiry_ms: int | None = None
         self.known_topics: set[str] = set()
@@ -189,9 +155,6 @@ class GroupShard:
         self.classic.join(now, version, body, token, client_id, client_host, fx)
 
     def _consumer_heartbeat(self, now, version, body, token, client_id, client_host, fx):
-        if ConsumerGroups is None:
-            fx.reply(token, error_response(CONSUMER_HEARTBEAT, body, E.UNSUPPORTED_VERSION))
-            return
         gid = body.get("group_id", "")
         group = self.classic.get(gid)
         if group is not None:
@@ -209,12 +172,7 @@ class GroupShard:
 
     def _consumer_describe(self, body) -> dict:
         reply = _body(m.ConsumerGroupDescribeResponse)
-        gids = body.get("group_ids", [])
-        if ConsumerGroups is None:
-            reply["groups"] = [{**records.defaults_of(m.ConsumerGroupDescribeResponse.DescribedGroup),
-                                "group_id": g, "error_code": E.UNSUPPORTED_VERSION} for g in gids]
-        else:
-            reply["groups"] = self.consumer.describe(gids)
+        reply["groups"] = self.consumer.describe(body.get("group_ids", []))
         return reply
 
     # ---- offsets -------------------------------------------------------------------------
