@@ -262,3 +262,44 @@ def test_replaying_the_records_rebuilds_the_same_groups():
     for rec in log:
         again.replay(records.decode(*records.encode(rec)))
     assert snapshot(again) == snapshot(groups)
+
+
+# ------------------------------------------------------------------ reconcile's rules
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from node.core.groups.reconcile import next_member  # noqa: E402
+
+_parts = st.dictionaries(st.sampled_from([T1, T2]), st.frozensets(st.integers(0, 5), min_size=1))
+
+
+@given(_parts, _parts, _parts, st.sets(st.tuples(st.sampled_from([T1, T2]), st.integers(0, 5))),
+       st.sampled_from([cs.STABLE, cs.UNREVOKED_PARTITIONS, cs.UNRELEASED_PARTITIONS]),
+       st.one_of(st.none(), _parts), st.integers(1, 5), st.integers(0, 3))
+@settings(max_examples=500, deadline=None)
+def test_reconciliation_never_gives_what_another_owns_nor_takes_back_unasked(
+        assigned, pending, target, others, state, owned, epoch, ahead):
+    pending = cs.freeze({t: ps - assigned.get(t, frozenset()) for t, ps in pending.items()})
+    member = cs.Member("m", member_epoch=epoch, previous_member_epoch=epoch - 1, state=state,
+                       assigned=assigned, pending_revocation=pending if state == 1 else {})
+    mine = {(t, p) for parts in (member.assigned, member.pending_revocation)
+            for t, ps in parts.items() for p in ps}
+    taken = others - mine                       # owned by other members
+
+    def partition_epoch(t, p):
+        return 7 if (t, p) in taken else (epoch if (t, p) in mine else -1)
+    new = next_member(member, epoch + ahead, target, partition_epoch, owned)
+    new_set = {(t, p) for t, ps in new.assigned.items() for p in ps}
+    old_set = {(t, p) for t, ps in member.assigned.items() for p in ps}
+    target_set = {(t, p) for t, ps in target.items() for p in ps}
+    assert not (new_set - old_set) & taken, "gave a partition another member owns"
+    assert new_set <= old_set | target_set
+    if new.state == cs.UNREVOKED_PARTITIONS:
+        assert new_set <= old_set and new.member_epoch <= epoch + 1, "grew while revoking"
+        assert not {(t, p) for t, ps in new.pending_revocation.items() for p in ps} & new_set
+    elif new is not member:
+        assert new.member_epoch == epoch + ahead and not new.pending_revocation
+        revoked = (old_set | {(t, p) for t, ps in member.pending_revocation.items()
+                              for p in ps}) - new_set
+        if revoked:                              # what it gave up, it said it no longer owns
+            assert owned is not None
+            assert not revoked & {(t, p) for t, ps in owned.items() for p in ps}
