@@ -495,7 +495,7 @@ class ConsumerGroups:
                     "group_id": group_id, "group_state": "", "protocol_type": "",
                     "protocol_data": "", "members": [],
                     "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
-        return {"error_code": NONE, "error_message": None, "group_id": group_id,
+        return {"error_code": NONE, "group_id": group_id,
                 "group_state": cs.DEAD, "protocol_type": "", "protocol_data": "",
                 "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 

@@ -303,3 +303,18 @@ def test_reconciliation_never_gives_what_another_owns_nor_takes_back_unasked(
         if revoked:                              # what it gave up, it said it no longer owns
             assert owned is not None
             assert not revoked & {(t, p) for t, ps in owned.items() for p in ps}
+
+
+def test_every_answer_has_exactly_the_fields_of_kafkas_message():
+    from node.kafka.protocol import messages as m
+    groups = core()
+    ok = hb(groups, "", 0, instance="i")
+    answers = [(m.ConsumerGroupHeartbeatResponse, ok.body),
+               (m.ConsumerGroupHeartbeatResponse, hb(groups, "zz", 3, owned()).body),
+               (m.ConsumerGroupDescribeResponse.DescribedGroup, groups.describe(["g"])[0]),
+               (m.ConsumerGroupDescribeResponse.DescribedGroup, groups.describe(["x"])[0]),
+               (m.ListGroupsResponse.ListedGroup, groups.list_groups([], [])[0]),
+               (m.DescribeGroupsResponse.DescribedGroup, groups.describe_classic("g"))]
+    for cls, body in answers:
+        assert set(body) == set(records.to_dict(cls())), cls.__name__
+        records.from_dict(cls, body)                 # and every value has the field's type
