@@ -70,17 +70,20 @@ def validate_heartbeat(version: int, body: Mapping, assignors: list[str]) -> Non
     bad = _badly_typed(body)
     if bad:
         invalid(f"{bad} has the wrong type.")
-    if not body.get("group_id"):
+
+    def empty(value):                               # Kafka trims: "  " is empty too
+        return value is not None and not value.strip()
+    if empty(body.get("group_id", "")):
         invalid("GroupId can't be empty.")
-    if body.get("instance_id") == "":
+    if empty(body.get("instance_id")):
         invalid("InstanceId can't be empty.")
-    if body.get("rack_id") == "":
+    if empty(body.get("rack_id")):
         invalid("RackId can't be empty.")
     if body.get("subscribed_topic_regex"):         # "" is taken as "no regex"
         # Python's re has no linear-time guarantee (Kafka uses RE2J): a client's
         # pattern could stall the coordinator, so none runs here.
         invalid("SubscribedTopicRegex is not supported yet.")
-    epoch, member_id = body["member_epoch"], body.get("member_id") or ""
+    epoch, member_id = body["member_epoch"], (body.get("member_id") or "").strip()
     timeout = body.get("rebalance_timeout_ms", -1)
     if timeout < -1:
         invalid(f"RebalanceTimeoutMs {timeout} is negative.")
@@ -95,7 +98,7 @@ def validate_heartbeat(version: int, body: Mapping, assignors: list[str]) -> Non
         if body.get("topic_partitions") != []:
             invalid("TopicPartitions must be empty when (re-)joining.")
         if not body.get("subscribed_topic_names"):
-            invalid("SubscribedTopicNames must be set in first request.")
+            invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
     elif epoch == LEAVE_STATIC_EPOCH:
         if not member_id:
             invalid("MemberId can't be empty.")
