@@ -173,8 +173,10 @@ class GroupRuntime:
         return ErrorCode.NONE
 
     def call(self, partition: int, api_key: int, version: int, body: dict,
-             answer: Callable[[dict], None]) -> None:
-        """Run one request on the partition's shard; ``answer(body)`` exactly once."""
+             answer: Callable[[dict], None], client_id: str = "",
+             client_host: str = "") -> None:
+        """Run one request on the partition's shard; ``answer(body)`` exactly once.
+        ``client_id``/``client_host``: the request's, kept with classic members."""
         request = Request(api_key, body, answer)
         error = self.state_of(partition)
         if error:
@@ -183,7 +185,8 @@ class GroupRuntime:
             request.fail(error)
             return
         hosted = self.hosted[partition]
-        result = hosted.shard.handle(now_ms(), api_key, version, body, request)
+        result = hosted.shard.handle(now_ms(), api_key, version, body, request,
+                                     client_id=client_id, client_host=client_host)
         self._apply(hosted, result)
 
     def active_partitions(self) -> list[int]:
