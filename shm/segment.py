@@ -86,6 +86,10 @@ class Segment:
         self._last_indexed_position = -1
         self._last_batch_offset = -1
         self._allocated_bytes = 0
+        file_id = os.fstat(fd).st_ino
+        for index in (offset_index, time_index):
+            if not index.readonly:
+                index.set_file_id(file_id)
         # False only while the .index/.timeindex files match the shared indexes, so a
         # clean close rewrites (and fsyncs) only what changed.
         self.indexes_dirty = True

@@ -8,13 +8,16 @@
     <base>.log.cleaned   a cleaned segment being written (not part of the log)
     <base>.log.swap      a cleaned segment being swapped in (Kafka's .swap)
 
-The swap (``shm.log.cleaner_swap``), in Kafka's order, with its commit point first:
+The swap (``shm.log.cleaner_swap``), with its commit point first:
 1. the .cleaned files are complete and fsynced (the plan's ``build``);
 2. ``cleaner-swap`` is written durably: from here on recovery finishes the swap;
 3. .cleaned -> .swap, directory fsync;
-4. the old segments are renamed .deleted, directory fsync, then deleted (files and
-   shared-memory indexes: this frees the first one's index names for the new segment);
-5. the new segments' indexes are created and persisted, .swap -> .log, directory fsync;
+4. each .swap replaces its group's first old .log (one rename: the group's range never
+   lacks a file for a LocalReader); the group's other old segments are renamed .deleted,
+   directory fsync, then every old segment is deleted (files and shared-memory indexes:
+   this frees the first one's index names for the new segment);
+5. the new segments' indexes are created (stamped with the new file's inode, so a
+   LocalReader never pairs an index with another file) and persisted, directory fsync;
 6. ``cleaner-checkpoint`` is updated, ``cleaner-swap`` removed.
 ``finish_swap`` (the loader, before it lists segments) redoes 3-6 from whatever a crash
 left; without ``cleaner-swap`` it removes .cleaned and .swap files (an unfinished
@@ -127,6 +130,10 @@ def _remove(path: str) -> None:
         pass
 
 
+def path_of_log(directory: str, base: int) -> str:
+    return stem(directory, base) + ".log"
+
+
 def _segment_bases(directory: str) -> list[int]:
     return sorted(int(n[:-4]) for n in os.listdir(directory)
                   if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
@@ -150,22 +157,21 @@ def finish_swap(log) -> None:
             os.rename(stem(directory, base) + CLEANED_SUFFIX, stem(directory, base) + SWAP_SUFFIX)
     fsync_dir(directory)
     bases = _segment_bases(directory)
-    # A group with a .swap still has its old segments (the .swap is renamed last); a
-    # group that kept nothing has no new segment: whatever is left in its range is old.
-    swapping = [(b, e) for b, e, kept in groups
-                if os.path.exists(stem(directory, b) + SWAP_SUFFIX)]
-    emptied = [(b, e) for b, e, kept in groups if not kept]
-    for base, end in swapping + emptied:
+    for base, end, kept in groups:
+        # Whatever is left of the group's old segments goes: every .log in its range
+        # but the first (which is the new segment once the .swap has replaced it), and
+        # every index of its range (the first's may be the old segment's).
+        swap = stem(directory, base) + SWAP_SUFFIX
         for old in (o for o in bases if base <= o < end):
             path = stem(directory, old)
-            if os.path.exists(path + ".log"):
-                os.rename(path + ".log", path + ".log" + DELETED_SUFFIX)
+            if old != base or not kept or os.path.exists(swap):
+                if os.path.exists(path + ".log"):
+                    os.rename(path + ".log", path + ".log" + DELETED_SUFFIX)
             unlink_index_objects(log, old)
             for suffix in (".index", ".timeindex", ".log" + DELETED_SUFFIX):
                 _remove(path + suffix)
-    fsync_dir(directory)
-    for base, _ in swapping:
-        os.rename(stem(directory, base) + SWAP_SUFFIX, stem(directory, base) + ".log")
+        if kept and os.path.exists(swap):
+            os.rename(swap, path_of_log(directory, base))
     fsync_dir(directory)
     remove_swap_intent(directory)
     for name in os.listdir(directory):   # a .cleaned of a group not in the intent

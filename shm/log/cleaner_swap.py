@@ -1,7 +1,9 @@
 """``Log.swap_cleaned``: put a built clean's segments in place of the old ones, on the
 owner thread, crash-safely, in the order of ``shm.log.cleaner_files`` (Kafka's
-``replaceSegments``: .cleaned -> .swap, old -> .deleted and removed, .swap -> .log),
-each step named by a ``shm.faults`` point ``clean:<step>``.
+``replaceSegments``: .cleaned -> .swap, old -> .deleted and removed, .swap -> .log,
+except that each .swap replaces its group's first old .log in one rename, before the
+group's other old segments go: our LocalReaders list the directory, Kafka's readers
+use its in-memory segment map), each step named by a ``shm.faults`` point.
 
 Shared-memory indexes are named by base offset, and the new segment of a group has the
 base of the group's first old segment: the old segment is deleted (its objects
@@ -52,20 +54,27 @@ def swap(log, cleaned) -> bool:
             faults.point("clean:renamed-to-swap")
     fsync_dir(directory)
     faults.point("clean:swap-durable")
+    # Each group's .swap replaces its first old segment's .log in one rename, so a
+    # LocalReader listing the directory never finds the group's range without a file.
+    firsts = set()
+    for output in outputs:
+        if output.kept:
+            first = plan.sources[output.first].segment
+            os.rename(stem(directory, output.base) + SWAP_SUFFIX, first.path)
+            first.deleted = True  # its file is gone: delete() only closes and unlinks
+            firsts.add(id(first))
+            faults.point("clean:swap-renamed")
     olds = [s.segment for o in outputs for s in plan.sources[o.first:o.stop]]
     for old in olds:
-        old.mark_deleted()
-        faults.point("clean:old-renamed")
+        if id(old) not in firsts:
+            old.mark_deleted()
+            faults.point("clean:old-renamed")
     fsync_dir(directory)
     faults.point("clean:old-renamed-durable")
     for old in olds:
-        old.delete()
+        old.delete()   # also frees the shared-memory index names of the group's base
         faults.point("clean:old-deleted")
-    new_segments = {}
-    for output in outputs:
-        if output.kept:
-            new_segments[output.base] = _install(log, output)
-            faults.point("clean:swap-renamed")
+    new_segments = {o.base: _install(log, o) for o in outputs if o.kept}
     fsync_dir(directory)
     faults.point("clean:log-durable")
     replaced = {id(old) for old in olds}
@@ -92,8 +101,9 @@ def swap(log, cleaned) -> bool:
 
 
 def _install(log, output) -> Segment:
-    """The new segment of a group: indexes created (names now free) and persisted,
-    then .swap -> .log."""
+    """The new segment of a group (its file already renamed to .log): its indexes
+    created (the names are free since the old segment went), stamped with the file's
+    inode (a LocalReader uses an index only with that file) and persisted."""
     base = output.base
     indexes = []
     for cls, kind in ((OffsetIndex, KIND_OFFSET), (TimeIndex, KIND_TIME)):
@@ -109,5 +119,4 @@ def _install(log, output) -> Segment:
     assert segment.trust(output.size), f"cleaned segment {base} does not walk"
     segment.indexes_dirty = True
     segment.persist_indexes()
-    os.rename(stem(log.directory, base) + SWAP_SUFFIX, segment.path)
     return segment
