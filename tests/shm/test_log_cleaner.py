@@ -217,3 +217,10 @@ def test_reads_during_a_clean_see_each_keys_latest_value_and_nothing_unwritten(
             check_read(start)
     finally:
         log.delete()
+
+
+def test_the_benchmark_hook_cleans_to_one_record_per_key(tmp_path):
+    from shm.log.cleaner_bench import bench_clean
+    figures = bench_clean(5000, 50, value_bytes=20, directory=str(tmp_path))
+    assert figures["kept_records"] == 50 and figures["mb_per_s"] > 0
+    assert figures["written_mb"] < figures["log_mb"]
