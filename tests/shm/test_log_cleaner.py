@@ -6,6 +6,7 @@ import tempfile
 import threading
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shm import batch as codec
@@ -224,3 +225,65 @@ def test_the_benchmark_hook_cleans_to_one_record_per_key(tmp_path):
     figures = bench_clean(5000, 50, value_bytes=20, directory=str(tmp_path))
     assert figures["kept_records"] == 50 and figures["mb_per_s"] > 0
     assert figures["written_mb"] < figures["log_mb"]
+
+
+def test_a_compacted_log_refuses_a_record_without_a_key_and_the_cleaner_drops_old_ones(
+        tmp_path, cluster_id):
+    from shm.log import InvalidRecordError
+    log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+    try:
+        with pytest.raises(InvalidRecordError):
+            log.append_as_leader(codec.build_batch([b"a", b"b"], keys=[b"k", None]), 1)
+        assert log.log_end_offset == 0
+        # A follower takes what its leader has (a log compacted after keyless records).
+        log.append_as_follower(bytes(codec.build_batch([b"a", b"b"], keys=[None, b"k"],
+                                                       partition_leader_epoch=1)))
+        log.roll(now_ms=1)
+        log.update_high_watermark(log.log_end_offset)
+        assert log.swap_cleaned(log.cleanable(2).build(now_ms=2))
+        assert [(r[0], r[2]) for r in all_records(log)] == [(1, b"k")]
+    finally:
+        log.delete()
+
+
+def test_dirty_ratio_and_compaction_lags_decide_when_a_log_is_cleaned(tmp_path, cluster_id):
+    import dataclasses
+    config = dataclasses.replace(CONFIG, min_cleanable_dirty_ratio=0.5,
+                                 min_compaction_lag_ms=100, max_compaction_lag_ms=10_000)
+    log = Log.open(str(tmp_path), "t", 0, config, cluster_id=cluster_id)
+    try:
+        for i in range(40):
+            append(log, [(b"k%d" % (i % 2), b"v%d" % i, 1000)])
+            if i % 10 == 9:
+                log.roll(now_ms=1000)
+        assert log.cleanable(1050) is None, "below the HW only"
+        log.update_high_watermark(log.log_end_offset)
+        assert log.cleanable(1050) is None, "newer than min.compaction.lag.ms"
+        plan = log.cleanable(1200)
+        assert plan is not None and plan.range.dirty_ratio == 1.0 and plan.end == 40
+        assert log.swap_cleaned(plan.build(now_ms=1200))
+        append(log, [(b"k0", b"v40", 2000)])  # dirty: 1 record against 2 clean ones
+        log.roll(now_ms=2000)
+        log.update_high_watermark(log.log_end_offset)
+        assert log.cleanable(2200) is None, "dirty ratio under min.cleanable.dirty.ratio"
+        plan = log.cleanable(2000 + 10_001)   # max.compaction.lag.ms passed: clean anyway
+        assert plan is not None and plan.range.must_clean and plan.range.dirty_ratio < 0.5
+        plan.abort()
+    finally:
+        log.delete()
+
+
+def test_compact_delete_keeps_retention_and_compact_alone_does_not(tmp_path, cluster_id):
+    import dataclasses
+    for policy, deletes in (("compact,delete", True), ("compact", False)):
+        config = dataclasses.replace(CONFIG, cleanup_policy=policy, retention_ms=1000)
+        log = Log.open(str(tmp_path / policy), "t", 0, config, cluster_id=cluster_id)
+        try:
+            for i in range(20):
+                append(log, [(b"k%d" % i, b"v", 1000)])
+                if i % 5 == 4:
+                    log.roll(now_ms=1000)
+            log.update_high_watermark(log.log_end_offset)
+            assert (log.delete_old_segments(now_ms=5000) > 0) == deletes
+        finally:
+            log.delete()
