@@ -16,6 +16,9 @@ Rules:
   rolls do not change sealed segments.
 - What is kept: ``cleaner_core``; how a batch loses records: ``cleaner_batches``; the
   files and the crash-safe swap order: ``cleaner_files``.
+- The last record of an idempotent producer's last batch is kept even when superseded
+  (Kafka keeps that batch, emptied; our batches cannot be empty), so the producer's
+  sequence survives when its state is rebuilt from the log.
 - A group whose cleaned output would exceed ``segment_bytes`` (runs of single records
   cost a header each) is left as it was in this clean (``CleanStats.groups_skipped``).
 """
@@ -107,14 +110,17 @@ def plan(log, now_ms: int) -> "CleanPlan | None":
     sources = [_Source(s, f.base_offset, f.end, s.size_bytes, s.dup_fd())
                for s, f in zip(segments[:chosen.count], facts)]
     groups = core.group_by_size([s.size for s in sources], config.segment_bytes)
-    return CleanPlan(log, sources, groups, chosen, state(log).horizons, now_ms)
+    producers = {pid: entry.batches[-1].last_offset
+                 for pid, entry in log.producer_states().entries.items() if entry.batches}
+    return CleanPlan(log, sources, groups, chosen, state(log).horizons, now_ms, producers)
 
 
 class CleanPlan:
     """What one clean will do; ``build`` it on any thread (once)."""
 
     def __init__(self, log, sources: list[_Source], groups: list[tuple[int, int]],
-                 chosen: core.Range, horizons: core.Horizons, now_ms: int) -> None:
+                 chosen: core.Range, horizons: core.Horizons, now_ms: int,
+                 producers: dict[int, int] | None = None) -> None:
         self.directory = log.directory
         self.generation = log._segments_changed
         self.sources = sources
@@ -122,6 +128,10 @@ class CleanPlan:
         self.range = chosen
         self.horizons = horizons
         self.now_ms = now_ms
+        # Idempotent producers' last data offsets: the last record of such a batch is
+        # kept (Kafka keeps the batch, emptied), so their sequences survive a rebuild
+        # of the producer state from the log.
+        self.producers = producers or {}
         self.segment_bytes = log.config.segment_bytes
         self.delete_retention_ms = log.config.delete_retention_ms
         self.index_interval_bytes = log.config.index_interval_bytes
@@ -248,6 +258,8 @@ class CleanPlan:
                 stats.records_read += len(offsets)
                 keep = core.keep_mask(offsets, keys, tombstones, self.horizons.of(offsets),
                                       key_map, now_ms)
+                if self.producers:
+                    core.keep_producer_tails(keep, headers, self.producers)
                 stats.records_kept += int(keep.sum())
                 at = 0
                 for position, header in zip(positions, headers):

@@ -190,6 +190,18 @@ def keep_mask(offsets: np.ndarray, keys: pa.Array, tombstones: np.ndarray,
     return (offsets >= key_map.end) | (has_key & newest & value_ok)
 
 
+def keep_producer_tails(keep: np.ndarray, headers, producers: dict[int, int]) -> None:
+    """Keep (in place) the last record of each batch that is its producer's last data
+    (``producers``: producer id -> last data offset); ``keep`` spans ``headers``'
+    records in order."""
+    at = 0
+    for header in headers:
+        at += header.record_count
+        if header.producer_id >= 0 and \
+                producers.get(header.producer_id) == header.base_offset + header.last_offset_delta:
+            keep[at - 1] = True
+
+
 class Horizons:
     """Delete horizons by offset: a sorted list of (end, horizon_ms) steps; an offset
     below ``end`` of the first step whose end is above it was first cleaned by the

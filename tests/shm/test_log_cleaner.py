@@ -98,7 +98,12 @@ def test_kept_records_match_the_model_last_value_per_key_and_tombstones_after_re
                 assert cleaned.stats.groups_skipped == 0
                 assert log.swap_cleaned(cleaned)
                 cleans.append((plan.end, now))
-            assert all_records(log) == expected(written, cleans), (cleans, number)
+            model = expected(written, cleans)
+            assert all_records(log) == model, (cleans, number)
+            for stamp in sorted({r[1] for r in written}) + [now + 1]:
+                # ListOffsets by time: the first remaining record at or after it.
+                want = next((r[0] for r in model if r[1] >= stamp), None)
+                assert log.offset_for_timestamp(stamp) == want, (stamp, want)
         log.close()
         log = Log.open(log.data_dir, "t", 0, CONFIG, cluster_id=cluster_id)
         assert all_records(log) == expected(written, cleans)
@@ -287,3 +292,29 @@ def test_compact_delete_keeps_retention_and_compact_alone_does_not(tmp_path, clu
             assert (log.delete_old_segments(now_ms=5000) > 0) == deletes
         finally:
             log.delete()
+
+
+def test_an_idempotent_producers_last_batch_keeps_its_last_record_and_sequence(
+        tmp_path, cluster_id):
+    log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+    try:
+        for seq in range(0, 12, 3):   # producer 5: 4 batches of 3 records
+            log.append_as_leader(codec.build_batch(
+                [b"p%d" % (seq + i) for i in range(3)], keys=[b"a", b"b", b"c"],
+                timestamps_ms=1, producer_id=5, producer_epoch=0, base_sequence=seq), 1)
+        append(log, [(b"c", b"newer", 1)])   # supersedes the producer's last record
+        log.roll(now_ms=1)
+        log.update_high_watermark(log.log_end_offset)
+        assert log.swap_cleaned(log.cleanable(2).build(now_ms=2))
+        got = [(r[0], r[2], r[3]) for r in all_records(log)]
+        assert got == [(9, b"a", b"p9"), (10, b"b", b"p10"), (11, b"c", b"p11"),
+                       (12, b"c", b"newer")]
+        log.close()
+        log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+        import os
+        for name in os.listdir(log.directory):   # rebuild the state from the batches
+            if name.endswith(".snapshot"):
+                os.unlink(os.path.join(log.directory, name))
+        assert log.producer_states().entries[5].last_seq == 11
+    finally:
+        log.delete()
