@@ -40,6 +40,10 @@ from shm.log.cleaner_files import CLEANED_SUFFIX, CleanerState, stem
 from shm.segment import NO_TIMESTAMP
 
 WRITE_CHUNK_BYTES = 1 << 20  # cleaned bytes are written (and throttled) in chunks
+THROTTLE_CHUNK_BYTES = 1 << 20  # bytes read are throttled in chunks of this size
+# Dirty bytes one clean maps (Kafka bounds its offset map by log.cleaner.dedupe.buffer.size,
+# 128 MiB for ~5M keys); the rest of the dirty section waits for the next clean.
+DIRTY_BYTES_PER_CLEAN_MAX = 1 << 30
 
 
 @dataclass
@@ -104,7 +108,8 @@ def plan(log, now_ms: int) -> "CleanPlan | None":
                                           log.log_end_offset)
     chosen = core.choose_range(facts, first_dirty, log.high_watermark, now_ms,
                                min_compaction_lag_ms=config.min_compaction_lag_ms,
-                               max_compaction_lag_ms=config.max_compaction_lag_ms)
+                               max_compaction_lag_ms=config.max_compaction_lag_ms,
+                               dirty_bytes_max=DIRTY_BYTES_PER_CLEAN_MAX)
     if not core.should_clean(chosen, config.min_cleanable_dirty_ratio):
         return None
     sources = [_Source(s, f.base_offset, f.end, s.size_bytes, s.dup_fd())
@@ -203,11 +208,15 @@ class CleanPlan:
     # ---------------------------------------------------------------- reading
 
     @staticmethod
-    def _columns(view, size: int):
-        """(positions, headers, offsets, keys, tombstones) of a segment's batches."""
+    def _columns(view, size: int, throttle):
+        """(positions, headers, offsets, keys, tombstones) of a segment's batches;
+        ``throttle`` is told of the bytes read as it goes."""
         positions, headers, offsets, keys, tombstones = [], [], [], [], []
-        position = 0
+        position = told = 0
         while position < size:
+            if position - told >= THROTTLE_CHUNK_BYTES:
+                throttle(position - told)
+                told = position
             parsed = codec.parse_batch(view, position, verify_crc=False)
             positions.append(position)
             headers.append(parsed.header)
@@ -215,6 +224,8 @@ class CleanPlan:
             keys.append(parsed.keys)
             tombstones.append(parsed.values.is_null().to_numpy(zero_copy_only=False))
             position += parsed.size_bytes
+        if size > told:
+            throttle(size - told)
         if not headers:
             return [], [], np.zeros(0, np.int64), pa.array([], pa.binary()), \
                 np.zeros(0, bool)
@@ -227,8 +238,7 @@ class CleanPlan:
         for source, view in zip(self.sources, views):
             if source.end <= self.first_dirty:
                 continue
-            throttle(source.size)
-            _, _, offsets, keys, _ = self._columns(view, source.size)
+            _, _, offsets, keys, _ = self._columns(view, source.size, throttle)
             chunks.append((keys, offsets))
         return core.KeyMap.build(chunks, self.first_dirty, self.end)
 
@@ -251,10 +261,9 @@ class CleanPlan:
         try:
             for i in range(first, stop):
                 source, view = self.sources[i], views[i]
-                throttle(source.size)
                 stats.bytes_read += source.size
                 positions, headers, offsets, keys, tombstones = \
-                    self._columns(view, source.size)
+                    self._columns(view, source.size, throttle)
                 stats.records_read += len(offsets)
                 keep = core.keep_mask(offsets, keys, tombstones, self.horizons.of(offsets),
                                       key_map, now_ms)

@@ -318,3 +318,38 @@ def test_an_idempotent_producers_last_batch_keeps_its_last_record_and_sequence(
         assert log.producer_states().entries[5].last_seq == 11
     finally:
         log.delete()
+
+
+def test_throttle_is_told_every_byte_read_and_written_in_bounded_chunks(tmp_path, cluster_id):
+    log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+    try:
+        for i in range(200):
+            append(log, [(b"k%d" % (i % 7), b"v" * 500, 1)])
+            if i % 50 == 49:
+                log.roll(now_ms=1)
+        log.update_high_watermark(log.log_end_offset)
+        plan = log.cleanable(2)
+        calls = []
+        cleaned = plan.build(calls.append, now_ms=2)
+        stats = cleaned.stats
+        dirty = sum(s.size for s in plan.sources if s.end > plan.first_dirty)
+        # The key map reads the dirty segments, the clean reads everything, once each.
+        assert sum(calls) == dirty + stats.bytes_read + stats.bytes_written
+        assert all(0 < n <= 2 << 20 for n in calls)
+        assert log.swap_cleaned(cleaned)
+    finally:
+        log.delete()
+
+
+def test_one_clean_maps_at_most_dirty_bytes_max_then_the_next_goes_on():
+    from shm.log.cleaner_core import SegmentFacts, choose_range
+    facts = [SegmentFacts(b, b + 10, 100, 1, 1) for b in range(0, 50, 10)] + \
+        [SegmentFacts(50, 50, 0, -1, -1)]
+    chosen = choose_range(facts, 0, 50, 10, min_compaction_lag_ms=0,
+                          max_compaction_lag_ms=10**12, dirty_bytes_max=250)
+    assert (chosen.count, chosen.end, chosen.dirty_bytes) == (2, 20, 200)
+    chosen = choose_range(facts, 20, 50, 10, min_compaction_lag_ms=0,
+                          max_compaction_lag_ms=10**12, dirty_bytes_max=250)
+    assert (chosen.count, chosen.end, chosen.clean_bytes) == (4, 40, 200)
+    assert choose_range(facts, 0, 50, 10, min_compaction_lag_ms=0,
+                        max_compaction_lag_ms=10**12, dirty_bytes_max=50).count == 1
