@@ -17,7 +17,7 @@ import numpy as np
 
 from shm import batch as codec
 from shm.config import LogConfig
-from shm.log import Log
+from shm.log.core import Log
 from shm.names import cleanup_cluster
 
 RECORDS_PER_BATCH = 1000
