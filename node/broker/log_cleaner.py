@@ -123,6 +123,7 @@ class CleanerStats:
     cleans_failed: int = 0        # the build raised
     last_clean_wall_ms: int = -1  # when the last swap happened (wall clock)
     last_clean_duration_ms: int = -1
+    clean_time_ms: int = 0        # summed over the swapped cleans (build and swap)
     max_dirty_ratio: float = 0.0  # Kafka's max-dirty-percent / 100, at the last schedule
     throttled_s: float = 0.0
 
@@ -273,6 +274,7 @@ class LogCleaner:
         self.stats.bytes_after += int(getattr(cleaned, "bytes_after", 0) or 0)
         self.stats.last_clean_wall_ms = self.wall_ms()
         self.stats.last_clean_duration_ms = int((time.monotonic() - job.started) * 1000)
+        self.stats.clean_time_ms += self.stats.last_clean_duration_ms
         self.replicas.mark_dirty(part)
         self._write_stats()
         logger.info("%s-%d: cleaned in %d ms (%s -> %s bytes)", part.topic, part.partition,
