@@ -16,8 +16,9 @@ to do. Then:
    live): every replica's cleaner cleans its copy while the same probe runs, until each
    broker reports its clean (``cleaner-stats.json`` in its log dir).
 
-Prints each phase's probe latency (p50, p99, max) and the cleaning throughput: bytes of
-the segments cleaned / time spent cleaning, per broker and in all (MB = 10^6 bytes).
+Prints each phase's probe latency (p50, p99, max) and the cleaning throughput, Kafka's
+figure: MB of log the cleaner read / seconds spent cleaning, per broker and in all
+(MB = 10^6 bytes), with the segments' size before and after.
 With ``--results DIR`` each phase is one run of tool ``compaction`` in the results store
 (``produce`` samples of the probe; tags ``phase`` = idle | cleaning), its summary the
 figures, so ``minikafka analyze`` reads them.
@@ -197,28 +198,32 @@ def main(argv: list[str] | None = None) -> int:
         for b in range(BROKERS):
             after = cleaner_stats(cluster, b)
             done = {k: after.get(k, 0) - before[b].get(k, 0)
-                    for k in ("bytes_before", "bytes_after", "clean_time_ms", "cleans",
-                              "bytes_read_written")}
-            done["mb_per_s"] = done["bytes_before"] / MB / max(done["clean_time_ms"] / 1000,
-                                                              1e-9)
+                    for k in ("bytes_read", "bytes_before", "bytes_after", "clean_time_ms",
+                              "cleans", "bytes_read_written")}
+            # Kafka's figure: MB of log read by the cleaner per second of cleaning
+            done["mb_per_s"] = done["bytes_read"] / MB / max(done["clean_time_ms"] / 1000,
+                                                            1e-9)
             per_broker[b] = done
-        total_bytes = sum(d["bytes_before"] for d in per_broker.values())
+        total_bytes = sum(d["bytes_read"] for d in per_broker.values())
         total_s = sum(d["clean_time_ms"] for d in per_broker.values()) / 1000
         summary = {
             "records": args.records, "record_size": args.record_size, "keys": args.keys,
             "segment_bytes": args.segment_bytes,
             "io_max_bytes_per_second": args.io_max_bytes_per_second,
             "cleaned_mb_per_s": total_bytes / MB / max(total_s, 1e-9),
-            "cleaned_bytes_before": total_bytes,
+            "cleaned_bytes_read": total_bytes,
+            "cleaned_bytes_before": sum(d["bytes_before"] for d in per_broker.values()),
             "cleaned_bytes_after": sum(d["bytes_after"] for d in per_broker.values()),
             "cleaning_wall_s": cleaning_s, "per_broker": per_broker,
             "probe_idle": percentiles(idle), "probe_cleaning": percentiles(cleaning)}
         for b, d in per_broker.items():
             print(f"broker {b}: cleaned {d['bytes_before'] / MB:.1f} MB -> "
                   f"{d['bytes_after'] / MB:.2f} MB in {d['clean_time_ms'] / 1000:.2f} s "
-                  f"({d['mb_per_s']:.1f} MB/s, {d['cleans']} clean(s))", flush=True)
-        print(f"cleaning: {summary['cleaned_mb_per_s']:.1f} MB/s cleaned per cleaner thread "
-              f"({total_bytes / MB:.1f} MB over {BROKERS} replicas, {cleaning_s:.1f} s wall)",
+                  f"({d['bytes_read'] / MB:.1f} MB of log read: {d['mb_per_s']:.1f} MB/s, "
+                  f"{d['cleans']} clean(s))", flush=True)
+        print(f"cleaning: {summary['cleaned_mb_per_s']:.1f} MB/s of log read per cleaner "
+              f"thread ({total_bytes / MB:.1f} MB over {BROKERS} replicas, {cleaning_s:.1f} s "
+              f"wall)",
               flush=True)
         for name, stats in (("idle", summary["probe_idle"]),
                             ("cleaning", summary["probe_cleaning"])):

@@ -115,8 +115,9 @@ class Throttler:
 class CleanerStats:
     """What the cleaner has done since the broker started (Kafka's LogCleaner metrics)."""
     bytes_read_written: int = 0   # through the throttle: bytes read plus bytes written
-    bytes_before: int = 0         # size of the segments cleaned, before
-    bytes_after: int = 0          # their size after
+    bytes_read: int = 0           # of log, by the swapped cleans (Kafka's "MB of log processed")
+    bytes_before: int = 0         # size of the segments the swapped cleans replaced
+    bytes_after: int = 0          # size of what they wrote instead
     cleans: int = 0               # swapped in
     cleans_discarded: int = 0     # built, but the log changed under the plan
     cleans_aborted: int = 0       # stopped for a truncation, deletion or close
@@ -145,9 +146,15 @@ class _Job:
 
 
 def plan_ratio(plan) -> float:
-    """The dirty ratio a plan reports (CleanPlan.dirty_ratio), 0 if it reports none."""
-    ratio = getattr(plan, "dirty_ratio", None)
-    return float(ratio) if ratio is not None else 0.0
+    """The dirty ratio of a plan's range (dirty bytes / (clean + dirty bytes))."""
+    return float(plan.range.dirty_ratio)
+
+
+def clean_sizes(cleaned) -> tuple[int, int, int]:
+    """(bytes of log read, bytes of the segments replaced, bytes written) of a clean."""
+    stats = cleaned.stats
+    return (int(stats.bytes_read), sum(int(s.size) for s in cleaned.plan.sources),
+            int(stats.bytes_written))
 
 
 def is_compacted(log_config) -> bool:
@@ -208,7 +215,8 @@ class LogCleaner:
         idle = self.threads - len(self.jobs)
         for ratio, key, part, plan in candidates:
             if idle <= 0:
-                break           # plans hold nothing: the rest are asked again next time
+                plan.abort()    # closes the descriptors it holds; asked again next time
+                continue
             idle -= 1
             self._submit(key, part, plan, ratio)
 
@@ -270,16 +278,18 @@ class LogCleaner:
                         "dropped", part.topic, part.partition)
             return
         self.stats.cleans += 1
-        self.stats.bytes_before += int(getattr(cleaned, "bytes_before", 0) or 0)
-        self.stats.bytes_after += int(getattr(cleaned, "bytes_after", 0) or 0)
+        read, before, after = clean_sizes(cleaned)
+        self.stats.bytes_read += read
+        self.stats.bytes_before += before
+        self.stats.bytes_after += after
         self.stats.last_clean_wall_ms = self.wall_ms()
         self.stats.last_clean_duration_ms = int((time.monotonic() - job.started) * 1000)
         self.stats.clean_time_ms += self.stats.last_clean_duration_ms
         self.replicas.mark_dirty(part)
         self._write_stats()
-        logger.info("%s-%d: cleaned in %d ms (%s -> %s bytes)", part.topic, part.partition,
-                    self.stats.last_clean_duration_ms, getattr(cleaned, "bytes_before", "?"),
-                    getattr(cleaned, "bytes_after", "?"))
+        logger.info("%s-%d: cleaned in %d ms: %d bytes of segments -> %d (%d bytes of log "
+                    "read)", part.topic, part.partition, self.stats.last_clean_duration_ms,
+                    before, after, read)
         # Kafka's cleaner thread takes the next log at once after a clean.
         if self._soon is None and not self.closed:
             self._soon = self.loop.call_later(0, self.schedule)
