@@ -295,3 +295,34 @@ def test_kafka_clients_read_a_compacted_log_with_holes(cluster):
         kcat = [(int(o), k, v) for o, k, v in kcat_rows if int(o) < end]
         check_reads(kcat, written)
         assert {k: (o, v) for o, k, v in kcat} == latest(written, end)
+
+
+@needs("confluent-kafka")
+def test_compaction_configs_through_kafkas_admin(cluster):
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, NewTopic)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
+    admin.create_topics([NewTopic("kadmin", 1, 3, config={
+        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.2",
+        "delete.retention.ms": "500"})])["kadmin"].result(30)
+    bad = admin.create_topics([NewTopic("kbad", 1, 3, config={"cleanup.policy": "shred"})])
+    with pytest.raises(Exception, match="INVALID_CONFIG|cleanup.policy"):
+        bad["kbad"].result(30)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "kadmin")
+
+    def described() -> dict:
+        return admin.describe_configs([resource])[resource].result(30)
+    entries = described()
+    assert entries["cleanup.policy"].value == "compact"
+    assert entries["min.cleanable.dirty.ratio"].value == "0.2"
+    assert entries["max.compaction.lag.ms"].value == str(2**63 - 1)     # Kafka's default
+    assert entries["min.compaction.lag.ms"].value == "0"
+    resource.add_incremental_config(ConfigEntry(
+        "cleanup.policy", "delete", incremental_operation=AlterConfigOpType.APPEND))
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    assert set(described()["cleanup.policy"].value.split(",")) == {"compact", "delete"}
+    broker = ConfigResource(ConfigResource.Type.BROKER, "0")
+    values = admin.describe_configs([broker])[broker].result(30)
+    assert (values["log.cleaner.threads"].value, values["log.cleaner.backoff.ms"].value,
+            values["log.cleaner.enable"].value, values["log.cleanup.policy"].value) == \
+        ("1", "200", "true", "delete")
