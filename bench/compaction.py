@@ -216,11 +216,15 @@ def main(argv: list[str] | None = None) -> int:
             "cleaned_bytes_after": sum(d["bytes_after"] for d in per_broker.values()),
             "cleaning_wall_s": cleaning_s, "per_broker": per_broker,
             "probe_idle": percentiles(idle), "probe_cleaning": percentiles(cleaning)}
+        for b in range(BROKERS):
+            per_broker[b]["max_swap_ms"] = cleaner_stats(cluster, b).get("max_swap_ms", 0.0)
+        summary["max_swap_ms"] = max(d["max_swap_ms"] for d in per_broker.values())
         for b, d in per_broker.items():
             print(f"broker {b}: cleaned {d['bytes_before'] / MB:.1f} MB -> "
                   f"{d['bytes_after'] / MB:.2f} MB in {d['clean_time_ms'] / 1000:.2f} s "
                   f"({d['bytes_read'] / MB:.1f} MB of log read: {d['mb_per_s']:.1f} MB/s, "
-                  f"{d['cleans']} clean(s))", flush=True)
+                  f"{d['cleans']} clean(s), longest swap on the loop {d['max_swap_ms']:.0f} ms)",
+                  flush=True)
         print(f"cleaning: {summary['cleaned_mb_per_s']:.1f} MB/s of log read per cleaner "
               f"thread ({total_bytes / MB:.1f} MB over {BROKERS} replicas, {cleaning_s:.1f} s "
               f"wall)",
