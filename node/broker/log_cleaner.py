@@ -39,7 +39,6 @@ import dataclasses
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -59,11 +58,6 @@ ABORT_WAIT_S = 10.0
 # A log whose build failed is left alone this long (a broken segment must not be read
 # again every backoff; the scrubber reports it).
 FAILED_BACKOFF_MS = 60_000
-# While a cleaner thread runs, the interpreter switches threads this often instead of
-# every 5 ms: the loop thread, which gives the GIL up at every poll, would otherwise wait
-# up to a whole interval to get it back each time (the convoy effect), and every request
-# would pay for it while a clean runs.
-CLEANING_SWITCH_INTERVAL_S = 0.0005
 # The metrics, rewritten after each clean in the broker's first log dir (tools, bench).
 CLEANER_STATS_FILE = "cleaner-stats.json"
 
@@ -191,7 +185,6 @@ class LogCleaner:
         self.stats = CleanerStats()
         self.closed = False
         self._soon: int | None = None
-        self._switch_interval_s = sys.getswitchinterval()   # restored when idle
 
     # ---- the loop's side ----------------------------------------------------------
 
@@ -231,9 +224,6 @@ class LogCleaner:
 
     def _submit(self, key, part, plan, ratio: float) -> None:
         job = _Job(part, plan)
-        if not self.jobs:
-            self._switch_interval_s = sys.getswitchinterval()
-            sys.setswitchinterval(CLEANING_SWITCH_INTERVAL_S)
         self.jobs[key] = job
         logger.info("%s-%d: cleaning (dirty ratio %.2f)", part.topic, part.partition, ratio)
         build_now = self.wall_ms()
@@ -252,7 +242,6 @@ class LogCleaner:
         """On the loop: a build ended; swap it in if the log is still the one planned."""
         if self.jobs.get(key) is job:
             del self.jobs[key]
-        self._idle_check()
         if job.settled:
             return
         job.settled = True
@@ -317,7 +306,6 @@ class LogCleaner:
         job = self.jobs.pop(key, None)
         if job is None:
             return
-        self._idle_check()
         job.aborted.set()
         done, _ = wait([job.future], timeout=ABORT_WAIT_S)
         if not done:    # a build that does not call throttle: a storage bug
@@ -336,10 +324,6 @@ class LogCleaner:
             self.abort(key)
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-
-    def _idle_check(self) -> None:
-        if not self.jobs:
-            sys.setswitchinterval(self._switch_interval_s)
 
     def _write_stats(self) -> None:
         """The metrics as JSON (tmp file, then rename: a reader sees a whole one)."""
