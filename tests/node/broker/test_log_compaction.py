@@ -157,6 +157,17 @@ def test_every_replica_cleans_its_log_and_a_reader_gets_each_keys_latest_value(c
     assert any(b - a > 1 for (a, _, _), (b, _, _) in zip(rows, rows[1:])), "no holes"
     last_read = {k: (o, v) for o, k, v in rows}
     assert last_read == latest(written, end), "a key's latest value is missing"
+    # the Spark source's readers (Kafka's wire-free fetch, and the leader's files)
+    from node.spark.source import Range, read_range
+    with Admin(cluster.bootstrap_servers) as admin:
+        leader = admin.describe_topics(["table"])["table"][0].leader
+    for cluster_dir in (None, str(cluster.dir)):
+        got = []
+        for b in read_range(Range("table", 0, 0, end, cluster.bootstrap_servers,
+                                  cluster_dir, leader)):
+            got += zip(*(b.column(c).to_pylist() for c in ("offset", "key", "value")))
+        check_reads(got, written)
+        assert got[0][0] > 0 and {k: (o, v) for o, k, v in got} == latest(written, end)
 
 
 def test_tombstones_vanish_after_delete_retention(cluster):
