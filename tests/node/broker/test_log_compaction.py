@@ -337,3 +337,41 @@ def test_compaction_configs_through_kafkas_admin(cluster):
     assert (values["log.cleaner.threads"].value, values["log.cleaner.backoff.ms"].value,
             values["log.cleaner.enable"].value, values["log.cleanup.policy"].value) == \
         ("1", "200", "true", "delete")
+
+
+def replica_records(cluster, broker: int, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of a replica's segment files, read as they are on disk (the
+    active one up to its first unwritten byte)."""
+    from shm.batch import CorruptRecordError, parse_batch, read_header
+    d = cluster.broker_dir(broker) / "logs" / f"{topic}-0"
+    rows = []
+    for name in sorted(p for p in os.listdir(d) if p.endswith(".log")):
+        data = (d / name).read_bytes()
+        position = 0
+        while position < len(data):
+            try:
+                header = read_header(data, position)
+            except CorruptRecordError:
+                break                   # the zeros after the active segment's data
+            rows += [(o, k, v) for o, _, k, v in parse_batch(data, position).records()]
+            position += header.size_bytes
+    return rows
+
+
+def test_a_new_replica_copies_a_compacted_log_with_its_holes(cluster):
+    with Admin(cluster.bootstrap_servers) as admin:
+        admin.create_topic("moved", 1, 1, config=COMPACTED, replica_assignment={0: [0]},
+                           timeout_ms=TOPIC_TIMEOUT_MS)
+    written = produce(cluster, "moved", 0, 1500)
+    poll_until(lambda: cleaner_stats(cluster, 0).get("cleans", 0) >= 1,
+               timeout_s=CLEAN_TIMEOUT_S, what="broker 0 cleaning")
+    with Admin(cluster.bootstrap_servers) as admin:
+        assert admin.reassign_partitions({("moved", 0): [0, 1, 2]}) == {("moved", 0): None}
+        poll_until(lambda: len(admin.describe_topics(["moved"])["moved"][0].isr) == 3,
+                   timeout_s=60, what="the new replicas in the ISR")
+    end = max(written) + 1
+    for broker in (1, 2):           # fetched from the leader's cleaned log, holes and all
+        rows = [r for r in replica_records(cluster, broker, "moved") if r[0] < end]
+        check_reads(rows, written)
+        assert rows[0][0] > 0 and len(rows) < len(written) / 2
+        assert {k: (o, v) for o, k, v in rows} == latest(written, end)
