@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -283,7 +284,7 @@ def test_cleanup_policy_altered_live_from_delete_to_compact(cluster):
 
 
 @needs("confluent-kafka")
-def test_kafka_clients_read_a_compacted_log_with_holes(cluster):
+def test_kafka_clients_kcat_and_the_console_consumer_read_a_compacted_log(cluster):
     from confluent_kafka import Consumer as KafkaConsumer, TopicPartition
     create(cluster, "kc", COMPACTED)
     written = produce(cluster, "kc", 0, 1200)
@@ -322,6 +323,16 @@ def test_kafka_clients_read_a_compacted_log_with_holes(cluster):
         kcat = [(int(o), k, v) for o, k, v in kcat_rows if int(o) < end]
         check_reads(kcat, written)
         assert {k: (o, v) for o, k, v in kcat} == latest(written, end)
+    # and our console consumer (Kafka's kafka-console-consumer), over the native wire
+    out = subprocess.run([sys.executable, "-m", "node.cli", "console-consumer",
+                          "--bootstrap-server", cluster.bootstrap_servers, "--topic", "kc",
+                          "--from-beginning", "--timeout-ms", "3000", "--property",
+                          "print.offset=true", "--property", "print.key=true"],
+                         capture_output=True, timeout=120, check=True).stdout
+    console = [line.split(b"\t") for line in out.splitlines() if line]
+    console = [(int(o.removeprefix(b"Offset:")), k, v) for o, k, v in console]
+    check_reads([r for r in console if r[0] < end], written)
+    assert {k: (o, v) for o, k, v in console if o < end} == latest(written, end)
 
 
 @needs("confluent-kafka")
