@@ -281,6 +281,14 @@ def test_cleanup_policy_altered_live_from_delete_to_compact(cluster):
     rows, end = read_all(cluster, "later")
     check_reads(rows, written)
     assert {k: (o, v) for o, k, v in rows} == latest(written, end)
+    # both policies through the kafka-configs tool (a list value in brackets)
+    tool = [sys.executable, "-m", "node.cli", "configs", "--bootstrap-server",
+            cluster.bootstrap_servers, "--entity-type", "topics", "--entity-name", "later"]
+    subprocess.run(tool + ["--alter", "--add-config", "cleanup.policy=[compact,delete]"],
+                   capture_output=True, timeout=60, check=True)
+    out = subprocess.run(tool + ["--describe"], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert "cleanup.policy=compact,delete " in out, out
 
 
 @needs("confluent-kafka")
