@@ -163,6 +163,12 @@ def test_every_replica_cleans_its_log_and_a_reader_gets_each_keys_latest_value(c
     assert any(b - a > 1 for (a, _, _), (b, _, _) in zip(rows, rows[1:])), "no holes"
     last_read = {k: (o, v) for o, k, v in rows}
     assert last_read == latest(written, end), "a key's latest value is missing"
+    # the chaos run's final read
+    from bench.chaos.run import read_log
+    final, ends = read_log(cluster.bootstrap_servers, "table", [0])
+    check_reads([(o, written[o][0], v) for o, v in final[0]], written)
+    assert ends[0] == end
+    assert {written[o][0]: (o, v) for o, v in final[0]} == latest(written, end)
     # the Spark source's readers (Kafka's wire-free fetch, and the leader's files)
     from node.spark.source import Range, read_range
     with Admin(cluster.bootstrap_servers) as admin:
