@@ -163,6 +163,14 @@ def test_every_replica_cleans_its_log_and_a_reader_gets_each_keys_latest_value(c
     assert any(b - a > 1 for (a, _, _), (b, _, _) in zip(rows, rows[1:])), "no holes"
     last_read = {k: (o, v) for o, k, v in rows}
     assert last_read == latest(written, end), "a key's latest value is missing"
+    # minikafka top's lines
+    from bench.teach import top
+    from node.broker.log_cleaner import CLEANER_STATS_FILE
+    assert top.CLEANER_STATS_FILE == CLEANER_STATS_FILE
+    lines = top.cleaner_lines(cluster)
+    assert lines[1] == "log cleaner:" and len(lines) == 5, lines
+    assert all(f"broker {b}: " in lines[2 + b] and "clean(s)" in lines[2 + b]
+               for b in range(3))
     # the chaos run's final read
     from bench.chaos.run import read_log
     final, ends = read_log(cluster.bootstrap_servers, "table", [0])
