@@ -69,7 +69,8 @@ def test_incremental_alter_sets_deletes_and_validates_topic_overrides(zk):
         ([["no.such", OP_SET, "1"]], ErrorCode.INVALID_CONFIG),
         ([["retention.ms", OP_SET, "soon"]], ErrorCode.INVALID_CONFIG),
         ([["retention.ms", OP_APPEND, "1"]], ErrorCode.INVALID_CONFIG),
-        ([["cleanup.policy", OP_APPEND, "compact"]], ErrorCode.INVALID_CONFIG),
+        ([["cleanup.policy", OP_APPEND, "shred"]], ErrorCode.INVALID_CONFIG),
+        ([["min.cleanable.dirty.ratio", OP_SET, "2"]], ErrorCode.INVALID_CONFIG),
         ([["retention.ms", OP_SET, "1"], ["retention.ms", OP_DELETE, None]],
          ErrorCode.INVALID_REQUEST),
         ([["retention.ms", 9, "1"]], ErrorCode.INVALID_REQUEST),
@@ -84,6 +85,15 @@ def test_incremental_alter_sets_deletes_and_validates_topic_overrides(zk):
                  )[0][2] == OK
     assert overrides(zk, "t")["cleanup.policy"] == "delete"
     assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_SUBTRACT, "compact"]]]]
+                 )[0][2] == OK
+    # compaction (issue 26): APPEND compact gives both policies, SUBTRACT takes it away
+    assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_APPEND, "compact"]]]]
+                 )[0][2] == OK
+    assert overrides(zk, "t")["cleanup.policy"] == "delete,compact"
+    assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_SUBTRACT, "delete"]]]]
+                 )[0][2] == OK
+    assert overrides(zk, "t")["cleanup.policy"] == "compact"
+    assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_SET, "delete"]]]]
                  )[0][2] == OK
     assert alter(zk, [[RESOURCE_TOPIC, "nope", [["retention.ms", OP_SET, "1"]]]])[0][2] == \
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -111,6 +121,17 @@ def test_dynamic_broker_configs_per_broker_and_cluster_wide(zk):
         [ErrorCode.INVALID_REQUEST]
     assert "Cannot update these configs dynamically" in refused[0][3]
     assert config_of(0) == {"log.retention.ms": "1234"}
+    # the compaction keys' broker synonyms are dynamic too (the defaults of the topic
+    # keys); the cleaner's own keys are read at start-up
+    assert alter(zk, [[RESOURCE_BROKER, "", [["log.cleanup.policy", OP_APPEND, "compact"],
+                                             ["log.cleaner.min.cleanable.ratio", OP_SET,
+                                              "0.2"]]]])[0][2] == OK
+    assert config_of("") == {"compression.type": "lz4", "log.cleanup.policy": "delete,compact",
+                             "log.cleaner.min.cleanable.ratio": "0.2"}
+    refused = alter(zk, [[RESOURCE_BROKER, "", [["log.cleaner.min.cleanable.ratio", OP_SET,
+                                                 "7"]]],
+                         [RESOURCE_BROKER, "0", [["log.cleaner.threads", OP_SET, "2"]]]])
+    assert [g[2] for g in refused] == [ErrorCode.INVALID_CONFIG] * 2
 
 
 def test_malformed_alter_bodies_raise_protocol_error(zk):
