@@ -11,6 +11,7 @@ from __future__ import annotations
 from node.kafka.dicts import default_dict, nested_class
 from node.kafka.protocol import request_class, response_class
 from node.wire.protocol import ApiKey, ProtocolError
+from node.wire.errors import ErrorCode
 
 # The APIs whose request names one group, by the field holding it.
 SINGLE_GROUP_FIELD = {
@@ -125,18 +126,23 @@ def error_body(api_key: int, body: dict, code: int, message: str | None = None) 
     return out
 
 
-def merge(api_key: int, parts: list[tuple[list[int], dict]], total: int) -> dict:
+def merge(api_key: int, parts: list[tuple[list[int], dict]], group_ids: list[str]) -> dict:
     """One answer from per-shard answers: ``parts`` is (the indexes of the request's
-    groups each answered, its answer); results go back in the request's order."""
+    groups each answered, its answer); results go back in the request's order. A shard
+    answer with fewer groups than it was asked (a whole-request error answer) gives each
+    missing group that answer's error (UNKNOWN_SERVER_ERROR if it has none): a client's
+    request never stops the broker."""
     field = MULTI_GROUP_FIELDS[api_key][1]
-    results: list = [None] * total
+    results: list = [None] * len(group_ids)
     out = default_dict(response_class(api_key))
     for indexes, answer in parts:
         items = answer.get(field) or []
-        for i, item in zip(indexes, items):
-            results[i] = item
+        code = answer.get("error_code") or ErrorCode.UNKNOWN_SERVER_ERROR
+        for n, i in enumerate(indexes):
+            results[i] = items[n] if n < len(items) else group_error(api_key, group_ids[i], code)
         if answer.get("error_code") and not out.get("error_code"):
             out["error_code"] = answer["error_code"]
-    assert all(r is not None for r in results), (api_key, parts)
-    out[field] = results
+    out[field] = [r if r is not None else
+                  group_error(api_key, group_ids[i], ErrorCode.UNKNOWN_SERVER_ERROR)
+                  for i, r in enumerate(results)]
     return out

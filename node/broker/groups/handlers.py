@@ -134,9 +134,9 @@ def handle_group_request(apis, identity, request: protocol.Request) -> None:
 class _Merge:
     """Collects the per-partition answers of one request; answers once all are in."""
 
-    def __init__(self, api_key: int, total: int, parts: int, answer) -> None:
+    def __init__(self, api_key: int, group_ids: list[str], parts: int, answer) -> None:
         self.api_key = api_key
-        self.total = total
+        self.group_ids = group_ids
         self.left = parts
         self.answers: list = []
         self.answer = answer
@@ -147,7 +147,7 @@ class _Merge:
             self.left -= 1
             assert self.left >= 0
             if not self.left:
-                self.answer(bodies.merge(self.api_key, self.answers, self.total))
+                self.answer(bodies.merge(self.api_key, self.answers, self.group_ids))
         return done
 
 
@@ -161,9 +161,9 @@ def handle_multi_group_request(apis, identity, request: protocol.Request) -> Non
         by_partition.setdefault(runtime.partition_of(group), []).append(i)
     answer = _answerer(apis, identity, request)
     if not by_partition:
-        answer(bodies.merge(api_key, [], 0))
+        answer(bodies.merge(api_key, [], []))
         return
-    merge = _Merge(api_key, len(groups), len(by_partition), answer)
+    merge = _Merge(api_key, list(groups), len(by_partition), answer)
     for partition, indexes in sorted(by_partition.items()):
         runtime.call(partition, api_key, version, bodies.subset(api_key, body, indexes),
                      merge.part(indexes))
