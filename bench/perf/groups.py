@@ -1,4 +1,6 @@
 """Consumer groups measured (issue 12): rebalance times and group read throughput.
+These are the Kafka paper's groups (registries in ZooKeeper, Algorithm 1): the members
+are pinned to ``group_protocol="zookeeper"`` and ownership is read from the registries.
 
     python -m bench.perf.groups [--records 2000000] [--record-size 100] [--repeats 5]
                            [--session-ms 6000] [--dir DIR]
@@ -39,6 +41,7 @@ def member(args) -> int:
     time) to --out after every poll with records."""
     from node.client import Consumer
     consumer = Consumer(args.bootstrap, group_id=args.group, zookeeper_connect=args.zookeeper,
+                        group_protocol="zookeeper",
                         auto_offset_reset="earliest", session_timeout_ms=args.session_ms,
                         max_partition_fetch_bytes=4 << 20, fetch_max_bytes=16 << 20)
     stop = []

@@ -24,6 +24,7 @@ def main() -> int:
     args = parser.parse_args()
     from node.client import Consumer
     consumer = Consumer(args.bootstrap, group_id=args.group, zookeeper_connect=args.zookeeper,
+                        group_protocol="zookeeper",
                         auto_offset_reset="earliest", enable_auto_commit=False,
                         fetch_max_wait_ms=100)
     signal.signal(signal.SIGTERM, _stop)
