@@ -1,6 +1,7 @@
 """A group member as its own process, for tests: subscribes, polls, commits after each
 poll, and appends every record it reads as a JSON line ({member, partition, offset,
-value}) to --out. SIGTERM closes it cleanly."""
+value}) to --out. SIGTERM closes it cleanly. ``--group-protocol``: zookeeper (the
+paper's groups, the default here) or consumer (the brokers' coordinator)."""
 from __future__ import annotations
 
 import argparse
@@ -19,12 +20,14 @@ def _stop(*_):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    for flag in ("--bootstrap", "--zookeeper", "--group", "--topic", "--out", "--name"):
+    for flag in ("--bootstrap", "--group", "--topic", "--out", "--name"):
         parser.add_argument(flag, required=True)
+    parser.add_argument("--zookeeper")
+    parser.add_argument("--group-protocol", default="zookeeper")
     args = parser.parse_args()
     from node.client import Consumer
     consumer = Consumer(args.bootstrap, group_id=args.group, zookeeper_connect=args.zookeeper,
-                        group_protocol="zookeeper",
+                        group_protocol=args.group_protocol,
                         auto_offset_reset="earliest", enable_auto_commit=False,
                         fetch_max_wait_ms=100)
     signal.signal(signal.SIGTERM, _stop)
