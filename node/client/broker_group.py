@@ -317,12 +317,11 @@ class BrokerGroupMember:
             return
         body = self.core.heartbeat_request(_now_ms())
         timeout_ms = min(self.consumer.request_timeout_ms, LEAVE_TIMEOUT_MS_MAX)
-        try:
-            endpoint = self.coordinators.find(self.group_id,
-                                              time.monotonic() + timeout_ms / 1000)
-            response = self.consumer.net.request(endpoint, GroupApi.CONSUMER_GROUP_HEARTBEAT,
-                                                 body, timeout_ms=timeout_ms)
-            self.core.on_response(_now_ms(), response.body)
+        try:     # a coordinator that moved is found again, within the leave's time
+            answer = self.coordinators.request(
+                self.group_id, GroupApi.CONSUMER_GROUP_HEARTBEAT, body,
+                deadline_s=time.monotonic() + timeout_ms / 1000)
+            self.core.on_response(_now_ms(), answer)
         except KafkaError as e:   # the session timeout will end the membership
             log.warning("group %s: the leave was not answered: %s", self.group_id, e)
             self.core.on_failure(_now_ms(), int(getattr(e, "code", 13)))

@@ -45,6 +45,12 @@ class BrokerGroups:
     def close(self) -> None:
         self.net.close()
 
+    def __enter__(self) -> "BrokerGroups":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------- listing
     def list_groups(self) -> list[Listed]:
         found: dict[str, Listed] = {}

@@ -246,3 +246,54 @@ def test_a_killed_member_s_partitions_move_after_its_session_timeout(cluster, gr
             except subprocess.TimeoutExpired:
                 w.kill()
                 w.wait()
+
+
+def test_the_coordinator_sigkilled_members_go_on_and_no_commit_is_lost(tmp_path):
+    """The coordinator broker SIGKILLed: the next leader of the group's
+    ``__consumer_offsets`` partition loads the group and its offsets; the members find
+    it and go on without a rebalance (same epochs, same partitions): records written
+    once the cluster has new leaders are read at once, and commits go on."""
+    cluster = Cluster.up(tmp_path / "c", brokers=3,
+                         config={**CONFIG, "default.replication.factor": "3"},
+                         cluster_id=new_cluster_id())
+    members = []
+    try:
+        topic = _topic(cluster, records=0)
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic(f"{topic}-r3", 6, 3)
+        topic = f"{topic}-r3"
+        _produce(cluster, topic, 300)
+        group = f"failover-{topic}"
+        members = [_member(cluster, group, enable_auto_commit=False) for _ in range(2)]
+        for m in members:
+            m.subscribe([topic])
+        read = _poll_all(members, lambda r: sum(len(x) for x in r.values()) >= 300)
+        committed = {}
+        for m in members:
+            committed.update(m.commit())
+        assert sum(committed.values()) == 300
+        with BrokerGroups(cluster.bootstrap_servers) as view:
+            view.coordinators.find(group)
+            coordinator = view.coordinators.node_id(group)
+        before = [(m._group.core.member_epoch, m.assignment()) for m in members]
+        cluster.kill(coordinator)
+        _produce(cluster, topic, 300, start=300)   # waits for the new leaders
+        written_s = time.monotonic()
+        read = _poll_all(members, lambda r: {int(x.value) for recs in r.values()
+                                             for x in recs} >= set(range(600)),
+                         timeout_s=SESSION_MS / 1000 + 30, read=read)
+        back_s = time.monotonic() - written_s
+        assert back_s <= 2, f"read {back_s:.1f} s after the records were written"
+        assert [(m._group.core.member_epoch, m.assignment()) for m in members] == before
+        with BrokerGroups(cluster.bootstrap_servers) as view:
+            after = view.committed(group)
+        assert {tp: after.get(tp, -1) for tp in committed} == committed
+        for m in members:
+            committed.update(m.commit())          # to the new coordinator
+        assert sum(committed.values()) == 600
+        with BrokerGroups(cluster.bootstrap_servers) as view:
+            assert view.committed(group) == committed
+    finally:
+        for m in members:
+            m.close()
+        cluster.down(grace_s=5)
