@@ -106,16 +106,24 @@ class BrokerGroupMember:
         sub = self.subscription
         if sub.pattern is None:
             names = sub.topics
-        else:      # resolved here, as Kafka's consumer does for a java.util.regex one
-            self._pattern_next_s = time.monotonic() + PATTERN_REFRESH_MS / 1000
-            try:
-                md = self.consumer.meta.refresh(None)
-            except KafkaError as e:
-                log.debug("metadata for pattern %s failed: %s", sub.pattern, e)
+        else:
+            names = self._pattern_names()
+            if names is None:
                 return
-            names = [t for t in md.topics if sub.matches(t) and not t.startswith("__")]
         self._learn_names()
         self.core.subscribe(names, _now_ms())
+
+    def _pattern_names(self) -> list[str] | None:
+        """The topics the pattern matches now (None: metadata failed), resolved here as
+        Kafka's consumer does for a java.util.regex pattern; internal topics never."""
+        sub = self.subscription
+        self._pattern_next_s = time.monotonic() + PATTERN_REFRESH_MS / 1000
+        try:
+            md = self.consumer.meta.refresh(None)
+        except KafkaError as e:
+            log.debug("metadata for pattern %s failed: %s", sub.pattern, e)
+            return None
+        return [t for t in md.topics if sub.matches(t) and not t.startswith("__")]
 
     def _learn_names(self) -> None:
         ids = self.consumer.meta.current.topic_ids
@@ -138,27 +146,31 @@ class BrokerGroupMember:
                     time.monotonic() >= self._pattern_next_s:
                 self._resubscribe()
             self._run_actions()
-            now_ms = _now_ms()
-            if self.core.heartbeat_due(now_ms):
-                self._send_heartbeat(now_ms)
-                self._run_actions()
+            self._send_due(_now_ms())
+            self._run_actions()
         finally:
             self._stepping = False
         if self._fatal is not None:
             raise self._fatal
 
-    def _send_heartbeat(self, now_ms: int) -> None:
+    def _send_due(self, now_ms: int) -> None:
+        if not self.core.heartbeat_due(now_ms):
+            return
         body = self.core.heartbeat_request(now_ms)
         if self.core.member_epoch == 0 and self.rebalance_started_s is None:
             self.rebalance_started_s = time.monotonic()
+        self._send(GroupApi.CONSUMER_GROUP_HEARTBEAT, body)
+
+    def _send(self, api_key: int, body: dict, timeout_ms: int | None = None) -> None:
+        """Send without waiting; the answer comes back through ``on_completion``."""
         try:
             endpoint = self.coordinators.find(
                 self.group_id, time.monotonic() + self.consumer.request_timeout_ms / 1000)
-            self.consumer.net.send(endpoint, GroupApi.CONSUMER_GROUP_HEARTBEAT, body,
-                                   context=_Heartbeat())
+            self.consumer.net.send(endpoint, api_key, body, context=_Heartbeat(),
+                                   timeout_ms=timeout_ms)
         except KafkaError as e:
             code = int(getattr(e, "code", GroupErrors.COORDINATOR_NOT_AVAILABLE))
-            log.debug("group %s: heartbeat not sent: %s", self.group_id, e)
+            log.debug("group %s: %s not sent: %s", self.group_id, GroupApi(api_key).name, e)
             self.core.on_failure(_now_ms(), code)
 
     def on_completion(self, completion) -> None:
@@ -223,11 +235,15 @@ class BrokerGroupMember:
             raise AssertionError(f"unknown action {action!r}")
 
     # ------------------------------------------------------------- offsets
+    def _epoch(self) -> int:
+        """What OffsetCommit/OffsetFetch carry: the member epoch (the generation in a
+        classic group)."""
+        return self.core.member_epoch
+
     def committed_offsets(self, partitions) -> dict:
         """{tp: committed offset} of ``partitions`` (those with none are left out)."""
         body = coord.offset_fetch_body(self.group_id, partitions,
-                                       member_id=self.member_id,
-                                       epoch=self.core.member_epoch)
+                                       member_id=self.member_id, epoch=self._epoch())
         answer = self.coordinators.request(self.group_id, GroupApi.OFFSET_FETCH, body,
                                            error_of=coord.offset_fetch_error)
         return coord.offset_fetch_offsets(answer)
@@ -241,8 +257,7 @@ class BrokerGroupMember:
         deadline_s = time.monotonic() + self.consumer.request_timeout_ms / 1000
         for _ in range(STALE_RETRIES_MAX):
             body = coord.offset_commit_body(self.group_id, offsets,
-                                            member_id=self.member_id,
-                                            epoch=self.core.member_epoch)
+                                            member_id=self.member_id, epoch=self._epoch())
             answer = self.coordinators.request(
                 self.group_id, GroupApi.OFFSET_COMMIT, body, deadline_s=deadline_s,
                 error_of=lambda b: coord.first_error(coord.offset_commit_errors(b).values()))
@@ -261,6 +276,9 @@ class BrokerGroupMember:
         """Send a heartbeat now and wait for its answer (a newer member epoch)."""
         self.core.next_heartbeat_ms = _now_ms()
         self.step()
+        self._wait_answer(deadline_s)
+
+    def _wait_answer(self, deadline_s: float) -> None:
         while self.core.in_flight and time.monotonic() < deadline_s:
             for c in self.consumer.net._poll_aside(50):
                 if isinstance(c.context, (_Heartbeat, _AsyncCommit)):
@@ -280,8 +298,8 @@ class BrokerGroupMember:
         try:
             endpoint = self.coordinators.find(self.group_id)
             self.consumer.net.send(endpoint, GroupApi.OFFSET_COMMIT, coord.offset_commit_body(
-                self.group_id, offsets, member_id=self.member_id,
-                epoch=self.core.member_epoch), context=_AsyncCommit(future, dict(offsets)))
+                self.group_id, offsets, member_id=self.member_id, epoch=self._epoch()),
+                context=_AsyncCommit(future, dict(offsets)))
         except KafkaError as e:
             future.set_exception(e)
         return future

@@ -14,18 +14,16 @@
 """
 from __future__ import annotations
 
-import struct
-
 from node.client import coordinator as coord
 from node.client.coordinator import GroupApi, GroupErrors, GroupRequestError
 from node.client.metadata import MetadataFetcher, parse_bootstrap
 from node.client.network import Network
 from node.tools.common import ADMIN_TIMEOUT_MS, ToolError
 from node.tools.groups_model import CLASSIC, CONSUMER, GroupInfo, Listed, MemberInfo
+from node.wire import consumer_protocol
 from node.wire.errors import KafkaError
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
-ASSIGNMENT_BYTES_MAX = 1 << 20      # a classic member's assignment we decode
 # Kafka's exception names in the tool's messages.
 EXCEPTION_NAMES = {GroupErrors.NON_EMPTY_GROUP: "GroupNotEmptyException: The group is not empty.",
                    GroupErrors.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException: The group id "
@@ -196,27 +194,9 @@ def _host(text) -> str:
 
 def decode_assignment(data) -> list[tuple[str, int]]:
     """The partitions of a classic consumer's assignment (Kafka's ConsumerProtocol
-    Assignment, any version: i16 version, then [topic string, [i32 partition]])."""
-    if not data:
-        return []
-    data = bytes(data)
-    if len(data) > ASSIGNMENT_BYTES_MAX:
-        return []
-    out = []
+    Assignment); a member whose bytes are not that (another client's own protocol)
+    shows none."""
     try:
-        pos = 2
-        (topics,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        for _ in range(max(0, topics)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            name = data[pos:pos + length].decode()
-            pos += length
-            (count,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            partitions = struct.unpack_from(f">{max(0, count)}i", data, pos)
-            pos += 4 * max(0, count)
-            out += [(name, p) for p in partitions]
-    except (struct.error, UnicodeDecodeError):
-        return out       # a client's own format: what could be read
-    return out
+        return consumer_protocol.decode_assignment(data)
+    except consumer_protocol.ConsumerProtocolError:
+        return []

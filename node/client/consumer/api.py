@@ -31,8 +31,9 @@ from node.client.types import ConsumerRecord, KafkaTimeoutError, TopicPartition
 
 _client_ids = itertools.count(1)
 # "consumer": the brokers' group coordinator, KIP-848 (Kafka 4's name and default);
+# "classic": the same coordinator, JoinGroup/SyncGroup (node.client.classic_group);
 # "zookeeper": the Kafka paper's groups, registries in ZooKeeper (node.client.group).
-GROUP_PROTOCOLS = ("consumer", "zookeeper")
+GROUP_PROTOCOLS = ("consumer", "classic", "zookeeper")
 
 
 class DeserializationError(ValueError):

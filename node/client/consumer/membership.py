@@ -4,6 +4,9 @@ and the hooks the member calls during a rebalance. A mixin of ``api.Consumer``.
 Two kinds of group, chosen by ``group_protocol``:
 - ``"consumer"`` (the default, Kafka 4's): the brokers' group coordinator, KIP-848
   (``node.client.broker_group.BrokerGroupMember``: the coordinator assigns);
+- ``"classic"``: the same coordinator with the classic protocol (JoinGroup, SyncGroup,
+  Heartbeat, LeaveGroup; the group's leader runs the range assignor; eager rebalancing;
+  ``node.client.classic_group``), as Kafka's consumer before 4.0;
 - ``"zookeeper"``: the Kafka paper's groups, registries in ZooKeeper and Algorithm 1
   in every member (``node.client.group.GroupMember``).
 Both drive the consumer through the same hooks below.
@@ -76,6 +79,13 @@ class GroupMembership:
                     client_id=self.client_id, session_timeout_ms=self.session_timeout_ms,
                     rebalance_backoff_ms=self.rebalance_backoff_ms,
                     auto_commit=self.enable_auto_commit)
+            elif self.group_protocol == "classic":
+                from node.client.classic_group import ClassicGroupMember
+                self._group = ClassicGroupMember(
+                    self, self.group_id, client_id=self.client_id,
+                    auto_commit=self.enable_auto_commit,
+                    rebalance_timeout_ms=self.max_poll_interval_ms,
+                    session_timeout_ms=self.session_timeout_ms)
             else:
                 from node.client.broker_group import BrokerGroupMember
                 self._group = BrokerGroupMember(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -42,10 +43,14 @@ def main() -> int:
     signal.signal(signal.SIGUSR1, dump)
     try:
         consumer.subscribe([args.topic])
-        with open(args.out + ".id", "w") as f:
-            f.write(consumer.member_id())
+        named = False
         with open(args.out, "a") as out:
             while True:
+                if not named and consumer.member_id():   # a classic member's comes
+                    with open(args.out + ".id.tmp", "w") as f:   # with its JoinGroup
+                        f.write(consumer.member_id())
+                    os.replace(args.out + ".id.tmp", args.out + ".id")
+                    named = True
                 records = consumer.poll(100)
                 for r in records:
                     out.write(json.dumps({"member": consumer.member_id(),

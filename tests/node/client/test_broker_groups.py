@@ -1,7 +1,8 @@
-"""The native Consumer in groups kept by the brokers' group coordinator (KIP-848, the
-consumer's default ``group_protocol="consumer"``), with real brokers and real member
-processes: members share a topic, a killed member's partitions move after its session
-timeout, a closed member's at once, and committed offsets survive."""
+"""The native Consumer in groups kept by the brokers' group coordinator, with real
+brokers and real member processes, for both protocols: KIP-848 (the consumer's default
+``group_protocol="consumer"``) and the classic one (``"classic"``): members share a
+topic, a killed member's partitions move after its session timeout, a closed member's
+at once, and committed offsets survive (the coordinator's SIGKILL too)."""
 from __future__ import annotations
 
 import json
@@ -42,6 +43,11 @@ def cluster(tmp_path_factory):
         cluster.down(grace_s=5)
 
 
+@pytest.fixture(params=["consumer", "classic"])
+def protocol(request):
+    return request.param
+
+
 @pytest.fixture
 def groups(cluster):
     view = BrokerGroups(cluster.bootstrap_servers)
@@ -71,8 +77,10 @@ def _produce(cluster, topic: str, n: int, partitions: int = 6, start: int = 0) -
         producer.flush()
 
 
-def _member(cluster, group: str, **kwargs) -> Consumer:
+def _member(cluster, group: str, protocol: str, **kwargs) -> Consumer:
     kwargs.setdefault("auto_offset_reset", "earliest")
+    kwargs.setdefault("session_timeout_ms", SESSION_MS)      # the classic members'
+    kwargs["group_protocol"] = protocol
     return Consumer(cluster.bootstrap_servers, group_id=group, fetch_max_wait_ms=100,
                     **kwargs)
 
@@ -100,10 +108,10 @@ def _disjoint_cover(consumers, topic: str, partitions: int = 6) -> bool:
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_members_share_a_topic_each_partition_read_by_one(cluster, groups, n):
+def test_members_share_a_topic_each_partition_read_by_one(cluster, groups, protocol, n):
     topic = _topic(cluster, records=600)
     group = f"share{n}-{topic}"
-    members = [_member(cluster, group) for _ in range(n)]
+    members = [_member(cluster, group, protocol) for _ in range(n)]
     try:
         for m in members:
             m.subscribe([topic])
@@ -127,10 +135,10 @@ def test_members_share_a_topic_each_partition_read_by_one(cluster, groups, n):
             m.close()
 
 
-def test_close_moves_the_partitions_at_once(cluster, groups):
+def test_close_moves_the_partitions_at_once(cluster, groups, protocol):
     topic = _topic(cluster, records=60)
     group = f"close-{topic}"
-    a, b = _member(cluster, group), _member(cluster, group)
+    a, b = _member(cluster, group, protocol), _member(cluster, group, protocol)
     try:
         a.subscribe([topic])
         b.subscribe([topic])
@@ -147,10 +155,11 @@ def test_close_moves_the_partitions_at_once(cluster, groups):
         b.close()
 
 
-def test_commits_survive_the_member_and_a_new_member_goes_on_from_them(cluster, groups):
+def test_commits_survive_the_member_and_a_new_member_goes_on_from_them(cluster, groups,
+                                                                      protocol):
     topic = _topic(cluster, partitions=2, records=40)
     group = f"commits-{topic}"
-    first = _member(cluster, group, enable_auto_commit=False)
+    first = _member(cluster, group, protocol, enable_auto_commit=False)
     try:
         first.subscribe([topic])
         _poll_all([first], lambda r: len(r[0]) >= 40)
@@ -163,7 +172,7 @@ def test_commits_survive_the_member_and_a_new_member_goes_on_from_them(cluster, 
     finally:
         first.close()
     assert groups.describe(group).offsets == {(topic, 0): 18, (topic, 1): 15}
-    again = _member(cluster, group, enable_auto_commit=False)
+    again = _member(cluster, group, protocol, enable_auto_commit=False)
     try:
         again.subscribe([topic])
         read = _poll_all([again], lambda r: len(r[0]) >= 7)
@@ -173,17 +182,18 @@ def test_commits_survive_the_member_and_a_new_member_goes_on_from_them(cluster, 
         again.close()
 
 
-def test_auto_commit_on_close_lets_the_next_member_start_after_what_was_read(cluster):
+def test_auto_commit_on_close_lets_the_next_member_start_after_what_was_read(cluster,
+                                                                           protocol):
     topic = _topic(cluster, partitions=1, records=10)
     group = f"auto-{topic}"
-    first = _member(cluster, group)
+    first = _member(cluster, group, protocol)
     try:
         first.subscribe([topic])
         _poll_all([first], lambda r: len(r[0]) >= 10)
     finally:
         first.close()           # revokes: commits the positions first
     _produce(cluster, topic, 5, partitions=1, start=10)
-    again = _member(cluster, group)
+    again = _member(cluster, group, protocol)
     try:
         again.subscribe([topic])
         read = _poll_all([again], lambda r: len(r[0]) >= 5)
@@ -192,10 +202,11 @@ def test_auto_commit_on_close_lets_the_next_member_start_after_what_was_read(clu
         again.close()
 
 
-def _start_worker(cluster, group: str, topic: str, out, name: str) -> subprocess.Popen:
+def _start_worker(cluster, group: str, topic: str, out, name: str, protocol: str
+                  ) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, WORKER, "--bootstrap", cluster.bootstrap_servers,
-         "--group-protocol", "consumer", "--group", group, "--topic", topic,
+         "--group-protocol", protocol, "--group", group, "--topic", topic,
          "--out", str(out), "--name", name],
         stdout=subprocess.DEVNULL, stderr=open(f"{out}.log", "w"))
 
@@ -209,12 +220,12 @@ def _lines(path) -> list[dict]:
 
 
 def test_a_killed_member_s_partitions_move_after_its_session_timeout(cluster, groups,
-                                                                     tmp_path):
+                                                                     protocol, tmp_path):
     topic = _topic(cluster, records=1200)
     group = f"kill-{topic}"
     names = ("w0", "w1", "w2")
     outs = {n: tmp_path / f"{n}.jsonl" for n in names}
-    workers = {n: _start_worker(cluster, group, topic, outs[n], n) for n in names}
+    workers = {n: _start_worker(cluster, group, topic, outs[n], n, protocol) for n in names}
     try:
         poll_until(lambda: all(os.path.exists(f"{outs[n]}.id") for n in names), 30,
                    "three members started")
@@ -248,7 +259,7 @@ def test_a_killed_member_s_partitions_move_after_its_session_timeout(cluster, gr
                 w.wait()
 
 
-def test_the_coordinator_sigkilled_members_go_on_and_no_commit_is_lost(tmp_path):
+def test_the_coordinator_sigkilled_members_go_on_and_no_commit_is_lost(tmp_path, protocol):
     """The coordinator broker SIGKILLed: the next leader of the group's
     ``__consumer_offsets`` partition loads the group and its offsets; the members find
     it and go on without a rebalance (same epochs, same partitions): records written
@@ -264,7 +275,8 @@ def test_the_coordinator_sigkilled_members_go_on_and_no_commit_is_lost(tmp_path)
         topic = f"{topic}-r3"
         _produce(cluster, topic, 300)
         group = f"failover-{topic}"
-        members = [_member(cluster, group, enable_auto_commit=False) for _ in range(2)]
+        members = [_member(cluster, group, protocol, enable_auto_commit=False)
+                   for _ in range(2)]
         for m in members:
             m.subscribe([topic])
         read = _poll_all(members, lambda r: sum(len(x) for x in r.values()) >= 300)
@@ -275,7 +287,7 @@ def test_the_coordinator_sigkilled_members_go_on_and_no_commit_is_lost(tmp_path)
         with BrokerGroups(cluster.bootstrap_servers) as view:
             view.coordinators.find(group)
             coordinator = view.coordinators.node_id(group)
-        before = [(m._group.core.member_epoch, m.assignment()) for m in members]
+        before = [(m._group._epoch(), m.assignment()) for m in members]
         cluster.kill(coordinator)
         _produce(cluster, topic, 300, start=300)   # waits for the new leaders
         written_s = time.monotonic()
@@ -284,7 +296,7 @@ def test_the_coordinator_sigkilled_members_go_on_and_no_commit_is_lost(tmp_path)
                          timeout_s=SESSION_MS / 1000 + 30, read=read)
         back_s = time.monotonic() - written_s
         assert back_s <= 2, f"read {back_s:.1f} s after the records were written"
-        assert [(m._group.core.member_epoch, m.assignment()) for m in members] == before
+        assert [(m._group._epoch(), m.assignment()) for m in members] == before
         with BrokerGroups(cluster.bootstrap_servers) as view:
             after = view.committed(group)
         assert {tp: after.get(tp, -1) for tp in committed} == committed
