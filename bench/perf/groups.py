@@ -3,8 +3,11 @@ By default the Kafka paper's groups (registries in ZooKeeper, Algorithm 1): the 
 are pinned to ``group_protocol="zookeeper"`` and ownership is read from the registries.
 ``--group-protocol consumer``: the same figures for the brokers' group coordinator
 (KIP-848), the session timeout being the broker's ``group.consumer.session.timeout.ms``
-(set to ``--session-ms``) and the heartbeat interval ``--heartbeat-ms``; ownership is
-then what the members themselves hold (each writes its assignment after every poll).
+(set to ``--session-ms``) and the heartbeat interval ``--heartbeat-ms``;
+``--group-protocol classic``: the coordinator's classic protocol (the members' session
+timeout ``--session-ms``, heartbeats every third of it, at most 3 s). For both,
+ownership is what the members themselves hold (each writes its assignment after every
+poll).
 
     python -m bench.perf.groups [--records 2000000] [--record-size 100] [--repeats 5]
                            [--session-ms 6000] [--dir DIR]
@@ -192,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--session-ms", type=int, default=6000)
     parser.add_argument("--dir", default=None)
-    parser.add_argument("--group-protocol", choices=("zookeeper", "consumer"),
+    parser.add_argument("--group-protocol", choices=("zookeeper", "consumer", "classic"),
                         default="zookeeper")
     parser.add_argument("--heartbeat-ms", type=int, default=500,
                         help="group.consumer.heartbeat.interval.ms (consumer protocol)")
@@ -210,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     from node.cluster import Cluster
     directory = Path(args.dir or tempfile.mkdtemp(prefix="bench-groups-"))
     config = {"num.partitions": "6"}
+    if args.group_protocol != "zookeeper":
+        config["offsets.topic.replication.factor"] = "1"
+        config["group.initial.rebalance.delay.ms"] = "0"
+        config["group.min.session.timeout.ms"] = str(min(args.session_ms, 6000))
     if args.group_protocol == "consumer":
         config.update({"group.consumer.session.timeout.ms": str(args.session_ms),
                        "group.consumer.min.session.timeout.ms": str(args.session_ms),

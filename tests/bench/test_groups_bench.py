@@ -11,7 +11,7 @@ import pytest
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("protocol", ["zookeeper", "consumer"])
+@pytest.mark.parametrize("protocol", ["zookeeper", "consumer", "classic"])
 def test_the_groups_bench_prints_its_figures(tmp_path, protocol):
     result = subprocess.run(
         [sys.executable, "-m", "bench.perf.groups", "--records", "30000", "--repeats", "1",
