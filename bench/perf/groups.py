@@ -57,8 +57,12 @@ def member(args) -> int:
     read, first, now, owned = 0, None, None, None
     try:
         consumer.subscribe([TOPIC])
-        Path(args.out + ".id").write_text(consumer.member_id())
+        named = False
         while not stop:
+            if not named and consumer.member_id():      # a classic member's comes with
+                Path(args.out + ".id.tmp").write_text(consumer.member_id())   # JoinGroup
+                os.replace(args.out + ".id.tmp", args.out + ".id")
+                named = True
             batches = consumer.poll_batches(100)
             assignment = sorted(tp.partition for tp in consumer.assignment())
             if batches or assignment != owned:

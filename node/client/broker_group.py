@@ -273,14 +273,28 @@ class BrokerGroupMember:
                                 f"commit of group {self.group_id}: the epoch kept moving")
 
     def _wait_heartbeat(self, deadline_s: float) -> None:
-        """Send a heartbeat now and wait for its answer (a newer member epoch)."""
+        """Send a heartbeat now and wait for its answer (a newer member epoch); not
+        while leaving (that heartbeat would be the leave)."""
+        if self.core.state is member_core.State.LEAVING:
+            raise GroupRequestError(GroupErrors.STALE_MEMBER_EPOCH,
+                                    f"commit of group {self.group_id} while leaving")
         self.core.next_heartbeat_ms = _now_ms()
         self.step()
         self._wait_answer(deadline_s)
 
     def _wait_answer(self, deadline_s: float) -> None:
+        """Handle group answers until nothing of ours is in flight (or the deadline):
+        first those a blocking call set aside, then new ones."""
+        net = self.consumer.net
         while self.core.in_flight and time.monotonic() < deadline_s:
-            for c in self.consumer.net._poll_aside(50):
+            ours = [c for c in net.backlog if isinstance(c.context, GROUP_CONTEXTS)]
+            if ours:
+                net.backlog = [c for c in net.backlog
+                               if not isinstance(c.context, GROUP_CONTEXTS)]
+                for c in ours:
+                    self.on_completion(c)
+                continue
+            for c in net._poll_aside(50):
                 if isinstance(c.context, (_Heartbeat, _AsyncCommit)):
                     self.on_completion(c)
                 else:
@@ -325,7 +339,10 @@ class BrokerGroupMember:
         coordinator moves the partitions at once."""
         if self.subscription is None or self.core.state is member_core.State.LEFT:
             return
-        self.core.in_flight = False       # an answer still out is not waited for
+        # A heartbeat still out may carry a newer epoch (an acknowledged revocation):
+        # its answer first, so that the commit before leaving carries that epoch.
+        self._wait_answer(time.monotonic() + LEAVE_TIMEOUT_MS_MAX / 1000)
+        self.core.in_flight = False       # not answered in time: not waited for
         self.core.leave(_now_ms())
         try:
             self._run_actions()
