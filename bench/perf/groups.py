@@ -5,7 +5,7 @@ are pinned to ``group_protocol="zookeeper"`` and ownership is read from the regi
 (KIP-848), the session timeout being the broker's ``group.consumer.session.timeout.ms``
 (set to ``--session-ms``) and the heartbeat interval ``--heartbeat-ms``;
 ``--group-protocol classic``: the coordinator's classic protocol (the members' session
-timeout ``--session-ms``, heartbeats every third of it, at most 3 s). For both,
+timeout ``--session-ms``, heartbeats every ``--heartbeat-ms``). For both,
 ownership is what the members themselves hold (each writes its assignment after every
 poll).
 
@@ -50,6 +50,7 @@ def member(args) -> int:
     from node.client import Consumer
     consumer = Consumer(args.bootstrap, group_id=args.group, zookeeper_connect=args.zookeeper,
                         group_protocol=args.group_protocol,
+                        heartbeat_interval_ms=args.heartbeat_ms,
                         auto_offset_reset="earliest", session_timeout_ms=args.session_ms,
                         max_partition_fetch_bytes=4 << 20, fetch_max_bytes=16 << 20)
     stop = []
@@ -81,7 +82,7 @@ def member(args) -> int:
 
 
 def _start_members(cluster, group: str, n: int, directory: Path, session_ms: int,
-                   protocol: str) -> list:
+                   protocol: str, heartbeat_ms: int) -> list:
     procs = []
     for i in range(n):
         out = directory / f"{group}-{i}.json"
@@ -89,7 +90,7 @@ def _start_members(cluster, group: str, n: int, directory: Path, session_ms: int
             [sys.executable, "-m", "bench.perf.groups", "--member", "--bootstrap",
              cluster.bootstrap_servers, "--zookeeper", cluster.zookeeper, "--group", group,
              "--out", str(out), "--session-ms", str(session_ms),
-             "--group-protocol", protocol]), out))
+             "--group-protocol", protocol, "--heartbeat-ms", str(heartbeat_ms)]), out))
     return procs
 
 
@@ -131,10 +132,10 @@ def _wait(predicate, timeout_s: float, what: str):
                       error=lambda message: SystemExit(f"bench.perf.groups: {message}"))
 
 
-def throughput(cluster, directory: Path, records: int, session_ms: int, protocol: str
+def throughput(cluster, directory: Path, records: int, session_ms: int, protocol: tuple
                ) -> tuple[float, float]:
     """(records/s from the members' start, records/s from the first record read)."""
-    procs = _start_members(cluster, "throughput", 3, directory, session_ms, protocol)
+    procs = _start_members(cluster, "throughput", 3, directory, session_ms, *protocol)
     started = time.time()
     try:
         def done():
@@ -148,8 +149,8 @@ def throughput(cluster, directory: Path, records: int, session_ms: int, protocol
         states = _wait(done, 600, "the group to read every record")
     finally:
         _stop(procs)
-    last = max(s.get("last", 0) for s in states)
-    first = min(s["first"] for s in states if "first" in s)
+    last = max(s.get("last") or 0 for s in states)
+    first = min(s["first"] for s in states if s.get("first"))
     return records / (last - started), records / max(last - first, 1e-3)
 
 
@@ -167,9 +168,11 @@ def perf_tool(cluster, records: int) -> tuple[float, float]:
 
 
 def rebalance(cluster, zk, directory: Path, how: str, k: int, session_ms: int,
-              protocol: str) -> float:
+              protocol: tuple) -> float:
+    """``protocol``: (group protocol, heartbeat interval ms)."""
     group = f"{how.lower()}-{k}"
-    procs = _start_members(cluster, group, 3, directory, session_ms, protocol)
+    procs = _start_members(cluster, group, 3, directory, session_ms, *protocol)
+    protocol = protocol[0]
     try:
         ids = [_wait(lambda out=out: Path(f"{out}.id").exists() and
                      Path(f"{out}.id").read_text(), 30, "a member id") for _, out in procs]
@@ -202,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-protocol", choices=("zookeeper", "consumer", "classic"),
                         default="zookeeper")
     parser.add_argument("--heartbeat-ms", type=int, default=500,
-                        help="group.consumer.heartbeat.interval.ms (consumer protocol)")
+                        help="the heartbeat interval: group.consumer.heartbeat.interval.ms "
+                        "(consumer protocol), the members' heartbeat_interval_ms (classic)")
     # The member role (started by the bench itself).
     parser.add_argument("--member", action="store_true", help=argparse.SUPPRESS)
     for flag in ("--bootstrap", "--zookeeper", "--group", "--out"):
@@ -244,10 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.records:,} records of {args.record_size} B in {PARTITIONS} "
               f"partitions; group protocol {args.group_protocol}; session timeout "
               f"{args.session_ms} ms" + (f", heartbeat interval {args.heartbeat_ms} ms"
-                                         if args.group_protocol == "consumer" else ""),
+                                         if args.group_protocol != "zookeeper" else ""),
               flush=True)
         group_all, group_reading = throughput(cluster, directory, args.records,
-                                              args.session_ms, args.group_protocol)
+                                              args.session_ms,
+                                              (args.group_protocol, args.heartbeat_ms))
         alone_all, alone_reading = perf_tool(cluster, args.records)
         print(f"read by a group of 3 member processes: {group_reading:,.0f} records/s "
               f"from the first record read ({group_all:,.0f} from their start); "
@@ -256,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         for how in ("CLOSE", "KILL"):
             times = [rebalance(cluster, zk, directory, how, k, args.session_ms,
-                               args.group_protocol) for k in range(args.repeats)]
+                               (args.group_protocol, args.heartbeat_ms))
+                     for k in range(args.repeats)]
             print(f"rebalance after {'a clean close()' if how == 'CLOSE' else 'SIGKILL'}: "
                   f"median {statistics.median(times):,.0f} ms, best {min(times):,.0f}, "
                   f"worst {max(times):,.0f} ({len(times)} tries)", flush=True)

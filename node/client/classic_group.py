@@ -21,19 +21,20 @@ from node.wire.errors import KafkaError
 
 JOIN_SLACK_MS = 5_000
 HEARTBEAT_INTERVAL_MS = 3_000    # Kafka's heartbeat.interval.ms (a third of the session
-#                                  timeout at most)
+#                                  timeout at most here)
 
 
 class ClassicGroupMember(BrokerGroupMember):
     def __init__(self, consumer, group_id: str, *, client_id: str, auto_commit: bool,
-                 rebalance_timeout_ms: int, session_timeout_ms: int):
+                 rebalance_timeout_ms: int, session_timeout_ms: int,
+                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS):
         super().__init__(consumer, group_id, client_id=client_id, auto_commit=auto_commit,
                          rebalance_timeout_ms=rebalance_timeout_ms)
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.core = classic.ClassicMemberCore(
             group_id, session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
-            heartbeat_interval_ms=min(HEARTBEAT_INTERVAL_MS, session_timeout_ms // 3),
+            heartbeat_interval_ms=min(heartbeat_interval_ms, session_timeout_ms // 3),
             retry_backoff_ms=int(consumer.retry_backoff_s * 1000), auto_commit=auto_commit)
 
     @property

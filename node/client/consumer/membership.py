@@ -85,7 +85,8 @@ class GroupMembership:
                     self, self.group_id, client_id=self.client_id,
                     auto_commit=self.enable_auto_commit,
                     rebalance_timeout_ms=self.max_poll_interval_ms,
-                    session_timeout_ms=self.session_timeout_ms)
+                    session_timeout_ms=self.session_timeout_ms,
+                    heartbeat_interval_ms=self.heartbeat_interval_ms)
             else:
                 from node.client.broker_group import BrokerGroupMember
                 self._group = BrokerGroupMember(
