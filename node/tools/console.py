@@ -330,10 +330,11 @@ def add_consumer_arguments(parser) -> None:
     parser.add_argument("--from-beginning", action="store_true")
     parser.add_argument("--group", help="read as a member of this consumer group (its "
                         "committed offsets; commits as it goes)")
-    parser.add_argument("--group-protocol", choices=("consumer", "zookeeper"),
+    parser.add_argument("--group-protocol", choices=("consumer", "classic", "zookeeper"),
                         default="consumer",
                         help="with --group: consumer (the brokers' group coordinator, "
-                        "KIP-848; the default) or zookeeper (the Kafka paper's groups)")
+                        "KIP-848; the default), classic (the same coordinator, "
+                        "JoinGroup/SyncGroup) or zookeeper (the Kafka paper's groups)")
     parser.add_argument("--partition", type=int)
     parser.add_argument("--offset", help="a non-negative offset, earliest or latest "
                         "(default latest); needs --partition")

@@ -8,8 +8,9 @@ target, source offsets committed only after the target acknowledged.
 
 The consumer config takes ``bootstrap.servers`` and ``group.id`` (required), and
 ``auto.offset.reset`` (default latest, as Kafka's consumer), ``group.protocol``
-(``consumer``, the brokers' group coordinator, by default; ``zookeeper`` for the Kafka
-paper's groups), ``zookeeper.connect`` (those groups' coordinator; default: asked of a
+(``consumer``, the brokers' group coordinator with KIP-848, by default; ``classic``,
+the same coordinator with JoinGroup/SyncGroup; ``zookeeper`` for the Kafka paper's
+groups), ``zookeeper.connect`` (those groups' coordinator; default: asked of a
 source broker) and ``client.id``; the producer config takes
 ``bootstrap.servers`` and the producer keys of ``console-producer`` (acks is all unless
 set). ``--whitelist`` is Kafka's old name of ``--include``.

@@ -23,6 +23,9 @@ Groups (``group_id=``, then ``subscribe``), of two kinds (``group_protocol``):
   ``node.core.consumer_member``): FindCoordinator, then ConsumerGroupHeartbeat; the
   coordinator assigns, the member revokes before it takes new partitions; offsets are
   committed to the coordinator (``__consumer_offsets``).
+- ``"classic"``: the same coordinator with the classic protocol (JoinGroup, SyncGroup,
+  Heartbeat every ``heartbeat_interval_ms``, LeaveGroup; the group's leader assigns
+  with the range assignor; eager rebalancing; ``node.client.classic_group``).
 - ``"zookeeper"``: the Kafka paper's consumer groups, in the coordinator as Kafka 0.8
   kept them (``node.client.group``, its rebalance decided by ``node.core.group``). The
   coordinator's address comes from ``zookeeper_connect`` or, as a Kafka client would
