@@ -157,7 +157,7 @@ class ConsumerGroups:
             invalid("InstanceId can't be empty.")
         if body.get("rack_id") == "":
             invalid("RackId can't be empty.")
-        if body.get("subscribed_topic_regex") is not None:
+        if body.get("subscribed_topic_regex"):      # "" = none (what librdkafka 2.16 sends)
             invalid("SubscribedTopicRegex is not supported yet.")
         epoch, member_id = body["member_epoch"], body.get("member_id") or ""
         timeout = body.get("rebalance_timeout_ms", -1)
@@ -545,10 +545,10 @@ class ConsumerGroups:
                 if not states or group.state.lower() in states]
 
     @staticmethod
-    def describe_classic(group_id: str, version: int) -> dict:
+    def describe_classic(group_id: str, version: int | None = None) -> dict:
         """DescribeGroups (the classic API) asked about a consumer group: Kafka 4 answers
-        GROUP_ID_NOT_FOUND from v6, and a Dead group before."""
-        if version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
+        GROUP_ID_NOT_FOUND from v6, and a Dead group before (our codec's newest is v5)."""
+        if version is not None and version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
             return {"error_code": GROUP_ID_NOT_FOUND,
                     "error_message": f"Group {group_id} is not a classic group.",
                     "group_id": group_id, "group_state": "", "protocol_type": "",
