@@ -183,7 +183,11 @@ class BrokerGroupMember:
         if completion.response is None:
             self.core.on_failure(_now_ms(), completion.error_code)
         else:
-            self.core.on_response(_now_ms(), completion.response.body)
+            body = completion.response.body
+            code = coord.refused(body)
+            if code:       # the broker refused the request itself: an error to the core
+                body = {"error_code": code, "error_message": body.get("error_message")}
+            self.core.on_response(_now_ms(), body)
         self.step()
 
     def _run_actions(self) -> None:
@@ -324,7 +328,9 @@ class BrokerGroupMember:
             ctx.future.set_exception(GroupRequestError(completion.error_code,
                                                        completion.error_message))
             return
-        code = coord.first_error(coord.offset_commit_errors(completion.response.body).values())
+        body = completion.response.body
+        code = coord.refused(body) or \
+            coord.first_error(coord.offset_commit_errors(body).values())
         if code in coord.REDISCOVER:
             self.coordinators.forget(self.group_id)
         if code:
