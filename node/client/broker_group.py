@@ -142,6 +142,7 @@ class BrokerGroupMember:
             return
         self._stepping = True
         try:
+            self._take_set_aside()
             if self.subscription.pattern is not None and \
                     time.monotonic() >= self._pattern_next_s:
                 self._resubscribe()
@@ -286,19 +287,24 @@ class BrokerGroupMember:
         self.step()
         self._wait_answer(deadline_s)
 
+    def _take_set_aside(self) -> bool:
+        """Handle the answers of ours a blocking call set aside (a loop of commits
+        without a poll must go on heartbeating); True if there were any."""
+        net = self.consumer.net
+        ours = [c for c in net.backlog if isinstance(c.context, GROUP_CONTEXTS)]
+        if ours:
+            net.backlog = [c for c in net.backlog if not isinstance(c.context, GROUP_CONTEXTS)]
+            for c in ours:
+                self.on_completion(c)
+        return bool(ours)
+
     def _wait_answer(self, deadline_s: float) -> None:
         """Handle group answers until nothing of ours is in flight (or the deadline):
         first those a blocking call set aside, then new ones."""
-        net = self.consumer.net
         while self.core.in_flight and time.monotonic() < deadline_s:
-            ours = [c for c in net.backlog if isinstance(c.context, GROUP_CONTEXTS)]
-            if ours:
-                net.backlog = [c for c in net.backlog
-                               if not isinstance(c.context, GROUP_CONTEXTS)]
-                for c in ours:
-                    self.on_completion(c)
+            if self._take_set_aside():
                 continue
-            for c in net._poll_aside(50):
+            for c in self.consumer.net._poll_aside(50):
                 if isinstance(c.context, (_Heartbeat, _AsyncCommit)):
                     self.on_completion(c)
                 else:
