@@ -70,6 +70,7 @@ class BrokerGroupMember:
         self.subscription: Subscription | None = None
         self.listener = None
         self._pattern_next_s = 0.0
+        self._names: dict[str, str] = {}      # topic id -> name, as metadata said
         self._stepping = False
         self._fatal: GroupRequestError | None = None
         self.rebalance_started_s: float | None = None
@@ -126,12 +127,13 @@ class BrokerGroupMember:
         return [t for t in md.topics if sub.matches(t) and not t.startswith("__")]
 
     def _learn_names(self) -> None:
-        ids = self.consumer.meta.current.topic_ids
-        self.core.names_known({i: t for t, i in ids.items()}, _now_ms())
+        """Topic id -> name from metadata, kept (a partition owned of a topic deleted
+        since is still named when it is revoked)."""
+        self._names.update({i: t for t, i in self.consumer.meta.current.topic_ids.items()})
+        self.core.names_known(dict(self._names), _now_ms())
 
     def _name(self, tp) -> tuple[str, int]:
-        names = {i: t for t, i in self.consumer.meta.current.topic_ids.items()}
-        return names[tp[0]], tp[1]
+        return self._names[tp[0]], tp[1]
 
     # ------------------------------------------------------------- stepping
     def step(self) -> None:
@@ -173,6 +175,8 @@ class BrokerGroupMember:
             code = int(getattr(e, "code", GroupErrors.COORDINATOR_NOT_AVAILABLE))
             log.debug("group %s: %s not sent: %s", self.group_id, GroupApi(api_key).name, e)
             self.core.on_failure(_now_ms(), code)
+            if code not in coord.RETRIABLE:     # no coordinator will ever be found here
+                self._fatal = GroupRequestError(code, f"group {self.group_id}: {e}")
 
     def on_completion(self, completion) -> None:
         """An answer (or the failure) of a request this member sent without waiting."""
