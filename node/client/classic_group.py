@@ -27,7 +27,8 @@ HEARTBEAT_INTERVAL_MS = 3_000    # Kafka's heartbeat.interval.ms (a third of the
 class ClassicGroupMember(BrokerGroupMember):
     def __init__(self, consumer, group_id: str, *, client_id: str, auto_commit: bool,
                  rebalance_timeout_ms: int, session_timeout_ms: int,
-                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS):
+                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
+                 instance_id: str | None = None):
         super().__init__(consumer, group_id, client_id=client_id, auto_commit=auto_commit,
                          rebalance_timeout_ms=rebalance_timeout_ms)
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -35,7 +36,8 @@ class ClassicGroupMember(BrokerGroupMember):
             group_id, session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
             heartbeat_interval_ms=min(heartbeat_interval_ms, session_timeout_ms // 3),
-            retry_backoff_ms=int(consumer.retry_backoff_s * 1000), auto_commit=auto_commit)
+            retry_backoff_ms=int(consumer.retry_backoff_s * 1000), auto_commit=auto_commit,
+            instance_id=instance_id)
 
     @property
     def stable(self) -> bool:

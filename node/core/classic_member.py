@@ -25,7 +25,9 @@ Rules:
   coordinator again, retry after ``retry_backoff_ms`` (a join starts over);
   COORDINATOR_LOAD_IN_PROGRESS: retry the same coordinator.
 - Heartbeats every ``heartbeat_interval_ms`` while stable. ``leave``: commit and revoke,
-  then LeaveGroup.
+  then LeaveGroup; a static member (``instance_id``, KIP-345) sends no LeaveGroup, as
+  Kafka's consumer: the coordinator keeps its place until its session ends, and a
+  member that joins with the same instance id takes it without a rebalance.
 
 Invariant (asserted): the member owns partitions only while STABLE, and only those of
 its last SyncGroup answer.
@@ -88,8 +90,10 @@ class NeedPartitionCounts:
 class ClassicMemberCore:
     def __init__(self, group_id: str, *, session_timeout_ms: int, rebalance_timeout_ms: int,
                  heartbeat_interval_ms: int, retry_backoff_ms: int = 100,
-                 auto_commit: bool = True):
+                 auto_commit: bool = True, instance_id: str | None = None):
         assert group_id and 0 < heartbeat_interval_ms < session_timeout_ms
+        assert instance_id is None or instance_id, "an instance id is not empty"
+        self.instance_id = instance_id
         self.group_id = group_id
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -123,7 +127,7 @@ class ClassicMemberCore:
             self.state = State.LEFT
             return
         self._revoke_all()
-        self.state = State.LEAVING if self.member_id else State.LEFT
+        self.state = State.LEAVING if self.member_id and not self.instance_id else State.LEFT
         self.in_flight = None
         self.next_request_ms = now_ms
 
@@ -140,7 +144,7 @@ class ClassicMemberCore:
             request = (JOIN_GROUP, {
                 "group_id": self.group_id, "session_timeout_ms": self.session_timeout_ms,
                 "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "member_id": self.member_id, "group_instance_id": None,
+                "member_id": self.member_id, "group_instance_id": self.instance_id,
                 "protocol_type": PROTOCOL_TYPE,
                 "protocols": [{"name": ASSIGNOR,
                                "metadata": encode_subscription(self.topics)}],
@@ -148,16 +152,17 @@ class ClassicMemberCore:
         elif self.state is State.SYNCING:
             request = (SYNC_GROUP, {
                 "group_id": self.group_id, "generation_id": self.generation,
-                "member_id": self.member_id, "group_instance_id": None,
+                "member_id": self.member_id, "group_instance_id": self.instance_id,
                 "protocol_type": PROTOCOL_TYPE, "protocol_name": ASSIGNOR,
                 "assignments": self._sync_assignments})
         elif self.state is State.STABLE:
             request = (HEARTBEAT, {"group_id": self.group_id,
                                    "generation_id": self.generation,
-                                   "member_id": self.member_id, "group_instance_id": None})
+                                   "member_id": self.member_id,
+                                   "group_instance_id": self.instance_id})
         elif self.state is State.LEAVING:
             request = (LEAVE_GROUP, {"group_id": self.group_id, "members": [
-                {"member_id": self.member_id, "group_instance_id": None,
+                {"member_id": self.member_id, "group_instance_id": self.instance_id,
                  "reason": "the consumer is closing"}]})
         else:
             return None

@@ -23,12 +23,13 @@ from tests.waiting import poll_until
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 SESSION_MS = 6_000
+HEARTBEAT_MS = 500
 CONFIG = {"default.replication.factor": "1", "num.partitions": "6",
           "auto.leader.rebalance.enable": "false",
           "group.consumer.session.timeout.ms": str(SESSION_MS),
           "group.consumer.min.session.timeout.ms": str(SESSION_MS),
-          "group.consumer.heartbeat.interval.ms": "500",
-          "group.consumer.min.heartbeat.interval.ms": "500",
+          "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
+          "group.consumer.min.heartbeat.interval.ms": str(HEARTBEAT_MS),
           "group.initial.rebalance.delay.ms": "0"}
 WORKER = os.path.join(os.path.dirname(__file__), "group_worker.py")
 
@@ -80,6 +81,7 @@ def _produce(cluster, topic: str, n: int, partitions: int = 6, start: int = 0) -
 def _member(cluster, group: str, protocol: str, **kwargs) -> Consumer:
     kwargs.setdefault("auto_offset_reset", "earliest")
     kwargs.setdefault("session_timeout_ms", SESSION_MS)      # the classic members'
+    kwargs.setdefault("heartbeat_interval_ms", HEARTBEAT_MS)
     kwargs["group_protocol"] = protocol
     return Consumer(cluster.bootstrap_servers, group_id=group, fetch_max_wait_ms=100,
                     **kwargs)
@@ -328,3 +330,39 @@ def test_a_member_committing_without_polling_stays_in_its_group(cluster, protoco
         assert member._group._epoch() == epoch and len(member.assignment()) == 2
     finally:
         member.close()
+
+
+def test_a_static_member_restarts_without_a_rebalance(cluster, groups, protocol):
+    """KIP-345: a member with a group.instance.id that closes and comes back within its
+    session takes its partitions back; the other member's epoch (generation) and
+    partitions do not change, and nothing is read twice."""
+    topic = _topic(cluster, records=60)
+    group = f"static-{topic}"
+    a = _member(cluster, group, protocol, group_instance_id="host-a")
+    b = _member(cluster, group, protocol)
+    again = None
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic])
+        read = _poll_all([a, b], lambda r: _disjoint_cover([a, b], topic) and
+                         a.assignment() and b.assignment() and
+                         sum(len(x) for x in r.values()) >= 60)
+        a_had, b_had, b_epoch = a.assignment(), b.assignment(), b._group._epoch()
+        a.close()                       # commits; the coordinator keeps its place
+        again = _member(cluster, group, protocol, group_instance_id="host-a")
+        again.subscribe([topic])
+        _poll_all([again, b], lambda r: again.assignment() == a_had,
+                  timeout_s=SESSION_MS / 1000 - 1)
+        # Several heartbeats of b later (a rebalance would have reached it by then):
+        until = time.monotonic() + 3 * HEARTBEAT_MS / 1000
+        _poll_all([again, b], lambda r: time.monotonic() >= until)
+        assert b.assignment() == b_had and b._group._epoch() == b_epoch
+        _produce(cluster, topic, 60, start=60)
+        more = _poll_all([again, b], lambda r: sum(len(x) for x in r.values()) >= 60)
+        values = [int(x.value) for recs in more.values() for x in recs]
+        assert sorted(values) == list(range(60, 120))       # nothing read twice
+        assert len(read[0]) + len(read[1]) == 60
+    finally:
+        for m in (a, b, again):
+            if m is not None:
+                m.close()
