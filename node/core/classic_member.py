@@ -24,6 +24,9 @@ Rules:
 - NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection, a timeout: find the
   coordinator again, retry after ``retry_backoff_ms`` (a join starts over);
   COORDINATOR_LOAD_IN_PROGRESS: retry the same coordinator.
+- The leader watches the partition counts it assigned from (``counts_changed``, the
+  shell looks every few seconds): a topic created or grown since makes it join again,
+  so the group rebalances onto it (Kafka's leader does the same).
 - Heartbeats every ``heartbeat_interval_ms`` while stable. ``leave``: commit and revoke,
   then LeaveGroup; a static member (``instance_id``, KIP-345) sends no LeaveGroup, as
   Kafka's consumer: the coordinator keeps its place until its session ends, and a
@@ -109,6 +112,7 @@ class ClassicMemberCore:
         self.in_flight: int | None = None         # the API key of the request out
         self.next_request_ms = 0
         self._members: dict[str, Subscription] = {}
+        self.assigned_counts: dict[str, int] | None = None   # the leader's, last sync
         self._sync_assignments: list[dict] = []
         self._actions: list = []
 
@@ -214,11 +218,18 @@ class ClassicMemberCore:
         """The leader's answer to NeedPartitionCounts: compute and sync."""
         if self.state is not State.ASSIGNING:
             return
+        self.assigned_counts = dict(counts)
         shares = assign(self._members, {t: n for t, n in counts.items() if n})
         self._sync_assignments = [{"member_id": m, "assignment": encode_assignment(tps)}
                                   for m, tps in sorted(shares.items())]
         self.state = State.SYNCING
         self.next_request_ms = now_ms
+
+    def counts_changed(self, counts: dict[str, int], now_ms: int) -> None:
+        """The leader's periodic look at the partition counts: join again if they moved."""
+        if self.state is State.STABLE and self.leader and \
+                self.assigned_counts is not None and counts != self.assigned_counts:
+            self._rejoin(now_ms)
 
     def take_actions(self) -> list:
         out, self._actions = self._actions, []
@@ -229,6 +240,7 @@ class ClassicMemberCore:
         self.member_id = body["member_id"]
         self.generation = int(body["generation_id"])
         self.leader = body.get("leader") == self.member_id
+        self.assigned_counts = None
         self._sync_assignments = []
         self.next_request_ms = now_ms
         if self.leader and not body.get("skip_assignment"):

@@ -366,3 +366,24 @@ def test_a_static_member_restarts_without_a_rebalance(cluster, groups, protocol)
         for m in (a, b, again):
             if m is not None:
                 m.close()
+
+
+def test_a_topic_created_after_the_subscription_is_read(cluster, protocol):
+    """KIP-848: the coordinator assigns the topic once its metadata shows it (the member
+    learns its id from metadata); classic: the leader sees the partition count move and
+    the group rebalances onto it."""
+    topic = f"later{next(_names)}"
+    group = f"later-{topic}"
+    member = _member(cluster, group, protocol)
+    try:
+        member.subscribe([topic])
+        _poll_all([member], lambda r: member._group.stable, timeout_s=15)
+        assert member.assignment() == set()
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic(topic, 3, 1)
+        _produce(cluster, topic, 30, partitions=3)
+        read = _poll_all([member], lambda r: len(r[0]) >= 30, timeout_s=30)
+        assert sorted(int(x.value) for x in read[0]) == list(range(30))
+        assert member.assignment() == {TopicPartition(topic, p) for p in range(3)}
+    finally:
+        member.close()
