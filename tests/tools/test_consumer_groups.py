@@ -95,6 +95,10 @@ def test_console_consumer_in_a_group_commits_and_describe_shows_kafkas_columns(c
     assert len(first) == 150 and len(second) == 50 and not first & second
     assert first | second == {(f"Partition:{p}", f"Offset:{o}") for p in (0, 1)
                               for o in range(100)}
+    # An empty group of any kind is deleted with its offsets.
+    deleted = _cli(cluster, "--delete", "--group", f"readers-{kind}", kind=kind)
+    assert deleted.returncode == 0, deleted.stderr
+    assert f"readers-{kind}" not in _cli(cluster, "--list", kind=kind).stdout.split()
 
 
 def test_describe_members_and_state_of_a_live_group(cluster, kind):
