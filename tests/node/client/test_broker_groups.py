@@ -387,3 +387,45 @@ def test_a_topic_created_after_the_subscription_is_read(cluster, protocol):
         assert member.assignment() == {TopicPartition(topic, p) for p in range(3)}
     finally:
         member.close()
+
+
+def test_a_member_paused_past_its_session_is_fenced_and_rejoins(cluster, groups, protocol,
+                                                                tmp_path):
+    """SIGSTOP a member for longer than its session: the others take its partitions;
+    resumed, it learns it was fenced (FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID, or
+    ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID classic), drops what it held without
+    committing, and joins again: three owners again, every record read."""
+    topic = _topic(cluster, records=600)
+    group = f"pause-{topic}"
+    names = ("w0", "w1", "w2")
+    outs = {n: tmp_path / f"{n}.jsonl" for n in names}
+    workers = {n: _start_worker(cluster, group, topic, outs[n], n, protocol) for n in names}
+    try:
+        poll_until(lambda: all(os.path.exists(f"{outs[n]}.id") for n in names), 30,
+                   "three members started")
+        poll_until(lambda: len(set(_owners(groups, group).values())) == 3 and
+                   len(_owners(groups, group)) == 6, 30, "three owners")
+        paused = open(f"{outs['w1']}.id").read()
+        workers["w1"].send_signal(signal.SIGSTOP)
+        try:
+            poll_until(lambda: len(_owners(groups, group)) == 6 and
+                       paused not in _owners(groups, group).values(),
+                       SESSION_MS / 1000 + 10, "the others taking the paused one's share")
+        finally:
+            workers["w1"].send_signal(signal.SIGCONT)
+        poll_until(lambda: len(set(_owners(groups, group).values())) == 3 and
+                   len(_owners(groups, group)) == 6, 30, "three owners again")
+        _produce(cluster, topic, 600, start=600)
+        poll_until(lambda: {int(r["value"]) for o in outs.values() for r in _lines(o)}
+                   >= set(range(1200)), 60, "every record read")
+    finally:
+        for w in workers.values():
+            if w.poll() is None:
+                w.send_signal(signal.SIGCONT)
+                w.send_signal(signal.SIGTERM)
+        for w in workers.values():
+            try:
+                w.wait(15)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()
