@@ -78,6 +78,9 @@ def test_console_consumer_in_a_group_commits_and_describe_shows_kafkas_columns(c
     rows = _table(described.stdout)
     assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
                        "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    verbose = _table(_cli(cluster, "--describe", "--group", f"readers-{kind}", "--verbose",
+                          kind=kind).stdout)
+    assert verbose[0][3] == "LEADER-EPOCH" and verbose[1][3] == "-"  # none committed
     body = {int(r[2]): r for r in rows[1:]}
     assert sorted(body) == [0, 1]
     assert sum(int(r[3]) for r in body.values()) == 150          # what was read
@@ -109,13 +112,16 @@ def test_describe_members_and_state_of_a_live_group(cluster, kind):
         member.subscribe(["orders"])
         while len(member.assignment()) < 2:
             member.poll(100)
-        members = _cli(cluster, "--describe", "--group", f"live-{kind}", "--members", "--verbose",
-                       kind=kind)
+        members = _cli(cluster, "--describe", "--group", f"live-{kind}", "--members",
+                       "--verbose", kind=kind)
         rows = _table(members.stdout)
         assert rows[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
-                           "ASSIGNMENT"]
+                           "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                           "TARGET-ASSIGNMENT"]
+        epoch = str(member._group._epoch()) if kind == "consumer" else "-"
+        target = "orders(0,1)" if kind == "consumer" else "-"
         assert rows[1][:2] == [f"live-{kind}", member.member_id()] and rows[1][4:] == \
-            ["2", "orders(0,1)"]
+            ["2", epoch, "orders(0,1)", epoch, target]
         state = _table(_cli(cluster, "--describe", "--group", f"live-{kind}", "--state",
                             kind=kind).stdout)
         assert state[0][0] == "GROUP" and state[1][0] == f"live-{kind}"
