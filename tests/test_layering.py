@@ -4,7 +4,9 @@ the project (imports inside functions count too).
     node.wire  <-  node.core  <-  node.broker
     node.core.groups may use node.kafka.protocol's codecs (Kafka's record schemas).
     node.wire  <-  node.client  <-  node.tools, node.perf, node.cluster  <-  bench
-    node.client may use node.core.group (the consumer group's pure rebalance core).
+    node.client may use node.core.group (the consumer group's pure rebalance core) and
+    node.core.consumer_member and node.core.classic_member (the KIP-848 and classic
+    members' pure cores).
     shm and zk_lite never import node; node.core imports no I/O module.
     The controller's parts (node.core.controller.*) import only its events and elections.
     The consumer's parts (node.client.consumer.*) share only its subscription state.
@@ -46,15 +48,17 @@ LAYERS: dict[str, set[str]] = {
     # The broker starts its Kafka listener (one module of node.kafka); its group
     # coordinator's bodies are Kafka's messages as dicts (node.kafka.protocol's classes
     # through node.kafka.dicts).
-    "node.broker": _BASE | {"node.core", "node.core.groups", "node.net", "node.local_link", "node.config",
-                            "node.kafka.listener", "node.kafka.protocol", "node.kafka.dicts"},
+    "node.broker": _BASE | {"node.core", "node.core.groups", "node.net", "node.local_link",
+                            "node.config", "node.kafka.listener", "node.kafka.protocol",
+                            "node.kafka.dicts"},
     "node.kafka": _BASE,   # Kafka's wire protocol (issue 25): records, codecs
     # Kafka's wire onto the native handlers: the translations see the broker only through
     # their context (node.config's names); the listener lives on the broker's loop.
     "node.kafka.translate": _BASE | {"node.kafka", "node.config"},
     "node.kafka.listener": _BASE | {"node.kafka", "node.kafka.translate", "node.config",
                                     "node.broker"},
-    "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group"},
+    "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group",
+                     "node.core.consumer_member", "node.core.classic_member"},
     "node.tools": _CLIENT_SIDE,
     "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},
     "node.cluster": _CLIENT_SIDE | {"node.tools"},
@@ -93,7 +97,6 @@ BENCH_LAYERS: dict[str, set[str]] = {
     "bench.teach": _BENCH_NODE | {"node.http_guard", "bench.chaos"},
     "bench.cli": {"*"},     # the console script: node.cli and every package of bench
     "bench.kafka_clients": {"bench.perf"},  # `python -m bench.kafka_clients`'s entry
-    "bench.compaction": {"bench.perf"},     # `python -m bench.compaction`'s entry
     "bench": set(),         # bench/__init__.py
 }
 # The pure cores: their behaviour is a function of their inputs, so the simulator and
