@@ -45,7 +45,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable
 
 from node.broker.failures import STORAGE_ERRORS
-from node.broker.loop import now_ms
 from node.config import CLEANER_IO_UNBOUNDED
 
 logger = logging.getLogger("node.broker.log_cleaner")

@@ -26,10 +26,11 @@ import time
 import uuid
 
 from node.client import coordinator as coord
-from node.client.coordinator import GroupApi, GroupErrors, GroupRequestError
+from node.client.coordinator import GroupRequestError
 from node.core import consumer_member as member_core
 from node.core.group import Subscription
-from node.wire.errors import KafkaError
+from node.wire.errors import ErrorCode, KafkaError
+from node.wire.protocol import ApiKey
 
 log = logging.getLogger("minikafka.consumer")
 
@@ -164,7 +165,7 @@ class BrokerGroupMember:
         body = self.core.heartbeat_request(now_ms)
         if self.core.member_epoch == 0 and self.rebalance_started_s is None:
             self.rebalance_started_s = time.monotonic()
-        self._send(GroupApi.CONSUMER_GROUP_HEARTBEAT, body)
+        self._send(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
 
     def _send(self, api_key: int, body: dict, timeout_ms: int | None = None) -> None:
         """Send without waiting; the answer comes back through ``on_completion``."""
@@ -174,8 +175,8 @@ class BrokerGroupMember:
             self.consumer.net.send(endpoint, api_key, body, context=_Heartbeat(),
                                    timeout_ms=timeout_ms)
         except KafkaError as e:
-            code = int(getattr(e, "code", GroupErrors.COORDINATOR_NOT_AVAILABLE))
-            log.debug("group %s: %s not sent: %s", self.group_id, GroupApi(api_key).name, e)
+            code = int(getattr(e, "code", ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            log.debug("group %s: %s not sent: %s", self.group_id, ApiKey(api_key).name, e)
             self.core.on_failure(_now_ms(), code)
             if code not in coord.RETRIABLE:     # no coordinator will ever be found here
                 self._fatal = GroupRequestError(code, f"group {self.group_id}: {e}")
@@ -255,7 +256,7 @@ class BrokerGroupMember:
         """{tp: committed offset} of ``partitions`` (those with none are left out)."""
         body = coord.offset_fetch_body(self.group_id, partitions,
                                        member_id=self.member_id, epoch=self._epoch())
-        answer = self.coordinators.request(self.group_id, GroupApi.OFFSET_FETCH, body,
+        answer = self.coordinators.request(self.group_id, ApiKey.OFFSET_FETCH, body,
                                            error_of=coord.offset_fetch_error)
         return coord.offset_fetch_offsets(answer)
 
@@ -270,24 +271,24 @@ class BrokerGroupMember:
             body = coord.offset_commit_body(self.group_id, offsets,
                                             member_id=self.member_id, epoch=self._epoch())
             answer = self.coordinators.request(
-                self.group_id, GroupApi.OFFSET_COMMIT, body, deadline_s=deadline_s,
+                self.group_id, ApiKey.OFFSET_COMMIT, body, deadline_s=deadline_s,
                 error_of=lambda b: coord.first_error(coord.offset_commit_errors(b).values()))
             codes = coord.offset_commit_errors(answer)
             code = coord.first_error(codes.values())
-            if code == GroupErrors.STALE_MEMBER_EPOCH and time.monotonic() < deadline_s:
+            if code == ErrorCode.STALE_MEMBER_EPOCH and time.monotonic() < deadline_s:
                 self._wait_heartbeat(deadline_s)
                 continue
             if code:
                 raise GroupRequestError(code, f"commit of group {self.group_id} failed")
             return dict(offsets)
-        raise GroupRequestError(GroupErrors.STALE_MEMBER_EPOCH,
+        raise GroupRequestError(ErrorCode.STALE_MEMBER_EPOCH,
                                 f"commit of group {self.group_id}: the epoch kept moving")
 
     def _wait_heartbeat(self, deadline_s: float) -> None:
         """Send a heartbeat now and wait for its answer (a newer member epoch); not
         while leaving (that heartbeat would be the leave)."""
         if self.core.state is member_core.State.LEAVING:
-            raise GroupRequestError(GroupErrors.STALE_MEMBER_EPOCH,
+            raise GroupRequestError(ErrorCode.STALE_MEMBER_EPOCH,
                                     f"commit of group {self.group_id} while leaving")
         self.core.next_heartbeat_ms = _now_ms()
         self.step()
@@ -327,7 +328,7 @@ class BrokerGroupMember:
             return future
         try:
             endpoint = self.coordinators.find(self.group_id)
-            self.consumer.net.send(endpoint, GroupApi.OFFSET_COMMIT, coord.offset_commit_body(
+            self.consumer.net.send(endpoint, ApiKey.OFFSET_COMMIT, coord.offset_commit_body(
                 self.group_id, offsets, member_id=self.member_id, epoch=self._epoch()),
                 context=_AsyncCommit(future, dict(offsets)))
         except KafkaError as e:
@@ -372,7 +373,7 @@ class BrokerGroupMember:
         timeout_ms = min(self.consumer.request_timeout_ms, LEAVE_TIMEOUT_MS_MAX)
         try:     # a coordinator that moved is found again, within the leave's time
             answer = self.coordinators.request(
-                self.group_id, GroupApi.CONSUMER_GROUP_HEARTBEAT, body,
+                self.group_id, ApiKey.CONSUMER_GROUP_HEARTBEAT, body,
                 deadline_s=time.monotonic() + timeout_ms / 1000)
             self.core.on_response(_now_ms(), answer)
         except KafkaError as e:   # the session timeout will end the membership

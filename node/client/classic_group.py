@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 from node.client.broker_group import BrokerGroupMember, _now_ms
-from node.client.coordinator import GroupApi
 from node.core import classic_member as classic
 from node.wire.errors import KafkaError
+from node.wire.protocol import ApiKey
 
 JOIN_SLACK_MS = 5_000
 HEARTBEAT_INTERVAL_MS = 3_000    # Kafka's heartbeat.interval.ms (a third of the session
@@ -87,7 +87,7 @@ class ClassicGroupMember(BrokerGroupMember):
             try:
                 md = self.consumer.meta.refresh(sorted(action.topics))
                 counts = {t: md.partition_count(t) or 0 for t in action.topics}
-            except KafkaError as e:    # assign what is known; the next rebalance the rest
+            except KafkaError:    # assign what is known; the next rebalance the rest
                 self.consumer._metadata_wanted = True
                 counts = {t: self.consumer.meta.current.partition_count(t) or 0
                           for t in action.topics}
@@ -123,7 +123,7 @@ class ClassicGroupMember(BrokerGroupMember):
         timeout_ms = min(self.consumer.request_timeout_ms, LEAVE_TIMEOUT_MS_MAX)
         try:
             answer = self.coordinators.request(
-                self.group_id, GroupApi.LEAVE_GROUP, request[1],
+                self.group_id, ApiKey.LEAVE_GROUP, request[1],
                 deadline_s=time.monotonic() + timeout_ms / 1000)
             self.core.on_response(_now_ms(), answer)
         except KafkaError as e:

@@ -17,67 +17,21 @@ Rules:
 """
 from __future__ import annotations
 
-import enum
 import time
 
 from node.client.metadata import MetadataFetcher
 from node.client.network import Network
 from node.wire import errors
-from node.wire.errors import KafkaError
+from node.wire.errors import ErrorCode, KafkaError
+from node.wire.protocol import ApiKey
 
 COORDINATOR_KEY_GROUP = 0       # FindCoordinator key_type: a group (1 = a transaction)
 
-
-class GroupApi(enum.IntEnum):
-    """The group APIs (Kafka's numbers; the native wire uses the same)."""
-
-    OFFSET_COMMIT = 8
-    OFFSET_FETCH = 9
-    FIND_COORDINATOR = 10
-    JOIN_GROUP = 11
-    HEARTBEAT = 12
-    LEAVE_GROUP = 13
-    SYNC_GROUP = 14
-    DESCRIBE_GROUPS = 15
-    LIST_GROUPS = 16
-    DELETE_GROUPS = 42
-    OFFSET_DELETE = 47
-    CONSUMER_GROUP_HEARTBEAT = 68
-    CONSUMER_GROUP_DESCRIBE = 69
-
-
-class GroupErrors(enum.IntEnum):
-    """Kafka's group error codes (Kafka's numbers and names)."""
-
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    REBALANCE_IN_PROGRESS = 27
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    GROUP_SUBSCRIBED_TO_TOPIC = 86
-    FENCED_MEMBER_EPOCH = 110
-    STALE_MEMBER_EPOCH = 113
-
-
-REDISCOVER = frozenset({int(GroupErrors.NOT_COORDINATOR),
-                        int(GroupErrors.COORDINATOR_NOT_AVAILABLE),
-                        int(errors.ErrorCode.REQUEST_TIMED_OUT),
-                        int(errors.ErrorCode.NETWORK_EXCEPTION)})
-RETRIABLE = REDISCOVER | {int(GroupErrors.COORDINATOR_LOAD_IN_PROGRESS)}
-
-
-def error_name(code: int) -> str:
-    if code in errors.NAMES:
-        return errors.NAMES[code]
-    try:
-        return GroupErrors(code).name
-    except ValueError:
-        return f"UNKNOWN_CODE_{code}"
+REDISCOVER = frozenset({int(ErrorCode.NOT_COORDINATOR),
+                        int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                        int(ErrorCode.REQUEST_TIMED_OUT),
+                        int(ErrorCode.NETWORK_EXCEPTION)})
+RETRIABLE = REDISCOVER | {int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)}
 
 
 class GroupRequestError(KafkaError):
@@ -85,7 +39,7 @@ class GroupRequestError(KafkaError):
 
     def __init__(self, code: int, message: str | None = None):
         self.code = code
-        self.name = error_name(code)
+        self.name = errors.name_of(code)
         self.retriable = code in RETRIABLE
         super().__init__(message or "")
 
@@ -146,7 +100,7 @@ class Coordinators:
     def _ask(self, group_id: str, deadline_s: float) -> tuple[int, str]:
         timeout_ms = max(1, int((deadline_s - time.monotonic()) * 1000))
         _, response = self.net.request_first(
-            self.meta.endpoints(), GroupApi.FIND_COORDINATOR,
+            self.meta.endpoints(), ApiKey.FIND_COORDINATOR,
             {"key_type": COORDINATOR_KEY_GROUP, "coordinator_keys": [group_id]},
             timeout_ms=min(timeout_ms, self.request_timeout_ms))
         body = check_refused(response.body, "FindCoordinator")
@@ -182,7 +136,7 @@ class Coordinators:
                 response = self.net.request(endpoint, api_key, body,
                                             timeout_ms=max(1, min(remaining_ms,
                                                                   self.request_timeout_ms)))
-                check_refused(response.body, GroupApi(api_key).name)
+                check_refused(response.body, ApiKey(api_key).name)
                 code = error_of(response.body)
             except KafkaError as e:
                 code = int(getattr(e, "code", errors.ErrorCode.NETWORK_EXCEPTION))
@@ -195,7 +149,7 @@ class Coordinators:
                 self.forget(group_id)
             if time.monotonic() + self.retry_backoff_s >= deadline_s:
                 raise GroupRequestError(code, f"group {group_id}: the coordinator did not "
-                                              f"answer {GroupApi(api_key).name} in time")
+                                              f"answer {ApiKey(api_key).name} in time")
             time.sleep(self.retry_backoff_s)
 
 

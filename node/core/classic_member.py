@@ -46,25 +46,19 @@ from node.core.group import Subscription, assign
 from node.wire.consumer_protocol import (ConsumerProtocolError, decode_assignment,
                                          decode_subscription, encode_assignment,
                                          encode_subscription)
+from node.wire.errors import ErrorCode
+from node.wire.protocol import ApiKey
 
 PROTOCOL_TYPE = "consumer"
 ASSIGNOR = "range"
 NO_GENERATION = -1
 
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14     # Kafka's API keys
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = (ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
+                                                 ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP)
 
 
-class Errors(enum.IntEnum):
-    REQUEST_TIMED_OUT = 7
-    NETWORK_EXCEPTION = 13
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    UNKNOWN_MEMBER_ID = 25
-    REBALANCE_IN_PROGRESS = 27
-    MEMBER_ID_REQUIRED = 79
-    FENCED_INSTANCE_ID = 82
+# Kafka's error codes (the names the member handles are ErrorCode's).
+Errors = ErrorCode
 
 
 REDISCOVER = frozenset({Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE,

@@ -44,6 +44,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from node.wire.errors import ErrorCode
+
 TP = tuple[str, int]          # (topic id, partition) inside the core
 
 LEAVE_EPOCH = -1              # Kafka's LEAVE_GROUP_MEMBER_EPOCH
@@ -51,18 +53,8 @@ LEAVE_STATIC_EPOCH = -2       # Kafka's LEAVE_GROUP_STATIC_MEMBER_EPOCH
 JOIN_EPOCH = 0
 
 
-class Errors(enum.IntEnum):
-    """The Kafka error codes a member handles (Kafka's numbers)."""
-
-    NONE = 0
-    REQUEST_TIMED_OUT = 7
-    NETWORK_EXCEPTION = 13
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    UNKNOWN_MEMBER_ID = 25
-    FENCED_MEMBER_EPOCH = 110
-    STALE_MEMBER_EPOCH = 113
+# Kafka's error codes (the names the member handles are ErrorCode's).
+Errors = ErrorCode
 
 
 REDISCOVER = frozenset({Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE,

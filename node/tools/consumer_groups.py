@@ -434,7 +434,7 @@ def _delete_offsets(args, source, groups: list[str]) -> int:
         tps = [(t, p) for t, chosen in _topic_specs(args)
                for p in (chosen if chosen is not None else range(_partition_count(c, t)))]
     code, results = source.delete_offsets(group, tps)
-    from node.client.coordinator import error_name
+    from node.wire.errors import name_of as error_name
     topics = ", ".join(t for t, _ in _topic_specs(args))
     messages = {0: f"Request succeed for deleting offsets with topic {topics} group {group}",
                 24: f"'{group}' is not valid.", 69: f"'{group}' does not exist.",

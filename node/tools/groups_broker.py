@@ -15,20 +15,21 @@
 from __future__ import annotations
 
 from node.client import coordinator as coord
-from node.client.coordinator import GroupApi, GroupErrors, GroupRequestError
+from node.client.coordinator import GroupRequestError
 from node.client.metadata import MetadataFetcher, parse_bootstrap
 from node.client.network import Network
 from node.tools.common import ADMIN_TIMEOUT_MS, ToolError
 from node.tools.groups_model import CLASSIC, CONSUMER, GroupInfo, Listed, MemberInfo
 from node.wire import consumer_protocol
-from node.wire.errors import KafkaError
+from node.wire.errors import ErrorCode, KafkaError, name_of
+from node.wire.protocol import ApiKey
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 # Kafka's exception names in the tool's messages.
-EXCEPTION_NAMES = {GroupErrors.NON_EMPTY_GROUP: "GroupNotEmptyException: The group is not empty.",
-                   GroupErrors.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException: The group id "
+EXCEPTION_NAMES = {ErrorCode.NON_EMPTY_GROUP: "GroupNotEmptyException: The group is not empty.",
+                   ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException: The group id "
                                                    "does not exist.",
-                   GroupErrors.INVALID_GROUP_ID: "InvalidGroupIdException: The configured "
+                   ErrorCode.INVALID_GROUP_ID: "InvalidGroupIdException: The configured "
                                                  "groupId is invalid."}
 
 
@@ -55,7 +56,7 @@ class BrokerGroups:
         md = self.meta.refresh([])
         for broker in sorted(md.brokers):
             body = coord.check_refused(self.net.request(
-                md.endpoint(broker), GroupApi.LIST_GROUPS,
+                md.endpoint(broker), ApiKey.LIST_GROUPS,
                 {"states_filter": [], "types_filter": []}).body, "ListGroups")
             code = int(body.get("error_code") or 0)
             if code:
@@ -72,12 +73,12 @@ class BrokerGroups:
     # ------------------------------------------------------------- describing
     def describe(self, group: str) -> GroupInfo | None:
         body = self.coordinators.request(
-            group, GroupApi.CONSUMER_GROUP_DESCRIBE,
+            group, ApiKey.CONSUMER_GROUP_DESCRIBE,
             {"group_ids": [group], "include_authorized_operations": False},
             error_of=lambda b: _first_group_error(b))
         described = (body.get("groups") or [{}])[0]
         code = int(described.get("error_code") or 0)
-        if code in (GroupErrors.GROUP_ID_NOT_FOUND, 35, 42):   # not KIP-848's: classic
+        if code in (ErrorCode.GROUP_ID_NOT_FOUND, 35, 42):   # not KIP-848's: classic
             info = self._describe_classic(group)
         elif code:
             raise GroupRequestError(code, described.get("error_message") or
@@ -118,12 +119,12 @@ class BrokerGroups:
 
     def _describe_classic(self, group: str) -> GroupInfo | None:
         body = self.coordinators.request(
-            group, GroupApi.DESCRIBE_GROUPS,
+            group, ApiKey.DESCRIBE_GROUPS,
             {"groups": [group], "include_authorized_operations": False},
             error_of=lambda b: _first_group_error(b))
         g = (body.get("groups") or [{}])[0]
         code = int(g.get("error_code") or 0)
-        if code == GroupErrors.GROUP_ID_NOT_FOUND:
+        if code == ErrorCode.GROUP_ID_NOT_FOUND:
             return None
         if code:
             raise GroupRequestError(code, g.get("error_message") or f"DescribeGroups of "
@@ -141,7 +142,7 @@ class BrokerGroups:
 
     def _offset_fetch(self, group: str) -> dict:
         return self.coordinators.request(
-            group, GroupApi.OFFSET_FETCH,
+            group, ApiKey.OFFSET_FETCH,
             coord.offset_fetch_body(group, None, require_stable=False),
             error_of=coord.offset_fetch_error)
 
@@ -151,7 +152,7 @@ class BrokerGroups:
     # ------------------------------------------------------------- changing
     def commit(self, group: str, offsets: dict) -> None:
         body = self.coordinators.request(
-            group, GroupApi.OFFSET_COMMIT, coord.offset_commit_body(group, offsets),
+            group, ApiKey.OFFSET_COMMIT, coord.offset_commit_body(group, offsets),
             error_of=lambda b: coord.first_error(coord.offset_commit_errors(b).values()))
         code = coord.first_error(coord.offset_commit_errors(body).values())
         if code:
@@ -160,12 +161,12 @@ class BrokerGroups:
     def delete(self, group: str) -> str | None:
         """None when deleted, else why not (Kafka's words)."""
         body = self.coordinators.request(
-            group, GroupApi.DELETE_GROUPS, {"groups_names": [group]},
+            group, ApiKey.DELETE_GROUPS, {"groups_names": [group]},
             error_of=lambda b: int(((b.get("results") or [{}])[0]).get("error_code") or 0))
         code = int(((body.get("results") or [{}])[0]).get("error_code") or 0)
         if not code:
             return None
-        return EXCEPTION_NAMES.get(code, coord.error_name(code))
+        return EXCEPTION_NAMES.get(code, name_of(code))
 
     def delete_offsets(self, group: str, partitions) -> tuple[int, dict]:
         """OffsetDelete: (the top error code, {tp: partition error code})."""
@@ -173,7 +174,7 @@ class BrokerGroups:
         for topic, partition in sorted(partitions):
             by_topic.setdefault(topic, []).append({"partition_index": partition})
         body = self.coordinators.request(
-            group, GroupApi.OFFSET_DELETE,
+            group, ApiKey.OFFSET_DELETE,
             {"group_id": group, "topics": [{"name": t, "partitions": ps}
                                            for t, ps in by_topic.items()]})
         results = {(t["name"], int(p["partition_index"])): int(p.get("error_code") or 0)

@@ -7,22 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# Kafka's error codes answered by the KIP-848 core (re-exported for it).
+from node.core.groups.effects import (  # noqa: F401
+    COORDINATOR_LOAD_IN_PROGRESS, FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NON_EMPTY_GROUP, NONE, STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, UNSUPPORTED_VERSION)
 from node.core.groups.consumer_state import LEAVE_GROUP_EPOCH, LEAVE_STATIC_EPOCH
-
-# Kafka's error codes answered here (org.apache.kafka.common.protocol.Errors).
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-UNKNOWN_MEMBER_ID = 25
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
 
 
 class GroupError(Exception):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from node.client import coordinator as coord
-from node.client.coordinator import GroupErrors, GroupRequestError
+from node.client.coordinator import GroupRequestError
+from node.wire.errors import ErrorCode
 
 
 def test_offset_commit_body_groups_partitions_by_topic_with_kafkas_fields():
@@ -26,10 +27,10 @@ def test_offset_commit_body_groups_partitions_by_topic_with_kafkas_fields():
 def test_a_coordinator_error_decides_the_retry_before_a_partition_error():
     answer = {"topics": [{"name": "a", "partitions": [
         {"partition_index": 0, "error_code": 3},
-        {"partition_index": 1, "error_code": int(GroupErrors.NOT_COORDINATOR)}]}]}
+        {"partition_index": 1, "error_code": int(ErrorCode.NOT_COORDINATOR)}]}]}
     errors = coord.offset_commit_errors(answer)
     assert errors == {("a", 0): 3, ("a", 1): 16}
-    assert coord.first_error(errors.values()) == GroupErrors.NOT_COORDINATOR
+    assert coord.first_error(errors.values()) == ErrorCode.NOT_COORDINATOR
     assert coord.first_error([0, 0]) == 0 and coord.first_error([0, 3]) == 3
 
 
