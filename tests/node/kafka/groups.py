@@ -141,3 +141,19 @@ def assert_one_reader_per_partition(reads, owners: dict[str, frozenset[int]]) ->
 def assert_read_once(reads) -> None:
     twice = {v: each for v, each in reads.items() if len(each) > 1}
     assert not twice, f"{len(twice)} records read more than once, e.g. {list(twice.items())[:3]}"
+
+
+def coordinator_partition(group: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of ``group`` as Kafka places it:
+    abs(Java's String.hashCode) % partitions (Utils.abs: the sign bit cleared)."""
+    h = 0
+    for unit in group.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def coordinator_of(cluster, group: str, partitions: int) -> int | None:
+    """The broker leading the group's ``__consumer_offsets`` partition (ZooKeeper's
+    partition state), or None while it has no leader."""
+    state = cluster.partition_state(OFFSETS_TOPIC, coordinator_partition(group, partitions))
+    return None if state is None or state.leader < 0 else state.leader
