@@ -52,6 +52,7 @@ class Member:
         self.commit_log: list[tuple[float, int, int]] = []
         self.count = {"n": 0, "first": None, "last": None}
         self.errors: list[str] = []
+        self.storm: list[float] | None = None     # --commit-storm's commit times, ms
         self.ready = False
         self.closed = False
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -100,6 +101,8 @@ class Member:
             elif ev == "commit":
                 self.commits[event["p"]] = max(self.commits.get(event["p"], -1), event["o"])
                 self.commit_log.append((event["t"], event["p"], event["o"]))
+            elif ev == "storm":
+                self.storm = event["ms"]
             elif ev == "error":
                 self.errors.append(event["msg"])
             elif ev == "ready":
@@ -181,7 +184,8 @@ class Member:
 def python_member(name: str, client: str, bootstrap: str, group: str, topic: str, *,
                   protocol: str = "classic", session_ms: int = 6000, heartbeat_ms: int = 300,
                   instance_id: str | None = None, commit: str = "none",
-                  report: str = "records", assignor: str | None = None) -> Member:
+                  report: str = "records", assignor: str | None = None,
+                  commit_storm: int = 0) -> Member:
     argv = [sys.executable, "-m", "bench.perf.kafka_groups.member", "--client", client,
             "--protocol", protocol, "--bootstrap", bootstrap, "--group", group,
             "--topic", topic, "--session-ms", str(session_ms), "--heartbeat-ms",
@@ -190,6 +194,8 @@ def python_member(name: str, client: str, bootstrap: str, group: str, topic: str
         argv += ["--instance-id", instance_id]
     if assignor:
         argv += ["--assignor", assignor]
+    if commit_storm:
+        argv += ["--commit-storm", str(commit_storm)]
     from node.paths import child_env
     return Member(name, argv, topic=topic, env=child_env())
 

@@ -3,6 +3,7 @@
     python -m bench.perf.kafka_groups.member --client confluent-kafka --protocol consumer \
         --bootstrap H:P --group G --topic T [--session-ms 6000] [--heartbeat-ms 300]
         [--instance-id ID] [--commit none|sync|auto] [--report records|counts]
+        [--commit-storm N]
 
 Clients: ``confluent-kafka`` (librdkafka; ``--protocol classic`` or ``consumer``, KIP-848),
 ``kafka-python`` and ``aiokafka`` (classic only). It subscribes to one topic from the
@@ -21,6 +22,9 @@ it happened) and ``ev``:
 - ``{"ev": "commit", "p": P, "o": NEXT}``: a synchronous commit the coordinator
   acknowledged (``--commit sync``: after each poll's records, the next offset of each
   partition read; a failed commit is retried while the partition is still owned);
+- ``{"ev": "storm", "p": P, "ms": [...]}``: with ``--commit-storm N``, once it owns a
+  partition: N synchronous commits of partition P (offsets 1..N, one at a time), each
+  one's time from call to return in ms; then it reads on as usual;
 - ``{"ev": "error", "msg": "..."}``: an error the client reported (it goes on);
 - ``{"ev": "closed"}`` after the clean close.
 """
@@ -127,6 +131,17 @@ def _commit_each(events: Events, offsets: dict[int, int], commit, retriable) -> 
         return
 
 
+def _storm(events: Events, n: int, commit) -> None:
+    """``n`` synchronous commits of the lowest partition owned (offsets 1..n)."""
+    p = min(events.owned)
+    took = []
+    for i in range(1, n + 1):
+        started = time.perf_counter()
+        commit({p: i})
+        took.append((time.perf_counter() - started) * 1000)
+    events.emit("storm", p=p, ms=took)
+
+
 # ------------------------------------------------------------------ confluent-kafka
 def run_confluent(args, events: Events) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -147,6 +162,7 @@ def run_confluent(args, events: Events) -> None:
         conf["group.instance.id"] = args.instance_id
     consumer = Consumer(conf, error_cb=lambda e: events.emit("error", msg=str(e)))
     stop = _stop_flag()
+    storm = [args.commit_storm] if args.commit_storm else []
 
     def on_assign(_, partitions):
         events.assigned(tp.partition for tp in partitions)
@@ -178,6 +194,8 @@ def run_confluent(args, events: Events) -> None:
             events.records(got)
             if got and args.commit == "sync":
                 _commit_each(events, _highest(got), commit, retriable)
+            if storm and events.owned:
+                _storm(events, storm.pop(), commit)
     finally:
         events.counts(True)
         consumer.close()
@@ -205,6 +223,7 @@ def run_kafka_python(args, events: Events) -> None:
         config["group_instance_id"] = args.instance_id
     consumer = KafkaConsumer(**config)
     stop = _stop_flag()
+    storm = [args.commit_storm] if args.commit_storm else []
 
     def commit(offsets):
         consumer.commit({TopicPartition(args.topic, p): OffsetAndMetadata(o, "", -1)
@@ -223,6 +242,8 @@ def run_kafka_python(args, events: Events) -> None:
             events.records(got)
             if got and args.commit == "sync":
                 _commit_each(events, _highest(got), commit, retriable)
+            if storm and events.owned:
+                _storm(events, storm.pop(), commit)
     finally:
         events.counts(True)
         consumer.close()
@@ -243,6 +264,7 @@ def run_aiokafka(args, events: Events) -> None:
 
     async def run():
         stop = asyncio.Event()
+        storm = [args.commit_storm] if args.commit_storm else []
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -266,6 +288,13 @@ def run_aiokafka(args, events: Events) -> None:
                 if got and args.commit == "sync":
                     await _commit_async(consumer, events, _highest(got), TopicPartition,
                                         args.topic, KafkaError)
+                if storm and events.owned:
+                    p, took = min(events.owned), []
+                    for i in range(1, storm.pop() + 1):
+                        started = time.perf_counter()
+                        await consumer.commit({TopicPartition(args.topic, p): i})
+                        took.append((time.perf_counter() - started) * 1000)
+                    events.emit("storm", p=p, ms=took)
         finally:
             events.counts(True)
             await consumer.stop()
@@ -320,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                              "group.remote.assignor (consumer)")
     parser.add_argument("--commit", choices=("none", "sync", "auto"), default="none")
     parser.add_argument("--report", choices=("records", "counts"), default="records")
+    parser.add_argument("--commit-storm", type=int, default=0, metavar="N",
+                        help="N synchronous commits once it owns a partition")
     args = parser.parse_args(argv)
     if args.protocol == "consumer" and args.client != "confluent-kafka":
         parser.error(f"{args.client} speaks the classic protocol only")
