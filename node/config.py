@@ -268,6 +268,29 @@ _KEYS: tuple[_Key, ...] = (
     _Key("controlled.shutdown.enable", _bool, "true"),
     _Key("controlled.shutdown.max.retries", _NON_NEGATIVE, "3"),
     _Key("controlled.shutdown.retry.backoff.ms", _NON_NEGATIVE, "5000"),
+    # ---- the group coordinator and __consumer_offsets (node.broker.groups; Kafka's keys).
+    # Kafka's defaults except where a laptop cluster needs less: 3 partitions (Kafka 50),
+    # 8 MiB segments (Kafka 100 MiB). The replication factor is min(this, live brokers).
+    _Key("offsets.topic.num.partitions", _int_in(1, 1000), "3"),
+    _Key("offsets.topic.replication.factor", _int_in(1, 16), "3"),
+    _Key("offsets.topic.segment.bytes", _int_in(14, INT_MAX), str(8 * 1024 * 1024)),
+    _Key("offsets.load.buffer.size", _POSITIVE, "5242880"),
+    _Key("offsets.retention.minutes", _POSITIVE, "10080"),
+    _Key("offsets.retention.check.interval.ms", _LONG_POSITIVE, "600000"),
+    _Key("offsets.commit.timeout.ms", _POSITIVE, "5000"),
+    _Key("group.min.session.timeout.ms", _POSITIVE, "6000"),
+    _Key("group.max.session.timeout.ms", _POSITIVE, "1800000"),
+    _Key("group.initial.rebalance.delay.ms", _NON_NEGATIVE, "3000"),
+    # Kafka's default is unbounded (Int.MaxValue); a named limit here.
+    _Key("group.max.size", _POSITIVE, "1000"),
+    _Key("group.consumer.heartbeat.interval.ms", _POSITIVE, "5000"),
+    _Key("group.consumer.min.heartbeat.interval.ms", _POSITIVE, "5000"),
+    _Key("group.consumer.max.heartbeat.interval.ms", _POSITIVE, "15000"),
+    _Key("group.consumer.session.timeout.ms", _POSITIVE, "45000"),
+    _Key("group.consumer.min.session.timeout.ms", _POSITIVE, "45000"),
+    _Key("group.consumer.max.session.timeout.ms", _POSITIVE, "60000"),
+    _Key("group.consumer.assignors", _text, "uniform,range"),
+    _Key("group.consumer.max.size", _POSITIVE, "1000"),
     _Key("broker.rack", _rack, ""),
     _Key("log.retention.check.interval.ms", _LONG_POSITIVE, "300000"),
     # Ours (HDFS's block scanner): bytes of sealed segments whose CRCs a background
@@ -355,6 +378,26 @@ class BrokerConfig:
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5000
+    # ---- the group coordinator and __consumer_offsets (see _KEYS)
+    offsets_topic_num_partitions: int = 3
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 8 * 1024 * 1024
+    offsets_load_buffer_size: int = 5242880
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offsets_commit_timeout_ms: int = 5000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 1000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    group_consumer_max_heartbeat_interval_ms: int = 15000
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_min_session_timeout_ms: int = 45000
+    group_consumer_max_session_timeout_ms: int = 60000
+    group_consumer_assignors: str = "uniform,range"
+    group_consumer_max_size: int = 1000
     broker_rack: str | None = None
     log_retention_check_interval_ms: int = 300000
     log_scrub_bytes_per_second: int = 1048576

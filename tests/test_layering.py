@@ -37,9 +37,11 @@ LAYERS: dict[str, set[str]] = {
     "node.waiting": set(),
     "node.http_guard": set(),   # any HTTP surface may use it; it uses nothing of node
     "node.paths": set(),
-    # The broker starts its Kafka listener (one module of node.kafka).
+    # The broker starts its Kafka listener (one module of node.kafka); its group
+    # coordinator's bodies are Kafka's messages as dicts (node.kafka.protocol's classes
+    # through node.kafka.dicts).
     "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config",
-                            "node.kafka.listener"},
+                            "node.kafka.listener", "node.kafka.protocol", "node.kafka.dicts"},
     "node.kafka": _BASE,   # Kafka's wire protocol (issue 25): records, codecs
     # Kafka's wire onto the native handlers: the translations see the broker only through
     # their context (node.config's names); the listener lives on the broker's loop.

@@ -403,6 +403,7 @@ class Broker:
     def _tick(self) -> None:
         now = now_ms()
         self.replicas.tick(now)
+        self.apis.groups.sync()      # leaderships lost outside a LeaderAndIsr (a failed dir)
         self.fetch_outbound.expire(now)
         self.controller_outbound.expire(now)
         if self.controller is not None:

@@ -65,6 +65,31 @@ class ErrorCode(IntEnum):
     POLICY_VIOLATION = 44
     TOPIC_DELETION_DISABLED = 73
     MISMATCHED_ENDPOINT_TYPE = 114
+    # The group coordinator (node.broker.groups, node.core.groups).
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    NOT_COORDINATOR = 16
+    RECORD_LIST_TOO_LARGE = 18
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    GROUP_AUTHORIZATION_FAILED = 30
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNSTABLE_OFFSET_COMMIT = 88
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 # Per code: (retriable, message), as Kafka's Errors enum.
@@ -141,7 +166,58 @@ _INFO: dict[ErrorCode, tuple[bool, str]] = {
     ErrorCode.TOPIC_DELETION_DISABLED: (False, 'Topic deletion is disabled.'),
     ErrorCode.MISMATCHED_ENDPOINT_TYPE: (False, 'The request was sent to an endpoint of the '
                                                 'wrong type.'),
-}
+}# The group coordinator's (Kafka's Errors enum).
+_INFO.update({
+    ErrorCode.OFFSET_METADATA_TOO_LARGE: (False, 'The metadata field of the offset request '
+                                                 'was too large.'),
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: (True, "The coordinator is loading and hence "
+                                                   "can't process requests."),
+    ErrorCode.NOT_COORDINATOR: (True, 'This is not the correct coordinator.'),
+    ErrorCode.RECORD_LIST_TOO_LARGE: (False, 'The request included message batch larger than '
+                                             'the configured segment size on the server.'),
+    ErrorCode.ILLEGAL_GENERATION: (False, 'Specified group generation id is not valid.'),
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: (False, "The group member's supported protocols "
+                                                   "are incompatible with those of existing "
+                                                   "members or first group member tried to "
+                                                   "join with empty protocol type or empty "
+                                                   "protocol list."),
+    ErrorCode.INVALID_GROUP_ID: (False, 'The configured groupId is invalid.'),
+    ErrorCode.UNKNOWN_MEMBER_ID: (False, 'The coordinator is not aware of this member.'),
+    ErrorCode.INVALID_SESSION_TIMEOUT: (False, 'The session timeout is not within the range '
+                                               'allowed by the broker (as configured by '
+                                               'group.min.session.timeout.ms and '
+                                               'group.max.session.timeout.ms).'),
+    ErrorCode.REBALANCE_IN_PROGRESS: (False, 'The group is rebalancing, so a rejoin is '
+                                             'needed.'),
+    ErrorCode.INVALID_COMMIT_OFFSET_SIZE: (False, 'The committing offset data size is not '
+                                                  'valid.'),
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: (False, 'Group authorization failed.'),
+    ErrorCode.NON_EMPTY_GROUP: (False, 'The group is not empty.'),
+    ErrorCode.GROUP_ID_NOT_FOUND: (False, 'The group id does not exist.'),
+    ErrorCode.MEMBER_ID_REQUIRED: (False, 'The group member needs to have a valid member id '
+                                          'before actually entering a consumer group.'),
+    ErrorCode.GROUP_MAX_SIZE_REACHED: (False, 'The consumer group has reached its max size.'),
+    ErrorCode.FENCED_INSTANCE_ID: (False, 'The broker rejected this static consumer since '
+                                          'another consumer with the same group.instance.id '
+                                          'has registered with a different member.id.'),
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: (False, 'Deleting offsets of a topic is forbidden '
+                                                 'while the consumer group is actively '
+                                                 'subscribed to it.'),
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: (True, 'There are unstable offsets that need to be '
+                                             'cleared.'),
+    ErrorCode.FENCED_MEMBER_EPOCH: (False, 'The member epoch is fenced by the group '
+                                           'coordinator. The member must abandon all its '
+                                           'partitions and rejoin.'),
+    ErrorCode.UNRELEASED_INSTANCE_ID: (False, 'The instance ID is still used by another '
+                                              'member in the consumer group. That member '
+                                              'must leave first.'),
+    ErrorCode.UNSUPPORTED_ASSIGNOR: (False, 'The assignor or its version range is not '
+                                            'supported by the consumer group.'),
+    ErrorCode.STALE_MEMBER_EPOCH: (False, 'The member epoch is stale. The member must retry '
+                                          'after receiving its updated member epoch via the '
+                                          'ConsumerGroupHeartbeat API.'),
+    ErrorCode.INVALID_REGULAR_EXPRESSION: (False, 'The regular expression is not valid.'),
+})
 assert set(_INFO) == set(ErrorCode) - {ErrorCode.NONE}
 
 NAMES: dict[int, str] = {int(c): c.name for c in ErrorCode}

@@ -211,6 +211,16 @@ class ApiKey(enum.IntEnum):
     STOP_REPLICA = 5
     UPDATE_METADATA = 6
     CONTROLLED_SHUTDOWN = 7
+    # The group coordinator's APIs (node.broker.groups), Kafka's numbers.
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -220,17 +230,25 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     # Ours: KIP-966's GetReplicaLogInfo (unclean recovery asks each replica for its
     # log's end), numbered outside Kafka's range since this Kafka has no number for it.
     GET_REPLICA_LOG_INFO = 1000
 
 
 API_VERSION = 0
+# Kafka's internal topic of the group coordinator (node.broker.groups): Metadata marks
+# it internal, clients may not produce to it nor delete it.
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Special values with Kafka's names.
 CONSUMER_REPLICA_ID = -1
 LATEST_TIMESTAMP = -1

@@ -76,6 +76,7 @@ def handle_leader_and_isr(apis, identity, request: protocol.Request) -> None:
         if error == NONE:
             apis.purgatory.release((e.topic, e.partition))
         out.append([e.topic, e.partition, error])
+    apis.groups.sync()      # the group coordinator loads or unloads its partitions
     apis.send_response(identity, request.correlation_id, request.api_key,
                        {"error": NONE, "partitions": out})
 
@@ -107,6 +108,7 @@ def handle_update_metadata(apis, identity, request: protocol.Request) -> None:
         return
     apis.metadata.update(body["controller_id"], brokers, entries, topic_ids)
     apis.admin_waits.check()
+    apis.groups.metadata_updated()
     apis.send_response(identity, request.correlation_id, request.api_key, {"error": NONE})
 
 
@@ -125,6 +127,7 @@ def handle_stop_replica(apis, identity, request: protocol.Request) -> None:
         error = apis.replicas.stop_replica(e.topic, e.partition, e.leader_epoch, delete)
         apis.purgatory.release((e.topic, e.partition))
         out.append([e.topic, e.partition, error])
+    apis.groups.sync()
     apis.send_response(identity, request.correlation_id, request.api_key,
                        {"error": NONE, "partitions": out})
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from node.broker.apis.common import NONE, not_hosted_error
 from node.broker.failures import STORAGE_ERRORS
+from node.wire.protocol import INTERNAL_TOPICS
 from node.core.replication import Role
 from node.wire import errors
 from node.wire import protocol
@@ -32,6 +33,8 @@ def handle_delete_records(apis, identity, request: protocol.Request) -> None:
 
 def _delete_records(apis, topic: str, partition: int, offset: int) -> tuple[int, int]:
     replicas = apis.replicas
+    if topic in INTERNAL_TOPICS:      # Kafka: "Cannot delete records of internal topic"
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
     part = replicas.partitions.get((topic, partition))
     if part is None:
         return not_hosted_error(apis.metadata, topic, partition), -1

@@ -29,6 +29,8 @@ from node.broker.apis.admin_waits import AdminWaits
 from node.broker.apis.common import api_name
 from node.broker.coordinator import GuardedZk
 from node.broker.failures import EXPECTED_ERRORS
+from node.broker.groups.handlers import GROUP_HANDLERS
+from node.broker.groups.runtime import Append, GroupRuntime
 from node.broker.loop import EventLoop
 from node.broker.metadata_cache import MetadataCache
 from node.broker.purgatory import FetchPurgatory
@@ -73,6 +75,8 @@ HANDLERS: dict[int, Handler] = {
 }
 assert not set(HANDLERS) & set(ADMIN_API_KEYS)
 HANDLERS.update((key, _handle_admin) for key in ADMIN_API_KEYS)
+assert not set(HANDLERS) & set(GROUP_HANDLERS)
+HANDLERS.update(GROUP_HANDLERS)       # the group coordinator (node.broker.groups)
 
 
 class KafkaApis:
@@ -94,12 +98,20 @@ class KafkaApis:
         # metadata shows them (Kafka's DelayedCreatePartitions / DelayedDeleteTopics).
         self.admin_waits = AdminWaits(loop, metadata,
                                       lambda *args: self.send_response(*args))
-        self.on_produce_complete = partial(produce.on_produce_complete, self)
+        # The group coordinator: one shard per __consumer_offsets partition led here.
+        self.groups = GroupRuntime(self)
         self.pending_produces = 0            # acks=all partition appends waiting
         # Traced acks=all writes waiting for their followers: partition key ->
         # (last offset, the request's trace). Empty unless a client asked for a trace.
         self.traces: dict[tuple[str, int], tuple[int, dict]] = {}
         self.trace_replica = -1  # the follower whose fetch is being applied
+
+    def on_produce_complete(self, part, effect) -> None:
+        """An acks=all append completed: a Produce's, or a group coordinator's."""
+        if isinstance(effect.request_id, Append):
+            self.groups.on_append_complete(effect.request_id, effect)
+        else:
+            produce.on_produce_complete(self, part, effect)
 
     def handle(self, identity, frames) -> None:
         """One request of the native wire (``node.wire.protocol``), answered through

@@ -15,6 +15,7 @@ from node.broker import limits
 from node.broker.apis.common import not_hosted_error
 from node.broker.apis.tracing import start_trace
 from node.broker.failures import STORAGE_ERRORS
+from node.wire.protocol import INTERNAL_TOPICS
 from node.broker.loop import now_ms
 from node.broker.purgatory import ProduceRequest
 from node.broker.replica_manager import Partition
@@ -67,6 +68,10 @@ def _produce_partition(apis, produce: ProduceRequest, index: int, topic: str,
     get them at once (their next fetch is what completes the request); with acks 0
     and 1 the caller wakes them after answering the producer."""
     replicas = apis.replicas
+    if topic in INTERNAL_TOPICS:      # only its coordinator writes it (Kafka's ReplicaManager)
+        produce.complete(index, ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1,
+                         f"Cannot append to internal topic {topic}")
+        return None
     part = replicas.partitions.get((topic, partition))
     if part is None:
         produce.complete(index, not_hosted_error(apis.metadata, topic, partition), -1, -1)

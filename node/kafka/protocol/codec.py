@@ -8,6 +8,7 @@ header versions.
 """
 
 import struct
+import sys
 from dataclasses import dataclass
 
 from . import messages
@@ -62,11 +63,21 @@ def _check_version(cls: type, version: int) -> None:
 
 # ---- bodies ----------------------------------------------------------------------------
 
+def _tables(cls: type, name: str) -> dict:
+    """ENCODERS or DECODERS of the generated module of ``cls`` (messages.py or
+    coordinator_records.py)."""
+    module = sys.modules.get(cls.__module__)
+    table = getattr(module, name, None)
+    if table is None or cls not in table:
+        raise KafkaProtocolError(f"{cls.__name__} is not a generated Kafka message")
+    return table
+
+
 def encode_body(message, version: int, out: list) -> None:
     """Append the pieces of ``message`` at ``version`` to ``out``."""
     cls = type(message)
     _check_version(cls, version)
-    low, encoders = messages.ENCODERS[cls]
+    low, encoders = _tables(cls, "ENCODERS")[cls]
     try:
         encoders[version - low](message, out)
     except _ENCODE_ERRORS as e:
@@ -78,7 +89,7 @@ def decode_body(cls: type, version: int, buf, pos: int = 0, *, exact: bool = Tru
     ``exact``, starting there: what follows it is ignored)."""
     _check_version(cls, version)
     buf = _view(buf)
-    low, decoders = messages.DECODERS[cls]
+    low, decoders = _tables(cls, "DECODERS")[cls]
     try:
         message, pos = decoders[version - low](buf, pos)
     except _DECODE_ERRORS as e:

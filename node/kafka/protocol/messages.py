@@ -4832,6 +4832,291 @@ def _init_ListTransactionsResponse(_throttle_time_ms, _error_code, _unknown_stat
 
 ListTransactionsResponse.__init__ = _init_ListTransactionsResponse(*_setters(ListTransactionsResponse))
 
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class _ConsumerGroupHeartbeatRequest_TopicPartitions:
+    topic_id: 'UUID' = UUID_ZERO
+    partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('topic_id', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupHeartbeatRequest_TopicPartitions(_topic_id, _partitions):
+    def __init__(self, topic_id=UUID_ZERO, partitions=_NEW_LIST):
+        _topic_id(self, topic_id)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_ConsumerGroupHeartbeatRequest_TopicPartitions.__init__ = _init_ConsumerGroupHeartbeatRequest_TopicPartitions(*_setters(_ConsumerGroupHeartbeatRequest_TopicPartitions))
+
+_nest(_ConsumerGroupHeartbeatRequest_TopicPartitions, 'ConsumerGroupHeartbeatRequest', 'TopicPartitions')
+_D_ConsumerGroupHeartbeatRequest_TopicPartitions = _ConsumerGroupHeartbeatRequest_TopicPartitions()
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class ConsumerGroupHeartbeatRequest:
+    TopicPartitions = _ConsumerGroupHeartbeatRequest_TopicPartitions
+    API_KEY = 68
+    VALID_VERSIONS = (0, 1)
+    FLEXIBLE_FROM = 0
+
+    group_id: 'str' = ''
+    member_id: 'str' = ''
+    member_epoch: 'int' = 0
+    instance_id: 'str | None' = None
+    rack_id: 'str | None' = None
+    rebalance_timeout_ms: 'int' = -1
+    subscribed_topic_names: 'list[str] | None' = None
+    subscribed_topic_regex: 'str | None' = None
+    server_assignor: 'str | None' = None
+    topic_partitions: 'list[ConsumerGroupHeartbeatRequest.TopicPartitions] | None' = None
+    _values = attrgetter('group_id', 'member_id', 'member_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'subscribed_topic_names', 'subscribed_topic_regex', 'server_assignor', 'topic_partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupHeartbeatRequest(_group_id, _member_id, _member_epoch, _instance_id, _rack_id, _rebalance_timeout_ms, _subscribed_topic_names, _subscribed_topic_regex, _server_assignor, _topic_partitions):
+    def __init__(self, group_id='', member_id='', member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=-1, subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None, topic_partitions=None):
+        _group_id(self, group_id)
+        _member_id(self, member_id)
+        _member_epoch(self, member_epoch)
+        _instance_id(self, instance_id)
+        _rack_id(self, rack_id)
+        _rebalance_timeout_ms(self, rebalance_timeout_ms)
+        _subscribed_topic_names(self, subscribed_topic_names)
+        _subscribed_topic_regex(self, subscribed_topic_regex)
+        _server_assignor(self, server_assignor)
+        _topic_partitions(self, topic_partitions)
+    return __init__
+
+ConsumerGroupHeartbeatRequest.__init__ = _init_ConsumerGroupHeartbeatRequest(*_setters(ConsumerGroupHeartbeatRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class _ConsumerGroupHeartbeatResponse_TopicPartitions:
+    topic_id: 'UUID' = UUID_ZERO
+    partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('topic_id', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupHeartbeatResponse_TopicPartitions(_topic_id, _partitions):
+    def __init__(self, topic_id=UUID_ZERO, partitions=_NEW_LIST):
+        _topic_id(self, topic_id)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_ConsumerGroupHeartbeatResponse_TopicPartitions.__init__ = _init_ConsumerGroupHeartbeatResponse_TopicPartitions(*_setters(_ConsumerGroupHeartbeatResponse_TopicPartitions))
+
+_nest(_ConsumerGroupHeartbeatResponse_TopicPartitions, 'ConsumerGroupHeartbeatResponse', 'TopicPartitions')
+_D_ConsumerGroupHeartbeatResponse_TopicPartitions = _ConsumerGroupHeartbeatResponse_TopicPartitions()
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class _ConsumerGroupHeartbeatResponse_Assignment:
+    topic_partitions: 'list[ConsumerGroupHeartbeatResponse.TopicPartitions]' = _field(default_factory=list)
+    _values = _one('topic_partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupHeartbeatResponse_Assignment(_topic_partitions):
+    def __init__(self, topic_partitions=_NEW_LIST):
+        _topic_partitions(self, [] if topic_partitions is _NEW_LIST else topic_partitions)
+    return __init__
+
+_ConsumerGroupHeartbeatResponse_Assignment.__init__ = _init_ConsumerGroupHeartbeatResponse_Assignment(*_setters(_ConsumerGroupHeartbeatResponse_Assignment))
+
+_nest(_ConsumerGroupHeartbeatResponse_Assignment, 'ConsumerGroupHeartbeatResponse', 'Assignment')
+_D_ConsumerGroupHeartbeatResponse_Assignment = _ConsumerGroupHeartbeatResponse_Assignment()
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class ConsumerGroupHeartbeatResponse:
+    TopicPartitions = _ConsumerGroupHeartbeatResponse_TopicPartitions
+    Assignment = _ConsumerGroupHeartbeatResponse_Assignment
+    API_KEY = 68
+    VALID_VERSIONS = (0, 1)
+    FLEXIBLE_FROM = 0
+
+    throttle_time_ms: 'int' = 0
+    error_code: 'int' = 0
+    error_message: 'str | None' = None
+    member_id: 'str | None' = None
+    member_epoch: 'int' = 0
+    heartbeat_interval_ms: 'int' = 0
+    assignment: 'ConsumerGroupHeartbeatResponse.Assignment | None' = None
+    _values = attrgetter('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupHeartbeatResponse(_throttle_time_ms, _error_code, _error_message, _member_id, _member_epoch, _heartbeat_interval_ms, _assignment):
+    def __init__(self, throttle_time_ms=0, error_code=0, error_message=None, member_id=None, member_epoch=0, heartbeat_interval_ms=0, assignment=None):
+        _throttle_time_ms(self, throttle_time_ms)
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _member_id(self, member_id)
+        _member_epoch(self, member_epoch)
+        _heartbeat_interval_ms(self, heartbeat_interval_ms)
+        _assignment(self, assignment)
+    return __init__
+
+ConsumerGroupHeartbeatResponse.__init__ = _init_ConsumerGroupHeartbeatResponse(*_setters(ConsumerGroupHeartbeatResponse))
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class ConsumerGroupDescribeRequest:
+    API_KEY = 69
+    VALID_VERSIONS = (0, 0)
+    FLEXIBLE_FROM = 0
+
+    group_ids: 'list[str]' = _field(default_factory=list)
+    include_authorized_operations: 'bool' = False
+    _values = attrgetter('group_ids', 'include_authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupDescribeRequest(_group_ids, _include_authorized_operations):
+    def __init__(self, group_ids=_NEW_LIST, include_authorized_operations=False):
+        _group_ids(self, [] if group_ids is _NEW_LIST else group_ids)
+        _include_authorized_operations(self, include_authorized_operations)
+    return __init__
+
+ConsumerGroupDescribeRequest.__init__ = _init_ConsumerGroupDescribeRequest(*_setters(ConsumerGroupDescribeRequest))
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class _ConsumerGroupDescribeResponse_TopicPartitions:
+    topic_id: 'UUID' = UUID_ZERO
+    topic_name: 'str' = ''
+    partitions: 'list[int]' = _field(default_factory=list)
+    _values = attrgetter('topic_id', 'topic_name', 'partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupDescribeResponse_TopicPartitions(_topic_id, _topic_name, _partitions):
+    def __init__(self, topic_id=UUID_ZERO, topic_name='', partitions=_NEW_LIST):
+        _topic_id(self, topic_id)
+        _topic_name(self, topic_name)
+        _partitions(self, [] if partitions is _NEW_LIST else partitions)
+    return __init__
+
+_ConsumerGroupDescribeResponse_TopicPartitions.__init__ = _init_ConsumerGroupDescribeResponse_TopicPartitions(*_setters(_ConsumerGroupDescribeResponse_TopicPartitions))
+
+_nest(_ConsumerGroupDescribeResponse_TopicPartitions, 'ConsumerGroupDescribeResponse', 'TopicPartitions')
+_D_ConsumerGroupDescribeResponse_TopicPartitions = _ConsumerGroupDescribeResponse_TopicPartitions()
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class _ConsumerGroupDescribeResponse_Assignment:
+    topic_partitions: 'list[ConsumerGroupDescribeResponse.TopicPartitions]' = _field(default_factory=list)
+    _values = _one('topic_partitions')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupDescribeResponse_Assignment(_topic_partitions):
+    def __init__(self, topic_partitions=_NEW_LIST):
+        _topic_partitions(self, [] if topic_partitions is _NEW_LIST else topic_partitions)
+    return __init__
+
+_ConsumerGroupDescribeResponse_Assignment.__init__ = _init_ConsumerGroupDescribeResponse_Assignment(*_setters(_ConsumerGroupDescribeResponse_Assignment))
+
+_nest(_ConsumerGroupDescribeResponse_Assignment, 'ConsumerGroupDescribeResponse', 'Assignment')
+_D_ConsumerGroupDescribeResponse_Assignment = _ConsumerGroupDescribeResponse_Assignment()
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class _ConsumerGroupDescribeResponse_Member:
+    member_id: 'str' = ''
+    instance_id: 'str | None' = None
+    rack_id: 'str | None' = None
+    member_epoch: 'int' = 0
+    client_id: 'str' = ''
+    client_host: 'str' = ''
+    subscribed_topic_names: 'list[str]' = _field(default_factory=list)
+    subscribed_topic_regex: 'str | None' = None
+    assignment: 'ConsumerGroupDescribeResponse.Assignment' = _D_ConsumerGroupDescribeResponse_Assignment
+    target_assignment: 'ConsumerGroupDescribeResponse.Assignment' = _D_ConsumerGroupDescribeResponse_Assignment
+    _values = attrgetter('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupDescribeResponse_Member(_member_id, _instance_id, _rack_id, _member_epoch, _client_id, _client_host, _subscribed_topic_names, _subscribed_topic_regex, _assignment, _target_assignment):
+    def __init__(self, member_id='', instance_id=None, rack_id=None, member_epoch=0, client_id='', client_host='', subscribed_topic_names=_NEW_LIST, subscribed_topic_regex=None, assignment=_D_ConsumerGroupDescribeResponse_Assignment, target_assignment=_D_ConsumerGroupDescribeResponse_Assignment):
+        _member_id(self, member_id)
+        _instance_id(self, instance_id)
+        _rack_id(self, rack_id)
+        _member_epoch(self, member_epoch)
+        _client_id(self, client_id)
+        _client_host(self, client_host)
+        _subscribed_topic_names(self, [] if subscribed_topic_names is _NEW_LIST else subscribed_topic_names)
+        _subscribed_topic_regex(self, subscribed_topic_regex)
+        _assignment(self, assignment)
+        _target_assignment(self, target_assignment)
+    return __init__
+
+_ConsumerGroupDescribeResponse_Member.__init__ = _init_ConsumerGroupDescribeResponse_Member(*_setters(_ConsumerGroupDescribeResponse_Member))
+
+_nest(_ConsumerGroupDescribeResponse_Member, 'ConsumerGroupDescribeResponse', 'Member')
+_D_ConsumerGroupDescribeResponse_Member = _ConsumerGroupDescribeResponse_Member()
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class _ConsumerGroupDescribeResponse_DescribedGroup:
+    error_code: 'int' = 0
+    error_message: 'str | None' = None
+    group_id: 'str' = ''
+    group_state: 'str' = ''
+    group_epoch: 'int' = 0
+    assignment_epoch: 'int' = 0
+    assignor_name: 'str' = ''
+    members: 'list[ConsumerGroupDescribeResponse.Member]' = _field(default_factory=list)
+    authorized_operations: 'int' = -2147483648
+    _values = attrgetter('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupDescribeResponse_DescribedGroup(_error_code, _error_message, _group_id, _group_state, _group_epoch, _assignment_epoch, _assignor_name, _members, _authorized_operations):
+    def __init__(self, error_code=0, error_message=None, group_id='', group_state='', group_epoch=0, assignment_epoch=0, assignor_name='', members=_NEW_LIST, authorized_operations=-2147483648):
+        _error_code(self, error_code)
+        _error_message(self, error_message)
+        _group_id(self, group_id)
+        _group_state(self, group_state)
+        _group_epoch(self, group_epoch)
+        _assignment_epoch(self, assignment_epoch)
+        _assignor_name(self, assignor_name)
+        _members(self, [] if members is _NEW_LIST else members)
+        _authorized_operations(self, authorized_operations)
+    return __init__
+
+_ConsumerGroupDescribeResponse_DescribedGroup.__init__ = _init_ConsumerGroupDescribeResponse_DescribedGroup(*_setters(_ConsumerGroupDescribeResponse_DescribedGroup))
+
+_nest(_ConsumerGroupDescribeResponse_DescribedGroup, 'ConsumerGroupDescribeResponse', 'DescribedGroup')
+_D_ConsumerGroupDescribeResponse_DescribedGroup = _ConsumerGroupDescribeResponse_DescribedGroup()
+
+
+@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+class ConsumerGroupDescribeResponse:
+    TopicPartitions = _ConsumerGroupDescribeResponse_TopicPartitions
+    Assignment = _ConsumerGroupDescribeResponse_Assignment
+    Member = _ConsumerGroupDescribeResponse_Member
+    DescribedGroup = _ConsumerGroupDescribeResponse_DescribedGroup
+    API_KEY = 69
+    VALID_VERSIONS = (0, 0)
+    FLEXIBLE_FROM = 0
+
+    throttle_time_ms: 'int' = 0
+    groups: 'list[ConsumerGroupDescribeResponse.DescribedGroup]' = _field(default_factory=list)
+    _values = attrgetter('throttle_time_ms', 'groups')
+    __repr__, __eq__, __hash__ = _repr, _eq, _hash
+
+
+def _init_ConsumerGroupDescribeResponse(_throttle_time_ms, _groups):
+    def __init__(self, throttle_time_ms=0, groups=_NEW_LIST):
+        _throttle_time_ms(self, throttle_time_ms)
+        _groups(self, [] if groups is _NEW_LIST else groups)
+    return __init__
+
+ConsumerGroupDescribeResponse.__init__ = _init_ConsumerGroupDescribeResponse(*_setters(ConsumerGroupDescribeResponse))
+
 # ---- encoders and decoders ------------------------------------------------------------
 
 def _e_ProduceRequest_PartitionProduceData_0(o, out):
@@ -13090,6 +13375,255 @@ def _d_ListTransactionsResponse_0(buf, pos):
     return ListTransactionsResponse(f_throttle_time_ms, f_error_code, f_unknown_state_filters, f_transaction_states), pos
 
 
+def _e_ConsumerGroupHeartbeatRequest_TopicPartitions_0(o, out):
+    out.append(_S_16s.pack(o.topic_id.bytes))
+    write_cints(out, o.partitions, 'i', 'ConsumerGroupHeartbeatRequest.TopicPartitions.Partitions')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupHeartbeatRequest_TopicPartitions_0(buf, pos):
+    f_topic_id, = _S_16s.unpack_from(buf, pos)
+    pos += 16
+    f_topic_id = UUID(bytes=f_topic_id)
+    n, pos = read_ccount(buf, pos, 4, 'ConsumerGroupHeartbeatRequest.TopicPartitions.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupHeartbeatRequest.TopicPartitions')
+    return _ConsumerGroupHeartbeatRequest_TopicPartitions(f_topic_id, f_partitions), pos
+
+
+def _e_ConsumerGroupHeartbeatRequest_0(o, out):
+    write_cstr(out, o.group_id, 'ConsumerGroupHeartbeatRequest.GroupId')
+    write_cstr(out, o.member_id, 'ConsumerGroupHeartbeatRequest.MemberId')
+    out.append(_S_i.pack(o.member_epoch))
+    write_cstrn(out, o.instance_id, 'ConsumerGroupHeartbeatRequest.InstanceId')
+    write_cstrn(out, o.rack_id, 'ConsumerGroupHeartbeatRequest.RackId')
+    out.append(_S_i.pack(o.rebalance_timeout_ms))
+    write_carrayn(out, o.subscribed_topic_names, write_cstr_item, 'ConsumerGroupHeartbeatRequest.SubscribedTopicNames')
+    if o.subscribed_topic_regex is not None:
+        raise absent_error('ConsumerGroupHeartbeatRequest.SubscribedTopicRegex', '1+')
+    write_cstrn(out, o.server_assignor, 'ConsumerGroupHeartbeatRequest.ServerAssignor')
+    write_carrayn(out, o.topic_partitions, _e_ConsumerGroupHeartbeatRequest_TopicPartitions_0, 'ConsumerGroupHeartbeatRequest.TopicPartitions')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
+    f_group_id, pos = read_cstr(buf, pos, 'ConsumerGroupHeartbeatRequest.GroupId')
+    f_member_id, pos = read_cstr(buf, pos, 'ConsumerGroupHeartbeatRequest.MemberId')
+    f_member_epoch, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_instance_id, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatRequest.InstanceId')
+    f_rack_id, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatRequest.RackId')
+    f_rebalance_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_ccountn(buf, pos, 1, 'ConsumerGroupHeartbeatRequest.SubscribedTopicNames')
+    f_subscribed_topic_names, pos = read_structs(buf, pos, n, read_cstr_item)
+    f_server_assignor, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatRequest.ServerAssignor')
+    n, pos = read_ccountn(buf, pos, 18, 'ConsumerGroupHeartbeatRequest.TopicPartitions')
+    f_topic_partitions, pos = read_structs(buf, pos, n, _d_ConsumerGroupHeartbeatRequest_TopicPartitions_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupHeartbeatRequest')
+    return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, None, f_server_assignor, f_topic_partitions), pos
+
+
+def _e_ConsumerGroupHeartbeatRequest_1(o, out):
+    write_cstr(out, o.group_id, 'ConsumerGroupHeartbeatRequest.GroupId')
+    write_cstr(out, o.member_id, 'ConsumerGroupHeartbeatRequest.MemberId')
+    out.append(_S_i.pack(o.member_epoch))
+    write_cstrn(out, o.instance_id, 'ConsumerGroupHeartbeatRequest.InstanceId')
+    write_cstrn(out, o.rack_id, 'ConsumerGroupHeartbeatRequest.RackId')
+    out.append(_S_i.pack(o.rebalance_timeout_ms))
+    write_carrayn(out, o.subscribed_topic_names, write_cstr_item, 'ConsumerGroupHeartbeatRequest.SubscribedTopicNames')
+    write_cstrn(out, o.subscribed_topic_regex, 'ConsumerGroupHeartbeatRequest.SubscribedTopicRegex')
+    write_cstrn(out, o.server_assignor, 'ConsumerGroupHeartbeatRequest.ServerAssignor')
+    write_carrayn(out, o.topic_partitions, _e_ConsumerGroupHeartbeatRequest_TopicPartitions_0, 'ConsumerGroupHeartbeatRequest.TopicPartitions')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
+    f_group_id, pos = read_cstr(buf, pos, 'ConsumerGroupHeartbeatRequest.GroupId')
+    f_member_id, pos = read_cstr(buf, pos, 'ConsumerGroupHeartbeatRequest.MemberId')
+    f_member_epoch, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_instance_id, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatRequest.InstanceId')
+    f_rack_id, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatRequest.RackId')
+    f_rebalance_timeout_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_ccountn(buf, pos, 1, 'ConsumerGroupHeartbeatRequest.SubscribedTopicNames')
+    f_subscribed_topic_names, pos = read_structs(buf, pos, n, read_cstr_item)
+    f_subscribed_topic_regex, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatRequest.SubscribedTopicRegex')
+    f_server_assignor, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatRequest.ServerAssignor')
+    n, pos = read_ccountn(buf, pos, 18, 'ConsumerGroupHeartbeatRequest.TopicPartitions')
+    f_topic_partitions, pos = read_structs(buf, pos, n, _d_ConsumerGroupHeartbeatRequest_TopicPartitions_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupHeartbeatRequest')
+    return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, f_subscribed_topic_regex, f_server_assignor, f_topic_partitions), pos
+
+
+def _e_ConsumerGroupHeartbeatResponse_TopicPartitions_0(o, out):
+    out.append(_S_16s.pack(o.topic_id.bytes))
+    write_cints(out, o.partitions, 'i', 'ConsumerGroupHeartbeatResponse.TopicPartitions.Partitions')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupHeartbeatResponse_TopicPartitions_0(buf, pos):
+    f_topic_id, = _S_16s.unpack_from(buf, pos)
+    pos += 16
+    f_topic_id = UUID(bytes=f_topic_id)
+    n, pos = read_ccount(buf, pos, 4, 'ConsumerGroupHeartbeatResponse.TopicPartitions.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupHeartbeatResponse.TopicPartitions')
+    return _ConsumerGroupHeartbeatResponse_TopicPartitions(f_topic_id, f_partitions), pos
+
+
+def _e_ConsumerGroupHeartbeatResponse_Assignment_0(o, out):
+    write_carray(out, o.topic_partitions, _e_ConsumerGroupHeartbeatResponse_TopicPartitions_0, 'ConsumerGroupHeartbeatResponse.Assignment.TopicPartitions')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupHeartbeatResponse_Assignment_0(buf, pos):
+    n, pos = read_ccount(buf, pos, 18, 'ConsumerGroupHeartbeatResponse.Assignment.TopicPartitions')
+    f_topic_partitions, pos = read_structs(buf, pos, n, _d_ConsumerGroupHeartbeatResponse_TopicPartitions_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupHeartbeatResponse.Assignment')
+    return _ConsumerGroupHeartbeatResponse_Assignment(f_topic_partitions), pos
+
+
+def _e_ConsumerGroupHeartbeatResponse_0(o, out):
+    out.append(_S_ih.pack(o.throttle_time_ms, o.error_code))
+    write_cstrn(out, o.error_message, 'ConsumerGroupHeartbeatResponse.ErrorMessage')
+    write_cstrn(out, o.member_id, 'ConsumerGroupHeartbeatResponse.MemberId')
+    out.append(_S_ii.pack(o.member_epoch, o.heartbeat_interval_ms))
+    write_struct_n(out, o.assignment, _e_ConsumerGroupHeartbeatResponse_Assignment_0, 'ConsumerGroupHeartbeatResponse.Assignment')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupHeartbeatResponse_0(buf, pos):
+    f_throttle_time_ms, f_error_code, = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatResponse.ErrorMessage')
+    f_member_id, pos = read_cstrn(buf, pos, 'ConsumerGroupHeartbeatResponse.MemberId')
+    f_member_epoch, f_heartbeat_interval_ms, = _S_ii.unpack_from(buf, pos)
+    pos += 8
+    f_assignment, pos = read_nullable_struct(buf, pos, _d_ConsumerGroupHeartbeatResponse_Assignment_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupHeartbeatResponse')
+    return ConsumerGroupHeartbeatResponse(f_throttle_time_ms, f_error_code, f_error_message, f_member_id, f_member_epoch, f_heartbeat_interval_ms, f_assignment), pos
+
+
+def _e_ConsumerGroupDescribeRequest_0(o, out):
+    write_carray(out, o.group_ids, write_cstr_item, 'ConsumerGroupDescribeRequest.GroupIds')
+    out.append(_S_oB.pack(o.include_authorized_operations, 0))
+
+
+def _d_ConsumerGroupDescribeRequest_0(buf, pos):
+    n, pos = read_ccount(buf, pos, 1, 'ConsumerGroupDescribeRequest.GroupIds')
+    f_group_ids, pos = read_structs(buf, pos, n, read_cstr_item)
+    f_include_authorized_operations, = _S_o.unpack_from(buf, pos)
+    pos += 1
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupDescribeRequest')
+    return ConsumerGroupDescribeRequest(f_group_ids, f_include_authorized_operations), pos
+
+
+def _e_ConsumerGroupDescribeResponse_TopicPartitions_0(o, out):
+    out.append(_S_16s.pack(o.topic_id.bytes))
+    write_cstr(out, o.topic_name, 'ConsumerGroupDescribeResponse.TopicPartitions.TopicName')
+    write_cints(out, o.partitions, 'i', 'ConsumerGroupDescribeResponse.TopicPartitions.Partitions')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupDescribeResponse_TopicPartitions_0(buf, pos):
+    f_topic_id, = _S_16s.unpack_from(buf, pos)
+    pos += 16
+    f_topic_id = UUID(bytes=f_topic_id)
+    f_topic_name, pos = read_cstr(buf, pos, 'ConsumerGroupDescribeResponse.TopicPartitions.TopicName')
+    n, pos = read_ccount(buf, pos, 4, 'ConsumerGroupDescribeResponse.TopicPartitions.Partitions')
+    f_partitions, pos = read_ints(buf, pos, n, 'i', 4)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupDescribeResponse.TopicPartitions')
+    return _ConsumerGroupDescribeResponse_TopicPartitions(f_topic_id, f_topic_name, f_partitions), pos
+
+
+def _e_ConsumerGroupDescribeResponse_Assignment_0(o, out):
+    write_carray(out, o.topic_partitions, _e_ConsumerGroupDescribeResponse_TopicPartitions_0, 'ConsumerGroupDescribeResponse.Assignment.TopicPartitions')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupDescribeResponse_Assignment_0(buf, pos):
+    n, pos = read_ccount(buf, pos, 19, 'ConsumerGroupDescribeResponse.Assignment.TopicPartitions')
+    f_topic_partitions, pos = read_structs(buf, pos, n, _d_ConsumerGroupDescribeResponse_TopicPartitions_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupDescribeResponse.Assignment')
+    return _ConsumerGroupDescribeResponse_Assignment(f_topic_partitions), pos
+
+
+def _e_ConsumerGroupDescribeResponse_Member_0(o, out):
+    write_cstr(out, o.member_id, 'ConsumerGroupDescribeResponse.Member.MemberId')
+    write_cstrn(out, o.instance_id, 'ConsumerGroupDescribeResponse.Member.InstanceId')
+    write_cstrn(out, o.rack_id, 'ConsumerGroupDescribeResponse.Member.RackId')
+    out.append(_S_i.pack(o.member_epoch))
+    write_cstr(out, o.client_id, 'ConsumerGroupDescribeResponse.Member.ClientId')
+    write_cstr(out, o.client_host, 'ConsumerGroupDescribeResponse.Member.ClientHost')
+    write_carray(out, o.subscribed_topic_names, write_cstr_item, 'ConsumerGroupDescribeResponse.Member.SubscribedTopicNames')
+    write_cstrn(out, o.subscribed_topic_regex, 'ConsumerGroupDescribeResponse.Member.SubscribedTopicRegex')
+    write_struct(out, o.assignment, _e_ConsumerGroupDescribeResponse_Assignment_0, 'ConsumerGroupDescribeResponse.Member.Assignment')
+    write_struct(out, o.target_assignment, _e_ConsumerGroupDescribeResponse_Assignment_0, 'ConsumerGroupDescribeResponse.Member.TargetAssignment')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupDescribeResponse_Member_0(buf, pos):
+    f_member_id, pos = read_cstr(buf, pos, 'ConsumerGroupDescribeResponse.Member.MemberId')
+    f_instance_id, pos = read_cstrn(buf, pos, 'ConsumerGroupDescribeResponse.Member.InstanceId')
+    f_rack_id, pos = read_cstrn(buf, pos, 'ConsumerGroupDescribeResponse.Member.RackId')
+    f_member_epoch, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    f_client_id, pos = read_cstr(buf, pos, 'ConsumerGroupDescribeResponse.Member.ClientId')
+    f_client_host, pos = read_cstr(buf, pos, 'ConsumerGroupDescribeResponse.Member.ClientHost')
+    n, pos = read_ccount(buf, pos, 1, 'ConsumerGroupDescribeResponse.Member.SubscribedTopicNames')
+    f_subscribed_topic_names, pos = read_structs(buf, pos, n, read_cstr_item)
+    f_subscribed_topic_regex, pos = read_cstrn(buf, pos, 'ConsumerGroupDescribeResponse.Member.SubscribedTopicRegex')
+    f_assignment, pos = _d_ConsumerGroupDescribeResponse_Assignment_0(buf, pos)
+    f_target_assignment, pos = _d_ConsumerGroupDescribeResponse_Assignment_0(buf, pos)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupDescribeResponse.Member')
+    return _ConsumerGroupDescribeResponse_Member(f_member_id, f_instance_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_assignment, f_target_assignment), pos
+
+
+def _e_ConsumerGroupDescribeResponse_DescribedGroup_0(o, out):
+    out.append(_S_h.pack(o.error_code))
+    write_cstrn(out, o.error_message, 'ConsumerGroupDescribeResponse.DescribedGroup.ErrorMessage')
+    write_cstr(out, o.group_id, 'ConsumerGroupDescribeResponse.DescribedGroup.GroupId')
+    write_cstr(out, o.group_state, 'ConsumerGroupDescribeResponse.DescribedGroup.GroupState')
+    out.append(_S_ii.pack(o.group_epoch, o.assignment_epoch))
+    write_cstr(out, o.assignor_name, 'ConsumerGroupDescribeResponse.DescribedGroup.AssignorName')
+    write_carray(out, o.members, _e_ConsumerGroupDescribeResponse_Member_0, 'ConsumerGroupDescribeResponse.DescribedGroup.Members')
+    out.append(_S_iB.pack(o.authorized_operations, 0))
+
+
+def _d_ConsumerGroupDescribeResponse_DescribedGroup_0(buf, pos):
+    f_error_code, = _S_h.unpack_from(buf, pos)
+    pos += 2
+    f_error_message, pos = read_cstrn(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.ErrorMessage')
+    f_group_id, pos = read_cstr(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.GroupId')
+    f_group_state, pos = read_cstr(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.GroupState')
+    f_group_epoch, f_assignment_epoch, = _S_ii.unpack_from(buf, pos)
+    pos += 8
+    f_assignor_name, pos = read_cstr(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.AssignorName')
+    n, pos = read_ccount(buf, pos, 16, 'ConsumerGroupDescribeResponse.DescribedGroup.Members')
+    f_members, pos = read_structs(buf, pos, n, _d_ConsumerGroupDescribeResponse_Member_0)
+    f_authorized_operations, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup')
+    return _ConsumerGroupDescribeResponse_DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations), pos
+
+
+def _e_ConsumerGroupDescribeResponse_0(o, out):
+    out.append(_S_i.pack(o.throttle_time_ms))
+    write_carray(out, o.groups, _e_ConsumerGroupDescribeResponse_DescribedGroup_0, 'ConsumerGroupDescribeResponse.Groups')
+    out.append(_S_B.pack(0))
+
+
+def _d_ConsumerGroupDescribeResponse_0(buf, pos):
+    f_throttle_time_ms, = _S_i.unpack_from(buf, pos)
+    pos += 4
+    n, pos = read_ccount(buf, pos, 20, 'ConsumerGroupDescribeResponse.Groups')
+    f_groups, pos = read_structs(buf, pos, n, _d_ConsumerGroupDescribeResponse_DescribedGroup_0)
+    pos = pos + 1 if buf[pos] == 0 else skip_tags(buf, pos, 'ConsumerGroupDescribeResponse')
+    return ConsumerGroupDescribeResponse(f_throttle_time_ms, f_groups), pos
+
+
 ENCODERS = {
     ProduceRequest: (0, (_e_ProduceRequest_0, _e_ProduceRequest_0, _e_ProduceRequest_0, _e_ProduceRequest_3, _e_ProduceRequest_3, _e_ProduceRequest_3, _e_ProduceRequest_3, _e_ProduceRequest_3, _e_ProduceRequest_3, _e_ProduceRequest_9, _e_ProduceRequest_9, _e_ProduceRequest_9,)),
     ProduceResponse: (0, (_e_ProduceResponse_0, _e_ProduceResponse_1, _e_ProduceResponse_2, _e_ProduceResponse_2, _e_ProduceResponse_2, _e_ProduceResponse_5, _e_ProduceResponse_5, _e_ProduceResponse_5, _e_ProduceResponse_8, _e_ProduceResponse_9, _e_ProduceResponse_10, _e_ProduceResponse_10,)),
@@ -13171,6 +13705,10 @@ ENCODERS = {
     DescribeTransactionsResponse: (0, (_e_DescribeTransactionsResponse_0,)),
     ListTransactionsRequest: (0, (_e_ListTransactionsRequest_0, _e_ListTransactionsRequest_1,)),
     ListTransactionsResponse: (0, (_e_ListTransactionsResponse_0, _e_ListTransactionsResponse_0,)),
+    ConsumerGroupHeartbeatRequest: (0, (_e_ConsumerGroupHeartbeatRequest_0, _e_ConsumerGroupHeartbeatRequest_1,)),
+    ConsumerGroupHeartbeatResponse: (0, (_e_ConsumerGroupHeartbeatResponse_0, _e_ConsumerGroupHeartbeatResponse_0,)),
+    ConsumerGroupDescribeRequest: (0, (_e_ConsumerGroupDescribeRequest_0,)),
+    ConsumerGroupDescribeResponse: (0, (_e_ConsumerGroupDescribeResponse_0,)),
 }
 
 DECODERS = {
@@ -13254,6 +13792,10 @@ DECODERS = {
     DescribeTransactionsResponse: (0, (_d_DescribeTransactionsResponse_0,)),
     ListTransactionsRequest: (0, (_d_ListTransactionsRequest_0, _d_ListTransactionsRequest_1,)),
     ListTransactionsResponse: (0, (_d_ListTransactionsResponse_0, _d_ListTransactionsResponse_0,)),
+    ConsumerGroupHeartbeatRequest: (0, (_d_ConsumerGroupHeartbeatRequest_0, _d_ConsumerGroupHeartbeatRequest_1,)),
+    ConsumerGroupHeartbeatResponse: (0, (_d_ConsumerGroupHeartbeatResponse_0, _d_ConsumerGroupHeartbeatResponse_0,)),
+    ConsumerGroupDescribeRequest: (0, (_d_ConsumerGroupDescribeRequest_0,)),
+    ConsumerGroupDescribeResponse: (0, (_d_ConsumerGroupDescribeResponse_0,)),
 }
 
 REQUESTS = {
@@ -13297,6 +13839,8 @@ REQUESTS = {
     61: DescribeProducersRequest,
     65: DescribeTransactionsRequest,
     66: ListTransactionsRequest,
+    68: ConsumerGroupHeartbeatRequest,
+    69: ConsumerGroupDescribeRequest,
 }
 
 RESPONSES = {
@@ -13340,4 +13884,6 @@ RESPONSES = {
     61: DescribeProducersResponse,
     65: DescribeTransactionsResponse,
     66: ListTransactionsResponse,
+    68: ConsumerGroupHeartbeatResponse,
+    69: ConsumerGroupDescribeResponse,
 }

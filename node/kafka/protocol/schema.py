@@ -2,7 +2,9 @@
 
 The files are Kafka's own (``clients/src/main/resources/common/message``), kept as data.
 They are JSON with ``//`` comments. What this reader keeps of them:
-- a message: apiKey, type (request/response/header), name, validVersions, flexibleVersions,
+- a message: apiKey, type (request/response/header, or "data": the group coordinator's
+  ``__consumer_offsets`` record keys and values, group-coordinator/src/main/resources/
+  common/message, kept in ``schema/coordinator/``), name, validVersions, flexibleVersions,
   fields, commonStructs;
 - a field: name, type, versions, nullableVersions, taggedVersions + tag, ignorable, default,
   fields (an inline struct) and a per-field flexibleVersions (RequestHeader's ClientId);
@@ -18,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 SCHEMA_DIR = pathlib.Path(__file__).with_name("schema")
+RECORD_SCHEMA_DIR = SCHEMA_DIR / "coordinator"  # the "data" specs of __consumer_offsets
 
 PRIMITIVES = ("bool", "int8", "int16", "uint16", "int32", "int64", "float64",
               "string", "bytes", "records", "uuid")
@@ -91,7 +94,7 @@ class StructSpec:
 @dataclass
 class MessageSpec:
     name: str
-    kind: str                # "request", "response" or "header"
+    kind: str                # "request", "response", "header" or "data"
     api_key: int | None
     valid: Versions
     flexible: Versions
@@ -139,8 +142,11 @@ def snake_case(name: str) -> str:
 
 
 def _default_text(value) -> str | None:
-    """Defaults are mostly JSON strings; a few files write numbers or booleans."""
-    if value is None or isinstance(value, str):
+    """Defaults are mostly JSON strings; a few files write numbers, booleans or a JSON null
+    (which means what "null" means)."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -169,7 +175,7 @@ def load(path: pathlib.Path) -> MessageSpec:
             nullable=Versions.parse(f.get("nullableVersions")),
             tagged=Versions.parse(f.get("taggedVersions")),
             tag=f.get("tag"), ignorable=bool(f.get("ignorable", False)),
-            default=_default_text(f.get("default")),
+            default=_default_text(f["default"]) if "default" in f else None,
             flexible=Versions.parse(f["flexibleVersions"]) if "flexibleVersions" in f else None)
         element = spec.element
         if element not in PRIMITIVES:
@@ -200,3 +206,16 @@ def load_all(directory: pathlib.Path = SCHEMA_DIR) -> list[MessageSpec]:
     specs = [s for s in specs if s.kind in ("request", "response")]
     specs.sort(key=lambda s: (s.api_key, s.kind != "request"))
     return specs
+
+
+def load_records(directory: pathlib.Path = RECORD_SCHEMA_DIR) -> list[MessageSpec]:
+    """The ``__consumer_offsets`` record specs: keys (each one version: the record's key
+    version, which says what the record is) and their values, by key version, key first."""
+    specs = [load(p) for p in sorted(directory.glob("*.json"))]
+    assert specs and all(s.kind == "data" for s in specs)
+    keys = {s.name: s for s in specs if s.name.endswith("Key")}
+    values = {s.name: s for s in specs if s.name.endswith("Value")}
+    assert len(keys) + len(values) == len(specs)
+    assert {k.removesuffix("Key") for k in keys} == {v.removesuffix("Value") for v in values}
+    order = sorted(keys.values(), key=lambda s: s.valid.low)
+    return [spec for key in order for spec in (key, values[key.name[:-3] + "Value"])]

@@ -71,7 +71,7 @@ class Metadata(TranslationBase):
                     offline_replicas=offline))
             topics.append(MetadataResponse.MetadataResponseTopic(
                 error_code=error, name=name, topic_id=topic_uuid(ids.get(name)),
-                is_internal=False, partitions=out,
+                is_internal=name in protocol.INTERNAL_TOPICS, partitions=out,
                 topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
         for topic_id in state:      # names are nullable from v12 only
             topics.append(MetadataResponse.MetadataResponseTopic(

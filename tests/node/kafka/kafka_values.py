@@ -8,12 +8,15 @@ the fields the version lacks at their defaults.
 import random
 import uuid
 
-from node.kafka.protocol import messages, schema
+from node.kafka.protocol import coordinator_records, messages, schema
 
 SPECS = schema.load_all()
+RECORD_SPECS = schema.load_records()  # __consumer_offsets keys and values ("data" specs)
 CLASSES = {**{cls.__name__: cls for cls in messages.REQUESTS.values()},
-           **{cls.__name__: cls for cls in messages.RESPONSES.values()}}
+           **{cls.__name__: cls for cls in messages.RESPONSES.values()},
+           **{cls.__name__: cls for cls in coordinator_records.ENCODERS}}
 CASES = [(spec, version) for spec in SPECS for version in spec.versions]
+RECORD_CASES = [(spec, version) for spec in RECORD_SPECS for version in spec.versions]
 TEXT = "az_-.Zé€😀"
 INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 

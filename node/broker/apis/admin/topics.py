@@ -16,6 +16,7 @@ from node.broker.apis.admin.configs import (InvalidConfig, describe_topic_entrie
                                             read_dynamic_broker_configs,
                                             validate_topic_config)
 from node.broker.coordinator import GuardedZk
+from node.wire.protocol import INTERNAL_TOPICS
 from node.core import placement
 from node.wire.errors import ErrorCode
 from node.wire import protocol
@@ -166,6 +167,10 @@ def delete_topics(body: dict, zk: GuardedZk, config) -> dict:
         problem = topic_name_error(name)
         if problem:
             results.append([name, *_error("INVALID_TOPIC_EXCEPTION", problem)])
+            continue
+        if name in INTERNAL_TOPICS:       # the group coordinator's offsets (Kafka 4 allows it)
+            results.append([name, *_error("INVALID_TOPIC_EXCEPTION",
+                                          f"Cannot delete internal topic {name}")])
             continue
         if name not in existing:
             results.append([name, *_error("UNKNOWN_TOPIC_OR_PARTITION",
