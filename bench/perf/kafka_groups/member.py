@@ -6,9 +6,11 @@
         [--commit-storm N]
 
 Clients: ``confluent-kafka`` (librdkafka; ``--protocol classic`` or ``consumer``, KIP-848),
-``kafka-python`` and ``aiokafka`` (classic only). It subscribes to one topic from the
-beginning (auto.offset.reset=earliest) and reads until SIGTERM, then closes the consumer
-(the client's clean leave) and exits 0. SIGKILL it to see a member die.
+``kafka-python`` and ``aiokafka`` (classic only), ``minikafka`` (node.client's Consumer
+over the native wire, KIP-848 only; ``--bootstrap`` the native listeners). It subscribes
+to one topic from the beginning (auto.offset.reset=earliest) and reads until SIGTERM,
+then closes the consumer (the client's clean leave) and exits 0. SIGKILL it to see a
+member die.
 
 It tells what happens as JSON lines on stdout, each with ``t`` (time.time(), the moment
 it happened) and ``ev``:
@@ -38,7 +40,7 @@ import sys
 import threading
 import time
 
-CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka")
+CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "minikafka")
 PROTOCOLS = ("classic", "consumer")
 POLL_S = 0.05
 MAX_RECORDS_PER_POLL = 500
@@ -326,8 +328,61 @@ async def _commit_async(consumer, events: Events, offsets: dict[int, int], tp_cl
         return
 
 
+# ------------------------------------------------------------------ node.client
+def native_group_support() -> str | None:
+    """Why node.client cannot be a member through the brokers' coordinator, or None."""
+    import inspect
+
+    from node.client import Consumer
+    if "group_protocol" not in inspect.signature(Consumer).parameters:
+        return "node.client's Consumer has no broker-coordinated groups (group_protocol)"
+    return None
+
+
+def run_native(args, events: Events) -> None:
+    """node.client's Consumer, KIP-848 through the brokers (``--bootstrap``: the native
+    listeners)."""
+    from node.client import Consumer, TopicPartition
+
+    class Listener:
+        def on_partitions_revoked(self, tps):
+            events.revoked(tp.partition for tp in tps)
+
+        def on_partitions_assigned(self, tps):
+            events.assigned(tp.partition for tp in tps)
+
+        def on_partitions_lost(self, tps):
+            events.revoked(tp.partition for tp in tps)
+
+    consumer = Consumer(args.bootstrap, group_id=args.group, auto_offset_reset="earliest",
+                        enable_auto_commit=args.commit == "auto", auto_commit_interval_ms=100,
+                        group_protocol="consumer", group_remote_assignor=args.assignor,
+                        max_poll_records=MAX_RECORDS_PER_POLL)
+    stop = _stop_flag()
+    storm = [args.commit_storm] if args.commit_storm else []
+
+    def commit(offsets):
+        consumer.commit({TopicPartition(args.topic, p): o for p, o in offsets.items()})
+
+    consumer.subscribe([args.topic], listener=Listener())
+    events.emit("ready")
+    try:
+        while not stop:
+            got = [(r.partition, r.offset, r.value)
+                   for r in consumer.poll(timeout_ms=int(POLL_S * 1000))]
+            events.records(got)
+            if got and args.commit == "sync":
+                _commit_each(events, _highest(got), commit, lambda e: True)
+            if storm and events.owned:
+                _storm(events, storm.pop(), commit)
+    finally:
+        events.counts(True)
+        consumer.close()
+        events.emit("closed")
+
+
 RUN = {"confluent-kafka": run_confluent, "kafka-python": run_kafka_python,
-       "aiokafka": run_aiokafka}
+       "aiokafka": run_aiokafka, "minikafka": run_native}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--client", choices=CLIENTS, required=True)
     parser.add_argument("--protocol", choices=PROTOCOLS, default="classic")
-    parser.add_argument("--bootstrap", required=True, help="the Kafka listeners, H:P,H:P")
+    parser.add_argument("--bootstrap", required=True,
+                        help="the Kafka listeners, H:P,H:P (minikafka: the native ones)")
     parser.add_argument("--group", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--session-ms", type=int, default=6000,
@@ -352,8 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-storm", type=int, default=0, metavar="N",
                         help="N synchronous commits once it owns a partition")
     args = parser.parse_args(argv)
-    if args.protocol == "consumer" and args.client != "confluent-kafka":
+    if args.protocol == "consumer" and args.client in ("kafka-python", "aiokafka"):
         parser.error(f"{args.client} speaks the classic protocol only")
+    if args.client == "minikafka" and args.protocol != "consumer":
+        parser.error("node.client's groups through the brokers are KIP-848's (--protocol "
+                     "consumer)")
     RUN[args.client](args, Events(args.report))
     return 0
 

@@ -17,6 +17,7 @@ from collections import defaultdict
 import pytest
 
 from bench.perf.kafka_groups.group import Member, kcat_member, python_member
+from bench.perf.kafka_groups.placement import coordinator_partition
 from node.client import Producer
 from tests.node.kafka.clients import NODE_SCRIPTS, node_env, skip_if_missing
 
@@ -141,15 +142,6 @@ def assert_one_reader_per_partition(reads, owners: dict[str, frozenset[int]]) ->
 def assert_read_once(reads) -> None:
     twice = {v: each for v, each in reads.items() if len(each) > 1}
     assert not twice, f"{len(twice)} records read more than once, e.g. {list(twice.items())[:3]}"
-
-
-def coordinator_partition(group: str, partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of ``group`` as Kafka places it:
-    abs(Java's String.hashCode) % partitions (Utils.abs: the sign bit cleared)."""
-    h = 0
-    for unit in group.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
 
 
 def coordinator_of(cluster, group: str, partitions: int) -> int | None:
