@@ -278,6 +278,7 @@ _KEYS: tuple[_Key, ...] = (
     _Key("offsets.retention.minutes", _POSITIVE, "10080"),
     _Key("offsets.retention.check.interval.ms", _LONG_POSITIVE, "600000"),
     _Key("offsets.commit.timeout.ms", _POSITIVE, "5000"),
+    _Key("offset.metadata.max.bytes", _NON_NEGATIVE, "4096"),
     _Key("group.min.session.timeout.ms", _POSITIVE, "6000"),
     _Key("group.max.session.timeout.ms", _POSITIVE, "1800000"),
     _Key("group.initial.rebalance.delay.ms", _NON_NEGATIVE, "3000"),
@@ -386,6 +387,7 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
     offsets_commit_timeout_ms: int = 5000
+    offset_metadata_max_bytes: int = 4096
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
     group_initial_rebalance_delay_ms: int = 3000
@@ -423,11 +425,29 @@ class BrokerConfig:
                 f"replica.lag.time.max.ms ({self.replica_lag_time_max_ms})")
         if self.replica_fetch_max_bytes < 64:
             raise ConfigError("replica.fetch.max.bytes must be at least 64")
+        self._check_group_keys()
         names = {entry.name for entry in self.listener_list}
         for entry in self.advertised_listener_list:
             if entry.name not in names:
                 raise ConfigError(f"advertised.listeners: {entry.name} is not one of the "
                                   f"listeners ({self.listeners})")
+
+    def _check_group_keys(self) -> None:
+        """The group coordinator's ranges (node.core.groups.config checks them again)."""
+        def ordered(*names: str) -> None:
+            values = [getattr(self, field_name(n)) for n in names]
+            if values != sorted(values):
+                raise ConfigError(" <= ".join(f"{n} ({v})" for n, v in zip(names, values))
+                                  + " must hold")
+        ordered("group.min.session.timeout.ms", "group.max.session.timeout.ms")
+        ordered("group.consumer.min.heartbeat.interval.ms",
+                "group.consumer.heartbeat.interval.ms",
+                "group.consumer.max.heartbeat.interval.ms")
+        ordered("group.consumer.min.session.timeout.ms", "group.consumer.session.timeout.ms",
+                "group.consumer.max.session.timeout.ms")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be less than "
+                              "group.consumer.session.timeout.ms")
 
     # ---- derived ----------------------------------------------------------------------
 

@@ -45,6 +45,14 @@ def _answerer(apis, identity, request: protocol.Request):
     return answer
 
 
+def _client_host(identity) -> str:
+    """Kafka's clientHost ("/127.0.0.1") of a Kafka-wire peer; "" for a native one."""
+    peer = getattr(getattr(identity, "connection", None), "peer", None)
+    if not isinstance(peer, str):
+        return ""
+    return "/" + peer.rsplit(":", 1)[0]
+
+
 def _version_and_body(request: protocol.Request) -> tuple[int, dict]:
     body = request.body
     if not isinstance(body, dict):
@@ -113,7 +121,8 @@ def handle_group_request(apis, identity, request: protocol.Request) -> None:
         raise protocol.ProtocolError("group_id must be a string")
     runtime = apis.groups
     runtime.call(runtime.partition_of(group_id), request.api_key, version, body,
-                 _answerer(apis, identity, request))
+                 _answerer(apis, identity, request), client_id=request.client_id,
+                 client_host=_client_host(identity))
 
 
 # ------------------------------------------------------------------ several groups

@@ -12,14 +12,15 @@ INVALID_TOPIC_EXCEPTION ("Cannot append to internal topic", Kafka's ReplicaManag
 DeleteRecords likewise. DeleteTopics refuses it too (INVALID_TOPIC_EXCEPTION): Kafka 4
 lets an admin delete it, losing every group's offsets; here that is not offered.
 
-Which partition holds a group: ``partition_for`` (Java's String.hashCode, as Kafka, so a
-dump places groups where Kafka would).
+Which partition holds a group: ``node.core.groups.hashing.partition_for`` (Kafka's rule,
+so a dump places groups where Kafka would).
 """
 from __future__ import annotations
 
 import logging
 import time
 
+from node.core.groups.hashing import partition_for
 from node.wire.errors import ErrorCode
 from node.wire.protocol import INTERNAL_TOPICS, OFFSETS_TOPIC
 
@@ -35,22 +36,6 @@ CREATE_RETRY_MS = 2000
 
 def is_internal(topic: str) -> bool:
     return topic in INTERNAL_TOPICS
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (Java String.hashCode over
-    UTF-16 code units; ``& 0x7fffffff`` as Kafka's toPositive)."""
-    try:
-        from node.core.groups.hashing import partition_for as core_partition_for
-    except ImportError:   # before node.core.groups exists (branch gcodec)
-        core_partition_for = None
-    if core_partition_for is not None:
-        return core_partition_for(group_id, partitions)
-    h = 0
-    data = group_id.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
 
 
 def topic_configs(config, *, compact: bool = True) -> dict[str, str]:

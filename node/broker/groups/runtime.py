@@ -68,15 +68,20 @@ _REPLAY_ERRORS = (ValueError, KeyError, IndexError, TypeError, struct.error,
 def group_config(config):
     """The shard's ``GroupConfig`` from the broker's keys: every GroupConfig field
     named as a broker key (dots -> underscores) takes the broker's value."""
-    from node.core.groups.shard import GroupConfig
+    from node.core.groups.config import GroupConfig
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GroupConfig)
               if hasattr(config, f.name)}
     return GroupConfig(**values)
 
 
-def _new_shard(partition: int, config):
-    from node.core.groups.shard import GroupShard
-    return GroupShard(partition, config)
+def _shard_class():
+    """``node.core.groups.shard.GroupShard``; None while that core is not built yet
+    (the partitions are then not hosted: NOT_COORDINATOR)."""
+    try:
+        from node.core.groups.shard import GroupShard
+    except ImportError:
+        return None
+    return GroupShard
 
 
 @dataclasses.dataclass(eq=False)
@@ -140,6 +145,7 @@ class GroupRuntime:
         self.hosted: dict[int, Hosted] = {}
         self._group_config = None
         self._topics: dict[str, tuple[str, int]] | None = None
+        self._said_no_shard = False
 
     @property
     def group_config(self):
@@ -167,8 +173,10 @@ class GroupRuntime:
         return ErrorCode.NONE
 
     def call(self, partition: int, api_key: int, version: int, body: dict,
-             answer: Callable[[dict], None]) -> None:
-        """Run one request on the partition's shard; ``answer(body)`` exactly once."""
+             answer: Callable[[dict], None], client_id: str = "",
+             client_host: str = "") -> None:
+        """Run one request on the partition's shard; ``answer(body)`` exactly once.
+        ``client_id``/``client_host``: the request's, kept with classic members."""
         request = Request(api_key, body, answer)
         error = self.state_of(partition)
         if error:
@@ -177,7 +185,8 @@ class GroupRuntime:
             request.fail(error)
             return
         hosted = self.hosted[partition]
-        result = hosted.shard.handle(now_ms(), api_key, version, body, request)
+        result = hosted.shard.handle(now_ms(), api_key, version, body, request,
+                                     client_id=client_id, client_host=client_host)
         self._apply(hosted, result)
 
     def active_partitions(self) -> list[int]:
@@ -198,6 +207,12 @@ class GroupRuntime:
             if led.get(partition) != hosted.leader_epoch:
                 self._unload(hosted, "no longer the leader" if partition not in led
                              else "a new leader epoch")
+        if led and _shard_class() is None:
+            if not self._said_no_shard:
+                self._said_no_shard = True
+                logger.error("this build has no group coordinator core "
+                             "(node.core.groups.shard): group requests get NOT_COORDINATOR")
+            return
         for partition, epoch in led.items():
             if partition not in self.hosted:
                 self._load(partition, epoch)
@@ -220,7 +235,8 @@ class GroupRuntime:
 
     def _load(self, partition: int, leader_epoch: int) -> None:
         part = self.replicas.partitions[(OFFSETS_TOPIC, partition)]
-        hosted = Hosted(partition, leader_epoch, shard=_new_shard(partition, self.group_config),
+        hosted = Hosted(partition, leader_epoch,
+                        shard=_shard_class()(partition, self.group_config),
                         load_offset=part.log.log_start_offset)
         self.hosted[partition] = hosted
         logger.info("%s-%d: loading the group coordinator (leader epoch %d, offsets %d to "

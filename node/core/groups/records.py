@@ -19,6 +19,7 @@ schemas define; anything else, or any malformed byte, raises ``RecordError``.
 
 import re
 import struct
+import sys
 import uuid
 from dataclasses import dataclass
 
@@ -41,6 +42,11 @@ _VERSION = struct.Struct(">h")
 
 class RecordError(ValueError):
     """A ``__consumer_offsets`` record that is not one of Kafka's (or is malformed)."""
+
+
+class UnknownRecordType(RecordError):
+    """A key version this coordinator does not know (Kafka's loader skips those: share
+    groups, records of later versions)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ def _fields(cls: type) -> list[tuple[str, str, type | None, bool]]:
             is_list = note.startswith("list[")
             nested = _NAME.search(note)
             if nested is not None:
-                root = getattr(cr, nested.group(1))
+                root = getattr(sys.modules[cls.__module__], nested.group(1))
                 found.append((name, "struct", getattr(root, nested.group(2)), is_list))
             elif "UUID" in note:
                 found.append((name, "uuid", None, is_list))
@@ -90,6 +96,17 @@ def to_dict(obj) -> dict:
             value = [convert(v) for v in value] if is_list else convert(value)
         out[name] = value
     return out
+
+
+_DEFAULTS: dict[type, dict] = {}
+
+
+def defaults_of(cls: type) -> dict:
+    """A generated class's fields at their defaults, as a new dict (a response body to fill)."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = _DEFAULTS[cls] = to_dict(cls())
+    return {k: list(v) if isinstance(v, list) else v for k, v in found.items()}
 
 
 def from_dict(cls: type, data: dict):
@@ -169,7 +186,7 @@ def decode(key, value) -> Rec:
     """The Rec of a ``__consumer_offsets`` record; RecordError if it is not one."""
     key_version, body = _split(key, "record key")
     if key_version not in cr.RECORDS:
-        raise RecordError(f"unknown record key version {key_version}")
+        raise UnknownRecordType(f"unknown record key version {key_version}")
     key_cls, value_cls = cr.RECORDS[key_version]
     try:
         key_dict = to_dict(codec.decode_body(key_cls, key_version, body))

@@ -49,3 +49,4 @@ from node.kafka.translate import admin_topics  # noqa: E402,F401
 from node.kafka.translate import admin_configs  # noqa: E402,F401
 from node.kafka.translate import admin_cluster  # noqa: E402,F401
 from node.kafka.translate import admin_logs  # noqa: E402,F401
+from node.kafka.translate import groups  # noqa: E402,F401

@@ -78,15 +78,9 @@ def test_sample_records_with_binary_and_nulls_survive_every_codec(kafka_cluster)
 
 
 # librdkafka takes a broker's LZ4 support from FindCoordinator in its ApiVersions (a proxy
-# for Kafka >= 0.8.2, rdkafka_feature.c); the group APIs are not advertised yet, so it
-# sends its lz4 batches uncompressed ("Broker does not support compression type lz4").
-RDKAFKA_LZ4 = pytest.mark.xfail(strict=True, reason=(
-    "librdkafka disables LZ4 without FindCoordinator in ApiVersions (group APIs absent)"))
-
-
-@pytest.mark.parametrize("writer,codec", [
-    pytest.param(w, c, marks=RDKAFKA_LZ4 if (w, c) == ("confluent-kafka", "lz4") else ())
-    for w in WRITERS for c in CODECS])
+# for Kafka >= 0.8.2, rdkafka_feature.c): advertised since the group coordinator
+# (issue 26), so its lz4 batches stay lz4.
+@pytest.mark.parametrize("writer,codec", [(w, c) for w in WRITERS for c in CODECS])
 def test_fetched_batches_keep_the_codec_they_were_written_with(kafka_cluster, writer, codec):
     """compression.type=producer (the default): a Fetch answer's batches carry the codec
     the producer chose (attribute bits 0-2), read here from the raw answer."""

@@ -18,9 +18,15 @@ def test_advertised_versions_are_within_the_schemas():
         assert schema_lo <= lo <= hi <= schema_hi, (key, lo, hi)
 
 
-def test_group_and_transaction_apis_are_not_advertised_yet():
-    # FindCoordinator, JoinGroup, OffsetCommit, AddPartitionsToTxn, EndTxn (next issues)
-    assert not {10, 11, 8, 24, 26} & set(TRANSLATIONS)
+def test_transaction_apis_are_not_advertised_yet():
+    # AddPartitionsToTxn, EndTxn (next issues)
+    assert not {24, 26} & set(TRANSLATIONS)
+
+
+def test_the_group_apis_are_advertised():
+    # FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, OffsetCommit,
+    # OffsetFetch, ConsumerGroupHeartbeat (issue 26)
+    assert {10, 11, 12, 13, 14, 8, 9, 68} <= set(TRANSLATIONS)
 
 
 @pytest.mark.parametrize("key", sorted(TRANSLATIONS))
