@@ -17,8 +17,9 @@ async function main () {
                             retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 1000 } })
   const consumer = kafka.consumer({ groupId: cmd.group, sessionTimeout: cmd.sessionTimeout,
                                     heartbeatInterval: cmd.heartbeatInterval,
-                                    rebalanceTimeout: cmd.sessionTimeout, metadataMaxAge: 2000,
-                                    allowAutoTopicCreation: false })
+                                    rebalanceTimeout: 30000, metadataMaxAge: 2000,
+                                    // kafkajs heartbeats between fetches: keep them short.
+                                    maxWaitTimeInMs: 100, allowAutoTopicCreation: false })
   const { GROUP_JOIN, REBALANCING, COMMIT_OFFSETS, CRASH } = consumer.events
   consumer.on(GROUP_JOIN, e => emit({ ev: 'assign', parts: e.payload.memberAssignment[cmd.topic] || [] }))
   consumer.on(REBALANCING, () => emit({ ev: 'assign', parts: [] }))
