@@ -11,14 +11,21 @@ nested structs as dicts, lists as lists).
   Kafka's do). Field versions come from Kafka's JSON definitions
   (``node.kafka.protocol.schema``), read once per message.
 - ``default_dict(cls)``: the defaults of every field (a complete body to fill in).
+- ``check(cls, body)``: the problem with a dict that is not such a body (a wrong type
+  anywhere: what a fuzzed or broken native request sends), else None.
+
+Topic ids (Kafka's ``uuid`` fields) are Kafka's text form in the dicts
+(``node.wire.zkdata.topic_id_text``), UUIDs in the objects.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import uuid
 
 from node.kafka.protocol import messages
 from node.kafka.protocol import schema
+from node.wire.zkdata import topic_id_text, topic_id_uuid
 
 
 def _fields(obj_or_cls) -> tuple:
@@ -39,6 +46,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
+    if isinstance(value, uuid.UUID):
+        return topic_id_text(value)
     return value
 
 
@@ -99,5 +108,72 @@ def _build(cls, struct: schema.StructSpec, root: str, body: dict, version: int):
                 value = _build(sub, f.struct, root, value, version)
         elif value is None and version not in f.nullable:
             continue          # null where this version cannot say it: the default
+        elif f.element == "uuid" and isinstance(value, str):
+            value = topic_id_uuid(value)
+        elif f.element == "uuid" and isinstance(value, list):
+            value = [topic_id_uuid(v) if isinstance(v, str) else v for v in value]
         kwargs[f.attr] = value
     return cls(**kwargs)
+
+
+_INTS = {"int8", "int16", "uint16", "int32", "int64"}
+
+
+def check(cls, body) -> str | None:
+    """What is wrong with ``body`` as a dict of ``cls`` (types, recursively; unknown
+    keys are ignored), or None."""
+    root = _root_name(cls)
+    spec = _spec(root)
+    struct = spec.root if cls.__name__ == root else next(
+        s for s in spec.structs if f"_{root}_{s.name}" == cls.__name__)
+    return _check(struct, body, struct.name)
+
+
+def _check(struct: schema.StructSpec, body, where: str) -> str | None:
+    if not isinstance(body, dict):
+        return f"{where} must be a map"
+    for f in struct.fields:
+        if f.attr not in body:
+            continue
+        value = body[f.attr]
+        name = f"{where}.{f.attr}"
+        if value is None:
+            if f.nullable.empty:
+                return f"{name} must not be null"
+            continue
+        if f.is_array:
+            if not isinstance(value, list):
+                return f"{name} must be a list"
+            items = value
+        else:
+            items = [value]
+        for item in items:
+            problem = _check_value(f, item, name)
+            if problem:
+                return problem
+    return None
+
+
+def _check_value(f: schema.FieldSpec, value, name: str) -> str | None:
+    kind = f.element
+    if f.struct is not None:
+        return _check(f.struct, value, name)
+    if kind in _INTS:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "string":
+        ok = isinstance(value, str)
+    elif kind in ("bytes", "records"):
+        ok = isinstance(value, (bytes, bytearray))
+    elif kind == "uuid":
+        try:
+            topic_id_uuid(value)
+            ok = True
+        except ValueError:
+            ok = False
+    elif kind == "float64":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = True
+    return None if ok else f"{name} must be {kind}, got {type(value).__name__}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from node.broker.groups import bodies
 from node.broker.groups.offsets_topic import OFFSETS_TOPIC
+from node.kafka.dicts import check
 from node.kafka.protocol import request_class
 from node.wire import protocol
 from node.wire.errors import ErrorCode
@@ -63,6 +64,9 @@ def _version_and_body(request: protocol.Request) -> tuple[int, dict]:
     if not isinstance(version, int) or isinstance(version, bool) or \
             not 0 <= version <= newest:
         raise protocol.ProtocolError(f"{KAFKA_VERSION} must be a version 0..{newest}")
+    problem = check(request_class(request.api_key), body)
+    if problem:
+        raise protocol.ProtocolError(problem)
     return version, bodies.complete(request.api_key, body)
 
 

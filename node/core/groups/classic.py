@@ -39,6 +39,7 @@ from .records import Rec
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000   # Kafka's classicGroupNewMemberJoinTimeoutMs
 SKIP_ASSIGNMENT_FROM_VERSION = 9        # JoinGroup v9: the static leader may skip assignment
 MEMBER_ID_REQUIRED_FROM_VERSION = 4     # KIP-394
+TICK_PASSES_MAX = 16                    # timers that re-arm at once (a 0 ms initial delay)
 
 __all__ = ["ClassicGroups", "Group", "Member", "State", "describe", "listed",
            "CONSUMER_PROTOCOL_TYPE"]
@@ -137,7 +138,11 @@ class ClassicGroups:
             self._join_existing(now, version, group, group.members[member_id], session_ms,
                                 rebalance_ms, protocols, token, fx)
         if is_new_group and len(fx.records) == records_before and gid in self.groups:
-            fx.records.append(records.group_metadata(gid, group.metadata_value(now)))
+            # Kafka's newEmptyGroupMetadataRecord: the group exists from now on.
+            stamp = group.state_timestamp_ms
+            fx.records.append(records.group_metadata(gid, {
+                "protocol_type": "", "generation": 0, "protocol": None, "leader": None,
+                "current_state_timestamp": -1 if stamp is None else stamp, "members": []}))
 
     def _accept_joining(self, group: Group, member_id: str) -> bool:
         limit = self.config.group_max_size
@@ -456,6 +461,15 @@ class ClassicGroups:
     # ---- timers ----------------------------------------------------------------------------
 
     def tick(self, now: int, fx: Effects) -> None:
+        """Every timer due at ``now``, including those a timer sets due at once."""
+        for _ in range(TICK_PASSES_MAX):
+            due = self.next_deadline_ms()
+            if due is None or due > now:
+                return
+            self._tick_once(now, fx)
+        raise AssertionError(f"timers still due after {TICK_PASSES_MAX} passes")
+
+    def _tick_once(self, now: int, fx: Effects) -> None:
         for group in list(self.groups.values()):
             for mid, deadline in list(group.pending_join.items()):
                 if deadline <= now:

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from node.kafka.protocol import encode_request, RequestHeader
 from node.kafka.protocol.messages import (ApiVersionsRequest, ApiVersionsResponse,
-                                          FetchRequest, JoinGroupRequest, MetadataRequest,
+                                          EndTxnRequest, FetchRequest, MetadataRequest,
                                           SaslHandshakeRequest)
 from node.kafka.translate import advertised
 from node.wire import zkdata
@@ -126,10 +126,10 @@ def test_cluster_status_shows_each_brokers_kafka_address(kafka_cluster):
 
 def test_unsupported_api_or_version_is_answered_as_kafka(kafka_cluster):
     with KafkaWire(first_kafka(kafka_cluster)) as wire:
-        # A group API (not served yet) parses: its error response.
-        join = wire.request(JoinGroupRequest(group_id="g", session_timeout_ms=1000,
-                                             member_id="", protocol_type="consumer"), 5)
-        assert join.error_code == ErrorCode.UNSUPPORTED_VERSION
+        # A transaction API (not served yet) parses: its error response.
+        end = wire.request(EndTxnRequest(transactional_id="t", producer_id=1,
+                                         producer_epoch=0, committed=True), 3)
+        assert end.error_code == ErrorCode.UNSUPPORTED_VERSION
         # Fetch v15 parses but is not served: every partition says so.
         fetch = wire.request(FetchRequest(max_wait_ms=0, topics=[FetchRequest.FetchTopic(
             topic_id=uuid.uuid4(), partitions=[FetchRequest.FetchPartition(partition=0)])]), 15)

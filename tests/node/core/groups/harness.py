@@ -125,13 +125,13 @@ class Harness:
 
     def join_new(self, group: str, version: int = 9, **kw) -> int:
         """KIP-394's two JoinGroups; the token of the second (maybe parked)."""
-        first = self.call(JOIN, self.join_body(group, **kw), version)
-        if first["error_code"] == 79:
+        token = self.send(JOIN, self.join_body(group, **kw), version)
+        first = self.replies.get(token)
+        if first is not None and first["error_code"] == 79:
+            del self.replies[token]
             kw.pop("member_id", None)
             return self.send(JOIN, self.join_body(group, member_id=first["member_id"], **kw),
                              version)
-        token = next(self.tokens)
-        self.replies[token] = first
         return token
 
 
