@@ -157,7 +157,9 @@ class ConsumerGroups:
             invalid("InstanceId can't be empty.")
         if body.get("rack_id") == "":
             invalid("RackId can't be empty.")
-        if body.get("subscribed_topic_regex") is not None:
+        if body.get("subscribed_topic_regex"):         # "" is taken as "no regex"
+            # Python's re has no linear-time guarantee (Kafka uses RE2J): a client's
+            # pattern could stall the coordinator, so none runs here.
             invalid("SubscribedTopicRegex is not supported yet.")
         epoch, member_id = body["member_epoch"], body.get("member_id") or ""
         timeout = body.get("rebalance_timeout_ms", -1)

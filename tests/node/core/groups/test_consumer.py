@@ -181,6 +181,10 @@ def test_version_1_requires_the_client_to_name_the_member():
     assert hb(groups, "", 0, version=1).body["error_code"] == c.INVALID_REQUEST
     out = hb(groups, "client-made-id", 0, version=1)
     assert out.body["member_id"] == "client-made-id" and out.body["member_epoch"] == 1
+    body = {"group_id": "g", "member_id": "other", "member_epoch": 0, "instance_id": None,
+            "rack_id": None, "rebalance_timeout_ms": 1000, "subscribed_topic_names": ["t"],
+            "subscribed_topic_regex": "", "server_assignor": None, "topic_partitions": []}
+    assert groups.heartbeat(0, 1, body).body["error_code"] == 0     # "" regex: none
 
 
 def test_heartbeats_wait_for_topic_metadata_after_loading():
