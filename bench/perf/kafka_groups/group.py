@@ -226,6 +226,10 @@ def owned_by(members: list[Member], partitions, timeout_s: float, what: str = ""
     wanted = frozenset(partitions)
 
     def settled():
+        dead = [m for m in members if not m.alive()]
+        if dead:
+            raise AssertionError(f"waiting for {what or 'the members to own the topic'}: "
+                                 f"{', '.join(m.describe() for m in dead)} exited")
         views = [m.snapshot() for m in members]
         sets = [parts for parts, _ in views]
         if sum(len(s) for s in sets) != len(wanted) or frozenset().union(*sets) != wanted:

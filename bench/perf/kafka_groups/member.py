@@ -162,7 +162,14 @@ def run_confluent(args, events: Events) -> None:
         conf["group.remote.assignor"] = args.assignor
     if args.instance_id:
         conf["group.instance.id"] = args.instance_id
-    consumer = Consumer(conf, error_cb=lambda e: events.emit("error", msg=str(e)))
+    fatal: list = []
+
+    def on_error(e) -> None:
+        events.emit("error", msg=str(e))
+        if e.fatal():
+            fatal.append(e)
+
+    consumer = Consumer(conf, error_cb=on_error)
     stop = _stop_flag()
     storm = [args.commit_storm] if args.commit_storm else []
 
@@ -185,6 +192,8 @@ def run_confluent(args, events: Events) -> None:
     events.emit("ready")
     try:
         while not stop:
+            if fatal:   # librdkafka is unusable after a fatal error: say so by exiting
+                raise SystemExit(2)
             got = []
             for msg in consumer.consume(MAX_RECORDS_PER_POLL, POLL_S):
                 if msg.error():
