@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import threading
@@ -192,14 +193,14 @@ def run_confluent(args, events: Events) -> None:
     events.emit("ready")
     try:
         while not stop:
-            if fatal:   # librdkafka is unusable after a fatal error: say so by exiting
-                raise SystemExit(2)
+            if fatal:   # librdkafka is unusable after a fatal error (close may hang)
+                os._exit(2)
             got = []
             for msg in consumer.consume(MAX_RECORDS_PER_POLL, POLL_S):
                 if msg.error():
                     events.emit("error", msg=str(msg.error()))
                     if msg.error().fatal():
-                        raise SystemExit(2)
+                        os._exit(2)
                     continue
                 got.append((msg.partition(), msg.offset(), msg.value()))
             events.records(got)

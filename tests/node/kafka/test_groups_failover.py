@@ -6,9 +6,13 @@
   committed (OffsetFetch, asked as soon as the new coordinator answers), every record is
   read, and a record is read twice only if it was in the uncommitted tail (no commit
   past it had been acknowledged when it was read again);
-- a static member (``group.instance.id``) SIGKILLed and restarted within its session
-  timeout gets its partitions back without a rebalance: the other member's assignment
-  never changes, not even once the old incarnation's session would have ended.
+- a static member (``group.instance.id``) restarted within its session timeout gets its
+  partitions back without a rebalance: the other member's assignment never changes, not
+  even once the old incarnation's session would have ended. Classic: the member is
+  SIGKILLed (the coordinator replaces a static member by its instance id). KIP-848: it
+  is closed (a static leave, epoch -2, keeps its assignment for the session), since
+  Kafka refuses a new member with an instance id not yet released (UNRELEASED_INSTANCE_ID,
+  GroupMetadataManager.throwIfInstanceIdIsUnreleased) until the old one's session ends.
 
 The killed broker is started again at the end of each test (the next one needs three).
 """
@@ -29,7 +33,7 @@ from tests.node.kafka.groups import (GROUPS_CONFIG, JOIN_TIMEOUT_S, OFFSETS_TOPI
 from tests.waiting import poll_until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
-STATIC_SESSION_MS = 4000
+STATIC_SESSION_MS = 6000
 OFFSETS_PARTITIONS = 3
 CONFIG = {**GROUPS_CONFIG, "group.consumer.session.timeout.ms": str(STATIC_SESSION_MS),
           "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
@@ -177,11 +181,16 @@ def test_a_static_member_restarts_without_a_rebalance(cluster, kind):
             poll_until(lambda: _all_committed(members, 5, partitions), JOIN_TIMEOUT_S,
                        "the first wave to be committed")
 
-        killed_at = a.kill()
+        if kind == "confluent-consumer":
+            killed_at = a.term()
+            assert a.proc.wait(30) == 0, a.describe()
+        else:
+            killed_at = a.kill()
         a2 = member("a2", f"{group}-a")
         members.append(a2)
         poll_until(lambda: a2.snapshot()[0] == owners["a"], STATIC_SESSION_MS / 1000 + 10,
-                   "the restarted static member to get its partitions back")
+                   f"the restarted static member to get {sorted(owners['a'])} back",
+                   error=lambda m: AssertionError(f"{m}: {a2.describe()} | {b.describe()}"))
         # Past the old incarnation's session: still no rebalance (ends early if one comes).
         until = killed_at + STATIC_SESSION_MS / 1000 + 1.0
         poll_until(lambda: b.changes_since(killed_at) or time.time() >= until,
