@@ -1,7 +1,8 @@
 """Real clients with a ``group.id`` through the brokers' group coordinator: kafka-python's
 KafkaConsumer and confluent-kafka (classic protocol) subscribe, consume every record of a
 3-partition topic, commit, and a later consumer of the same group gets the committed
-offsets (and nothing twice)."""
+offsets (and nothing twice); confluent-kafka with ``group.protocol=consumer`` (KIP-848:
+the coordinator assigns) likewise."""
 from __future__ import annotations
 
 import time
@@ -14,7 +15,10 @@ from tests.node.kafka.drivers import produce_kafka_python, sample_records
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-CONFIG = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
+CONFIG = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
+          # KIP-848: the coordinator's heartbeat interval (short, so a test settles fast)
+          "group.consumer.min.heartbeat.interval.ms": "500",
+          "group.consumer.heartbeat.interval.ms": "500"}
 PARTITIONS = 3
 PER_PARTITION = 10
 TIMEOUT_S = 60.0
@@ -66,12 +70,15 @@ def test_kafka_python_consumer_group_consumes_and_commits(cluster):
 
 
 @needs("confluent-kafka")
-def test_confluent_classic_consumer_group_consumes_and_commits(cluster):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_confluent_consumer_group_consumes_and_commits(cluster, protocol):
     from confluent_kafka import Consumer, TopicPartition
     topic, group = _topic_with_records(cluster), "ck-" + uuid.uuid4().hex[:8]
     conf = {"bootstrap.servers": kafka_bootstrap(cluster), "group.id": group,
             "auto.offset.reset": "earliest", "enable.auto.commit": False,
-            "group.protocol": "classic", "session.timeout.ms": 10_000}
+            "group.protocol": protocol}
+    if protocol == "classic":
+        conf["session.timeout.ms"] = 10_000
     consumer = Consumer(conf)
     seen = set()
     try:
