@@ -233,6 +233,112 @@ class _Key:
     default: str | None             # as text, parsed like a file value; None = required
 
 
+# ------------------------------------------------------------------ log compaction (issue 26)
+# Kafka's LogCleaner keys. The topic keys (cleanup.policy, min.cleanable.dirty.ratio, the
+# compaction lags, delete.retention.ms) are LogConfig fields (shm.config) whose broker
+# defaults are Kafka's synonyms (log.cleanup.policy, log.cleaner.min.cleanable.ratio ...);
+# the cleaner's own keys (threads, I/O bound, backoff, enable) are BrokerConfig fields and
+# read when the broker starts (node.broker.log_cleaner).
+
+CLEANUP_POLICIES = ("delete", "compact")
+# Kafka's CleanerConfig.LOG_CLEANER_IO_MAX_BYTES_PER_SECOND: Double.MAX_VALUE = unbounded.
+CLEANER_IO_UNBOUNDED = 1.7976931348623157e308
+# Ours: Kafka allows any number of cleaner threads; each is a Python thread here.
+LOG_CLEANER_THREADS_MAX = 8
+
+
+def _cleanup_policy(key: str, text: str) -> frozenset[str]:
+    """Kafka's LIST of "delete" and "compact", in either order."""
+    items = [v.strip().lower() for v in text.split(",") if v.strip()]
+    if not items:
+        raise ConfigError(f"{key}: must be delete, compact or both (comma separated)")
+    for item in items:
+        if item not in CLEANUP_POLICIES:
+            raise ConfigError(f"{key}: invalid value {item!r}; String must be one of: "
+                              f"{', '.join(CLEANUP_POLICIES)}")
+    return frozenset(items)
+
+
+def _ratio(key: str, text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{key}: {value} is outside [0.0, 1.0]")
+    return value
+
+
+def _positive_rate(key: str, text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected a number, got {text!r}") from None
+    if not value > 0 or value != value:
+        raise ConfigError(f"{key}: must be a positive number, got {text!r}")
+    return value
+
+
+def policy_text(policy) -> str:
+    """A cleanup policy as Kafka shows it: "compact", "delete" or "compact,delete"."""
+    return ",".join(sorted(policy))
+
+
+# The cleaner's broker keys (BrokerConfig fields; Kafka's defaults).
+_CLEANER_KEYS: tuple[_Key, ...] = (
+    _Key("log.cleaner.enable", _bool, "true"),
+    _Key("log.cleaner.threads", _int_in(0, LOG_CLEANER_THREADS_MAX), "1"),
+    _Key("log.cleaner.io.max.bytes.per.second", _positive_rate, repr(CLEANER_IO_UNBOUNDED)),
+    _Key("log.cleaner.backoff.ms", _int_in(0, LONG_MAX), "15000"),
+)
+# Topic key -> (LogConfig field, parser, the broker key that is its default, Kafka's default).
+COMPACTION_TOPIC_KEYS: dict[str, tuple[str, Callable[[str, str], object], str, str]] = {
+    "cleanup.policy": ("cleanup_policy", _cleanup_policy, "log.cleanup.policy", "delete"),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio,
+                                  "log.cleaner.min.cleanable.ratio", "0.5"),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int_in(0, LONG_MAX),
+                              "log.cleaner.min.compaction.lag.ms", "0"),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int_in(1, LONG_MAX),
+                              "log.cleaner.max.compaction.lag.ms", str(LONG_MAX)),
+    "delete.retention.ms": ("delete_retention_ms", _int_in(0, LONG_MAX),
+                            "log.cleaner.delete.retention.ms", "86400000"),
+}
+# Broker synonym -> topic key.
+COMPACTION_BROKER_KEYS = {broker: topic for topic, (_, _, broker, _)
+                          in COMPACTION_TOPIC_KEYS.items()}
+
+
+def compaction_value(key: str, text) -> object:
+    """A compaction key's value (topic key or its broker synonym), ConfigError if bad."""
+    topic_key = COMPACTION_BROKER_KEYS.get(key, key)
+    return COMPACTION_TOPIC_KEYS[topic_key][1](key, str(text))
+
+
+def compaction_text(log_config: LogConfig) -> dict[str, str]:
+    """The topic compaction keys of ``log_config`` as text (Kafka's spelling)."""
+    out = {}
+    for key, (name, _, _, default) in COMPACTION_TOPIC_KEYS.items():
+        value = getattr(log_config, name, None)
+        if value is None:
+            out[key] = default
+        elif isinstance(value, (frozenset, set, tuple, list)):
+            out[key] = policy_text(value)
+        else:
+            out[key] = str(value)
+    return out
+
+
+def with_compaction(log_config: LogConfig, changes: dict[str, object]) -> LogConfig:
+    """``log_config`` with compaction fields (LogConfig field -> value) replaced."""
+    if not changes:
+        return log_config
+    try:
+        return dataclasses.replace(log_config, **changes)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"compaction config: {e}") from None
+# ------------------------------------------------------------------ end of log compaction
+
+
 # Broker keys (not the log.* keys of LogConfig, which come from shm.config).
 _KEYS: tuple[_Key, ...] = (
     _Key("broker.id", _int_in(0, INT_MAX), None),
@@ -307,7 +413,7 @@ _KEYS: tuple[_Key, ...] = (
     _Key("unclean.recovery.strategy", _unclean_recovery_strategy, "balanced"),
     _Key("unclean.recovery.timeout.ms", _LONG_POSITIVE, "300000"),
     _Key("cluster.id", _cluster_id, ""),
-)
+) + _CLEANER_KEYS
 _BY_NAME = {k.name: k for k in _KEYS}
 
 # Kafka's coarser spellings of two log keys (log.retention.ms wins over .minutes over
@@ -318,7 +424,8 @@ _LOG_ALIASES = {
     "log.retention.minutes": ("log.retention.ms", 60 * 1000, ("log.retention.ms",)),
     "log.roll.hours": ("log.roll.ms", 3600 * 1000, ("log.roll.ms",)),
 }
-_LOG_KEYS = frozenset(LOG_KAFKA_NAMES.values())
+# (the compaction keys are parsed by their own block, whatever shm.config names)
+_LOG_KEYS = frozenset(LOG_KAFKA_NAMES.values()) - frozenset(COMPACTION_BROKER_KEYS)
 
 
 def field_name(kafka_key: str) -> str:
@@ -333,7 +440,9 @@ def broker_config_text(config) -> dict[str, str]:
         value = getattr(config, field_name(key.name), None)
         if value is None:
             continue
-        if isinstance(value, bool):
+        if isinstance(value, float):
+            value = repr(value)
+        elif isinstance(value, bool):
             value = "true" if value else "false"
         elif isinstance(value, (tuple, list)):
             value = ",".join(map(str, value))
@@ -408,6 +517,11 @@ class BrokerConfig:
     unclean_recovery_strategy: str = "balanced"
     unclean_recovery_timeout_ms: int = 300000
     cluster_id: str | None = None
+    # log compaction (issue 26): the cleaner's keys
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_io_max_bytes_per_second: float = CLEANER_IO_UNBOUNDED
+    log_cleaner_backoff_ms: int = 15000
     log_config: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -504,10 +618,14 @@ class BrokerConfig:
         """Build from Kafka keys -> text values; ConfigError names the first bad key."""
         values: dict[str, object] = {}
         log_props: dict[str, str] = {}
+        compaction: dict[str, object] = {}
         for key, text in props.items():
             if not isinstance(text, str):
                 text = str(text).lower() if isinstance(text, bool) else str(text)
-            if key in _BY_NAME:
+            if key in COMPACTION_BROKER_KEYS:
+                topic_key = COMPACTION_BROKER_KEYS[key]
+                compaction[COMPACTION_TOPIC_KEYS[topic_key][0]] = compaction_value(key, text)
+            elif key in _BY_NAME:
                 values[field_name(key)] = _BY_NAME[key].parse(key, text)
             elif key == "message.max.bytes" or key in _LOG_KEYS:
                 log_props[key] = text
@@ -524,7 +642,7 @@ class BrokerConfig:
         for key in _KEYS:
             if key.default is None and field_name(key.name) not in values:
                 raise ConfigError(f"{key.name}: required configuration key is missing")
-        values["log_config"] = _log_config(log_props)
+        values["log_config"] = with_compaction(_log_config(log_props), compaction)
         try:
             return cls(**values)
         except TypeError as e:  # a bug in the table above, not the user's input
@@ -549,7 +667,10 @@ class BrokerConfig:
                 text = str(value)
             out[key.name] = text
         for name, kafka in LOG_KAFKA_NAMES.items():
-            out[kafka] = str(getattr(self.log_config, name))
+            if kafka not in COMPACTION_BROKER_KEYS:
+                out[kafka] = str(getattr(self.log_config, name))
+        for key, text in compaction_text(self.log_config).items():
+            out[COMPACTION_TOPIC_KEYS[key][2]] = text
         return out
 
 
@@ -640,10 +761,8 @@ TOPIC_SETTING_KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
     "compression.type": ("compression_type", _compression_type),
 }
-# Accepted for Kafka compatibility with the only value we implement.
-TOPIC_FIXED_KEYS = {"cleanup.policy": "delete"}
 TOPIC_KEYS = frozenset(TOPIC_LOG_KEYS) | frozenset(TOPIC_SETTING_KEYS) | frozenset(
-    TOPIC_FIXED_KEYS)
+    COMPACTION_TOPIC_KEYS)
 
 
 def check_topic_config(overrides: dict[str, str]) -> None:
@@ -654,9 +773,8 @@ def check_topic_config(overrides: dict[str, str]) -> None:
             _int_in(-1, LONG_MAX)(key, text)
         elif key in TOPIC_SETTING_KEYS:
             TOPIC_SETTING_KEYS[key][1](key, text)
-        elif key in TOPIC_FIXED_KEYS:
-            if text.strip() != TOPIC_FIXED_KEYS[key]:
-                raise ConfigError(f"{key}: only {TOPIC_FIXED_KEYS[key]!r} is supported")
+        elif key in COMPACTION_TOPIC_KEYS:
+            compaction_value(key, text)
         else:
             raise ConfigError(f"{key}: unknown topic configuration key")
     topic_log_config(BrokerConfig(broker_id=0, zookeeper_connect="127.0.0.1:2181"),
@@ -669,11 +787,13 @@ def topic_log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConf
     for key, text in overrides.items():
         if key in TOPIC_LOG_KEYS:
             changes[TOPIC_LOG_KEYS[key]] = _int_in(-1, LONG_MAX)(key, str(text))
+        elif key in COMPACTION_TOPIC_KEYS:
+            changes[COMPACTION_TOPIC_KEYS[key][0]] = compaction_value(key, text)
     if not changes:
         return config.log_config
     try:
         return dataclasses.replace(config.log_config, **changes)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         raise ConfigError(f"topic config: {e}") from None
 
 
@@ -685,7 +805,7 @@ def topic_defaults(config: BrokerConfig) -> dict[str, str]:
     out = {key: text(getattr(config.log_config, name)) for key, name in TOPIC_LOG_KEYS.items()}
     out.update({key: text(getattr(config, name))
                 for key, (name, _) in TOPIC_SETTING_KEYS.items()})
-    out.update(TOPIC_FIXED_KEYS)
+    out.update(compaction_text(config.log_config))
     return out
 
 
@@ -700,4 +820,6 @@ def topic_setting(config: BrokerConfig, overrides: dict[str, str], key: str):
         return getattr(config, name)
     if key in TOPIC_LOG_KEYS:
         return getattr(topic_log_config(config, overrides), TOPIC_LOG_KEYS[key])
+    if key in COMPACTION_TOPIC_KEYS:
+        return getattr(topic_log_config(config, overrides), COMPACTION_TOPIC_KEYS[key][0])
     raise ConfigError(f"{key}: unknown topic configuration key")

@@ -51,6 +51,18 @@ KAFKA_NAMES = {
     "flush_interval_ms": "log.flush.interval.ms",
     "message_max_bytes": "message.max.bytes",
 }
+# Log compaction's fields (not integers, so apart from KAFKA_NAMES: node.config parses
+# those as integers): Kafka's broker keys; the topic keys are cleanup.policy,
+# min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms and
+# delete.retention.ms. ``parse_compaction_value`` turns a key's text into the field's value.
+COMPACTION_KAFKA_NAMES = {
+    "cleanup_policy": "log.cleanup.policy",
+    "min_cleanable_dirty_ratio": "log.cleaner.min.cleanable.ratio",
+    "min_compaction_lag_ms": "log.cleaner.min.compaction.lag.ms",
+    "max_compaction_lag_ms": "log.cleaner.max.compaction.lag.ms",
+    "delete_retention_ms": "log.cleaner.delete.retention.ms",
+}
+CLEANUP_POLICIES = frozenset({"delete", "compact"})
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,17 @@ class LogConfig:
     - ``message_max_bytes`` (message.max.bytes, bytes). Default 8 MiB, not Kafka's
       1 MiB + 12: a columnar body carries 12 bytes of offsets per record, and the
       benchmark's 1 MiB payload batches must fit.
+    - ``cleanup_policy`` (log.cleanup.policy; topic cleanup.policy): a frozenset of
+      "delete" (retention) and "compact" (the log cleaner, ``shm.log.cleaner``); a
+      string "compact,delete" is accepted and parsed.
+    - ``min_cleanable_dirty_ratio`` (log.cleaner.min.cleanable.ratio, 0.5): clean when
+      dirty bytes / (clean + dirty bytes) exceeds it.
+    - ``min_compaction_lag_ms`` (log.cleaner.min.compaction.lag.ms, 0): a segment whose
+      newest record is younger than this is not cleaned yet.
+    - ``max_compaction_lag_ms`` (log.cleaner.max.compaction.lag.ms, Long.MAX): a dirty
+      segment whose first batch is older than this is cleaned whatever the ratio.
+    - ``delete_retention_ms`` (log.cleaner.delete.retention.ms, 1 day): how long a
+      tombstone (null value) survives after the clean that first cleaned it.
     """
 
     segment_bytes: int = 1024 * 1024 * 1024
@@ -87,9 +110,16 @@ class LogConfig:
     flush_interval_messages: int = LONG_MAX
     flush_interval_ms: int = LONG_MAX
     message_max_bytes: int = 8 * 1024 * 1024
+    cleanup_policy: frozenset = frozenset({"delete"})
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 24 * 3600 * 1000
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            if f.name in COMPACTION_KAFKA_NAMES:
+                continue
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{KAFKA_NAMES[f.name]} must be an integer, got {value!r}")
@@ -104,6 +134,37 @@ class LogConfig:
         _check_range("flush_interval_messages", self.flush_interval_messages, 1, LONG_MAX)
         _check_range("flush_interval_ms", self.flush_interval_ms, 0, LONG_MAX)
         _check_range("message_max_bytes", self.message_max_bytes, 64, BATCH_BYTES_MAX)
+        self._check_compaction()
+
+    def _check_compaction(self) -> None:
+        policy = self.cleanup_policy
+        if isinstance(policy, str):  # "compact,delete" as Kafka writes it
+            policy = parse_compaction_value("cleanup_policy", policy)
+            object.__setattr__(self, "cleanup_policy", policy)
+        if not isinstance(policy, frozenset) or not policy or not policy <= CLEANUP_POLICIES:
+            raise ValueError(f"log.cleanup.policy must be a non-empty subset of "
+                             f"{sorted(CLEANUP_POLICIES)}, got {policy!r}")
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or \
+                not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"log.cleaner.min.cleanable.ratio must be in [0, 1], got {ratio!r}")
+        for name in ("min_compaction_lag_ms", "max_compaction_lag_ms", "delete_retention_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{COMPACTION_KAFKA_NAMES[name]} must be an integer, "
+                                 f"got {value!r}")
+        _check_range("min_compaction_lag_ms", self.min_compaction_lag_ms, 0, LONG_MAX)
+        _check_range("max_compaction_lag_ms", self.max_compaction_lag_ms, 1, LONG_MAX)
+        _check_range("delete_retention_ms", self.delete_retention_ms, 0, LONG_MAX)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention by time/size applies (cleanup.policy has delete)."""
+        return "delete" in self.cleanup_policy
 
     @property
     def index_entries_max(self) -> int:
@@ -114,14 +175,42 @@ class LogConfig:
     def from_props(cls, props: dict[str, object]) -> "LogConfig":
         """Build from Kafka-named keys (``{"log.segment.bytes": "1048576"}``); unknown keys fail."""
         by_kafka = {kafka: field for field, kafka in KAFKA_NAMES.items()}
+        compaction = {kafka: field for field, kafka in COMPACTION_KAFKA_NAMES.items()}
         kwargs = {}
         for key, value in props.items():
-            if key not in by_kafka:
+            if key in compaction:
+                kwargs[compaction[key]] = parse_compaction_value(compaction[key], str(value))
+            elif key not in by_kafka:
                 raise ValueError(f"unknown log config key {key!r}")
-            kwargs[by_kafka[key]] = int(value)
+            else:
+                kwargs[by_kafka[key]] = int(value)
         return cls(**kwargs)
+
+
+def parse_compaction_value(field: str, text: str):
+    """The value of compaction field ``field`` from its Kafka text ("compact,delete",
+    "0.5", "86400000"); ValueError if malformed (ranges are checked by LogConfig)."""
+    if field == "cleanup_policy":
+        policy = frozenset(p.strip() for p in text.split(",") if p.strip())
+        if not policy or not policy <= CLEANUP_POLICIES:
+            raise ValueError(f"log.cleanup.policy={text!r}: a comma-separated subset of "
+                             f"{sorted(CLEANUP_POLICIES)}")
+        return policy
+    if field == "min_cleanable_dirty_ratio":
+        return float(text)
+    if field in COMPACTION_KAFKA_NAMES:
+        return int(text)
+    raise ValueError(f"{field} is not a compaction field")
+
+
+def compaction_text(field: str, value) -> str:
+    """The Kafka text of a compaction field's value (the reverse of parse_compaction_value)."""
+    if field == "cleanup_policy":
+        return ",".join(sorted(value))
+    return str(value)
 
 
 def _check_range(field: str, value: int, low: int, high: int) -> None:
     if not low <= value <= high:
-        raise ValueError(f"{KAFKA_NAMES[field]}={value} is outside [{low}, {high}]")
+        name = KAFKA_NAMES.get(field) or COMPACTION_KAFKA_NAMES[field]
+        raise ValueError(f"{name}={value} is outside [{low}, {high}]")

@@ -46,7 +46,20 @@ POINTS = (
     # Segment.delete, between its files (the .log was renamed to .log.deleted first)
     "segment-delete:shm-unlinked",
     "segment-delete:index-files-unlinked",
+    # Log.swap_cleaned (shm.log.cleaner_swap; the swap intent is written first)
+    "clean:intent-written",
+    "clean:renamed-to-swap",
+    "clean:swap-durable",
+    "clean:old-renamed",
+    "clean:old-renamed-durable",
+    "clean:old-deleted",
+    "clean:swap-renamed",
+    "clean:log-durable",
+    "clean:checkpoint-written",
 )
+# The points only a clean passes (the truncation / retention / roll crash test's
+# script does not clean; the compaction crash test covers these).
+CLEAN_POINTS = tuple(p for p in POINTS if p.startswith("clean:"))
 _KNOWN = frozenset(POINTS)
 
 

@@ -7,7 +7,9 @@ offsets up without asking the broker.
 Shared-memory object (one per index per segment), an int64 little-endian array:
 
     slot 0: MAGIC   slot 1: kind (1 offset, 2 time)   slot 2: segment base offset
-    slot 3: entries_max   slot 4: count (entries valid)   slots 5..7: reserved (0)
+    slot 3: entries_max   slot 4: count (entries valid)
+    slot 5: file id (the inode of the segment file it indexes; 0: not set)
+    slots 6..7: reserved (0)
     then keys[entries_max], then values[entries_max]
 
 - OffsetIndex: key = batch base offset - segment base offset (relative offset),
@@ -41,7 +43,7 @@ MAGIC = 0x4D4B494458  # "MKIDX"
 KIND_OFFSET = 1
 KIND_TIME = 2
 HEADER_SLOTS = 8
-S_MAGIC, S_KIND, S_BASE, S_MAX, S_COUNT = range(5)
+S_MAGIC, S_KIND, S_BASE, S_MAX, S_COUNT, S_FILE_ID = range(6)
 SUFFIX = {KIND_OFFSET: "idx", KIND_TIME: "tidx"}
 FILE_SUFFIX = {KIND_OFFSET: ".index", KIND_TIME: ".timeindex"}
 
@@ -126,6 +128,17 @@ class SparseIndex:
     @property
     def count(self) -> int:
         return int(self._header[S_COUNT])
+
+    @property
+    def file_id(self) -> int:
+        """The inode of the segment file this index is for (0: unknown). The cleaner
+        replaces a segment by a new file of the same base offset, whose index objects
+        get the same names: a reader uses an index only with the file it names."""
+        return int(self._header[S_FILE_ID])
+
+    def set_file_id(self, file_id: int) -> None:
+        assert not self.readonly
+        self._header[S_FILE_ID] = file_id
 
     @property
     def keys(self) -> np.ndarray:

@@ -15,8 +15,13 @@ Rules:
   was gathered (truncation) or the log start offset passed the start (retention), the
   read is thrown away and retried (at most ``READ_ATTEMPTS_MAX`` times).
 - Every batch returned had a valid header where the reader expected it (magic, length
-  within its segment, base offset equal to the previous batch's next offset); with
-  ``verify_crc=True`` its CRC-32C was checked too.
+  within its segment, base offset at or after the previous batch's next offset: a
+  compacted log has holes, and a read from an offset in a hole starts at the next
+  batch); with ``verify_crc=True`` its CRC-32C was checked too.
+- The cleaner replaces segments in place (``shm.log.cleaner_swap``: same base offset,
+  new file, new index objects under the same names). A read checks, after gathering,
+  that every segment file it used is still the one it mapped (inode), and retries
+  otherwise, so a read never pairs positions of one file with bytes of another.
 - A start offset below the log start offset, or above the log end offset, raises
   ``OffsetOutOfRangeError`` (Kafka's OFFSET_OUT_OF_RANGE); a start offset in
   [HW, LEO] returns no batches.
@@ -189,7 +194,7 @@ class LocalReader:
             self._refresh_segments()
             try:
                 batches, next_offset = self._gather(start_offset, before.high_watermark,
-                                                    max_bytes)
+                                                    max_bytes, before.log_start_offset)
             except (_Moved, CorruptRecordError) as e:
                 problem = e
                 self.retries += 1
@@ -228,19 +233,31 @@ class LocalReader:
                 f"broker {self.broker_id} publishes no replica of {self.topic}-{self.partition}")
         return state
 
-    def _gather(self, start_offset: int, high_watermark: int, max_bytes: int):
+    def _gather(self, start_offset: int, high_watermark: int, max_bytes: int,
+                log_start: int = 0):
         """Batches from ``start_offset`` up to the HW; _Moved if the log moved under us."""
         batches: list[memoryview] = []
         gathered_bytes = 0
         offset = start_offset
         segment = None
         position = 0
+        used = []
         while offset < high_watermark:
             if segment is None or (offset in self._base_set and
                                    offset != segment.base_offset and position > 0):
                 # First batch, or the end of a segment: another segment holds ``offset``.
-                segment = self._segment_holding(offset)
+                segment = self._segment_holding(offset, log_start)
                 position = self._index.position(segment, offset)
+                used.append(segment)
+            elif position >= segment.size_bytes and segment.view is not None:
+                # The end of a sealed segment whose last batch ends before the next
+                # segment's base (a hole): go on with the next segment.
+                later = bisect.bisect_right(self._bases, segment.base_offset)
+                if later >= len(self._bases):
+                    raise _Moved(f"{segment.path} ends at position {position} below the HW")
+                segment = self._segment_holding(self._bases[later], log_start)
+                position = self._index.position(segment, offset)
+                used.append(segment)
             base_offset, next_offset, size = self._batch_at(segment, position, offset)
             if next_offset <= offset:  # a batch wholly before the start (index is sparse)
                 position += size
@@ -253,16 +270,20 @@ class LocalReader:
             gathered_bytes += size
             position += size
             offset = next_offset
+        for segment in used:
+            if not segment.still_current():
+                raise _Moved(f"{segment.path} was replaced during the read")
         return batches, offset
 
     def _batch_at(self, segment: _Segment, position: int, offset: int) -> tuple[int, int, int]:
         """(base offset, next offset, size) of the batch at ``position``, which must hold
-        ``offset`` or come before it in the same segment."""
+        ``offset``, come before it in the same segment, or come after it (``offset`` is
+        in a hole of a compacted log)."""
         segment.ensure(position + HEADER_BYTES)
         view = segment.view
         base_offset, batch_length, _epoch, magic = _WALK.unpack_from(view, position)
         size = batch_length + LENGTH_OVERHEAD_BYTES
-        if magic != MAGIC or not HEADER_BYTES <= size <= BATCH_BYTES_MAX or base_offset > offset:
+        if magic != MAGIC or not HEADER_BYTES <= size <= BATCH_BYTES_MAX:
             # Zeros or another batch where a batch below the HW must be: the segment was
             # truncated or replaced since we looked.
             raise _Moved(f"{segment.path}: no batch holding offset {offset} at position"
@@ -288,11 +309,15 @@ class LocalReader:
         self._bases = bases
         self._base_set = set(bases)
 
-    def _segment_holding(self, offset: int) -> _Segment:
+    def _segment_holding(self, offset: int, log_start: int = 0) -> _Segment:
         """The segment with the greatest base offset <= ``offset``, checked to be the
         file it was when mapped (once per read)."""
         i = bisect.bisect_right(self._bases, offset) - 1
         if i < 0:
+            if self._bases and offset >= log_start and self._bases[0] > log_start:
+                # The first segment is being swapped by the cleaner (its .log is
+                # renamed for a moment): not retention, since the log start is lower.
+                raise _Moved(f"{self.dir}: no segment holds offset {offset} yet")
             if self._bases:
                 # Retention deleted it; the broker publishes the new log start right after.
                 raise OffsetOutOfRangeError(
@@ -355,6 +380,15 @@ class _OffsetIndexes:
             if len(self._attached) >= SEGMENTS_MAPPED_MAX:
                 self._attached.pop(next(iter(self._attached))).close()
             self._attached[base_offset] = index
+        file_id = index.file_id
+        if file_id:
+            try:
+                inode = segment.inode if segment.inode >= 0 else os.stat(segment.path).st_ino
+            except FileNotFoundError:
+                raise _Moved(f"{segment.path} is gone") from None
+            if inode != file_id:  # the index of another file under this base (a clean)
+                self.drop(base_offset)
+                return 0          # scanning from the start is always right
         _offset, position = index.lookup(offset)
         return position
 

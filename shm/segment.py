@@ -1,9 +1,10 @@
 """One log segment: a ``%020d.log`` file of whole record batches, mmap'd, plus its indexes.
 
 Rules and invariants:
-- Bytes [0, size_bytes) are whole, valid, contiguous batches: the first starts at
-  ``base_offset``, each next one at the previous one's next offset; ``next_offset`` is
-  the offset after the last batch. Appends write a whole batch and only then advance
+- Bytes [0, size_bytes) are whole, valid batches in increasing offset order: the first
+  starts at or after ``base_offset``, each next one at or after the previous one's next
+  offset (a compacted log has holes between batches: ``shm.log``); ``next_offset`` is
+  the offset after the last batch (``base_offset`` when empty). Appends write a whole batch and only then advance
   ``size_bytes``, so nothing in this process reads a torn batch.
 - The active segment's file is preallocated to ``capacity_bytes`` (ftruncate: holes
   read as zeros) and mapped; appends pwrite into it, reserving disk blocks ahead in
@@ -85,6 +86,10 @@ class Segment:
         self._last_indexed_position = -1
         self._last_batch_offset = -1
         self._allocated_bytes = 0
+        file_id = os.fstat(fd).st_ino
+        for index in (offset_index, time_index):
+            if not index.readonly:
+                index.set_file_id(file_id)
         # False only while the .index/.timeindex files match the shared indexes, so a
         # clean close rewrites (and fsyncs) only what changed.
         self.indexes_dirty = True
@@ -286,7 +291,7 @@ class Segment:
     def append(self, buf, header: batch.BatchHeader) -> int:
         """Copy one checked batch to the end; returns its position."""
         assert self.active
-        assert header.base_offset == self.next_offset, (header.base_offset, self.next_offset)
+        assert header.base_offset >= self.next_offset, (header.base_offset, self.next_offset)
         size = header.size_bytes
         position = self.size_bytes
         assert position + size <= len(self._map), "segment capacity exceeded"
@@ -414,7 +419,7 @@ class Segment:
             header = header_struct.unpack_from(self._map, position)
             base_offset, size = header[0], header[1] + overhead
             if size < batch.HEADER_BYTES or position + size > self.size_bytes or \
-                    base_offset != self.next_offset or header[6] < 0:
+                    base_offset < self.next_offset or header[6] < 0:
                 return False
             self._note_batch(position, base_offset, base_offset + header[6] + 1, header[8])
             position += size
@@ -455,9 +460,10 @@ class Segment:
             except CorruptRecordError as e:
                 error = str(e)
                 break
-            if header.base_offset != self.next_offset:
+            if header.base_offset < self.next_offset:
                 error = (f"batch at position {position} has base offset "
-                         f"{header.base_offset}, expected {self.next_offset}")
+                         f"{header.base_offset}, below the previous batch's end "
+                         f"{self.next_offset}")
                 break
             self.size_bytes = position + header.size_bytes
             self._note_batch(position, header.base_offset, header.next_offset,

@@ -112,6 +112,9 @@ def read_log(bootstrap: str, topic: str, partitions: list[int]
                 if r.offset < ends[r.partition]:
                     final[r.partition].append((r.offset, r.value))
                 positions[r.partition] = max(positions[r.partition], r.offset + 1)
+            for tp in tps:      # a compacted log may end in a hole below its HW
+                if consumer.hole_until(tp) >= ends[tp[1]]:
+                    positions[tp[1]] = max(positions[tp[1]], ends[tp[1]])
         return final, ends
     finally:
         consumer.close()

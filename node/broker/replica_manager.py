@@ -144,6 +144,7 @@ class ReplicaManager:
         self._unsent_log_dir_events: list[list[tuple[str, int]]] = []
         self._storage_errors = LogLimiter(60.0)      # once a minute per partition
         self.fetchers = None             # node.broker.fetcher.ReplicaFetcherManager, set by the broker
+        self.cleaner = None              # node.broker.log_cleaner.LogCleaner, set by the broker
         self.cluster_id: str | None = None
         self.board: board.ReplicaStateBoard | None = None
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -231,11 +232,18 @@ class ReplicaManager:
     def _increment_log_start(self, part: Partition, effect: IncrementLogStart) -> None:
         part.log.increment_log_start_offset(effect.offset)
 
+    def _stop_cleaning(self, part: Partition) -> None:
+        """Before a log is truncated, deleted or closed (Kafka's abortAndPauseCleaning)."""
+        if self.cleaner is not None:
+            self.cleaner.abort(part.key)
+
     def _truncate(self, part: Partition, effect: Truncate) -> None:
+        self._stop_cleaning(part)
         self._log_truncation(part, effect.offset, "truncating to")
         part.log.truncate_to(effect.offset)
 
     def _truncate_fully(self, part: Partition, effect: TruncateFully) -> None:
+        self._stop_cleaning(part)
         self._log_truncation(part, effect.offset, "truncating fully, restarting at")
         part.log.truncate_fully_and_start_at(effect.offset)
 
@@ -346,6 +354,7 @@ class ReplicaManager:
             self.lost.forget([part.key])
             del self.partitions[part.key]
             self.dirty.discard(part)
+            self._stop_cleaning(part)
             part.log.delete()
             if self.board is not None:
                 self.board.remove(topic, partition)
@@ -674,7 +683,13 @@ class ReplicaManager:
                 self.partitions[key].checkpointed_high_watermark = hw
 
     def retention(self) -> None:
+        """Kafka's retention thread: logs whose cleanup.policy has "delete" (a compact-only
+        log keeps every segment), not while the cleaner reads them."""
         def run(part: Partition) -> None:
+            policy = getattr(part.log.config, "cleanup_policy", ("delete",))
+            if "delete" not in policy or (self.cleaner is not None and
+                                          part.key in self.cleaner.jobs):
+                return
             if part.log.delete_old_segments():
                 self.mark_dirty(part)
         self._each_log("retention", run)

@@ -61,6 +61,7 @@ from node.broker.apis import KafkaApis
 from node.broker.controller_runner import ControllerRunner
 from node.broker.failures import COORDINATOR_ERRORS, EXPECTED_ERRORS, STORAGE_ERRORS
 from node.broker.fetcher import ReplicaFetcherManager
+from node.broker.log_cleaner import CLEANER_STATS_FILE, LogCleaner
 from node.broker.loop import EventLoop, Outbound, now_ms
 from node.broker.lost_replicas import (LostReplicas, find_lost, take_clean_shutdown_marker,
                                        write_clean_shutdown_marker)
@@ -110,6 +111,14 @@ class Broker:
                                             config.request_timeout_ms)
         self.fetchers = ReplicaFetcherManager(self.replicas, self.fetch_outbound)
         self.replicas.fetchers = self.fetchers
+        # Kafka's LogCleaner (cleanup.policy=compact), started with the periodic duties.
+        self.cleaner = LogCleaner(
+            self.replicas, self.loop, threads=config.log_cleaner_threads,
+            io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            stats_path=os.path.join(config.log_dirs[0], CLEANER_STATS_FILE)) \
+            if config.log_cleaner_enable else None
+        self.replicas.cleaner = self.cleaner
         self.controller = None
         # Request handling (node.broker.apis): one table, answers through the listener.
         send_response = self.network.send_response
@@ -182,6 +191,8 @@ class Broker:
             budget = max(1, config.log_scrub_bytes_per_second * limits.SCRUB_INTERVAL_MS // 1000)
             self.loop.every(limits.SCRUB_INTERVAL_MS, lambda: self.replicas.scrub(budget))
         self.loop.every(limits.FLUSH_CHECK_INTERVAL_MS, self.replicas.flush_due)
+        if self.cleaner is not None:
+            self.cleaner.start()
         self.controller = ControllerRunner(
             broker_id=self.broker_id, zk=self.zk, config=config, post=self.loop.post,
             send=self.send_to_broker, now_ms=now_ms)
@@ -481,6 +492,8 @@ class Broker:
         if self.kafka is not None:
             self.kafka.close()
         self.network.close()
+        if self.cleaner is not None:
+            self.cleaner.close()       # before the logs close: no thread reads them after
         self.replicas.close()
         if not self.replicas.offline_dirs:
             write_clean_shutdown_marker(self.config.log_dirs)

@@ -311,7 +311,7 @@ def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
     out += records
     KAFKA_HEADER.pack_into(out, 0, h.base_offset, len(out) - LOG_OVERHEAD_BYTES,
                            h.partition_leader_epoch, MAGIC_V2, 0, attributes,
-                           h.record_count - 1, h.base_timestamp, h.max_timestamp,
+                           h.last_offset_delta, h.base_timestamp, h.max_timestamp,
                            h.producer_id, h.producer_epoch, h.base_sequence, h.record_count)
     KAFKA_CRC.pack_into(out, CRC_POSITION, crc32c(memoryview(out)[CRC_START:]))
     return out

@@ -398,6 +398,8 @@ def _fetched_batches(part: Range):
         last_progress = time.monotonic()
         while position < part.end:
             fetched = consumer.poll_batches(timeout_ms=POLL_MS)
+            if not fetched and consumer.hole_until(tp) >= part.end:
+                return          # the rest of the range was compacted away
             if not fetched:
                 if time.monotonic() - last_progress > STALL_S:
                     raise SourceError(f"{part.topic}-{part.partition}: no records past "
@@ -432,6 +434,8 @@ def _local_batches(part: Range):
         position = part.start
         while position < part.end:
             read = reader.read(position, FETCH_BYTES)
+            if not read.batches and read.high_watermark >= part.end:
+                return          # the rest of the range was compacted away
             if not read.batches:
                 raise SourceError(f"{part.topic}-{part.partition}: the local log ends at "
                                   f"{position}, before {part.end} (did the leader move?)")

@@ -10,10 +10,13 @@ Offers ``Log`` (open with ``Log.open``) and what its methods return or raise:
     retention.py           deleting the oldest segments by time or size (log start offset)
     producer_snapshots.py  the idempotent producers' snapshot files
 
-Log compaction (Kafka's LogCleaner, cleanup.policy=compact) will be ``cleaner.py``
-here: it rewrites sealed segments below the HW and swaps them in crash-safely, as
-retention deletes them, with its half of recovery in the loader. The modules share the
-``Log``'s fields; nothing outside this package touches them.
+    cleaner.py             log compaction (Kafka's LogCleaner): plan, build (any
+                           thread), with cleaner_core.py (what is kept, pure),
+                           cleaner_batches.py (splitting batches), cleaner_files.py
+                           (its files, its half of recovery), cleaner_swap.py (the
+                           crash-safe swap), cleaner_bench.py (MB/s figure)
+
+The modules share the ``Log``'s fields; nothing outside this package touches them.
 
 On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
 
@@ -29,6 +32,8 @@ On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
         leader-epoch-checkpoint         epoch -> start offset
         truncation-intent               only while a truncation is under way
         *.log.deleted                   a segment being deleted (not part of the log)
+        cleaner-checkpoint              compaction: first dirty offset, delete horizons
+        cleaner-swap, *.log.cleaned, *.log.swap   only while a clean is under way
         .lock                           flock'd by the one Log that has it open
 
 - Segment files are named by base offset (``%020d.log``); the segment with the highest
@@ -57,8 +62,18 @@ position), then walk batch headers (size = batch_length + 12) from that position
 
 Rules and invariants:
 - log_start_offset <= high_watermark <= log_end_offset; recovery_point <= LEO.
-- Offsets are contiguous: each batch starts at the previous batch's next offset, each
-  segment at the previous segment's next offset.
+- Offsets increase: each batch starts at or after the previous batch's next offset,
+  each segment at or after the previous segment's next offset. A log that was never
+  compacted (nor appended to by a follower of a compacted leader) is contiguous; a
+  compacted one has holes (Kafka's: offsets are kept, records removed). A read at an
+  offset in a hole returns from the next batch; a follower's batch past the LEO is
+  appended (the LEO jumps, as Kafka's follower); a truncation to an offset in a hole
+  leaves the LEO at the end of the last batch below it. The loader accepts gaps
+  between segments of a compacted log (config, or a cleaner-checkpoint present) and
+  treats them as a missing segment file in any other log.
+- A segment's base offset is at or below its first batch's (a cleaned segment keeps
+  its group's first base; an emptied first group stays as an empty segment, so the
+  log start offset does not move; other emptied groups leave a hole).
 - Appends are whole-batch copies published by advancing the segment size, so
   ``read`` never returns a torn batch; views are read-only.
 - Default flush policy: never fsync on append (acks come from the page cache and

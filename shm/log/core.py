@@ -40,7 +40,7 @@ from shm.config import SEGMENTS_PER_LOG_MAX, LogConfig
 from shm.errors import (LogClosedError, LogError, OffsetOutOfRangeError,
                         RecordTooLargeError, UnexpectedAppendOffsetError)
 from shm.index import KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name
-from shm.log import loader, retention
+from shm.log import cleaner, cleaner_swap, loader, retention
 from shm.log.loader import TRUNCATE_FULLY, TRUNCATE_TO, RecoveryReport
 from shm.log.producer_snapshots import (delete_snapshots, read_snapshot, snapshot_offsets,
                                         write_snapshot)
@@ -130,6 +130,11 @@ class Log:
         # the first time it is needed, then kept up to date by every append; dropped by
         # a truncation (rebuilt again on the next need). None: not built.
         self._producers: ProducerStates | None = None
+        # Log compaction (``cleaner``): its checkpoint, loaded on first use, and a
+        # counter of changes to sealed segments (truncation, retention, swaps) that a
+        # clean plan built meanwhile must not be swapped over.
+        self._cleaner_state = None
+        self._segments_changed = 0
 
     # ================================================================ open (recovery: loader)
 
@@ -196,7 +201,7 @@ class Log:
             (self.log_start_offset, self.high_watermark, self.log_end_offset)
         assert self.recovery_point <= self.log_end_offset
         for a, b in zip(self.segments, self.segments[1:]):
-            assert a.next_offset == b.base_offset, (a.base_offset, a.next_offset, b.base_offset)
+            assert a.next_offset <= b.base_offset, (a.base_offset, a.next_offset, b.base_offset)
             assert not a.active
         assert self._bases == [s.base_offset for s in self.segments]
 
@@ -228,16 +233,19 @@ class Log:
         return self._append(view, stamped, now_ms)
 
     def append_as_follower(self, records, *, now_ms: int | None = None) -> AppendInfo:
-        """Append batches with the offsets they carry; they must continue the LEO."""
+        """Append batches with the offsets they carry. Each must start at or after the
+        previous one's end (the LEO for the first): a compacted range fetched from the
+        leader has holes, and a first batch past the LEO moves the LEO past the hole, as
+        Kafka's follower append (it refuses only offsets below the LEO)."""
         self._ensure_open()
         view = memoryview(records).cast("B")
         batches = self._check_records(view)
         expected = self.log_end_offset
         for position, header in batches:
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise UnexpectedAppendOffsetError(
                     f"{self.topic}-{self.partition}: follower batch at position {position} "
-                    f"starts at offset {header.base_offset}, expected {expected} (LEO "
+                    f"starts at offset {header.base_offset}, below {expected} (LEO "
                     f"{self.log_end_offset})")
             expected = header.next_offset
         for _, header in batches:
@@ -278,7 +286,7 @@ class Log:
                     or segment.index_full
                     or segment.time_waited_for_roll_ms(now_ms, header.max_timestamp)
                     > self.config.roll_ms):
-                self.roll(now_ms=now_ms)
+                self.roll(now_ms=now_ms, next_offset=header.base_offset)
                 segment = self.active_segment
             segment.append(view[position:position + header.size_bytes], header)
             records += header.record_count
@@ -286,7 +294,7 @@ class Log:
                 self._learn_producer(header)
         first = batches[0][1].base_offset
         info = AppendInfo(first, self.log_end_offset - 1, records, len(batches))
-        assert info.last_offset - info.first_offset + 1 == records
+        assert info.last_offset - info.first_offset + 1 >= records  # holes: follower
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_interval_messages or \
                 now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
@@ -399,8 +407,9 @@ class Log:
 
     # ================================================================ roll / flush
 
-    def roll(self, *, now_ms: int | None = None) -> None:
-        """Seal the active segment (trim, persist indexes, flush) and start a new one."""
+    def roll(self, *, now_ms: int | None = None, next_offset: int | None = None) -> None:
+        """Seal the active segment (trim, persist indexes, flush) and start a new one,
+        at the LEO (or at ``next_offset`` past it: a follower's batch after a hole)."""
         self._ensure_open()
         now_ms = wall_clock_ms() if now_ms is None else now_ms
         segment = self.active_segment
@@ -411,7 +420,9 @@ class Log:
         faults.point("roll:sealed")
         segment.persist_indexes()
         faults.point("roll:indexes-persisted")
-        self._add_segment(self._new_segment(self.log_end_offset, now_ms))
+        base = self.log_end_offset if next_offset is None else max(next_offset,
+                                                                   self.log_end_offset)
+        self._add_segment(self._new_segment(base, now_ms))
         faults.point("roll:segment-created")
         if self._producers is not None and len(self._producers):
             write_snapshot(self.directory, self.log_end_offset, self._producers,
@@ -452,7 +463,7 @@ class Log:
 
     def _add_segment(self, segment: Segment) -> None:
         if self.segments:
-            assert segment.base_offset == self.log_end_offset
+            assert segment.base_offset >= self.log_end_offset
             assert not self.segments[-1].active
         if len(self.segments) >= SEGMENTS_PER_LOG_MAX:
             raise LogError(f"{self.directory}: more than {SEGMENTS_PER_LOG_MAX} segments")
@@ -525,7 +536,8 @@ class Log:
         i = bisect.bisect_right(self._bases, offset) - 1
         segment = self.segments[i]
         position = segment.position_of(offset)
-        assert position is not None
+        if position is None:  # ``offset`` is in the hole after this segment's last batch
+            position = segment.size_bytes
         later = self.segments[i + 1:]
         for victim in reversed(later):  # from the end: a crash leaves a prefix of the log
             victim.mark_deleted()
@@ -538,6 +550,7 @@ class Log:
             faults.point("truncate_to:segment-deleted")
         del self.segments[i + 1:]
         del self._bases[i + 1:]
+        self._segments_changed += 1
         segment.truncate_at(position)
         faults.point("truncate_to:tail-cut")
         # Durable before the intent goes: after a power loss the cut must not come back.
@@ -557,6 +570,7 @@ class Log:
         self._intent.write(TRUNCATE_FULLY, offset)
         faults.point("truncate_fully:intent-written")
         self._roll_flush = None
+        self._segments_changed += 1
         for segment in reversed(self.segments):
             segment.mark_deleted()
             faults.point("truncate_fully:segment-renamed")
@@ -583,6 +597,7 @@ class Log:
         self.high_watermark = offset
         self.recovery_point = offset
         self.leader_epoch_cache.clear()
+        cleaner.state(self).truncated(offset)
         self._write_recovery_point()
         self._log_start_file.update(self.topic, self.partition, offset)
         self.checkpoint_high_watermark()
@@ -602,6 +617,7 @@ class Log:
             self.high_watermark = self.log_end_offset
             self.checkpoint_high_watermark()
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        cleaner.state(self).truncated(self.log_end_offset)
         if self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
             self._write_recovery_point()
@@ -648,6 +664,24 @@ class Log:
             self._write_recovery_point()
         self.check()
         return True
+
+    # ================================================================ compaction
+
+    def cleanable(self, now_ms: int | None = None):
+        """Log compaction (``shm.log.cleaner``): a ``CleanPlan`` if cleanup.policy has
+        compact and the dirty ratio or max.compaction.lag.ms says clean now; else
+        None. Owner thread; cheap (segment sizes and timestamps)."""
+        self._ensure_open()
+        return cleaner.plan(self, wall_clock_ms() if now_ms is None else now_ms)
+
+    def swap_cleaned(self, cleaned) -> bool:
+        """Swap a built clean's segments in (owner thread). False, and its files
+        removed, if the log changed under the plan (truncation, retention, another
+        swap, close)."""
+        if self._closed:
+            cleaned.abort()
+            return False
+        return cleaner_swap.swap(self, cleaned)
 
     # ================================================================ close / delete
 

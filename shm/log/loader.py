@@ -29,6 +29,7 @@ from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX
 from shm.errors import LogError
 from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
                        index_name)
+from shm.log import cleaner_files
 from shm.log.producer_snapshots import delete_snapshots
 from shm.names import cluster_objects, unlink
 from shm.segment import DELETED_SUFFIX, Segment, segment_file_name
@@ -88,6 +89,10 @@ def load(log, reattach_indexes: bool, now_ms: int) -> None:
         logger.warning("%s; starting with an empty leader epoch cache", e)
         os.unlink(epoch_path)
         log.leader_epoch_cache = LeaderEpochCache(epoch_path, lambda: log.log_end_offset)
+    try:
+        cleaner_files.finish_swap(log)  # before anything lists the segments
+    except CheckpointError as e:
+        raise LogError(f"{e}; refusing to open {log.directory}") from e
     intent = _read_intent(log)
     if intent is not None and intent[0] == TRUNCATE_FULLY:
         _redo_truncate_fully_files(log, intent[1])
@@ -274,10 +279,14 @@ def _recover(log, bases: list[int], reattach: bool, now_ms: int) -> None:
                            "on): %s", log.directory, cut, truncation.position,
                            truncation.file, truncation.offset, error)
             break
+    # A compacted log (or one ever cleaned) has holes between segments, as in Kafka;
+    # in any other log a gap is a missing segment file. Either way an overlap is
+    # damage. The log ends where either starts.
+    holes = log.config.compact or \
+        os.path.exists(os.path.join(log.directory, cleaner_files.CLEANER_CHECKPOINT))
     for i, segment in enumerate(segments):
-        if log.segments and segment.base_offset != log.log_end_offset:
-            # A missing segment file: offsets must stay contiguous, so the log ends
-            # where the gap starts.
+        if log.segments and (segment.base_offset < log.log_end_offset or (
+                not holes and segment.base_offset != log.log_end_offset)):
             error = (f"segment {segment_file_name(segment.base_offset)} starts at "
                      f"{segment.base_offset}, the log before it ends at "
                      f"{log.log_end_offset}")

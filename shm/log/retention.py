@@ -20,6 +20,8 @@ from shm.log.producer_snapshots import delete_snapshots
 
 def segments_past_retention(log, now_ms: int) -> int:
     """How many segments from the start retention may delete now."""
+    if not log.config.delete:
+        return 0  # cleanup.policy=compact alone: the cleaner, not retention
     retention_ms, retention_bytes = log.config.retention_ms, log.config.retention_bytes
     total = log.size_bytes
     victims = 0
@@ -27,8 +29,8 @@ def segments_past_retention(log, now_ms: int) -> int:
         first = log.segments[victims]
         if first.next_offset > log.high_watermark:
             break
-        expired = retention_ms >= 0 and first.max_timestamp >= 0 and \
-            now_ms - first.max_timestamp > retention_ms
+        expired = retention_ms >= 0 and (first.size_bytes == 0 or (
+            first.max_timestamp >= 0 and now_ms - first.max_timestamp > retention_ms))
         too_big = retention_bytes >= 0 and total - first.size_bytes >= retention_bytes
         if not (expired or too_big):
             break
@@ -55,6 +57,7 @@ def delete_first_segments(log, count: int) -> None:
         faults.point("retention:segment-deleted")
     del log.segments[:count]
     del log._bases[:count]
+    log._segments_changed += 1
     delete_snapshots(log.directory, lambda o: o < log.log_start_offset)
     log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
     if log.recovery_point < log.log_start_offset:

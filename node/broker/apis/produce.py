@@ -6,10 +6,16 @@ with nothing, as Kafka); acks=all waits in a ``ProduceRequest`` until the core's
 ``CompleteProduce`` (the replica manager calls ``on_produce_complete``). A frame of an
 idempotent producer (KIP-98) is checked first (``producer_verdict``): a retry of batches
 already appended gets their original offsets and nothing is appended twice.
+
+A compacted topic (cleanup.policy has "compact") refuses a frame with a record whose key
+is null, as Kafka's LogValidator: INVALID_RECORD, "Compacted topic cannot accept message
+without key" (the cleaner keeps the last record per key; a keyless one has none).
 """
 from __future__ import annotations
 
 import time
+
+import numpy as np
 
 from node.broker import limits
 from node.broker.apis.common import not_hosted_error
@@ -91,6 +97,10 @@ def _produce_partition(apis, produce: ProduceRequest, index: int, topic: str,
         return None
     # The leader stamps offsets and its epoch in place: a zmq frame is writable.
     data = frame.buffer if hasattr(frame, "buffer") else bytearray(frame)
+    if "compact" in getattr(log.config, "cleanup_policy", ()) and has_null_key(data):
+        produce.complete(index, ErrorCode.INVALID_RECORD, -1, log.log_start_offset,
+                         NULL_KEY_MESSAGE)
+        return None
     try:
         verdict = producer_verdict(log, data)
     except STORAGE_ERRORS as e:     # building the producers' state read the log
@@ -155,6 +165,30 @@ def answer_produce(apis, produce: ProduceRequest) -> None:
             produce.trace["answer"] = time.monotonic_ns()
             body["trace"] = produce.trace
         apis.send_response(produce.identity, produce.correlation_id, protocol.ApiKey.PRODUCE, body)
+
+
+NULL_KEY_MESSAGE = "Compacted topic cannot accept message without key"
+
+
+def has_null_key(data) -> bool:
+    """Whether a frame holds a record with a null key (each batch's key validity bitmap:
+    absent = no nulls). A frame that does not parse is not ours to judge: the append
+    refuses it with CORRUPT_MESSAGE."""
+    view = memoryview(data).cast("B")
+    position = 0
+    while position < len(view):
+        try:
+            columns = batch.read_columns(view, position, verify_crc=False)
+        except CorruptRecordError:
+            return False
+        n = columns.header.record_count
+        if columns.key_validity is not None and n:
+            bits = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8),
+                                 bitorder="little")[:n]
+            if not bits.all():
+                return True
+        position += columns.header.size_bytes
+    return False
 
 
 _VERDICT_ERRORS = {Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

@@ -116,6 +116,13 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
         """The last high watermark a fetch of ``tp`` reported (-1 before any)."""
         return self._state(tp).high_watermark
 
+    def hole_until(self, tp) -> int:
+        """When the last fetch of ``tp`` found no record from the fetch offset up to the
+        high watermark it reported (a compacted log's hole at its end): that HW, else
+        -1. A reader of a fixed offset range ends there instead of waiting."""
+        state = self._state(tp)
+        return state.hole_until if not state.buffered else -1
+
     # ------------------------------------------------------------- polling
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records after each partition's position, up to ``max_records``; waits up to

@@ -11,7 +11,9 @@ Rules:
   refresh metadata; fresh metadata with a newer leader epoch ends the pause at once.
   OFFSET_OUT_OF_RANGE applies ``auto_offset_reset``.
 - A region may start inside a batch (the records before the position are skipped) and
-  end with a cut batch (fetched again). A corrupt batch is raised once every batch
+  end with a cut batch (fetched again). A compacted log has holes between batches: a
+  fetch at an offset inside one gets the next batch, which starts later; an empty answer
+  below the HW means the rest up to it is a hole (``hole_until``). A corrupt batch is raised once every batch
   before it is delivered.
 """
 from __future__ import annotations
@@ -222,6 +224,8 @@ class Fetcher:
         position = 0
         end = len(buf)
         offset = state.fetch_offset
+        state.hole_until = state.high_watermark if end == 0 and \
+            state.high_watermark > offset else -1
         delivered = False           # a whole batch at or after the fetch offset
         while position < end:
             try:

@@ -32,7 +32,7 @@ class _PartitionState:
     __slots__ = ("tp", "position", "fetch_offset", "reset", "buffered", "buffered_bytes",
                  "paused_until_s", "paused_epoch", "high_watermark", "corrupt",
                  "position_epoch", "leader", "validating", "validation", "validation_retry_s",
-                 "truncation")
+                 "truncation", "hole_until")
 
     def __init__(self, tp: TopicPartition, reset: str):
         self.tp = tp
@@ -55,6 +55,9 @@ class _PartitionState:
         self.high_watermark = -1
         # A corrupt batch at fetch_offset: raised once the position reaches it.
         self.corrupt: errors.KafkaError | None = None
+        # The HW of a fetch answer that had no batch at or after fetch_offset although
+        # fetch_offset < HW: offsets up to it are a hole (a compacted log), -1 otherwise.
+        self.hole_until = -1
 
     def seek(self, offset: int) -> None:
         self.position = self.fetch_offset = offset
@@ -62,6 +65,7 @@ class _PartitionState:
         self.buffered.clear()
         self.buffered_bytes = 0
         self.corrupt = None
+        self.hole_until = -1
         self.position_epoch = self.leader = self.validation = self.truncation = None
         self.validating = False
 

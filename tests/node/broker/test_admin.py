@@ -167,7 +167,8 @@ def test_topic_name_rules_and_config_validation():
                                   "segment.bytes": 1024}) == {
         "unclean.leader.election.enable": "true", "segment.bytes": "1024"}
     for bad in ({"segment.bytes": "1"}, {"min.insync.replicas": "0"},
-                {"unclean.leader.election.enable": "maybe"}, {"cleanup.policy": "compact"}):
+                {"unclean.leader.election.enable": "maybe"}, {"cleanup.policy": "shred"},
+                {"min.cleanable.dirty.ratio": "-0.1"}):
         with pytest.raises(InvalidConfig):
             validate_topic_config(bad)
 

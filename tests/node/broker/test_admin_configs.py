@@ -69,7 +69,8 @@ def test_incremental_alter_sets_deletes_and_validates_topic_overrides(zk):
         ([["no.such", OP_SET, "1"]], ErrorCode.INVALID_CONFIG),
         ([["retention.ms", OP_SET, "soon"]], ErrorCode.INVALID_CONFIG),
         ([["retention.ms", OP_APPEND, "1"]], ErrorCode.INVALID_CONFIG),
-        ([["cleanup.policy", OP_APPEND, "compact"]], ErrorCode.INVALID_CONFIG),
+        ([["cleanup.policy", OP_APPEND, "shred"]], ErrorCode.INVALID_CONFIG),
+        ([["min.cleanable.dirty.ratio", OP_SET, "2"]], ErrorCode.INVALID_CONFIG),
         ([["retention.ms", OP_SET, "1"], ["retention.ms", OP_DELETE, None]],
          ErrorCode.INVALID_REQUEST),
         ([["retention.ms", 9, "1"]], ErrorCode.INVALID_REQUEST),
@@ -84,6 +85,15 @@ def test_incremental_alter_sets_deletes_and_validates_topic_overrides(zk):
                  )[0][2] == OK
     assert overrides(zk, "t")["cleanup.policy"] == "delete"
     assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_SUBTRACT, "compact"]]]]
+                 )[0][2] == OK
+    # compaction (issue 26): APPEND compact gives both policies, SUBTRACT takes it away
+    assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_APPEND, "compact"]]]]
+                 )[0][2] == OK
+    assert overrides(zk, "t")["cleanup.policy"] == "delete,compact"
+    assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_SUBTRACT, "delete"]]]]
+                 )[0][2] == OK
+    assert overrides(zk, "t")["cleanup.policy"] == "compact"
+    assert alter(zk, [[RESOURCE_TOPIC, "t", [["cleanup.policy", OP_SET, "delete"]]]]
                  )[0][2] == OK
     assert alter(zk, [[RESOURCE_TOPIC, "nope", [["retention.ms", OP_SET, "1"]]]])[0][2] == \
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

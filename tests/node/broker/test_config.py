@@ -146,8 +146,15 @@ def test_check_topic_config():
                         "cleanup.policy": "delete"})
     with pytest.raises(ConfigError, match="bogus: unknown topic configuration key"):
         check_topic_config({"bogus": "1"})
-    with pytest.raises(ConfigError, match="cleanup.policy"):
-        check_topic_config({"cleanup.policy": "compact"})
+    check_topic_config({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1",
+                        "delete.retention.ms": "0", "min.compaction.lag.ms": "5",
+                        "max.compaction.lag.ms": "10"})
+    check_topic_config({"cleanup.policy": "delete,compact"})
+    for bad in ({"cleanup.policy": "shred"}, {"cleanup.policy": ""},
+                {"min.cleanable.dirty.ratio": "1.5"}, {"min.cleanable.dirty.ratio": "x"},
+                {"delete.retention.ms": "-1"}, {"max.compaction.lag.ms": "0"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            check_topic_config(bad)
     with pytest.raises(ConfigError, match="min.insync.replicas"):
         check_topic_config({"min.insync.replicas": "0"})
 
@@ -164,3 +171,40 @@ def test_listeners_are_kafkas_named_list_with_advertised_defaults():
     assert str(c.advertised("PLAINTEXT", 9093)) == "PLAINTEXT://127.0.0.1:9093"
     assert c.advertised("NOPE", 1) is None
     assert BrokerConfig.from_props(c.to_props()) == c
+
+
+def test_log_cleaner_keys_have_kafkas_names_and_defaults_and_round_trip():
+    base = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:2181"}
+    c = BrokerConfig.from_props(base)
+    assert (c.log_cleaner_enable, c.log_cleaner_threads, c.log_cleaner_backoff_ms) == \
+        (True, 1, 15000)
+    assert c.log_cleaner_io_max_bytes_per_second == 1.7976931348623157e308  # Double.MAX
+    assert c.log_config.cleanup_policy == frozenset({"delete"})
+    assert (c.log_config.min_cleanable_dirty_ratio, c.log_config.delete_retention_ms) == \
+        (0.5, 86400000)
+    c = BrokerConfig.from_props({**base, "log.cleaner.threads": "2",
+                                 "log.cleaner.io.max.bytes.per.second": "1048576",
+                                 "log.cleaner.backoff.ms": "50",
+                                 "log.cleanup.policy": "delete,compact",
+                                 "log.cleaner.min.cleanable.ratio": "0.1",
+                                 "log.cleaner.delete.retention.ms": "10",
+                                 "log.cleaner.min.compaction.lag.ms": "3",
+                                 "log.cleaner.max.compaction.lag.ms": "9"})
+    assert (c.log_cleaner_threads, c.log_cleaner_io_max_bytes_per_second,
+            c.log_cleaner_backoff_ms) == (2, 1048576.0, 50)
+    lc = c.log_config
+    assert (lc.cleanup_policy, lc.min_cleanable_dirty_ratio, lc.delete_retention_ms,
+            lc.min_compaction_lag_ms, lc.max_compaction_lag_ms) == \
+        (frozenset({"compact", "delete"}), 0.1, 10, 3, 9)
+    props = c.to_props()
+    assert props["log.cleanup.policy"] == "compact,delete"
+    assert BrokerConfig.from_props(props) == c
+    # a topic override over the broker's synonym
+    assert topic_log_config(c, {"cleanup.policy": "compact"}).cleanup_policy == \
+        frozenset({"compact"})
+    assert topic_setting(c, {}, "min.cleanable.dirty.ratio") == 0.1
+    for key, bad in (("log.cleaner.threads", "99"), ("log.cleaner.io.max.bytes.per.second", "0"),
+                     ("log.cleanup.policy", "shred"), ("log.cleaner.min.cleanable.ratio", "2"),
+                     ("log.cleaner.enable", "maybe")):
+        with pytest.raises(ConfigError, match=key):
+            BrokerConfig.from_props({**base, key: bad})

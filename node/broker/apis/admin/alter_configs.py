@@ -138,7 +138,8 @@ def _alter_topic(zk: GuardedZk, config, name: str, ops, validate_only: bool,
         raise _Refused("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.")
 
     def updated(current: dict[str, str]) -> dict[str, str]:
-        new = apply_ops({} if replace else current, ops, {"cleanup.policy": "delete"})
+        new = apply_ops({} if replace else current, ops,
+                        {"cleanup.policy": _broker_values(config)["log.cleanup.policy"]})
         try:
             return validate_topic_config(new)
         except InvalidConfig as e:
@@ -169,8 +170,9 @@ def _alter_broker(zk: GuardedZk, config, name: str, ops, validate_only: bool,
                                          f"Cannot update these configs dynamically: {static}")
 
     def updated(current: dict[str, str]) -> dict[str, str]:
-        new = apply_ops({} if replace else current, ops, {}, known=DYNAMIC_BROKER_KEYS,
-                        list_keys=(), what="broker")
+        new = apply_ops({} if replace else current, ops, _broker_values(config),
+                        known=DYNAMIC_BROKER_KEYS, list_keys=("log.cleanup.policy",),
+                        what="broker")
         try:
             checked = validate_topic_config({DYNAMIC_BROKER_KEYS[k]: v
                                              for k, v in new.items()})

@@ -9,7 +9,8 @@ from kazoo.exceptions import NoNodeError
 
 from node.broker.apis.admin.common import CONFIG_ENTRIES_MAX, _topic_list, _topics
 from node.broker.coordinator import GuardedZk
-from node.config import COMPRESSION_TYPES, TOPIC_KEYS
+from node.config import (COMPACTION_BROKER_KEYS, COMPACTION_TOPIC_KEYS, COMPRESSION_TYPES,
+                         TOPIC_KEYS, ConfigError, compaction_text, compaction_value)
 from node.wire.errors import ErrorCode
 from node.wire.protocol import ProtocolError
 from node.wire import zkdata
@@ -30,15 +31,16 @@ TOPIC_CONFIG_KEYS = {
     "max.message.bytes": "message.max.bytes",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "cleanup.policy": "log.cleanup.policy",
     "compression.type": "compression.type",
+    # log compaction: cleanup.policy, min.cleanable.dirty.ratio, the lags, delete.retention.ms
+    **{topic: broker for topic, (_, _, broker, _) in COMPACTION_TOPIC_KEYS.items()},
 }
-_LOG_KEYS = set(KAFKA_NAMES.values())
+_LOG_KEYS = set(KAFKA_NAMES.values()) - set(COMPACTION_BROKER_KEYS)
 # Broker keys that change while brokers run (Kafka's dynamic broker configs, per broker or
 # cluster-wide): the defaults of topic configs, as the topic key they stand for. The
-# controller's unclean.leader.election.enable and the fixed cleanup policy are not.
+# controller's unclean.leader.election.enable is not.
 DYNAMIC_BROKER_KEYS = {broker: topic for topic, broker in TOPIC_CONFIG_KEYS.items()
-                       if topic not in ("unclean.leader.election.enable", "cleanup.policy")}
+                       if topic != "unclean.leader.election.enable"}
 # One set of topic keys: node.config parses and applies them, this validates requests.
 assert set(TOPIC_CONFIG_KEYS) == set(TOPIC_KEYS), "topic config keys disagree with node.config"
 
@@ -84,9 +86,13 @@ def validate_topic_config(configs: dict) -> dict[str, str]:
                 raise InvalidConfig(f"Invalid value {text} for configuration {key}: String "
                                     f"must be one of: {', '.join(COMPRESSION_TYPES)}")
             text = text.lower()
-        elif key == "cleanup.policy" and text != "delete":
-            raise InvalidConfig(f"Invalid value {text} for configuration {key}: "
-                                f"only delete is supported")
+        elif key in COMPACTION_TOPIC_KEYS:
+            try:
+                compaction_value(key, text)
+            except ConfigError as e:
+                raise InvalidConfig(f"Invalid value {text} for configuration {key}: "
+                                    f"{e}") from None
+            text = text.lower().replace(" ", "") if key == "cleanup.policy" else text
         out[key] = text
     try:
         LogConfig.from_props(log_props)
@@ -104,7 +110,10 @@ SOURCE_DYNAMIC_DEFAULT_BROKER = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
 SOURCE_STATIC_BROKER = 4          # STATIC_BROKER_CONFIG (server.properties)
 SOURCE_DEFAULT = 5                # DEFAULT_CONFIG
 # Kafka's ConfigType numbers (DescribeConfigs v3+).
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 4, 5, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = \
+    1, 2, 3, 4, 5, 6, 7
+_DOUBLE_KEYS = {"min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio",
+                "log.cleaner.io.max.bytes.per.second"}
 _INT_KEYS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes",
              "max.message.bytes", "min.insync.replicas", "log.segment.bytes",
              "log.index.size.max.bytes", "log.index.interval.bytes", "message.max.bytes",
@@ -113,7 +122,7 @@ _INT_KEYS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes",
              "replica.fetch.min.bytes", "replica.fetch.response.max.bytes",
              "replica.fetch.backoff.ms", "zookeeper.session.timeout.ms",
              "zookeeper.connection.timeout.ms", "leader.imbalance.per.broker.percentage",
-             "controlled.shutdown.max.retries"}
+             "controlled.shutdown.max.retries", "log.cleaner.threads"}
 _LIST_KEYS = {"cleanup.policy", "log.cleanup.policy", "log.dirs", "listeners",
               "advertised.listeners"}
 
@@ -131,6 +140,8 @@ def _text(value) -> str | None:
 def config_type(key: str, value: str | None) -> int:
     if key in _LIST_KEYS:
         return TYPE_LIST
+    if key in _DOUBLE_KEYS:
+        return TYPE_DOUBLE
     if key == "default.replication.factor":
         return TYPE_SHORT
     if value in ("true", "false"):
@@ -148,8 +159,10 @@ def _broker_values(config) -> dict[str, str]:
     out = broker_config_text(config)
     log_config = getattr(config, "log_config", None) or LogConfig()
     for name, kafka in KAFKA_NAMES.items():
-        out[kafka] = _text(getattr(log_config, name))
-    out.setdefault("log.cleanup.policy", "delete")
+        if kafka not in COMPACTION_BROKER_KEYS:
+            out[kafka] = _text(getattr(log_config, name))
+    for key, text in compaction_text(log_config).items():
+        out[TOPIC_CONFIG_KEYS[key]] = text
     return out
 
 
