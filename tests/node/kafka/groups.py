@@ -19,7 +19,7 @@ import pytest
 from bench.perf.kafka_groups.group import Member, kcat_member, python_member
 from bench.perf.kafka_groups.placement import coordinator_partition
 from node.client import Producer
-from tests.node.kafka.clients import NODE_SCRIPTS, node_env, skip_if_missing
+from tests.node.kafka.clients import NODE_SCRIPTS, missing, node_env, skip_if_missing
 
 # Classic members' session timeout and heartbeat interval (client settings), and the
 # KIP-848 ones (broker settings, GROUPS_CONFIG): alike, so one bound fits both.
@@ -149,3 +149,30 @@ def coordinator_of(cluster, group: str, partitions: int) -> int | None:
     partition state), or None while it has no leader."""
     state = cluster.partition_state(OFFSETS_TOPIC, coordinator_partition(group, partitions))
     return None if state is None or state.leader < 0 else state.leader
+
+
+def committed_offsets(cluster, group: str, topic: str, partitions) -> dict[int, int] | None:
+    """The group's committed offsets as a fresh client's OffsetFetch sees them (no join),
+    or None while the coordinator does not answer."""
+    if missing("confluent-kafka"):
+        from kafka import KafkaConsumer, TopicPartition
+        consumer = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap_servers.split(","),
+                                 group_id=group, enable_auto_commit=False)
+        try:
+            return {p: consumer.committed(TopicPartition(topic, p)) or -1 for p in partitions}
+        except Exception:   # the coordinator is moving; asked again
+            return None
+        finally:
+            consumer.close()
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers,
+                         "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=5)
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+    if any(tp.error for tp in got):
+        return None
+    return {tp.partition: tp.offset for tp in got}

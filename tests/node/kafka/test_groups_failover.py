@@ -24,12 +24,13 @@ from collections import defaultdict
 import pytest
 
 from bench.perf.kafka_groups.group import owned_by, stop_all
-from tests.node.kafka.clients import create_topic, missing, running_cluster
+from tests.node.kafka.clients import create_topic, running_cluster
 from tests.node.kafka.groups import (GROUPS_CONFIG, JOIN_TIMEOUT_S, OFFSETS_TOPIC,
                                      PYTHON_KINDS, assert_one_reader_per_partition,
-                                     coordinator_of, coordinator_partition, kind_params,
-                                     new_name, produce_wave, read_all, reads_of,
-                                     skip_unless_present, start_member)
+                                     committed_offsets, coordinator_of,
+                                     coordinator_partition, kind_params, new_name,
+                                     produce_wave, read_all, reads_of, skip_unless_present,
+                                     start_member)
 from tests.waiting import poll_until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
@@ -58,33 +59,6 @@ def _topic(cluster, partitions: int = PARTITIONS) -> str:
 def _all_committed(members, end: int, partitions) -> dict[int, int]:
     top = {p: max((m.commits.get(p, -1) for m in members), default=-1) for p in partitions}
     return top if all(o == end for o in top.values()) else None
-
-
-def _committed(cluster, group: str, topic: str, partitions) -> dict[int, int] | None:
-    """The group's committed offsets as a fresh client's OffsetFetch sees them (no join),
-    or None while the coordinator does not answer."""
-    if missing("confluent-kafka"):
-        from kafka import KafkaConsumer, TopicPartition
-        consumer = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap_servers.split(","),
-                                 group_id=group, enable_auto_commit=False)
-        try:
-            return {p: consumer.committed(TopicPartition(topic, p)) or -1 for p in partitions}
-        except Exception:   # the coordinator is moving; asked again
-            return None
-        finally:
-            consumer.close()
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap_servers,
-                         "group.id": group, "enable.auto.commit": False})
-    try:
-        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=5)
-    except KafkaException:
-        return None
-    finally:
-        consumer.close()
-    if any(tp.error for tp in got):
-        return None
-    return {tp.partition: tp.offset for tp in got}
 
 
 def _reread_beyond_the_tail(members) -> list:
@@ -136,7 +110,7 @@ def test_commits_survive_the_coordinators_sigkill(cluster, kind):
                          f"another broker to lead {OFFSETS_TOPIC}-"
                          f"{coordinator_partition(group, OFFSETS_PARTITIONS)}")
         assert new
-        after = poll_until(lambda: _committed(cluster, group, topic, partitions),
+        after = poll_until(lambda: committed_offsets(cluster, group, topic, partitions),
                            FAILOVER_TIMEOUT_S, "the new coordinator to answer OffsetFetch")
         lost = {p: (after[p], acknowledged[p]) for p in partitions if after[p] < acknowledged[p]}
         assert not lost, f"acknowledged commits lost (now, acknowledged): {lost}"
@@ -146,7 +120,7 @@ def test_commits_survive_the_coordinators_sigkill(cluster, kind):
             read_all(members, values, wave, FAILOVER_TIMEOUT_S)
         poll_until(lambda: _all_committed(members, 3 * PER_PARTITION, partitions),
                    FAILOVER_TIMEOUT_S, "every record to be committed")
-        assert _committed(cluster, group, topic, partitions) == \
+        assert committed_offsets(cluster, group, topic, partitions) == \
             {p: 3 * PER_PARTITION for p in partitions}
         bad = _reread_beyond_the_tail(members)
         assert not bad, f"read again although committed past (member, p, offset, " \
