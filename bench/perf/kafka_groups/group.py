@@ -50,7 +50,7 @@ class Member:
         self.records: list[tuple[int, int, str | None, float]] = []
         self.commits: dict[int, int] = {}
         self.commit_log: list[tuple[float, int, int]] = []
-        self.count = {"n": 0, "first": None, "last": None}
+        self.count = {"n": 0, "first": None, "last": None, "gen": 0}
         self.errors: list[str] = []
         self.storm: list[float] | None = None     # --commit-storm's commit times, ms
         self.ready = False
@@ -97,7 +97,8 @@ class Member:
             elif ev == "rec":
                 self.records.append((event["p"], event["o"], event.get("v"), event["t"]))
             elif ev == "count":
-                self.count = {"n": event["n"], "first": event["first"], "last": event["last"]}
+                self.count = {"n": event["n"], "first": event["first"], "last": event["last"],
+                              "gen": event.get("gen", 0)}
             elif ev == "commit":
                 self.commits[event["p"]] = max(self.commits.get(event["p"], -1), event["o"])
                 self.commit_log.append((event["t"], event["p"], event["o"]))

@@ -20,7 +20,9 @@ it happened) and ``ev``:
   every change (eager revoke-all, incremental add or remove, lost);
 - ``{"ev": "rec", "p": P, "o": O, "v": "value"}`` per record (``--report records``), or
   ``{"ev": "count", "n": N, "first": T, "last": T}`` every ``COUNT_EVERY_S``
-  (``--report counts``, for throughput);
+  (``--report counts``, for throughput). SIGUSR1 makes it seek every partition it
+  owns to the start and count afresh: ``{"ev": "again", "gen": G}``, then counts with
+  ``gen`` G (a group read timed once its rebalances are over);
 - ``{"ev": "commit", "p": P, "o": NEXT}``: a synchronous commit the coordinator
   acknowledged (``--commit sync``: after each poll's records, the next offset of each
   partition read; a failed commit is retried while the partition is still owned);
@@ -48,6 +50,11 @@ MAX_RECORDS_PER_POLL = 500
 COUNT_EVERY_S = 0.1
 COMMIT_RETRY_S = 0.1
 COMMIT_GIVE_UP_S = 60.0
+# A commit failing with one of these is tried again (the coordinator is moving or
+# loading); any other error (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS:
+# the member must rejoin, which happens in poll) leaves the offsets uncommitted.
+RETRY_CODES = frozenset((7, 14, 15, 16))   # REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS,
+                                           # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
 class Events:
@@ -61,6 +68,23 @@ class Events:
         self.first: float | None = None
         self.last: float | None = None
         self.told = 0.0
+        self.gen = 0                  # read-again requests served (SIGUSR1)
+        self.again = False            # one is pending
+        signal.signal(signal.SIGUSR1, self._read_again)
+
+    def _read_again(self, *_) -> None:
+        self.again = True
+
+    def take_read_again(self) -> bool:
+        """A read-again request is due: the caller seeks its partitions to the start;
+        the counts restart (their ``gen`` says which request they follow)."""
+        if not self.again:
+            return False
+        self.again = False
+        self.gen += 1
+        self.count, self.first, self.last = 0, None, None
+        self.emit("again", gen=self.gen)
+        return True
 
     def emit(self, ev: str, **fields) -> None:
         line = json.dumps({"t": time.time(), "ev": ev, **fields})
@@ -94,7 +118,7 @@ class Events:
     def counts(self, force: bool) -> None:
         if self.report == "counts" and (force or time.monotonic() - self.told >= COUNT_EVERY_S):
             self.told = time.monotonic()
-            self.emit("count", n=self.count, first=self.first, last=self.last)
+            self.emit("count", n=self.count, first=self.first, last=self.last, gen=self.gen)
 
 
 def _stop_flag() -> list:
@@ -113,7 +137,8 @@ def _highest(records) -> dict[int, int]:
 
 
 def _commit_each(events: Events, offsets: dict[int, int], commit, retriable) -> None:
-    """Commit ``offsets`` synchronously; retry while the partition is still owned."""
+    """Commit ``offsets`` synchronously; retry retriable failures while the partition is
+    still owned; others are reported and leave the offsets uncommitted."""
     pending = dict(offsets)
     deadline = time.monotonic() + COMMIT_GIVE_UP_S
     while pending:
@@ -147,7 +172,8 @@ def _storm(events: Events, n: int, commit) -> None:
 
 # ------------------------------------------------------------------ confluent-kafka
 def run_confluent(args, events: Events) -> None:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException,
+                                 TopicPartition)
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group,
             "auto.offset.reset": "earliest", "enable.auto.commit": args.commit == "auto",
             "auto.commit.interval.ms": 100, "enable.auto.offset.store": True,
@@ -184,9 +210,13 @@ def run_confluent(args, events: Events) -> None:
         consumer.commit(offsets=[TopicPartition(args.topic, p, o) for p, o in offsets.items()],
                         asynchronous=False)
 
+    local = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD,
+             KafkaError._ALL_BROKERS_DOWN}   # librdkafka's own: the coordinator is away
+
     def retriable(e) -> bool:
         err = e.args[0] if isinstance(e, KafkaException) and e.args else None
-        return err is None or not err.fatal()
+        return err is not None and not err.fatal() and (
+            err.retriable() or err.code() in RETRY_CODES or err.code() in local)
 
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke,
                        on_lost=on_revoke)
@@ -195,6 +225,9 @@ def run_confluent(args, events: Events) -> None:
         while not stop:
             if fatal:   # librdkafka is unusable after a fatal error (close may hang)
                 os._exit(2)
+            if events.take_read_again():
+                for p in sorted(events.owned):
+                    consumer.seek(TopicPartition(args.topic, p, OFFSET_BEGINNING))
             got = []
             for msg in consumer.consume(MAX_RECORDS_PER_POLL, POLL_S):
                 if msg.error():
@@ -242,12 +275,15 @@ def run_kafka_python(args, events: Events) -> None:
                          for p, o in offsets.items()})
 
     def retriable(e) -> bool:
-        return isinstance(e, KafkaError)
+        return isinstance(e, KafkaError) and (e.retriable or e.errno in RETRY_CODES)
 
     consumer.subscribe([args.topic], listener=Listener())
     events.emit("ready")
     try:
         while not stop:
+            if events.take_read_again():
+                consumer.seek_to_beginning(*[TopicPartition(args.topic, p)
+                                             for p in sorted(events.owned)])
             got = [(m.partition, m.offset, m.value)
                    for batch in consumer.poll(timeout_ms=int(POLL_S * 1000)).values()
                    for m in batch]
@@ -293,6 +329,9 @@ def run_aiokafka(args, events: Events) -> None:
             consumer.subscribe([args.topic], listener=Listener())
             events.emit("ready")
             while not stop.is_set():
+                if events.take_read_again():
+                    await consumer.seek_to_beginning(*[TopicPartition(args.topic, p)
+                                                       for p in sorted(events.owned)])
                 batches = await consumer.getmany(timeout_ms=int(POLL_S * 1000))
                 got = [(m.partition, m.offset, m.value)
                        for batch in batches.values() for m in batch]
@@ -327,7 +366,8 @@ async def _commit_async(consumer, events: Events, offsets: dict[int, int], tp_cl
         try:
             await consumer.commit({tp_class(topic, p): o for p, o in pending.items()})
         except error_class as e:
-            if time.monotonic() > deadline:
+            if not (e.retriable or getattr(e, "errno", None) in RETRY_CODES) or \
+                    time.monotonic() > deadline:
                 events.emit("error", msg=f"commit {pending} failed: {e}")
                 return
             events.emit("error", msg=f"commit retried: {e!r}")
@@ -378,11 +418,15 @@ def run_native(args, events: Events) -> None:
     events.emit("ready")
     try:
         while not stop:
+            if events.take_read_again():
+                consumer.seek_to_beginning(*[TopicPartition(args.topic, p)
+                                             for p in sorted(events.owned)])
             got = [(r.partition, r.offset, r.value)
                    for r in consumer.poll(timeout_ms=int(POLL_S * 1000))]
             events.records(got)
             if got and args.commit == "sync":
-                _commit_each(events, _highest(got), commit, lambda e: True)
+                _commit_each(events, _highest(got), commit,
+                             lambda e: getattr(e, "retriable", False))
             if storm and events.owned:
                 _storm(events, storm.pop(), commit)
     finally:

@@ -8,8 +8,9 @@ each member a process (``group.python_member``). Times are the members' own cloc
   again for the next try, so a try costs one join, not three.
 - ``commits``: one member, once it owns a partition, commits it N times synchronously
   (``--commit-storm``): commits per second and each commit's latency.
-- ``throughput``: every record of a filled topic read by a new group of three, from the
-  first record any member read to the last, against one member alone (a group of one).
+- ``throughput``: a new group of three, once it owns the filled topic, is told to read
+  it again from the start (SIGUSR1: each member seeks its partitions): every record read,
+  from that moment to the last record, against one member alone (a group of one).
 - ``failover``: three members read and commit synchronously while a producer (acks=1)
   keeps writing; the broker leading their ``__consumer_offsets`` partition (not leading
   any partition of the topic) is SIGKILLed; the time until every member has had a
@@ -19,6 +20,7 @@ each member a process (``group.python_member``). Times are the members' own cloc
 from __future__ import annotations
 
 import itertools
+import signal
 import statistics
 import threading
 import time
@@ -85,16 +87,20 @@ def commits(variant: Variant, topic: str, args) -> list[float]:
 
 
 def _read_rate(members: list[Member], records: int, what: str) -> float:
-    """Records/s of ``members`` reading ``records`` records: first read to last."""
+    """Records/s of ``members`` reading ``records`` records again from the start, from
+    the moment they are told (SIGUSR1, once they own the topic) to the last record."""
+    told = time.time()
+    for m in members:
+        m.signal(signal.SIGUSR1)
+
     def done():
         counts = [m.count for m in members]
-        return counts if sum(c["n"] for c in counts) >= records else None
+        return counts if all(c["gen"] >= 1 for c in counts) and \
+            sum(c["n"] for c in counts) >= records else None
     counts = poll_until(done, READ_TIMEOUT_S, what, interval_s=0.05,
                         error=lambda m: RuntimeError(
                             f"{m}: " + " | ".join(x.describe() for x in members)))
-    first = min(c["first"] for c in counts if c["first"])
-    last = max(c["last"] for c in counts if c["last"])
-    return records / max(last - first, 1e-3)
+    return records / max(max(c["last"] for c in counts if c["last"]) - told, 1e-3)
 
 
 def throughput(variant: Variant, topic: str, records: int, args) -> tuple[float, float]:
@@ -105,6 +111,7 @@ def throughput(variant: Variant, topic: str, records: int, args) -> tuple[float,
         members = [variant.member(f"r{i}", group, topic, args, report="counts")
                    for i in range(size)]
         try:
+            owned_by(members, range(PARTITIONS), JOIN_TIMEOUT_S)
             rates.append(_read_rate(members, records, f"{variant.name}: a group of {size} "
                                                       f"to read {records:,} records"))
         finally:
@@ -178,9 +185,11 @@ def _after(members: list[Member], killed_at: float, what) -> float:
 
 
 def failover(variant: Variant, cluster, admin, offsets_partitions: int, args
-             ) -> tuple[list[float], list[float]]:
-    """(ms until every member commits again, ms until every member reads again), per try."""
-    commit_ms, read_ms = [], []
+             ) -> tuple[list[float], list[float], list[int]]:
+    """Per try: ms until every member commits again, ms until every member reads again,
+    and how many members' assignments changed (a rebalance: a member's session ended
+    before it found the new coordinator)."""
+    commit_ms, read_ms, rebalanced = [], [], []
     for _ in range(args.repeats):
         group, coordinator = _group_led_by_one(cluster, offsets_partitions)
         topic = _topic_away_from(cluster, admin, coordinator)
@@ -191,16 +200,17 @@ def failover(variant: Variant, cluster, admin, offsets_partitions: int, args
             _after(members, time.time(), lambda m: [t for t, _, _ in m.commit_log])
             killed_at = time.time()
             cluster.kill(coordinator, "KILL")
-            commit_ms.append((_after(members, killed_at,
-                                     lambda m: [t for t, _, _ in m.commit_log]) - killed_at) * 1000)
-            read_ms.append((_after(members, killed_at,
-                                   lambda m: [r[3] for r in m.read()]) - killed_at) * 1000)
+            committed = _after(members, killed_at, lambda m: [t for t, _, _ in m.commit_log])
+            read = _after(members, killed_at, lambda m: [r[3] for r in m.read()])
+            commit_ms.append((committed - killed_at) * 1000)
+            read_ms.append((read - killed_at) * 1000)
+            rebalanced.append(sum(1 for m in members if m.changes_since(killed_at)))
         finally:
             stop_all(members)
             background.stop()
             if cluster.process(coordinator).pid() is None:
                 cluster.start(coordinator)
-    return commit_ms, read_ms
+    return commit_ms, read_ms, rebalanced
 
 
 def summary(values: list[float]) -> dict:

@@ -3,7 +3,7 @@ measured with real clients, per client and group protocol.
 
     python -m bench.kafka_groups [--clients minikafka,confluent-classic,confluent-consumer,
         kafka-python] [--repeats 5] [--records 200000] [--commits 2000]
-        [--session-ms 3000] [--heartbeat-ms 100] [--kip848-heartbeat-ms 100]
+        [--session-ms 6000] [--heartbeat-ms 100] [--kip848-heartbeat-ms 100]
         [--phases rebalance,commits,throughput,failover] [--dir DIR] [--results DIR]
 
 One cluster (zk_lite and 3 brokers) with the settings a group needs to be quick:
@@ -166,17 +166,20 @@ def measure(variant: Variant, cluster, admin, args, store: Store, figures: dict)
         _print(f"{variant.name}: a group of 3 reads {group:,.0f} records/s, one member "
                f"{alone:,.0f} records/s: ratio {group / alone:.2f}")
     if "failover" in args.phases:
-        commit_ms, read_ms = phases.failover(variant, cluster, admin, OFFSETS_PARTITIONS, args)
+        commit_ms, read_ms, rebalanced = phases.failover(variant, cluster, admin,
+                                                         OFFSETS_PARTITIONS, args)
         me["failover"] = summary(commit_ms)
         me["failover_read"] = summary(read_ms)
         store.record(variant, "failover", {"fail-over: every member commits again": commit_ms,
                                            "fail-over: every member reads again": read_ms},
-                     {"commit": me["failover"], "read": me["failover_read"]})
+                     {"commit": me["failover"], "read": me["failover_read"],
+                      "members_rebalanced": rebalanced})
         target = args.session_ms + FAILOVER_SLACK_MS
         _print(f"{variant.name}: coordinator SIGKILLed until every member commits again: "
                f"median {me['failover']['median']:,.0f} ms, worst "
                f"{me['failover']['worst']:,.0f} ({_verdict(me['failover']['worst'], target)}); "
-               f"reads again: median {me['failover_read']['median']:,.0f} ms")
+               f"reads again: median {me['failover_read']['median']:,.0f} ms; members "
+               f"rebalanced per try: {rebalanced}")
 
 
 def print_table(figures: dict, args, out=None) -> None:
@@ -266,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="records read by a group and by one member")
     parser.add_argument("--commits", type=positive_int, default=2000,
                         help="synchronous commits timed")
-    parser.add_argument("--session-ms", type=positive_int, default=3000,
+    parser.add_argument("--session-ms", type=positive_int, default=6000,
                         help="session timeout: classic members' session.timeout.ms and the "
                              "brokers' group.consumer.session.timeout.ms")
     parser.add_argument("--heartbeat-ms", type=positive_int, default=100,
