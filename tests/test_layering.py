@@ -3,7 +3,9 @@ the project (imports inside functions count too).
 
     node.wire  <-  node.core  <-  node.broker
     node.wire  <-  node.client  <-  node.tools, node.perf, node.cluster  <-  bench
-    node.client may use node.core.group (the consumer group's pure rebalance core).
+    node.client may use node.core.group (the consumer group's pure rebalance core) and
+    node.core.consumer_member and node.core.classic_member (the KIP-848 and classic
+    members' pure cores).
     shm and zk_lite never import node; node.core imports no I/O module.
     The controller's parts (node.core.controller.*) import only its events and elections.
     The consumer's parts (node.client.consumer.*) share only its subscription state.
@@ -48,7 +50,8 @@ LAYERS: dict[str, set[str]] = {
     "node.kafka.translate": _BASE | {"node.kafka", "node.config"},
     "node.kafka.listener": _BASE | {"node.kafka", "node.kafka.translate", "node.config",
                                     "node.broker"},
-    "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group"},
+    "node.client": _BASE | {"node.net", "node.local_link", "node.waiting", "node.core.group",
+                     "node.core.consumer_member", "node.core.classic_member"},
     "node.tools": _CLIENT_SIDE,
     "node.perf": _CLIENT_SIDE | {"node.tools", "node.cluster"},
     "node.cluster": _CLIENT_SIDE | {"node.tools"},

@@ -1,7 +1,17 @@
 """Consumer groups measured (issue 12): rebalance times and group read throughput.
+By default the Kafka paper's groups (registries in ZooKeeper, Algorithm 1): the members
+are pinned to ``group_protocol="zookeeper"`` and ownership is read from the registries.
+``--group-protocol consumer``: the same figures for the brokers' group coordinator
+(KIP-848), the session timeout being the broker's ``group.consumer.session.timeout.ms``
+(set to ``--session-ms``) and the heartbeat interval ``--heartbeat-ms``;
+``--group-protocol classic``: the coordinator's classic protocol (the members' session
+timeout ``--session-ms``, heartbeats every ``--heartbeat-ms``). For both,
+ownership is what the members themselves hold (each writes its assignment after every
+poll).
 
     python -m bench.perf.groups [--records 2000000] [--record-size 100] [--repeats 5]
                            [--session-ms 6000] [--dir DIR]
+                           [--group-protocol zookeeper|consumer] [--heartbeat-ms 500]
 
 One broker, topic ``groups`` with 6 partitions filled with ``--records`` records (the
 perf tool's bulk path). Then, each a median of ``--repeats`` tries where it says so:
@@ -39,36 +49,48 @@ def member(args) -> int:
     time) to --out after every poll with records."""
     from node.client import Consumer
     consumer = Consumer(args.bootstrap, group_id=args.group, zookeeper_connect=args.zookeeper,
+                        group_protocol=args.group_protocol,
+                        heartbeat_interval_ms=args.heartbeat_ms,
                         auto_offset_reset="earliest", session_timeout_ms=args.session_ms,
                         max_partition_fetch_bytes=4 << 20, fetch_max_bytes=16 << 20)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    read, first = 0, None
+    read, first, now, owned = 0, None, None, None
     try:
         consumer.subscribe([TOPIC])
-        Path(args.out + ".id").write_text(consumer.member_id())
+        named = False
         while not stop:
+            if not named and consumer.member_id():      # a classic member's comes with
+                Path(args.out + ".id.tmp").write_text(consumer.member_id())   # JoinGroup
+                os.replace(args.out + ".id.tmp", args.out + ".id")
+                named = True
             batches = consumer.poll_batches(100)
-            if batches:
-                now = time.time()
-                first = first or now
-                read += sum(b.batch.header.record_count - b.skip for b in batches)
+            assignment = sorted(tp.partition for tp in consumer.assignment())
+            if batches or assignment != owned:
+                owned = assignment
+                if batches:
+                    now = time.time()
+                    first = first or now
+                    read += sum(b.batch.header.record_count - b.skip for b in batches)
                 tmp = args.out + ".tmp"
-                Path(tmp).write_text(json.dumps({"read": read, "first": first, "last": now}))
+                Path(tmp).write_text(json.dumps({"read": read, "first": first, "last": now,
+                                                 "assignment": assignment}))
                 os.replace(tmp, args.out)
     finally:
         consumer.close()
     return 0
 
 
-def _start_members(cluster, group: str, n: int, directory: Path, session_ms: int) -> list:
+def _start_members(cluster, group: str, n: int, directory: Path, session_ms: int,
+                   protocol: str, heartbeat_ms: int) -> list:
     procs = []
     for i in range(n):
         out = directory / f"{group}-{i}.json"
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "bench.perf.groups", "--member", "--bootstrap",
              cluster.bootstrap_servers, "--zookeeper", cluster.zookeeper, "--group", group,
-             "--out", str(out), "--session-ms", str(session_ms)]), out))
+             "--out", str(out), "--session-ms", str(session_ms),
+             "--group-protocol", protocol, "--heartbeat-ms", str(heartbeat_ms)]), out))
     return procs
 
 
@@ -91,16 +113,29 @@ def _owners(zk, group: str) -> dict:
                                     if m in view.members}
 
 
+def _held(procs, ids) -> dict:
+    """{(topic, partition): member id} as the member processes say they hold them."""
+    out = {}
+    for (_, path), member_id in zip(procs, ids):
+        try:
+            state = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        for p in state.get("assignment", ()):
+            out[(TOPIC, p)] = member_id
+    return out
+
+
 def _wait(predicate, timeout_s: float, what: str):
     from node.waiting import poll_until
     return poll_until(predicate, timeout_s, what, interval_s=POLL_S,
                       error=lambda message: SystemExit(f"bench.perf.groups: {message}"))
 
 
-def throughput(cluster, directory: Path, records: int, session_ms: int
+def throughput(cluster, directory: Path, records: int, session_ms: int, protocol: tuple
                ) -> tuple[float, float]:
     """(records/s from the members' start, records/s from the first record read)."""
-    procs = _start_members(cluster, "throughput", 3, directory, session_ms)
+    procs = _start_members(cluster, "throughput", 3, directory, session_ms, *protocol)
     started = time.time()
     try:
         def done():
@@ -114,8 +149,8 @@ def throughput(cluster, directory: Path, records: int, session_ms: int
         states = _wait(done, 600, "the group to read every record")
     finally:
         _stop(procs)
-    last = max(s.get("last", 0) for s in states)
-    first = min(s["first"] for s in states if "first" in s)
+    last = max(s.get("last") or 0 for s in states)
+    first = min(s["first"] for s in states if s.get("first"))
     return records / (last - started), records / max(last - first, 1e-3)
 
 
@@ -132,20 +167,28 @@ def perf_tool(cluster, records: int) -> tuple[float, float]:
     return float(columns[5]), float(columns[9])
 
 
-def rebalance(cluster, zk, directory: Path, how: str, k: int, session_ms: int) -> float:
+def rebalance(cluster, zk, directory: Path, how: str, k: int, session_ms: int,
+              protocol: tuple) -> float:
+    """``protocol``: (group protocol, heartbeat interval ms)."""
     group = f"{how.lower()}-{k}"
-    procs = _start_members(cluster, group, 3, directory, session_ms)
+    procs = _start_members(cluster, group, 3, directory, session_ms, *protocol)
+    protocol = protocol[0]
     try:
         ids = [_wait(lambda out=out: Path(f"{out}.id").exists() and
                      Path(f"{out}.id").read_text(), 30, "a member id") for _, out in procs]
-        _wait(lambda: len(_owners(zk, group)) == PARTITIONS and
-              set(_owners(zk, group).values()) == set(ids), 60, "three owners")
+
+        def owners():
+            return _owners(zk, group) if protocol == "zookeeper" else \
+                _held(procs[1:], ids[1:]) if started is not None else _held(procs, ids)
+        started = None
+        _wait(lambda: len(owners()) == PARTITIONS and
+              set(owners().values()) == set(ids), 60, "three owners")
         victim, _ = procs[0]
         survivors = set(ids[1:])
         started = time.monotonic()
         victim.send_signal(signal.SIGKILL if how == "KILL" else signal.SIGTERM)
-        _wait(lambda: len(_owners(zk, group)) == PARTITIONS and
-              set(_owners(zk, group).values()) == survivors, 60, "the survivors to own all")
+        _wait(lambda: len(owners()) == PARTITIONS and
+              set(owners().values()) == survivors, 60, "the survivors to own all")
         return (time.monotonic() - started) * 1000
     finally:
         _stop(procs)
@@ -159,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--session-ms", type=int, default=6000)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--group-protocol", choices=("zookeeper", "consumer", "classic"),
+                        default="zookeeper")
+    parser.add_argument("--heartbeat-ms", type=int, default=500,
+                        help="the heartbeat interval: group.consumer.heartbeat.interval.ms "
+                        "(consumer protocol), the members' heartbeat_interval_ms (classic)")
     # The member role (started by the bench itself).
     parser.add_argument("--member", action="store_true", help=argparse.SUPPRESS)
     for flag in ("--bootstrap", "--zookeeper", "--group", "--out"):
@@ -172,7 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     from node.client import Admin
     from node.cluster import Cluster
     directory = Path(args.dir or tempfile.mkdtemp(prefix="bench-groups-"))
-    cluster = Cluster.up(directory / "cluster", 1, config={"num.partitions": "6"})
+    config = {"num.partitions": "6"}
+    if args.group_protocol != "zookeeper":
+        config["offsets.topic.replication.factor"] = "1"
+        config["group.initial.rebalance.delay.ms"] = "0"
+        config["group.min.session.timeout.ms"] = str(min(args.session_ms, 6000))
+    if args.group_protocol == "consumer":
+        config.update({"group.consumer.session.timeout.ms": str(args.session_ms),
+                       "group.consumer.min.session.timeout.ms": str(args.session_ms),
+                       "group.consumer.heartbeat.interval.ms": str(args.heartbeat_ms),
+                       "group.consumer.min.heartbeat.interval.ms": str(args.heartbeat_ms),
+                       "offsets.topic.replication.factor": "1"})
+    cluster = Cluster.up(directory / "cluster", 1, config=config)
     zk = KazooClient(hosts=cluster.zookeeper, timeout=10)
     zk.start(timeout=10)
     try:
@@ -187,9 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         if fill.returncode != 0:
             raise SystemExit(f"filling the topic failed: {fill.stderr.strip()}")
         print(f"{args.records:,} records of {args.record_size} B in {PARTITIONS} "
-              f"partitions; session timeout {args.session_ms} ms", flush=True)
+              f"partitions; group protocol {args.group_protocol}; session timeout "
+              f"{args.session_ms} ms" + (f", heartbeat interval {args.heartbeat_ms} ms"
+                                         if args.group_protocol != "zookeeper" else ""),
+              flush=True)
         group_all, group_reading = throughput(cluster, directory, args.records,
-                                              args.session_ms)
+                                              args.session_ms,
+                                              (args.group_protocol, args.heartbeat_ms))
         alone_all, alone_reading = perf_tool(cluster, args.records)
         print(f"read by a group of 3 member processes: {group_reading:,.0f} records/s "
               f"from the first record read ({group_all:,.0f} from their start); "
@@ -197,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({alone_all:,.0f} overall); ratio {group_reading / alone_reading:.2f}",
               flush=True)
         for how in ("CLOSE", "KILL"):
-            times = [rebalance(cluster, zk, directory, how, k, args.session_ms)
+            times = [rebalance(cluster, zk, directory, how, k, args.session_ms,
+                               (args.group_protocol, args.heartbeat_ms))
                      for k in range(args.repeats)]
             print(f"rebalance after {'a clean close()' if how == 'CLOSE' else 'SIGKILL'}: "
                   f"median {statistics.median(times):,.0f} ms, best {min(times):,.0f}, "

@@ -52,6 +52,7 @@ class ClusterMetadata:
     topics: dict[str, dict[int, PartitionMetadata]] = field(default_factory=dict)
     topic_errors: dict[str, int] = field(default_factory=dict)
     created_s: float = 0.0
+    topic_ids: dict[str, str] = field(default_factory=dict)   # name -> id (KIP-516 text)
 
     def endpoint(self, broker_id: int) -> str | None:
         b = self.brokers.get(broker_id)
@@ -89,8 +90,10 @@ class ClusterMetadata:
         topics = {**self.topics, **fresh} if keep_others else fresh
         errors = {t: c for t, c in {**self.topic_errors, **newer.topic_errors}.items()
                   if t not in newer.topics or t in newer.topic_errors}
+        ids = {t: i for t, i in {**self.topic_ids, **newer.topic_ids}.items()
+                if t in topics}
         return ClusterMetadata(newer.brokers, newer.controller_id, topics, errors,
-                               newer.created_s)
+                               newer.created_s, ids)
 
 
 def parse_metadata(body: dict, now_s: float = 0.0) -> ClusterMetadata:
@@ -109,9 +112,10 @@ def parse_metadata(body: dict, now_s: float = 0.0) -> ClusterMetadata:
                                              tuple(p[4]), tuple(p[5]), tuple(p[6]), int(p[1]))
                 for p in partitions}
         controller = int(body.get("controller_id", -1))
+        topic_ids = {str(t): str(i) for t, i in (body.get("topic_ids") or {}).items()}
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise protocol.ProtocolError(f"malformed Metadata response: {e!r}") from None
-    return ClusterMetadata(brokers, controller, topics, topic_errors, now_s)
+    return ClusterMetadata(brokers, controller, topics, topic_errors, now_s, topic_ids)
 
 
 class MetadataFetcher:

@@ -29,7 +29,8 @@ TOOLS = {
                             "generate, execute and verify reassignments "
                             "(kafka-reassign-partitions)"),
     "consumer-groups": ("node.tools.consumer_groups", "add_arguments",
-                        "list, describe, reset offsets of and delete consumer groups "
+                        "list, describe, reset offsets of and delete consumer groups (the "
+                        "brokers', or the paper's with --zookeeper-groups) "
                         "(kafka-consumer-groups)"),
     "mirror-maker": ("node.tools.mirror_maker", "add_arguments",
                      "copy topics from one cluster to another (kafka-mirror-maker)"),

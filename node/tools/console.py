@@ -330,6 +330,11 @@ def add_consumer_arguments(parser) -> None:
     parser.add_argument("--from-beginning", action="store_true")
     parser.add_argument("--group", help="read as a member of this consumer group (its "
                         "committed offsets; commits as it goes)")
+    parser.add_argument("--group-protocol", choices=("consumer", "classic", "zookeeper"),
+                        default="consumer",
+                        help="with --group: consumer (the brokers' group coordinator, "
+                        "KIP-848; the default), classic (the same coordinator, "
+                        "JoinGroup/SyncGroup) or zookeeper (the Kafka paper's groups)")
     parser.add_argument("--partition", type=int)
     parser.add_argument("--offset", help="a non-negative offset, earliest or latest "
                         "(default latest); needs --partition")
@@ -456,7 +461,8 @@ def _consume(args) -> int:
             check_group_id(args.group)
         except GroupError as e:
             raise ToolError(str(e)) from None
-        kwargs.update(group_id=args.group, auto_commit_interval_ms=1000)
+        kwargs.update(group_id=args.group, auto_commit_interval_ms=1000,
+                      group_protocol=args.group_protocol)
     registry = None
     if props.get("schema.registry"):
         from node.client.avro import AvroDeserializer

@@ -1,48 +1,62 @@
-"""``minikafka consumer-groups``: Kafka's kafka-consumer-groups.sh over the Kafka paper's
-group registries in the coordinator (``node.client.group``).
+"""``minikafka consumer-groups``: Kafka's kafka-consumer-groups.sh, for both kinds of
+group this cluster has: the brokers' groups (classic and KIP-848 "consumer", kept by
+the group coordinator in ``__consumer_offsets``; ``node.tools.groups_broker``), and,
+with ``--zookeeper-groups``, the Kafka paper's groups (registries in ZooKeeper;
+``node.tools.groups_zookeeper``).
 
-    minikafka consumer-groups --bootstrap-server B --list
+    minikafka consumer-groups --bootstrap-server B --list [--state [S,..]] [--type [T,..]]
     minikafka consumer-groups --bootstrap-server B --describe (--group G | --all-groups)
-        [--members [--verbose] | --state | --offsets]
+        [--members [--verbose] | --state [--verbose] | --offsets]
     minikafka consumer-groups --bootstrap-server B --reset-offsets --group G
         (--topic T[:P,P...] | --all-topics)
         (--to-earliest | --to-latest | --to-offset N | --shift-by N | --to-datetime ISO)
         [--dry-run | --execute]
     minikafka consumer-groups --bootstrap-server B --delete --group G
+    minikafka consumer-groups --bootstrap-server B --delete-offsets --group G --topic T[:P,..]
+    (any of them with --zookeeper-groups: the paper's groups)
 
-Output is Kafka's: the same columns, widths and blank lines. The coordinator is found
-through a broker (its ``zookeeper.connect``), as the consumers find it. An offset
-reset and a deletion are refused while the group has members (Kafka: the group must be
-inactive); new offsets outside [log start, log end] are moved to the nearest end, with
-Kafka's warning. Errors are one line on stderr and a non-zero exit.
+Output is Kafka's: the same columns, widths and blank lines. ``--list --type`` shows
+each group's type (Classic, Consumer; ZooKeeper for the paper's groups), and
+``--describe --state --verbose`` adds Kafka 4's GROUP-EPOCH and TARGET-ASSIGNMENT-EPOCH
+for KIP-848 groups. An offset reset and a deletion are refused while the group has
+members (Kafka: the group must be inactive); new offsets outside [log start, log end]
+are moved to the nearest end, with Kafka's warning. Errors are one line on stderr and
+a non-zero exit.
 """
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 
-from node.tools.common import (EXIT_OK, ToolError, guarded, one_line_usage_errors,
-                               open_admin)
+from node.tools.common import EXIT_ERROR, EXIT_OK, ToolError, guarded, one_line_usage_errors
 
 PROG = "minikafka consumer-groups"
 ERROR_PREFIX = "Error: "
 MISSING = "-"
 SCENARIOS = ("to_earliest", "to_latest", "to_offset", "shift_by", "to_datetime")
+ACTIONS = ("list", "describe", "reset_offsets", "delete", "delete_offsets")
 
 
 def add_arguments(parser) -> None:
     one_line_usage_errors(parser, PROG)
     parser.add_argument("--bootstrap-server")
     actions = parser.add_mutually_exclusive_group()
-    for flag in ("--list", "--describe", "--reset-offsets", "--delete"):
+    for flag in ("--list", "--describe", "--reset-offsets", "--delete", "--delete-offsets"):
         actions.add_argument(flag, action="store_true")
+    parser.add_argument("--zookeeper-groups", action="store_true",
+                        help="the Kafka paper's groups (registries in ZooKeeper) instead "
+                        "of the brokers' groups")
     parser.add_argument("--group", action="append", default=[])
     parser.add_argument("--all-groups", action="store_true")
     view = parser.add_mutually_exclusive_group()
     view.add_argument("--members", action="store_true")
-    view.add_argument("--state", action="store_true")
+    view.add_argument("--state", nargs="?", const="", default=None,
+                      help="with --describe: the group's state; with --list: show (and "
+                      "filter by, comma-separated) the state")
     view.add_argument("--offsets", action="store_true")
+    parser.add_argument("--type", nargs="?", const="", default=None,
+                        help="with --list: show (and filter by) the type: classic, "
+                        "consumer (zookeeper with --zookeeper-groups)")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--topic", action="append", default=[])
     parser.add_argument("--all-topics", action="store_true")
@@ -63,53 +77,43 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    if not (args.list or args.describe or args.reset_offsets or args.delete):
+    if not any(getattr(args, a) for a in ACTIONS):
         raise ToolError("Command must include exactly one action: --list, --describe, "
-                        "--delete, --reset-offsets")
-    admin = open_admin(args.bootstrap_server)
-    try:
-        _, configs = admin.describe_broker_config()
-    finally:
-        admin.close()
-    zk = _coordinator(configs["zookeeper.connect"])
+                        "--delete, --reset-offsets, --delete-offsets")
+    if not args.bootstrap_server:
+        raise ToolError("Missing required argument \"[bootstrap-server]\"")
+    groups_source = _source(args)
     try:
         if args.list:
-            from node.client.group import list_groups
-            for group in list_groups(zk):
-                print(group)
-            return EXIT_OK
-        groups = _groups(args, zk)
+            return _list(args, groups_source.list_groups())
+        groups = _groups(args, groups_source)
         if args.describe:
-            return _describe(args, zk, groups)
+            return _describe(args, groups_source, groups)
         if args.reset_offsets:
-            return _reset(args, zk, groups)
-        return _delete(zk, groups)
+            return _reset(args, groups_source, groups)
+        if args.delete_offsets:
+            return _delete_offsets(args, groups_source, groups)
+        return _delete(groups_source, groups)
     finally:
-        zk.stop()
-        zk.close()
+        groups_source.close()
 
 
-def _coordinator(address: str):
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
-    zk = KazooClient(hosts=address, timeout=10)
-    try:
-        zk.start(timeout=10)
-    except KazooTimeoutError:
-        zk.close()
-        raise ToolError(f"cannot reach the coordinator at {address}") from None
-    return zk
+def _source(args):
+    if args.zookeeper_groups:
+        from node.tools.groups_zookeeper import ZooKeeperGroups
+        return ZooKeeperGroups(args.bootstrap_server)
+    from node.tools.groups_broker import BrokerGroups
+    return BrokerGroups(args.bootstrap_server)
 
 
-def _groups(args, zk) -> list[str]:
-    from node.client.group import GroupError, check_group_id, list_groups
+def _groups(args, source) -> list[str]:
+    from node.client.group import GroupError, check_group_id
     if args.all_groups and not args.describe:
         raise ToolError("--all-groups is only supported with --describe here")
     if args.all_groups:
-        return list_groups(zk)
+        return [g.group_id for g in source.list_groups()]
     if not args.group:
-        action = "describe" if args.describe else "reset-offsets" if args.reset_offsets \
-            else "delete"
+        action = next(a for a in ACTIONS if getattr(args, a)).replace("_", "-")
         raise ToolError(f"Option [{action}] takes one of these options: [all-groups], "
                         f"[group]")
     for group in args.group:
@@ -120,52 +124,69 @@ def _groups(args, zk) -> list[str]:
     return args.group
 
 
-def _view(zk, group: str):
-    from node.client.group import read_group
-    view = read_group(zk, group)
-    if view is None:
-        raise ToolError(f"Consumer group '{group}' does not exist.")
-    return view
+# ------------------------------------------------------------------ list
+
+def _list(args, listed) -> int:
+    if args.state is None and args.type is None:
+        for g in listed:
+            print(g.group_id)
+        return EXIT_OK
+    states = {s.strip().lower() for s in (args.state or "").split(",") if s.strip()}
+    types = {t.strip().lower() for t in (args.type or "").split(",") if t.strip()}
+    listed = [g for g in listed if (not states or g.state.lower() in states)
+              and (not types or g.type.lower() in types)]
+    width = max([15] + [len(g.group_id) for g in listed]) + 10
+    header, cells = ["GROUP"], [lambda g: g.group_id]
+    if args.type is not None:
+        header.append("TYPE")
+        cells.append(lambda g: g.type)
+    if args.state is not None:
+        header.append("STATE")
+        cells.append(lambda g: g.state)
+    widths = [width] + [20] * (len(header) - 1)
+    print(_row(header, widths))
+    for g in listed:
+        print(_row([c(g) for c in cells], widths))
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ describe
 
-def _describe(args, zk, groups: list[str]) -> int:
+def _describe(args, source, groups: list[str]) -> int:
     for group in groups:
-        view = _view(zk, group)
-        if view.state == "Empty" and not args.state:
+        info = source.describe(group)
+        if info is None or not info.exists:
+            raise ToolError(f"Consumer group '{group}' does not exist.")
+        if info.state == "Empty" and args.state is None:
             sys.stderr.write(f"\nConsumer group '{group}' has no active members.\n")
-        elif view.state == "PreparingRebalance":
+        elif info.state in ("PreparingRebalance", "CompletingRebalance", "Assigning",
+                            "Reconciling"):
             sys.stderr.write(f"\nWarning: Consumer group '{group}' is rebalancing.\n")
         if args.members:
-            _print_members(view, args.verbose)
-        elif args.state:
-            _print_state(view, zk)
+            _print_members(info, args.verbose)
+        elif args.state is not None:
+            _print_state(info, args.verbose)
         else:
-            _print_offsets(args, view)
+            _print_offsets(args, info)
     return EXIT_OK
 
 
-def _entry(view, member: str) -> tuple[str, str]:
-    entry = view.members.get(member) or {}
-    return str(entry.get("host", MISSING)), str(entry.get("client_id", MISSING))
-
-
-def _print_offsets(args, view) -> None:
-    tps = sorted(set(view.owners) | set(view.offsets))
+def _print_offsets(args, info) -> None:
+    owners = info.owners()
+    tps = sorted(set(owners) | set(info.offsets))
     if not tps:
         return
     ends = _log_end_offsets(args.bootstrap_server, tps)
     rows = []
     for tp in tps:
-        member = view.owners.get(tp)
-        member = member if member in view.members else None
-        host, client = _entry(view, member) if member else (MISSING, MISSING)
-        current = view.offsets.get(tp)
+        member = owners.get(tp)
+        current = info.offsets.get(tp)
         end = ends.get(tp)
         lag = end - current if current is not None and end is not None else None
-        rows.append((view.group_id, tp[0], str(tp[1]), _text(current), _text(end),
-                     _text(lag), member or MISSING, host, client))
+        rows.append((info.group_id, tp[0], str(tp[1]), _text(current), _text(end),
+                     _text(lag), member.member_id if member else MISSING,
+                     member.host if member else MISSING,
+                     member.client_id if member else MISSING))
     widths = [max(15, *(len(r[0]) for r in rows)), max(15, *(len(r[1]) for r in rows)),
               10, 15, 15, 15, max(15, *(len(r[6]) for r in rows)),
               max(15, *(len(r[7]) for r in rows))]
@@ -176,27 +197,25 @@ def _print_offsets(args, view) -> None:
     print()
 
 
-def _print_members(view, verbose: bool) -> None:
-    assigned: dict[str, list] = {m: [] for m in view.members}
-    for tp, member in view.owners.items():
-        if member in assigned:
-            assigned[member].append(tp)
+def _print_members(info, verbose: bool) -> None:
+    members = sorted(info.members, key=lambda m: m.member_id)
+    with_instance = any(m.instance_id for m in members)
     rows = []
-    for member in sorted(view.members):
-        host, client = _entry(view, member)
-        rows.append((view.group_id, member, host, client, str(len(assigned[member])),
-                     _assignment(assigned[member])))
-    widths = [max(15, *(len(r[0]) for r in rows), 0), max(15, *(len(r[1]) for r in rows), 0),
-              max(15, *(len(r[2]) for r in rows), 0), max(15, *(len(r[3]) for r in rows), 0),
-              15]
-    header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+    for m in members:
+        row = [info.group_id, m.member_id] + ([m.instance_id or ""] if with_instance else [])
+        rows.append(row + [m.host, m.client_id, str(len(m.assignment)),
+                           _assignment(m.assignment)])
+    names = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else []) + \
+        ["HOST", "CLIENT-ID", "#PARTITIONS"]
+    minimum = [15, 15] + ([17] if with_instance else []) + [15, 15]
+    widths = [max([w] + [len(r[i]) for r in rows]) for i, w in enumerate(minimum)] + [15]
     print()
-    print(_row(header, widths) + " " + ("ASSIGNMENT" if verbose else ""))
+    print(_row(names, widths) + " " + ("ASSIGNMENT" if verbose else ""))
     for r in rows:
-        print(_row(r[:5], widths) + " " + (r[5] if verbose else ""))
+        print(_row(r[:-1], widths) + " " + (r[-1] if verbose else ""))
 
 
-def _assignment(tps: list) -> str:
+def _assignment(tps) -> str:
     if not tps:
         return MISSING
     by_topic: dict[str, list[int]] = {}
@@ -206,18 +225,23 @@ def _assignment(tps: list) -> str:
                             for t, ps in by_topic.items()))
 
 
-def _print_state(view, zk) -> None:
-    host, port = zk.hosts[0] if zk.hosts else ("-", "-")
-    coordinator = f"{host}:{port}  (zookeeper)"
-    width = max(25, len(coordinator))
-    fmt = [width, 25, 20, 15]
+def _print_state(info, verbose: bool) -> None:
+    width = max(25, len(info.coordinator))
+    header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+    row = [info.group_id, info.coordinator, info.assignment_strategy or MISSING, info.state]
+    widths = [width, 25, 20, 15]
+    if verbose and info.group_epoch is not None:        # Kafka 4, KIP-848 groups
+        header += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+        row += [str(info.group_epoch), _text(info.assignment_epoch)]
+        widths += [15, 25]
     print()
-    print(_row(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"), fmt))
-    print(_row((view.group_id, coordinator, "range", view.state, str(len(view.members))), fmt))
+    print(_row(header + ["#MEMBERS"], widths))
+    print(_row(row + [str(len(info.members))], widths))
     print()
 
 
 def _row(values, widths) -> str:
+    """Kafka's "%-Ws" cells: each value padded to its width, the rest as they are."""
     cells = [str(v).ljust(w) for v, w in zip(values, widths)]
     return " ".join(cells + [str(v) for v in values[len(widths):]])
 
@@ -237,11 +261,10 @@ def _log_end_offsets(bootstrap: str, tps) -> dict:
     return {(tp.topic, tp.partition): o for tp, o in found.items()}
 
 
-# ------------------------------------------------------------------ reset and delete
+# ------------------------------------------------------------------ reset
 
-def _reset(args, zk, groups: list[str]) -> int:
+def _reset(args, source, groups: list[str]) -> int:
     from node.client import Consumer, TopicPartition
-    from node.client.group import write_offsets
     scenario = [s for s in SCENARIOS if getattr(args, s) not in (None, False)]
     if not scenario:
         raise ToolError("Option [reset-offsets] takes one of these options: "
@@ -255,38 +278,38 @@ def _reset(args, zk, groups: list[str]) -> int:
         sys.stderr.write("WARN: No action will be performed as the --execute option is "
                          "missing. You should add the --dry-run option explicitly if you "
                          "are scripting this command.\n")
-    from node.client.group import GroupView, read_group
     plans = {}
-    for group in groups:
-        # A group that does not exist yet may be given offsets (Kafka allows it too).
-        view = read_group(zk, group) or GroupView(group, {}, {}, {}, {})
-        if view.members:
-            raise ToolError(f"Assignments can only be reset if the group '{group}' is "
-                            f"inactive, but the current state is {view.state}.")
-        tps = _reset_partitions(args, view, zk)
-        with Consumer(args.bootstrap_server, client_id="minikafka-consumer-groups") as c:
+    with Consumer(args.bootstrap_server, client_id="minikafka-consumer-groups") as c:
+        for group in groups:
+            # A group that does not exist yet may be given offsets (Kafka allows it too).
+            info = source.describe(group)
+            if info is not None and info.exists and not info.inactive:
+                raise ToolError(f"Assignments can only be reset if the group '{group}' is "
+                                f"inactive, but the current state is {info.state}.")
+            committed = info.offsets if info is not None else {}
+            tps = _reset_partitions(args, committed, c)
             keys = [TopicPartition(*tp) for tp in tps]
             starts = {(k.topic, k.partition): o for k, o in c.beginning_offsets(keys).items()}
             ends = {(k.topic, k.partition): o for k, o in c.end_offsets(keys).items()}
             found = c.offsets_for_times({k: when for k in keys}) if when is not None else {}
-        plan = {}
-        for tp in tps:
-            if args.to_earliest:
-                target = starts[tp]
-            elif args.to_latest:
-                target = ends[tp]
-            elif args.to_offset is not None:
-                target = args.to_offset
-            elif args.shift_by is not None:
-                if tp not in view.offsets:
-                    raise ToolError(f"Cannot shift offset for partition {tp[0]}-{tp[1]} "
-                                    f"since there is no current committed offset")
-                target = view.offsets[tp] + args.shift_by
-            else:
-                hit = found.get(TopicPartition(*tp))
-                target = ends[tp] if hit is None else hit.offset
-            plan[tp] = _in_range(tp, target, starts[tp], ends[tp])
-        plans[group] = plan
+            plan = {}
+            for tp in tps:
+                if args.to_earliest:
+                    target = starts[tp]
+                elif args.to_latest:
+                    target = ends[tp]
+                elif args.to_offset is not None:
+                    target = args.to_offset
+                elif args.shift_by is not None:
+                    if tp not in committed:
+                        raise ToolError(f"Cannot shift offset for partition {tp[0]}-{tp[1]} "
+                                        f"since there is no current committed offset")
+                    target = committed[tp] + args.shift_by
+                else:
+                    hit = found.get(TopicPartition(*tp))
+                    target = ends[tp] if hit is None else hit.offset
+                plan[tp] = _in_range(tp, target, starts[tp], ends[tp])
+            plans[group] = plan
     print(f"\n{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'NEW-OFFSET':<15}", end="")
     for group, plan in plans.items():
         for (topic, partition), offset in sorted(plan.items()):
@@ -294,29 +317,43 @@ def _reset(args, zk, groups: list[str]) -> int:
     print()
     if args.execute:
         for group, plan in plans.items():
-            write_offsets(zk, group, plan)
+            source.commit(group, plan)
     return EXIT_OK
 
 
-def _reset_partitions(args, view, zk) -> list[tuple[str, int]]:
+def _topic_specs(args) -> list[tuple[str, list[int] | None]]:
+    specs = []
+    for text in args.topic:
+        topic, _, parts = text.partition(":")
+        try:
+            chosen = [int(p) for p in parts.split(",")] if parts else None
+        except ValueError:
+            raise ToolError(f"--topic {text}: partitions must be numbers, as "
+                            f"topic:0,1") from None
+        specs.append((topic, chosen))
+    return specs
+
+
+def _partition_count(consumer, topic: str) -> int:
+    from node.wire.errors import KafkaError
+    try:
+        md = consumer.meta.refresh([topic])
+    except KafkaError:
+        md = consumer.meta.current
+    count = md.partition_count(topic)
+    if not count:
+        raise ToolError(f"Topic '{topic}' does not exist as expected")
+    return count
+
+
+def _reset_partitions(args, committed: dict, consumer) -> list[tuple[str, int]]:
     if args.all_topics:
-        topics = sorted({t for t, _ in view.offsets} | set(view.partitions))
-        specs = [(t, None) for t in topics]
+        specs = [(t, None) for t in sorted({t for t, _ in committed})]
     else:
-        specs = []
-        for text in args.topic:
-            topic, _, parts = text.partition(":")
-            try:
-                chosen = [int(p) for p in parts.split(",")] if parts else None
-            except ValueError:
-                raise ToolError(f"--topic {text}: partitions must be numbers, as "
-                                f"topic:0,1") from None
-            specs.append((topic, chosen))
+        specs = _topic_specs(args)
     out = []
     for topic, chosen in specs:
-        if not zk.exists(f"/brokers/topics/{topic}"):
-            raise ToolError(f"Topic '{topic}' does not exist as expected")
-        count = len(json.loads(zk.get(f"/brokers/topics/{topic}")[0])["partitions"])
+        count = _partition_count(consumer, topic)
         for p in chosen if chosen is not None else range(count):
             if not 0 <= p < count:
                 raise ToolError(f"Partition {p} of topic {topic} does not exist")
@@ -353,16 +390,47 @@ def _datetime_ms(text: str) -> int:
     return ms
 
 
-def _delete(zk, groups: list[str]) -> int:
-    from node.client.group import delete_group
+# ------------------------------------------------------------------ delete
+
+def _delete(source, groups: list[str]) -> int:
+    failed = {}
     for group in groups:
-        view = _view(zk, group)
-        if view.members:
-            raise ToolError(f"Deletion of some consumer groups failed: * Group '{group}' "
-                            f"could not be deleted due to: GroupNotEmptyException: The "
-                            f"group is not empty.")
-    for group in groups:
-        delete_group(zk, group)
-    print("Deletion of requested consumer groups ('" + ", ".join(groups) +
-          "') was successful.")
+        why = source.delete(group)
+        if why is not None:
+            failed[group] = why
+    done = [g for g in groups if g not in failed]
+    if done:
+        print("Deletion of requested consumer groups ('" + "', '".join(done) +
+              "') was successful.")
+    if failed:
+        raise ToolError("Deletion of some consumer groups failed: " + " ".join(
+            f"* Group '{g}' could not be deleted due to: {why}" for g, why in failed.items()))
     return EXIT_OK
+
+
+def _delete_offsets(args, source, groups: list[str]) -> int:
+    from node.client import Consumer
+    if len(groups) != 1:
+        raise ToolError("Option [delete-offsets] takes exactly one --group")
+    if not args.topic:
+        raise ToolError("Option [delete-offsets] takes one of these options: [topic]")
+    group = groups[0]
+    with Consumer(args.bootstrap_server, client_id="minikafka-consumer-groups") as c:
+        tps = [(t, p) for t, chosen in _topic_specs(args)
+               for p in (chosen if chosen is not None else range(_partition_count(c, t)))]
+    code, results = source.delete_offsets(group, tps)
+    from node.client.coordinator import error_name
+    topics = ", ".join(t for t, _ in _topic_specs(args))
+    messages = {0: f"Request succeed for deleting offsets with topic {topics} group {group}",
+                24: f"'{group}' is not valid.", 69: f"'{group}' does not exist.",
+                68: f"Deleting offsets of a consumer group '{group}' is forbidden if the "
+                    f"group is not empty.",
+                86: "Encounter some partition level error, see the follow-up details:"}
+    line = messages.get(code, f"Encounter some unknown error: {error_name(code)}")
+    (print if code == 0 else lambda m: sys.stderr.write(ERROR_PREFIX + m + "\n"))(line)
+    print(f"\n{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}", end="")
+    for (topic, partition), error in sorted(results.items()):
+        status = "Successful" if not error else f"Error: :{error_name(error)}"
+        print(f"\n{topic:<30} {partition:<15} {status:<15}", end="")
+    print()
+    return EXIT_OK if code == 0 else EXIT_ERROR

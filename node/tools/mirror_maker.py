@@ -7,8 +7,11 @@ target, source offsets committed only after the target acknowledged.
         [--offset.commit.interval.ms 60000]
 
 The consumer config takes ``bootstrap.servers`` and ``group.id`` (required), and
-``auto.offset.reset`` (default latest, as Kafka's consumer), ``zookeeper.connect``
-(default: asked of a source broker) and ``client.id``; the producer config takes
+``auto.offset.reset`` (default latest, as Kafka's consumer), ``group.protocol``
+(``consumer``, the brokers' group coordinator with KIP-848, by default; ``classic``,
+the same coordinator with JoinGroup/SyncGroup; ``zookeeper`` for the Kafka paper's
+groups), ``zookeeper.connect`` (those groups' coordinator; default: asked of a
+source broker) and ``client.id``; the producer config takes
 ``bootstrap.servers`` and the producer keys of ``console-producer`` (acks is all unless
 set). ``--whitelist`` is Kafka's old name of ``--include``.
 
@@ -112,7 +115,8 @@ class Mirror:
                 source["bootstrap.servers"], group_id=source["group.id"],
                 auto_offset_reset=source.get("auto.offset.reset", "latest"),
                 enable_auto_commit=False, zookeeper_connect=source.get("zookeeper.connect"),
-                client_id=source.get("client.id"))
+                client_id=source.get("client.id"),
+                group_protocol=source.get("group.protocol", "consumer"))
         except (ValueError, GroupError) as e:
             raise ToolError(f"consumer config: {e}") from None
         self.include = include

@@ -1,4 +1,5 @@
-"""bench.perf.groups runs end to end on a small topic and prints its figures."""
+"""bench.perf.groups runs end to end on a small topic and prints its figures, for the
+paper's groups and for the brokers' coordinator (KIP-848)."""
 from __future__ import annotations
 
 import re
@@ -10,10 +11,11 @@ import pytest
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 
-def test_the_groups_bench_prints_its_figures(tmp_path):
+@pytest.mark.parametrize("protocol", ["zookeeper", "consumer", "classic"])
+def test_the_groups_bench_prints_its_figures(tmp_path, protocol):
     result = subprocess.run(
         [sys.executable, "-m", "bench.perf.groups", "--records", "30000", "--repeats", "1",
-         "--session-ms", "2000", "--dir", str(tmp_path)],
+         "--session-ms", "2000", "--dir", str(tmp_path), "--group-protocol", protocol],
         capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout

@@ -1,5 +1,7 @@
 """``minikafka consumer-groups`` and ``console-consumer --group`` on a real cluster:
-Kafka's output lines, offset resets, deletion, and one-line errors."""
+Kafka's output lines, offset resets, deletion, and one-line errors; every test for both
+kinds of group: the brokers' (KIP-848, the consumers' default) and the Kafka paper's
+ZooKeeper groups (``--group-protocol zookeeper`` / ``--zookeeper-groups``)."""
 from __future__ import annotations
 
 import datetime
@@ -15,6 +17,15 @@ from tests.conftest import new_cluster_id
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 BASE_MS = 1_760_000_000_000
+
+
+KINDS = {"consumer": ([], []),    # group protocol -> (console-consumer flags, tool flags)
+         "zookeeper": (["--group-protocol", "zookeeper"], ["--zookeeper-groups"])}
+
+
+@pytest.fixture(params=sorted(KINDS))
+def kind(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +47,10 @@ def cluster(tmp_path_factory):
         cluster.down(grace_s=5)
 
 
-def _cli(cluster, *args, tool="consumer-groups", timeout=60):
+def _cli(cluster, *args, tool="consumer-groups", timeout=60, kind="zookeeper"):
+    flags = KINDS[kind][0 if tool == "console-consumer" else 1]
     return subprocess.run([sys.executable, "-m", "node.cli", tool, "--bootstrap-server",
-                           cluster.bootstrap_servers, *args], capture_output=True,
+                           cluster.bootstrap_servers, *args, *flags], capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -46,14 +58,15 @@ def _table(stdout: str) -> list[list[str]]:
     return [line.split() for line in stdout.splitlines() if line.strip()]
 
 
-def test_console_consumer_in_a_group_commits_and_describe_shows_kafkas_columns(cluster):
+def test_console_consumer_in_a_group_commits_and_describe_shows_kafkas_columns(cluster,
+                                                                                kind):
     show = ["--property", "print.partition=true", "print.offset=true"]
     read = _cli(cluster, "--topic", "orders", "--group", "readers", "--from-beginning",
-                "--max-messages", "150", *show, tool="console-consumer")
+                "--max-messages", "150", *show, tool="console-consumer", kind=kind)
     assert read.returncode == 0, read.stderr
     assert len(read.stdout.splitlines()) == 150
-    assert _cli(cluster, "--list").stdout.split() == ["readers"]
-    described = _cli(cluster, "--describe", "--group", "readers")
+    assert _cli(cluster, "--list", kind=kind).stdout.split() == ["readers"]
+    described = _cli(cluster, "--describe", "--group", "readers", kind=kind)
     assert described.returncode == 0, described.stderr
     assert "Consumer group 'readers' has no active members." in described.stderr
     rows = _table(described.stdout)
@@ -66,7 +79,7 @@ def test_console_consumer_in_a_group_commits_and_describe_shows_kafkas_columns(c
     assert all(r[6:] == ["-", "-", "-"] for r in body.values())
     # A second run in the same group goes on from the committed offsets.
     rest = _cli(cluster, "--topic", "orders", "--group", "readers", "--max-messages", "50",
-                *show, tool="console-consumer")
+                *show, tool="console-consumer", kind=kind)
     assert rest.returncode == 0, rest.stderr
 
     def positions(stdout):
@@ -77,37 +90,41 @@ def test_console_consumer_in_a_group_commits_and_describe_shows_kafkas_columns(c
                               for o in range(100)}
 
 
-def test_describe_members_and_state_of_a_live_group(cluster):
+def test_describe_members_and_state_of_a_live_group(cluster, kind):
     member = Consumer(cluster.bootstrap_servers, group_id="live", auto_offset_reset="earliest",
-                      zookeeper_connect=cluster.zookeeper)
+                      group_protocol=kind, zookeeper_connect=cluster.zookeeper)
     try:
         member.subscribe(["orders"])
         while len(member.assignment()) < 2:
             member.poll(100)
-        members = _cli(cluster, "--describe", "--group", "live", "--members", "--verbose")
+        members = _cli(cluster, "--describe", "--group", "live", "--members", "--verbose",
+                       kind=kind)
         rows = _table(members.stdout)
         assert rows[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
                            "ASSIGNMENT"]
         assert rows[1][:2] == ["live", member.member_id()] and rows[1][4:] == \
             ["2", "orders(0,1)"]
-        state = _table(_cli(cluster, "--describe", "--group", "live", "--state").stdout)
+        state = _table(_cli(cluster, "--describe", "--group", "live", "--state",
+                            kind=kind).stdout)
         assert state[0][0] == "GROUP" and state[1][0] == "live"
-        assert state[1][-3:] == ["range", "Stable", "1"]
+        # The paper's members split by range; the coordinator's default is uniform.
+        strategy = "range" if kind == "zookeeper" else "uniform"
+        assert state[1][-3:] == [strategy, "Stable", "1"]
         refused = _cli(cluster, "--reset-offsets", "--group", "live", "--topic", "orders",
-                       "--to-earliest", "--execute")
+                       "--to-earliest", "--execute", kind=kind)
         assert refused.returncode != 0
         assert refused.stderr.strip() == ("Error: Assignments can only be reset if the "
                                           "group 'live' is inactive, but the current state "
                                           "is Stable.")
-        refused = _cli(cluster, "--delete", "--group", "live")
+        refused = _cli(cluster, "--delete", "--group", "live", kind=kind)
         assert refused.returncode != 0 and "The group is not empty" in refused.stderr
     finally:
         member.close()
 
 
-def test_reset_offsets_every_scenario(cluster):
+def test_reset_offsets_every_scenario(cluster, kind):
     def plan(*args) -> dict:
-        result = _cli(cluster, "--reset-offsets", "--group", "resets", *args)
+        result = _cli(cluster, "--reset-offsets", "--group", "resets", *args, kind=kind)
         assert result.returncode == 0, result.stderr
         rows = _table(result.stdout)
         assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
@@ -121,16 +138,16 @@ def test_reset_offsets_every_scenario(cluster):
     assert plan("--all-topics", "--to-datetime", when, "--dry-run") == {0: 26, 1: 26}
     # Past the end: moved to the end, with Kafka's warning.
     result = _cli(cluster, "--reset-offsets", "--group", "resets", "--topic", "orders:0",
-                  "--to-offset", "500", "--execute")
+                  "--to-offset", "500", "--execute", kind=kind)
     assert "New offset (500) is higher than latest offset" in result.stderr
     assert plan("--topic", "orders", "--to-earliest", "--dry-run") == {0: 0, 1: 0}
     # Only --execute wrote: 0 -> 100 (the capped 500), 1 -> 40.
-    described = _table(_cli(cluster, "--describe", "--group", "resets").stdout)
+    described = _table(_cli(cluster, "--describe", "--group", "resets", kind=kind).stdout)
     assert {int(r[2]): int(r[3]) for r in described[1:]} == {0: 100, 1: 40}
-    deleted = _cli(cluster, "--delete", "--group", "resets")
+    deleted = _cli(cluster, "--delete", "--group", "resets", kind=kind)
     assert deleted.stdout.strip() == \
         "Deletion of requested consumer groups ('resets') was successful."
-    assert "resets" not in _cli(cluster, "--list").stdout.split()
+    assert "resets" not in _cli(cluster, "--list", kind=kind).stdout.split()
 
 
 @pytest.mark.parametrize("args, words", [
@@ -144,8 +161,8 @@ def test_reset_offsets_every_scenario(cluster):
     (["--describe"], "takes one of these options: [all-groups], [group]"),
     (["--delete", "--group", "a/b"], "invalid group id"),
 ])
-def test_mistakes_are_one_line(cluster, args, words):
-    result = _cli(cluster, *args)
+def test_mistakes_are_one_line(cluster, kind, args, words):
+    result = _cli(cluster, *args, kind=kind)
     assert result.returncode != 0
     assert words in result.stderr, result.stderr
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1

@@ -16,18 +16,30 @@ Its modules, cut as Kafka's consumer (one class, ``Consumer``, made of the mixin
     membership.py      the consumer's side of a group (node.client.group): subscribe,
                        commit, committed, rebalance hooks
 
-Groups (``group_id=``, then ``subscribe``): the Kafka paper's consumer groups, in the
-coordinator as Kafka 0.8 kept them (``node.client.group``, its rebalance decided by
-``node.core.group``). The rebalance runs inside ``poll``/``commit``/``close``, in the
-caller's thread; a member that stops polling holds its partitions until its session
-ends (Kafka 0.8's consumer rebalanced on a thread of its own; Kafka's current consumer
-also rebalances in ``poll``). The coordinator's address comes from ``zookeeper_connect``
-or, as a Kafka client would ask for a broker config, from a broker's DescribeConfigs
-(``zookeeper.connect``). Committed offsets are the next offsets to read; a member that
+Groups (``group_id=``, then ``subscribe``), of two kinds (``group_protocol``):
+
+- ``"consumer"`` (the default; Kafka 4's name): the brokers' group coordinator with
+  KIP-848's protocol (``node.client.broker_group``, its member decided by
+  ``node.core.consumer_member``): FindCoordinator, then ConsumerGroupHeartbeat; the
+  coordinator assigns, the member revokes before it takes new partitions; offsets are
+  committed to the coordinator (``__consumer_offsets``).
+- ``"classic"``: the same coordinator with the classic protocol (JoinGroup, SyncGroup,
+  Heartbeat every ``heartbeat_interval_ms``, LeaveGroup; the group's leader assigns
+  with the range assignor; eager rebalancing; ``node.client.classic_group``).
+- ``"zookeeper"``: the Kafka paper's consumer groups, in the coordinator as Kafka 0.8
+  kept them (``node.client.group``, its rebalance decided by ``node.core.group``). The
+  coordinator's address comes from ``zookeeper_connect`` or, as a Kafka client would
+  ask for a broker config, from a broker's DescribeConfigs (``zookeeper.connect``).
+
+Either way the group's work runs inside ``poll``/``commit``/``close``, in the caller's
+thread; a member that stops polling holds its partitions until its session ends
+(Kafka 0.8's consumer rebalanced on a thread of its own; Kafka 4's heartbeats from a
+background thread). Committed offsets are the next offsets to read; a member that
 joins reads from them, or from ``auto_offset_reset`` where there are none; with
 ``enable_auto_commit`` the positions are committed every ``auto_commit_interval_ms``,
-before each rebalance and on ``close``, so a record is never skipped: what a member
+before each revocation and on ``close``, so a record is never skipped: what a member
 had not committed when it died is read again by the next owner (at least once).
+``close`` leaves the group at once (KIP-848: a heartbeat with member epoch -1).
 
 Theory of operation (Kafka's Fetcher, without groups):
 

@@ -19,6 +19,7 @@ import itertools
 import os
 import time
 
+from node.client.broker_group import GROUP_CONTEXTS
 from node.client.consumer.fetcher import FETCH_MAX_BYTES, FETCH_SUSPECT_MS, FetchedBatch, Fetcher
 from node.client.consumer.membership import GROUP_STEP_MS, GroupMembership
 from node.client.consumer.offset_fetcher import OffsetFetcher
@@ -29,6 +30,10 @@ from node.client.network import Network
 from node.client.types import ConsumerRecord, KafkaTimeoutError, TopicPartition
 
 _client_ids = itertools.count(1)
+# "consumer": the brokers' group coordinator, KIP-848 (Kafka 4's name and default);
+# "classic": the same coordinator, JoinGroup/SyncGroup (node.client.classic_group);
+# "zookeeper": the Kafka paper's groups, registries in ZooKeeper (node.client.group).
+GROUP_PROTOCOLS = ("consumer", "classic", "zookeeper")
 
 
 class DeserializationError(ValueError):
@@ -55,10 +60,24 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
                  value_deserializer=None, group_id: str | None = None,
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  zookeeper_connect: str | None = None, session_timeout_ms: int = 6000,
-                 rebalance_backoff_ms: int = 250):
+                 rebalance_backoff_ms: int = 250, group_protocol: str = "consumer",
+                 group_remote_assignor: str | None = None,
+                 max_poll_interval_ms: int = 300_000, heartbeat_interval_ms: int = 3000):
         if group_id is not None:
             from node.client.group import check_group_id
             check_group_id(group_id)
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, "
+                             f"got {group_protocol!r}")
+        if max_poll_interval_ms < 1:
+            raise ValueError("max_poll_interval_ms must be positive")
+        if heartbeat_interval_ms < 1:
+            raise ValueError("heartbeat_interval_ms must be positive")
+        # Classic groups (Kafka's heartbeat.interval.ms; a third of the session at most).
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.group_protocol = group_protocol
+        self.group_remote_assignor = group_remote_assignor
+        self.max_poll_interval_ms = max_poll_interval_ms
         if auto_commit_interval_ms < 1 or session_timeout_ms < 1 or rebalance_backoff_ms < 0:
             raise ValueError("group configs out of range")
         self.group_id = group_id
@@ -226,6 +245,9 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
             for c in completions:
                 if isinstance(c.context, _Validation):
                     self._on_validation(c)
+                elif isinstance(c.context, GROUP_CONTEXTS):
+                    if self._group is not None:
+                        self._group.on_completion(c)
                 else:
                     self._on_fetch(c)
 

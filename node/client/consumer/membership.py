@@ -1,6 +1,15 @@
-"""The consumer's side of a consumer group (the Kafka paper's groups, kept by
-``node.client.group.GroupMember``): ``subscribe``, ``commit``, ``committed``, and the
-hooks the member calls during a rebalance. A mixin of ``api.Consumer``.
+"""The consumer's side of a consumer group: ``subscribe``, ``commit``, ``committed``,
+and the hooks the member calls during a rebalance. A mixin of ``api.Consumer``.
+
+Two kinds of group, chosen by ``group_protocol``:
+- ``"consumer"`` (the default, Kafka 4's): the brokers' group coordinator, KIP-848
+  (``node.client.broker_group.BrokerGroupMember``: the coordinator assigns);
+- ``"classic"``: the same coordinator with the classic protocol (JoinGroup, SyncGroup,
+  Heartbeat, LeaveGroup; the group's leader runs the range assignor; eager rebalancing;
+  ``node.client.classic_group``), as Kafka's consumer before 4.0;
+- ``"zookeeper"``: the Kafka paper's groups, registries in ZooKeeper and Algorithm 1
+  in every member (``node.client.group.GroupMember``).
+Both drive the consumer through the same hooks below.
 
 Rules:
 - Subscription to topics and manual assignment exclude each other.
@@ -41,6 +50,14 @@ class _Listener:
         if self.listener is not None and hasattr(self.listener, "on_partitions_assigned"):
             self.listener.on_partitions_assigned(tps)
 
+    def on_partitions_lost(self, tps) -> None:
+        """Partitions taken away without a revocation (a fenced member); Kafka's
+        default calls on_partitions_revoked."""
+        if self.listener is not None and hasattr(self.listener, "on_partitions_lost"):
+            self.listener.on_partitions_lost(tps)
+        else:
+            self.on_partitions_revoked(tps)
+
 
 class GroupMembership:
     """Groups (rules above; state: ``api.Consumer``)."""
@@ -55,12 +72,28 @@ class GroupMembership:
             if self._states:
                 raise RuntimeError("subscribe() after assign(): subscription to topics "
                                    "and manual assignment are mutually exclusive")
-            from node.client.group import GroupMember
-            self._group = GroupMember(
-                self, self.group_id, self._coordinator_address(), client_id=self.client_id,
-                session_timeout_ms=self.session_timeout_ms,
-                rebalance_backoff_ms=self.rebalance_backoff_ms,
-                auto_commit=self.enable_auto_commit)
+            if self.group_protocol == "zookeeper":
+                from node.client.group import GroupMember
+                self._group = GroupMember(
+                    self, self.group_id, self._coordinator_address(),
+                    client_id=self.client_id, session_timeout_ms=self.session_timeout_ms,
+                    rebalance_backoff_ms=self.rebalance_backoff_ms,
+                    auto_commit=self.enable_auto_commit)
+            elif self.group_protocol == "classic":
+                from node.client.classic_group import ClassicGroupMember
+                self._group = ClassicGroupMember(
+                    self, self.group_id, client_id=self.client_id,
+                    auto_commit=self.enable_auto_commit,
+                    rebalance_timeout_ms=self.max_poll_interval_ms,
+                    session_timeout_ms=self.session_timeout_ms,
+                    heartbeat_interval_ms=self.heartbeat_interval_ms)
+            else:
+                from node.client.broker_group import BrokerGroupMember
+                self._group = BrokerGroupMember(
+                    self, self.group_id, client_id=self.client_id,
+                    auto_commit=self.enable_auto_commit,
+                    rebalance_timeout_ms=self.max_poll_interval_ms,
+                    server_assignor=self.group_remote_assignor)
             self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
         if isinstance(topics, str):
             topics = [topics]
@@ -98,6 +131,8 @@ class GroupMembership:
         import concurrent.futures
         group = self._need_group("commit_async")
         wanted = self._commit_map(offsets)
+        if hasattr(group, "commit_async"):      # the broker's: on this thread's network
+            return group.commit_async(wanted, callback)
         if self._commit_pool is None:
             self._commit_pool = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix=f"{self.client_id}-commit")
@@ -157,7 +192,15 @@ class GroupMembership:
             self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
             positions = self._group_positions(self._states)
             if positions and group.stable:
+                if hasattr(group, "commit_async"):   # never waits inside poll
+                    group.commit_async(positions, _log_failed_commit)
+                    return
                 try:
                     group.commit_offsets(positions)
                 except Exception as e:   # the coordinator is away: the next one will do
                     log.warning("auto-commit of group %s failed: %s", self.group_id, e)
+
+
+def _log_failed_commit(offsets, exception) -> None:
+    if exception is not None:
+        log.warning("auto-commit failed (the next one will try again): %s", exception)

@@ -1,5 +1,7 @@
 """Consumer groups (the Kafka paper's, on the coordinator) with real brokers, a real
-zk_lite and real consumer processes."""
+zk_lite and real consumer processes. Every consumer here is pinned to
+``group_protocol="zookeeper"``: this module is about the paper's groups (the brokers'
+group coordinator is tests/node/client/test_broker_groups.py)."""
 from __future__ import annotations
 
 import json
@@ -68,6 +70,7 @@ def _produce(cluster, topic: str, n: int, partitions: int = 6, start: int = 0) -
 def _member(cluster, group: str, **kwargs) -> Consumer:
     kwargs.setdefault("auto_offset_reset", "earliest")
     kwargs.setdefault("zookeeper_connect", cluster.zookeeper)
+    kwargs.setdefault("group_protocol", "zookeeper")
     return Consumer(cluster.bootstrap_servers, group_id=group, fetch_max_wait_ms=100,
                     **kwargs)
 
@@ -205,7 +208,8 @@ def test_the_coordinator_is_found_through_a_broker_and_commits_survive_its_resta
         cluster):
     topic = _topic(cluster, partitions=1, records=10)
     group = f"found-{topic}"
-    member = Consumer(cluster.bootstrap_servers, group_id=group, auto_offset_reset="earliest")
+    member = Consumer(cluster.bootstrap_servers, group_id=group, auto_offset_reset="earliest",
+                      group_protocol="zookeeper")
     try:
         member.subscribe([topic])
         _poll_until([member], lambda read: len(read[0]) >= 10)
@@ -238,7 +242,9 @@ def test_wrong_group_use_is_a_clear_error(cluster):
         Consumer(cluster.bootstrap_servers, group_id="a/b")
     with pytest.raises(GroupError, match="cannot reach the coordinator"):
         Consumer(cluster.bootstrap_servers, group_id="g", zookeeper_connect="127.0.0.1:1",
-                 session_timeout_ms=1000).subscribe(["t"])
+                 session_timeout_ms=1000, group_protocol="zookeeper").subscribe(["t"])
+    with pytest.raises(ValueError, match="group_protocol"):
+        Consumer(cluster.bootstrap_servers, group_id="g", group_protocol="gossip")
 
 
 def _start_worker(cluster, group: str, topic: str, out, name: str) -> subprocess.Popen:
