@@ -134,9 +134,11 @@ def _verdict(value: float, target: float) -> str:
     return f"target < {target:,.0f} ms: {'met' if value < target else 'MISSED'}"
 
 
-def measure(variant: Variant, cluster, admin, args, store: Store, figures: dict) -> None:
+def measure(phase: str, variant: Variant, cluster, admin, args, store: Store,
+            figures: dict) -> None:
+    """One phase of one variant: its figures into ``figures``, its run into the store."""
     me = figures.setdefault(variant.name, {"protocol": variant.protocol})
-    if "rebalance" in args.phases:
+    if phase == "rebalance":
         for how, label in (("TERM", "leave"), ("KILL", "kill")):
             times = phases.rebalance(variant, "kgroups-rebalance", how, args)
             me[label] = summary(times)
@@ -148,7 +150,7 @@ def measure(variant: Variant, cluster, admin, args, store: Store, figures: dict)
             _print(f"{variant.name}: rebalance after {what}: median "
                    f"{me[label]['median']:,.0f} ms, best {me[label]['best']:,.0f}, worst "
                    f"{me[label]['worst']:,.0f} ({len(times)} tries){extra}")
-    if "commits" in args.phases:
+    if phase == "commits":
         took = phases.commits(variant, "kgroups-commit", args)
         ordered = sorted(took)
         me["commits"] = {"per_s": len(took) / (sum(took) / 1000),
@@ -158,14 +160,14 @@ def measure(variant: Variant, cluster, admin, args, store: Store, figures: dict)
         _print(f"{variant.name}: {me['commits']['per_s']:,.0f} synchronous commits/s, "
                f"p50 {me['commits']['p50_ms']:.2f} ms, p99 {me['commits']['p99_ms']:.2f} ms "
                f"({len(took):,} commits)")
-    if "throughput" in args.phases:
+    if phase == "throughput":
         group, alone = phases.throughput(variant, "kgroups-read", args.records, args)
         me["throughput"] = {"group_of_3_per_s": group, "one_per_s": alone,
                             "ratio": group / alone}
         store.record(variant, "throughput", {}, me["throughput"])
         _print(f"{variant.name}: a group of 3 reads {group:,.0f} records/s, one member "
                f"{alone:,.0f} records/s: ratio {group / alone:.2f}")
-    if "failover" in args.phases:
+    if phase == "failover":
         commit_ms, read_ms, rebalanced = phases.failover(variant, cluster, admin,
                                                          OFFSETS_PARTITIONS, args)
         me["failover"] = summary(commit_ms)
@@ -244,8 +246,11 @@ def run(args) -> int:
                     producer.flush(300)
             _print(f"cluster: {BROKERS} brokers; clients {', '.join(v.name for v in variants)}")
             store = Store(args.results, args)
-            for variant in variants:
-                measure(variant, cluster, admin, args, store, figures)
+            # Phase by phase, the clients in turn: a load that comes and goes hurts all
+            # alike, and the fail-overs (brokers killed, started again) come last.
+            for phase in (p for p in PHASES if p in args.phases):
+                for variant in variants:
+                    measure(phase, variant, cluster, admin, args, store, figures)
         finally:
             admin.close()
     finally:
