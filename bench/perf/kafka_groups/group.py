@@ -144,6 +144,12 @@ class Member:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def running(self) -> bool:
+        """True while it runs; a RuntimeError saying how it ended once it exited."""
+        if self.alive():
+            return True
+        raise RuntimeError(f"a member exited: {self.describe()}")
+
     def describe(self) -> str:
         with self.lock:
             return (f"{self.name} (pid {self.proc.pid}, "

@@ -79,7 +79,7 @@ def commits(variant: Variant, topic: str, args) -> list[float]:
     """Each synchronous commit's latency (ms) of one member's ``args.commits`` commits."""
     member = variant.member("storm", _group("commit"), topic, args, commit_storm=args.commits)
     try:
-        return poll_until(lambda: member.storm, READ_TIMEOUT_S,
+        return poll_until(lambda: member.running() and member.storm, READ_TIMEOUT_S,
                           f"{variant.name}: {args.commits} commits",
                           error=lambda m: RuntimeError(f"{m}: {member.describe()}"))
     finally:
@@ -94,7 +94,7 @@ def _read_rate(members: list[Member], records: int, what: str) -> float:
         m.signal(signal.SIGUSR1)
 
     def done():
-        counts = [m.count for m in members]
+        counts = [m.count for m in members if m.running()]
         return counts if all(c["gen"] >= 1 for c in counts) and \
             sum(c["n"] for c in counts) >= records else None
     counts = poll_until(done, READ_TIMEOUT_S, what, interval_s=0.05,
@@ -177,6 +177,7 @@ def _topic_away_from(cluster, admin, broker: int) -> str:
 def _after(members: list[Member], killed_at: float, what) -> float:
     """When every member had done ``what`` (a list of times) after ``killed_at``."""
     def each():
+        assert all(m.running() for m in members)
         firsts = [min((t for t in what(m) if t > killed_at), default=None) for m in members]
         return max(firsts) if all(firsts) else None
     return poll_until(each, FAILOVER_TIMEOUT_S, "every member again", interval_s=0.01,
