@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shutil
+import signal
 import sys
 import tempfile
 import uuid
@@ -291,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like an error: the members and the cluster are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return run(args)
     except (ToolError, RuntimeError) as e:
