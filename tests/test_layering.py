@@ -2,6 +2,7 @@
 the project (imports inside functions count too).
 
     node.wire  <-  node.core  <-  node.broker
+    node.core.groups may use node.kafka.protocol's codecs (Kafka's record schemas).
     node.wire  <-  node.client  <-  node.tools, node.perf, node.cluster  <-  bench
     node.client may use node.core.group (the consumer group's pure rebalance core) and
     node.core.consumer_member and node.core.classic_member (the KIP-848 and classic
@@ -33,6 +34,11 @@ _CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.local_link", "node.config
 LAYERS: dict[str, set[str]] = {
     "node.wire": set(),
     "node.core": _BASE,
+    # The group coordinator's cores keep __consumer_offsets in Kafka's own record schemas:
+    # they use the generated, sans-I/O codecs of node.kafka.protocol (which imports no core).
+    "node.core.groups": _BASE | {"node.kafka.protocol", "node.kafka.protocol.codec",
+                                 "node.kafka.protocol.messages",
+                                 "node.kafka.protocol.coordinator_records"},
     "node.net": _BASE,
     "node.local_link": _BASE | {"node.net"},
     "node.config": set(),
@@ -42,8 +48,9 @@ LAYERS: dict[str, set[str]] = {
     # The broker starts its Kafka listener (one module of node.kafka); its group
     # coordinator's bodies are Kafka's messages as dicts (node.kafka.protocol's classes
     # through node.kafka.dicts).
-    "node.broker": _BASE | {"node.core", "node.net", "node.local_link", "node.config",
-                            "node.kafka.listener", "node.kafka.protocol", "node.kafka.dicts"},
+    "node.broker": _BASE | {"node.core", "node.core.groups", "node.net", "node.local_link",
+                            "node.config", "node.kafka.listener", "node.kafka.protocol",
+                            "node.kafka.dicts"},
     "node.kafka": _BASE,   # Kafka's wire protocol (issue 25): records, codecs
     # Kafka's wire onto the native handlers: the translations see the broker only through
     # their context (node.config's names); the listener lives on the broker's loop.

@@ -154,6 +154,43 @@ def throughput(cluster, directory: Path, records: int, session_ms: int, protocol
     return records / (last - started), records / max(last - first, 1e-3)
 
 
+COMMIT_SECONDS = 3.0
+ASYNC_COMMITS = 2_000
+
+
+def commit_rate(cluster, protocol: tuple, session_ms: int) -> tuple[float, float]:
+    """(synchronous commits/s of all 6 partitions, asynchronous commits/s of one) by one
+    member that owns every partition."""
+    from node.client import Consumer, TopicPartition
+    from node.waiting import poll_until
+    name, heartbeat_ms = protocol
+    consumer = Consumer(cluster.bootstrap_servers, group_id=f"commits-{name}",
+                        zookeeper_connect=cluster.zookeeper, group_protocol=name,
+                        session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms,
+                        enable_auto_commit=False)
+    try:
+        consumer.subscribe([TOPIC])
+        poll_until(lambda: consumer.poll(50) is not None and
+                   len(consumer.assignment()) == PARTITIONS, 60, "one member owning all")
+        n, started = 0, time.monotonic()
+        while time.monotonic() - started < COMMIT_SECONDS:
+            n += 1
+            consumer.commit({TopicPartition(TOPIC, p): n for p in range(PARTITIONS)})
+        sync = n / (time.monotonic() - started)
+        started = time.monotonic()
+        futures = [consumer.commit_async({TopicPartition(TOPIC, 0): i})
+                   for i in range(ASYNC_COMMITS)]
+        poll_until(lambda: consumer.poll(10) is not None and all(f.done() for f in futures),
+                   120, "the asynchronous commits")
+        failed = [f for f in futures if f.exception() is not None]
+        if failed:
+            raise SystemExit(f"{len(failed)} asynchronous commits failed: "
+                             f"{failed[0].exception()}")
+        return sync, ASYNC_COMMITS / (time.monotonic() - started)
+    finally:
+        consumer.close()
+
+
 def perf_tool(cluster, records: int) -> tuple[float, float]:
     """consumer-perf-test's (nMsg.sec, fetch.nMsg.sec): overall, and without the time
     before the first fetch."""
@@ -259,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
               f"consumer-perf-test alone: {alone_reading:,.0f} records/s fetching "
               f"({alone_all:,.0f} overall); ratio {group_reading / alone_reading:.2f}",
               flush=True)
+        sync, async_ = commit_rate(cluster, (args.group_protocol, args.heartbeat_ms),
+                                   args.session_ms)
+        print(f"commits by one member: {sync:,.0f}/s synchronous (6 partitions each), "
+              f"{async_:,.0f}/s asynchronous (one partition)", flush=True)
         for how in ("CLOSE", "KILL"):
             times = [rebalance(cluster, zk, directory, how, k, args.session_ms,
                                (args.group_protocol, args.heartbeat_ms))

@@ -70,6 +70,7 @@ class BrokerGroupMember:
         self.subscription: Subscription | None = None
         self.listener = None
         self._pattern_next_s = 0.0
+        self._names: dict[str, str] = {}      # topic id -> name, as metadata said
         self._stepping = False
         self._fatal: GroupRequestError | None = None
         self.rebalance_started_s: float | None = None
@@ -126,12 +127,13 @@ class BrokerGroupMember:
         return [t for t in md.topics if sub.matches(t) and not t.startswith("__")]
 
     def _learn_names(self) -> None:
-        ids = self.consumer.meta.current.topic_ids
-        self.core.names_known({i: t for t, i in ids.items()}, _now_ms())
+        """Topic id -> name from metadata, kept (a partition owned of a topic deleted
+        since is still named when it is revoked)."""
+        self._names.update({i: t for t, i in self.consumer.meta.current.topic_ids.items()})
+        self.core.names_known(dict(self._names), _now_ms())
 
     def _name(self, tp) -> tuple[str, int]:
-        names = {i: t for t, i in self.consumer.meta.current.topic_ids.items()}
-        return names[tp[0]], tp[1]
+        return self._names[tp[0]], tp[1]
 
     # ------------------------------------------------------------- stepping
     def step(self) -> None:
@@ -142,6 +144,7 @@ class BrokerGroupMember:
             return
         self._stepping = True
         try:
+            self._take_set_aside()
             if self.subscription.pattern is not None and \
                     time.monotonic() >= self._pattern_next_s:
                 self._resubscribe()
@@ -172,6 +175,8 @@ class BrokerGroupMember:
             code = int(getattr(e, "code", GroupErrors.COORDINATOR_NOT_AVAILABLE))
             log.debug("group %s: %s not sent: %s", self.group_id, GroupApi(api_key).name, e)
             self.core.on_failure(_now_ms(), code)
+            if code not in coord.RETRIABLE:     # no coordinator will ever be found here
+                self._fatal = GroupRequestError(code, f"group {self.group_id}: {e}")
 
     def on_completion(self, completion) -> None:
         """An answer (or the failure) of a request this member sent without waiting."""
@@ -183,7 +188,11 @@ class BrokerGroupMember:
         if completion.response is None:
             self.core.on_failure(_now_ms(), completion.error_code)
         else:
-            self.core.on_response(_now_ms(), completion.response.body)
+            body = completion.response.body
+            code = coord.refused(body)
+            if code:       # the broker refused the request itself: an error to the core
+                body = {"error_code": code, "error_message": body.get("error_message")}
+            self.core.on_response(_now_ms(), body)
         self.step()
 
     def _run_actions(self) -> None:
@@ -282,19 +291,24 @@ class BrokerGroupMember:
         self.step()
         self._wait_answer(deadline_s)
 
+    def _take_set_aside(self) -> bool:
+        """Handle the answers of ours a blocking call set aside (a loop of commits
+        without a poll must go on heartbeating); True if there were any."""
+        net = self.consumer.net
+        ours = [c for c in net.backlog if isinstance(c.context, GROUP_CONTEXTS)]
+        if ours:
+            net.backlog = [c for c in net.backlog if not isinstance(c.context, GROUP_CONTEXTS)]
+            for c in ours:
+                self.on_completion(c)
+        return bool(ours)
+
     def _wait_answer(self, deadline_s: float) -> None:
         """Handle group answers until nothing of ours is in flight (or the deadline):
         first those a blocking call set aside, then new ones."""
-        net = self.consumer.net
         while self.core.in_flight and time.monotonic() < deadline_s:
-            ours = [c for c in net.backlog if isinstance(c.context, GROUP_CONTEXTS)]
-            if ours:
-                net.backlog = [c for c in net.backlog
-                               if not isinstance(c.context, GROUP_CONTEXTS)]
-                for c in ours:
-                    self.on_completion(c)
+            if self._take_set_aside():
                 continue
-            for c in net._poll_aside(50):
+            for c in self.consumer.net._poll_aside(50):
                 if isinstance(c.context, (_Heartbeat, _AsyncCommit)):
                     self.on_completion(c)
                 else:
@@ -324,7 +338,9 @@ class BrokerGroupMember:
             ctx.future.set_exception(GroupRequestError(completion.error_code,
                                                        completion.error_message))
             return
-        code = coord.first_error(coord.offset_commit_errors(completion.response.body).values())
+        body = completion.response.body
+        code = coord.refused(body) or \
+            coord.first_error(coord.offset_commit_errors(body).values())
         if code in coord.REDISCOVER:
             self.coordinators.forget(self.group_id)
         if code:

@@ -94,6 +94,21 @@ def top_error(body: dict) -> int:
     return int(body.get("error_code") or 0)
 
 
+def refused(body: dict) -> int:
+    """The code of a request the broker refused as a whole (the native wire's
+    ``{"error", "error_message"}`` answer: INVALID_REQUEST, UNSUPPORTED_VERSION, ...),
+    else 0."""
+    return int(body.get("error") or 0) if isinstance(body, dict) else \
+        int(errors.ErrorCode.INVALID_REQUEST)
+
+
+def check_refused(body: dict, what: str) -> dict:
+    code = refused(body)
+    if code:
+        raise GroupRequestError(code, f"{what}: {body.get('error_message') or ''}")
+    return body
+
+
 class Coordinators:
     """The coordinators of groups, found and cached (one client thread: ``net``'s)."""
 
@@ -134,12 +149,15 @@ class Coordinators:
             self.meta.endpoints(), GroupApi.FIND_COORDINATOR,
             {"key_type": COORDINATOR_KEY_GROUP, "coordinator_keys": [group_id]},
             timeout_ms=min(timeout_ms, self.request_timeout_ms))
-        body = response.body
+        body = check_refused(response.body, "FindCoordinator")
         entry = (body.get("coordinators") or [body])[0]    # v4+ list, or the v0-3 fields
         code = int(entry.get("error_code") or 0)
         if code:
             raise GroupRequestError(code, entry.get("error_message") or
                                     f"no coordinator for group {group_id}")
+        if not isinstance(entry.get("node_id"), int):
+            raise GroupRequestError(int(errors.ErrorCode.UNKNOWN_SERVER_ERROR),
+                                    f"FindCoordinator answered no node id: {body!r:.200}")
         node = int(entry["node_id"])
         endpoint = self.meta.current.endpoint(node)
         if endpoint is None:
@@ -164,6 +182,7 @@ class Coordinators:
                 response = self.net.request(endpoint, api_key, body,
                                             timeout_ms=max(1, min(remaining_ms,
                                                                   self.request_timeout_ms)))
+                check_refused(response.body, GroupApi(api_key).name)
                 code = error_of(response.body)
             except KafkaError as e:
                 code = int(getattr(e, "code", errors.ErrorCode.NETWORK_EXCEPTION))

@@ -1,5 +1,7 @@
 """A consumer's membership of a group: the shell of ``node.core.group`` (the Kafka
-paper's rebalance) over the coordinator, as Kafka 0.8's ZooKeeper consumer kept it.
+paper's rebalance) over the coordinator, as Kafka 0.8's ZooKeeper consumer kept it
+(``Consumer(group_protocol="zookeeper")``; the brokers' groups are
+``node.client.broker_group`` and ``node.client.classic_group``).
 
 Registries (Kafka 0.8's layout and values):
 

@@ -1,4 +1,7 @@
 """The consumer-group rebalance of the Kafka paper (Algorithm 1), as a pure core.
+(A consumer uses it with ``group_protocol="zookeeper"``. Kafka's later design, a group
+coordinator on a broker, is ``node.core.groups``; a member's side of it is
+``node.core.consumer_member`` (KIP-848) or ``node.core.classic_member``.)
 
 Each member of a group runs one ``GroupCore``. The coordinator holds three registries
 (DESIGN.md, "Coordinator layout"): the consumer registry (who is in the group and what

@@ -54,8 +54,9 @@ class BrokerGroups:
         found: dict[str, Listed] = {}
         md = self.meta.refresh([])
         for broker in sorted(md.brokers):
-            body = self.net.request(md.endpoint(broker), GroupApi.LIST_GROUPS,
-                                    {"states_filter": [], "types_filter": []}).body
+            body = coord.check_refused(self.net.request(
+                md.endpoint(broker), GroupApi.LIST_GROUPS,
+                {"states_filter": [], "types_filter": []}).body, "ListGroups")
             code = int(body.get("error_code") or 0)
             if code:
                 raise GroupRequestError(code, f"ListGroups at broker {broker}")

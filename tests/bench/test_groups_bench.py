@@ -20,6 +20,7 @@ def test_the_groups_bench_prints_its_figures(tmp_path, protocol):
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert re.search(r"read by a group of 3 member processes: [\d,]+ records/s", out)
+    assert re.search(r"commits by one member: [\d,]+/s synchronous", out)
     close = re.search(r"rebalance after a clean close\(\): median ([\d,]+) ms", out)
     kill = re.search(r"rebalance after SIGKILL: median ([\d,]+) ms", out)
     assert close and kill

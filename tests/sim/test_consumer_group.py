@@ -7,7 +7,7 @@ partitions at once, revoke at their own pace (some slower than their rebalance t
 and on UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH drop everything and rejoin. Faults: members
 join, leave (-1), static members leave for a while (-2) and come back under a new member
 id, processes crash (their session expires) or pause (shorter and longer than the session
-timeout: late heartbeats), messages are lost or late, topics grow and are created, and the
+timeout: late heartbeats), messages are lost or late, topics grow, are created or deleted, and the
 coordinator fails over: a new core is built by replaying the records committed so far
 (what was not committed yet is lost with its answers, as when the leader of the
 ``__consumer_offsets`` partition dies).
@@ -21,7 +21,8 @@ Checked at every step:
   member epoch.
 Checked once the faults stop: the run settles, every live member at the group epoch, in
 the coordinator's group, holding exactly its assignment, and every partition of every
-subscribed topic held exactly once.
+subscribed topic held exactly once; and the records, replayed into a new core, give the
+coordinator's groups exactly.
 """
 from __future__ import annotations
 
@@ -67,13 +68,14 @@ class Client:
     epoch: int = 0
     held: dict = field(default_factory=dict)         # topic id -> set: what it consumes
     target: dict = field(default_factory=dict)       # the last assignment it was given
-    revoking: bool = False
+    revoking: int | None = None                      # the revocation under way (its id)
     in_flight: int | None = None
     full: bool = True                                # next heartbeat carries every field
     reported: dict | None = None                     # owned partitions last sent
     alive: bool = True
     paused_until: int = 0
     hb_at: int = -1                                  # the heartbeat timer set, or -1
+    arrives: int = 0                                 # when its last request arrives
 
 
 @dataclass
@@ -92,6 +94,7 @@ class World:
         if self.rng.random() < 0.5:
             self.topics["b"] = (TOPIC_IDS["b"], self.rng.randint(1, 4))
         self.log: list = []                          # committed records, as (key, value) bytes
+        self.uncommitted: list[Batch] = []           # made by the leader, not committed yet
         self.generation, self.up = 0, True
         self.last_commit = 0
         self.clients: dict[str, Client] = {}
@@ -107,7 +110,7 @@ class World:
 
     def net(self) -> int | None:
         """A message's delay, or None when it is lost. Some arrive after the request timed
-        out (their answer is dropped; a request may even overtake an older one)."""
+        out (their answer is dropped)."""
         if self.faults:
             roll = self.rng.random()
             if roll < 0.03:
@@ -130,7 +133,9 @@ class World:
     def submit(self, recs: list, replies: list) -> None:
         """Records are committed a little later, in order; the answers go out after."""
         self.last_commit = max(self.last_commit, self.now + self.rng.choice((0, 1, 3, 10)))
-        self.at(self.last_commit, self.commit, Batch(recs, replies, self.generation))
+        batch = Batch(recs, replies, self.generation)
+        self.uncommitted.append(batch)
+        self.at(self.last_commit, self.commit, batch)
         deadline = self.core.next_deadline_ms()
         if deadline is not None:
             self.at(max(deadline, self.now), self.tick, self.generation)
@@ -138,6 +143,7 @@ class World:
     def commit(self, batch: Batch) -> None:
         if batch.generation != self.generation:
             return                                   # lost with the old leader
+        assert self.uncommitted.pop(0) is batch, "batches commit in order"
         self.log.extend(records.encode(rec) for rec in batch.records)   # Kafka's bytes
         for client, request, body in batch.replies:
             delay = self.net()
@@ -159,6 +165,7 @@ class World:
         self.submit(out.records, [(client, request, out.body)])
 
     def fail_over(self) -> None:
+        self.uncommitted.clear()
         self.generation += 1
         self.up = False
         self.at(self.now + self.rng.choice((5, 30, 100)), self.take_over, self.generation)
@@ -175,9 +182,13 @@ class World:
         self.submit(self.core.metadata_changed(self.topics), [])
 
     def grow(self) -> None:
+        """A topic grows, is created, or ("b") is deleted."""
         name = self.rng.choice(["a", "b"])
-        tid, n = self.topics.get(name, (TOPIC_IDS[name], 0))
-        self.topics[name] = (tid, n + self.rng.randint(1, 3))
+        if name == "b" and "b" in self.topics and self.rng.random() < 0.3:
+            del self.topics["b"]
+        else:
+            tid, n = self.topics.get(name, (TOPIC_IDS[name], 0))
+            self.topics[name] = (tid, n + self.rng.randint(1, 3))
         if self.up:
             self.submit(self.core.metadata_changed(self.topics), [])
 
@@ -235,7 +246,10 @@ class World:
         c.full = False
         delay = self.net()
         if delay is not None:
-            self.at(self.now + delay, self.on_request, c, request, body)
+            # One connection: a client's requests arrive in the order sent (TCP), as
+            # Kafka's "previous epoch" rule assumes.
+            c.arrives = max(c.arrives, self.now + delay)
+            self.at(c.arrives, self.on_request, c, request, body)
         self.at(self.now + REQUEST_TIMEOUT_MS, self.timed_out, c, request)
 
     def send_later(self, c: Client) -> None:
@@ -266,7 +280,7 @@ class World:
         code = body["error_code"]
         if code in (cons.UNKNOWN_MEMBER_ID, cons.FENCED_MEMBER_EPOCH):
             c.held, c.target, c.epoch, c.full = {}, {}, 0, True     # partitions lost
-            c.revoking = False
+            c.revoking = None
             self.timer(c, self.now + 1)
             return
         if code != 0:                               # not the coordinator, instance unreleased
@@ -281,18 +295,22 @@ class World:
                         for t in body["assignment"]["topic_partitions"]}
             for t, ps in c.target.items():          # new partitions are taken at once
                 c.held.setdefault(t, set()).update(ps)
-            if any(c.held[t] - c.target.get(t, set()) for t in c.held) and not c.revoking:
-                c.revoking = True
+            if any(c.held[t] - c.target.get(t, set()) for t in c.held) and c.revoking is None:
+                c.revoking = next(self.seq)
                 self.rebalances += 1
-                self.at(self.now + self.rng.randint(*c.revoke_ms), self.revoked, c, c.epoch)
-            if not c.revoking:
+                # A slow member is slow while the faults last (one that always revokes
+                # later than its rebalance timeout is fenced at every rebalance, in Kafka
+                # too, and never settles).
+                slowest = c.revoke_ms if self.faults else (0, 40)
+                self.at(self.now + self.rng.randint(*slowest), self.revoked, c, c.revoking)
+            if c.revoking is None:
                 self.timer(c, self.now)             # acknowledge at once
         self.timer(c, self.now + HEARTBEAT_MS)
 
-    def revoked(self, c: Client, epoch: int) -> None:
-        if not c.alive or not c.revoking or self.busy(c, self.revoked, epoch):
+    def revoked(self, c: Client, revocation: int) -> None:
+        if not c.alive or c.revoking != revocation or self.busy(c, self.revoked, revocation):
             return
-        c.revoking = False
+        c.revoking = None
         c.held = {t: ps & c.target.get(t, set()) for t, ps in c.held.items()}
         self.timer(c, self.now)
 
@@ -316,7 +334,7 @@ class World:
             self.at(rng.randint(100, FAULTS_END_MS), self.fault)
         for _ in range(rng.choice((0, 0, 1, 2))):
             self.at(rng.randint(100, FAULTS_END_MS), self.fail_over)
-        if rng.random() < 0.5:
+        for _ in range(rng.choice((0, 1, 1, 2))):
             self.at(rng.randint(100, FAULTS_END_MS), self.grow)
 
     def fault(self) -> None:
@@ -379,7 +397,8 @@ class World:
             return False
         for c in live:
             m = group.members[c.member_id]
-            if c.revoking or c.epoch != m.member_epoch or c.epoch != group.group_epoch:
+            if c.revoking is not None or c.epoch != m.member_epoch \
+                    or c.epoch != group.group_epoch:
                 return False
             if {t: frozenset(ps) for t, ps in c.held.items() if ps} != dict(m.assigned):
                 return False
@@ -399,6 +418,19 @@ class World:
         assert set(held) == want, f"seed {self.seed}: held {sorted(held)} != {sorted(want)}"
         if group is not None and live:
             assert group.assignment_epoch == group.group_epoch
+        # The records say it all: replayed, they give the coordinator's groups exactly.
+        again = cons.ConsumerGroups(CONFIG)
+        for key, value in self.log:
+            again.replay(records.decode(key, value))
+        for batch in self.uncommitted:
+            for rec in batch.records:
+                again.replay(rec)
+        assert snapshot(again) == snapshot(self.core), f"seed {self.seed}: replay differs"
+
+
+def snapshot(core: cons.ConsumerGroups) -> dict:
+    return {gid: (g.group_epoch, g.assignment_epoch, g.subscription_metadata, g.members,
+                  g.target, g.owners, g.static) for gid, g in core.groups.items()}
 
 
 def simulate(seed: int) -> World:

@@ -166,3 +166,22 @@ def test_mistakes_are_one_line(cluster, kind, args, words):
     assert result.returncode != 0
     assert words in result.stderr, result.stderr
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_delete_offsets_of_an_inactive_group(cluster, kind):
+    written = _cli(cluster, "--reset-offsets", "--group", "forget", "--topic", "orders",
+                   "--to-offset", "7", "--execute", kind=kind)
+    assert written.returncode == 0, written.stderr
+    deleted = _cli(cluster, "--delete-offsets", "--group", "forget", "--topic", "orders:1",
+                   kind=kind)
+    if kind == "zookeeper":      # the paper's groups keep offsets until deleted
+        assert deleted.returncode != 0 and "brokers' groups only" in deleted.stderr
+        return
+    assert deleted.returncode == 0, deleted.stderr
+    rows = _table(deleted.stdout)
+    assert rows[0] == ["Request", "succeed", "for", "deleting", "offsets", "with", "topic",
+                       "orders", "group", "forget"]
+    assert rows[1] == ["TOPIC", "PARTITION", "STATUS"] and rows[2] == ["orders", "1",
+                                                                    "Successful"]
+    described = _table(_cli(cluster, "--describe", "--group", "forget", kind=kind).stdout)
+    assert {int(r[2]): r[3] for r in described[1:]} == {0: "7"}

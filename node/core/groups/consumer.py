@@ -36,41 +36,22 @@ from dataclasses import dataclass, replace
 from node.core.groups import consumer_state as cs
 from node.core.groups.assignors import ASSIGNORS, MemberSpec
 from node.core.groups.config import GroupConfig
+from node.core.groups.consumer_rules import (  # noqa: F401 (the codes are this API's too)
+    COORDINATOR_LOAD_IN_PROGRESS, FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NON_EMPTY_GROUP, NONE, STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, UNSUPPORTED_VERSION,
+    GroupError, validate_heartbeat)
 from node.core.groups.consumer_state import (
     LEAVE_GROUP_EPOCH, LEAVE_STATIC_EPOCH, UNKNOWN_STATE, UNREVOKED_PARTITIONS, Group, Member,
     Rec)
 from node.core.groups.reconcile import is_subset, next_member, parts_of
 from node.wire.zkdata import topic_id_text
 
-# Kafka's error codes answered here (org.apache.kafka.common.protocol.Errors).
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-UNKNOWN_MEMBER_ID = 25
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
-
 PROTOCOL_TYPE = "consumer"               # ConsumerProtocol.PROTOCOL_TYPE, as ListGroups shows it
 GROUP_TYPE = "consumer"
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 DESCRIBE_GROUPS_NOT_FOUND_VERSION = 6    # DescribeGroups answers GROUP_ID_NOT_FOUND from v6
 OFFSET_COMMIT_MODERN_VERSION = 9         # a KIP-848 member commits with OffsetCommit v9+
-
-
-class GroupError(Exception):
-    """A request that Kafka answers with an error code (and a message)."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -135,7 +116,7 @@ class ConsumerGroups:
         """ConsumerGroupHeartbeat (api 68); ``body`` has the request's fields."""
         assert not self._out
         try:
-            self._validate(version, body)
+            validate_heartbeat(version, body, self.assignors)
             if self.topics is None:
                 raise GroupError(COORDINATOR_LOAD_IN_PROGRESS,
                                  "The coordinator has no topic metadata yet.")
@@ -147,48 +128,6 @@ class ConsumerGroups:
             assert not self._out, f"records made before the error {e.message}"
             response = heartbeat_error(e.code, e.message)
         return Out(self._take(), response)
-
-    def _validate(self, version: int, body: Mapping) -> None:
-        def invalid(message):
-            raise GroupError(INVALID_REQUEST, message)
-        if not body.get("group_id"):
-            invalid("GroupId can't be empty.")
-        if body.get("instance_id") == "":
-            invalid("InstanceId can't be empty.")
-        if body.get("rack_id") == "":
-            invalid("RackId can't be empty.")
-        if body.get("subscribed_topic_regex"):         # "" is taken as "no regex"
-            # Python's re has no linear-time guarantee (Kafka uses RE2J): a client's
-            # pattern could stall the coordinator, so none runs here.
-            invalid("SubscribedTopicRegex is not supported yet.")
-        epoch, member_id = body["member_epoch"], body.get("member_id") or ""
-        timeout = body.get("rebalance_timeout_ms", -1)
-        if timeout < -1:
-            invalid(f"RebalanceTimeoutMs {timeout} is negative.")
-        if version >= 1 and not member_id:
-            invalid("MemberId can't be empty.")          # KIP-1082: the client makes it
-        if epoch > 0 or epoch == LEAVE_GROUP_EPOCH:
-            if not member_id:
-                invalid("MemberId can't be empty.")
-        elif epoch == 0:
-            if timeout == -1:
-                invalid("RebalanceTimeoutMs must be provided in first request.")
-            if body.get("topic_partitions") != []:
-                invalid("TopicPartitions must be empty when (re-)joining.")
-            if not body.get("subscribed_topic_names"):
-                invalid("SubscribedTopicNames must be set in first request.")
-        elif epoch == LEAVE_STATIC_EPOCH:
-            if not member_id:
-                invalid("MemberId can't be empty.")
-            if body.get("instance_id") is None:
-                invalid("InstanceId can't be null.")
-        else:
-            invalid("MemberEpoch is invalid.")
-        assignor = body.get("server_assignor")
-        if assignor is not None and assignor not in self.assignors:
-            raise GroupError(UNSUPPORTED_ASSIGNOR,
-                             f"ServerAssignor {assignor} is not supported. Supported assignors: "
-                             f"{', '.join(self.assignors)}.")
 
     def _join_or_heartbeat(self, now_ms: int, body: Mapping, client_id: str,
                            client_host: str) -> dict:
@@ -556,7 +495,7 @@ class ConsumerGroups:
                     "group_id": group_id, "group_state": "", "protocol_type": "",
                     "protocol_data": "", "members": [],
                     "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
-        return {"error_code": NONE, "error_message": None, "group_id": group_id,
+        return {"error_code": NONE, "group_id": group_id,
                 "group_state": cs.DEAD, "protocol_type": "", "protocol_data": "",
                 "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 

@@ -230,4 +230,6 @@ def group_tombstone(group: str) -> Rec:
 
 def group_of(rec: Rec) -> str:
     """The group a record belongs to."""
-    return rec.key["group"] if rec.key_version <= GROUP_METADATA_KEY_VERSION else rec.key["group_id"]
+    if rec.key_version <= GROUP_METADATA_KEY_VERSION:
+        return rec.key["group"]
+    return rec.key["group_id"]

@@ -20,6 +20,7 @@ a consumer group"). JoinGroup on a non-empty consumer group gets INCONSISTENT_GR
 import uuid
 from collections.abc import Callable
 
+from node.kafka.protocol import KafkaProtocolError, codec
 from node.kafka.protocol import messages as m
 
 from . import classic as cl
@@ -31,10 +32,7 @@ from .effects import Effects, Reply, Result
 from .offsets import INVALID_OFFSET, Offsets
 from .records import Rec, RecordError
 
-try:  # g848's KIP-848 core; until it is merged, KIP-848 requests get UNSUPPORTED_VERSION
-    from .consumer import ConsumerGroups
-except ImportError:  # pragma: no cover - removed when g848 is merged
-    ConsumerGroups = None
+from .consumer import ConsumerGroups
 
 __all__ = ["GroupShard", "Reply", "Result", "error_response"]
 
@@ -46,37 +44,6 @@ OFFSET_FETCH_MEMBER_FROM_VERSION = 9
 OFFSET_COMMIT_GROUP_NOT_FOUND_FROM_VERSION = 9
 
 
-class _NoConsumerGroups:
-    """Stands in for ConsumerGroups until g848's core is merged."""
-
-    def __init__(self, config, new_id):
-        pass
-
-    def has(self, group_id):
-        return False
-
-    def group_ids(self):
-        return []
-
-    def tick(self, now_ms):
-        return []
-
-    def next_deadline_ms(self):
-        return None
-
-    def replay(self, rec):
-        pass
-
-    def loaded(self, now_ms):
-        pass
-
-    def metadata_changed(self, topics):
-        return []
-
-    def list_groups(self, states, types):
-        return []
-
-
 class GroupShard:
     def __init__(self, partition: int, config: GroupConfig,
                  new_id: Callable[[], str] | None = None):
@@ -85,8 +52,8 @@ class GroupShard:
         self.new_id = new_id or (lambda: str(uuid.uuid4()))
         self.offsets = Offsets()
         self.classic = ClassicGroups(config, self.new_id)
-        make = ConsumerGroups or _NoConsumerGroups
-        self.consumer = make(config, self.new_id)
+        self.consumer = (ConsumerGroups(config, new_id) if new_id is not None
+                         else ConsumerGroups(config))
         self.is_loaded = False
         self.next_expiry_ms: int | None = None
         self.known_topics: set[str] = set()
@@ -143,7 +110,19 @@ class GroupShard:
 
     def handle(self, now_ms: int, api_key: int, version: int, body: dict, token,
                client_id: str = "", client_host: str = "") -> Result:
+        """One request. A body that is not the request's fields (unknown names, wrong types)
+        gets INVALID_REQUEST and changes nothing; missing fields take Kafka's defaults."""
         fx = Effects()
+        if api_key not in _REQUESTS:
+            raise ValueError(f"api {api_key} is not the group coordinator's")
+        try:
+            body = normalize(api_key, version, body)
+        except RecordError as e:
+            reply = error_response(api_key, {}, E.INVALID_REQUEST)
+            if "error_message" in reply:
+                reply["error_message"] = str(e)
+            fx.reply(token, reply)
+            return self._result(fx)
         if not self.is_loaded:
             fx.reply(token, error_response(api_key, body, E.COORDINATOR_LOAD_IN_PROGRESS))
             return self._result(fx)
@@ -174,8 +153,6 @@ class GroupShard:
             self._consumer_heartbeat(now_ms, version, body, token, client_id, client_host, fx)
         elif api_key == CONSUMER_DESCRIBE:
             fx.reply(token, self._consumer_describe(body))
-        else:
-            raise ValueError(f"api {api_key} is not the group coordinator's")
         return self._result(fx)
 
     def _join(self, now, version, body, token, client_id, client_host, fx) -> None:
@@ -189,9 +166,6 @@ class GroupShard:
         self.classic.join(now, version, body, token, client_id, client_host, fx)
 
     def _consumer_heartbeat(self, now, version, body, token, client_id, client_host, fx):
-        if ConsumerGroups is None:
-            fx.reply(token, error_response(CONSUMER_HEARTBEAT, body, E.UNSUPPORTED_VERSION))
-            return
         gid = body.get("group_id", "")
         group = self.classic.get(gid)
         if group is not None:
@@ -209,12 +183,7 @@ class GroupShard:
 
     def _consumer_describe(self, body) -> dict:
         reply = _body(m.ConsumerGroupDescribeResponse)
-        gids = body.get("group_ids", [])
-        if ConsumerGroups is None:
-            reply["groups"] = [{**records.defaults_of(m.ConsumerGroupDescribeResponse.DescribedGroup),
-                                "group_id": g, "error_code": E.UNSUPPORTED_VERSION} for g in gids]
-        else:
-            reply["groups"] = self.consumer.describe(gids)
+        reply["groups"] = self.consumer.describe(body.get("group_ids", []))
         return reply
 
     # ---- offsets -------------------------------------------------------------------------
@@ -261,7 +230,8 @@ class GroupShard:
             for p in topic.get("partitions", []):
                 code = error
                 metadata = p.get("committed_metadata")
-                if not code and metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
+                limit = self.config.offset_metadata_max_bytes
+                if not code and metadata is not None and len(metadata) > limit:
                     code = E.OFFSET_METADATA_TOO_LARGE
                 if not code:
                     fx.records.append(self.offsets.commit(
@@ -349,7 +319,8 @@ class GroupShard:
         reply = _body(m.ListGroupsResponse)
         if not types or "classic" in types:
             for group in self.classic.groups.values():
-                if group.state is not State.DEAD and (not states or group.state.value.lower() in states):
+                state = group.state.value.lower()
+                if group.state is not State.DEAD and (not states or state in states):
                     reply["groups"].append(cl.listed(group))
         reply["groups"] += self.consumer.list_groups(sorted(states), sorted(types))
         return reply
@@ -407,7 +378,8 @@ class GroupShard:
     def _expire(self, now: int, fx: Effects) -> None:
         """Offsets past retention (KIP-211) and then the empty groups left with none."""
         retention = self.config.offsets_retention_ms
-        for gid in set(self.offsets.group_ids()) | set(self.classic.groups) | set(self.consumer.group_ids()):
+        gids = set(self.offsets.group_ids()) | set(self.classic.groups)
+        for gid in sorted(gids | set(self.consumer.group_ids())):
             if self.consumer.has(gid):
                 expired, none_left = self.offsets.expire(
                     gid, now, retention, lambda c: c.commit_timestamp_ms,
@@ -439,8 +411,11 @@ class GroupShard:
         assignments follow them; offsets of a topic seen before and now gone are deleted
         (Kafka's onPartitionsDeleted)."""
         fx = Effects()
-        gone = self.known_topics - topics.keys()
-        self.known_topics = set(topics)
+        # An empty view is taken as "not known yet" (a broker's cache before its first
+        # update), never as "every topic was deleted".
+        gone = self.known_topics - topics.keys() if topics else set()
+        if topics:
+            self.known_topics = set(topics)
         for gid in self.offsets.group_ids():
             for topic, partition in list(self.offsets.of_group(gid)):
                 if topic in gone:
@@ -457,6 +432,28 @@ def _body(cls, **fields) -> dict:
     body = records.defaults_of(cls)
     body.update(fields)
     return body
+
+
+_REQUESTS = {JOIN: m.JoinGroupRequest, SYNC: m.SyncGroupRequest,
+             HEARTBEAT: m.HeartbeatRequest, LEAVE: m.LeaveGroupRequest,
+             OFFSET_COMMIT: m.OffsetCommitRequest, OFFSET_FETCH: m.OffsetFetchRequest,
+             OFFSET_DELETE: m.OffsetDeleteRequest, LIST: m.ListGroupsRequest,
+             DESCRIBE: m.DescribeGroupsRequest, DELETE: m.DeleteGroupsRequest,
+             CONSUMER_HEARTBEAT: m.ConsumerGroupHeartbeatRequest,
+             CONSUMER_DESCRIBE: m.ConsumerGroupDescribeRequest}
+
+
+def normalize(api_key: int, version: int, body) -> dict:
+    """The request body with every field (Kafka's defaults for the missing ones), checked by
+    encoding it at its version: RecordError if it is not that request."""
+    cls = _REQUESTS[api_key]
+    low, high = cls.VALID_VERSIONS
+    try:
+        message = records.from_dict(cls, body)
+        codec.encode_body(message, min(max(version, low), high), [])
+    except (KafkaProtocolError, TypeError) as e:
+        raise RecordError(f"not a {cls.__name__}: {e}") from None
+    return records.to_dict(message)
 
 
 _RESPONSES = {JOIN: m.JoinGroupResponse, SYNC: m.SyncGroupResponse,

@@ -309,3 +309,22 @@ def test_the_coordinator_sigkilled_members_go_on_and_no_commit_is_lost(tmp_path,
         for m in members:
             m.close()
         cluster.down(grace_s=5)
+
+
+def test_a_member_committing_without_polling_stays_in_its_group(cluster, protocol):
+    """Heartbeats go on inside commit() (their answers, set aside by the commits' waits,
+    are handled there): a loop of commits longer than the session keeps the member."""
+    topic = _topic(cluster, partitions=2, records=10)
+    group = f"busy-{topic}"
+    member = _member(cluster, group, protocol, enable_auto_commit=False)
+    try:
+        member.subscribe([topic])
+        _poll_all([member], lambda r: len(member.assignment()) == 2 and len(r[0]) >= 10)
+        epoch = member._group._epoch()
+        started, n = time.monotonic(), 0
+        while time.monotonic() - started < SESSION_MS / 1000 * 1.5:
+            n += 1
+            assert member.commit({TopicPartition(topic, 0): n % 10}) == {(topic, 0): n % 10}
+        assert member._group._epoch() == epoch and len(member.assignment()) == 2
+    finally:
+        member.close()

@@ -47,3 +47,12 @@ def test_offset_fetch_reads_the_one_group_and_leaves_out_partitions_without_offs
     assert coord.offset_fetch_error(stale) == 113
     with pytest.raises(GroupRequestError, match="STALE_MEMBER_EPOCH"):
         coord.offset_fetch_offsets(stale)
+
+
+def test_a_request_the_broker_refused_whole_is_an_error_not_an_empty_success():
+    refused = {"error": 42, "error_message": "bad body"}
+    assert coord.refused(refused) == 42 and coord.refused({"error_code": 0}) == 0
+    # Without the check, this answer would read as a commit with no partition errors.
+    assert coord.offset_commit_errors(refused) == {}
+    with pytest.raises(GroupRequestError, match="INVALID_REQUEST: OffsetCommit: bad body"):
+        coord.check_refused(refused, "OffsetCommit")

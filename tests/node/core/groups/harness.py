@@ -16,7 +16,7 @@ JOIN, SYNC, HEARTBEAT, LEAVE = 11, 14, 12, 13
 OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
 LIST, DESCRIBE, DELETE = 16, 15, 42
 NEWEST = {JOIN: 9, SYNC: 5, HEARTBEAT: 4, LEAVE: 5, OFFSET_COMMIT: 9, OFFSET_FETCH: 9,
-          OFFSET_DELETE: 0, LIST: 5, DESCRIBE: 5, DELETE: 2}
+          OFFSET_DELETE: 0, LIST: 5, DESCRIBE: 5, DELETE: 2, 68: 1, 69: 0}
 
 
 def subscription(*topics: str) -> bytes:
@@ -116,7 +116,7 @@ class Harness:
 
     @staticmethod
     def fetch_body(group: str, topics=None):
-        return {"group_id": "", "topics": None, "require_stable": False,
+        return {"group_id": "", "topics": [], "require_stable": False,
                 "groups": [{"group_id": group, "member_id": None, "member_epoch": -1,
                             "topics": None if topics is None else
                             [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]}

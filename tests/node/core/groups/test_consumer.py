@@ -161,10 +161,16 @@ def test_static_member_errors():
     ({"instance_id": ""}, c.INVALID_REQUEST, "InstanceId can't be empty."),
     ({"rebalance_timeout_ms": -1}, c.INVALID_REQUEST, "RebalanceTimeoutMs must be provided"),
     ({"topic_partitions": None}, c.INVALID_REQUEST, "TopicPartitions must be empty"),
-    ({"subscribed_topic_names": []}, c.INVALID_REQUEST, "SubscribedTopicNames must be set"),
+    ({"subscribed_topic_names": []}, c.INVALID_REQUEST, "SubscribedTopicNames or Subscribed"),
+    ({"group_id": "  "}, c.INVALID_REQUEST, "GroupId can't be empty."),
+    ({"rack_id": " "}, c.INVALID_REQUEST, "RackId can't be empty."),
     ({"member_epoch": -3}, c.INVALID_REQUEST, "MemberEpoch is invalid."),
     ({"subscribed_topic_regex": "t.*"}, c.INVALID_REQUEST, "SubscribedTopicRegex is not"),
     ({"server_assignor": "sticky"}, c.UNSUPPORTED_ASSIGNOR, "Supported assignors: uniform, range"),
+    ({"member_epoch": "0"}, c.INVALID_REQUEST, "wrong type"),
+    ({"subscribed_topic_names": ["t", 3]}, c.INVALID_REQUEST, "SubscribedTopicNames has the"),
+    ({"topic_partitions": [{"topic_id": "x", "partitions": ["1"]}]}, c.INVALID_REQUEST,
+     "TopicPartitions has the wrong type"),
 ])
 def test_bad_heartbeats_get_kafkas_errors_and_change_nothing(change, code, message):
     groups = core()
@@ -258,3 +264,59 @@ def test_replaying_the_records_rebuilds_the_same_groups():
     for rec in log:
         again.replay(records.decode(*records.encode(rec)))
     assert snapshot(again) == snapshot(groups)
+
+
+# ------------------------------------------------------------------ reconcile's rules
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from node.core.groups.reconcile import next_member  # noqa: E402
+
+_parts = st.dictionaries(st.sampled_from([T1, T2]), st.frozensets(st.integers(0, 5), min_size=1))
+
+
+@given(_parts, _parts, _parts, st.sets(st.tuples(st.sampled_from([T1, T2]), st.integers(0, 5))),
+       st.sampled_from([cs.STABLE, cs.UNREVOKED_PARTITIONS, cs.UNRELEASED_PARTITIONS]),
+       st.one_of(st.none(), _parts), st.integers(1, 5), st.integers(0, 3))
+@settings(max_examples=500, deadline=None)
+def test_reconciliation_never_gives_what_another_owns_nor_takes_back_unasked(
+        assigned, pending, target, others, state, owned, epoch, ahead):
+    pending = cs.freeze({t: ps - assigned.get(t, frozenset()) for t, ps in pending.items()})
+    member = cs.Member("m", member_epoch=epoch, previous_member_epoch=epoch - 1, state=state,
+                       assigned=assigned, pending_revocation=pending if state == 1 else {})
+    mine = {(t, p) for parts in (member.assigned, member.pending_revocation)
+            for t, ps in parts.items() for p in ps}
+    taken = others - mine                       # owned by other members
+
+    def partition_epoch(t, p):
+        return 7 if (t, p) in taken else (epoch if (t, p) in mine else -1)
+    new = next_member(member, epoch + ahead, target, partition_epoch, owned)
+    new_set = {(t, p) for t, ps in new.assigned.items() for p in ps}
+    old_set = {(t, p) for t, ps in member.assigned.items() for p in ps}
+    target_set = {(t, p) for t, ps in target.items() for p in ps}
+    assert not (new_set - old_set) & taken, "gave a partition another member owns"
+    assert new_set <= old_set | target_set
+    if new.state == cs.UNREVOKED_PARTITIONS:
+        assert new_set <= old_set and new.member_epoch <= epoch + 1, "grew while revoking"
+        assert not {(t, p) for t, ps in new.pending_revocation.items() for p in ps} & new_set
+    elif new is not member:
+        assert new.member_epoch == epoch + ahead and not new.pending_revocation
+        revoked = (old_set | {(t, p) for t, ps in member.pending_revocation.items()
+                              for p in ps}) - new_set
+        if revoked:                              # what it gave up, it said it no longer owns
+            assert owned is not None
+            assert not revoked & {(t, p) for t, ps in owned.items() for p in ps}
+
+
+def test_every_answer_has_exactly_the_fields_of_kafkas_message():
+    from node.kafka.protocol import messages as m
+    groups = core()
+    ok = hb(groups, "", 0, instance="i")
+    answers = [(m.ConsumerGroupHeartbeatResponse, ok.body),
+               (m.ConsumerGroupHeartbeatResponse, hb(groups, "zz", 3, owned()).body),
+               (m.ConsumerGroupDescribeResponse.DescribedGroup, groups.describe(["g"])[0]),
+               (m.ConsumerGroupDescribeResponse.DescribedGroup, groups.describe(["x"])[0]),
+               (m.ListGroupsResponse.ListedGroup, groups.list_groups([], [])[0]),
+               (m.DescribeGroupsResponse.DescribedGroup, groups.describe_classic("g"))]
+    for cls, body in answers:
+        assert set(body) == set(records.to_dict(cls())), cls.__name__
+        records.from_dict(cls, body)                 # and every value has the field's type

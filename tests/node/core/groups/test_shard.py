@@ -219,7 +219,8 @@ def test_before_loading_every_request_gets_load_in_progress():
 
 def test_error_response_fills_every_error_field():
     out = error_response(DELETE, {"groups_names": ["a", "b"]}, NOT_COORDINATOR)
-    assert out["results"] == [{"group_id": "a", "error_code": 16}, {"group_id": "b", "error_code": 16}]
+    assert out["results"] == [{"group_id": "a", "error_code": 16},
+                              {"group_id": "b", "error_code": 16}]
     assert error_response(JOIN, {}, NOT_COORDINATOR)["error_code"] == NOT_COORDINATOR
     fetch = error_response(OFFSET_FETCH, Harness.fetch_body("g"), NOT_COORDINATOR)
     assert fetch["groups"][0]["error_code"] == NOT_COORDINATOR
@@ -230,6 +231,8 @@ def test_a_deleted_topic_loses_its_offsets():
     h.call(OFFSET_COMMIT, h.commit_body("s", {("t", 0): 1, ("u", 0): 1}))
     h._take(h.shard.metadata_changed({"t": ("AAAAAAAAAAAAAAAAAAAAAQ", 1),
                                       "u": ("AAAAAAAAAAAAAAAAAAAAAg", 1)}))
+    h._take(h.shard.metadata_changed({}))                  # not known: nothing deleted
+    assert fetched(h, "s") == {("t", 0): (1, ""), ("u", 0): (1, "")}
     h._take(h.shard.metadata_changed({"u": ("AAAAAAAAAAAAAAAAAAAAAg", 1)}))
     assert fetched(h, "s") == {("u", 0): (1, "")}
     assert records.offset_tombstone("s", "t", 0) in h.decoded()
@@ -248,3 +251,37 @@ def test_subscription_parse_feeds_offset_delete_protection():
     h = Harness()
     stable_group(h, 1, protocols=(("range", subscription("x", "y")),))
     assert h.shard.classic.get("g").subscribed_topics == {"x", "y"}
+
+
+T_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+def consumer_hb(h, member_id, epoch, group="g"):
+    return h.call(68, {
+        "group_id": group, "member_id": member_id, "member_epoch": epoch, "instance_id": None,
+        "rack_id": None, "rebalance_timeout_ms": 30_000, "subscribed_topic_names": ["t"],
+        "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": []}, 1)
+
+
+def test_a_group_id_is_one_kind():
+    h = Harness()
+    h._take(h.shard.metadata_changed({"t": (T_ID, 2)}))
+    # A busy consumer group refuses a classic JoinGroup (no online migration).
+    assert consumer_hb(h, "m-1", 0)["error_code"] == NONE
+    assert h.call(JOIN, h.join_body("g"), version=3)["error_code"] == 23
+    # A busy classic group refuses ConsumerGroupHeartbeat: GROUP_ID_NOT_FOUND.
+    token = h.send(JOIN, h.join_body("c"), version=3)
+    h.advance(0)
+    assert h.reply(token)["error_code"] == NONE
+    busy = consumer_hb(h, "m-2", 0, group="c")
+    assert busy["error_code"] == NOT_FOUND and "not a consumer group" in busy["error_message"]
+    # An Empty classic group (here: a simple one, offsets only) becomes a consumer group;
+    # its offsets stay.
+    h.call(OFFSET_COMMIT, h.commit_body("s", {("t", 0): 4}))
+    assert consumer_hb(h, "m-3", 0, group="s")["error_code"] == NONE
+    assert h.shard.classic.get("s") is None and h.shard.consumer.has("s")
+    assert records.group_tombstone("s") in h.decoded()
+    assert fetched(h, "s", {"t": [0]}) == {("t", 0): (4, "")}
+    h.failover()
+    assert h.shard.consumer.has("s") and h.shard.classic.get("s") is None
+    assert fetched(h, "s", {"t": [0]}) == {("t", 0): (4, "")}
