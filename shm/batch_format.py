@@ -177,3 +177,11 @@ class Columns:
     value_validity: memoryview | None
     header_offsets: np.ndarray | None
     header_data: memoryview | None
+
+    def keys_present(self) -> bool:
+        """Has every record a key (no null key)?"""
+        if self.key_validity is None:
+            return True
+        n = self.header.record_count
+        bits = np.unpackbits(np.frombuffer(self.key_validity, np.uint8), bitorder="little")
+        return bool(bits[:n].all())

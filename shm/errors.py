@@ -32,6 +32,13 @@ class UnexpectedAppendOffsetError(LogError):
     """A follower append that does not start at (or is not contiguous with) the LEO."""
 
 
+class InvalidRecordError(LogError):
+    """A record the log refuses, e.g. one without a key in a compacted log (Kafka's
+    "Compacted topic cannot accept message without key")."""
+
+    kafka_error = "INVALID_RECORD"
+
+
 class LogClosedError(LogError):
     kafka_error = "KAFKA_STORAGE_ERROR"
 

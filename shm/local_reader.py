@@ -97,6 +97,15 @@ class _Segment:
         self.size_bytes = 0
         self.checked_in_read = -1
 
+    def file_size(self) -> int:
+        """The size of the mapped file (or of the file at ``path`` if none is mapped)."""
+        if self.view is not None:
+            return self.size_bytes
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            raise _Moved(f"{self.path} is gone") from None
+
     def still_current(self) -> bool:
         """Is the file at ``path`` still the one mapped (or nothing mapped yet)?"""
         try:
@@ -249,15 +258,18 @@ class LocalReader:
                 segment = self._segment_holding(offset, log_start)
                 position = self._index.position(segment, offset)
                 used.append(segment)
-            elif position >= segment.size_bytes and segment.view is not None:
+            if (segment.view is None or position + HEADER_BYTES > segment.size_bytes) \
+                    and position >= segment.file_size():
                 # The end of a sealed segment whose last batch ends before the next
-                # segment's base (a hole): go on with the next segment.
+                # segment's base (a hole; or an empty cleaned segment): go on with the
+                # next segment.
                 later = bisect.bisect_right(self._bases, segment.base_offset)
                 if later >= len(self._bases):
                     raise _Moved(f"{segment.path} ends at position {position} below the HW")
                 segment = self._segment_holding(self._bases[later], log_start)
                 position = self._index.position(segment, offset)
                 used.append(segment)
+                continue
             base_offset, next_offset, size = self._batch_at(segment, position, offset)
             if next_offset <= offset:  # a batch wholly before the start (index is sparse)
                 position += size

@@ -2,6 +2,7 @@
 refreshed in place (``--once`` prints it once)."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -9,6 +10,31 @@ from node.cluster.view import Snapshot, events, snapshot
 from node.paths import absolute_path
 
 BAR = 40
+# Each broker's log cleaner figures, in its first log dir (node.broker.log_cleaner's
+# CLEANER_STATS_FILE; bench does not import the broker).
+CLEANER_STATS_FILE = "cleaner-stats.json"
+
+
+def cleaner_lines(cluster) -> list[str]:
+    """One line per broker whose log cleaner has cleaned since it started: cleans, MB of
+    log read, when the last swap happened, the dirtiest ratio at its last look."""
+    lines = []
+    for b in sorted(cluster.broker_ids):
+        try:
+            stats = json.loads((cluster.broker_dir(b) / "logs" / CLEANER_STATS_FILE)
+                               .read_text())
+        except (OSError, ValueError):
+            continue
+        last = stats.get("last_clean_wall_ms", -1)
+        when = time.strftime("%H:%M:%S", time.localtime(last / 1000)) if last > 0 else "-"
+        lines.append(f"  broker {b}: {stats.get('cleans', 0)} clean(s), "
+                     f"{stats.get('bytes_read', 0) / 1e6:.1f} MB read, "
+                     f"{stats.get('bytes_before', 0) / 1e6:.1f} -> "
+                     f"{stats.get('bytes_after', 0) / 1e6:.1f} MB, last {when}, max dirty "
+                     f"{100 * stats.get('max_dirty_ratio', 0.0):.0f}%"
+                     + (f", cleaning {', '.join(stats['cleaning'])}"
+                        if stats.get("cleaning") else ""))
+    return ["", "log cleaner:"] + lines if lines else []
 
 
 def render(snap: Snapshot, timeline: list[dict], width_bar: int = BAR) -> str:
@@ -83,7 +109,7 @@ def run(args) -> int:
                 continue
             timeline += events(previous, snap)
             previous = snap
-            text = render(snap, timeline)
+            text = render(snap, timeline) + "\n".join([""] + cleaner_lines(cluster))
             if args.once:
                 print(text)
                 return 0

@@ -6,7 +6,9 @@ responses go out by), ``apis`` (request handling, as Kafka's KafkaApis: one disp
 table, one module per request family), ``loop`` (the one zmq.Poller event loop; timers
 and coordinator callbacks as events), ``replica_manager`` (partition replicas and their
 logs; core effects dispatched by type), ``fetcher`` (follower fetch sessions),
-``purgatory`` (parked produce and fetch requests), ``lost_replicas`` (replicas that lost
+``purgatory`` (parked produce and fetch requests), ``log_cleaner`` (Kafka's LogCleaner:
+compacts the hosted logs of cleanup.policy=compact topics on its threads),
+``lost_replicas`` (replicas that lost
 committed data, and the clean-shutdown marker), ``limits``, ``failures``,
 ``coordinator``, ``metadata_cache``, ``controller_runner`` (the controller core, run
 while this broker holds /controller); the admin requests, written to the coordinator,

@@ -169,7 +169,8 @@ class LogCleaner:
 
     def __init__(self, replicas, loop, *, threads: int, io_max_bytes_per_second: float,
                  backoff_ms: int, stats_path: str | None = None,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 throttle_check_interval_ms: int = THROTTLE_CHECK_INTERVAL_MS) -> None:
         assert threads >= 0 and backoff_ms >= 0
         self.replicas = replicas
         self.loop = loop
@@ -177,7 +178,8 @@ class LogCleaner:
         self.backoff_ms = backoff_ms
         self.wall_ms = wall_ms
         self.stats_path = stats_path
-        self.throttler = Throttler(io_max_bytes_per_second)
+        self.throttler = Throttler(io_max_bytes_per_second,
+                                   check_interval_ms=throttle_check_interval_ms)
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-cleaner") \
             if threads > 0 else None
         self.jobs: dict[tuple[str, int], _Job] = {}

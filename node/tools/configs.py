@@ -2,7 +2,7 @@
 
     minikafka configs --bootstrap-server B --entity-type topics|brokers
         (--entity-name N | --entity-default)
-        (--describe [--all] | --alter [--add-config K=V,K=V] [--delete-config K,K])
+        (--describe [--all] | --alter [--add-config K=V,K=[V1,V2]] [--delete-config K,K])
 
 Output lines are Kafka's::
 
@@ -99,8 +99,38 @@ def _describe(admin, kind: str, name: str, everything: bool) -> None:
               f"synonyms={{{synonyms}}}")
 
 
+def split_add_config(text: str) -> list[str]:
+    """``--add-config``'s K=V pairs, split on the commas outside square brackets; a list
+    value is given in brackets, as Kafka's kafka-configs takes it
+    (``cleanup.policy=[compact,delete]``), and loses them."""
+    pairs, depth, current = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ToolError(f"--add-config {text!r}: unbalanced ']'")
+        if ch == "," and depth == 0:
+            pairs.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if depth:
+        raise ToolError(f"--add-config {text!r}: unbalanced '['")
+    pairs.append("".join(current))
+    out = []
+    for pair in (p for p in pairs if p.strip()):
+        key, sep, value = pair.partition("=")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out.append(f"{key}{sep}{value}")
+    return out
+
+
 def _alter(admin, kind: str, name: str, add: str, delete: str) -> None:
-    pairs = [p for p in add.split(",") if p.strip()]
+    pairs = split_add_config(add)
     to_set = parse_key_values(pairs, "--add-config")
     to_delete = [k.strip() for k in delete.split(",") if k.strip()]
     if not to_set and not to_delete:

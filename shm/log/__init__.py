@@ -98,11 +98,11 @@ Rules and invariants:
   previous incarnation, or loads the ``.index`` files, validating entries against the
   segments; anything invalid is rebuilt. ``reattach_indexes=False`` rebuilds all.
 """
-from shm.errors import (LogClosedError, LogError, OffsetOutOfRangeError,
+from shm.errors import (InvalidRecordError, LogClosedError, LogError, OffsetOutOfRangeError,
                         RecordTooLargeError, UnexpectedAppendOffsetError)
 from shm.log.core import BATCHES_PER_APPEND_MAX, AppendInfo, Log
 from shm.log.loader import RecoveryReport, Truncation
 
 __all__ = ["Log", "AppendInfo", "RecoveryReport", "Truncation", "BATCHES_PER_APPEND_MAX",
-           "LogError", "LogClosedError", "OffsetOutOfRangeError", "RecordTooLargeError",
-           "UnexpectedAppendOffsetError"]
+           "LogError", "LogClosedError", "InvalidRecordError", "OffsetOutOfRangeError",
+           "RecordTooLargeError", "UnexpectedAppendOffsetError"]

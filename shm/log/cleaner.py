@@ -16,6 +16,9 @@ Rules:
   rolls do not change sealed segments.
 - What is kept: ``cleaner_core``; how a batch loses records: ``cleaner_batches``; the
   files and the crash-safe swap order: ``cleaner_files``.
+- The last record of an idempotent producer's last batch is kept even when superseded
+  (Kafka keeps that batch, emptied; our batches cannot be empty), so the producer's
+  sequence survives when its state is rebuilt from the log.
 - A group whose cleaned output would exceed ``segment_bytes`` (runs of single records
   cost a header each) is left as it was in this clean (``CleanStats.groups_skipped``).
 """
@@ -37,6 +40,10 @@ from shm.log.cleaner_files import CLEANED_SUFFIX, CleanerState, stem
 from shm.segment import NO_TIMESTAMP
 
 WRITE_CHUNK_BYTES = 1 << 20  # cleaned bytes are written (and throttled) in chunks
+THROTTLE_CHUNK_BYTES = 1 << 20  # bytes read are throttled in chunks of this size
+# Dirty bytes one clean maps (Kafka bounds its offset map by log.cleaner.dedupe.buffer.size,
+# 128 MiB for ~5M keys); the rest of the dirty section waits for the next clean.
+DIRTY_BYTES_PER_CLEAN_MAX = 1 << 30
 
 
 @dataclass
@@ -101,20 +108,24 @@ def plan(log, now_ms: int) -> "CleanPlan | None":
                                           log.log_end_offset)
     chosen = core.choose_range(facts, first_dirty, log.high_watermark, now_ms,
                                min_compaction_lag_ms=config.min_compaction_lag_ms,
-                               max_compaction_lag_ms=config.max_compaction_lag_ms)
+                               max_compaction_lag_ms=config.max_compaction_lag_ms,
+                               dirty_bytes_max=DIRTY_BYTES_PER_CLEAN_MAX)
     if not core.should_clean(chosen, config.min_cleanable_dirty_ratio):
         return None
     sources = [_Source(s, f.base_offset, f.end, s.size_bytes, s.dup_fd())
                for s, f in zip(segments[:chosen.count], facts)]
     groups = core.group_by_size([s.size for s in sources], config.segment_bytes)
-    return CleanPlan(log, sources, groups, chosen, state(log).horizons, now_ms)
+    producers = {pid: entry.batches[-1].last_offset
+                 for pid, entry in log.producer_states().entries.items() if entry.batches}
+    return CleanPlan(log, sources, groups, chosen, state(log).horizons, now_ms, producers)
 
 
 class CleanPlan:
     """What one clean will do; ``build`` it on any thread (once)."""
 
     def __init__(self, log, sources: list[_Source], groups: list[tuple[int, int]],
-                 chosen: core.Range, horizons: core.Horizons, now_ms: int) -> None:
+                 chosen: core.Range, horizons: core.Horizons, now_ms: int,
+                 producers: dict[int, int] | None = None) -> None:
         self.directory = log.directory
         self.generation = log._segments_changed
         self.sources = sources
@@ -122,6 +133,10 @@ class CleanPlan:
         self.range = chosen
         self.horizons = horizons
         self.now_ms = now_ms
+        # Idempotent producers' last data offsets: the last record of such a batch is
+        # kept (Kafka keeps the batch, emptied), so their sequences survive a rebuild
+        # of the producer state from the log.
+        self.producers = producers or {}
         self.segment_bytes = log.config.segment_bytes
         self.delete_retention_ms = log.config.delete_retention_ms
         self.index_interval_bytes = log.config.index_interval_bytes
@@ -193,11 +208,15 @@ class CleanPlan:
     # ---------------------------------------------------------------- reading
 
     @staticmethod
-    def _columns(view, size: int):
-        """(positions, headers, offsets, keys, tombstones) of a segment's batches."""
+    def _columns(view, size: int, throttle):
+        """(positions, headers, offsets, keys, tombstones) of a segment's batches;
+        ``throttle`` is told of the bytes read as it goes."""
         positions, headers, offsets, keys, tombstones = [], [], [], [], []
-        position = 0
+        position = told = 0
         while position < size:
+            if position - told >= THROTTLE_CHUNK_BYTES:
+                throttle(position - told)
+                told = position
             parsed = codec.parse_batch(view, position, verify_crc=False)
             positions.append(position)
             headers.append(parsed.header)
@@ -205,6 +224,8 @@ class CleanPlan:
             keys.append(parsed.keys)
             tombstones.append(parsed.values.is_null().to_numpy(zero_copy_only=False))
             position += parsed.size_bytes
+        if size > told:
+            throttle(size - told)
         if not headers:
             return [], [], np.zeros(0, np.int64), pa.array([], pa.binary()), \
                 np.zeros(0, bool)
@@ -217,8 +238,7 @@ class CleanPlan:
         for source, view in zip(self.sources, views):
             if source.end <= self.first_dirty:
                 continue
-            throttle(source.size)
-            _, _, offsets, keys, _ = self._columns(view, source.size)
+            _, _, offsets, keys, _ = self._columns(view, source.size, throttle)
             chunks.append((keys, offsets))
         return core.KeyMap.build(chunks, self.first_dirty, self.end)
 
@@ -241,13 +261,14 @@ class CleanPlan:
         try:
             for i in range(first, stop):
                 source, view = self.sources[i], views[i]
-                throttle(source.size)
                 stats.bytes_read += source.size
                 positions, headers, offsets, keys, tombstones = \
-                    self._columns(view, source.size)
+                    self._columns(view, source.size, throttle)
                 stats.records_read += len(offsets)
                 keep = core.keep_mask(offsets, keys, tombstones, self.horizons.of(offsets),
                                       key_map, now_ms)
+                if self.producers:
+                    core.keep_producer_tails(keep, headers, self.producers)
                 stats.records_kept += int(keep.sum())
                 at = 0
                 for position, header in zip(positions, headers):

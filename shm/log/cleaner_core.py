@@ -87,10 +87,12 @@ def first_dirty_offset(checkpointed: int | None, log_start: int, log_end: int) -
 
 
 def choose_range(segments: list[SegmentFacts], first_dirty: int, high_watermark: int,
-                 now_ms: int, *, min_compaction_lag_ms: int, max_compaction_lag_ms: int
-                 ) -> Range | None:
+                 now_ms: int, *, min_compaction_lag_ms: int, max_compaction_lag_ms: int,
+                 dirty_bytes_max: int | None = None) -> Range | None:
     """The cleanable range of a log whose last segment is the active one; None when
-    nothing is dirty and cleanable. Does not apply the ratio (``should_clean``)."""
+    nothing is dirty and cleanable. Does not apply the ratio (``should_clean``).
+    ``dirty_bytes_max`` bounds the dirty segments one clean maps (at least one), as
+    Kafka's dedupe buffer bounds its offset map: the rest waits for the next clean."""
     if len(segments) < 2:
         return None
     uncleanable = min(high_watermark, segments[-1].base_offset)
@@ -99,8 +101,13 @@ def choose_range(segments: list[SegmentFacts], first_dirty: int, high_watermark:
             if s.end > first_dirty and s.max_timestamp > now_ms - min_compaction_lag_ms:
                 uncleanable = min(uncleanable, s.base_offset)
                 break
-    count = 0
+    count, mapped = 0, 0
     while count < len(segments) - 1 and segments[count].end <= uncleanable:
+        s = segments[count]
+        if s.end > first_dirty:
+            if dirty_bytes_max is not None and mapped and mapped + s.size_bytes > dirty_bytes_max:
+                break
+            mapped += s.size_bytes
         count += 1
     chosen = segments[:count]
     dirty = [s for s in chosen if s.end > first_dirty]
@@ -188,6 +195,18 @@ def keep_mask(offsets: np.ndarray, keys: pa.Array, tombstones: np.ndarray,
     tombstone_ok = (horizons == NO_HORIZON) | (now_ms < horizons)
     value_ok = ~tombstones | tombstone_ok
     return (offsets >= key_map.end) | (has_key & newest & value_ok)
+
+
+def keep_producer_tails(keep: np.ndarray, headers, producers: dict[int, int]) -> None:
+    """Keep (in place) the last record of each batch that is its producer's last data
+    (``producers``: producer id -> last data offset); ``keep`` spans ``headers``'
+    records in order."""
+    at = 0
+    for header in headers:
+        at += header.record_count
+        if header.producer_id >= 0 and \
+                producers.get(header.producer_id) == header.base_offset + header.last_offset_delta:
+            keep[at - 1] = True
 
 
 class Horizons:

@@ -37,7 +37,7 @@ from shm.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_C
                             LeaderEpochCache, OffsetCheckpointFile, TruncationIntent,
                             fsync_dir)
 from shm.config import SEGMENTS_PER_LOG_MAX, LogConfig
-from shm.errors import (LogClosedError, LogError, OffsetOutOfRangeError,
+from shm.errors import (InvalidRecordError, LogClosedError, LogError, OffsetOutOfRangeError,
                         RecordTooLargeError, UnexpectedAppendOffsetError)
 from shm.index import KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name
 from shm.log import cleaner, cleaner_swap, loader, retention
@@ -222,6 +222,13 @@ class Log:
         if leader_epoch < 0:
             raise ValueError(f"leader epoch {leader_epoch} must be >= 0")
         batches = self._check_records(view)
+        if self.config.compact:
+            for position, header in batches:
+                if header.attributes & batch.ATTR_KEY_NULLS and not \
+                        batch.read_columns(view, position, verify_crc=False).keys_present():
+                    raise InvalidRecordError(
+                        f"{self.topic}-{self.partition}: a compacted topic cannot accept a "
+                        f"record without a key (batch at position {position})")
         next_offset = self.log_end_offset
         stamped = []
         for position, header in batches:

@@ -6,6 +6,7 @@ import tempfile
 import threading
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shm import batch as codec
@@ -97,7 +98,12 @@ def test_kept_records_match_the_model_last_value_per_key_and_tombstones_after_re
                 assert cleaned.stats.groups_skipped == 0
                 assert log.swap_cleaned(cleaned)
                 cleans.append((plan.end, now))
-            assert all_records(log) == expected(written, cleans), (cleans, number)
+            model = expected(written, cleans)
+            assert all_records(log) == model, (cleans, number)
+            for stamp in sorted({r[1] for r in written}) + [now + 1]:
+                # ListOffsets by time: the first remaining record at or after it.
+                want = next((r[0] for r in model if r[1] >= stamp), None)
+                assert log.offset_for_timestamp(stamp) == want, (stamp, want)
         log.close()
         log = Log.open(log.data_dir, "t", 0, CONFIG, cluster_id=cluster_id)
         assert all_records(log) == expected(written, cleans)
@@ -224,3 +230,126 @@ def test_the_benchmark_hook_cleans_to_one_record_per_key(tmp_path):
     figures = bench_clean(5000, 50, value_bytes=20, directory=str(tmp_path))
     assert figures["kept_records"] == 50 and figures["mb_per_s"] > 0
     assert figures["written_mb"] < figures["log_mb"]
+
+
+def test_a_compacted_log_refuses_a_record_without_a_key_and_the_cleaner_drops_old_ones(
+        tmp_path, cluster_id):
+    from shm.log import InvalidRecordError
+    log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+    try:
+        with pytest.raises(InvalidRecordError):
+            log.append_as_leader(codec.build_batch([b"a", b"b"], keys=[b"k", None]), 1)
+        assert log.log_end_offset == 0
+        # A follower takes what its leader has (a log compacted after keyless records).
+        log.append_as_follower(bytes(codec.build_batch([b"a", b"b"], keys=[None, b"k"],
+                                                       partition_leader_epoch=1)))
+        log.roll(now_ms=1)
+        log.update_high_watermark(log.log_end_offset)
+        assert log.swap_cleaned(log.cleanable(2).build(now_ms=2))
+        assert [(r[0], r[2]) for r in all_records(log)] == [(1, b"k")]
+    finally:
+        log.delete()
+
+
+def test_dirty_ratio_and_compaction_lags_decide_when_a_log_is_cleaned(tmp_path, cluster_id):
+    import dataclasses
+    config = dataclasses.replace(CONFIG, min_cleanable_dirty_ratio=0.5,
+                                 min_compaction_lag_ms=100, max_compaction_lag_ms=10_000)
+    log = Log.open(str(tmp_path), "t", 0, config, cluster_id=cluster_id)
+    try:
+        for i in range(40):
+            append(log, [(b"k%d" % (i % 2), b"v%d" % i, 1000)])
+            if i % 10 == 9:
+                log.roll(now_ms=1000)
+        assert log.cleanable(1050) is None, "below the HW only"
+        log.update_high_watermark(log.log_end_offset)
+        assert log.cleanable(1050) is None, "newer than min.compaction.lag.ms"
+        plan = log.cleanable(1200)
+        assert plan is not None and plan.range.dirty_ratio == 1.0 and plan.end == 40
+        assert log.swap_cleaned(plan.build(now_ms=1200))
+        append(log, [(b"k0", b"v40", 2000)])  # dirty: 1 record against 2 clean ones
+        log.roll(now_ms=2000)
+        log.update_high_watermark(log.log_end_offset)
+        assert log.cleanable(2200) is None, "dirty ratio under min.cleanable.dirty.ratio"
+        plan = log.cleanable(2000 + 10_001)   # max.compaction.lag.ms passed: clean anyway
+        assert plan is not None and plan.range.must_clean and plan.range.dirty_ratio < 0.5
+        plan.abort()
+    finally:
+        log.delete()
+
+
+def test_compact_delete_keeps_retention_and_compact_alone_does_not(tmp_path, cluster_id):
+    import dataclasses
+    for policy, deletes in (("compact,delete", True), ("compact", False)):
+        config = dataclasses.replace(CONFIG, cleanup_policy=policy, retention_ms=1000)
+        log = Log.open(str(tmp_path / policy), "t", 0, config, cluster_id=cluster_id)
+        try:
+            for i in range(20):
+                append(log, [(b"k%d" % i, b"v", 1000)])
+                if i % 5 == 4:
+                    log.roll(now_ms=1000)
+            log.update_high_watermark(log.log_end_offset)
+            assert (log.delete_old_segments(now_ms=5000) > 0) == deletes
+        finally:
+            log.delete()
+
+
+def test_an_idempotent_producers_last_batch_keeps_its_last_record_and_sequence(
+        tmp_path, cluster_id):
+    log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+    try:
+        for seq in range(0, 12, 3):   # producer 5: 4 batches of 3 records
+            log.append_as_leader(codec.build_batch(
+                [b"p%d" % (seq + i) for i in range(3)], keys=[b"a", b"b", b"c"],
+                timestamps_ms=1, producer_id=5, producer_epoch=0, base_sequence=seq), 1)
+        append(log, [(b"c", b"newer", 1)])   # supersedes the producer's last record
+        log.roll(now_ms=1)
+        log.update_high_watermark(log.log_end_offset)
+        assert log.swap_cleaned(log.cleanable(2).build(now_ms=2))
+        got = [(r[0], r[2], r[3]) for r in all_records(log)]
+        assert got == [(9, b"a", b"p9"), (10, b"b", b"p10"), (11, b"c", b"p11"),
+                       (12, b"c", b"newer")]
+        log.close()
+        log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+        import os
+        for name in os.listdir(log.directory):   # rebuild the state from the batches
+            if name.endswith(".snapshot"):
+                os.unlink(os.path.join(log.directory, name))
+        assert log.producer_states().entries[5].last_seq == 11
+    finally:
+        log.delete()
+
+
+def test_throttle_is_told_every_byte_read_and_written_in_bounded_chunks(tmp_path, cluster_id):
+    log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+    try:
+        for i in range(200):
+            append(log, [(b"k%d" % (i % 7), b"v" * 500, 1)])
+            if i % 50 == 49:
+                log.roll(now_ms=1)
+        log.update_high_watermark(log.log_end_offset)
+        plan = log.cleanable(2)
+        calls = []
+        cleaned = plan.build(calls.append, now_ms=2)
+        stats = cleaned.stats
+        dirty = sum(s.size for s in plan.sources if s.end > plan.first_dirty)
+        # The key map reads the dirty segments, the clean reads everything, once each.
+        assert sum(calls) == dirty + stats.bytes_read + stats.bytes_written
+        assert all(0 < n <= 2 << 20 for n in calls)
+        assert log.swap_cleaned(cleaned)
+    finally:
+        log.delete()
+
+
+def test_one_clean_maps_at_most_dirty_bytes_max_then_the_next_goes_on():
+    from shm.log.cleaner_core import SegmentFacts, choose_range
+    facts = [SegmentFacts(b, b + 10, 100, 1, 1) for b in range(0, 50, 10)] + \
+        [SegmentFacts(50, 50, 0, -1, -1)]
+    chosen = choose_range(facts, 0, 50, 10, min_compaction_lag_ms=0,
+                          max_compaction_lag_ms=10**12, dirty_bytes_max=250)
+    assert (chosen.count, chosen.end, chosen.dirty_bytes) == (2, 20, 200)
+    chosen = choose_range(facts, 20, 50, 10, min_compaction_lag_ms=0,
+                          max_compaction_lag_ms=10**12, dirty_bytes_max=250)
+    assert (chosen.count, chosen.end, chosen.clean_bytes) == (4, 40, 200)
+    assert choose_range(facts, 0, 50, 10, min_compaction_lag_ms=0,
+                        max_compaction_lag_ms=10**12, dirty_bytes_max=50).count == 1

@@ -59,7 +59,9 @@ def make_machine(cluster_id: str):
         def append_as_leader(self, batches, bump_epoch, together):
             """One append per batch, or all batches in one region (one append call)."""
             self.epoch += bump_epoch
-            encoded = [batch_codec.build_batch(values, timestamps_ms=1) for values in batches]
+            # Keyed: a compacted log refuses records without a key from a producer.
+            encoded = [batch_codec.build_batch(values, keys=[b"k"] * len(values), timestamps_ms=1)
+                       for values in batches]
             calls = [b"".join(encoded)] if together else encoded
             expected_first = self.leo
             for buf in calls:

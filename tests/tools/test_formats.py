@@ -127,3 +127,15 @@ def test_plan_lines_name_the_replicas_that_move():
     lines = plan_lines({("t", 0): [0, 1, 2], ("t", 1): [1, 2, 0]},
                        {("t", 0): [3, 1, 2]})
     assert lines == ["  t-0: replicas 0,1,2 -> 3,1,2 (moves 0->3)"]
+
+
+def test_add_config_takes_a_list_value_in_brackets_as_kafka_configs():
+    from node.tools.common import ToolError
+    from node.tools.configs import split_add_config
+    assert split_add_config("cleanup.policy=[compact,delete],retention.ms=5") == \
+        ["cleanup.policy=compact,delete", "retention.ms=5"]
+    assert split_add_config("a=1,b=2") == ["a=1", "b=2"]
+    assert split_add_config("") == []
+    for bad in ("cleanup.policy=[compact", "a=1]"):
+        with pytest.raises(ToolError, match="unbalanced"):
+            split_add_config(bad)

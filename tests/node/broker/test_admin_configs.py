@@ -121,6 +121,17 @@ def test_dynamic_broker_configs_per_broker_and_cluster_wide(zk):
         [ErrorCode.INVALID_REQUEST]
     assert "Cannot update these configs dynamically" in refused[0][3]
     assert config_of(0) == {"log.retention.ms": "1234"}
+    # the compaction keys' broker synonyms are dynamic too (the defaults of the topic
+    # keys); the cleaner's own keys are read at start-up
+    assert alter(zk, [[RESOURCE_BROKER, "", [["log.cleanup.policy", OP_APPEND, "compact"],
+                                             ["log.cleaner.min.cleanable.ratio", OP_SET,
+                                              "0.2"]]]])[0][2] == OK
+    assert config_of("") == {"compression.type": "lz4", "log.cleanup.policy": "delete,compact",
+                             "log.cleaner.min.cleanable.ratio": "0.2"}
+    refused = alter(zk, [[RESOURCE_BROKER, "", [["log.cleaner.min.cleanable.ratio", OP_SET,
+                                                 "7"]]],
+                         [RESOURCE_BROKER, "0", [["log.cleaner.threads", OP_SET, "2"]]]])
+    assert [g[2] for g in refused] == [ErrorCode.INVALID_CONFIG] * 2
 
 
 def test_malformed_alter_bodies_raise_protocol_error(zk):
