@@ -114,8 +114,9 @@ class Store:
         run = results.Run.start(self.root, TOOL, self.args, argv=list(sys.argv))
         run.tags = {**run.tags, "client": variant.name, "protocol": variant.protocol,
                     "phase": phase}
-        rows = [(scenario, i, ms) for scenario, values in samples.items()
-                for i, ms in enumerate(values)]
+        # The client in the scenario too: minikafka analyze's table keys on run and scenario.
+        rows = [(f"{variant.name} ({variant.protocol}): {scenario}", i, ms)
+                for scenario, values in samples.items() for i, ms in enumerate(values)]
         if rows:
             run.add_samples("request", pa.table({
                 "scenario": pa.array([r[0] for r in rows], type=pa.string()),
