@@ -159,18 +159,15 @@ def _commit_each(events: Events, offsets: dict[int, int], commit, retriable) -> 
         return
 
 
-def _storm(events: Events, n: int, commit, between=None) -> None:
-    """``n`` synchronous commits of the lowest partition owned (offsets 1..n), each timed;
-    ``between()`` (untimed) after each, for a client that keeps its membership only in
-    its poll."""
+def _storm(events: Events, n: int, commit) -> None:
+    """``n`` synchronous commits of the lowest partition owned (offsets 1..n), each timed,
+    without polling in between (the client must keep its membership meanwhile)."""
     p = min(events.owned)
     took = []
     for i in range(1, n + 1):
         started = time.perf_counter()
         commit({p: i})
         took.append((time.perf_counter() - started) * 1000)
-        if between is not None:
-            between()
     events.emit("storm", p=p, ms=took)
 
 
@@ -432,8 +429,7 @@ def run_native(args, events: Events) -> None:
                 _commit_each(events, _highest(got), commit,
                              lambda e: getattr(e, "retriable", False))
             if storm and events.owned:
-                # node.client heartbeats in poll only (Kafka's consumer has a thread)
-                _storm(events, storm.pop(), commit, lambda: consumer.poll(timeout_ms=0))
+                _storm(events, storm.pop(), commit)
     finally:
         events.counts(True)
         consumer.close()
