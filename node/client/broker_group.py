@@ -56,7 +56,8 @@ class BrokerGroupMember:
     ``node.client.Consumer`` whose assignment this drives (its ``_group_*`` hooks)."""
 
     def __init__(self, consumer, group_id: str, *, client_id: str, auto_commit: bool,
-                 rebalance_timeout_ms: int, server_assignor: str | None = None):
+                 rebalance_timeout_ms: int, server_assignor: str | None = None,
+                 instance_id: str | None = None):
         self.consumer = consumer
         self.group_id = group_id
         self.client_id = client_id
@@ -66,7 +67,8 @@ class BrokerGroupMember:
         self.core = member_core.MemberCore(
             group_id, str(uuid.uuid4()), rebalance_timeout_ms=rebalance_timeout_ms,
             retry_backoff_ms=int(consumer.retry_backoff_s * 1000),
-            server_assignor=server_assignor, auto_commit=auto_commit)
+            server_assignor=server_assignor, auto_commit=auto_commit,
+            instance_id=instance_id)
         self.subscription: Subscription | None = None
         self.listener = None
         self._pattern_next_s = 0.0

@@ -27,7 +27,8 @@ HEARTBEAT_INTERVAL_MS = 3_000    # Kafka's heartbeat.interval.ms (a third of the
 class ClassicGroupMember(BrokerGroupMember):
     def __init__(self, consumer, group_id: str, *, client_id: str, auto_commit: bool,
                  rebalance_timeout_ms: int, session_timeout_ms: int,
-                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS):
+                 heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
+                 instance_id: str | None = None):
         super().__init__(consumer, group_id, client_id=client_id, auto_commit=auto_commit,
                          rebalance_timeout_ms=rebalance_timeout_ms)
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -35,7 +36,9 @@ class ClassicGroupMember(BrokerGroupMember):
             group_id, session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
             heartbeat_interval_ms=min(heartbeat_interval_ms, session_timeout_ms // 3),
-            retry_backoff_ms=int(consumer.retry_backoff_s * 1000), auto_commit=auto_commit)
+            retry_backoff_ms=int(consumer.retry_backoff_s * 1000), auto_commit=auto_commit,
+            instance_id=instance_id)
+        self._counts_next_s = 0.0
 
     @property
     def stable(self) -> bool:
@@ -62,6 +65,21 @@ class ClassicGroupMember(BrokerGroupMember):
             timeout_ms = max(self.consumer.request_timeout_ms,
                              self.rebalance_timeout_ms + JOIN_SLACK_MS)
         self._send(api_key, body, timeout_ms)
+
+    def step(self) -> None:
+        """And, on the leader, a look at the partition counts every few seconds."""
+        from node.client.broker_group import PATTERN_REFRESH_MS
+        counts = self.core.assigned_counts
+        if self.core.leader and counts is not None and not self._stepping and \
+                time.monotonic() >= self._counts_next_s:
+            self._counts_next_s = time.monotonic() + PATTERN_REFRESH_MS / 1000
+            try:
+                md = self.consumer.meta.refresh(sorted(counts))
+                self.core.counts_changed({t: md.partition_count(t) or 0 for t in counts},
+                                         _now_ms())
+            except KafkaError:
+                pass                       # looked at again next time
+        super().step()
 
     def _do(self, action) -> None:
         if isinstance(action, classic.NeedPartitionCounts):

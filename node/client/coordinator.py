@@ -253,6 +253,15 @@ def offset_fetch_error(body: dict) -> int:
         for p in t.get("partitions") or ()])
 
 
+def offset_fetch_leader_epochs(body: dict) -> dict:
+    """{(topic, partition): committed leader epoch} where a commit carried one."""
+    group = offset_fetch_group(body)
+    return {(t["name"], int(p["partition_index"])): int(p["committed_leader_epoch"])
+            for t in group.get("topics") or () for p in t.get("partitions") or ()
+            if int(p.get("committed_leader_epoch", -1)) >= 0
+            and int(p.get("committed_offset", -1)) >= 0}
+
+
 def offset_fetch_offsets(body: dict) -> dict:
     """{(topic, partition): committed offset} of an OffsetFetch answer (-1 = none:
     left out). A partition error is raised."""

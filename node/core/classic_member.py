@@ -24,8 +24,13 @@ Rules:
 - NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection, a timeout: find the
   coordinator again, retry after ``retry_backoff_ms`` (a join starts over);
   COORDINATOR_LOAD_IN_PROGRESS: retry the same coordinator.
+- The leader watches the partition counts it assigned from (``counts_changed``, the
+  shell looks every few seconds): a topic created or grown since makes it join again,
+  so the group rebalances onto it (Kafka's leader does the same).
 - Heartbeats every ``heartbeat_interval_ms`` while stable. ``leave``: commit and revoke,
-  then LeaveGroup.
+  then LeaveGroup; a static member (``instance_id``, KIP-345) sends no LeaveGroup, as
+  Kafka's consumer: the coordinator keeps its place until its session ends, and a
+  member that joins with the same instance id takes it without a rebalance.
 
 Invariant (asserted): the member owns partitions only while STABLE, and only those of
 its last SyncGroup answer.
@@ -88,8 +93,10 @@ class NeedPartitionCounts:
 class ClassicMemberCore:
     def __init__(self, group_id: str, *, session_timeout_ms: int, rebalance_timeout_ms: int,
                  heartbeat_interval_ms: int, retry_backoff_ms: int = 100,
-                 auto_commit: bool = True):
+                 auto_commit: bool = True, instance_id: str | None = None):
         assert group_id and 0 < heartbeat_interval_ms < session_timeout_ms
+        assert instance_id is None or instance_id, "an instance id is not empty"
+        self.instance_id = instance_id
         self.group_id = group_id
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -105,6 +112,7 @@ class ClassicMemberCore:
         self.in_flight: int | None = None         # the API key of the request out
         self.next_request_ms = 0
         self._members: dict[str, Subscription] = {}
+        self.assigned_counts: dict[str, int] | None = None   # the leader's, last sync
         self._sync_assignments: list[dict] = []
         self._actions: list = []
 
@@ -123,7 +131,7 @@ class ClassicMemberCore:
             self.state = State.LEFT
             return
         self._revoke_all()
-        self.state = State.LEAVING if self.member_id else State.LEFT
+        self.state = State.LEAVING if self.member_id and not self.instance_id else State.LEFT
         self.in_flight = None
         self.next_request_ms = now_ms
 
@@ -140,7 +148,7 @@ class ClassicMemberCore:
             request = (JOIN_GROUP, {
                 "group_id": self.group_id, "session_timeout_ms": self.session_timeout_ms,
                 "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "member_id": self.member_id, "group_instance_id": None,
+                "member_id": self.member_id, "group_instance_id": self.instance_id,
                 "protocol_type": PROTOCOL_TYPE,
                 "protocols": [{"name": ASSIGNOR,
                                "metadata": encode_subscription(self.topics)}],
@@ -148,16 +156,17 @@ class ClassicMemberCore:
         elif self.state is State.SYNCING:
             request = (SYNC_GROUP, {
                 "group_id": self.group_id, "generation_id": self.generation,
-                "member_id": self.member_id, "group_instance_id": None,
+                "member_id": self.member_id, "group_instance_id": self.instance_id,
                 "protocol_type": PROTOCOL_TYPE, "protocol_name": ASSIGNOR,
                 "assignments": self._sync_assignments})
         elif self.state is State.STABLE:
             request = (HEARTBEAT, {"group_id": self.group_id,
                                    "generation_id": self.generation,
-                                   "member_id": self.member_id, "group_instance_id": None})
+                                   "member_id": self.member_id,
+                                   "group_instance_id": self.instance_id})
         elif self.state is State.LEAVING:
             request = (LEAVE_GROUP, {"group_id": self.group_id, "members": [
-                {"member_id": self.member_id, "group_instance_id": None,
+                {"member_id": self.member_id, "group_instance_id": self.instance_id,
                  "reason": "the consumer is closing"}]})
         else:
             return None
@@ -209,11 +218,18 @@ class ClassicMemberCore:
         """The leader's answer to NeedPartitionCounts: compute and sync."""
         if self.state is not State.ASSIGNING:
             return
+        self.assigned_counts = dict(counts)
         shares = assign(self._members, {t: n for t, n in counts.items() if n})
         self._sync_assignments = [{"member_id": m, "assignment": encode_assignment(tps)}
                                   for m, tps in sorted(shares.items())]
         self.state = State.SYNCING
         self.next_request_ms = now_ms
+
+    def counts_changed(self, counts: dict[str, int], now_ms: int) -> None:
+        """The leader's periodic look at the partition counts: join again if they moved."""
+        if self.state is State.STABLE and self.leader and \
+                self.assigned_counts is not None and counts != self.assigned_counts:
+            self._rejoin(now_ms)
 
     def take_actions(self) -> list:
         out, self._actions = self._actions, []
@@ -224,6 +240,7 @@ class ClassicMemberCore:
         self.member_id = body["member_id"]
         self.generation = int(body["generation_id"])
         self.leader = body.get("leader") == self.member_id
+        self.assigned_counts = None
         self._sync_assignments = []
         self.next_request_ms = now_ms
         if self.leader and not body.get("skip_assignment"):

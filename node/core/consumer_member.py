@@ -31,7 +31,9 @@ Rules (KIP-848, as Kafka 4's consumer behaves):
   COORDINATOR_LOAD_IN_PROGRESS: same coordinator, after the backoff.
 - Leaving (``leave``): revoke (with the auto-commit) and heartbeat with epoch -1, so the
   coordinator hands the partitions to the others at once; its answer is not waited for
-  beyond what the shell allows.
+  beyond what the shell allows. A static member (``instance_id``, KIP-345) leaves with
+  epoch -2: the coordinator keeps its partitions for it until its session ends, and a
+  member that joins with the same instance id takes them without a rebalance.
 - Any other error is fatal to the membership (``Fatal``): the shell raises it.
 
 Invariant (asserted): the member never owns a partition outside the last target it
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 TP = tuple[str, int]          # (topic id, partition) inside the core
 
 LEAVE_EPOCH = -1              # Kafka's LEAVE_GROUP_MEMBER_EPOCH
+LEAVE_STATIC_EPOCH = -2       # Kafka's LEAVE_GROUP_STATIC_MEMBER_EPOCH
 JOIN_EPOCH = 0
 
 
@@ -131,8 +134,10 @@ class MemberCore:
 
     def __init__(self, group_id: str, member_id: str, *, rebalance_timeout_ms: int,
                  retry_backoff_ms: int = 100, server_assignor: str | None = None,
-                 auto_commit: bool = True):
+                 auto_commit: bool = True, instance_id: str | None = None):
         assert group_id and member_id, (group_id, member_id)
+        assert instance_id is None or instance_id, "an instance id is not empty"
+        self.instance_id = instance_id
         assert rebalance_timeout_ms > 0 and retry_backoff_ms >= 0
         self.group_id = group_id
         self.member_id = member_id
@@ -198,8 +203,9 @@ class MemberCore:
             by_topic.setdefault(topic_id, []).append(partition)
         return {
             "group_id": self.group_id, "member_id": self.member_id,
-            "member_epoch": LEAVE_EPOCH if leaving else self.member_epoch,
-            "instance_id": None, "rack_id": None,
+            "member_epoch": ((LEAVE_STATIC_EPOCH if self.instance_id else LEAVE_EPOCH)
+                             if leaving else self.member_epoch),
+            "instance_id": self.instance_id, "rack_id": None,
             "rebalance_timeout_ms": self.rebalance_timeout_ms,
             "subscribed_topic_names": list(self.topics), "subscribed_topic_regex": None,
             "server_assignor": self.server_assignor,

@@ -16,9 +16,11 @@ with ``--zookeeper-groups``, the Kafka paper's groups (registries in ZooKeeper;
     (any of them with --zookeeper-groups: the paper's groups)
 
 Output is Kafka's: the same columns, widths and blank lines. ``--list --type`` shows
-each group's type (Classic, Consumer; ZooKeeper for the paper's groups), and
-``--describe --state --verbose`` adds Kafka 4's GROUP-EPOCH and TARGET-ASSIGNMENT-EPOCH
-for KIP-848 groups. An offset reset and a deletion are refused while the group has
+each group's type (Classic, Consumer; ZooKeeper for the paper's groups); with
+``--verbose`` as Kafka 4: ``--describe --state`` adds GROUP-EPOCH and
+TARGET-ASSIGNMENT-EPOCH, ``--members`` each member's CURRENT-EPOCH, CURRENT-ASSIGNMENT,
+TARGET-EPOCH and TARGET-ASSIGNMENT, the offsets LEADER-EPOCH ("-" where a kind of group
+has none). An offset reset and a deletion are refused while the group has
 members (Kafka: the group must be inactive); new offsets outside [log start, log end]
 are moved to the nearest end, with Kafka's warning. Errors are one line on stderr and
 a non-zero exit.
@@ -178,41 +180,54 @@ def _print_offsets(args, info) -> None:
         return
     ends = _log_end_offsets(args.bootstrap_server, tps)
     rows = []
+    verbose = args.verbose          # Kafka 4: the committed offsets' leader epochs
     for tp in tps:
         member = owners.get(tp)
         current = info.offsets.get(tp)
         end = ends.get(tp)
         lag = end - current if current is not None and end is not None else None
-        rows.append((info.group_id, tp[0], str(tp[1]), _text(current), _text(end),
-                     _text(lag), member.member_id if member else MISSING,
+        rows.append((info.group_id, tp[0], str(tp[1])) +
+                    ((_text(info.leader_epochs.get(tp)),) if verbose else ()) +
+                    (_text(current), _text(end), _text(lag),
+                     member.member_id if member else MISSING,
                      member.host if member else MISSING,
                      member.client_id if member else MISSING))
+    at = 4 if verbose else 3          # where CURRENT-OFFSET is
     widths = [max(15, *(len(r[0]) for r in rows)), max(15, *(len(r[1]) for r in rows)),
-              10, 15, 15, 15, max(15, *(len(r[6]) for r in rows)),
-              max(15, *(len(r[7]) for r in rows))]
-    header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-              "CONSUMER-ID", "HOST", "CLIENT-ID")
+              10] + ([15] if verbose else []) + \
+        [15, 15, 15, max(15, *(len(r[at + 3]) for r in rows)),
+         max(15, *(len(r[at + 4]) for r in rows))]
+    header = ("GROUP", "TOPIC", "PARTITION") + (("LEADER-EPOCH",) if verbose else ()) + \
+        ("CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")
     out = ["", _row(header, widths)] + [_row(r, widths) for r in rows]
     print("\n".join(out))
     print()
 
 
 def _print_members(info, verbose: bool) -> None:
+    """Kafka 4's --members: with --verbose, each member's epoch and assignment and the
+    coordinator's target for it (KIP-848 groups; "-" where a kind has none)."""
     members = sorted(info.members, key=lambda m: m.member_id)
     with_instance = any(m.instance_id for m in members)
     rows = []
     for m in members:
         row = [info.group_id, m.member_id] + ([m.instance_id or ""] if with_instance else [])
         rows.append(row + [m.host, m.client_id, str(len(m.assignment)),
-                           _assignment(m.assignment)])
+                           _text(m.member_epoch), _assignment(m.assignment),
+                           _text(info.assignment_epoch if m.target is not None else None),
+                           _assignment(m.target) if m.target is not None else MISSING])
     names = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else []) + \
         ["HOST", "CLIENT-ID", "#PARTITIONS"]
     minimum = [15, 15] + ([17] if with_instance else []) + [15, 15]
     widths = [max([w] + [len(r[i]) for r in rows]) for i, w in enumerate(minimum)] + [15]
+    base = len(widths)
+    if verbose:
+        names += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+        widths += [15, max([20] + [len(r[base + 1]) for r in rows]), 15]
     print()
-    print(_row(names, widths) + " " + ("ASSIGNMENT" if verbose else ""))
+    print(_row(names, widths))
     for r in rows:
-        print(_row(r[:-1], widths) + " " + (r[-1] if verbose else ""))
+        print(_row(r if verbose else r[:base], widths))
 
 
 def _assignment(tps) -> str:

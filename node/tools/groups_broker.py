@@ -86,7 +86,9 @@ class BrokerGroups:
             info = self._consumer_group(described)
         if info is None:
             return None
-        info.offsets = self.committed(group)
+        body = self._offset_fetch(group)
+        info.offsets = coord.offset_fetch_offsets(body)
+        info.leader_epochs = coord.offset_fetch_leader_epochs(body)
         return info
 
     def _coordinator_text(self, group: str) -> str:
@@ -97,15 +99,17 @@ class BrokerGroups:
 
     def _consumer_group(self, g: dict) -> GroupInfo:
         names = {i: t for t, i in self.meta.current.topic_ids.items()}
-        members = []
-        for m in g.get("members") or ():
-            assignment = []
-            for t in (m.get("assignment") or {}).get("topic_partitions") or ():
+        def partitions(assignment) -> tuple:
+            out = []
+            for t in (assignment or {}).get("topic_partitions") or ():
                 name = t.get("topic_name") or names.get(t.get("topic_id"), t.get("topic_id"))
-                assignment += [(name, int(p)) for p in t.get("partitions") or ()]
-            members.append(MemberInfo(m["member_id"], _host(m.get("client_host")),
-                                      m.get("client_id") or "-", tuple(sorted(assignment)),
-                                      m.get("instance_id")))
+                out += [(name, int(p)) for p in t.get("partitions") or ()]
+            return tuple(sorted(out))
+        members = [MemberInfo(m["member_id"], _host(m.get("client_host")),
+                              m.get("client_id") or "-", partitions(m.get("assignment")),
+                              m.get("instance_id"), m.get("member_epoch"),
+                              partitions(m.get("target_assignment")))
+                   for m in g.get("members") or ()]
         return GroupInfo(g["group_id"], CONSUMER, g.get("group_state") or "Unknown",
                          self._coordinator_text(g["group_id"]),
                          g.get("assignor_name") or "", members,
@@ -135,12 +139,14 @@ class BrokerGroups:
                          self._coordinator_text(group), g.get("protocol_data") or "",
                          members)
 
-    def committed(self, group: str) -> dict:
-        body = self.coordinators.request(
+    def _offset_fetch(self, group: str) -> dict:
+        return self.coordinators.request(
             group, GroupApi.OFFSET_FETCH,
             coord.offset_fetch_body(group, None, require_stable=False),
             error_of=coord.offset_fetch_error)
-        return coord.offset_fetch_offsets(body)
+
+    def committed(self, group: str) -> dict:
+        return coord.offset_fetch_offsets(self._offset_fetch(group))
 
     # ------------------------------------------------------------- changing
     def commit(self, group: str, offsets: dict) -> None:

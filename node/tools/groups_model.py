@@ -21,6 +21,8 @@ class MemberInfo:
     client_id: str
     assignment: tuple[TP, ...] = ()
     instance_id: str | None = None
+    member_epoch: int | None = None              # KIP-848 members
+    target: tuple[TP, ...] | None = None         # KIP-848: the coordinator's target
 
 
 @dataclass
@@ -32,6 +34,7 @@ class GroupInfo:
     assignment_strategy: str
     members: list[MemberInfo] = field(default_factory=list)
     offsets: dict[TP, int] = field(default_factory=dict)     # committed
+    leader_epochs: dict[TP, int] = field(default_factory=dict)   # of the commits
     group_epoch: int | None = None                            # KIP-848 groups
     assignment_epoch: int | None = None
 

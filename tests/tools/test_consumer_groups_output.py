@@ -54,13 +54,35 @@ def test_state_prints_kafkas_columns_and_the_epochs_with_verbose(capsys):
     assert lines[1].split()[-3:] == ["7", "6", "2"]
 
 
-def test_members_verbose_lists_each_members_partitions_by_topic(capsys):
-    tool._print_members(consumer_group(), verbose=True)
-    rows = [line.split(None, 5) for line in capsys.readouterr().out.splitlines() if line]
-    assert rows[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
-                       "ASSIGNMENT"]
-    assert rows[1] == ["orders-app", "m-1", "/127.0.0.1", "c1", "3", "audit(3), orders(0,2)"]
-    assert rows[2] == ["orders-app", "m-2", "/127.0.0.1", "c2", "1", "orders(1)"]
+def columns(lines: list[str]) -> list[dict]:
+    """Rows cut at the header's column starts (values may hold spaces)."""
+    header = lines[0]
+    names = header.split()
+    starts = [header.index(n) for n in names]
+    return [{n: line[a:b].strip() for n, a, b in zip(names, starts, starts[1:] + [None])}
+            for line in lines[1:]]
+
+
+def test_members_verbose_shows_kafka_4s_epochs_and_assignments(capsys):
+    info = consumer_group()
+    info.members[1] = MemberInfo("m-1", "/127.0.0.1", "c1",
+                                 (("orders", 0), ("audit", 3), ("orders", 2)),
+                                 member_epoch=6, target=(("orders", 0), ("audit", 3)))
+    tool._print_members(info, verbose=True)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert lines[0].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                                "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                                "TARGET-ASSIGNMENT"]
+    rows = columns(lines)
+    assert rows[0] == {"GROUP": "orders-app", "CONSUMER-ID": "m-1", "HOST": "/127.0.0.1",
+                       "CLIENT-ID": "c1", "#PARTITIONS": "3", "CURRENT-EPOCH": "6",
+                       "CURRENT-ASSIGNMENT": "audit(3), orders(0,2)", "TARGET-EPOCH": "6",
+                       "TARGET-ASSIGNMENT": "audit(3), orders(0)"}
+    assert rows[1]["CURRENT-EPOCH"] == "-" and rows[1]["TARGET-ASSIGNMENT"] == "-"
+    tool._print_members(info, verbose=False)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert lines[0].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+    assert lines[1].split() == ["orders-app", "m-1", "/127.0.0.1", "c1", "3"]
 
 
 def test_static_members_get_the_group_instance_id_column(capsys):

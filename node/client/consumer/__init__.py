@@ -39,7 +39,10 @@ joins reads from them, or from ``auto_offset_reset`` where there are none; with
 ``enable_auto_commit`` the positions are committed every ``auto_commit_interval_ms``,
 before each revocation and on ``close``, so a record is never skipped: what a member
 had not committed when it died is read again by the next owner (at least once).
-``close`` leaves the group at once (KIP-848: a heartbeat with member epoch -1).
+``close`` leaves the group at once (KIP-848: a heartbeat with member epoch -1). With
+``group_instance_id`` (KIP-345, the brokers' groups) a member is static: ``close``
+keeps its place (epoch -2; no LeaveGroup in a classic group) and the same instance
+coming back within its session takes its partitions again without a rebalance.
 
 Theory of operation (Kafka's Fetcher, without groups):
 

@@ -62,7 +62,8 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
                  zookeeper_connect: str | None = None, session_timeout_ms: int = 6000,
                  rebalance_backoff_ms: int = 250, group_protocol: str = "consumer",
                  group_remote_assignor: str | None = None,
-                 max_poll_interval_ms: int = 300_000, heartbeat_interval_ms: int = 3000):
+                 max_poll_interval_ms: int = 300_000, heartbeat_interval_ms: int = 3000,
+                 group_instance_id: str | None = None):
         if group_id is not None:
             from node.client.group import check_group_id
             check_group_id(group_id)
@@ -71,6 +72,11 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
                              f"got {group_protocol!r}")
         if max_poll_interval_ms < 1:
             raise ValueError("max_poll_interval_ms must be positive")
+        if group_instance_id is not None and (not group_instance_id or
+                                              group_protocol == "zookeeper"):
+            raise ValueError("group_instance_id (static membership) is a non-empty id, "
+                             "for the brokers' groups")
+        self.group_instance_id = group_instance_id
         if heartbeat_interval_ms < 1:
             raise ValueError("heartbeat_interval_ms must be positive")
         # Classic groups (Kafka's heartbeat.interval.ms; a third of the session at most).

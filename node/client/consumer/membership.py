@@ -86,14 +86,16 @@ class GroupMembership:
                     auto_commit=self.enable_auto_commit,
                     rebalance_timeout_ms=self.max_poll_interval_ms,
                     session_timeout_ms=self.session_timeout_ms,
-                    heartbeat_interval_ms=self.heartbeat_interval_ms)
+                    heartbeat_interval_ms=self.heartbeat_interval_ms,
+                    instance_id=self.group_instance_id)
             else:
                 from node.client.broker_group import BrokerGroupMember
                 self._group = BrokerGroupMember(
                     self, self.group_id, client_id=self.client_id,
                     auto_commit=self.enable_auto_commit,
                     rebalance_timeout_ms=self.max_poll_interval_ms,
-                    server_assignor=self.group_remote_assignor)
+                    server_assignor=self.group_remote_assignor,
+                    instance_id=self.group_instance_id)
             self._next_auto_commit = time.monotonic() + self.auto_commit_interval_s
         if isinstance(topics, str):
             topics = [topics]

@@ -23,12 +23,13 @@ from tests.waiting import poll_until
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 SESSION_MS = 6_000
+HEARTBEAT_MS = 500
 CONFIG = {"default.replication.factor": "1", "num.partitions": "6",
           "auto.leader.rebalance.enable": "false",
           "group.consumer.session.timeout.ms": str(SESSION_MS),
           "group.consumer.min.session.timeout.ms": str(SESSION_MS),
-          "group.consumer.heartbeat.interval.ms": "500",
-          "group.consumer.min.heartbeat.interval.ms": "500",
+          "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
+          "group.consumer.min.heartbeat.interval.ms": str(HEARTBEAT_MS),
           "group.initial.rebalance.delay.ms": "0"}
 WORKER = os.path.join(os.path.dirname(__file__), "group_worker.py")
 
@@ -80,6 +81,7 @@ def _produce(cluster, topic: str, n: int, partitions: int = 6, start: int = 0) -
 def _member(cluster, group: str, protocol: str, **kwargs) -> Consumer:
     kwargs.setdefault("auto_offset_reset", "earliest")
     kwargs.setdefault("session_timeout_ms", SESSION_MS)      # the classic members'
+    kwargs.setdefault("heartbeat_interval_ms", HEARTBEAT_MS)
     kwargs["group_protocol"] = protocol
     return Consumer(cluster.bootstrap_servers, group_id=group, fetch_max_wait_ms=100,
                     **kwargs)
@@ -328,3 +330,102 @@ def test_a_member_committing_without_polling_stays_in_its_group(cluster, protoco
         assert member._group._epoch() == epoch and len(member.assignment()) == 2
     finally:
         member.close()
+
+
+def test_a_static_member_restarts_without_a_rebalance(cluster, groups, protocol):
+    """KIP-345: a member with a group.instance.id that closes and comes back within its
+    session takes its partitions back; the other member's epoch (generation) and
+    partitions do not change, and nothing is read twice."""
+    topic = _topic(cluster, records=60)
+    group = f"static-{topic}"
+    a = _member(cluster, group, protocol, group_instance_id="host-a")
+    b = _member(cluster, group, protocol)
+    again = None
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic])
+        read = _poll_all([a, b], lambda r: _disjoint_cover([a, b], topic) and
+                         a.assignment() and b.assignment() and
+                         sum(len(x) for x in r.values()) >= 60)
+        a_had, b_had, b_epoch = a.assignment(), b.assignment(), b._group._epoch()
+        a.close()                       # commits; the coordinator keeps its place
+        again = _member(cluster, group, protocol, group_instance_id="host-a")
+        again.subscribe([topic])
+        _poll_all([again, b], lambda r: again.assignment() == a_had,
+                  timeout_s=SESSION_MS / 1000 - 1)
+        # Several heartbeats of b later (a rebalance would have reached it by then):
+        until = time.monotonic() + 3 * HEARTBEAT_MS / 1000
+        _poll_all([again, b], lambda r: time.monotonic() >= until)
+        assert b.assignment() == b_had and b._group._epoch() == b_epoch
+        _produce(cluster, topic, 60, start=60)
+        more = _poll_all([again, b], lambda r: sum(len(x) for x in r.values()) >= 60)
+        values = [int(x.value) for recs in more.values() for x in recs]
+        assert sorted(values) == list(range(60, 120))       # nothing read twice
+        assert len(read[0]) + len(read[1]) == 60
+    finally:
+        for m in (a, b, again):
+            if m is not None:
+                m.close()
+
+
+def test_a_topic_created_after_the_subscription_is_read(cluster, protocol):
+    """KIP-848: the coordinator assigns the topic once its metadata shows it (the member
+    learns its id from metadata); classic: the leader sees the partition count move and
+    the group rebalances onto it."""
+    topic = f"later{next(_names)}"
+    group = f"later-{topic}"
+    member = _member(cluster, group, protocol)
+    try:
+        member.subscribe([topic])
+        _poll_all([member], lambda r: member._group.stable, timeout_s=15)
+        assert member.assignment() == set()
+        with Admin(cluster.bootstrap_servers) as admin:
+            admin.create_topic(topic, 3, 1)
+        _produce(cluster, topic, 30, partitions=3)
+        read = _poll_all([member], lambda r: len(r[0]) >= 30, timeout_s=30)
+        assert sorted(int(x.value) for x in read[0]) == list(range(30))
+        assert member.assignment() == {TopicPartition(topic, p) for p in range(3)}
+    finally:
+        member.close()
+
+
+def test_a_member_paused_past_its_session_is_fenced_and_rejoins(cluster, groups, protocol,
+                                                                tmp_path):
+    """SIGSTOP a member for longer than its session: the others take its partitions;
+    resumed, it learns it was fenced (FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID, or
+    ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID classic), drops what it held without
+    committing, and joins again: three owners again, every record read."""
+    topic = _topic(cluster, records=600)
+    group = f"pause-{topic}"
+    names = ("w0", "w1", "w2")
+    outs = {n: tmp_path / f"{n}.jsonl" for n in names}
+    workers = {n: _start_worker(cluster, group, topic, outs[n], n, protocol) for n in names}
+    try:
+        poll_until(lambda: all(os.path.exists(f"{outs[n]}.id") for n in names), 30,
+                   "three members started")
+        poll_until(lambda: len(set(_owners(groups, group).values())) == 3 and
+                   len(_owners(groups, group)) == 6, 30, "three owners")
+        paused = open(f"{outs['w1']}.id").read()
+        workers["w1"].send_signal(signal.SIGSTOP)
+        try:
+            poll_until(lambda: len(_owners(groups, group)) == 6 and
+                       paused not in _owners(groups, group).values(),
+                       SESSION_MS / 1000 + 10, "the others taking the paused one's share")
+        finally:
+            workers["w1"].send_signal(signal.SIGCONT)
+        poll_until(lambda: len(set(_owners(groups, group).values())) == 3 and
+                   len(_owners(groups, group)) == 6, 30, "three owners again")
+        _produce(cluster, topic, 600, start=600)
+        poll_until(lambda: {int(r["value"]) for o in outs.values() for r in _lines(o)}
+                   >= set(range(1200)), 60, "every record read")
+    finally:
+        for w in workers.values():
+            if w.poll() is None:
+                w.send_signal(signal.SIGCONT)
+                w.send_signal(signal.SIGTERM)
+        for w in workers.values():
+            try:
+                w.wait(15)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()

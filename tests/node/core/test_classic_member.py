@@ -136,3 +136,37 @@ def test_leave_commits_revokes_and_sends_leave_group():
     assert api == LEAVE_GROUP and body["members"][0]["member_id"] == "m-1"
     core.on_response(101, {"error_code": 0, "members": []})
     assert core.state is State.LEFT and core.next_request(10**9) is None
+
+
+def test_a_static_member_names_its_instance_and_leaves_without_leave_group():
+    core = member(instance_id="host-1")
+    core.subscribe(["t"], 0)
+    assert core.next_request(0)[1]["group_instance_id"] == "host-1"
+    core.on_response(0, join_answer("m-1", 1, "m-0"))
+    assert core.next_request(0)[1]["group_instance_id"] == "host-1"
+    core.on_response(0, {"error_code": 0, "assignment": encode_assignment([("t", 0)])})
+    core.take_actions()
+    core.leave(10)
+    assert core.take_actions() == [Commit(frozenset({("t", 0)})),
+                                   Revoke(frozenset({("t", 0)}))]
+    assert core.state is State.LEFT and core.next_request(10) is None
+
+
+def test_the_leader_joins_again_when_a_partition_count_moved():
+    core = member()
+    core.subscribe(["t", "u"], 0)
+    core.next_request(0)
+    core.on_response(0, join_answer("m-0", 1, "m-0", [{
+        "member_id": "m-0", "metadata": encode_subscription(["t", "u"])}]))
+    core.take_actions()
+    core.partition_counts({"t": 2, "u": 0}, 0)           # u does not exist yet
+    core.next_request(0)
+    core.on_response(0, {"error_code": 0, "assignment": encode_assignment([("t", 0),
+                                                                           ("t", 1)])})
+    core.take_actions()
+    core.counts_changed({"t": 2, "u": 0}, 10)
+    assert core.state is State.STABLE
+    core.counts_changed({"t": 2, "u": 3}, 20)
+    assert core.take_actions() == [Commit(frozenset({("t", 0), ("t", 1)})),
+                                   Revoke(frozenset({("t", 0), ("t", 1)}))]
+    assert core.next_request(20)[0] == JOIN_GROUP

@@ -196,3 +196,13 @@ def test_random_answers_never_leave_the_member_owning_outside_its_target():
                     assert action.partitions, action
             if core.target is not None:
                 assert core.owned <= core.target
+
+
+def test_a_static_member_sends_its_instance_id_and_leaves_with_epoch_minus_two():
+    core = member(instance_id="host-1")
+    core.subscribe(["t1"], 0)
+    assert core.heartbeat_request(0)["instance_id"] == "host-1"
+    core.on_response(0, answer(1, [(T1, 0)]))
+    core.take_actions()
+    core.leave(5)
+    assert core.heartbeat_request(5)["member_epoch"] == -2
