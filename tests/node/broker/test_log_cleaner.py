@@ -126,8 +126,9 @@ def test_the_dirtiest_log_is_cleaned_first_and_swapped_by_the_loop(logs):
     cleaner.schedule()
     assert len(cleaner.jobs) == 1, "one thread: one clean at a time"
     wait_posted(loop, cleaner)
-    # b's plan, not taken, closed the descriptors it held
-    assert open_descriptors(b.directory) == fds
+    # b's plan, not taken, closed the descriptors it held (fewer: a roll's background
+    # flush of b may have closed its own meanwhile)
+    assert open_descriptors(b.directory) <= fds
     assert cleaner.stats.cleans == 1 and cleaner.stats.bytes_read > 0
     assert cleaner.stats.bytes_after < cleaner.stats.bytes_before
     assert records_of(b) == b_before, "the dirtier log first"
