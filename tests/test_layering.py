@@ -98,6 +98,7 @@ BENCH_LAYERS: dict[str, set[str]] = {
     "bench.cli": {"*"},     # the console script: node.cli and every package of bench
     "bench.kafka_clients": {"bench.perf"},  # `python -m bench.kafka_clients`'s entry
     "bench.compaction": {"bench.perf"},     # `python -m bench.compaction`'s entry
+    "bench.kafka_groups": {"bench.perf"},   # `python -m bench.kafka_groups`'s entry
     "bench": set(),         # bench/__init__.py
 }
 # The pure cores: their behaviour is a function of their inputs, so the simulator and

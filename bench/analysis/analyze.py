@@ -508,7 +508,9 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
             write_table(out, "consume_runs", consume_runs)
             write_table(out, "consume_per_second", consume_seconds)
         for kind, title, fn in (("latency", "End-to-end latency runs", latency_table),
-                                ("request", "bench.perf.latency requests", request_table),
+                                ("request", "Timed requests (bench.perf.latency; "
+                                 "bench.kafka_groups: rebalances, commits, fail-overs), ms",
+                                 request_table),
                                 ("breakdown", "acks=all breakdown (µs)", breakdown_table)):
             samples = read_kind(spark, root, kind)
             if samples is None:

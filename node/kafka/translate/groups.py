@@ -107,8 +107,8 @@ class FindCoordinator(GroupTranslation):
 class OffsetFetch(GroupTranslation):
     def to_native(self, body, version):
         if version < OFFSET_FETCH_GROUPS_FROM:
-            body["groups"] = [{"group_id": body["group_id"], "member_id": None,
-                               "member_epoch": -1, "topics": body["topics"]}]
+            body["groups"] = [{"group_id": body.pop("group_id"), "member_id": None,
+                               "member_epoch": -1, "topics": body.pop("topics")}]
         return body
 
     def from_native(self, ctx, body, version):
