@@ -72,7 +72,7 @@ def swap(log, cleaned) -> bool:
     fsync_dir(directory)
     faults.point("clean:old-renamed-durable")
     for old in olds:
-        old.delete()   # also frees the shared-memory index names of the group's base
+        old.delete(log._release)   # also frees the shared-memory index names of the group's base
         faults.point("clean:old-deleted")
     new_segments = {o.base: _install(log, o) for o in outputs if o.kept}
     fsync_dir(directory)

@@ -53,7 +53,7 @@ def delete_first_segments(log, count: int) -> None:
     fsync_dir(log.directory)
     faults.point("retention:segments-renamed-durable")
     for victim in victims:
-        victim.delete()
+        victim.delete(log._release)
         faults.point("retention:segment-deleted")
     del log.segments[:count]
     del log._bases[:count]
