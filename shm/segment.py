@@ -216,8 +216,8 @@ class Segment:
         The names go here; the file's descriptor and map are closed last, and closing
         the last reference to an unlinked file is what frees its blocks and page cache
         (milliseconds per MB-scale file: Kafka deletes segment files on a background
-        thread for that reason). ``release(close)``: where that close runs (a background
-        thread; ``Log._release``); None: here, now."""
+        thread for that reason). ``release(close)``: takes that close to run it later (on a
+        background thread: ``Log._release``); None: here, now."""
         self.mark_deleted()
         # Held until the close: while a file is open, unlinking it only drops its name.
         held = [self._fd]

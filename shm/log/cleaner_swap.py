@@ -69,9 +69,11 @@ def swap(log, cleaned) -> bool:
         if id(old) not in firsts:
             old.mark_deleted()
             faults.point("clean:old-renamed")
+    closes = []
     for old in olds:
-        old.delete(log._release)   # also frees the shared-memory index names of the group's base
+        old.delete(closes.append)   # also frees the shared-memory index names of the group's base
         faults.point("clean:old-deleted")
+    log._release(closes)   # the files' close (which frees their blocks) in the background
     new_segments = {o.base: _install(log, o) for o in outputs if o.kept}
     fsync_dir(directory)  # every step durable before the intent can go
     faults.point("clean:log-durable")

@@ -94,6 +94,17 @@ def _releaser() -> ThreadPoolExecutor:
     return _releaser_pool
 
 
+def _run_all(closes) -> None:
+    errors = []
+    for close in closes:
+        try:
+            close()
+        except OSError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
 def _fsync_and_close(descriptors: list[int]) -> None:
     # Duplicated descriptors: the log may close or delete the segment meanwhile.
     try:
@@ -461,13 +472,14 @@ class Log:
         self._roll_flush = _RollFlush(_flusher().submit(_fsync_and_close, descriptors),
                                       self.active_segment.base_offset, pending)
 
-    def _release(self, close) -> None:
-        """``Segment.delete``'s last step (closing the unlinked files, which frees their
-        blocks) on the releaser thread, so deleting segments on the owner thread costs
-        only renames and unlinks."""
+    def _release(self, closes) -> None:
+        """``Segment.delete``'s last steps (``closes``: closing the unlinked files, which
+        frees their blocks) on the releaser thread, in one task, so deleting segments
+        on the owner thread costs only renames and unlinks."""
         while self._releases and self._releases[0].done():  # one thread: in order
             self._settle(self._releases.popleft())
-        self._releases.append(_releaser().submit(close))
+        if closes:
+            self._releases.append(_releaser().submit(_run_all, list(closes)))
 
     def _wait_for_releases(self) -> None:
         while self._releases:
@@ -585,9 +597,11 @@ class Log:
         if later:
             fsync_dir(self.directory)
             faults.point("truncate_to:segments-renamed-durable")
+        closes = []
         for victim in later:
-            victim.delete(self._release)
+            victim.delete(closes.append)
             faults.point("truncate_to:segment-deleted")
+        self._release(closes)
         del self.segments[i + 1:]
         del self._bases[i + 1:]
         self._segments_changed += 1
@@ -616,9 +630,11 @@ class Log:
             faults.point("truncate_fully:segment-renamed")
         fsync_dir(self.directory)
         faults.point("truncate_fully:segments-renamed-durable")
+        closes = []
         for segment in self.segments:
-            segment.delete(self._release)
+            segment.delete(closes.append)
             faults.point("truncate_fully:segment-deleted")
+        self._release(closes)
         self.segments, self._bases = [], []
         self._add_segment(self._new_segment(offset, wall_clock_ms() if now_ms is None else now_ms))
         fsync_dir(self.directory)
