@@ -16,7 +16,9 @@ Rules and invariants:
   stale batches behind it. Recovery therefore treats a zero prefix as the end.
 - Deletion renames ``%020d.log`` to ``%020d.log.deleted`` first (one atomic step takes
   the segment out of the log as recovery sees it), then unlinks the indexes and the
-  file; recovery removes leftover ``.deleted`` files and index files without a log.
+  file (their names: the descriptors and maps are closed last, on a background thread
+  when the log asks, since closing an unlinked file is what frees its blocks); recovery
+  removes leftover ``.deleted`` files and index files without a log.
 - A sealed (rolled) segment's file is trimmed to ``size_bytes`` and mapped read-only.
 - Index rule (same at append and at recovery, so a rebuild reproduces the index): the
   batch at ``position`` gets an offset-index entry when the index is empty or
