@@ -49,9 +49,7 @@ POINTS = (
     # Log.swap_cleaned (shm.log.cleaner_swap; the swap intent is written first)
     "clean:intent-written",
     "clean:renamed-to-swap",
-    "clean:swap-durable",
     "clean:old-renamed",
-    "clean:old-renamed-durable",
     "clean:old-deleted",
     "clean:swap-renamed",
     "clean:log-durable",

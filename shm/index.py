@@ -208,16 +208,8 @@ class SparseIndex:
 
     def persist(self, path: str) -> None:
         count = self.count
-        header = np.zeros(HEADER_SLOTS, np.int64)
-        header[S_MAGIC], header[S_KIND], header[S_BASE] = MAGIC, self.kind, self.base_offset
-        header[S_MAX], header[S_COUNT] = self.entries_max, count
-        data = np.concatenate([header, self._keys[:count], self._values[:count]]).astype("<i8")
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_index_file(path, self.kind, self.base_offset, self.entries_max,
+                         self._keys[:count], self._values[:count])
 
     @classmethod
     def read_file(cls, path: str, base_offset: int) -> tuple[np.ndarray, np.ndarray]:
@@ -241,6 +233,23 @@ class SparseIndex:
                       or int(keys[0]) < 0 or int(values[0]) < 0):
             raise IndexCorruptError(f"{path}: entries are not strictly increasing")
         return keys.astype(np.int64), values.astype(np.int64)
+
+
+def write_index_file(path: str, kind: int, base_offset: int, entries_max: int,
+                     keys: np.ndarray, values: np.ndarray) -> None:
+    """A persisted index (what ``SparseIndex.read_file`` reads), written whole and
+    fsynced (tmp file, then rename); any thread (the cleaner writes its new
+    segments' index files as it builds them)."""
+    header = np.zeros(HEADER_SLOTS, np.int64)
+    header[S_MAGIC], header[S_KIND], header[S_BASE] = MAGIC, kind, base_offset
+    header[S_MAX], header[S_COUNT] = entries_max, len(keys)
+    data = np.concatenate([header, keys, values]).astype("<i8")
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data.tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class OffsetIndex(SparseIndex):

@@ -16,7 +16,9 @@ Rules and invariants:
   stale batches behind it. Recovery therefore treats a zero prefix as the end.
 - Deletion renames ``%020d.log`` to ``%020d.log.deleted`` first (one atomic step takes
   the segment out of the log as recovery sees it), then unlinks the indexes and the
-  file; recovery removes leftover ``.deleted`` files and index files without a log.
+  file (their names: the descriptors and maps are closed last, on a background thread
+  when the log asks, since closing an unlinked file is what frees its blocks); recovery
+  removes leftover ``.deleted`` files and index files without a log.
 - A sealed (rolled) segment's file is trimmed to ``size_bytes`` and mapped read-only.
 - Index rule (same at append and at recovery, so a rebuild reproduces the index): the
   batch at ``position`` gets an offset-index entry when the index is empty or
@@ -60,6 +62,17 @@ class ScanResult:
     next_offset: int
     batches: int
     error: str | None  # None: stopped at a zero prefix or the end of the file
+
+
+def close_file(fd: int, file_map: "mmap.mmap | None") -> None:
+    """Close a segment's map and descriptor (any thread: nothing else holds them)."""
+    if file_map is not None:
+        try:
+            file_map.close()
+        except BufferError:
+            pass  # a reader still holds a view; the map goes with the last view
+    if fd >= 0:
+        os.close(fd)
 
 
 class Segment:
@@ -198,15 +211,27 @@ class Segment:
                 pass  # already gone (the partition directory was removed)
             self.deleted = True
 
-    def delete(self) -> None:
+    def delete(self, release=None) -> None:
         """Remove the file, the index files and the shared-memory indexes (renaming the
-        file to ``.log.deleted`` first if the caller has not)."""
+        file to ``.log.deleted`` first if the caller has not).
+
+        The names go here; the file's descriptor and map are closed last, and closing
+        the last reference to an unlinked file is what frees its blocks and page cache
+        (milliseconds per MB-scale file: Kafka deletes segment files on a background
+        thread for that reason). ``release(close)``: takes that close to run it later (on a
+        background thread: ``Log._release``); None: here, now."""
         self.mark_deleted()
-        self.close(unlink_indexes=True)
+        # Held until the close: while a file is open, unlinking it only drops its name.
+        held = [self._fd]
+        file_map, self._fd, self._map = self._map, -1, None
+        indexes = (self.offset_index, self.time_index)
+        for index in indexes:
+            index.unlink()  # the name is free at once (a new segment may take it)
         faults.point("segment-delete:shm-unlinked")
         stem = os.path.join(self.directory, f"{self.base_offset:020d}")
         for path in (stem + ".index", stem + ".timeindex"):
             try:
+                held.append(os.open(path, os.O_RDONLY))
                 os.unlink(path)
             except FileNotFoundError:
                 pass
@@ -215,6 +240,20 @@ class Segment:
             os.unlink(self.path + DELETED_SUFFIX)
         except FileNotFoundError:
             pass
+
+        def close() -> None:
+            try:
+                for index in indexes:
+                    index.close()
+                close_file(-1, file_map)
+            finally:
+                for fd in held:
+                    if fd >= 0:
+                        os.close(fd)
+        if release is None:
+            close()
+        else:
+            release(close)
 
     def _unmap(self) -> None:
         if self._map is not None:

@@ -33,7 +33,8 @@ On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
         truncation-intent               only while a truncation is under way
         *.log.deleted                   a segment being deleted (not part of the log)
         cleaner-checkpoint              compaction: first dirty offset, delete horizons
-        cleaner-swap, *.log.cleaned, *.log.swap   only while a clean is under way
+        cleaner-swap, *.log.cleaned, *.log.swap, *.index.cleaned, *.timeindex.cleaned
+                                        only while a clean is under way
         .lock                           flock'd by the one Log that has it open
 
 - Segment files are named by base offset (``%020d.log``); the segment with the highest
@@ -90,8 +91,9 @@ Rules and invariants:
   recovery finishes an interrupted one; retention first checkpoints the new log start
   offset, and recovery deletes every segment below it. Segments are deleted by renaming
   to ``.log.deleted`` (from the end for truncation, so a crash leaves a prefix), one
-  directory fsync, then unlinking; recovery removes ``.deleted`` and orphan index
-  files. A roll creates the new segment only after sealing the old one, so any crash
+  directory fsync, then unlinking (names only: the files are held open until a
+  background thread closes them, which frees their blocks off the owner thread);
+  recovery removes ``.deleted`` and orphan index files. A roll creates the new segment only after sealing the old one, so any crash
   leaves either the old active segment or an empty new one after it.
   ``shm.faults`` names every intermediate step; the crash tests die at each.
 - Indexes: ``reattach_indexes=True`` (default) reattaches shared memory left by the

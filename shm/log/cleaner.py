@@ -36,7 +36,9 @@ import pyarrow as pa
 from shm import batch as codec
 from shm.log import cleaner_core as core
 from shm.log.cleaner_batches import kept_batches
-from shm.log.cleaner_files import CLEANED_SUFFIX, CleanerState, stem
+from shm.index import KIND_OFFSET, KIND_TIME, write_index_file
+from shm.log.cleaner_files import (CLEANED_SUFFIX, INDEX_CLEANED_SUFFIXES, CleanerState,
+                                   stem)
 from shm.segment import NO_TIMESTAMP
 
 WRITE_CHUNK_BYTES = 1 << 20  # cleaned bytes are written (and throttled) in chunks
@@ -290,6 +292,12 @@ class CleanPlan:
         output.size = writer.size
         output.index = writer.index()
         output.kept = writer.size > 0 or number == 0
+        if output.kept:   # its index files too, so the swap only renames them
+            keys, positions, time_keys, time_values = output.index
+            for suffix, kind, k, v in zip(INDEX_CLEANED_SUFFIXES, (KIND_OFFSET, KIND_TIME),
+                                          (keys, time_keys), (positions, time_values)):
+                write_index_file(stem(self.directory, base) + suffix, kind, base,
+                                 self.index_entries_max, k, v)
         stats.bytes_written += writer.size
         stats.batches_written += writer.batches
         if not output.kept:
@@ -362,10 +370,12 @@ def _discard(self: _Output) -> None:
     if self.fd >= 0:
         os.close(self.fd)
         self.fd = -1
-    try:
-        os.unlink(self.path)
-    except FileNotFoundError:
-        pass
+    base_stem = self.path[:-len(CLEANED_SUFFIX)]
+    for path in (self.path,) + tuple(base_stem + s for s in INDEX_CLEANED_SUFFIXES):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 _Output.discard = _discard

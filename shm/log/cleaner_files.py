@@ -6,23 +6,36 @@
                          ``<base> <end> <kept>`` (end: the first offset after the
                          group; kept 0: nothing of the group survived, no new segment)
     <base>.log.cleaned   a cleaned segment being written (not part of the log)
+    <base>.index.cleaned, <base>.timeindex.cleaned   its index files
     <base>.log.swap      a cleaned segment being swapped in (Kafka's .swap)
 
 The swap (``shm.log.cleaner_swap``), with its commit point first:
-1. the .cleaned files are complete and fsynced (the plan's ``build``);
+1. the .cleaned files and their index files (``<base>.index.cleaned``,
+   ``<base>.timeindex.cleaned``) are complete and fsynced, the directory too (the
+   plan's ``build``, on the cleaner thread);
 2. ``cleaner-swap`` is written durably: from here on recovery finishes the swap;
-3. .cleaned -> .swap, directory fsync;
+3. .cleaned -> .swap;
 4. each .swap replaces its group's first old .log (one rename: the group's range never
-   lacks a file for a LocalReader); the group's other old segments are renamed .deleted,
-   directory fsync, then every old segment is deleted (files and shared-memory indexes:
-   this frees the first one's index names for the new segment);
-5. the new segments' indexes are created (stamped with the new file's inode, so a
-   LocalReader never pairs an index with another file) and persisted, directory fsync;
+   lacks a file for a LocalReader); the group's other old segments are renamed
+   .deleted, then every old segment is deleted: names (files and shared-memory indexes:
+   this frees the first one's index names for the new segment) here, the unlinked
+   files' release (closing them frees their blocks, the slow part) on a background
+   thread (``Segment.delete``);
+5. the new segments' shared indexes are created from the build's arrays (stamped with
+   the new file's inode, so a LocalReader never pairs an index with another file), their
+   index files renamed in place, directory fsync;
 6. ``cleaner-checkpoint`` is updated, ``cleaner-swap`` removed.
+Only two points need a barrier: the intent durable before the first rename (step 2),
+and every step durable before the intent's removal can be (step 5's fsync). Between
+them no fsync is needed (Kafka fsyncs after its renames; we do not): recovery keys on
+names that exist in one state only, so any subset of steps 3-5 that reached the disk is
+finished the same way (a .cleaned or .swap file: the group's new data is not in place,
+whatever .log holds its base goes; no .swap: the .log at the base is the new segment;
+every other .log of the range and every index file of it goes and is rebuilt).
 ``finish_swap`` (the loader, before it lists segments) redoes 3-6 from whatever a crash
-left; without ``cleaner-swap`` it removes .cleaned and .swap files (an unfinished
-clean: the old segments are whole). Either the old segments of a group or its new
-segment is in the log, never parts of both.
+left; without ``cleaner-swap`` it removes the clean's .cleaned and .swap files (an
+unfinished clean: the old segments are whole). Either the old segments of a group or
+its new segment is in the log, never parts of both.
 """
 from __future__ import annotations
 
@@ -42,6 +55,10 @@ CLEANER_CHECKPOINT = "cleaner-checkpoint"
 CLEANER_SWAP = "cleaner-swap"
 CLEANED_SUFFIX = ".log.cleaned"
 SWAP_SUFFIX = ".log.swap"
+# A cleaned segment's index files, written (fsynced) with it by the build: the swap
+# renames them to .index / .timeindex, recovery removes them (and rebuilds indexes).
+INDEX_CLEANED_SUFFIXES = (".index.cleaned", ".timeindex.cleaned")
+_LEFTOVERS = (".cleaned", SWAP_SUFFIX)  # every file of a clean that is not in place
 
 
 def stem(directory: str, base: int) -> str:
@@ -149,7 +166,7 @@ def finish_swap(log) -> None:
         raise CheckpointError(f"{e}; refusing to guess which segments a clean replaced")
     if groups is None:
         for name in os.listdir(directory):
-            if name.endswith(CLEANED_SUFFIX) or name.endswith(SWAP_SUFFIX):
+            if name.endswith(_LEFTOVERS):
                 _remove(os.path.join(directory, name))
         return
     for base, _, _ in groups:
@@ -175,7 +192,7 @@ def finish_swap(log) -> None:
     fsync_dir(directory)
     remove_swap_intent(directory)
     for name in os.listdir(directory):   # a .cleaned of a group not in the intent
-        if name.endswith(CLEANED_SUFFIX) or name.endswith(SWAP_SUFFIX):
+        if name.endswith(_LEFTOVERS):
             _remove(os.path.join(directory, name))
     log.recovery.completed_operations.append(
         "clean_swap(" + ",".join(f"{b}-{e}" for b, e, _ in groups) + ")")

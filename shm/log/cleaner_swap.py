@@ -19,8 +19,8 @@ from shm import faults
 from shm.checkpoint import fsync_dir
 from shm.index import KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name
 from shm.log import cleaner
-from shm.log.cleaner_files import (SWAP_SUFFIX, remove_swap_intent, stem,
-                                   write_swap_intent)
+from shm.log.cleaner_files import (INDEX_CLEANED_SUFFIXES, SWAP_SUFFIX, remove_swap_intent,
+                                   stem, write_swap_intent)
 from shm.segment import Segment
 
 
@@ -52,8 +52,8 @@ def swap(log, cleaned) -> bool:
         if output.kept:
             os.rename(output.path, stem(directory, output.base) + SWAP_SUFFIX)
             faults.point("clean:renamed-to-swap")
-    fsync_dir(directory)
-    faults.point("clean:swap-durable")
+    # No directory fsync here nor before the old segments go: from the durable intent
+    # on, recovery finishes the swap from any subset of these steps (cleaner_files).
     # Each group's .swap replaces its first old segment's .log in one rename, so a
     # LocalReader listing the directory never finds the group's range without a file.
     firsts = set()
@@ -69,13 +69,13 @@ def swap(log, cleaned) -> bool:
         if id(old) not in firsts:
             old.mark_deleted()
             faults.point("clean:old-renamed")
-    fsync_dir(directory)
-    faults.point("clean:old-renamed-durable")
+    closes = []
     for old in olds:
-        old.delete()   # also frees the shared-memory index names of the group's base
+        old.delete(closes.append)   # also frees the shared-memory index names of the group's base
         faults.point("clean:old-deleted")
+    log._release(closes)   # the files' close (which frees their blocks) in the background
     new_segments = {o.base: _install(log, o) for o in outputs if o.kept}
-    fsync_dir(directory)
+    fsync_dir(directory)  # every step durable before the intent can go
     faults.point("clean:log-durable")
     replaced = {id(old) for old in olds}
     segments = []
@@ -101,9 +101,10 @@ def swap(log, cleaned) -> bool:
 
 
 def _install(log, output) -> Segment:
-    """The new segment of a group (its file already renamed to .log): its indexes
-    created (the names are free since the old segment went), stamped with the file's
-    inode (a LocalReader uses an index only with that file) and persisted."""
+    """The new segment of a group (its file already renamed to .log): its shared
+    indexes created (the names are free since the old segment went) from the arrays the
+    build made, stamped with the file's inode (a LocalReader uses an index only with
+    that file); its index files, written and fsynced by the build, renamed in place."""
     base = output.base
     indexes = []
     for cls, kind in ((OffsetIndex, KIND_OFFSET), (TimeIndex, KIND_TIME)):
@@ -117,6 +118,8 @@ def _install(log, output) -> Segment:
     output.fd = -1  # the segment owns it now
     segment.map_readonly()
     assert segment.trust(output.size), f"cleaned segment {base} does not walk"
-    segment.indexes_dirty = True
-    segment.persist_indexes()
+    base_stem = stem(log.directory, base)
+    for suffix, final in zip(INDEX_CLEANED_SUFFIXES, (".index", ".timeindex")):
+        os.rename(base_stem + suffix, base_stem + final)
+    segment.indexes_dirty = False  # the files hold what the shared indexes hold
     return segment

@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -80,6 +81,30 @@ def _flusher() -> ThreadPoolExecutor:
     return _flusher_pool
 
 
+_releaser_pool: ThreadPoolExecutor | None = None
+
+
+def _releaser() -> ThreadPoolExecutor:
+    """One background thread per process that closes deleted segments' files (the
+    close of an unlinked file frees its blocks: Kafka's "delete-file" task)."""
+    global _releaser_pool
+    if _releaser_pool is None:
+        _releaser_pool = ThreadPoolExecutor(max_workers=1,
+                                            thread_name_prefix="mk-segment-release")
+    return _releaser_pool
+
+
+def _run_all(closes) -> None:
+    errors = []
+    for close in closes:
+        try:
+            close()
+        except OSError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
 def _fsync_and_close(descriptors: list[int]) -> None:
     # Duplicated descriptors: the log may close or delete the segment meanwhile.
     try:
@@ -126,6 +151,7 @@ class Log:
         self._closed = False
         self._lock_fd = -1
         self._roll_flush: _RollFlush | None = None
+        self._releases: deque[Future] = deque()  # deleted segments' closes under way
         # Idempotent producers' state (shm.producer_state): built from the batch headers
         # the first time it is needed, then kept up to date by every append; dropped by
         # a truncation (rebuilt again on the next need). None: not built.
@@ -446,6 +472,25 @@ class Log:
         self._roll_flush = _RollFlush(_flusher().submit(_fsync_and_close, descriptors),
                                       self.active_segment.base_offset, pending)
 
+    def _release(self, closes) -> None:
+        """``Segment.delete``'s last steps (``closes``: closing the unlinked files, which
+        frees their blocks) on the releaser thread, in one task, so deleting segments
+        on the owner thread costs only renames and unlinks."""
+        while self._releases and self._releases[0].done():  # one thread: in order
+            self._settle(self._releases.popleft())
+        if closes:
+            self._releases.append(_releaser().submit(_run_all, list(closes)))
+
+    def _wait_for_releases(self) -> None:
+        while self._releases:
+            self._settle(self._releases.popleft())
+
+    def _settle(self, future: Future) -> None:
+        try:
+            future.result()
+        except OSError as e:  # the names are gone already: only a descriptor leaked
+            logger.warning("%s: closing a deleted segment: %s", self.directory, e)
+
     def _poll_roll_flush(self, *, wait: bool) -> None:
         """Apply a finished background roll flush (or wait for it)."""
         roll_flush = self._roll_flush
@@ -552,9 +597,11 @@ class Log:
         if later:
             fsync_dir(self.directory)
             faults.point("truncate_to:segments-renamed-durable")
+        closes = []
         for victim in later:
-            victim.delete()
+            victim.delete(closes.append)
             faults.point("truncate_to:segment-deleted")
+        self._release(closes)
         del self.segments[i + 1:]
         del self._bases[i + 1:]
         self._segments_changed += 1
@@ -583,9 +630,11 @@ class Log:
             faults.point("truncate_fully:segment-renamed")
         fsync_dir(self.directory)
         faults.point("truncate_fully:segments-renamed-durable")
+        closes = []
         for segment in self.segments:
-            segment.delete()
+            segment.delete(closes.append)
             faults.point("truncate_fully:segment-deleted")
+        self._release(closes)
         self.segments, self._bases = [], []
         self._add_segment(self._new_segment(offset, wall_clock_ms() if now_ms is None else now_ms))
         fsync_dir(self.directory)
@@ -708,6 +757,7 @@ class Log:
         self.checkpoint_high_watermark()
         for segment in self.segments:
             segment.close(unlink_indexes=True)
+        self._wait_for_releases()
         self._closed = True
         self._unlock()
 
@@ -722,6 +772,7 @@ class Log:
         """Remove the partition directory, its shared memory and its checkpoint entries."""
         for segment in self.segments:
             segment.close(unlink_indexes=True)
+        self._wait_for_releases()
         shutil.rmtree(self.directory, ignore_errors=True)
         for file in (self._recovery_file, self._hw_file, self._log_start_file):
             try:

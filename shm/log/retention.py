@@ -52,9 +52,11 @@ def delete_first_segments(log, count: int) -> None:
         faults.point("retention:segment-renamed")
     fsync_dir(log.directory)
     faults.point("retention:segments-renamed-durable")
+    closes = []
     for victim in victims:
-        victim.delete()
+        victim.delete(closes.append)
         faults.point("retention:segment-deleted")
+    log._release(closes)
     del log.segments[:count]
     del log._bases[:count]
     log._segments_changed += 1

@@ -2,6 +2,7 @@
 plan's refusals, a clean under concurrent appends and reads."""
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 
@@ -353,3 +354,59 @@ def test_one_clean_maps_at_most_dirty_bytes_max_then_the_next_goes_on():
     assert (chosen.count, chosen.end, chosen.clean_bytes) == (4, 40, 200)
     assert choose_range(facts, 0, 50, 10, min_compaction_lag_ms=0,
                         max_compaction_lag_ms=10**12, dirty_bytes_max=50).count == 1
+
+
+def _deleted_files_held(directory: str) -> list[str]:
+    """Files of ``directory`` this process still holds open after they were unlinked."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(directory) and target.endswith("(deleted)"):
+            held.append(target)
+    return held
+
+
+def test_a_swap_renames_the_index_files_the_build_wrote_and_releases_the_old_files(
+        tmp_path, cluster_id):
+    """The build writes each new segment's index files (so the swap only renames them);
+    the old segments' files are unlinked by the swap and closed by the releaser thread;
+    a reopen loads the renamed index files as they are (nothing rebuilt)."""
+    log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+    try:
+        for i in range(600):
+            append(log, [(b"k%d" % (i % 40), b"v%d" % i * 20, 1)])
+            if i % 150 == 149:
+                log.roll(now_ms=1)
+        log.update_high_watermark(log.log_end_offset)
+        before = all_records(log)
+        cleaned = log.cleanable(5).build(now_ms=5)
+        kept = [o.base for o in cleaned.outputs if o.kept]
+        assert kept
+        names = set(os.listdir(log.directory))
+        for base in kept:
+            assert {f"{base:020d}.index.cleaned", f"{base:020d}.timeindex.cleaned"} <= names
+        assert log.swap_cleaned(cleaned)
+        assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap",
+                                                                          ".deleted"))]
+        log._wait_for_releases()   # the releaser thread's closes, done
+        assert _deleted_files_held(log.directory) == []
+        after = all_records(log)
+        assert len(after) < len(before) and after == [r for r in before if r in after]
+        indexes = {s.base_offset: ([s.offset_index.entry(i) for i in range(s.offset_index.count)],
+                                   [s.time_index.entry(i) for i in range(s.time_index.count)])
+                   for s in log.segments if s.base_offset in kept}
+        assert any(len(offsets) > 1 for offsets, _ in indexes.values())
+        log.close()
+        log = Log.open(str(tmp_path), "t", 0, CONFIG, cluster_id=cluster_id)
+        # every segment's two index files read whole; only the active one is scanned
+        assert log.recovery.indexes_loaded == 2 * len(log.segments)
+        assert log.recovery.segments_scanned == 1
+        assert {s.base_offset: ([s.offset_index.entry(i) for i in range(s.offset_index.count)],
+                                [s.time_index.entry(i) for i in range(s.time_index.count)])
+                for s in log.segments if s.base_offset in kept} == indexes
+        assert all_records(log) == after
+    finally:
+        log.delete()

@@ -5,6 +5,7 @@ their descriptors, and the throttle bounding a clean's I/O."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import node.broker.server  # noqa: F401  (the broker package first: its imports are ordered)
-from node.broker.log_cleaner import LogCleaner
+from node.broker.log_cleaner import CLEANING_SWITCH_INTERVAL_S, LogCleaner
 from shm import batch as codec
 from shm.config import LogConfig
 from shm.log import Log
@@ -152,13 +153,18 @@ def test_a_clean_is_aborted_before_a_truncation_and_its_files_removed(logs):
     # slow: about 1 s a segment through the throttle, so the clean is under way
     cleaner = LogCleaner(replicas_of({("t", 0): log}), loop, threads=1,
                          io_max_bytes_per_second=64 * 1024, backoff_ms=100)
+    interval = sys.getswitchinterval()
     cleaner.schedule()
     assert ("t", 0) in cleaner.jobs
+    # while a clean runs the interpreter switches threads more often (the loop's GIL)
+    assert sys.getswitchinterval() == pytest.approx(min(interval,
+                                                        CLEANING_SWITCH_INTERVAL_S))
     time.sleep(0.5)
     started = time.monotonic()
     cleaner.abort(("t", 0))           # what the replica manager does before truncating
     assert time.monotonic() - started < 5, "the abort waits one throttle step, not the clean"
     assert not cleaner.jobs and cleaner.stats.cleans_aborted == 1
+    assert sys.getswitchinterval() == pytest.approx(interval), "restored when idle"
     loop.run_posted()                 # the thread's completion: counted once
     assert cleaner.stats.cleans_aborted == 1 and cleaner.stats.cleans == 0
     assert not [f for f in os.listdir(log.directory) if ".cleaned" in f or ".swap" in f]
