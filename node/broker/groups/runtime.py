@@ -38,8 +38,10 @@ from node.broker.failures import STORAGE_ERRORS
 from node.broker.groups import bodies
 from node.broker.groups.offsets_topic import OFFSETS_TOPIC, OffsetsTopicCreator, partition_for
 from node.broker.loop import now_ms
-from node.kafka.protocol import KafkaProtocolError
+from node.core.groups.config import GroupConfig
+from node.core.groups.shard import GroupShard
 from node.core.replication import CompleteProduce, Role
+from node.kafka.protocol import KafkaProtocolError
 from node.wire import errors
 from node.wire.errors import ErrorCode
 from shm import batch
@@ -68,20 +70,9 @@ _REPLAY_ERRORS = (ValueError, KeyError, IndexError, TypeError, struct.error,
 def group_config(config):
     """The shard's ``GroupConfig`` from the broker's keys: every GroupConfig field
     named as a broker key (dots -> underscores) takes the broker's value."""
-    from node.core.groups.config import GroupConfig
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GroupConfig)
               if hasattr(config, f.name)}
     return GroupConfig(**values)
-
-
-def _shard_class():
-    """``node.core.groups.shard.GroupShard``; None while that core is not built yet
-    (the partitions are then not hosted: NOT_COORDINATOR)."""
-    try:
-        from node.core.groups.shard import GroupShard
-    except ImportError:
-        return None
-    return GroupShard
 
 
 @dataclasses.dataclass(eq=False)
@@ -145,7 +136,6 @@ class GroupRuntime:
         self.hosted: dict[int, Hosted] = {}
         self._group_config = None
         self._topics: dict[str, tuple[str, int]] | None = None
-        self._said_no_shard = False
 
     @property
     def group_config(self):
@@ -207,12 +197,6 @@ class GroupRuntime:
             if led.get(partition) != hosted.leader_epoch:
                 self._unload(hosted, "no longer the leader" if partition not in led
                              else "a new leader epoch")
-        if led and _shard_class() is None:
-            if not self._said_no_shard:
-                self._said_no_shard = True
-                logger.error("this build has no group coordinator core "
-                             "(node.core.groups.shard): group requests get NOT_COORDINATOR")
-            return
         for partition, epoch in led.items():
             if partition not in self.hosted:
                 self._load(partition, epoch)
@@ -236,7 +220,7 @@ class GroupRuntime:
     def _load(self, partition: int, leader_epoch: int) -> None:
         part = self.replicas.partitions[(OFFSETS_TOPIC, partition)]
         hosted = Hosted(partition, leader_epoch,
-                        shard=_shard_class()(partition, self.group_config),
+                        shard=GroupShard(partition, self.group_config),
                         load_offset=part.log.log_start_offset)
         self.hosted[partition] = hosted
         logger.info("%s-%d: loading the group coordinator (leader epoch %d, offsets %d to "
