@@ -17,6 +17,7 @@ from node.broker.log_cleaner import CLEANING_SWITCH_INTERVAL_S, LogCleaner
 from shm import batch as codec
 from shm.config import LogConfig
 from shm.log import Log
+from shm.log.cleaner import THROTTLE_CHUNK_BYTES
 from shm.names import cleanup_cluster
 
 CONFIG = LogConfig(segment_bytes=64 * 1024, cleanup_policy="compact",
@@ -190,7 +191,10 @@ def test_the_throttle_bounds_a_cleans_io(logs):
     elapsed = time.monotonic() - started
     assert cleaner.stats.cleans == 1
     moved = cleaner.stats.bytes_read_written
-    assert moved / elapsed <= rate * 1.3, (moved, elapsed)
+    # Kafka's throttler measures a period from the previous check (here the cleaner's
+    # start): the first chunk after an idle gap is covered by that gap, so one chunk may
+    # pass unthrottled (more of the gap when the machine is slow to start the clean).
+    assert (moved - THROTTLE_CHUNK_BYTES) / elapsed <= rate * 1.3, (moved, elapsed)
     assert moved / elapsed >= rate * 0.5, (moved, elapsed)      # and not much slower
     assert cleaner.stats.throttled_s > 0
     cleaner.close()
