@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -46,6 +47,11 @@ import time
 CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "minikafka")
 PROTOCOLS = ("classic", "consumer")
 POLL_S = 0.05
+# The Python clients log nothing by default (kafka-python adds a NullHandler): their
+# warnings, and kafka-python's group coordinator steps (each JoinGroup/SyncGroup and how
+# it ended), go to stderr, so a member that hangs shows them in Member.describe().
+CLIENT_LOG_LEVEL = logging.WARNING
+CLIENT_LOG_LEVELS = {"kafka.coordinator": logging.INFO}
 MAX_RECORDS_PER_POLL = 500
 COUNT_EVERY_S = 0.1
 COMMIT_RETRY_S = 0.1
@@ -468,8 +474,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.client == "minikafka" and args.protocol != "consumer":
         parser.error("node.client's groups through the brokers are KIP-848's (--protocol "
                      "consumer)")
+    _client_logs()
     RUN[args.client](args, Events(args.report))
     return 0
+
+
+def _client_logs() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(CLIENT_LOG_LEVEL)
+    for name, level in CLIENT_LOG_LEVELS.items():
+        logging.getLogger(name).setLevel(level)
 
 
 if __name__ == "__main__":
