@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -46,6 +47,18 @@ import time
 CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "minikafka")
 PROTOCOLS = ("classic", "consumer")
 POLL_S = 0.05
+# kafka-python 3.0 drops a JoinGroup+SyncGroup that ends between two polls (its next poll
+# finds the join task done and sends a new JoinGroup instead of taking its result). The
+# extra JoinGroup is harmless from a follower, but from the group's leader (e.g. a
+# restarted static member, which takes over its old id's leadership, as Kafka's
+# replaceStaticMember) it rebalances the group. Polls that wait longer leave the join
+# task awaited nearly all the time; a poll still returns as soon as records come.
+KAFKA_PYTHON_POLL_S = 1.0
+# The Python clients log nothing by default (kafka-python adds a NullHandler): their
+# warnings, and kafka-python's group coordinator steps (each JoinGroup/SyncGroup and how
+# it ended), go to stderr, so a member that hangs shows them in Member.describe().
+CLIENT_LOG_LEVEL = logging.WARNING
+CLIENT_LOG_LEVELS = {"kafka.coordinator": logging.INFO}
 MAX_RECORDS_PER_POLL = 500
 COUNT_EVERY_S = 0.1
 COMMIT_RETRY_S = 0.1
@@ -285,8 +298,9 @@ def run_kafka_python(args, events: Events) -> None:
             if events.take_read_again():
                 consumer.seek_to_beginning(*[TopicPartition(args.topic, p)
                                              for p in sorted(events.owned)])
+            polled = consumer.poll(timeout_ms=int(KAFKA_PYTHON_POLL_S * 1000))
             got = [(m.partition, m.offset, m.value)
-                   for batch in consumer.poll(timeout_ms=int(POLL_S * 1000)).values()
+                   for batch in polled.values()
                    for m in batch]
             events.records(got)
             if got and args.commit == "sync":
@@ -468,8 +482,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.client == "minikafka" and args.protocol != "consumer":
         parser.error("node.client's groups through the brokers are KIP-848's (--protocol "
                      "consumer)")
+    _client_logs()
     RUN[args.client](args, Events(args.report))
     return 0
+
+
+def _client_logs() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(CLIENT_LOG_LEVEL)
+    for name, level in CLIENT_LOG_LEVELS.items():
+        logging.getLogger(name).setLevel(level)
 
 
 if __name__ == "__main__":
