@@ -34,7 +34,7 @@ from node.core.groups.classic_group import State, subscription_topics
 from node.core.groups.config import GroupConfig
 from node.core.groups.shard import GroupShard, error_response
 
-SEEDS = 480
+SEEDS = 300
 CLIENTS_MAX = 6
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT = 11, 14, 12, 13, 8
 SESSION_MS, REBALANCE_MS, HEARTBEAT_MS = 600, 800, 100     # Kafka's, scaled down 10x

@@ -34,7 +34,9 @@ def kind(request):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     cluster = Cluster.up(tmp_path_factory.mktemp("cgroups"), brokers=1,
-                         config={"default.replication.factor": "1"},
+                         # no 3 s wait before a new classic group's first rebalance
+                         config={"default.replication.factor": "1",
+                                 "group.initial.rebalance.delay.ms": "0"},
                          cluster_id=new_cluster_id())
     try:
         with Admin(cluster.bootstrap_servers) as admin:

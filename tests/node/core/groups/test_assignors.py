@@ -55,7 +55,7 @@ def loads(result):
 
 
 @given(groups())
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_every_assignor_assigns_each_subscribed_partition_to_exactly_one_subscriber(g):
     members, partitions = g
     for name, assignor in ASSIGNORS.items():
@@ -63,7 +63,7 @@ def test_every_assignor_assigns_each_subscribed_partition_to_exactly_one_subscri
 
 
 @given(groups(), st.randoms())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_assignors_are_deterministic_whatever_the_order_of_their_input(g, rnd):
     members, partitions = g
     shuffled = list(members.items())
@@ -75,7 +75,7 @@ def test_assignors_are_deterministic_whatever_the_order_of_their_input(g, rnd):
 
 
 @given(groups(homogeneous=True))
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_uniform_balances_a_homogeneous_group_within_one(g):
     members, partitions = g
     counts = loads(uniform(members, partitions)).values()
@@ -83,7 +83,7 @@ def test_uniform_balances_a_homogeneous_group_within_one(g):
 
 
 @given(groups())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_uniform_leaves_no_member_two_above_a_less_loaded_subscriber_of_its_topics(g):
     members, partitions = g
     result = uniform(members, partitions)
@@ -96,7 +96,7 @@ def test_uniform_leaves_no_member_two_above_a_less_loaded_subscriber_of_its_topi
 
 
 @given(groups())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_uniform_moves_nothing_when_run_again_on_its_own_result(g):
     members, partitions = g
     first = uniform(members, partitions)
@@ -121,7 +121,7 @@ def test_uniform_is_sticky_when_a_member_joins_a_balanced_group():
 
 
 @given(groups())
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_range_gives_each_topic_contiguous_ranges_in_member_order(g):
     members, partitions = g
     result = range_(members, partitions)
