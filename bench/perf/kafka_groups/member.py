@@ -172,6 +172,16 @@ def _commit_each(events: Events, offsets: dict[int, int], commit, retriable) -> 
         return
 
 
+def _after_poll(events: Events, args, got: list, commit, retriable, storm: list) -> None:
+    """What every synchronous client does with one poll's records: report them, commit
+    each (``--commit sync``), and run the commit storm once it owns a partition."""
+    events.records(got)
+    if got and args.commit == "sync":
+        _commit_each(events, _highest(got), commit, retriable)
+    if storm and events.owned:
+        _storm(events, storm.pop(), commit)
+
+
 def _storm(events: Events, n: int, commit) -> None:
     """``n`` synchronous commits of the lowest partition owned (offsets 1..n), each timed,
     without polling in between (the client must keep its membership meanwhile)."""
@@ -250,11 +260,7 @@ def run_confluent(args, events: Events) -> None:
                         os._exit(2)
                     continue
                 got.append((msg.partition(), msg.offset(), msg.value()))
-            events.records(got)
-            if got and args.commit == "sync":
-                _commit_each(events, _highest(got), commit, retriable)
-            if storm and events.owned:
-                _storm(events, storm.pop(), commit)
+            _after_poll(events, args, got, commit, retriable, storm)
     finally:
         events.counts(True)
         consumer.close()
@@ -302,11 +308,7 @@ def run_kafka_python(args, events: Events) -> None:
             got = [(m.partition, m.offset, m.value)
                    for batch in polled.values()
                    for m in batch]
-            events.records(got)
-            if got and args.commit == "sync":
-                _commit_each(events, _highest(got), commit, retriable)
-            if storm and events.owned:
-                _storm(events, storm.pop(), commit)
+            _after_poll(events, args, got, commit, retriable, storm)
     finally:
         events.counts(True)
         consumer.close()
@@ -438,12 +440,8 @@ def run_native(args, events: Events) -> None:
                                              for p in sorted(events.owned)])
             got = [(r.partition, r.offset, r.value)
                    for r in consumer.poll(timeout_ms=int(POLL_S * 1000))]
-            events.records(got)
-            if got and args.commit == "sync":
-                _commit_each(events, _highest(got), commit,
-                             lambda e: getattr(e, "retriable", False))
-            if storm and events.owned:
-                _storm(events, storm.pop(), commit)
+            _after_poll(events, args, got, commit, lambda e: getattr(e, "retriable", False),
+                        storm)
     finally:
         events.counts(True)
         consumer.close()
