@@ -1,0 +1,187 @@
+"""The chaos run's command line and its profiles: ``chaos run|sweep|check|replay``'s
+flags, what each profile sets on the brokers and on the workload's clients, and the
+checks of flag combinations (``UsageError``: one line, exit 2).
+
+A profile maps to worker options (``bench.chaos.clients.worker_command``) the same way
+for every client; everything else keeps the client's own default:
+
+- ``safe``: acks all, idempotence on;
+- ``acks1``: acks 1, idempotence off;
+- ``unclean``, ``hw-truncation``: acks all, idempotence on.
+
+``--group`` makes the consumers members of the group ``chaos-group`` (``--consumers``
+defaults to 2 then, so there is a rebalance to judge). ``--group-protocol`` picks
+the classic protocol or KIP-848's ``consumer`` protocol; only the clients that speak
+KIP-848 take ``consumer`` (native, whose default it is, and confluent-kafka's
+``group.protocol=consumer``); omitted, each client uses its own default (classic for
+every real client).
+"""
+from __future__ import annotations
+
+import argparse
+
+from node.tools.common import ToolError
+
+TOPIC = "chaos"
+PARTITIONS = 3
+GROUP = "chaos-group"
+GROUP_CONSUMERS = 2          # --consumers when --group is given without it
+PROFILES = {
+    "safe": {"acks": "all", "idempotence": "on", "min.insync.replicas": "2",
+             "broker": {"unclean.leader.election.enable": "false",
+                        "replication.truncation.mode": "leader-epoch"}},
+    "acks1": {"acks": "1", "idempotence": "off", "min.insync.replicas": "1",
+              "broker": {"unclean.leader.election.enable": "false"}},
+    # An out-of-sync replica may be elected when no ISR member is left: it lacks what
+    # the ISR acknowledged (the seeds' acks=all walkthrough, its last step).
+    "unclean": {"acks": "all", "idempotence": "on", "min.insync.replicas": "1",
+                "broker": {"unclean.leader.election.enable": "true",
+                           "replication.truncation.mode": "leader-epoch"}},
+    # Kafka before KIP-101: a restarted follower truncates to its high watermark, so a
+    # double failure loses acknowledged writes (seeds 000/001/004, KIP-101 scenario 1).
+    "hw-truncation": {"acks": "all", "idempotence": "on", "min.insync.replicas": "2",
+                      "broker": {"unclean.leader.election.enable": "false",
+                                 "replication.truncation.mode": "high-watermark"}},
+}
+BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "4000",
+                   "replica.fetch.wait.max.ms": "100"}
+# The clients that speak KIP-848's consumer group protocol, and the setting that picks
+# the protocol in each one's own spelling.
+GROUP_PROTOCOL_SETTING = {"native": "group.protocol", "confluent-kafka": "group.protocol"}
+COMPOSE_HELP = ("the seed draws rounds of one or two overlapping faults (Jepsen's "
+                "composed nemeses) instead of one fault at a time")
+DEFAULT_FAULTS = "kill,pause,restart,controller,coordinator"
+SWEEP_FAULTS = "kill,pause,restart,controller,coordinator,coordinator-pause,slow,power-failure"
+
+
+class UsageError(ToolError):
+    """Bad flags or a bad schedule file: exit 2."""
+
+
+def ms(value) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def clients() -> tuple[str, ...]:
+    from bench.chaos.clients import CLIENTS
+    return CLIENTS
+
+
+def check_client(client: str, group: bool, group_protocol: str | None,
+                 value_format: str = "plain") -> None:
+    """Raise ``UsageError`` for a client that cannot run here or a flag it cannot take."""
+    from bench.chaos.clients import CLIENTS, missing
+    if client not in CLIENTS:
+        raise UsageError(f"--client {client!r}: one of {', '.join(CLIENTS)}")
+    if value_format != "plain" and client != "native":
+        raise UsageError(f"--value-format {value_format} needs --client native (the "
+                         f"real clients write plain values)")
+    if group_protocol is not None and not group:
+        raise UsageError("--group-protocol needs --group")
+    if group_protocol == "consumer" and client not in GROUP_PROTOCOL_SETTING:
+        raise UsageError(f"--group-protocol consumer (KIP-848): {client} speaks only the "
+                         f"classic protocol; clients that speak it: "
+                         f"{', '.join(GROUP_PROTOCOL_SETTING)}")
+    why = missing(client)
+    if why:
+        raise UsageError(f"--client {client}: {why}")
+
+
+def worker_options(profile: str, role: str, client: str, group: bool,
+                   group_protocol: str | None) -> dict:
+    """``worker_command`` keyword options of one workload member, from the profile (the
+    producers) and the group flags (the consumers)."""
+    p = PROFILES[profile]
+    if role == "producer":
+        return {"acks": p["acks"], "idempotence": p["idempotence"]}
+    options: dict = {}
+    if group:
+        options["group"] = GROUP
+        if group_protocol is not None:
+            options["settings"] = {GROUP_PROTOCOL_SETTING.get(client, "group.protocol"):
+                                   group_protocol}
+    return options
+
+
+def consumers_of(args) -> int:
+    if args.consumers is not None:
+        return args.consumers
+    return GROUP_CONSUMERS if getattr(args, "group", False) else 1
+
+
+def _client_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", default="native", metavar="NAME",
+                        help="the workload's Kafka client: native (default), "
+                             "confluent-kafka, kafka-python, aiokafka or kafkajs (real "
+                             "clients use the brokers' Kafka listener)")
+    parser.add_argument("--group", action="store_true",
+                        help=f"the consumers subscribe as members of the group {GROUP} "
+                             f"(default {GROUP_CONSUMERS} of them); the checker judges "
+                             f"group delivery too")
+    parser.add_argument("--group-protocol", choices=("classic", "consumer"), default=None,
+                        help="the group protocol (default: the client's own; consumer = "
+                             "KIP-848: native and confluent-kafka)")
+
+
+def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from node.paths import absolute_path
+
+    sub = parser.add_subparsers(dest="chaos_command", required=True)
+    run = sub.add_parser("run", help="start a cluster, run the workload under faults, check")
+    run.add_argument("--dir", required=True, type=absolute_path,
+                     help="a new directory for the run")
+    run.add_argument("--brokers", type=int, default=3)
+    run.add_argument("--netns", action="store_true",
+                     help="every process in its own network namespace (root): enables the "
+                          "partition fault")
+    run.add_argument("--profile", default="safe", choices=sorted(PROFILES))
+    run.add_argument("--faults", default=DEFAULT_FAULTS)
+    run.add_argument("--duration", type=float, default=30.0, help="seconds of workload")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--partitions", type=int, default=PARTITIONS,
+                     help="of the topic chaos (replication factor 3)")
+    run.add_argument("--producers", type=int, default=2)
+    run.add_argument("--consumers", type=int, default=None,
+                     help=f"default 1 ({GROUP_CONSUMERS} with --group)")
+    run.add_argument("--rate", type=float, default=200.0, help="sends/s per producer")
+    run.add_argument("--schedule", default=None, type=absolute_path,
+                     help="a schedule.json to run instead")
+    run.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
+    run.add_argument("--value-format", choices=("plain", "avro"), default="plain",
+                     help="avro (--client native only): the producers write typed values "
+                          "(bench.chaos.worker's CHAOS_VALUE_SCHEMA) registered in the "
+                          "cluster's schema registry")
+    _client_flags(run)
+    sweep = sub.add_parser("sweep", help="many seeded runs one after another, and a summary")
+    sweep.add_argument("--dir", required=True, type=absolute_path,
+                       help="a directory for the runs (RUN/seed-N)")
+    sweep.add_argument("--seeds", default="1-50", help="e.g. 1-50 or 3,7,9")
+    sweep.add_argument("--profile", default="safe", choices=sorted(PROFILES))
+    sweep.add_argument("--faults", default=SWEEP_FAULTS)
+    sweep.add_argument("--duration", type=float, default=60.0)
+    sweep.add_argument("--netns", action="store_true")
+    sweep.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
+    sweep.add_argument("--rate", type=float, default=200.0)
+    sweep.add_argument("--keep", action="store_true",
+                       help="keep every run's files (default: only the invalid runs')")
+    _client_flags(sweep)
+    check_ = sub.add_parser("check", help="check a recorded run again")
+    check_.add_argument("run", type=absolute_path)
+    again = sub.add_parser("replay", help="run a recorded run's schedule again")
+    again.add_argument("run", type=absolute_path)
+    return parser
+
+
+def check_run_args(args) -> None:
+    """The flag checks of ``chaos run`` (before anything starts)."""
+    consumers = consumers_of(args)
+    if args.brokers < 1 or args.duration <= 0 or args.rate <= 0 or \
+            args.producers < 1 or consumers < 0 or args.partitions < 1:
+        raise UsageError("--brokers, --duration, --rate and --producers must be positive")
+    if args.compose and args.schedule:
+        raise UsageError("--compose draws a schedule from --seed; --schedule gives one: "
+                         "not both")
+    if args.profile not in PROFILES:
+        raise UsageError(f"--profile: one of {', '.join(PROFILES)}")
+    check_client(args.client, args.group, args.group_protocol,
+                 getattr(args, "value_format", "plain"))
