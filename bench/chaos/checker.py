@@ -50,13 +50,17 @@ EXAMPLES_MAX = 20
 class Op:
     process: str
     type: str            # invoke | ok | fail | info
-    f: str               # send | poll
+    f: str               # send | poll | assign | revoke | commit | committed
     time_ns: int
     value: bytes | None = None
     partition: int = -1
     offset: int = -1
     reads: tuple = ()    # poll ok: ((partition, offset, value), ...)
     error: str | None = None
+    partitions: tuple = ()   # assign / revoke: (partition, ...)
+    offsets: tuple = ()      # commit / committed: ((partition, offset), ...)
+    member: str = ""         # assign: the group member id, where the client exposes it
+    generation: int = -1     # assign: the group generation (-1: unknown)
 
 
 @dataclass(frozen=True)
