@@ -47,7 +47,7 @@ BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max
                    "replica.fetch.wait.max.ms": "100"}
 # The clients that speak KIP-848's consumer group protocol, and the setting that picks
 # the protocol in each one's own spelling.
-GROUP_PROTOCOL_SETTING = {"native": "group.protocol", "confluent-kafka": "group.protocol"}
+GROUP_PROTOCOL_SETTING = {"native": "group_protocol", "confluent-kafka": "group.protocol"}
 COMPOSE_HELP = ("the seed draws rounds of one or two overlapping faults (Jepsen's "
                 "composed nemeses) instead of one fault at a time")
 DEFAULT_FAULTS = "kill,pause,restart,controller,coordinator"
@@ -98,8 +98,8 @@ def worker_options(profile: str, role: str, client: str, group: bool,
     if group:
         options["group"] = GROUP
         if group_protocol is not None:
-            options["settings"] = {GROUP_PROTOCOL_SETTING.get(client, "group.protocol"):
-                                   group_protocol}
+            options["set"] = {GROUP_PROTOCOL_SETTING.get(client, "group.protocol"):
+                              group_protocol}
     return options
 
 
