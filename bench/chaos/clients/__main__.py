@@ -33,6 +33,17 @@ def exec_kafkajs(argv: list[str]) -> None:
     os.execvpe("node", ["node", str(KAFKAJS_WORKER), *argv], env)
 
 
+def _stderr_log() -> None:
+    """The clients' warnings to stderr (the worker's log file); an adapter may lower one
+    logger's level to observe its debug lines without printing them."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(CLIENT_LOG_LEVEL)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(CLIENT_LOG_LEVEL)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -48,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = options.settings(args.client, args.role, args)
     except options.UsageError as e:
         return _usage(str(e))
-    logging.basicConfig(stream=sys.stderr, level=CLIENT_LOG_LEVEL,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _stderr_log()
     adapter = importlib.import_module(ADAPTERS[args.client])
     em = Emitter(args.name)
     stop = common.Stop(args.duration)

@@ -2,6 +2,7 @@
 SIGTERM/SIGINT) and the send pacing."""
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -99,3 +100,34 @@ def bounded(fn, timeout_s: float, what: str, em=None) -> bool:
     if box and box[0] is not None:
         raise box[0]
     return True
+
+
+class ClientLog(logging.Handler):
+    """A Python client's log records as ``client`` events: ``retry`` for the records
+    ``is_retry`` picks (with our cumulative count of them: the retried requests the
+    client logged), ``log`` for the other errors; ``on_record(record)`` sees every record
+    first and returns True to consume it (e.g. aiokafka's commit lines)."""
+
+    def __init__(self, em, is_retry, on_record=None) -> None:
+        super().__init__(logging.DEBUG)
+        self.em = em
+        self.is_retry = is_retry
+        self.on_record = on_record
+        self.retries = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self.on_record is not None and self.on_record(record):
+                return
+            if self.is_retry(record):
+                self.retries += 1
+                self.em.client("retry", record.getMessage(), count=self.retries)
+            elif record.levelno >= logging.ERROR:
+                self.em.client("log", f"{record.name}: {record.getMessage()}")
+        except Exception:   # a logging handler never raises into the client
+            self.handleError(record)
+
+    def attach(self, *loggers: str) -> "ClientLog":
+        for name in loggers:
+            logging.getLogger(name).addHandler(self)
+        return self
