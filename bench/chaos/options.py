@@ -44,7 +44,11 @@ PROFILES = {
                                  "replication.truncation.mode": "high-watermark"}},
 }
 BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "4000",
-                   "replica.fetch.wait.max.ms": "100"}
+                   "replica.fetch.wait.max.ms": "100",
+                   # A group's first JoinGroup is answered at once (Kafka's default waits
+                   # 3 s, and 3 s more per member arriving): the run's seconds go to faults,
+                   # and every later member's arrival is a rebalance the checker judges.
+                   "group.initial.rebalance.delay.ms": "0"}
 # The clients that speak KIP-848's consumer group protocol, and the setting that picks
 # the protocol in each one's own spelling.
 GROUP_PROTOCOL_SETTING = {"native": "group_protocol", "confluent-kafka": "group.protocol"}

@@ -78,6 +78,7 @@ HEAL_TIMEOUT_S = 60.0
 WORKER_GRACE_S = 30.0        # past --duration: flushing, closing, leaving the group
 WORKER_STOP_S = 15.0         # a worker asked to stop (stdin closed) gets this long
 PROGRESS_EVERY_S = 1.0
+START_TIMEOUT_S = 60.0       # for every worker's start event (its client constructed)
 
 
 def load_run(run: Path) -> tuple[list[Op], dict, list[Fault], dict]:
@@ -164,6 +165,29 @@ def _start_workers(cluster, run: Path, args, consumers: int, workers: dict) -> N
             workers[name] = WorkerStream(command, prefix=prefix, log_path=run / f"{name}.log")
 
 
+def _wait_started(workers: dict, run: Path) -> None:
+    """Until every worker has reported its start (imports done, client constructed): the
+    faults' times count from the workload's real start, not from the processes' spawn."""
+    from node.waiting import poll_until
+
+    def ready():
+        for name, w in workers.items():
+            if w.client_info is None and w.returncode is not None:
+                raise ToolError(f"workload process {name} exited ({w.returncode}) before "
+                                f"it started: {_log_tail(run / f'{name}.log')}")
+        return all(w.client_info is not None for w in workers.values())
+    poll_until(ready, START_TIMEOUT_S, "every workload process to start",
+               interval_s=0.05, error=ToolError)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return f"see {path}"
+    return (lines[-1][:300] if lines else "(nothing logged)") + f" (see {path})"
+
+
 def _client_meta(client: str, workers: dict) -> dict:
     """``{"name", "version", "settings": {"producer": {...}, "consumer": {...}}}`` from the
     workers' start events (the settings the run gave, not the client's defaults)."""
@@ -242,6 +266,7 @@ def run_chaos(args) -> int:
             admin.close()
         running_nemesis = nemesis.Nemesis(cluster, schedule, TOPIC, args.seed)
         _start_workers(cluster, run, args, consumers, workers)
+        _wait_started(workers, run)
         if args.group:
             from bench.chaos.observer import Observer
             observer = Observer(cluster.bootstrap_servers, GROUP, TOPIC)
@@ -273,8 +298,8 @@ def run_chaos(args) -> int:
             write_history(run / "history" / f"{name}.parquet", w.history())
         failed = [name for name, w in workers.items() if w.returncode]
         if failed:
-            raise ToolError(f"workload process(es) {', '.join(failed)} failed: see "
-                            f"{run}/{failed[0]}.log")
+            raise ToolError(f"workload process(es) {', '.join(failed)} failed: "
+                            f"{_log_tail(run / f'{failed[0]}.log')}")
         print("healed; waiting for every partition to have a leader and a full ISR",
               flush=True)
         try:
