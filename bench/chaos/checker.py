@@ -7,25 +7,65 @@ unique value; its ``ok`` carries the partition and offset the leader acknowledge
 ``poll`` ``ok`` carries what was read: ``reads`` = [(partition, offset, value), ...] in
 the order the consumer got them. After the faults heal, the final read of every
 partition, offset 0 to the high watermark, is given as ``final`` =
-{partition: [(offset, value), ...]}.
+{partition: [(offset, value), ...]}. Group consumers also report (all ``ok``) ``assign``
+and ``revoke`` (``partitions``, ``member``, ``generation``; a revoke with ``error``
+"lost" when the client found it had been expelled) and ``commit`` (``offsets`` =
+((partition, offset), ...) the client says were committed); ``committed`` ops are what
+an observer read from the brokers (the group's committed offsets, sampled).
 
-Anomalies, as Jepsen's Kafka checker names them:
+Anomalies, named after Jepsen's Kafka checker (``jepsen.tests.kafka``, its keyword in
+brackets) where it has one; where we differ, it says so:
 
-- **lost**: acknowledged, yet absent from the final read. The final read covers the
-  whole committed log once every fault has healed and every writer has stopped, so an
-  acknowledged offset beyond its end is lost too (a deposed leader's log truncated
-  away). Stricter than Jepsen's "never read": a value a consumer saw before the log
-  lost it counts too. A partition the final read has no entry for is not judged.
-- **duplicate**: one value at two offsets (a retried send written twice; expected
-  without the idempotent producer, so counted apart from the anomalies that fail a run);
-- **inconsistent offsets**: two different values read at one (partition, offset);
-- **nonmonotonic poll**: a consumer's reads of a partition went backwards;
-- **poll skip**: a consumer jumped over offsets that the final read holds;
-- **unexpected**: a value read that no process ever sent;
-- **aborted read** (Adya's G1a): a value in the log, read by a poll or the final read,
-  whose send completed ``fail`` (the client was told it certainly did not happen). An
-  ``info`` send's value may or may not be there: neither its absence nor its presence
-  is an anomaly.
+- **lost** [``:lost-write``]: acknowledged, yet absent from the final read. The final
+  read covers the whole committed log once every fault has healed and every writer has
+  stopped, so an acknowledged offset beyond its end is lost too (a deposed leader's log
+  truncated away). Jepsen instead bounds the check by the highest offset any consumer
+  polled and calls "lost" only what no one polled; ours is stricter: a value a consumer
+  saw before the log lost it counts too. A partition the final read has no entry for
+  is not judged.
+- **duplicate** [``:duplicate``]: one value at two offsets (a retried send written
+  twice; expected without the idempotent producer, so counted apart from the anomalies
+  that fail a run unless ``duplicates_fail``);
+- **inconsistent** [``:inconsistent-offsets``]: two different values read at one
+  (partition, offset);
+- **nonmonotonic** [``:nonmonotonic-poll`` and ``:int-nonmonotonic-poll``]: a
+  consumer's reads of a partition went backwards or repeated an offset, within a poll
+  or between two polls;
+- **skip** [``:poll-skip`` and ``:int-poll-skip``]: a consumer jumped over offsets that
+  the final read holds (gaps the final read lacks, e.g. transaction markers, are not
+  skips). For a group consumer both restart at each ``assign`` of the partition (the
+  new owner starts at the committed offset; partitions it keeps, as in a cooperative
+  rebalance, keep their continuity); a standalone consumer is held to them over the
+  whole run. Jepsen keeps the last reads of the partitions still assigned after an
+  ``:assign``/``:subscribe`` and, with subscribe, allows poll-skip and
+  nonmonotonic-poll altogether;
+- **unexpected**: a value read that no process ever sent (Jepsen has no name for it:
+  its analysis stops with ``:no-writer-of``);
+- **aborted_read** [``:G1a``, Adya's aborted read]: a value in the log, read by a poll
+  or the final read, whose send completed ``fail`` (the client was told it certainly
+  did not happen). An ``info`` send's value may or may not be there: neither its
+  absence nor its presence is an anomaly.
+
+With ``group=True``, three about consumer groups (``bench.chaos.group_checker`` holds
+the details). Jepsen has none of them: it checks no committed offsets, and its nearest,
+``consume-counts`` (a value polled twice by one subscribed process), is only reported.
+
+- **group_lost**: an offset in the final read, below the highest offset the group ever
+  committed for its partition (a member's ``commit`` ok or an observer's
+  ``committed`` sample), that no member of the group ever read. At-least-once allows
+  re-reads, never gaps below a commit (Jepsen's lost-write, bounded by the committed
+  offset instead of the highest poll). A record no one read above every commit is not
+  one (the group had not got there);
+- **group_double_read**: one (partition, offset) read by two different members while
+  both owned the partition: both reads fall where their ownership intervals (assign to
+  revoke) overlap, and where both report a generation, it is the same one. Not one:
+  the next owner re-reading from the committed offset what the last owner read before
+  it was assigned (at-least-once redelivery), a zombie of an older generation, or one
+  whose ownership ended ``lost`` when generations are unknown (fetches are not fenced,
+  Kafka allows it);
+- **commit_backwards**: the observer's committed offset for a partition went down from
+  one sample to the next, or one member's own commit acknowledgements for a partition
+  went down within one ownership interval (in the order of its callbacks).
 
 And one Jepsen cannot check, from the brokers' own segment files after the run
 (``replicas`` = {partition: {broker: [(offset, value), ...]}} below each partition's
@@ -43,7 +83,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.chaos import group_checker
+
 EXAMPLES_MAX = 20
+GROUP_ANOMALIES = ("group_lost", "group_double_read", "commit_backwards")
+# One line per anomaly, for a verdict's reader (the examples' fields in brackets).
+ANOMALY_HELP = {
+    "lost": "acknowledged, yet not in the final read [value, partition, offset]",
+    "duplicate": "one value at two offsets [value, [(partition, offset), ...]]",
+    "inconsistent": "two values read at one offset [partition, offset, values]",
+    "nonmonotonic": "a consumer's reads went backwards [process, partition, last, read]",
+    "skip": "a consumer jumped over offsets the log holds [process, partition, last, read]",
+    "unexpected": "read, never sent [value, [(partition, offset), ...]]",
+    "aborted_read": "its send failed, yet it was read [value, [(partition, offset), ...]]",
+    "divergent": "replicas differ below the high watermark [partition, offset, {broker: value}]",
+    "group_lost": "below a committed offset, read by no member "
+                  "[partition, offset, value, committed]",
+    "group_double_read": "read by two members owning the partition at once "
+                         "[partition, offset, member, member]",
+    "commit_backwards": "a committed offset went down [observer or member, partition, "
+                        "before, after]",
+}
 
 
 @dataclass(frozen=True)
@@ -86,6 +146,11 @@ class Verdict:
     unexpected: list = field(default_factory=list)
     aborted_read: list = field(default_factory=list)  # (value, [(partition, offset)])
     divergent: list = field(default_factory=list)   # (partition, offset, {broker: value})
+    group: bool = False          # judged as a consumer group (check(..., group=True))
+    group_lost: list = field(default_factory=list)          # (p, offset, value, committed)
+    group_double_read: list = field(default_factory=list)   # (p, offset, member, member)
+    commit_backwards: list = field(default_factory=list)    # (who, p, before, after)
+    group_stats: dict = field(default_factory=dict)
     recovery_ms: list = field(default_factory=list)   # (fault, target, ms or None)
     longest_gap_ms: float = 0.0
     duplicates_fail: bool = False
@@ -96,7 +161,8 @@ class Verdict:
                 "inconsistent": len(self.inconsistent),
                 "nonmonotonic": len(self.nonmonotonic), "skip": len(self.skip),
                 "unexpected": len(self.unexpected), "aborted_read": len(self.aborted_read),
-                "divergent": len(self.divergent)}
+                "divergent": len(self.divergent),
+                **({k: len(getattr(self, k)) for k in GROUP_ANOMALIES} if self.group else {})}
 
     @property
     def valid(self) -> bool:
@@ -110,6 +176,7 @@ class Verdict:
                 "failed": self.failed, "unknown": self.unknown, "read": self.read,
                 **self.anomalies, "longest_gap_ms": round(self.longest_gap_ms, 1),
                 "recovery_ms": self.recovery_ms,
+                **({"group_stats": self.group_stats} if self.group else {}),
                 "examples": {k: [_show(x) for x in getattr(self, k)[:EXAMPLES_MAX]]
                              for k in self.anomalies if getattr(self, k)}}
 
@@ -143,8 +210,9 @@ def log_matching(replicas: dict[int, dict[int, list[tuple[int, bytes]]]],
 def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
           faults: list[Fault] = (), *, duplicates_fail: bool = False,
           start_ns: int | None = None, end_ns: int | None = None,
-          replicas: dict | None = None, high_watermarks: dict | None = None) -> Verdict:
-    v = Verdict(duplicates_fail=duplicates_fail)
+          replicas: dict | None = None, high_watermarks: dict | None = None,
+          group: bool = False) -> Verdict:
+    v = Verdict(duplicates_fail=duplicates_fail, group=group)
     if replicas is not None:
         v.divergent = log_matching(replicas, high_watermarks or {})
     sent: set[bytes] = set()
@@ -179,6 +247,10 @@ def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
             saw(partition, offset, value)
     last_read: dict[tuple[str, int], int] = {}
     for op in history:
+        if op.f == "assign" and op.type == "ok":
+            for partition in op.partitions:   # a new owner starts at the committed offset
+                last_read.pop((op.process, partition), None)
+            continue
         if op.f != "poll" or op.type != "ok":
             continue
         for partition, offset, value in op.reads:
@@ -215,6 +287,14 @@ def check(history: list[Op], final: dict[int, list[tuple[int, bytes]]],
     v.duplicate.sort()
     v.unexpected.sort()
     v.aborted_read.sort()
+
+    if group:
+        members = group_checker.members(history)
+        v.group_lost = group_checker.group_lost(history, final, members)
+        v.group_double_read = group_checker.double_reads(history,
+                                                         group_checker.ownership(history))
+        v.commit_backwards = group_checker.commit_backwards(history)
+        v.group_stats = group_checker.stats(history, members)
 
     ack_times = sorted(t for _, _, t in acked.values())
     for fault in faults:
