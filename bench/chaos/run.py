@@ -117,12 +117,9 @@ def judge(run: Path) -> int:
                     replicas=meta.pop("replicas"),
                     high_watermarks={int(p): hw for p, hw in
                                      meta.get("high_watermarks", {}).items()},
-                    **({"group": True} if group else {}))
+                    group=group)
     summary = verdict.summary()
     summary["overlaps"] = fault_overlaps(faults, meta.get("workload_start_ns") or 0)
-    if group:
-        summary["group_ops"] = {f: sum(1 for op in history if op.f == f and op.type == "ok")
-                                for f in ("assign", "revoke", "commit", "committed")}
     (run / "verdict.json").write_text(json.dumps(summary, indent=1, default=str))
     print_verdict(meta, summary)
     return 0 if verdict.valid else 1

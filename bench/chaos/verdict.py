@@ -3,12 +3,12 @@ its version, what the run set on it), the counts, each anomaly's count, recovery
 fault, the group's verdict lines with ``--group``, examples, VALID or INVALID."""
 from __future__ import annotations
 
-from bench.chaos.checker import Fault
+from bench.chaos.checker import ANOMALY_HELP, GROUP_ANOMALIES, Fault
 from bench.chaos.options import ms
 
 COUNTS = ("sends", "acknowledged", "failed", "unknown", "read", "lost", "duplicate",
           "inconsistent", "nonmonotonic", "skip", "unexpected", "aborted_read", "divergent")
-GROUP_COUNTS = ("group_lost", "group_double_read", "commit_backwards")
+GROUP_COUNTS = GROUP_ANOMALIES
 # The anomalies a sweep sums (``duplicate`` among them: it fails an idempotent run).
 ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "unexpected",
              "aborted_read", "divergent") + GROUP_COUNTS
@@ -54,11 +54,13 @@ def print_verdict(meta: dict, s: dict) -> None:
             note = "  (expected without the idempotent producer)"
         print(f"  {name:<18}{s.get(name, 0):>10}{note}")
     if group:
-        g = s.get("group_ops", {})
-        print(f"  group: {g.get('assign', 0)} assignments, {g.get('revoke', 0)} revocations, "
-              f"{g.get('commit', 0)} commits reported, {g.get('committed', 0)} committed "
-              f"offsets seen by the observer ({meta.get('observer_errors', 0)} samples "
-              f"failed)")
+        g = s.get("group_stats", {})
+        print(f"  group: {len(g.get('members', []))} members, {g.get('assign', 0)} "
+              f"assignments, {g.get('revoke', 0)} revocations ({g.get('lost', 0)} lost), "
+              f"{g.get('commit', 0)} commits reported ({g.get('commit_failed', 0)} failed), "
+              f"{g.get('committed_samples', 0)} committed offsets seen by the observer "
+              f"({meta.get('observer_errors', 0)} samples failed)")
+        print(f"  committed at the end: {g.get('committed', {})}")
     by_fault: dict[str, list] = {}
     for fault, _, value in s["recovery_ms"]:
         by_fault.setdefault(fault, []).append(value)
@@ -73,5 +75,5 @@ def print_verdict(meta: dict, s: dict) -> None:
     print(f"  longest window without an acknowledgement: {s['longest_gap_ms']:.0f} ms")
     for kind, examples in s.get("examples", {}).items():
         if kind != "duplicate" or not s["valid"] or meta.get("idempotent"):
-            print(f"  {kind}: {examples[:5]}")
+            print(f"  {kind} ({ANOMALY_HELP.get(kind, '')}): {examples[:5]}")
     print("VALID" if s["valid"] else "INVALID: the checker found anomalies")

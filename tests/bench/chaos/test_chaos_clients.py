@@ -18,7 +18,7 @@ from shm.names import cluster_objects
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-KILL_LEADER = [{"at_ms": 2500, "duration_ms": 2000, "fault": "kill", "target": "leader"}]
+KILL_LEADER = [{"at_ms": 3000, "duration_ms": 2000, "fault": "kill", "target": "leader"}]
 
 
 def chaos(*args, timeout=180, env=None):
