@@ -50,7 +50,9 @@ The run folder keeps ``schedule.json`` (replayable), ``run.json`` (the run's set
 the client: name, version, settings), ``history/*.parquet`` (one file per workload
 process, and ``observer.parquet``; schema in ``bench.chaos.history``), ``final.parquet``
 (the final read), ``faults.json`` (what the nemesis did, when), every worker's log
-(``p0.log`` ...) and ``verdict.json``. Exit 0 when the history is valid, 1 when the
+(``p0.log`` ...: the client's stderr), ``clients.json`` (each worker's start and end
+events and what its client reported that is not an op: errors, retries) and
+``verdict.json``. Exit 0 when the history is valid, 1 when the
 checker found anomalies, 2 on bad usage.
 """
 from __future__ import annotations
@@ -198,6 +200,14 @@ def _client_meta(client: str, workers: dict) -> dict:
     return out
 
 
+def _write_client_events(path: Path, workers: dict) -> None:
+    """What each client said that is not an op (errors, retries, log lines), with its
+    start and end events: the run's record of the clients' own view."""
+    path.write_text(json.dumps(
+        {name: {"start": w.client_info, "end": w.end_info, "events": w.client_events}
+         for name, w in workers.items()}, indent=1, default=str))
+
+
 def _progress(workers: dict, observer, nemesis_, started: float, duration: float,
               last: dict) -> str:
     producers = [w for name, w in workers.items() if name.startswith("p")]
@@ -290,6 +300,7 @@ def run_chaos(args) -> int:
             meta["observer_last_error"] = observer.last_error
             write_history(run / "history" / "observer.parquet", observer.ops)
         meta["client"] = _client_meta(args.client, workers)
+        _write_client_events(run / "clients.json", workers)
         for name, w in workers.items():
             w.wait(WORKER_STOP_S)     # its last events read
             write_history(run / "history" / f"{name}.parquet", w.history())
