@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 
-from bench.chaos.clients import KAFKAJS_WORKER, missing, node_modules
 from bench.chaos.clients import common, options
+from bench.chaos.clients.lookup import KAFKAJS_WORKER, missing, node_modules
 from bench.chaos.clients.events import Emitter, error_text
 
 PROG = "python -m bench.chaos.clients"

@@ -3,6 +3,7 @@ SIGTERM/SIGINT) and the send pacing."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -16,6 +17,7 @@ class Stop:
 
     def __init__(self, duration_s: float, install: bool = True) -> None:
         self.event = threading.Event()
+        self.duration_s = duration_s
         self.deadline = time.monotonic() + duration_s if duration_s > 0 else None
         if install:
             signal.signal(signal.SIGTERM, self._signalled)
@@ -24,12 +26,21 @@ class Stop:
                 threading.Thread(target=self._watch_stdin, name="stdin-eof",
                                  daemon=True).start()
 
+    def begin(self) -> None:
+        """The workload starts now (the client is constructed and connected): the
+        duration counts from here."""
+        if self.duration_s > 0:
+            self.deadline = time.monotonic() + self.duration_s
+
     def _signalled(self, *_) -> None:
         self.event.set()
 
     def _watch_stdin(self) -> None:
+        # os.read, not sys.stdin: a daemon thread blocked inside the buffered reader
+        # holds its lock, which the interpreter's shutdown then cannot take.
         try:
-            while sys.stdin.buffer.read1(4096):
+            fd = sys.stdin.fileno()
+            while os.read(fd, 4096):
                 pass
         except (OSError, ValueError):
             pass
@@ -53,7 +64,7 @@ class Stop:
 
 class Pacer:
     """The n-th send is due at start + n / rate (no catching up after a stall: a send
-    late by more than one interval restarts the schedule)."""
+    late by more than one interval restarts the schedule one interval later)."""
 
     def __init__(self, rate: float) -> None:
         assert rate > 0
@@ -65,7 +76,9 @@ class Pacer:
 
     def sent(self) -> None:
         now = time.monotonic()
-        self.next = max(self.next + self.interval, now - self.interval)
+        self.next += self.interval
+        if self.next <= now:           # more than one interval late: start afresh
+            self.next = now + self.interval
 
 
 def value_of(name: str, n: int) -> bytes:

@@ -95,6 +95,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     producer = _client(Producer, {"bootstrap.servers": args.bootstrap, **settings,
                                   "on_delivery": on_delivery, **_callbacks(em, stop)})
     em.start(NAME, version(), "producer", settings)
+    stop.begin()
     where = {} if args.partition is None else {"partition": args.partition}
     pacer = Pacer(args.rate)
     n = 0
@@ -146,6 +147,7 @@ def consume(args, settings: dict, em: Emitter, stop) -> None:
         conf["on_commit"] = on_commit
     consumer = _client(Consumer, conf)
     em.start(NAME, version(), "consumer", settings)
+    stop.begin()
     try:
         if group is not None:
             consumer.subscribe(
