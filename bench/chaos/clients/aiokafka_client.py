@@ -29,7 +29,7 @@ from bench.chaos.clients.events import Emitter, Ownership, Sends, error_text
 from bench.chaos.clients.options import UsageError
 
 NAME = "aiokafka"
-CLOSE_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 30.0
 SENDER_LOGGER = "aiokafka.producer.sender"
 COORDINATOR_LOGGER = "aiokafka.consumer.group_coordinator"
