@@ -186,6 +186,30 @@ def _show(item):
         (item.decode(errors="replace") if isinstance(item, bytes) else item)
 
 
+def explain(name: str, example) -> str:
+    """One example of anomaly ``name`` (as in ``Verdict`` or, shown, in a summary's
+    ``examples``) as a sentence, for a printed verdict."""
+    e = _show(example)
+    if name == "group_lost":
+        partition, offset, value, committed = e
+        return (f"partition {partition} offset {offset} ({value}): below the group's "
+                f"committed {committed}, read by no member")
+    if name == "group_double_read":
+        partition, offset, a, b = e
+        return (f"partition {partition} offset {offset}: read by {a} and {b} while both "
+                f"owned the partition")
+    if name == "commit_backwards":
+        who, partition, before, after = e
+        return f"partition {partition}: committed offset {before} -> {after} ({who})"
+    if name in ("nonmonotonic", "skip"):
+        process, partition, last, read = e
+        return f"{process} read partition {partition} offset {read} after {last}"
+    if name == "lost":
+        value, partition, offset = e
+        return f"{value} acknowledged at partition {partition} offset {offset}, not in the log"
+    return f"{name}: {e}"
+
+
 def log_matching(replicas: dict[int, dict[int, list[tuple[int, bytes]]]],
                  high_watermarks: dict[int, int]) -> list[tuple[int, int, dict]]:
     """Offsets below a partition's HW where its replicas' logs differ:

@@ -42,6 +42,11 @@ class Interval:
         return self.start_ns <= t and (self.end_ns is None or t <= self.end_ns)
 
 
+def _sample(op) -> bool:
+    """An observer's reading of the committed offsets (a failed one says nothing)."""
+    return op.f == "committed" and op.type not in ("invoke", "fail")
+
+
 def members(history) -> set[str]:
     """The processes that took part in a group (reported an assign, revoke or commit)."""
     return {op.process for op in history if op.f in GROUP_FS}
@@ -71,7 +76,7 @@ def committed_offsets(history) -> dict[int, int]:
     some clients report for "nothing to commit", are ignored)."""
     out: dict[int, int] = {}
     for op in history:
-        if (op.f == "commit" and op.type == "ok") or op.f == "committed":
+        if (op.f == "commit" and op.type == "ok") or _sample(op):
             for partition, offset in op.offsets:
                 if offset >= 0:
                     out[partition] = max(out.get(partition, offset), offset)
@@ -161,7 +166,7 @@ def commit_backwards(history) -> list[tuple[str, int, int, int]]:
     epoch: dict[tuple[str, int], int] = {}
     committed: dict[tuple[str, int, int], int] = {}
     for op in history:
-        if op.f == "committed":
+        if _sample(op):
             for partition, offset in op.offsets:
                 before = observed.get((op.process, partition))
                 if offset < 0:
@@ -198,7 +203,7 @@ def stats(history, group: set[str]) -> dict:
                 count["commit"] += 1
             elif op.type in ("fail", "info"):
                 count["commit_failed"] += 1
-        elif op.f == "committed":
+        elif _sample(op):
             count["committed_samples"] += 1
     return {"members": sorted(group), **count,
             "committed": {p: o for p, o in sorted(committed_offsets(history).items())}}

@@ -4,7 +4,7 @@ redelivery after a rebalance, a zombie of an older generation, records nobody go
 before any commit)."""
 from __future__ import annotations
 
-from bench.chaos.checker import ANOMALY_HELP, GROUP_ANOMALIES, Op, check
+from bench.chaos.checker import ANOMALY_HELP, GROUP_ANOMALIES, Op, check, explain
 
 MS = 1_000_000
 LOG = [(o, f"p0-{o}".encode()) for o in range(10)]      # partition 0, offsets 0..9
@@ -180,11 +180,13 @@ def test_commit_backwards_within_one_members_interval():
 def test_a_lower_commit_in_a_new_interval_or_a_sample_without_the_partition_is_fine():
     """c0 committed 6; that commit was lost, so after a rebalance it restarts at 3 and
     commits 5 (the observer saw no decrease: it never saw the 6). A sample that lacks
-    the partition, and a negative offset ("nothing committed"), say nothing."""
+    the partition, a negative offset ("nothing committed") and a failed sample say
+    nothing."""
     h = (sends() + assign("c0", 20, 0) + poll("c0", 21, 0, 5) + commit("c0", 22, 6)
          + committed(23, 3) + revoke("c0", 24, 0) + assign("c0", 25, 0) + poll("c0", 26, 3, 4)
          + commit("c0", 27, 5) + [Op("observer", "ok", "committed", 28 * MS)]
-         + committed(29, -1) + committed(30, 5) + commit("c0", 31, -1001))
+         + committed(29, -1) + committed(30, 5) + commit("c0", 31, -1001)
+         + [Op("observer", "fail", "committed", 32 * MS, offsets=((0, 0),), error="timeout")])
     v = judge(h)
     assert v.commit_backwards == [] and v.valid
 
@@ -216,6 +218,12 @@ def test_the_summary_lists_examples_and_every_anomaly_has_a_help_line():
     assert s["examples"]["commit_backwards"] == [["observer", 0, 10, 7]]
     assert s["group_stats"]["commit"] == 2
     assert set(judge(h).anomalies) == set(ANOMALY_HELP)
+    assert explain("commit_backwards", s["examples"]["commit_backwards"][0]) == \
+        "partition 0: committed offset 10 -> 7 (observer)"
+    assert explain("group_lost", (0, 4, b"p0-4", 10)) == \
+        "partition 0 offset 4 (p0-4): below the group's committed 10, read by no member"
+    assert explain("group_double_read", (0, 2, "c0", "c1")) == \
+        "partition 0 offset 2: read by c0 and c1 while both owned the partition"
 
 
 # ---- property: a simulated correct group has no group anomaly; one injected fault of
