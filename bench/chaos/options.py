@@ -49,9 +49,6 @@ BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max
                    # 3 s, and 3 s more per member arriving): the run's seconds go to faults,
                    # and every later member's arrival is a rebalance the checker judges.
                    "group.initial.rebalance.delay.ms": "0"}
-# The clients that speak KIP-848's consumer group protocol, and the setting that picks
-# the protocol in each one's own spelling.
-GROUP_PROTOCOL_SETTING = {"native": "group_protocol", "confluent-kafka": "group.protocol"}
 COMPOSE_HELP = ("the seed draws rounds of one or two overlapping faults (Jepsen's "
                 "composed nemeses) instead of one fault at a time")
 DEFAULT_FAULTS = "kill,pause,restart,controller,coordinator"
@@ -82,10 +79,12 @@ def check_client(client: str, group: bool, group_protocol: str | None,
                          f"real clients write plain values)")
     if group_protocol is not None and not group:
         raise UsageError("--group-protocol needs --group")
-    if group_protocol == "consumer" and client not in GROUP_PROTOCOL_SETTING:
-        raise UsageError(f"--group-protocol consumer (KIP-848): {client} speaks only the "
-                         f"classic protocol; clients that speak it: "
-                         f"{', '.join(GROUP_PROTOCOL_SETTING)}")
+    if group_protocol is not None:
+        from bench.chaos.clients import group_protocol_settings
+        try:
+            group_protocol_settings(client, group_protocol)
+        except ValueError as e:
+            raise UsageError(f"--group-protocol {group_protocol}: {e}") from None
     why = missing(client)
     if why:
         raise UsageError(f"--client {client}: {why}")
@@ -102,8 +101,8 @@ def worker_options(profile: str, role: str, client: str, group: bool,
     if group:
         options["group"] = GROUP
         if group_protocol is not None:
-            options["set"] = {GROUP_PROTOCOL_SETTING.get(client, "group.protocol"):
-                              group_protocol}
+            from bench.chaos.clients import group_protocol_settings
+            options["set"] = group_protocol_settings(client, group_protocol) or None
     return options
 
 

@@ -3,12 +3,13 @@ its version, what the run set on it), the counts, each anomaly's count, recovery
 fault, the group's verdict lines with ``--group``, examples, VALID or INVALID."""
 from __future__ import annotations
 
-from bench.chaos.checker import ANOMALY_HELP, GROUP_ANOMALIES, Fault
+from bench.chaos.checker import ANOMALY_HELP, GROUP_ANOMALIES, Fault, explain
 from bench.chaos.options import ms
 
 COUNTS = ("sends", "acknowledged", "failed", "unknown", "read", "lost", "duplicate",
           "inconsistent", "nonmonotonic", "skip", "unexpected", "aborted_read", "divergent")
 GROUP_COUNTS = GROUP_ANOMALIES
+EXAMPLES_SHOWN = 5           # of each anomaly, in the printed verdict (all in verdict.json)
 # The anomalies a sweep sums (``duplicate`` among them: it fails an idempotent run).
 ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "unexpected",
              "aborted_read", "divergent") + GROUP_COUNTS
@@ -75,5 +76,7 @@ def print_verdict(meta: dict, s: dict) -> None:
     print(f"  longest window without an acknowledgement: {s['longest_gap_ms']:.0f} ms")
     for kind, examples in s.get("examples", {}).items():
         if kind != "duplicate" or not s["valid"] or meta.get("idempotent"):
-            print(f"  {kind} ({ANOMALY_HELP.get(kind, '')}): {examples[:5]}")
+            print(f"  {kind}: {ANOMALY_HELP.get(kind, '')}")
+            for example in examples[:EXAMPLES_SHOWN]:
+                print(f"    {explain(kind, example)}")
     print("VALID" if s["valid"] else "INVALID: the checker found anomalies")

@@ -75,7 +75,7 @@ def test_a_kafkajs_group_run_under_a_leader_kill_is_valid(tmp_path):
     (("--client", "kafka-pithon"), {}, "--client 'kafka-pithon': one of"),
     (("--client", "confluent-kafka", "--value-format", "avro"), {}, "needs --client native"),
     (("--client", "kafka-python", "--group", "--group-protocol", "consumer"), {},
-     "speaks only the classic protocol"),
+     "speaks the classic group protocol only"),
     (("--client", "native", "--group-protocol", "consumer"), {}, "needs --group"),
     (("--client", "kafkajs"), {"MINIKAFKA_NODE_MODULES": "{tmp}/none"}, "--client kafkajs: "),
 ])
