@@ -36,14 +36,20 @@ def client_line(client: dict | None) -> str:
     return out
 
 
+def _protocol(meta: dict) -> str:
+    if meta.get("group_protocol"):
+        return f"{meta['group_protocol']} protocol"
+    name = (meta.get("client") or {}).get("name", "native")
+    return ("consumer" if name == "native" else "classic") + " protocol, the client's default"
+
+
 def print_verdict(meta: dict, s: dict) -> None:
     print(client_line(meta.get("client")))
     group = meta.get("group")
     print(f"profile {meta['profile']}, seed {meta['seed']}, {meta['duration']} s, "
           f"faults {len(meta.get('schedule', []))}"
           + (", composed (--compose)" if meta.get("compose") else "")
-          + (f", group {group} ({meta.get('group_protocol') or 'the client default'} "
-             f"protocol)" if group else ""))
+          + (f", group {group} ({_protocol(meta)})" if group else ""))
     overlapping = s.get("overlaps", [])
     if meta.get("compose") or overlapping:
         print(f"  overlapping fault windows: {len(overlapping)}")
