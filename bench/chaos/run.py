@@ -53,7 +53,8 @@ process, and ``observer.parquet``; schema in ``bench.chaos.history``), ``final.p
 (``p0.log`` ...: the client's stderr), ``clients.json`` (each worker's start and end
 events and what its client reported that is not an op: errors, retries) and
 ``verdict.json``. Exit 0 when the history is valid, 1 when the
-checker found anomalies, 2 on bad usage.
+checker found anomalies or a workload process failed (a client's fatal error: the run
+goes on, and what it recorded is checked), 2 on bad usage.
 """
 from __future__ import annotations
 
@@ -122,9 +123,10 @@ def judge(run: Path) -> int:
                     group=group)
     summary = verdict.summary()
     summary["overlaps"] = fault_overlaps(faults, meta.get("workload_start_ns") or 0)
+    summary["worker_failures"] = meta.get("worker_failures") or {}
     (run / "verdict.json").write_text(json.dumps(summary, indent=1, default=str))
     print_verdict(meta, summary)
-    return 0 if verdict.valid else 1
+    return 0 if verdict.valid and not summary["worker_failures"] else 1
 
 
 def _schedule(args):
@@ -279,6 +281,7 @@ def run_chaos(args) -> int:
             observer = Observer(cluster.bootstrap_servers, GROUP, TOPIC)
             observer.start()
         meta["workload_start_ns"] = time.monotonic_ns()
+        meta["workload_start_wall"] = time.time()   # to read the logs' timestamps against
         running_nemesis.start()
         started = time.monotonic()
         last: dict = {}
@@ -304,10 +307,13 @@ def run_chaos(args) -> int:
         for name, w in workers.items():
             w.wait(WORKER_STOP_S)     # its last events read
             write_history(run / "history" / f"{name}.parquet", w.history())
-        failed = [name for name, w in workers.items() if w.returncode]
-        if failed:
-            raise ToolError(f"workload process(es) {', '.join(failed)} failed: "
-                            f"{_log_tail(run / f'{failed[0]}.log')}")
+        # A client that gave up (a fatal error) is a finding, not the end of the run:
+        # what it recorded until then is checked like the rest.
+        meta["worker_failures"] = {
+            name: f"exit {w.returncode}: {w.last_error or _log_tail(run / f'{name}.log')}"
+            for name, w in workers.items() if w.returncode}
+        for name, why in meta["worker_failures"].items():
+            print(f"workload process {name} failed: {why[:300]}", flush=True)
         print("healed; waiting for every partition to have a leader and a full ISR",
               flush=True)
         try:

@@ -72,7 +72,8 @@ def sweep(args) -> int:
                              {"name": args.client})
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
     print_summary(args.profile, summary)
-    return 0 if not summary["invalid"] and not summary["failed_runs"] else 1
+    return 0 if not (summary["invalid"] or summary["failed_runs"] or
+                     summary["worker_failures"]) else 1
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -80,6 +81,7 @@ def summarize(rows: list[dict]) -> dict:
     out = {"runs": len(rows), "checked": len(done),
            "failed_runs": [r["seed"] for r in rows if r["verdict"] is None],
            "invalid": [r["seed"] for r in done if not r["verdict"]["valid"]],
+           "worker_failures": [r["seed"] for r in done if r["verdict"].get("worker_failures")],
            "acknowledged": sum(r["verdict"]["acknowledged"] for r in done),
            "unknown": sum(r["verdict"]["unknown"] for r in done),
            "losing": [r["seed"] for r in done if r["verdict"]["lost"]],
@@ -117,5 +119,6 @@ def print_summary(profile: str, s: dict) -> None:
                                             if r["never"] else ""))
     print(f"  longest window without an acknowledgement: median "
           f"{ms(s['longest_gap_ms']['median'])}, worst {ms(s['longest_gap_ms']['worst'])}")
-    print(f"invalid runs: {s['invalid'] or 'none'}; runs that did not finish: "
+    print(f"invalid runs: {s['invalid'] or 'none'}; runs where a workload process failed: "
+          f"{s.get('worker_failures') or 'none'}; runs that did not finish: "
           f"{s['failed_runs'] or 'none'}")

@@ -85,4 +85,12 @@ def print_verdict(meta: dict, s: dict) -> None:
             print(f"  {kind}: {ANOMALY_HELP.get(kind, '')}")
             for example in examples[:EXAMPLES_SHOWN]:
                 print(f"    {explain(kind, example)}")
-    print("VALID" if s["valid"] else "INVALID: the checker found anomalies")
+    failures = s.get("worker_failures") or {}
+    for name, why in sorted(failures.items()):
+        print(f"  workload process {name} failed: {why[:300]}")
+    if not s["valid"]:
+        print("INVALID: the checker found anomalies")
+    elif failures:
+        print(f"VALID history, but {len(failures)} workload process(es) failed")
+    else:
+        print("VALID")
