@@ -42,6 +42,8 @@ const CLIENT_EVENT_EVERY_MS = 1000  // the same client event at most once a seco
 const CLIENT_EVENT_KEYS_MAX = 200   // distinct client-event texts tracked
 const POLL_BACKOFF_MS = 200         // standalone consumer: pause after a failed fetch
 const DISCONNECT_TIMEOUT_MS = 5000  // at the end: how long disconnect() may take
+const STANDALONE_DISCONNECT_MS = 1000  // ... for the standalone consumer (nothing to flush;
+                                       // its disconnect waits out a fetch's maxWaitTime)
 const MAX_SAFE_NS = BigInt(Number.MAX_SAFE_INTEGER)
 const KAFKA_KEYS = new Set(['clientId', 'connectionTimeout', 'authenticationTimeout',
   'reauthenticationThreshold', 'requestTimeout', 'enforceRequestTimeout', 'logLevel'])
@@ -66,7 +68,9 @@ function usage (why) {
 const FLAGS = { '--client': 'str', '--role': 'str', '--name': 'str', '--bootstrap': 'str',
   '--topic': 'str', '--duration': 'num', '--rate': 'num', '--partition': 'int', '--acks': 'str',
   '--idempotence': 'str', '--group': 'str', '--set': 'list', '--request-timeout-ms': 'int',
-  '--delivery-timeout-ms': 'int', '--flush-timeout-s': 'num' }
+  '--delivery-timeout-ms': 'int', '--flush-timeout-s': 'num',
+  // the launcher's native-only flags: accepted when they ask for nothing kafkajs lacks
+  '--value-format': 'str', '--schema-registry': 'str' }
 
 function settingValue (text) {
   try { return JSON.parse(text) } catch (e) { return text }
@@ -103,6 +107,7 @@ function parseFlags (argv) {
   if (o.acks !== undefined && !['all', '1', '0'].includes(o.acks)) throw new Error(`--acks must be all, 1 or 0, not ${o.acks}`)
   if (o.idempotence !== undefined && !['on', 'off'].includes(o.idempotence)) throw new Error(`--idempotence must be on or off, not ${o.idempotence}`)
   if (o.idempotence === 'on' && o.acks !== undefined && o.acks !== 'all') throw new Error('kafkajs\' idempotent producer needs --acks all')
+  if (o.value_format !== undefined && o.value_format !== 'plain') throw new Error('--value-format avro is native-only')
   if (o.role === 'producer' && o.rate !== undefined && o.rate <= 0) throw new Error('--rate must be > 0')
   if (o.group !== undefined && o.partition !== undefined) throw new Error('--group and --partition: a group member cannot choose its partition in kafkajs')
   o.duration = o.duration === undefined ? 0 : o.duration
@@ -346,12 +351,12 @@ async function produce (o, em, state, kafka, Broker) {
       const partition = m.partition !== undefined ? m.partition : (track.partition === undefined ? -1 : Number(track.partition))
       const offset = m.baseOffset !== undefined ? Number(m.baseOffset) : -1  // acks 0: none
       if (!complete(track, 'ok', { partition, offset })) {
-        em.client('log', `late: ${track.key}`, `late ok after the worker's deadline: ${track.key} at ${partition}/${offset}`)
+        em.client('log', 'late', `late ok after the worker's deadline: ${track.key} at ${partition}/${offset}`)
       }
     }, e => {
       const definite = track.attempts === 0 || !track.maybe
       if (!complete(track, definite ? 'fail' : 'info', { error: errorText(e) })) {
-        em.client('log', `late: ${track.key}`, `late error after the worker's deadline: ${track.key}: ${errorText(e)}`)
+        em.client('log', 'late', `late error after the worker's deadline: ${track.key}: ${errorText(e)}`)
       }
     }).finally(() => { pending.delete(sent); if (deadline) clearTimeout(deadline) })
     pending.add(sent)
@@ -377,10 +382,15 @@ async function consumeStandalone (o, em, state, kafka) {
   const filterAborted = require('kafkajs/src/consumer/filterAbortedMessages')
   const c = o.client_config
   const isolationLevel = c.readUncommitted ? 0 : 1  // kafkajs consumer default: read committed
+  // kafkajs' Kafka() defaults (a Cluster built directly has none: a missing connectionTimeout
+  // times every connection out at once), then what --set and the flags said
+  const k = { connectionTimeout: 1000, authenticationTimeout: 10000, requestTimeout: 30000,
+    enforceRequestTimeout: true, ...o.kafka }
   const cluster = new Cluster({ logger: kafka.logger(), socketFactory: socketFactory(), brokers: o.brokers,
-    clientId: o.kafka.clientId || `minikafka-chaos-${o.name}`, connectionTimeout: o.kafka.connectionTimeout,
-    requestTimeout: o.kafka.requestTimeout, enforceRequestTimeout: o.kafka.enforceRequestTimeout !== false,
-    metadataMaxAge: c.metadataMaxAge === undefined ? 300000 : c.metadataMaxAge, retry: o.kafka.retry,
+    clientId: k.clientId || `minikafka-chaos-${o.name}`, connectionTimeout: k.connectionTimeout,
+    authenticationTimeout: k.authenticationTimeout, requestTimeout: k.requestTimeout,
+    enforceRequestTimeout: k.enforceRequestTimeout, retry: k.retry,
+    metadataMaxAge: c.metadataMaxAge === undefined ? 300000 : c.metadataMaxAge,
     allowAutoTopicCreation: false, isolationLevel })
   const maxWaitTime = c.maxWaitTimeInMs === undefined ? 5000 : c.maxWaitTimeInMs
   const poll = async (p, offset) => {  // -> [reads, next offset]
@@ -445,8 +455,9 @@ async function consumeStandalone (o, em, state, kafka) {
       await sleep(POLL_BACKOFF_MS * 5, state)
     }
   }
-  if (partitions !== null) await Promise.all(partitions.map(follow))
-  await withTimeout(cluster.disconnect(), DISCONNECT_TIMEOUT_MS)
+  // at the stop, a fetch still waiting at the broker (maxWaitTime) is not waited for
+  if (partitions !== null) await Promise.race([Promise.all(partitions.map(follow)), state.stopped])
+  await withTimeout(cluster.disconnect(), STANDALONE_DISCONNECT_MS)
 }
 
 // ------------------------------------------------------------------ group consumer
