@@ -168,6 +168,30 @@ def test_refused_on_every_attempt_is_fail_and_unanswered_at_the_deadline_is_info
     assert "worker deadline" in events[0]["settings"]["delivery.timeout.ms"]
 
 
+def test_the_launcher_runs_it_as_the_kafkajs_client(cluster, tmp_path):
+    """``python -m bench.chaos.clients --client kafkajs`` execs this worker: a producer and
+    a standalone consumer through ``WorkerStream``, stopped by closing stdin."""
+    from bench.chaos.clients import WorkerStream, worker_command
+    create_topic(cluster, "js-launcher", partitions=2)
+    common = {"bootstrap": cluster.kafka_bootstrap_servers, "topic": "js-launcher"}
+    env = dict(node_env(), MINIKAFKA_NODE_MODULES=node_env()["NODE_PATH"])
+    with WorkerStream(worker_command("kafkajs", role="producer", name="lp", rate=50,
+                                     acks="all", idempotence=True, **common),
+                      log_path=tmp_path / "lp.log", env=env) as producer:
+        poll_until(lambda: producer.acked >= 20, READ_TIMEOUT_S, "20 acknowledged sends")
+        assert producer.stop() == 0
+    assert producer.client_info["client"] == "kafkajs"
+    assert producer.client_info["settings"]["idempotent"] is True
+    sent = {(op.partition, op.offset): op.value for op in producer.history() if op.type == "ok"}
+    assert producer.failed == producer.unknown == 0 and len(sent) == producer.acked
+    with WorkerStream(worker_command("kafkajs", role="consumer", name="lc", **common),
+                      log_path=tmp_path / "lc.log", env=env) as consumer:
+        poll_until(lambda: consumer.read >= len(sent), READ_TIMEOUT_S, "every record read")
+        assert consumer.stop() == 0
+    read = {(p, o): v for op in consumer.history() if op.f == "poll" for p, o, v in op.reads}
+    assert read == sent and consumer.end_info["ok"] == len(sent)
+
+
 @pytest.mark.parametrize("args, says", [
     (["--role", "producer", "--name", "p", "--topic", "t"], "--bootstrap is required"),
     (["--role", "reader", "--name", "p", "--bootstrap", "h:1", "--topic", "t"], "--role must be"),
