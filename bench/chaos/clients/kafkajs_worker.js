@@ -33,6 +33,17 @@
 // broker, or every one that did came back with a refusal the broker makes before appending
 // (REFUSED_BEFORE_APPEND); everything else, timeouts, dropped connections and retried
 // refusals after one of those included, is `info` (the outcome is unknown).
+//
+// client events: kafkajs' log lines (its logCreator): a line with a retryCount is a `retry`
+// (count: failed attempts kafkajs logged, the last one before giving up included), other
+// errors `error`, info/warn `log`; each text at most once a second, with its running count.
+//
+// Seen with kafkajs 2.2.4 (a client bug, reported as the client reports it): the idempotent
+// producer rewinds a partition's sequence when a Produce request fails, a timeout included;
+// if the broker did write that request, the next send reuses its sequence, the broker
+// answers it as a duplicate with the first one's offset, and kafkajs acknowledges a value
+// that was never written (the earlier value lands twice). A paused follower is enough:
+// acks=all requests outlive --request-timeout-ms while the leader waits for the ISR.
 'use strict'
 const assert = require('assert')
 
