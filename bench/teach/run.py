@@ -105,6 +105,9 @@ def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out
     except Exception as e:  # a broken step: say which, stop the clusters, report
         error = f"{type(e).__name__}: {e}"
     finally:
+        if error is not None:   # what the producers saw up to the failure
+            for line in _step_story(play, marks):
+                out(line)
         try:
             beliefs = _beliefs(play)
         except Exception as e:  # the story's end is told even when a step broke

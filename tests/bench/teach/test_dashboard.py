@@ -87,6 +87,43 @@ def test_the_state_endpoint_and_a_bad_action_answer_clearly(cluster):
         _stop(dashboard)
 
 
+def test_a_real_clients_workload_runs_from_the_api_and_a_bad_client_is_refused(cluster):
+    """POST /api/workload {"run": true, "client": "confluent-kafka"}: its producer's
+    acknowledgements and its consumer's reads grow in /state; an unknown client is a
+    400 that starts nothing."""
+    from bench.chaos.clients import missing
+    if missing("confluent-kafka"):
+        pytest.skip(missing("confluent-kafka"))
+    dashboard = _start_dashboard("--dir", str(cluster.dir), "--topic", "t")
+    try:
+        for client, says in (("kafka-go", "unknown client 'kafka-go'"),
+                             (7, "client: a name")):
+            status, answer = _post(dashboard, "api/workload", {"run": True, "client": client})
+            assert status == 400 and says in answer["message"], answer
+        assert _request(dashboard.url + "state", headers=dashboard.auth)[1]["workload"] is None
+
+        def state():
+            return _request(dashboard.url + "state", headers=dashboard.auth)[1]
+        cluster.wait_for(lambda: "confluent-kafka" in state()["clients"], 30,
+                         "the client selector's list")
+        status, answer = _post(dashboard, "api/workload",
+                               {"run": True, "client": "confluent-kafka"})
+        assert status == 200 and answer["ok"], answer
+        assert answer["workload"]["client"].startswith("confluent-kafka 2.")
+        first = cluster.wait_for(lambda: (lambda w: w if w["acknowledged"] >= 20 and
+                                          w["read"] >= 20 else None)(state()["workload"]),
+                                 60, "acknowledgements and reads")
+        grown = cluster.wait_for(
+            lambda: (lambda w: w if w["acknowledged"] > first["acknowledged"] + 20 else None)(
+                state()["workload"]), 60, "more acknowledgements")
+        assert grown["lost"] == 0 and grown["client"] == first["client"]
+        status, answer = _post(dashboard, "api/workload", {"run": False})
+        assert status == 200 and answer["workload"]["acknowledged"] >= grown["acknowledged"]
+        assert "with confluent-kafka" in " ".join(e["text"] for e in state()["timeline"])
+    finally:
+        _stop(dashboard)
+
+
 def test_only_the_holder_of_the_token_drives_the_dashboard(cluster):
     """Another tab's cross-site POST, a DNS-rebinding page and a request without the
     token are refused and kill nothing; the page's own request kills."""
