@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos.clients import present
 from node.cluster import Cluster
 from tests.dashboard_process import Dashboard
 from tests.dashboard_process import start_dashboard as _start_dashboard
@@ -28,6 +29,8 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
 SHOTS = ROOT / ".test-artifacts" / "dashboard"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CLIENTS_HERE = present()
+CLIENT = "confluent-kafka" if "confluent-kafka" in CLIENTS_HERE else "native"
 FAST = {"zookeeper.session.timeout.ms": "2000", "replica.lag.time.max.ms": "2000",
         "replica.fetch.wait.max.ms": "100", "auto.leader.rebalance.enable": "false"}
 
@@ -274,6 +277,7 @@ def test_pages_of_other_sites_in_the_browser_can_neither_drive_nor_read_it(clust
 
 @pytest.mark.browser
 def test_killing_the_leader_from_the_page_shows_the_new_leader_and_the_shrunk_isr(cluster):
+    """The workload writes through confluent-kafka (picked in the page) when present."""
     playwright = _browser()
     SHOTS.mkdir(parents=True, exist_ok=True)
     dashboard = _start_dashboard("--dir", str(cluster.dir), "--topic", "t")
@@ -287,10 +291,17 @@ def test_killing_the_leader_from_the_page_shows_the_new_leader_and_the_shrunk_is
             page.wait_for_function(
                 "() => document.querySelector('[data-testid=\"leader-t-0\"]')?.textContent"
                 ".includes('broker 0')", timeout=30_000)
+            # the workload through a real client when one is here: picked in the selector
+            page.wait_for_function(
+                "() => document.querySelectorAll('[data-testid=\"workload-client\"] option')"
+                ".length >= %d" % len(CLIENTS_HERE), timeout=30_000)
+            page.get_by_test_id("workload-client").select_option(CLIENT)
             page.get_by_test_id("workload-start").click()
             page.wait_for_function(
                 "() => Number(document.querySelector('[data-testid=\"count-acknowledged\"]')"
                 "?.textContent) > 50", timeout=30_000)
+            assert f"writing with {CLIENT}" in page.get_by_test_id(
+                "workload-client-now").text_content()
             page.screenshot(path=str(SHOTS / "1-before-kill.png"), full_page=True)
 
             def watch():  # when the coordinator's state changed: the election itself
