@@ -11,7 +11,8 @@ every broker over their management links, which no fault cuts (the scenarios'
 producers "sit outside the partition").
 
 Options the scenario sets: the partition, acks (with acks 1 or 0 idempotence off,
-which those acks require), the request and delivery timeouts. Everything else is the
+which those acks require), the request and delivery timeouts (aiokafka has none of the
+latter: its batches expire after the request timeout). Everything else is the
 client's default. The worker stops when its stdin closes (``--duration 0``), after
 waiting up to ``flush_timeout_s`` for outstanding sends.
 """
@@ -23,6 +24,8 @@ START_TIMEOUT_S = 30.0       # the worker's start event (imports, node start-up)
 FLUSH_MARGIN_S = 2.0         # flush: the delivery timeout plus this
 STOP_MARGIN_S = 10.0         # stop: the flush plus this, then SIGTERM/SIGKILL
 RATE_MAX_PER_S = 200
+# aiokafka has no delivery timeout: its batches expire after request_timeout_ms.
+NO_DELIVERY_TIMEOUT = frozenset({"aiokafka"})
 
 
 class ClientWriterError(Exception):
@@ -45,6 +48,8 @@ class ClientWriter:
                        flush_timeout_s=self.flush_timeout_s)
         if str(acks) != "all":
             options["idempotence"] = "off"
+        if client in NO_DELIVERY_TIMEOUT:
+            del options["delivery_timeout_ms"]
         command = worker_command(client, **options)
         log = Path(log_dir or ".") / f"writer-{name}-{client}.log"
         self.log_path = log
