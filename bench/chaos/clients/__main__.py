@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 
-from bench.chaos.clients import KAFKAJS_WORKER, missing, node_modules
 from bench.chaos.clients import common, options
+from bench.chaos.clients.lookup import KAFKAJS_WORKER, missing, node_modules
 from bench.chaos.clients.events import Emitter, error_text
 
 PROG = "python -m bench.chaos.clients"
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return _usage(why)
     if args.client == "kafkajs":
         exec_kafkajs(argv)          # does not return
+    stop = common.Stop(args.duration)     # SIGTERM from now on is a clean stop
     try:
         settings = options.settings(args.client, args.role, args)
     except options.UsageError as e:
@@ -62,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     _stderr_log()
     adapter = importlib.import_module(ADAPTERS[args.client])
     em = Emitter(args.name)
-    stop = common.Stop(args.duration)
     try:
         adapter.run(args, settings, em, stop)
     except options.UsageError as e:

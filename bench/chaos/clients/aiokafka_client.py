@@ -29,7 +29,7 @@ from bench.chaos.clients.events import Emitter, Ownership, Sends, error_text
 from bench.chaos.clients.options import UsageError
 
 NAME = "aiokafka"
-CLOSE_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 30.0
 SENDER_LOGGER = "aiokafka.producer.sender"
 COORDINATOR_LOGGER = "aiokafka.consumer.group_coordinator"
@@ -68,6 +68,7 @@ async def produce(args, settings: dict, em: Emitter, stop) -> None:
     producer = _construct(AIOKafkaProducer, bootstrap_servers=args.bootstrap, **settings)
     await asyncio.wait_for(producer.start(), START_TIMEOUT_S)
     em.start(NAME, version(), "producer", settings)
+    stop.begin()
     sends = Sends(em)
     pacer = Pacer(args.rate)
 
@@ -131,6 +132,7 @@ async def consume(args, settings: dict, em: Emitter, stop) -> None:
     await asyncio.wait_for(consumer.start(), START_TIMEOUT_S)
     em.start(NAME, version(), "consumer", {"group_id": args.group, **settings}
              if args.group else settings)
+    stop.begin()
 
     class Listener(ConsumerRebalanceListener):
         async def on_partitions_revoked(self, revoked):

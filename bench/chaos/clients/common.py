@@ -3,6 +3,7 @@ SIGTERM/SIGINT) and the send pacing."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -16,6 +17,7 @@ class Stop:
 
     def __init__(self, duration_s: float, install: bool = True) -> None:
         self.event = threading.Event()
+        self.duration_s = duration_s
         self.deadline = time.monotonic() + duration_s if duration_s > 0 else None
         if install:
             signal.signal(signal.SIGTERM, self._signalled)
@@ -24,12 +26,21 @@ class Stop:
                 threading.Thread(target=self._watch_stdin, name="stdin-eof",
                                  daemon=True).start()
 
+    def begin(self) -> None:
+        """The workload starts now (the client is constructed and connected): the
+        duration counts from here."""
+        if self.duration_s > 0:
+            self.deadline = time.monotonic() + self.duration_s
+
     def _signalled(self, *_) -> None:
         self.event.set()
 
     def _watch_stdin(self) -> None:
+        # os.read, not sys.stdin: a daemon thread blocked inside the buffered reader
+        # holds its lock, which the interpreter's shutdown then cannot take.
         try:
-            while sys.stdin.buffer.read1(4096):
+            fd = sys.stdin.fileno()
+            while os.read(fd, 4096):
                 pass
         except (OSError, ValueError):
             pass
@@ -53,7 +64,7 @@ class Stop:
 
 class Pacer:
     """The n-th send is due at start + n / rate (no catching up after a stall: a send
-    late by more than one interval restarts the schedule)."""
+    late by more than one interval restarts the schedule one interval later)."""
 
     def __init__(self, rate: float) -> None:
         assert rate > 0
@@ -65,7 +76,9 @@ class Pacer:
 
     def sent(self) -> None:
         now = time.monotonic()
-        self.next = max(self.next + self.interval, now - self.interval)
+        self.next += self.interval
+        if self.next <= now:           # more than one interval late: start afresh
+            self.next = now + self.interval
 
 
 def value_of(name: str, n: int) -> bytes:
@@ -77,16 +90,16 @@ ABANDONED: list[str] = []  # calls that did not return in time (the worker then 
 
 
 def bounded(fn, timeout_s: float, what: str, em=None) -> bool:
-    """Run ``fn`` on a daemon thread, waiting up to ``timeout_s`` (a client's close can
-    block for minutes while its brokers are away); False if it did not return (noted in
-    ``ABANDONED`` and, with ``em``, as a client log event). Its exception is re-raised."""
+    """Run ``fn`` (a client's close) on a daemon thread, waiting up to ``timeout_s`` (it can
+    block for minutes while the brokers are away); False if it raised (told with ``em`` as
+    a client error event) or did not return (noted in ``ABANDONED``, told as a log event)."""
     box: list = []
 
     def call() -> None:
         try:
             fn()
             box.append(None)
-        except BaseException as e:   # handed to the caller
+        except Exception as e:   # the client's close failing: told, not fatal
             box.append(e)
 
     thread = threading.Thread(target=call, name=what, daemon=True)
@@ -98,21 +111,24 @@ def bounded(fn, timeout_s: float, what: str, em=None) -> bool:
             em.client("log", f"{what} did not return in {timeout_s:g} s")
         return False
     if box and box[0] is not None:
-        raise box[0]
+        if em is not None:
+            em.client("error", f"{what}: {type(box[0]).__name__}: {box[0]}")
+        return False
     return True
 
 
 class ClientLog(logging.Handler):
     """A Python client's log records as ``client`` events: ``retry`` for the records
     ``is_retry`` picks (with our cumulative count of them: the retried requests the
-    client logged), ``log`` for the other errors; ``on_record(record)`` sees every record
+    client logged), ``log`` for the others from ``events_from`` up; ``on_record(record)`` sees every record
     first and returns True to consume it (e.g. aiokafka's commit lines)."""
 
-    def __init__(self, em, is_retry, on_record=None) -> None:
+    def __init__(self, em, is_retry, on_record=None, events_from=logging.ERROR) -> None:
         super().__init__(logging.DEBUG)
         self.em = em
         self.is_retry = is_retry
         self.on_record = on_record
+        self.events_from = events_from   # the lowest level told as a client log event
         self.retries = 0
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -122,7 +138,7 @@ class ClientLog(logging.Handler):
             if self.is_retry(record):
                 self.retries += 1
                 self.em.client("retry", record.getMessage(), count=self.retries)
-            elif record.levelno >= logging.ERROR:
+            elif record.levelno >= self.events_from:
                 self.em.client("log", f"{record.name}: {record.getMessage()}")
         except Exception:   # a logging handler never raises into the client
             self.handleError(record)

@@ -11,7 +11,10 @@
   whose reports say which were never sent (``_PURGE_QUEUE``: fail) and which were in
   flight (``_PURGE_INFLIGHT``: info).
 - ``statistics.interval.ms`` = ``STATS_INTERVAL_MS``: librdkafka's cumulative
-  ``txretries`` as ``client`` retry events when it grows; ``error_cb`` as client errors.
+  ``txretries`` + ``req_timeouts`` (per broker in its statistics; summed: a timed-out
+  ProduceRequest's messages are sent again without counting in txretries) as
+  ``client`` retry events when it grows; ``error_cb`` as client errors; its log lines
+  (through the ``logger`` setting, served by poll) from WARNING up as client log events.
 - Consumer: standalone, every partition assigned at OFFSET_BEGINNING (librdkafka needs a
   ``group.id`` anyway: ``minikafka-chaos-<name>``); with ``--group``, ``subscribe`` with
   on_assign/on_revoke/on_lost (assign/revoke ops, ``memberid()`` as the member;
@@ -21,9 +24,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
-from bench.chaos.clients.common import POLL_S, Pacer, bounded, value_of
+from bench.chaos.clients.common import POLL_S, ClientLog, Pacer, bounded, value_of
 from bench.chaos.clients.events import Emitter, Ownership, Sends
 from bench.chaos.clients.options import UsageError
 
@@ -32,6 +36,7 @@ STATS_INTERVAL_MS = 1000
 CONSUME_MAX = 500
 METADATA_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 10.0
+PURGE_REPORTS_S = 2.0
 
 
 def version() -> str:
@@ -62,14 +67,22 @@ def _callbacks(em: Emitter, stop) -> dict:
 
     def on_stats(text: str) -> None:
         try:
-            total = int(json.loads(text).get("txretries", 0))
-        except (ValueError, TypeError):
+            brokers = json.loads(text).get("brokers", {}).values()
+            total = sum(int(b.get("txretries", 0)) for b in brokers)
+            timeouts = sum(int(b.get("req_timeouts", 0)) for b in brokers)
+        except (ValueError, TypeError, AttributeError):
             return
-        if total > retries[0]:
-            retries[0] = total
-            em.client("retry", "librdkafka txretries (requests retried)", count=total)
+        if total + timeouts > retries[0]:
+            retries[0] = total + timeouts
+            em.client("retry", f"librdkafka: {total} requests retried (txretries), {timeouts} "
+                               f"timed out (req_timeouts; their messages are sent again)",
+                      count=total + timeouts)
 
-    return {"error_cb": on_error, "stats_cb": on_stats}
+    # librdkafka's log lines (warnings up) as client log events, and to stderr.
+    logger = logging.getLogger("librdkafka")
+    logger.setLevel(logging.INFO)
+    ClientLog(em, lambda r: False, events_from=logging.WARNING).attach("librdkafka")
+    return {"error_cb": on_error, "stats_cb": on_stats, "logger": logger}
 
 
 def _client(cls, conf: dict):
@@ -95,6 +108,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     producer = _client(Producer, {"bootstrap.servers": args.bootstrap, **settings,
                                   "on_delivery": on_delivery, **_callbacks(em, stop)})
     em.start(NAME, version(), "producer", settings)
+    stop.begin()
     where = {} if args.partition is None else {"partition": args.partition}
     pacer = Pacer(args.rate)
     n = 0
@@ -122,7 +136,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
             em.client("log", f"{left} messages still outstanding after flush("
                              f"{args.flush_timeout_s:g}); purged")
             producer.purge()
-            producer.poll(0)
+            producer.flush(PURGE_REPORTS_S)     # serves the purged messages' reports
         sends.give_up("no delivery report by the end")
         bounded(producer.close, CLOSE_TIMEOUT_S, "producer.close", em)
 
@@ -146,6 +160,7 @@ def consume(args, settings: dict, em: Emitter, stop) -> None:
         conf["on_commit"] = on_commit
     consumer = _client(Consumer, conf)
     em.start(NAME, version(), "consumer", settings)
+    stop.begin()
     try:
         if group is not None:
             consumer.subscribe(

@@ -53,6 +53,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     producer = _construct(KafkaProducer, bootstrap_servers=args.bootstrap.split(","),
                           **settings)
     em.start(NAME, version(), "producer", settings)
+    stop.begin()
     sends = Sends(em)
     pacer = Pacer(args.rate)
     n = 0
@@ -98,6 +99,7 @@ def consume(args, settings: dict, em: Emitter, stop) -> None:
     consumer = _construct(KafkaConsumer, **kw)
     em.start(NAME, version(), "consumer", {"group_id": args.group, **settings}
              if args.group else settings)
+    stop.begin()
 
     class Listener(ConsumerRebalanceListener):
         def on_partitions_revoked(self, revoked):

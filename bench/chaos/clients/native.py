@@ -68,6 +68,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     make_value = value_maker(args)
     producer = _construct(Producer, bootstrap_servers=args.bootstrap, **settings)
     em.start(NAME, version(), "producer", settings)
+    stop.begin()
     sends = Sends(em)
     pacer = Pacer(args.rate)
     n = 0
@@ -110,6 +111,7 @@ def consume(args, settings: dict, em: Emitter, stop) -> None:
         settings = {"group_id": args.group, **settings}
     consumer = _construct(Consumer, bootstrap_servers=args.bootstrap, **settings)
     em.start(NAME, version(), "consumer", settings)
+    stop.begin()
     try:
         if args.group:
             group = Ownership(em)
