@@ -173,3 +173,22 @@ def argv_for(client: str, **options) -> list[str]:
         else:
             argv += [flag, str(value)]
     return argv
+
+
+GROUP_PROTOCOLS = ("classic", "consumer")
+
+
+def group_protocol_settings(client: str, protocol: str) -> dict:
+    """The ``--set`` settings making ``client``'s group consumer use ``protocol``
+    (``classic``, or ``consumer``: KIP-848); ValueError where the client lacks it."""
+    if protocol not in GROUP_PROTOCOLS:
+        raise ValueError(f"group protocol {protocol!r}: one of {', '.join(GROUP_PROTOCOLS)}")
+    if client == "confluent-kafka":
+        return {"group.protocol": protocol}
+    if client == "native":
+        return {"group_protocol": protocol}
+    if client not in CLIENTS:
+        raise ValueError(f"unknown client {client!r}")
+    if protocol == "classic":
+        return {}            # kafka-python, aiokafka, kafkajs: their only protocol
+    raise ValueError(f"{client} speaks the classic group protocol only")

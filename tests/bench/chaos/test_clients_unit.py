@@ -11,7 +11,8 @@ import pytest
 from bench.chaos.clients import CLIENTS, missing, present, worker_command
 from bench.chaos.clients.common import Pacer
 from bench.chaos.clients.events import Emitter, Ownership, Sends, decode_op, op_event
-from bench.chaos.clients.options import UsageError, argv_for, parse, settings, typed
+from bench.chaos.clients.options import (UsageError, argv_for, group_protocol_settings, parse,
+                                        settings, typed)
 from bench.chaos.clients.stream import op_from_event
 
 BASE = ["--role", "producer", "--name", "p0", "--bootstrap", "127.0.0.1:9", "--topic", "t"]
@@ -188,3 +189,14 @@ def test_pacer_spaces_sends_and_does_not_burst_after_a_stall():
     pacer.next -= 5                     # five seconds late
     pacer.sent()
     assert pacer.delay_s() > 0          # the next one an interval later, not 500 at once
+
+
+def test_group_protocol_settings_in_each_clients_spelling():
+    assert group_protocol_settings("confluent-kafka", "consumer") == {"group.protocol": "consumer"}
+    assert group_protocol_settings("native", "classic") == {"group_protocol": "classic"}
+    assert group_protocol_settings("kafka-python", "classic") == {}
+    for client in ("kafka-python", "aiokafka", "kafkajs"):
+        with pytest.raises(ValueError, match="classic group protocol only"):
+            group_protocol_settings(client, "consumer")
+    with pytest.raises(ValueError, match="one of"):
+        group_protocol_settings("native", "zookeeper")
