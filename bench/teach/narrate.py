@@ -89,6 +89,18 @@ def seen(ops, events, retries_before: int | None = None) -> Seen:
     return s
 
 
+def awaiting(ops) -> int:
+    """Sends handed to the client with no report yet (a pipelining client's queue)."""
+    sent = done = 0
+    for op in ops:
+        if op.f == "send":
+            if op.type == "invoke":
+                sent += 1
+            else:
+                done += 1
+    return sent - done
+
+
 def _kinds(counter: Counter) -> str:
     items = counter.most_common()
     text = ", ".join(f"{k} x{n}" for k, n in items[:KINDS_SHOWN_MAX])
@@ -108,10 +120,12 @@ def _troubles(s: Seen) -> str:
     return "; ".join(parts)
 
 
-def step_lines(name: str, client: str, s: Seen) -> list[str]:
-    """One or two lines: what writer ``name`` (of ``client``) saw since the last step."""
+def step_lines(name: str, client: str, s: Seen, waiting: int = 0) -> list[str]:
+    """One or two lines: what writer ``name`` (of ``client``) saw since the last step;
+    ``waiting``: its sends with no report yet (said when more than one)."""
     first = (f"  {client} producer {name}: {s.acknowledged} delivery reports ok since the "
-             f"last step, {s.refused} refused, {s.unknown} unknown")
+             f"last step, {s.refused} refused, {s.unknown} unknown"
+             + (f"; {waiting} sends awaiting a report" if waiting > 1 else ""))
     troubles = _troubles(s)
     return [first] + ([f"    {troubles}"] if troubles else [])
 

@@ -157,7 +157,7 @@ def _step_story(play: Play, marks: dict) -> list[str]:
         seen = narrate.seen(ops[mark.ops:], events[mark.events:], before)
         marks[id(w)] = narrate.Mark(len(ops), len(events))
         marks[("retries", id(w))] = seen.retries
-        lines += narrate.step_lines(w.name, w.label, seen)
+        lines += narrate.step_lines(w.name, w.label, seen, narrate.awaiting(ops))
     if lines:
         lines.insert(0, "  what the producers saw:")
     return lines

@@ -37,6 +37,10 @@ def test_a_step_tallies_outcomes_errors_and_the_clients_retries():
     assert "_MSG_TIMED_OUT x2" in lines[1] and "retries so far: 12" in lines[1]
     quiet = narrate.step_lines("w", "native", narrate.seen([_send("ok", 9)], []))
     assert len(quiet) == 1 and "1 delivery reports ok" in quiet[0]
+    assert "awaiting" not in quiet[0]
+    assert narrate.awaiting([_send("invoke", 6), _send("invoke", 7), _send("ok", 6)]) == 1
+    queued = narrate.step_lines("w", "kafka-python", s, waiting=120)
+    assert "; 120 sends awaiting a report" in queued[0]
 
 
 def test_the_end_names_the_lost_and_what_the_client_reported():
