@@ -128,6 +128,10 @@ def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out
         out("")
         for line in narrate.end_lines(label, rows):
             out(line)
+    if client != "native" and not _writers(play):
+        out("")
+        out(f"(this scenario writes its few records with the native client: --client "
+            f"{client} changes nothing in it)")
     out("")
     out("verdict:")
     for ok, text in result.expectations:
