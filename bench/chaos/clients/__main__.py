@@ -72,11 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         em.end()
         raise
     em.end()
-    if common.ABANDONED:     # a client call still blocked: do not wait for it at exit
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    # Everything is told: exit now. The interpreter's teardown (the clients' threads and
+    # finalizers, a close still blocked in ``common.ABANDONED``) can take seconds, and it
+    # restores SIGTERM's default action, so a driver's SIGTERM then would end the
+    # worker with -15 instead of 0.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -115,13 +115,17 @@ def test_workers_write_read_back_and_report_the_group(client, cluster, tmp_path)
             _check_commits(workload)
 
 
+def _tail(workload, name: str) -> str:
+    return (workload.logs / f"{name}.log").read_text(errors="replace")[-2000:]
+
+
 def _check_producer(workload):
     """Every send acknowledged once, at a distinct offset."""
     p0 = workload.p0
-    assert workload.p0_rc == 0, (workload.logs / "p0.log").read_text()[-2000:]
+    assert workload.p0_rc == 0, _tail(workload, "p0")
     assert p0.client_info["client"] == workload.client and p0.client_info["version"]
     assert p0.client_info["settings"]["acks"] == "all"
-    assert p0.end_info is not None and p0.end_info["ok"] == p0.acked
+    assert p0.end_info is not None and p0.end_info["ok"] == p0.acked, p0.end_info
     invoked = [o.value for o in _sends(p0, "invoke")]
     oks = _sends(p0, "ok")
     assert p0.acked >= MIN_ACKED and len(oks) == p0.acked, (p0.end_info, p0.client_events)
@@ -138,20 +142,21 @@ def _check_standalone_consumer(workload):
     """It reads back everything acknowledged and stops promptly at stdin's EOF."""
     c0 = workload.c0
     assert workload.acked and workload.acked <= _read(c0)
-    assert workload.c0_rc == 0 and c0.end_info is not None
+    assert workload.c0_rc == 0 and c0.end_info is not None, _tail(workload, "c0")
     assert workload.c0_stop_s < 10, "stdin's EOF should stop it promptly"
     assert c0.client_info["settings"].get("auto.offset.reset",
                                           c0.client_info["settings"].get(
                                               "auto_offset_reset")) == "earliest"
     polls = [o for o in c0.history() if o.f == "poll"]
-    assert polls and all(o.type in ("invoke", "ok") for o in polls)
+    assert polls and all(o.type in ("invoke", "ok") for o in polls), [
+        o.error for o in polls if o.type == "info"]
     assert [o.type for o in polls] == ["invoke", "ok"] * (len(polls) // 2)
 
 
 def _check_group_consumer(workload):
     """It is assigned every partition, reads everything and revokes all at its end."""
     g0 = workload.g0
-    assert workload.g0_rc == 0 and g0.end_info is not None
+    assert workload.g0_rc == 0 and g0.end_info is not None, _tail(workload, "g0")
     assert workload.acked <= _read(g0)
     ops = g0.history()
     assigns = [o for o in ops if o.f == "assign"]

@@ -200,3 +200,37 @@ def test_group_protocol_settings_in_each_clients_spelling():
             group_protocol_settings(client, "consumer")
     with pytest.raises(ValueError, match="one of"):
         group_protocol_settings("native", "zookeeper")
+
+
+def test_stop_counts_the_duration_from_the_workloads_begin():
+    from bench.chaos.clients.common import Stop
+    stop = Stop(0.05, install=False)
+    stop.deadline -= 1                  # the client took a second to construct...
+    stop.begin()                        # ...the workload starts now
+    assert not stop
+    assert stop.wait(5.0)               # returns at the deadline, well before 5 s
+    forever = Stop(0, install=False)
+    assert not forever.wait(0.01)
+    forever.set()
+    assert forever
+
+
+def test_bounded_tells_a_close_that_fails_or_hangs_and_goes_on():
+    import threading
+
+    from bench.chaos.clients import common
+    out = io.StringIO()
+    em = Emitter("c0", out)
+    assert common.bounded(lambda: None, 1.0, "close", em)
+
+    def fails():
+        raise RuntimeError("broker away")
+    assert not common.bounded(fails, 1.0, "close", em)
+    release = threading.Event()
+    assert not common.bounded(release.wait, 0.05, "hanging close", em)
+    release.set()
+    assert "hanging close" in common.ABANDONED
+    common.ABANDONED.remove("hanging close")
+    texts = [(e["kind"], e["text"]) for e in _lines(out)]
+    assert texts == [("error", "close: RuntimeError: broker away"),
+                     ("log", "hanging close did not return in 0.05 s")]
