@@ -16,7 +16,11 @@ times a second by default. Every picture is one consistent read (``node.cluster.
 a partition is drawn from its leader's single board row, so a follower is never drawn
 ahead of its leader). Endpoints: ``GET /`` (the page), ``GET /state`` (the last picture
 as JSON), ``GET /events`` (SSE), ``POST /api/action`` ``{"action", "target", "peer"}``,
-``POST /api/workload`` ``{"run": true|false}``, ``POST /api/next`` (scenario mode).
+``POST /api/workload`` ``{"run": true|false, "client": C}``, ``POST /api/next``
+(scenario mode). The workload's client is native (in-process, the default) or any real
+Kafka client present on the machine (``bench.chaos.clients.present()``, listed in the
+state as ``clients``): its producers and its consumer are then worker processes on the
+Kafka listeners; a client that is unknown or not installed is refused (400).
 
 Only its user can drive it (``node.http_guard``): every request needs the token printed
 with the address at start (``http://127.0.0.1:PORT/?token=T``; ``--token`` sets it),
@@ -42,76 +46,6 @@ ACTIONS = ("kill", "pause", "resume", "restart", "isolate", "cut", "heal", "stop
 log = logging.getLogger("minikafka.dashboard")
 
 
-class Workload:
-    """A producer per partition (acks=all) and a consumer of the same topic; counts
-    acknowledged, read, and lost so far (an acknowledged value that the consumer, reading
-    past its offset, found replaced by another)."""
-
-    def __init__(self, cluster, topic: str):
-        from bench.teach.stage import Writer
-        from node.client import Admin
-        self.topic = topic
-        admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
-        try:
-            partitions = [m.partition for m in admin.describe_topics([topic])[topic]]
-        finally:
-            admin.close()
-        self.writers = [Writer(cluster.bootstrap_servers, topic, f"d{p}", partition=p,
-                               pause_s=0.02).start() for p in partitions]
-        self.read = self.lost = 0
-        self._stop = threading.Event()
-        self._bootstrap = cluster.bootstrap_servers
-        self._partitions = partitions
-        self._thread = threading.Thread(target=self._consume, name="dashboard-consumer",
-                                        daemon=True)
-        self._thread.start()
-
-    def _acked(self) -> dict:
-        out = {}
-        for w in self.writers:
-            for op in w.history():
-                if op.type == "ok":
-                    out[(op.partition, op.offset)] = op.value
-        return out
-
-    def _consume(self) -> None:
-        from node.client import Consumer
-        consumer = Consumer(bootstrap_servers=self._bootstrap, auto_offset_reset="earliest",
-                            fetch_max_wait_ms=100)
-        try:
-            consumer.assign([(self.topic, p) for p in self._partitions])
-            consumer.seek_to_beginning()
-            seen: dict = {}
-            while not self._stop.is_set():
-                try:
-                    records = consumer.poll(timeout_ms=200)
-                except Exception:
-                    self._stop.wait(0.2)
-                    continue
-                for r in records:
-                    seen[(r.partition, r.offset)] = r.value
-                    self.read += 1
-                if records:
-                    acked = self._acked()
-                    self.lost = sum(1 for key, value in acked.items()
-                                    if key in seen and seen[key] != value)
-        finally:
-            consumer.close()
-
-    def counts(self) -> dict:
-        return {"running": not self._stop.is_set(), "topic": self.topic,
-                "acknowledged": sum(w.acked for w in self.writers),
-                "refused": sum(w.failed for w in self.writers),
-                "unknown": sum(w.unknown for w in self.writers),
-                "read": self.read, "lost": self.lost}
-
-    def stop(self) -> None:
-        self._stop.set()
-        for w in self.writers:
-            w.stop()
-        self._thread.join(timeout=10)
-
-
 class Model:
     """Everything the page shows, refreshed by ``refresh`` (one consistent read)."""
 
@@ -122,13 +56,14 @@ class Model:
         self.timeline: list[dict] = []
         self.snapshot_json: dict | None = None
         self.error: str | None = None
-        self.workload: Workload | None = None
+        self.workload = None   # a workload.Workload while one runs
         self.last_counts: dict | None = None
         self.scenario: dict | None = None
         self.stage = None   # scenario mode: the stage whose writers are the workload
         self.seq = 0
         self.lock = threading.Lock()
         self.refresh_ms = 0.0
+        self._clients: list[str] | None = None
 
     def add_event(self, kind: str, text: str) -> None:
         with self.lock:
@@ -165,6 +100,7 @@ class Model:
         if counts is None and self.stage is not None and self.stage.writers:
             writers = list(self.stage.writers)   # a scenario's own producers
             counts = {"running": True, "topic": ", ".join(sorted({w.topic for w in writers})),
+                      "client": writers[0].label,
                       "acknowledged": sum(w.acked for w in writers),
                       "refused": sum(w.failed for w in writers),
                       "unknown": sum(w.unknown for w in writers), "read": None,
@@ -172,6 +108,7 @@ class Model:
         return {"seq": self.seq, "t_ms": int(time.time() * 1000), "snapshot": snap,
                 "timeline": timeline, "error": self.error, "workload": counts,
                 "scenario": self.scenario, "refresh_ms": round(self.refresh_ms, 1),
+                "clients": self._clients or ["native"],
                 "netns": self.cluster is not None and self.cluster.mesh is not None,
                 "nodes": list(self.cluster.mesh.nodes)
                 if self.cluster is not None and self.cluster.mesh is not None else []}
@@ -211,11 +148,29 @@ class Model:
         self.add_event("fault", text)
         return text
 
-    def set_workload(self, run: bool) -> dict:
+    def clients(self) -> list[str]:
+        """The clients present on this machine (looked up once: it imports them)."""
+        if self._clients is None:
+            from bench.chaos.clients import present
+            self._clients = present()
+        return self._clients
+
+    def set_workload(self, run: bool, client: str = "native") -> dict:
+        if run:
+            from bench.chaos.clients import CLIENTS, missing
+            if client not in CLIENTS:
+                raise ValueError(f"unknown client {client!r} (one of {', '.join(CLIENTS)})")
+            why = missing(client)
+            if why is not None:
+                raise ValueError(f"client {client} cannot run here: {why}")
+        if run and self.cluster is None:
+            raise ValueError("no cluster yet")
         if run and self.workload is None:
+            from bench.teach.workload import Workload
             topic = self.topic or self._default_topic()
-            self.workload = Workload(self.cluster, topic)
-            self.add_event("workload", f"workload started on {topic}")
+            self.workload = Workload(self.cluster, topic, client)
+            self.add_event("workload", f"workload started on {topic} with "
+                                       f"{self.workload.label}")
         elif not run and self.workload is not None:
             w, self.workload = self.workload, None
             w.stop()
@@ -247,9 +202,11 @@ class Model:
 class ScenarioPlayer:
     """A scenario of the catalog played in a thread, one step per ``next()``."""
 
-    def __init__(self, model: Model, name: str, directory: Path, speed: float):
+    def __init__(self, model: Model, name: str, directory: Path, speed: float,
+                 client: str = "native"):
         from bench.teach.catalog import find
         self.model = model
+        self.client = client
         self.scenario = find(name)
         self.directory = directory
         self.speed = speed
@@ -292,7 +249,8 @@ class ScenarioPlayer:
         result = run_scenario(self.scenario, self.directory, speed=self.speed, out=self._out,
                               gate=self._gate, should_stop=self.stopping,
                               on_stage=self._on_stage, before_close=self._detach,
-                              show_pictures=False)  # the page draws the picture
+                              show_pictures=False,  # the page draws the picture
+                              client=self.client)
         self.model.scenario.update(done=True, waiting=False, verdict={
             "matched": result.matched, "wall_s": round(result.wall_s, 1),
             "expectations": result.expectations, "error": result.error})
@@ -350,8 +308,11 @@ def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | Non
     async def workload(request):
         try:
             body = await request.json()
+            client = body.get("client", "native")
+            if not isinstance(client, str):
+                raise ValueError("client: a name, e.g. \"native\"")
             counts = await asyncio.get_running_loop().run_in_executor(
-                None, model.set_workload, bool(body.get("run")))
+                None, model.set_workload, bool(body.get("run")), client)
         except Exception as e:
             return web.json_response({"ok": False, "message": str(e)}, status=400)
         return web.json_response({"ok": True, "workload": counts})
@@ -376,6 +337,7 @@ def make_app(model: Model, interval_s: float = 0.2, player: ScenarioPlayer | Non
     async def on_startup(app):
         app["changed"] = asyncio.Condition()
         app["poller"] = asyncio.create_task(poller(app))
+        asyncio.get_running_loop().run_in_executor(None, model.clients)  # for the selector
 
     async def on_cleanup(app):
         app["poller"].cancel()
@@ -452,6 +414,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--scenario", default=None, help="play a scenario of the catalog, "
                                                          "one step per click")
     parser.add_argument("--speed", type=float, default=1.0)
+    parser.add_argument("--client", default="native",
+                        help="with --scenario: the producers' client (as 'scenario run "
+                             "--client')")
 
 
 def run(args) -> int:
@@ -479,9 +444,15 @@ def run(args) -> int:
             print(f"dashboard: error: no scenario {args.scenario!r} (see 'minikafka "
                   f"scenario list')", file=sys.stderr)
             return 2
+        from bench.teach.run import client_problem
+        why = client_problem(args.client)
+        if why is not None:
+            print(f"dashboard: error: {why}", file=sys.stderr)
+            return 2
         Path(args.dir).mkdir(parents=True, exist_ok=True)
         model = Model(None, args.topic)
-        player = ScenarioPlayer(model, args.scenario, Path(args.dir), args.speed)
+        player = ScenarioPlayer(model, args.scenario, Path(args.dir), args.speed,
+                                args.client)
     else:
         try:
             model = Model(Cluster.open(args.dir), args.topic)

@@ -1,11 +1,16 @@
-"""``minikafka scenario list | run NAME [--step] [--speed X] [--dir D]``: the seeds'
-replication stories, told on real processes (``bench.teach.catalog``).
+"""``minikafka scenario list | run NAME [--step] [--speed X] [--dir D] [--client C]``:
+the seeds' replication stories, told on real processes (``bench.teach.catalog``).
 
 Before each step the run says what is about to happen and why; after it, it draws the
 cluster (leader, leader epoch, ISR, each replica's LEO and HW as a bar, the committed
-region: ``Stage.picture``). It ends with every expectation beside the prediction of
-the seeds. Exit 0 when the outcome matches the prediction, 1 when it does not (or the
-run failed), 2 on bad usage (an unknown scenario, a partition scenario without root).
+region: ``Stage.picture``) and tells what each producer saw since the last step
+(``narrate``). It ends with what the client believed was written against what
+survived, then every expectation beside the prediction of the seeds. ``--client``
+picks the producers' client: native (in-process, the default) or a real Kafka client
+(``bench.chaos.clients``) in a worker process on the Kafka listeners. Exit 0 when the
+outcome matches the prediction, 1 when it does not (or the run failed), 2 on bad usage
+(an unknown scenario or client, a client not installed, a partition scenario without
+root).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.teach import narrate
 from bench.teach.catalog import CATALOG, Play, Scenario, find
 from bench.teach.stage import ScenarioError, Stage
 from node.paths import absolute_path
@@ -40,18 +46,20 @@ def _wrap(text: str, indent: str = "  ") -> str:
 
 def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out=print,
                  gate=None, on_picture=None, should_stop: threading.Event | None = None,
-                 on_stage=None, before_close=None, show_pictures: bool = True) -> Result:
+                 on_stage=None, before_close=None, show_pictures: bool = True,
+                 client: str = "native") -> Result:
     """Play ``scenario`` with its clusters under ``directory``. ``gate(step_no, step)``
     is called before each step (to wait for Enter or a button); ``on_picture(text)``
     after each; ``on_stage(stage)`` when a cluster is made and ``before_close()`` before
-    they are stopped. Every cluster is stopped at the end, whatever happens."""
+    they are stopped. ``client`` writes the scenarios' producers (``Stage.writer``).
+    Every cluster is stopped at the end, whatever happens."""
     started = time.monotonic()
     counter = {"n": 0}
 
     def make_stage(label: str = "", **kw) -> Stage:
         counter["n"] += 1
         name = label or f"cluster-{counter['n']}"
-        stage = Stage(directory / name, label=label, out=out, **kw)
+        stage = Stage(directory / name, label=label, out=out, client=client, **kw)
         if on_stage is not None:
             on_stage(stage)
         return stage
@@ -60,6 +68,7 @@ def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out
         (should_stop or threading.Event()).wait(seconds / max(speed, 0.01))
 
     play = Play(make_stage, hold)
+    marks: dict = {}
     out(f"== {scenario.name}: {scenario.title} ({scenario.source})")
     out(f"prediction: {scenario.prediction}")
     error = None
@@ -86,6 +95,8 @@ def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out
                     out(text)
                 if on_picture is not None:
                     on_picture(text)
+            for line in _step_story(play, marks):
+                out(line)
             if following is None:
                 break
             step, n = following, n + 1
@@ -94,6 +105,14 @@ def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out
     except Exception as e:  # a broken step: say which, stop the clusters, report
         error = f"{type(e).__name__}: {e}"
     finally:
+        if error is not None:   # what the producers saw up to the failure
+            for line in _step_story(play, marks):
+                out(line)
+        try:
+            beliefs = _beliefs(play)
+        except Exception as e:  # the story's end is told even when a step broke
+            beliefs = []
+            out(f"(what the clients believed: {type(e).__name__}: {e})")
         if before_close is not None:
             before_close()
         for s in play.stages:
@@ -105,6 +124,14 @@ def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out
         e.ok for e in play.expectations)
     result = Result(scenario.name, matched, time.monotonic() - started,
                     [(e.ok, e.text) for e in play.expectations], play.notes, error)
+    for label, rows in beliefs:
+        out("")
+        for line in narrate.end_lines(label, rows):
+            out(line)
+    if client != "native" and not _writers(play):
+        out("")
+        out(f"(this scenario writes its few records with the native client: --client "
+            f"{client} changes nothing in it)")
     out("")
     out("verdict:")
     for ok, text in result.expectations:
@@ -116,6 +143,55 @@ def run_scenario(scenario: Scenario, directory: Path, *, speed: float = 1.0, out
     out(f"{'outcome matches the prediction' if matched else 'OUTCOME DOES NOT MATCH'}: "
         f"{scenario.prediction} (wall time {result.wall_s:.1f} s)")
     return result
+
+
+def _writers(play: Play) -> list:
+    return [w for s in play.stages for w in s.writers]
+
+
+def _step_story(play: Play, marks: dict) -> list[str]:
+    """What each writer saw since the last step (writers with nothing new stay quiet)."""
+    lines = []
+    for w in _writers(play):
+        ops, events = w.history(), list(w.client_events)
+        mark = marks.get(id(w), narrate.Mark())
+        before = marks.get(("retries", id(w)))
+        if len(ops) == mark.ops and len(events) == mark.events:
+            continue
+        seen = narrate.seen(ops[mark.ops:], events[mark.events:], before)
+        marks[id(w)] = narrate.Mark(len(ops), len(events))
+        marks[("retries", id(w))] = seen.retries
+        lines += narrate.step_lines(w.name, w.label, seen, narrate.awaiting(ops))
+    if lines:
+        lines.insert(0, "  what the producers saw:")
+    return lines
+
+
+def _beliefs(play: Play) -> list[tuple[str, list]]:
+    """Per client label, each writer's acknowledged sends against the last read of its
+    partition: read now, its writers stopped, if its cluster is still up; else the
+    scenario's own last read, against the sends made before it."""
+    from bench.chaos.checker import check
+    by_label: dict[str, list] = {}
+    for s in play.stages:
+        for w in s.writers:
+            key = (w.topic, w.partition)
+            if not s._down:
+                w.stop()
+                try:
+                    s.read(*key)
+                except ScenarioError:
+                    pass
+            if key not in s.reads:
+                continue
+            read_ns, final = s.reads[key]
+            history = [op for op in w.history() if op.time_ns <= read_ns]
+            v = check(history, {w.partition: sorted(final.items())})
+            seen = narrate.seen(history, w.client_events)
+            by_label.setdefault(w.label, []).append(narrate.Belief(
+                w.name, w.topic, w.partition, v.acknowledged, v.lost, v.failed, v.unknown,
+                len(v.duplicate), seen))
+    return list(by_label.items())
 
 
 def _list() -> int:
@@ -136,6 +212,10 @@ def _run(args) -> int:
         return 2
     if args.speed <= 0:
         print("scenario: error: --speed must be positive", file=sys.stderr)
+        return 2
+    why = client_problem(args.client)
+    if why is not None:
+        print(f"scenario: error: {why}", file=sys.stderr)
         return 2
     if scenario.netns:
         from node.cluster.netns import available
@@ -158,11 +238,20 @@ def _run(args) -> int:
             pass
     try:
         result = run_scenario(scenario, directory, speed=args.speed,
-                              gate=enter if args.step else None)
+                              gate=enter if args.step else None, client=args.client)
     finally:
         if not keep:
             shutil.rmtree(directory, ignore_errors=True)
     return 0 if result.matched else 1
+
+
+def client_problem(client: str) -> str | None:
+    """Why ``client`` cannot write a scenario here (one line), or None."""
+    from bench.chaos.clients import CLIENTS, missing
+    if client not in CLIENTS:
+        return f"no client {client!r} (one of {', '.join(CLIENTS)})"
+    why = missing(client)
+    return None if why is None else f"--client {client}: {why}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,6 +264,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="shorten (>1) or lengthen (<1) the pauses that let writes flow")
     run.add_argument("--dir", default=None, type=absolute_path,
                      help="where the clusters live (kept); a temporary directory otherwise")
+    run.add_argument("--client", default="native",
+                     help="the producers' client: native (in-process, the default), "
+                          "confluent-kafka, kafka-python, aiokafka or kafkajs (a worker "
+                          "process on the Kafka listeners)")
 
 
 def run(args) -> int:

@@ -4,7 +4,9 @@ operation, the picture of the cluster after each step, and the verdict.
 A ``Stage`` is one cluster (``node.cluster.Cluster``) in its own directory, with the
 settings a scenario needs. ``Writer`` is a background producer that sends unique values
 one at a time and records each send Jepsen-style (``bench.chaos.checker.Op``), so the
-chaos checker gives the verdict: what was acknowledged and lost. ``picture`` draws the
+chaos checker gives the verdict: what was acknowledged and lost. With ``client`` other
+than native, ``Stage.writer`` returns a ``client_writer.ClientWriter`` instead: the same
+interface, backed by a real Kafka client's worker process. ``picture`` draws the
 state of some partitions from one consistent read (``node.cluster.view``): leader,
 leader epoch, ISR, each replica's LEO and HW as bars, the committed region.
 """
@@ -33,6 +35,9 @@ class Writer:
     """Sends ``<name>-<n>`` one at a time to one partition from a thread; every send is
     recorded (invoke, then ok with its offset, fail when refused for certain, info when
     the outcome is unknown)."""
+    client = "native"
+    label = "native (node.client)"
+    client_events: list = []   # the native client reports nothing beside its sends
 
     def __init__(self, bootstrap: str, topic: str, name: str, *, acks="all",
                  partition: int = 0, request_timeout_ms: int = 1500,
@@ -109,6 +114,7 @@ class Verdict:
     refused: int
     unknown: int
     divergent: int = 0
+    duplicates: int = 0
     lost_examples: list = field(default_factory=list)
 
 
@@ -117,9 +123,10 @@ class Stage:
 
     def __init__(self, directory: Path, *, brokers: int = 3, settings: dict | None = None,
                  broker_config: dict | None = None, netns: bool = False, label: str = "",
-                 out=print):
+                 out=print, client: str = "native"):
         from node.cluster import Cluster, ClusterError
         self.label = label
+        self.client = client
         self.out = out
         config = {**BASE_SETTINGS, **(settings or {})}
         try:
@@ -127,7 +134,8 @@ class Stage:
                                       broker_config=broker_config or {}, netns=netns)
         except ClusterError as e:
             raise ScenarioError(str(e)) from None
-        self.writers: list[Writer] = []
+        self.writers: list = []      # Writer or ClientWriter
+        self.reads: dict = {}        # (topic, partition) -> (time_ns, the last ``read``)
         self._admin = None
         self._down = False
 
@@ -154,8 +162,18 @@ class Stage:
                               len(s.isr) == len((assignment or {}).get(p, [0] * rf))
                               for p in range(partitions)), f"{name}: leaders and full ISRs")
 
-    def writer(self, topic: str, name: str, **kw) -> Writer:
-        w = Writer(self.cluster.bootstrap_servers, topic, name, **kw).start()
+    def writer(self, topic: str, name: str, **kw):
+        """A writer of ``self.client``: native in-process, else a client's worker
+        process on the Kafka listeners (``client_writer``)."""
+        if self.client == "native":
+            w = Writer(self.cluster.bootstrap_servers, topic, name, **kw).start()
+        else:
+            from bench.teach.client_writer import ClientWriter, ClientWriterError
+            try:
+                w = ClientWriter(self.client, self.cluster.kafka_bootstrap_servers, topic,
+                                 name, log_dir=self.cluster.dir, **kw).start()
+            except ClientWriterError as e:
+                raise ScenarioError(str(e)) from None
         self.writers.append(w)
         return w
 
@@ -173,11 +191,13 @@ class Stage:
         return self.wait(lambda: (lambda s: s if s is not None and predicate(s) else None)(
             self.state(topic, partition)), f"{topic}-{partition}: {what}", timeout_s)
 
-    def wait_acks(self, writer: Writer, more: int, timeout_s: float = WAIT_S) -> None:
+    def wait_acks(self, writer, more: int, timeout_s: float = WAIT_S) -> None:
         target = writer.acked + more
-        self.wait(lambda: writer.acked >= target,
-                  f"{more} more acknowledgements for {writer.name} (last error: "
-                  f"{writer.last_error or 'none'})", timeout_s)
+        try:
+            self.wait(lambda: writer.acked >= target,
+                      f"{more} more acknowledgements for {writer.name}", timeout_s)
+        except ScenarioError as e:   # the error as of the timeout, not as of the call
+            raise ScenarioError(f"{e} (last error: {writer.last_error or 'none'})") from None
 
     def board(self, broker_id: int, topic: str, partition: int = 0):
         from shm.board import BoardError, BoardReader
@@ -216,6 +236,7 @@ class Stage:
             final, _ = read_log(self.cluster.bootstrap_servers, topic, [partition])
         except ToolError as e:
             raise ScenarioError(f"reading {topic}-{partition}: {e}") from None
+        self.reads[(topic, partition)] = (time.monotonic_ns(), dict(final[partition]))
         return dict(final[partition])
 
     def verdict(self, topic: str, partition: int = 0, writers=None) -> Verdict:
@@ -225,7 +246,7 @@ class Stage:
         final = {partition: sorted(self.read(topic, partition).items())}
         v = check(history, final)
         return Verdict(v.acknowledged, len(v.lost), v.failed, v.unknown,
-                       lost_examples=[(value.decode(), p, o) for value, p, o in v.lost[:5]])
+                       duplicates=len(v.duplicate), lost_examples=[(value.decode(), p, o) for value, p, o in v.lost[:5]])
 
     def divergence(self, topic: str, partition: int = 0) -> list:
         """LogMatching over every replica's segment files below the leader's HW. Only

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos.clients import present
 from node.cluster import Cluster
 from tests.dashboard_process import Dashboard
 from tests.dashboard_process import start_dashboard as _start_dashboard
@@ -28,6 +29,8 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
 SHOTS = ROOT / ".test-artifacts" / "dashboard"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CLIENTS_HERE = present()
+CLIENT = "confluent-kafka" if "confluent-kafka" in CLIENTS_HERE else "native"
 FAST = {"zookeeper.session.timeout.ms": "2000", "replica.lag.time.max.ms": "2000",
         "replica.fetch.wait.max.ms": "100", "auto.leader.rebalance.enable": "false"}
 
@@ -83,6 +86,43 @@ def test_the_state_endpoint_and_a_bad_action_answer_clearly(cluster):
         status, answer = _post(dashboard, "api/next", {})
         assert status == 400 and "no scenario" in answer["message"]
         assert all(cluster.process(b).state() == "alive" for b in cluster.broker_ids)
+    finally:
+        _stop(dashboard)
+
+
+def test_a_real_clients_workload_runs_from_the_api_and_a_bad_client_is_refused(cluster):
+    """POST /api/workload {"run": true, "client": "confluent-kafka"}: its producer's
+    acknowledgements and its consumer's reads grow in /state; an unknown client is a
+    400 that starts nothing."""
+    from bench.chaos.clients import missing
+    if missing("confluent-kafka"):
+        pytest.skip(missing("confluent-kafka"))
+    dashboard = _start_dashboard("--dir", str(cluster.dir), "--topic", "t")
+    try:
+        for client, says in (("kafka-go", "unknown client 'kafka-go'"),
+                             (7, "client: a name")):
+            status, answer = _post(dashboard, "api/workload", {"run": True, "client": client})
+            assert status == 400 and says in answer["message"], answer
+        assert _request(dashboard.url + "state", headers=dashboard.auth)[1]["workload"] is None
+
+        def state():
+            return _request(dashboard.url + "state", headers=dashboard.auth)[1]
+        cluster.wait_for(lambda: "confluent-kafka" in state()["clients"], 30,
+                         "the client selector's list")
+        status, answer = _post(dashboard, "api/workload",
+                               {"run": True, "client": "confluent-kafka"})
+        assert status == 200 and answer["ok"], answer
+        assert answer["workload"]["client"].startswith("confluent-kafka 2.")
+        first = cluster.wait_for(lambda: (lambda w: w if w["acknowledged"] >= 20 and
+                                          w["read"] >= 20 else None)(state()["workload"]),
+                                 60, "acknowledgements and reads")
+        grown = cluster.wait_for(
+            lambda: (lambda w: w if w["acknowledged"] > first["acknowledged"] + 20 else None)(
+                state()["workload"]), 60, "more acknowledgements")
+        assert grown["lost"] == 0 and grown["client"] == first["client"]
+        status, answer = _post(dashboard, "api/workload", {"run": False})
+        assert status == 200 and answer["workload"]["acknowledged"] >= grown["acknowledged"]
+        assert "with confluent-kafka" in " ".join(e["text"] for e in state()["timeline"])
     finally:
         _stop(dashboard)
 
@@ -237,6 +277,7 @@ def test_pages_of_other_sites_in_the_browser_can_neither_drive_nor_read_it(clust
 
 @pytest.mark.browser
 def test_killing_the_leader_from_the_page_shows_the_new_leader_and_the_shrunk_isr(cluster):
+    """The workload writes through confluent-kafka (picked in the page) when present."""
     playwright = _browser()
     SHOTS.mkdir(parents=True, exist_ok=True)
     dashboard = _start_dashboard("--dir", str(cluster.dir), "--topic", "t")
@@ -250,10 +291,17 @@ def test_killing_the_leader_from_the_page_shows_the_new_leader_and_the_shrunk_is
             page.wait_for_function(
                 "() => document.querySelector('[data-testid=\"leader-t-0\"]')?.textContent"
                 ".includes('broker 0')", timeout=30_000)
+            # the workload through a real client when one is here: picked in the selector
+            page.wait_for_function(
+                "() => document.querySelectorAll('[data-testid=\"workload-client\"] option')"
+                ".length >= %d" % len(CLIENTS_HERE), timeout=30_000)
+            page.get_by_test_id("workload-client").select_option(CLIENT)
             page.get_by_test_id("workload-start").click()
             page.wait_for_function(
                 "() => Number(document.querySelector('[data-testid=\"count-acknowledged\"]')"
                 "?.textContent) > 50", timeout=30_000)
+            assert f"writing with {CLIENT}" in page.get_by_test_id(
+                "workload-client-now").text_content()
             page.screenshot(path=str(SHOTS / "1-before-kill.png"), full_page=True)
 
             def watch():  # when the coordinator's state changed: the election itself
