@@ -6,6 +6,13 @@ brokers (replacing the known set) and partition states (upserted); a partition w
 leader is ``LEADER_DURING_DELETE`` (-2, Kafka's marker) is removed, and a topic without
 partitions left disappears. Brokers carry their other listeners (the Kafka-protocol one)
 and topics their ids (KIP-516) when the controller sends them.
+
+Until its first UpdateMetadata (a broker just started, which the controller has not told
+anything yet) the cache is not ``initialized``: it knows no broker and no topic, and its
+"unknown topic" would be wrong (the topic exists; this broker has not heard of it). The
+Kafka listener then answers Metadata as a starting Kafka broker does, with no brokers and
+no topics, which clients take as "ask again" (``node.kafka.translate.metadata``). The
+controller's first UpdateMetadata to a broker it has seen start carries every partition.
 """
 from __future__ import annotations
 
@@ -35,11 +42,13 @@ class MetadataCache:
         self.topic_ids: dict[str, str] = {}       # name -> id (KIP-516, Kafka's text form)
         self.topic_names: dict[str, str] = {}     # id -> name
         self.controller_id = -1
+        self.initialized = False      # an UpdateMetadata has been applied
 
     def update(self, controller_id: int, brokers: list,
                partitions: list[UpdateMetadataPartition],
                topic_ids: dict[str, str] | None = None) -> None:
         """Apply a validated UpdateMetadata body."""
+        self.initialized = True
         self.controller_id = controller_id
         self.brokers = {b[0]: (b[1], b[2], b[3]) for b in brokers}
         self.listeners = {b[0]: {name: (a[0], a[1]) for name, a in b[4].items()}

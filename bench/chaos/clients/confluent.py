@@ -1,15 +1,17 @@
 """confluent-kafka (librdkafka) as a chaos worker.
 
 - Producer: ``produce`` paced at ``--rate`` (librdkafka batches and retries), delivery
-  reports through the ``on_delivery`` callback served by ``poll``. librdkafka knows each
-  message's persistence status but confluent-kafka does not expose it, so a report's
-  error is ``fail`` only when librdkafka guarantees the message was never sent
-  (``NOT_PERSISTED_ERRORS``: purged from the queue before transmission, or its
-  partition/topic unknown so it never left the queue) or ``produce()`` itself refused
-  it; any other error (``_MSG_TIMED_OUT`` included: it may have been in flight) is
-  ``info``. At the end: ``flush(--flush-timeout-s)``, then ``purge()`` of what is left,
-  whose reports say which were never sent (``_PURGE_QUEUE``: fail) and which were in
-  flight (``_PURGE_INFLIGHT``: info).
+  reports through the ``on_delivery`` callback served by ``poll``. A send is ``fail``
+  only when ``produce()`` itself refused it (it never entered librdkafka's queue). An
+  error in a delivery report is ``info``: none proves the message was never written.
+  librdkafka moves the messages of a ProduceRequest that failed or timed out back to
+  their partition's queue for a retry (persistence status "possibly persisted", which
+  confluent-kafka does not expose; rdkafka_request.c), and that queue is what fails
+  with ``_UNKNOWN_PARTITION`` / ``_UNKNOWN_TOPIC`` when the partition or topic leaves
+  the metadata (rdkafka_topic.c, rdkafka_broker.c), with ``_PURGE_QUEUE`` when
+  ``purge()`` empties it (rdkafka_partition.c) and with ``_MSG_TIMED_OUT``;
+  ``_PURGE_INFLIGHT`` is a request in flight. At the end: ``flush(--flush-timeout-s)``,
+  then ``purge()`` of what is left, so that every send gets its report.
 - ``statistics.interval.ms`` = ``STATS_INTERVAL_MS``: librdkafka's cumulative
   ``txretries`` + ``req_timeouts`` (per broker in its statistics; summed: a timed-out
   ProduceRequest's messages are sent again without counting in txretries) as
@@ -46,10 +48,15 @@ def version() -> str:
     return f"{v} (librdkafka {confluent_kafka.libversion()[0]})"
 
 
-def _not_persisted() -> frozenset:
-    from confluent_kafka import KafkaError
-    return frozenset((KafkaError._PURGE_QUEUE, KafkaError._UNKNOWN_PARTITION,
-                      KafkaError._UNKNOWN_TOPIC))
+def delivery_report(sends: Sends):
+    """The ``on_delivery`` callback: ``ok`` with the partition and offset, else ``info``
+    with the error (no delivery report error is proof the message was not written)."""
+    def on_delivery(err, msg) -> None:
+        if err is None:
+            sends.ok(msg.value(), msg.partition(), msg.offset())
+        else:
+            sends.failed(msg.value(), False, _error(err))
+    return on_delivery
 
 
 def _error(err) -> str:
@@ -97,14 +104,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     from confluent_kafka import KafkaException, Producer
     settings = {"statistics.interval.ms": str(STATS_INTERVAL_MS), **settings}
     sends = Sends(em)
-    never_sent = _not_persisted()
-
-    def on_delivery(err, msg) -> None:
-        if err is None:
-            sends.ok(msg.value(), msg.partition(), msg.offset())
-        else:
-            sends.failed(msg.value(), err.code() in never_sent, _error(err))
-
+    on_delivery = delivery_report(sends)
     producer = _client(Producer, {"bootstrap.servers": args.bootstrap, **settings,
                                   "on_delivery": on_delivery, **_callbacks(em, stop)})
     em.start(NAME, version(), "producer", settings)

@@ -17,6 +17,11 @@ def api_name(api_key: int) -> str:
 
 
 def not_hosted_error(metadata: MetadataCache, topic: str, partition: int) -> int:
-    if metadata.partition(topic, partition) is not None:
+    """NOT_LEADER_OR_FOLLOWER for a partition the metadata cache knows (the client's
+    metadata is stale: it asks again and retries), UNKNOWN_TOPIC_OR_PARTITION for one it
+    does not. A broker the controller has not told anything yet (just started) cannot
+    say a partition does not exist: NOT_LEADER_OR_FOLLOWER (librdkafka fails a Produce's
+    messages on UNKNOWN_TOPIC_OR_PARTITION without a retry)."""
+    if metadata.partition(topic, partition) is not None or not metadata.initialized:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -10,6 +10,14 @@
 - No topic is created by Metadata (allow_auto_topic_creation is accepted and, as the
   native Metadata does, ignored): an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
 - Version 0's empty topic list means every topic (v1+: null does).
+- A broker the controller has not told anything yet (its metadata cache not
+  ``initialized``: just started, no UpdateMetadata) answers no brokers and no topics, as a
+  starting Kafka broker does, never UNKNOWN_TOPIC_OR_PARTITION for a topic that exists:
+  librdkafka takes a topic-level unknown topic for one it has known longer than
+  topic.metadata.propagation.max.ms as deleted (partition count to 0, every queued
+  message failed), while an answer without brokers and topics makes it ask again
+  (rdkafka_metadata.c), and the Java client, kafka-python and aiokafka ignore an answer
+  without brokers.
 """
 from __future__ import annotations
 
@@ -56,6 +64,10 @@ class Metadata(TranslationBase):
                           state=unknown_ids or ())
 
     def response(self, ctx, header, request, body, frames, state=()):
+        if not ctx.metadata.initialized:
+            return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=ctx.cluster_id(),
+                                    controller_id=-1, topics=[],
+                                    cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
         brokers = ctx.brokers()
         with_listener = {b[0] for b in brokers}
         ids = body.get("topic_ids", {})

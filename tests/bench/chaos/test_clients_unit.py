@@ -234,3 +234,29 @@ def test_bounded_tells_a_close_that_fails_or_hangs_and_goes_on():
     texts = [(e["kind"], e["text"]) for e in _lines(out)]
     assert texts == [("error", "close: RuntimeError: broker away"),
                      ("log", "hanging close did not return in 0.05 s")]
+
+
+def test_confluent_delivery_report_errors_are_info_never_fail():
+    """librdkafka fails a partition's queue, retries of sent messages included, when the
+    partition leaves the metadata (_UNKNOWN_PARTITION, _UNKNOWN_TOPIC) or is purged
+    (_PURGE_QUEUE): no report error proves a message was not written (chaos seed 9: a
+    send reported _UNKNOWN_PARTITION had been written and was read)."""
+    ck = pytest.importorskip("confluent_kafka")
+    from bench.chaos.clients.confluent import delivery_report
+    codes = (ck.KafkaError._UNKNOWN_PARTITION, ck.KafkaError._UNKNOWN_TOPIC,
+             ck.KafkaError._PURGE_QUEUE, ck.KafkaError._PURGE_INFLIGHT,
+             ck.KafkaError._MSG_TIMED_OUT, ck.KafkaError.NOT_ENOUGH_REPLICAS)
+    out = io.StringIO()
+    sends = Sends(Emitter("p0", out))
+    report = delivery_report(sends)
+    values = [f"p0-{n}".encode() for n in range(len(codes) + 1)]
+    for v in values:
+        sends.invoke(v)
+    report(None, ck.Message(topic="t", value=values[0], partition=2, offset=41))
+    for v, code in zip(values[1:], codes):
+        report(ck.KafkaError(code), ck.Message(topic="t", value=v))
+    ops = [e for e in _lines(out) if e["event"] == "op" and e["type"] != "invoke"]
+    assert [(o["type"], o.get("partition"), o.get("offset")) for o in ops[:1]] == [("ok", 2, 41)]
+    assert [o["type"] for o in ops[1:]] == ["info"] * len(codes)
+    assert [o["error"].split(":")[0] for o in ops[1:]] == [ck.KafkaError(c).name() for c in codes]
+    assert sends.outstanding() == 0
