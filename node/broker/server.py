@@ -27,9 +27,9 @@ create) ``/cluster/id`` (another cluster's id there: exit), bind the listener, c
 the board, find the replicas that lost committed data (``node.broker.lost_replicas``),
 register ``/brokers/ids/N`` (ephemeral; waiting for a previous session's registration
 to expire; registering again after a session expiry, only where ``/cluster/id`` is
-ours), then compete for ``/controller`` (only while registered in the current session). Partition logs are opened
-when a LeaderAndIsr names them. A start-up step that needs the coordinator is retried
-until ``zookeeper.connection.timeout.ms``.
+ours), then compete for ``/controller`` (only while registered in the current
+session). Partition logs are opened when a LeaderAndIsr names them. A start-up step
+that needs the coordinator is retried until ``zookeeper.connection.timeout.ms``.
 
 Requests are ``node.broker.apis``'s (its docstring lists them and their errors).
 
