@@ -231,15 +231,8 @@ def make_machine(cluster_id: str):
     return LogMachine
 
 
-# 30 runs of up to 40 steps (60 before: ~35 s of the suite on 2 cores). The same
-# operations also run as seeded random mixes, crashed at random moments and at every
-# crash point, in test_log_crash_ops.py; a failure found once stays in Hypothesis'
-# database and is tried first.
-MODEL_EXAMPLES = 30
-
-
 def test_log_matches_model(cluster_id):
     machine = make_machine(cluster_id)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=MODEL_EXAMPLES, stateful_step_count=40, deadline=None,
+        max_examples=60, stateful_step_count=40, deadline=None,
         suppress_health_check=list(HealthCheck)))
