@@ -455,6 +455,9 @@ def analyze(results_dir: str, out_dir: str | None, master: str | None, baseline:
     if analyze_chaos.find_runs(root):     # a chaos run folder, or a folder of them
         return analyze_chaos_runs(root, out_dir, master)
     runs = load_runs(root)
+    if baseline is not None and baseline not in runs:   # told before Spark starts
+        raise ToolError(f"--baseline {baseline}: not a producer run of this store "
+                        f"({root})")
     out = Path(out_dir) if out_dir else root / "report"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -10,8 +10,12 @@ ownership is what the members themselves hold (each writes its assignment after 
 poll).
 
     python -m bench.perf.groups [--records 2000000] [--record-size 100] [--repeats 5]
-                           [--session-ms 6000] [--dir DIR]
-                           [--group-protocol zookeeper|consumer] [--heartbeat-ms 500]
+                           [--session-ms 6000] [--dir DIR] [--heartbeat-ms 500]
+                           [--group-protocol zookeeper|consumer|classic[,...]]
+                           [--commit-seconds 3] [--async-commits 2000]
+
+Several protocols (comma-separated) are measured one after the other on the same
+cluster and topic, each with its own groups.
 
 One broker, topic ``groups`` with 6 partitions filled with ``--records`` records (the
 perf tool's bulk path). Then, each a median of ``--repeats`` tries where it says so:
@@ -135,7 +139,8 @@ def _wait(predicate, timeout_s: float, what: str):
 def throughput(cluster, directory: Path, records: int, session_ms: int, protocol: tuple
                ) -> tuple[float, float]:
     """(records/s from the members' start, records/s from the first record read)."""
-    procs = _start_members(cluster, "throughput", 3, directory, session_ms, *protocol)
+    procs = _start_members(cluster, f"throughput-{protocol[0]}", 3, directory, session_ms,
+                           *protocol)
     started = time.time()
     try:
         def done():
@@ -158,9 +163,12 @@ COMMIT_SECONDS = 3.0
 ASYNC_COMMITS = 2_000
 
 
-def commit_rate(cluster, protocol: tuple, session_ms: int) -> tuple[float, float]:
+def commit_rate(cluster, protocol: tuple, session_ms: int,
+                commit_seconds: float = COMMIT_SECONDS,
+                async_commits: int = ASYNC_COMMITS) -> tuple[float, float]:
     """(synchronous commits/s of all 6 partitions, asynchronous commits/s of one) by one
-    member that owns every partition."""
+    member that owns every partition: the synchronous ones timed for ``commit_seconds``,
+    then ``async_commits`` asynchronous ones."""
     from node.client import Consumer, TopicPartition
     from node.waiting import poll_until
     name, heartbeat_ms = protocol
@@ -173,20 +181,20 @@ def commit_rate(cluster, protocol: tuple, session_ms: int) -> tuple[float, float
         poll_until(lambda: consumer.poll(50) is not None and
                    len(consumer.assignment()) == PARTITIONS, 60, "one member owning all")
         n, started = 0, time.monotonic()
-        while time.monotonic() - started < COMMIT_SECONDS:
+        while time.monotonic() - started < commit_seconds:
             n += 1
             consumer.commit({TopicPartition(TOPIC, p): n for p in range(PARTITIONS)})
         sync = n / (time.monotonic() - started)
         started = time.monotonic()
         futures = [consumer.commit_async({TopicPartition(TOPIC, 0): i})
-                   for i in range(ASYNC_COMMITS)]
+                   for i in range(async_commits)]
         poll_until(lambda: consumer.poll(10) is not None and all(f.done() for f in futures),
                    120, "the asynchronous commits")
         failed = [f for f in futures if f.exception() is not None]
         if failed:
             raise SystemExit(f"{len(failed)} asynchronous commits failed: "
                              f"{failed[0].exception()}")
-        return sync, ASYNC_COMMITS / (time.monotonic() - started)
+        return sync, async_commits / (time.monotonic() - started)
     finally:
         consumer.close()
 
@@ -207,7 +215,7 @@ def perf_tool(cluster, records: int) -> tuple[float, float]:
 def rebalance(cluster, zk, directory: Path, how: str, k: int, session_ms: int,
               protocol: tuple) -> float:
     """``protocol``: (group protocol, heartbeat interval ms)."""
-    group = f"{how.lower()}-{k}"
+    group = f"{how.lower()}-{k}-{protocol[0]}"
     procs = _start_members(cluster, group, 3, directory, session_ms, *protocol)
     protocol = protocol[0]
     try:
@@ -231,6 +239,64 @@ def rebalance(cluster, zk, directory: Path, how: str, k: int, session_ms: int,
         _stop(procs)
 
 
+PROTOCOLS = ("zookeeper", "consumer", "classic")
+
+
+def _protocols(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in PROTOCOLS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(PROTOCOLS)} "
+                                         f"(comma-separated), got {text!r}")
+    return names
+
+
+def _cluster_config(protocols: tuple[str, ...], session_ms: int, heartbeat_ms: int) -> dict:
+    """The broker's settings for the group protocols measured (a protocol's settings do
+    not touch the others')."""
+    config = {"num.partitions": "6"}
+    if set(protocols) - {"zookeeper"}:
+        config["offsets.topic.replication.factor"] = "1"
+        config["group.initial.rebalance.delay.ms"] = "0"
+        config["group.min.session.timeout.ms"] = str(min(session_ms, 6000))
+    if "consumer" in protocols:
+        config.update({"group.consumer.session.timeout.ms": str(session_ms),
+                       "group.consumer.min.session.timeout.ms": str(session_ms),
+                       "group.consumer.heartbeat.interval.ms": str(heartbeat_ms),
+                       "group.consumer.min.heartbeat.interval.ms": str(heartbeat_ms)})
+    return config
+
+
+def measure(cluster, zk, directory: Path, args, protocol: str) -> None:
+    """Every figure of one group protocol, printed (the topic is filled already)."""
+    print(f"{args.records:,} records of {args.record_size} B in {PARTITIONS} "
+          f"partitions; group protocol {protocol}; session timeout "
+          f"{args.session_ms} ms" + (f", heartbeat interval {args.heartbeat_ms} ms"
+                                     if protocol != "zookeeper" else ""),
+          flush=True)
+    directory = directory / protocol         # its members' files; its own group names
+    directory.mkdir(parents=True, exist_ok=True)
+    protocol_args = (protocol, args.heartbeat_ms)
+    group_all, group_reading = throughput(cluster, directory, args.records, args.session_ms,
+                                          protocol_args)
+    alone_all, alone_reading = perf_tool(cluster, args.records)
+    print(f"read by a group of 3 member processes: {group_reading:,.0f} records/s "
+          f"from the first record read ({group_all:,.0f} from their start); "
+          f"consumer-perf-test alone: {alone_reading:,.0f} records/s fetching "
+          f"({alone_all:,.0f} overall); ratio {group_reading / alone_reading:.2f}",
+          flush=True)
+    sync, async_ = commit_rate(cluster, protocol_args, args.session_ms, args.commit_seconds,
+                               args.async_commits)
+    print(f"commits by one member: {sync:,.0f}/s synchronous (6 partitions each), "
+          f"{async_:,.0f}/s asynchronous (one partition)", flush=True)
+    for how in ("CLOSE", "KILL"):
+        times = [rebalance(cluster, zk, directory, how, k, args.session_ms, protocol_args)
+                 for k in range(args.repeats)]
+        print(f"rebalance after {'a clean close()' if how == 'CLOSE' else 'SIGKILL'}: "
+              f"median {statistics.median(times):,.0f} ms, best {min(times):,.0f}, "
+              f"worst {max(times):,.0f} ({len(times)} tries)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.perf.groups", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -239,17 +305,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--session-ms", type=int, default=6000)
     parser.add_argument("--dir", default=None)
-    parser.add_argument("--group-protocol", choices=("zookeeper", "consumer", "classic"),
-                        default="zookeeper")
+    parser.add_argument("--group-protocol", type=_protocols, default=("zookeeper",),
+                        help="zookeeper, consumer or classic; several, comma-separated, are "
+                        "measured one after the other on the same cluster and topic")
     parser.add_argument("--heartbeat-ms", type=int, default=500,
                         help="the heartbeat interval: group.consumer.heartbeat.interval.ms "
                         "(consumer protocol), the members' heartbeat_interval_ms (classic)")
+    parser.add_argument("--commit-seconds", type=float, default=COMMIT_SECONDS,
+                        help="how long the synchronous commits are timed")
+    parser.add_argument("--async-commits", type=int, default=ASYNC_COMMITS,
+                        help="how many asynchronous commits are timed")
     # The member role (started by the bench itself).
     parser.add_argument("--member", action="store_true", help=argparse.SUPPRESS)
     for flag in ("--bootstrap", "--zookeeper", "--group", "--out"):
         parser.add_argument(flag, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.member:
+        args.group_protocol = args.group_protocol[0]
         return member(args)
 
     from kazoo.client import KazooClient
@@ -257,18 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     from node.client import Admin
     from node.cluster import Cluster
     directory = Path(args.dir or tempfile.mkdtemp(prefix="bench-groups-"))
-    config = {"num.partitions": "6"}
-    if args.group_protocol != "zookeeper":
-        config["offsets.topic.replication.factor"] = "1"
-        config["group.initial.rebalance.delay.ms"] = "0"
-        config["group.min.session.timeout.ms"] = str(min(args.session_ms, 6000))
-    if args.group_protocol == "consumer":
-        config.update({"group.consumer.session.timeout.ms": str(args.session_ms),
-                       "group.consumer.min.session.timeout.ms": str(args.session_ms),
-                       "group.consumer.heartbeat.interval.ms": str(args.heartbeat_ms),
-                       "group.consumer.min.heartbeat.interval.ms": str(args.heartbeat_ms),
-                       "offsets.topic.replication.factor": "1"})
-    cluster = Cluster.up(directory / "cluster", 1, config=config)
+    cluster = Cluster.up(directory / "cluster", 1, config=_cluster_config(
+        args.group_protocol, args.session_ms, args.heartbeat_ms))
     zk = KazooClient(hosts=cluster.zookeeper, timeout=10)
     zk.start(timeout=10)
     try:
@@ -282,31 +344,8 @@ def main(argv: list[str] | None = None) -> int:
              "batch.size=262144"], capture_output=True, text=True, timeout=600)
         if fill.returncode != 0:
             raise SystemExit(f"filling the topic failed: {fill.stderr.strip()}")
-        print(f"{args.records:,} records of {args.record_size} B in {PARTITIONS} "
-              f"partitions; group protocol {args.group_protocol}; session timeout "
-              f"{args.session_ms} ms" + (f", heartbeat interval {args.heartbeat_ms} ms"
-                                         if args.group_protocol != "zookeeper" else ""),
-              flush=True)
-        group_all, group_reading = throughput(cluster, directory, args.records,
-                                              args.session_ms,
-                                              (args.group_protocol, args.heartbeat_ms))
-        alone_all, alone_reading = perf_tool(cluster, args.records)
-        print(f"read by a group of 3 member processes: {group_reading:,.0f} records/s "
-              f"from the first record read ({group_all:,.0f} from their start); "
-              f"consumer-perf-test alone: {alone_reading:,.0f} records/s fetching "
-              f"({alone_all:,.0f} overall); ratio {group_reading / alone_reading:.2f}",
-              flush=True)
-        sync, async_ = commit_rate(cluster, (args.group_protocol, args.heartbeat_ms),
-                                   args.session_ms)
-        print(f"commits by one member: {sync:,.0f}/s synchronous (6 partitions each), "
-              f"{async_:,.0f}/s asynchronous (one partition)", flush=True)
-        for how in ("CLOSE", "KILL"):
-            times = [rebalance(cluster, zk, directory, how, k, args.session_ms,
-                               (args.group_protocol, args.heartbeat_ms))
-                     for k in range(args.repeats)]
-            print(f"rebalance after {'a clean close()' if how == 'CLOSE' else 'SIGKILL'}: "
-                  f"median {statistics.median(times):,.0f} ms, best {min(times):,.0f}, "
-                  f"worst {max(times):,.0f} ({len(times)} tries)", flush=True)
+        for protocol in args.group_protocol:
+            measure(cluster, zk, directory, args, protocol)
     finally:
         zk.stop()
         zk.close()

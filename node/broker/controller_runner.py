@@ -68,13 +68,15 @@ class ControllerRunner:
     def __init__(self, *, broker_id: int, zk: GuardedZk | KazooClient, config,
                  post: Callable[[Callable[[], None]], None],
                  send: Callable[[str, int, dict, Callable], None],
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int],
+                 eligible: Callable[[], bool] = lambda: True) -> None:
         self.broker_id = broker_id
         self.zk = zk if isinstance(zk, GuardedZk) else GuardedZk(zk)
         self.config = config
         self._post = post
         self._send = send
         self._now_ms = now_ms
+        self._eligible = eligible      # registered in this session (the broker says)
         self._core: controller.Controller | None = None
         self._epoch = -1
         self._epoch_zk_version = -1
@@ -153,8 +155,10 @@ class ControllerRunner:
     def _elect(self) -> None:
         if self._stopped or self.active:
             return
-        if not self.zk.available:
-            self._want_election = True     # after the session is back (the tick asks)
+        if not self.zk.available or not self._eligible():
+            # After the session is back and the broker has registered in it (a
+            # coordinator found after an outage may be another cluster's): the tick asks.
+            self._want_election = True
             return
         self._want_election = False
         try:

@@ -23,12 +23,13 @@ an event loop (``node.broker.loop``) that owns every piece of state:
 Kazoo callbacks, signals and timers are posted to the loop as events.
 
 Start-up, as Kafka: connect to the coordinator, ensure the persistent paths, read (or
-create) ``/cluster/id``, bind the listener, create the board, find the replicas that
-lost committed data (``node.broker.lost_replicas``), register ``/brokers/ids/N``
-(ephemeral; waiting for a previous session's registration to expire; registering again
-after a session expiry), then compete for ``/controller``. Partition logs are opened
-when a LeaderAndIsr names them. A start-up step that needs the coordinator is retried
-until ``zookeeper.connection.timeout.ms``.
+create) ``/cluster/id`` (another cluster's id there: exit), bind the listener, create
+the board, find the replicas that lost committed data (``node.broker.lost_replicas``),
+register ``/brokers/ids/N`` (ephemeral; waiting for a previous session's registration
+to expire; registering again after a session expiry, only where ``/cluster/id`` is
+ours), then compete for ``/controller`` (only while registered in the current
+session). Partition logs are opened when a LeaderAndIsr names them. A start-up step
+that needs the coordinator is retried until ``zookeeper.connection.timeout.ms``.
 
 Requests are ``node.broker.apis``'s (its docstring lists them and their errors).
 
@@ -85,6 +86,10 @@ EXIT_LOG_DIRS_FAILED = 1
 NONE = 0
 
 
+class InconsistentClusterIdError(Exception):
+    """The coordinator belongs to another cluster (Kafka's InconsistentClusterIdException)."""
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -137,6 +142,7 @@ class Broker:
         self._stop = False
         self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
+        self._registered_session: int | None = None   # the session that registered us
         self._startup_deadline = 0.0
         # Partitions whose committed data this broker lost, durable until it is back in
         # an ISR (node.broker.lost_replicas); never led meanwhile.
@@ -195,7 +201,8 @@ class Broker:
             self.cleaner.start()
         self.controller = ControllerRunner(
             broker_id=self.broker_id, zk=self.zk, config=config, post=self.loop.post,
-            send=self.send_to_broker, now_ms=now_ms)
+            send=self.send_to_broker, now_ms=now_ms,
+            eligible=self._registered_in_this_session)
         self.controller.start()
         # Everything made so far (modules, the coordinator session, the controller) lives
         # as long as the process: keep it out of the collector, so a full collection
@@ -225,23 +232,36 @@ class Broker:
                     said = True
                 time.sleep(limits.STARTUP_COORDINATOR_RETRY_S)
 
-    def _read_cluster_id(self) -> str:
-        if self.config.cluster_id is not None:
-            return self.config.cluster_id
+    def _read_cluster_id(self, registering_again: bool = False) -> str:
+        """The coordinator's /cluster/id. Absent, it is created at start-up (with
+        ``cluster.id`` if configured) but not when registering again in a new session:
+        a coordinator that took our coordinator's port while it was away holds another
+        id, or none yet. One holding another id belongs to another cluster: this broker
+        must not register (nor compete for /controller) there (Kafka's
+        InconsistentClusterIdException)."""
+        ours = self.cluster_id if registering_again else self.config.cluster_id
         for _ in range(10):
             try:
                 data, _ = self.zk.get(CLUSTER_ID_PATH)
-                return check_cluster_id(json.loads(data.decode())["id"])
+                held = check_cluster_id(json.loads(data.decode())["id"])
             except NoNodeError:
-                new_id = "c" + uuid.uuid4().hex[:16]
-                try:
-                    self.zk.create(CLUSTER_ID_PATH, json.dumps(
-                        {"version": "1", "id": new_id}).encode(), makepath=True)
-                    return new_id
-                except NodeExistsError:
-                    continue
+                if registering_again:
+                    held = None
+                else:
+                    new_id = ours or "c" + uuid.uuid4().hex[:16]
+                    try:
+                        self.zk.create(CLUSTER_ID_PATH, json.dumps(
+                            {"version": "1", "id": new_id}).encode(), makepath=True)
+                        return new_id
+                    except NodeExistsError:
+                        continue
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ConfigError(f"{CLUSTER_ID_PATH} holds no usable cluster id: {e}") from None
+            if ours is not None and held != ours:
+                raise InconsistentClusterIdError(
+                    f"the coordinator at {self.config.zookeeper_connect} holds cluster id "
+                    f"{held}, this broker's is {ours}: it is another cluster's coordinator")
+            return held
         raise RuntimeError(f"could not read or create {CLUSTER_ID_PATH}")
 
     def _registration(self) -> bytes:
@@ -307,6 +327,7 @@ class Broker:
                 _, stat = self.zk.create(path, self._registration(), ephemeral=True,
                                          include_data=True)
                 self.broker_epoch = stat.czxid
+                self._registered_session = stat.ephemeralOwner
                 return
             except NodeExistsError:
                 try:
@@ -315,6 +336,7 @@ class Broker:
                     continue
                 if stat.ephemeralOwner == self.zk.client_id[0]:
                     self.broker_epoch = stat.czxid
+                    self._registered_session = stat.ephemeralOwner
                     return
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{path} is still held by another session after "
@@ -348,10 +370,20 @@ class Broker:
             self._session_lost = False
             logger.warning("new coordinator session: registering again")
             try:
+                self._read_cluster_id(registering_again=True)
                 self._register()
             except COORDINATOR_ERRORS as e:  # retried on the next reconnect
                 logger.error("re-registration failed: %s", e)
                 self._session_lost = True
+            except (InconsistentClusterIdError, ConfigError) as e:
+                logger.error("not registering again: %s", e)
+                self._session_lost = True
+
+    def _registered_in_this_session(self) -> bool:
+        """Whether /brokers/ids/N was made by the current coordinator session: the
+        controller competes only then (Kafka registers, then elects)."""
+        client_id = self.zk.client_id
+        return client_id is not None and client_id[0] == self._registered_session
 
     # ================================================================ the loop
 
@@ -539,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = Broker(config)
     try:
         broker.start()
-    except EXPECTED_ERRORS as e:
+    except EXPECTED_ERRORS + (InconsistentClusterIdError,) as e:
         logger.error("start-up failed: %s", e)
         broker._close()
         return 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal as signals
 import time
@@ -51,12 +52,15 @@ READY_TIMEOUT_S = 90.0
 # new ports at most this many times.
 PORT_RETRIES = 3
 START_MARK = "supervisor starts:"       # node.cluster.process's line before each start
+ZK_LISTENING = "zk_lite listening on"   # zk_lite's line once it has bound its port
+ZK_LOG_TAIL_BYTES = 20_000              # where wait_zk_ready looks for that line
 
 
 def _port_was_taken(log_tail: str) -> bool:
     """Whether the broker's last start (its log after the supervisor's last start line)
     failed to bind a port that was in use."""
-    return "Address already in use" in log_tail.rpartition(START_MARK)[2]
+    # ZeroMQ says "Address already in use", asyncio (zk_lite) "address already in use"
+    return "address already in use" in log_tail.rpartition(START_MARK)[2].lower()
 
 log = logging.getLogger("minikafka.cluster")
 
@@ -195,17 +199,27 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
         """Poll ``predicate()`` until it returns something truthy; returns that value."""
         return poll_until(predicate, timeout_s, what, interval_s=interval_s)
 
-    def _check_started(self, process: Process) -> None:
+    def _check_started(self, process: Process, when: str = "during start-up") -> None:
         if process.pid() is None:
-            raise ClusterError(f"{process.name} exited during start-up; log tail "
+            raise ClusterError(f"{process.name} is not running ({when}); log tail "
                                f"({process.log_path}):\n{process.log_tail()}")
 
     def wait_zk_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until ZooKeeper accepts connections; our own zk_lite must also have said, in
+        its log since its last start, that it listens on the cluster's port. Without
+        that check, another program that took the port between ``_free_port`` and
+        zk_lite's bind (a zk_lite restarted on its old port, say) passed for ours: the
+        brokers then joined that other cluster's coordinator."""
         zk = self.processes.get("zk")
+        port = self.zookeeper.rsplit(":", 1)[1]
 
         def ready() -> bool:
             if zk is not None:
                 self._check_started(zk)
+                _, mark, said = zk.log_tail(ZK_LOG_TAIL_BYTES).rpartition(START_MARK)
+                # (no start line in the tail: it started long ago, and said so then)
+                if mark and not re.search(rf"{ZK_LISTENING} \S+:{port}\b", said):
+                    return False
             return _reachable(self.zookeeper, 0.5)
 
         self.wait_for(ready, timeout_s, f"ZooKeeper at {self.zookeeper}")
@@ -214,29 +228,64 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
                           peers: list[int] | None = None) -> None:
         """Until broker ``broker_id`` is registered and its Metadata answer names a
         controller and every broker of ``peers`` (itself by default): the controller
-        has told it about the cluster (UpdateMetadata)."""
+        has told it about the cluster (UpdateMetadata). A broker or our zk_lite that
+        exits meanwhile is a ClusterError at once; a timeout says what was seen last
+        (``_readiness``) with the broker's log tail."""
         process = self.processes[str(broker_id)]
+        zk = self.processes.get("zk")
         expected = set(peers or [broker_id])
+        seen: dict[str, object] = {}
 
         def ready() -> bool:
             self._check_started(process)
+            if zk is not None:
+                self._check_started(zk, "while waiting for broker "
+                                        f"{broker_id}: the brokers cannot register")
             try:
-                if broker_id not in self.registered_brokers():
-                    return False
-            except ClusterError:
+                registered = seen["registered"] = self.registered_brokers()
+            except ClusterError as e:
+                seen["registered"] = e
                 return False
-            answer = self.broker_metadata(broker_id)
+            if broker_id not in registered:
+                return False
+            answer = seen["metadata"] = self.broker_metadata(broker_id)
             return answer is not None and expected <= set(answer[0]) and answer[1] >= 0
 
-        self.wait_for(ready, timeout_s, f"broker {broker_id} to register and to learn "
-                                        f"of the controller and brokers {sorted(expected)}")
+        what = (f"broker {broker_id} to register and to learn of the controller and "
+                f"brokers {sorted(expected)}")
+        try:
+            self.wait_for(ready, timeout_s, what)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}: {self._readiness(broker_id, seen)}; broker "
+                               f"{broker_id}'s log tail ({process.log_path}):\n"
+                               f"{process.log_tail()}") from None
+
+    def _readiness(self, broker_id: int, seen: dict) -> str:
+        """What ``wait_broker_ready`` saw last, for its timeout message."""
+        registered = seen.get("registered")
+        if registered is None:
+            parts = ["the coordinator was never asked"]
+        elif isinstance(registered, ClusterError):
+            parts = [f"the coordinator did not answer ({registered})"]
+        else:
+            parts = [f"registered brokers {registered}"]
+            if broker_id in registered:
+                answer = seen.get("metadata")
+                parts.append("its Metadata answer: none (no answer within "
+                             f"{METADATA_TIMEOUT_MS} ms)" if answer is None else
+                             f"its Metadata answer: brokers {answer[0]}, controller "
+                             f"{answer[1]}")
+        try:
+            parts.append(f"/controller: {self.controller_id()}")
+        except ClusterError as e:
+            parts.append(f"/controller unreadable ({e})")
+        zk = self.processes.get("zk")
+        if zk is not None:
+            parts.append(f"zk_lite {zk.state()}")
+        return "; ".join(parts)
 
     def _start_all(self, ready_timeout_s: float | None) -> None:
-        zk = self.processes.get("zk")
-        if zk is not None and zk.pid() is None:
-            zk.start()
-        if ready_timeout_s is not None:
-            self.wait_zk_ready(ready_timeout_s)
+        self._start_zk_rebinding(ready_timeout_s)
         for broker_id in self.broker_ids:
             process = self.processes[str(broker_id)]
             if process.pid() is None:
@@ -245,6 +294,36 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
             deadline = time.monotonic() + ready_timeout_s
             for broker_id in self.broker_ids:
                 self._wait_ready_rebinding(broker_id, deadline)
+
+    def _start_zk_rebinding(self, ready_timeout_s: float | None) -> None:
+        """Start our zk_lite (unless running) and wait until it is ready; like a broker,
+        a zk_lite whose port was taken meanwhile gets a new one (written to cluster.json
+        and every broker's server.properties: the brokers start after it) and starts
+        again, up to ``PORT_RETRIES`` times."""
+        zk = self.processes.get("zk")
+        started = zk is not None and zk.pid() is None
+        if started:
+            zk.start()
+        if ready_timeout_s is None:
+            return
+        for attempt in range(PORT_RETRIES + 1):
+            try:
+                self.wait_zk_ready(ready_timeout_s)
+                return
+            except ClusterError:
+                if not started or attempt == PORT_RETRIES or zk.pid() is not None or \
+                        self.netns or not _port_was_taken(zk.log_tail()):
+                    raise
+            host = self.zookeeper.rsplit(":", 1)[0]
+            log.warning("zk_lite's port %s was taken: starting it again on another",
+                        self.zookeeper)
+            self.zookeeper = self.spec["zookeeper"] = f"{host}:{_free_port()}"
+            self._save_spec()
+            self._build_processes()
+            zk = self.processes["zk"]
+            for broker_id in self.broker_ids:
+                self._write_properties(broker_id)
+            zk.start()
 
     def _wait_ready_rebinding(self, broker_id: int, deadline: float) -> None:
         """``wait_broker_ready``; a broker that exits because one of its ports was taken

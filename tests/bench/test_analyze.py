@@ -106,7 +106,7 @@ def test_the_tables_hold_the_known_figures_and_every_output_exists(store, tmp_pa
     assert f"produce {a}: 1000 records" in printed and "p99 99.000 ms" in printed
 
 
-def test_the_baseline_can_be_chosen_and_must_exist(store, tmp_path):
+def test_the_baseline_can_be_chosen_and_must_exist(store, tmp_path, capsys, monkeypatch):
     root, a, b = store
     out = tmp_path / "r"
     assert analyze.main([str(root), "--out", str(out), "--master", "local[1]",
@@ -114,7 +114,11 @@ def test_the_baseline_can_be_chosen_and_must_exist(store, tmp_path):
     import pyarrow.parquet as pq
     rows = pq.read_table(out / "tables" / "comparison.parquet").to_pylist()
     assert rows[1]["run_id"] == b and rows[1]["throughput_ratio"] == 1.0
+    capsys.readouterr()
+    # An unknown baseline is refused before Spark starts.
+    monkeypatch.setattr(analyze, "spark_session", lambda master: pytest.fail("Spark started"))
     assert analyze.main([str(root), "--out", str(out), "--baseline", "nope"]) == 1
+    assert "--baseline nope: not a producer run of this store" in capsys.readouterr().err
 
 
 def _cli(*args, env=None):
@@ -139,18 +143,21 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(store, tmp_path):
     assert "openjdk-17-jre-headless" in no_java.stderr.strip().splitlines()[-1]
 
 
-def test_a_corrupt_sample_file_is_named(store, tmp_path):
+def test_a_corrupt_sample_file_is_named(store, tmp_path, capfd):
+    """In this process (the CLI's one-line errors are test_bad_input's): what Spark's
+    JVM writes to this process's stderr is captured too (capfd)."""
     import shutil
     root, a, _ = store
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     [part] = list((copy / "samples" / "produce" / f"run_id={a}").glob("*.parquet"))
     part.write_bytes(b"PAR1 not really parquet at all")
-    result = _cli(str(copy), "--out", str(tmp_path / "o"), "--master", "local[1]")
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
-    assert "cannot read the produce samples" in last, result.stderr
-    assert "Traceback" not in result.stderr and "\tat org.apache" not in result.stderr
+    capfd.readouterr()
+    assert analyze.main([str(copy), "--out", str(tmp_path / "o"), "--master", "local[1]"]) == 1
+    stderr = capfd.readouterr().err
+    last = stderr.strip().splitlines()[-1]
+    assert "cannot read the produce samples" in last, stderr
+    assert "Traceback" not in stderr and "\tat org.apache" not in stderr
 
 
 # ------------------------------------------------------------------ chaos runs

@@ -103,3 +103,96 @@ def test_a_broker_whose_port_was_taken_starts_again_with_new_ports(tmp_path, clu
             assert cluster.broker_metadata(0) is not None
     finally:
         taken.close()
+
+
+def test_zk_lite_whose_port_was_taken_starts_on_another_and_a_wait_says_what_it_saw(
+        tmp_path, cluster_id, monkeypatch):
+    """zk_lite's port, picked free and bound later, can be taken in between. Whatever
+    listens there passed for our zk_lite (the port answered), so the brokers went to
+    it; zk_lite now gets another port. A broker wait that times out says what it saw
+    (registration, Metadata answer, controller, zk_lite) with the broker's log tail; a
+    zk_lite that is not running ends the wait at once."""
+    import socket
+
+    from node.cluster import ClusterError, supervisor
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(8)
+    port = taken.getsockname()[1]
+    picks = []
+    real = supervisor._free_port
+
+    def pick() -> int:       # picks: broker 0's two listeners, then zk_lite's port
+        picks.append(port if len(picks) == 2 else real())
+        return picks[-1]
+
+    monkeypatch.setattr(supervisor, "_free_port", pick)
+    try:
+        with Cluster.up(tmp_path / "c", brokers=1, config=CONFIG,
+                        cluster_id=cluster_id) as cluster:
+            assert cluster.zookeeper != f"127.0.0.1:{port}"
+            assert "address already in use" in cluster.processes["zk"].log_path.read_text()
+            assert Cluster.open(tmp_path / "c").zookeeper == cluster.zookeeper
+            assert f"zookeeper.connect={cluster.zookeeper}" in \
+                (cluster.broker_dir(0) / "server.properties").read_text()
+            assert cluster.broker_metadata(0) == ([0], 0)
+            with pytest.raises(TimeoutError) as waited:
+                cluster.wait_broker_ready(0, 0.5, peers=[0, 5])
+            said = str(waited.value)
+            assert "brokers [0, 5]: registered brokers [0]; its Metadata answer: " \
+                   "brokers [0], controller 0; /controller: 0; zk_lite alive" in said
+            assert "broker 0 started, listening on" in said       # the log tail
+            cluster.kill("zk", "KILL")
+            with pytest.raises(ClusterError, match="zk is not running .while waiting"):
+                cluster.wait_broker_ready(0, 30)
+    finally:
+        taken.close()
+
+
+def test_a_broker_does_not_join_another_clusters_coordinator_on_its_port(tmp_path,
+                                                                         cluster_id):
+    """A broker whose coordinator went away reconnects to the same address forever; a
+    zk_lite of another cluster that got that port meanwhile (ports are reused) must not
+    gain it: it does not register there (its cluster id is not there) and so does not
+    compete for /controller. A broker started against it exits (Kafka's
+    InconsistentClusterIdException)."""
+    from kazoo.client import KazooClient
+
+    from node.wire import zkdata
+    from node.waiting import poll_until
+
+    cluster = Cluster.up(tmp_path / "c", brokers=1, config=CONFIG, cluster_id=cluster_id)
+    foreign = client = None
+    try:
+        cluster.stop("zk", grace_s=5)
+        port = cluster.zookeeper.rsplit(":", 1)[1]
+        foreign = subprocess.Popen(
+            [sys.executable, "-m", "zk_lite", "--port", port, "--data-dir",
+             str(tmp_path / "foreign"), "--tick-time", "500"], cwd=REPO,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = KazooClient(hosts=cluster.zookeeper, timeout=10)
+        client.start(timeout=30)
+        log = cluster.processes["0"].log_path
+        poll_until(lambda: "not registering again" in log.read_text(), 30,
+                   "the broker to refuse the other coordinator")
+        assert f"holds cluster id None, this broker's is {cluster_id}" in log.read_text()
+        assert client.exists(zkdata.broker_path(0)) is None
+        assert client.exists(zkdata.CONTROLLER) is None
+        # Started against it, the broker reads the other cluster's id and exits.
+        client.create("/cluster/id", b'{"version": "1", "id": "cother"}', makepath=True)
+        cluster.stop(0, grace_s=5)
+        cluster.start(0, wait=False)
+        poll_until(lambda: cluster.processes["0"].pid() is None, 30, "the broker to exit")
+        assert f"start-up failed: the coordinator at {cluster.zookeeper} holds cluster id " \
+               f"cother, this broker's is {cluster_id}" in log.read_text()
+        assert client.exists(zkdata.broker_path(0)) is None
+    finally:
+        if client is not None:
+            client.stop()
+            client.close()
+        cluster.down(grace_s=5)
+        if foreign is not None:
+            foreign.kill()
+            foreign.wait(10)
+    assert cluster_objects(cluster_id) == []

@@ -114,62 +114,75 @@ def test_altered_topic_configs_apply_on_the_brokers_at_once(cluster, admin):
         poll_until(lambda: not refused(), 20, "acks=all accepted again")
 
 
-def _configs_tool(cluster, *args):
+def _configs_tool(cluster, *args, capsys=None):
+    """``minikafka configs ARGS``: a process of its own, or (``capsys`` given) node.cli's
+    main in this one, its output and exit status as a process's."""
     import subprocess
     import sys
-    return subprocess.run([sys.executable, "-m", "node.cli", "configs",
-                           "--bootstrap-server", cluster.bootstrap_servers, *args],
-                          capture_output=True, text=True, timeout=60)
+    argv = ["configs", "--bootstrap-server", cluster.bootstrap_servers, *args]
+    if capsys is None:
+        return subprocess.run([sys.executable, "-m", "node.cli", *argv],
+                              capture_output=True, text=True, timeout=60)
+    from node.cli import main
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out.out, out.err)
 
 
-def test_configs_tool_describes_and_alters_like_kafka_configs(cluster, admin):
+def test_configs_tool_describes_and_alters_like_kafka_configs(cluster, admin, capsys):
+    """The first run is a process of its own (the command line); the others call the
+    same main in this process (a Python start each was most of this test's time)."""
     admin.create_topic("cfg", 1, 1, config={"retention.ms": "1000"})
     topic = ["--entity-type", "topics", "--entity-name", "cfg"]
+
+    def tool(*args):
+        return _configs_tool(cluster, *args, capsys=capsys)
     shown = _configs_tool(cluster, *topic, "--describe")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines() == [
         "Dynamic configs for topic cfg are:",
         "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000, "
         "DEFAULT_CONFIG:log.retention.ms=604800000}"]
-    altered = _configs_tool(cluster, *topic, "--alter", "--add-config",
-                            "retention.bytes=777,max.message.bytes=5000",
-                            "--delete-config", "retention.ms")
+    altered = tool(*topic, "--alter", "--add-config",
+                   "retention.bytes=777,max.message.bytes=5000", "--delete-config", "retention.ms")
     assert (altered.returncode, altered.stdout) == \
         (0, "Completed updating config for topic cfg.\n"), altered.stderr
     assert admin.describe_configs(["cfg"])["cfg"]["retention.bytes"] == "777"
-    shown = _configs_tool(cluster, *topic, "--describe")
+    shown = tool(*topic, "--describe")
     assert [line.split()[0] for line in shown.stdout.splitlines()[1:]] == \
         ["max.message.bytes=5000", "retention.bytes=777"]
-    everything = _configs_tool(cluster, "--entity-type", "brokers", "--entity-name", "1",
-                               "--describe", "--all")
+    everything = tool("--entity-type", "brokers", "--entity-name", "1", "--describe", "--all")
     assert everything.stdout.startswith("All configs for broker 1 are:\n")
     assert "  broker.id=1 sensitive=false synonyms={STATIC_BROKER_CONFIG:broker.id=1}" in \
         everything.stdout.splitlines()
-    refused = _configs_tool(cluster, "--entity-type", "brokers", "--entity-name", "1",
-                            "--alter", "--add-config", "num.partitions=3")
+    refused = tool("--entity-type", "brokers", "--entity-name", "1",
+                   "--alter", "--add-config", "num.partitions=3")
     assert refused.returncode == 1
     assert "Cannot update these configs dynamically" in refused.stderr
     broker = ["--entity-type", "brokers", "--entity-name", "1"]
-    altered = _configs_tool(cluster, *broker, "--alter", "--add-config", "log.retention.ms=1")
+    altered = tool(*broker, "--alter", "--add-config", "log.retention.ms=1")
     assert altered.stdout == "Completed updating config for broker 1.\n", altered.stderr
     try:
-        assert _configs_tool(cluster, *broker, "--describe").stdout.splitlines() == [
+        assert tool(*broker, "--describe").stdout.splitlines() == [
             "Dynamic configs for broker 1 are:",
             "  log.retention.ms=1 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:"
             "log.retention.ms=1, DEFAULT_CONFIG:log.retention.ms=604800000}"]
         default = ["--entity-type", "brokers", "--entity-default"]
-        assert _configs_tool(cluster, *default, "--describe").stdout == \
+        assert tool(*default, "--describe").stdout == \
             "Default configs for brokers in the cluster are:\n"
-        assert _configs_tool(cluster, *default, "--alter", "--add-config",
-                             "compression.type=zstd").stdout == \
+        assert tool(*default, "--alter", "--add-config", "compression.type=zstd").stdout == \
             "Completed updating default config for brokers in the cluster.\n"
-        assert _configs_tool(cluster, *default, "--describe").stdout.splitlines()[1:] == [
+        assert tool(*default, "--describe").stdout.splitlines()[1:] == [
             "  compression.type=zstd sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:"
             "compression.type=zstd}"]
-        _configs_tool(cluster, *default, "--alter", "--delete-config", "compression.type")
+        tool(*default, "--alter", "--delete-config", "compression.type")
     finally:
-        _configs_tool(cluster, *broker, "--alter", "--delete-config", "log.retention.ms")
-    bad = _configs_tool(cluster, *topic, "--alter", "--add-config", "retention.ms=soon")
+        tool(*broker, "--alter", "--delete-config", "log.retention.ms")
+    bad = tool(*topic, "--alter", "--add-config", "retention.ms=soon")
     assert bad.returncode == 1 and "retention.ms" in bad.stderr
 
 
