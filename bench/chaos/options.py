@@ -9,6 +9,11 @@ for every client; everything else keeps the client's own default:
 - ``acks1``: acks 1, idempotence off;
 - ``unclean``, ``hw-truncation``: acks all, idempotence on.
 
+``--idempotence on|off`` overrides the profile's (e.g. ``off`` for kafkajs, whose
+idempotent producer is marked experimental and acknowledges writes it never made after
+a timed-out request: see ``bench/chaos/clients/kafkajs_worker.js``); without the
+idempotent producer a duplicate is counted and shown, not an anomaly.
+
 ``--group`` makes the consumers members of the group ``chaos-group`` (``--consumers``
 defaults to 2 then, so there is a rebalance to judge). ``--group-protocol`` picks
 the classic protocol or KIP-848's ``consumer`` protocol; only the clients that speak
@@ -90,13 +95,19 @@ def check_client(client: str, group: bool, group_protocol: str | None,
         raise UsageError(f"--client {client}: {why}")
 
 
+def idempotence(profile: str, override: str | None = None) -> str:
+    """The producers' idempotence: ``--idempotence`` when given, else the profile's."""
+    return override or PROFILES[profile]["idempotence"]
+
+
 def worker_options(profile: str, role: str, client: str, group: bool,
-                   group_protocol: str | None) -> dict:
+                   group_protocol: str | None, idempotence_override: str | None = None
+                   ) -> dict:
     """``worker_command`` keyword options of one workload member, from the profile (the
     producers) and the group flags (the consumers)."""
     p = PROFILES[profile]
     if role == "producer":
-        return {"acks": p["acks"], "idempotence": p["idempotence"]}
+        return {"acks": p["acks"], "idempotence": idempotence(profile, idempotence_override)}
     options: dict = {}
     if group:
         options["group"] = GROUP
@@ -124,6 +135,9 @@ def _client_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-protocol", choices=("classic", "consumer"), default=None,
                         help="the group protocol (default: the client's own; consumer = "
                              "KIP-848: native and confluent-kafka)")
+    parser.add_argument("--idempotence", choices=("on", "off"), default=None,
+                        help="the producers' idempotence instead of the profile's (safe, "
+                             "unclean, hw-truncation: on; acks1: off)")
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

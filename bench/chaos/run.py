@@ -68,7 +68,7 @@ from bench.chaos.checker import Fault, Op, check
 from bench.chaos.history import read_history, write_history
 from bench.chaos.options import (BROKER_SETTINGS, GROUP, PARTITIONS, PROFILES, TOPIC,
                                  UsageError, build_parser, check_run_args, consumers_of,
-                                 worker_options)
+                                 idempotence, worker_options)
 from bench.chaos.readback import read_log, read_replica, write_final, write_replicas
 from bench.chaos.verdict import fault_overlaps, print_verdict
 from node.tools.common import ToolError
@@ -158,7 +158,7 @@ def _start_workers(cluster, run: Path, args, consumers: int, workers: dict) -> N
             name = f"{role[0]}{i}"
             prefix = cluster.add_client_node(name)   # its own namespace with --netns
             options = worker_options(args.profile, role, args.client, args.group,
-                                     args.group_protocol)
+                                     args.group_protocol, getattr(args, "idempotence", None))
             command = worker_command(args.client, role=role, name=name, bootstrap=bootstrap,
                                      topic=TOPIC, duration=args.duration,
                                      **({"rate": args.rate} if role == "producer" else {}),
@@ -252,7 +252,8 @@ def run_chaos(args) -> int:
             "rate": args.rate, "schedule": nemesis.dump(schedule), "topic": TOPIC,
             "value_format": getattr(args, "value_format", "plain"),
             # idempotent producers: then a duplicate is an anomaly like any other.
-            "idempotent": profile["idempotence"] == "on",
+            "idempotent": idempotence(args.profile, getattr(args, "idempotence", None)) == "on",
+            "idempotence": getattr(args, "idempotence", None),
             "partitions": args.partitions, "compose": bool(getattr(args, "compose", False)),
             "client": {"name": args.client}, "group": GROUP if args.group else None,
             "group_protocol": args.group_protocol}
@@ -379,6 +380,7 @@ def replay(args) -> int:
                               client=(meta.get("client") or {}).get("name", "native"),
                               group=bool(meta.get("group")),
                               group_protocol=meta.get("group_protocol"),
+                              idempotence=meta.get("idempotence"),
                               schedule=str(run / "schedule.json"))
     return run_chaos(copy)
 

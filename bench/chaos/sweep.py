@@ -43,7 +43,8 @@ def sweep(args) -> int:
                    "--duration", str(args.duration), "--rate", str(args.rate)] + \
             (["--netns"] if args.netns else []) + (["--compose"] if args.compose else []) + \
             ["--client", args.client] + (["--group"] if args.group else []) + \
-            (["--group-protocol", args.group_protocol] if args.group_protocol else [])
+            (["--group-protocol", args.group_protocol] if args.group_protocol else []) + \
+            (["--idempotence", args.idempotence] if args.idempotence else [])
         started = time.monotonic()
         with open(root / f"seed-{seed}.out", "w") as out:
             code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT)

@@ -60,3 +60,14 @@ def test_a_sweep_summary_counts_group_anomalies_and_failed_workers(capsys):
     assert lines[0].startswith("client confluent-kafka 2.16.1")
     assert "commit_backwards 1" in lines[3]
     assert lines[-1].startswith("invalid runs: [1]; runs where a workload process failed: [2]")
+
+
+def test_idempotence_flag_overrides_the_profile_for_the_producers_only():
+    from bench.chaos.options import idempotence, worker_options
+    assert idempotence("safe") == "on" and idempotence("acks1") == "off"
+    assert idempotence("safe", "off") == "off"
+    assert worker_options("safe", "producer", "kafkajs", True, None, "off") == \
+        {"acks": "all", "idempotence": "off"}
+    assert worker_options("safe", "producer", "kafkajs", True, None) == \
+        {"acks": "all", "idempotence": "on"}
+    assert "idempotence" not in worker_options("safe", "consumer", "kafkajs", True, None, "off")
