@@ -261,8 +261,8 @@ def run_chaos(args) -> int:
         cluster = Cluster.up(run / "cluster", args.brokers,
                              config={**BROKER_SETTINGS, **profile["broker"]},
                              netns=getattr(args, "netns", False))
-    except ClusterError as e:
-        raise ToolError(str(e)) from None
+    except (ClusterError, TimeoutError) as e:     # e.g. a broker not ready in time
+        raise ToolError(f"the cluster did not start: {e}") from None
     meta["netns"] = cluster.mesh is not None
     workers: dict = {}        # name -> WorkerStream
     observer = None
