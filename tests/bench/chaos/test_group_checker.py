@@ -425,5 +425,13 @@ def test_one_injected_fault_is_found(data, fault):
         h.append(Op(member, "ok", "commit", t + 1, offsets=((0, 0),)))
         expected = {"commit_backwards": [(member, 0, 1, 0)]}
     v = check(sorted(h, key=lambda op: op.time_ns), g.final, group=True)
-    assert group_anomalies(v) == expected and not v.valid
+    found = group_anomalies(v)
+    if fault == "group_double_read":
+        # The injected assign also gives b's later reads of its other partitions a's
+        # generation, which can make another of b's reads a same-generation double
+        # read too (hypothesis seed 8): the injected one must be found, nothing else kind.
+        assert set(found) == {"group_double_read"} and not v.valid, found
+        assert expected["group_double_read"][0] in found["group_double_read"], found
+    else:
+        assert found == expected and not v.valid
     assert (v.nonmonotonic, v.skip) == ([], [])
