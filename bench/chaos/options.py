@@ -54,6 +54,21 @@ BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max
                    # 3 s, and 3 s more per member arriving): the run's seconds go to faults,
                    # and every later member's arrival is a rebalance the checker judges.
                    "group.initial.rebalance.delay.ms": "0"}
+
+
+def cluster_config(profile: str) -> dict[str, str]:
+    """The brokers' settings of a run under ``profile``.
+
+    The profile's ``min.insync.replicas`` is the brokers' default too, not only the chaos
+    topic's: ``__consumer_offsets`` (created by the brokers with no such override, as
+    Kafka's) inherits it. With the default of 1 a group's offset commits are acknowledged
+    by a lone ISR member, and a power failure of that broker loses them: the committed
+    offset goes down (sweep confluent-kafka seed 3, commit_backwards), which the profile
+    promises not to happen to the records themselves either."""
+    p = PROFILES[profile]
+    return {**BROKER_SETTINGS, **p["broker"], "min.insync.replicas": p["min.insync.replicas"]}
+
+
 COMPOSE_HELP = ("the seed draws rounds of one or two overlapping faults (Jepsen's "
                 "composed nemeses) instead of one fault at a time")
 DEFAULT_FAULTS = "kill,pause,restart,controller,coordinator"

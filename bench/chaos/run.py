@@ -21,8 +21,9 @@ second from the workers' own counts, then heals every process, reads every parti
 from offset 0 to the high watermark, and checks the history (``bench.chaos.checker``).
 
 Profiles (``bench.chaos.options``: what each sets on the brokers and the clients):
-- ``safe``: acks=all with idempotence, min.insync.replicas=2, unclean leader election
-  off, leader-epoch truncation. It must find nothing (a duplicate is an anomaly).
+- ``safe``: acks=all with idempotence, min.insync.replicas=2 (the topic's and the brokers'
+  default, so ``__consumer_offsets`` too), unclean leader election off, leader-epoch
+  truncation. It must find nothing (a duplicate is an anomaly).
 - ``acks1``: acks=1 without idempotence, min.insync.replicas=1: a leader that dies with
   writes its followers had not fetched loses them; the checker lists them.
 - ``unclean``: acks=all, min.insync.replicas=1, unclean leader election on: when the
@@ -67,8 +68,8 @@ from pathlib import Path
 from bench.chaos.checker import Fault, Op, check
 from bench.chaos.history import read_history, write_history
 from bench.chaos.options import (BROKER_SETTINGS, GROUP, PARTITIONS, PROFILES, TOPIC,
-                                 UsageError, build_parser, check_run_args, consumers_of,
-                                 idempotence, worker_options)
+                                 UsageError, build_parser, check_run_args, cluster_config,
+                                 consumers_of, idempotence, worker_options)
 from bench.chaos.readback import read_log, read_replica, write_final, write_replicas
 from bench.chaos.verdict import fault_overlaps, print_verdict
 from node.tools.common import ToolError
@@ -259,7 +260,7 @@ def run_chaos(args) -> int:
             "group_protocol": args.group_protocol}
     try:
         cluster = Cluster.up(run / "cluster", args.brokers,
-                             config={**BROKER_SETTINGS, **profile["broker"]},
+                             config=cluster_config(args.profile),
                              netns=getattr(args, "netns", False))
     except (ClusterError, TimeoutError) as e:     # e.g. a broker not ready in time
         raise ToolError(f"the cluster did not start: {e}") from None
