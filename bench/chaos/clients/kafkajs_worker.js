@@ -31,8 +31,14 @@
 //
 // fail or info: a send is `fail` only when no Produce request carrying it ever went to a
 // broker, or every one that did came back with a refusal the broker makes before appending
-// (REFUSED_BEFORE_APPEND); everything else, timeouts, dropped connections and retried
+// (refusedBeforeAppend); everything else, timeouts, dropped connections and retried
 // refusals after one of those included, is `info` (the outcome is unknown).
+// NOT_LEADER_OR_FOLLOWER (kafkajs: NOT_LEADER_FOR_PARTITION) and UNKNOWN_TOPIC_OR_PARTITION
+// are refusals only with acks 0/1: an acks=all request that was appended and then waited
+// for the ISR gets them when its broker stops leading meanwhile (Kafka's DelayedProduce:
+// Partition.checkEnoughReplicasReachOffset, ReplicaManager.getPartitionOrError), and the
+// new leader may have fetched the records (sweep kafkajs seed 5: 66 `fail` sends were read,
+// the tail of a leader's epoch its follower had fetched before a controlled shutdown).
 //
 // client events: kafkajs' log lines (its logCreator): a line with a retryCount is a `retry`
 // (count: failed attempts kafkajs logged, the last one before giving up included), other
@@ -58,13 +64,16 @@ const STANDALONE_DISCONNECT_MS = 1000  // ... for the standalone consumer (nothi
 const MAX_SAFE_NS = BigInt(Number.MAX_SAFE_INTEGER)
 const KAFKA_KEYS = new Set(['clientId', 'connectionTimeout', 'authenticationTimeout',
   'reauthenticationThreshold', 'requestTimeout', 'enforceRequestTimeout', 'logLevel'])
-// Protocol errors a broker answers before appending anything (Kafka's ReplicaManager and
-// Log append checks): a request refused with one of these wrote nothing.
-const REFUSED_BEFORE_APPEND = new Set(['NOT_ENOUGH_REPLICAS', 'NOT_LEADER_FOR_PARTITION',
-  'NOT_LEADER_OR_FOLLOWER', 'UNKNOWN_TOPIC_OR_PARTITION', 'MESSAGE_TOO_LARGE',
+// Protocol errors a broker answers only before appending anything (Kafka's ReplicaManager
+// and Log append checks): a request refused with one of these wrote nothing.
+const REFUSED_BEFORE_APPEND = new Set(['NOT_ENOUGH_REPLICAS', 'MESSAGE_TOO_LARGE',
   'RECORD_LIST_TOO_LARGE', 'INVALID_RECORD', 'CORRUPT_MESSAGE', 'INVALID_REQUIRED_ACKS',
   'TOPIC_AUTHORIZATION_FAILED', 'INVALID_TIMESTAMP', 'OUT_OF_ORDER_SEQUENCE_NUMBER',
   'INVALID_PRODUCER_EPOCH', 'UNSUPPORTED_FOR_MESSAGE_FORMAT'])
+// ... and these too, but also after the append to an acks=all request still waiting for the
+// ISR when its broker stopped leading (see the header): a refusal only with acks 0 or 1.
+const REFUSED_BEFORE_APPEND_UNLESS_WAITING = new Set(['NOT_LEADER_FOR_PARTITION',
+  'NOT_LEADER_OR_FOLLOWER', 'UNKNOWN_TOPIC_OR_PARTITION'])
 
 function usage (why) {
   process.stderr.write(`kafkajs_worker: ${why}\n` +
@@ -286,8 +295,20 @@ const withTimeout = (promise, ms) => Promise.race([promise.catch(() => {}), slee
 
 // ------------------------------------------------------------------ kafkajs internals
 
+// Did a Produce request that failed with `error` (sent with `acks`, kafkajs' default -1)
+// certainly write nothing? (pure)
+function refusedBeforeAppend (error, acks) {
+  if (!error || error.name !== 'KafkaJSProtocolError') return false
+  if (REFUSED_BEFORE_APPEND.has(error.type)) return true
+  const waited = acks === undefined || acks === null || Number(acks) === -1
+  return !waited && REFUSED_BEFORE_APPEND_UNLESS_WAITING.has(error.type)
+}
+
+// A send's end when kafkajs gives up on it: `fail` only when certainly not written. (pure)
+const failedSendType = track => (track.attempts === 0 || !track.maybe ? 'fail' : 'info')
+
 // Every Produce request kafkajs sends: which of our sends it carried and how it ended.
-// Returns value-string -> track ({attempts, maybe, partition}) the producer fills.
+// `tracks`: value-string -> track ({attempts, maybe, partition}) the producer fills.
 function watchProduce (Broker, tracks) {
   const original = Broker.prototype.produce
   Broker.prototype.produce = async function (request) {
@@ -303,8 +324,7 @@ function watchProduce (Broker, tracks) {
     try {
       return await original.call(this, request)
     } catch (e) {
-      const refused = e.name === 'KafkaJSProtocolError' && REFUSED_BEFORE_APPEND.has(e.type)
-      if (!refused) for (const track of carried) track.maybe = true
+      if (!refusedBeforeAppend(e, request.acks)) for (const track of carried) track.maybe = true
       throw e
     }
   }
@@ -365,8 +385,7 @@ async function produce (o, em, state, kafka, Broker) {
         em.client('log', 'late', `late ok after the worker's deadline: ${track.key} at ${partition}/${offset}`)
       }
     }, e => {
-      const definite = track.attempts === 0 || !track.maybe
-      if (!complete(track, definite ? 'fail' : 'info', { error: errorText(e) })) {
+      if (!complete(track, failedSendType(track), { error: errorText(e) })) {
         em.client('log', 'late', `late error after the worker's deadline: ${track.key}: ${errorText(e)}`)
       }
     }).finally(() => { pending.delete(sent); if (deadline) clearTimeout(deadline) })
@@ -558,4 +577,4 @@ if (require.main === module) {
   })
 }
 
-module.exports = { parseFlags, settingsOf }
+module.exports = { parseFlags, settingsOf, refusedBeforeAppend, failedSendType, watchProduce }
