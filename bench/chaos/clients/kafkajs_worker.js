@@ -492,6 +492,21 @@ async function consumeStandalone (o, em, state, kafka) {
 
 // ------------------------------------------------------------------ group consumer
 
+// What a GROUP_JOIN (kafkajs: a JoinGroup + SyncGroup round done) changes, given the
+// partitions owned before and the new assignment: those no longer assigned are revoked,
+// and *every* assigned partition is a new ownership, a kept one too: kafkajs builds a new
+// OffsetManager at each SyncGroup, so each partition restarts at the group's committed
+// offset and reads again what was read but not committed. kafkajs rejoins without a
+// REBALANCING event too, e.g. after a Fetch answered NOT_LEADER (recoverFromFetch:
+// refreshMetadata, then joinAndSync; sweep kafkajs seed 3: c1 read partition 1 from 5978
+// again after 6007). (pure)
+function joinChanges (owned, assignment) {
+  const now = new Set(assignment.map(Number))
+  const byNumber = (a, b) => a - b
+  return { revoked: Array.from(owned).filter(p => !now.has(p)).sort(byNumber),
+    assigned: Array.from(now).sort(byNumber) }
+}
+
 async function consumeGroup (o, em, state, kafka, Broker) {
   const seen = { generation: -1 }
   watchJoin(Broker, seen)
@@ -504,9 +519,10 @@ async function consumeGroup (o, em, state, kafka, Broker) {
   }
   const { GROUP_JOIN, REBALANCING, COMMIT_OFFSETS, CRASH } = consumer.events
   consumer.on(GROUP_JOIN, e => {
-    const now = (e.payload.memberAssignment || {})[o.topic] || []
-    ownership('revoke', Array.from(owned).filter(p => !now.includes(p)))
-    ownership('assign', now, { member: e.payload.memberId, generation: seen.generation })
+    const { revoked, assigned } = joinChanges(owned, (e.payload.memberAssignment || {})[o.topic] || [])
+    ownership('revoke', revoked)
+    for (const p of assigned) owned.delete(p)  // a new ownership even of a kept partition
+    ownership('assign', assigned, { member: e.payload.memberId, generation: seen.generation })
   })
   // kafkajs rebalances eagerly: it stops fetching and gives up every partition to rejoin
   consumer.on(REBALANCING, () => ownership('revoke', Array.from(owned)))
@@ -577,4 +593,4 @@ if (require.main === module) {
   })
 }
 
-module.exports = { parseFlags, settingsOf, refusedBeforeAppend, failedSendType, watchProduce }
+module.exports = { parseFlags, settingsOf, refusedBeforeAppend, failedSendType, watchProduce, joinChanges }

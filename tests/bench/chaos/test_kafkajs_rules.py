@@ -68,3 +68,30 @@ def test_fail_only_when_certainly_not_written():
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert got == [expected for _, _, expected in CASES]
+
+
+def join_changes(owned: list[int], assignment: list[int]) -> dict:
+    script = ("const w = require(process.argv[1]); const [owned, now] = JSON.parse(process.argv[2]);"
+              "process.stdout.write(JSON.stringify(w.joinChanges(new Set(owned), now)))")
+    done = subprocess.run(["node", "-e", script, str(WORKER), json.dumps([owned, assignment])],
+                          capture_output=True, text=True, timeout=NODE_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_every_join_is_a_new_ownership_of_each_assigned_partition():
+    # kafkajs rejoins (JoinGroup + SyncGroup) after a Fetch answered NOT_LEADER, with the
+    # same assignment, and reads again from the committed offset (sweep kafkajs seed 3):
+    # the kept partition must be assigned anew, or the re-read looks nonmonotonic.
+    assert join_changes([1], [1]) == {"revoked": [], "assigned": [1]}
+    assert join_changes([1, 2], [2, 0]) == {"revoked": [1], "assigned": [0, 2]}
+    assert join_changes([], []) == {"revoked": [], "assigned": []}
+
+    from bench.chaos.checker import Op, check
+    rejoin = join_changes([1], [1])["assigned"]
+    history = [Op("c1", "ok", "assign", 1, partitions=(1,), generation=3),
+               Op("c1", "ok", "poll", 2, reads=((1, 0, b"a"), (1, 1, b"b"))),
+               Op("c1", "ok", "assign", 3, partitions=tuple(rejoin), generation=3),
+               Op("c1", "ok", "poll", 4, reads=((1, 1, b"b"),))]
+    verdict = check(history, {1: [(0, b"a"), (1, b"b")]}, group=True)
+    assert verdict.nonmonotonic == []
