@@ -70,7 +70,7 @@ async def produce(args, settings: dict, em: Emitter, stop) -> None:
     em.start(NAME, version(), "producer", settings)
     stop.begin()
     sends = Sends(em)
-    pacer = Pacer(args.rate)
+    pacer = Pacer(args.rate, lambda n: value_of(args.name, n))
 
     def done(value: bytes, future) -> None:
         if future.cancelled():
@@ -81,7 +81,6 @@ async def produce(args, settings: dict, em: Emitter, stop) -> None:
             md = future.result()
             sends.ok(value, md.partition, md.offset)
 
-    n = 0
     try:
         while True:
             delay = pacer.delay_s()
@@ -91,10 +90,7 @@ async def produce(args, settings: dict, em: Emitter, stop) -> None:
                 break
             if delay > 0:
                 continue
-            value = value_of(args.name, n)
-            n += 1
-            sends.invoke(value)
-            pacer.sent()
+            value = pacer.next_value(sends)
             try:
                 future = await producer.send(args.topic, value, partition=args.partition)
             except Exception as e:     # never reached a batch

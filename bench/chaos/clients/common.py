@@ -64,12 +64,24 @@ class Stop:
 
 class Pacer:
     """The n-th send is due at start + n / rate (no catching up after a stall: a send
-    late by more than one interval restarts the schedule one interval later)."""
+    late by more than one interval restarts the schedule one interval later).
+    ``next_value(sends)`` makes the next value (``make_value(n)``), records its invoke
+    and takes its slot: every client's send loop starts a send with it."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, make_value=None) -> None:
         assert rate > 0
         self.interval = 1.0 / rate
         self.next = time.monotonic()
+        self.make_value = make_value
+        self.n = 0
+
+    def next_value(self, sends) -> bytes:
+        assert self.make_value is not None, "Pacer(rate, make_value) to make values"
+        value = self.make_value(self.n)
+        self.n += 1
+        sends.invoke(value)
+        self.sent()
+        return value
 
     def delay_s(self) -> float:
         return max(0.0, self.next - time.monotonic())

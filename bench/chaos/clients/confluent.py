@@ -110,8 +110,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     em.start(NAME, version(), "producer", settings)
     stop.begin()
     where = {} if args.partition is None else {"partition": args.partition}
-    pacer = Pacer(args.rate)
-    n = 0
+    pacer = Pacer(args.rate, lambda n: value_of(args.name, n))
     try:
         while True:
             delay = pacer.delay_s()
@@ -121,10 +120,7 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
                 break
             if delay > 0:
                 continue
-            value = value_of(args.name, n)
-            n += 1
-            sends.invoke(value)
-            pacer.sent()
+            value = pacer.next_value(sends)
             try:
                 producer.produce(args.topic, value, **where)
             except (BufferError, KafkaException) as e:   # refused: never queued

@@ -60,14 +60,10 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     em.start(NAME, version(), "producer", settings)
     stop.begin()
     sends = Sends(em)
-    pacer = Pacer(args.rate)
-    n = 0
+    pacer = Pacer(args.rate, lambda n: value_of(args.name, n))
     try:
         while not stop.wait(pacer.delay_s()):
-            value = value_of(args.name, n)
-            n += 1
-            sends.invoke(value)
-            pacer.sent()
+            value = pacer.next_value(sends)
             try:
                 future = producer.send(args.topic, value=value, partition=args.partition)
             except Exception as e:     # refused before it reached a batch

@@ -70,14 +70,10 @@ def produce(args, settings: dict, em: Emitter, stop) -> None:
     em.start(NAME, version(), "producer", settings)
     stop.begin()
     sends = Sends(em)
-    pacer = Pacer(args.rate)
-    n = 0
+    pacer = Pacer(args.rate, make_value)
     try:
         while not stop.wait(pacer.delay_s()):
-            value = make_value(n)
-            n += 1
-            sends.invoke(value)
-            pacer.sent()
+            value = pacer.next_value(sends)
             future = None
             try:
                 future = producer.send(args.topic, value, partition=args.partition)
