@@ -59,6 +59,7 @@ const CLIENT_EVENT_EVERY_MS = 1000  // the same client event at most once a seco
 const CLIENT_EVENT_KEYS_MAX = 200   // distinct client-event texts tracked
 const POLL_BACKOFF_MS = 200         // standalone consumer: pause after a failed fetch
 const DISCONNECT_TIMEOUT_MS = 5000  // at the end: how long disconnect() may take
+const HARD_EXIT_GRACE_MS = 5000     // beyond the flush and two disconnects: exit anyway
 const STANDALONE_DISCONNECT_MS = 1000  // ... for the standalone consumer (nothing to flush;
                                        // its disconnect waits out a fetch's maxWaitTime)
 const MAX_SAFE_NS = BigInt(Number.MAX_SAFE_INTEGER)
@@ -273,7 +274,18 @@ function stopper (o) {
   let resolve
   const stopped = new Promise(r => { resolve = r })
   const state = { stopping: false, stopped }
-  const stop = () => { if (!state.stopping) { state.stopping = true; resolve() } }
+  const stop = () => {
+    if (state.stopping) return
+    state.stopping = true
+    resolve()
+    // A backstop: a kafkajs call that never settles (connect() or disconnect() with its
+    // brokers gone) must not keep the worker alive; seen once, an orphaned group member
+    // spinning for an hour after its run was interrupted.
+    setTimeout(() => {
+      process.stderr.write('kafkajs_worker: still running after the stop, exiting\n')
+      process.exit(1)
+    }, o.flush_timeout_s * 1000 + 2 * DISCONNECT_TIMEOUT_MS + HARD_EXIT_GRACE_MS).unref()
+  }
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
   if (o.duration > 0) {
