@@ -41,10 +41,25 @@ ZK_CONNECT_TIMEOUT_S = 5.0
 BROKERS_MAX = 64
 
 
+_HANDED_OUT: set[int] = set()   # ports this process picked: never handed out twice
+HANDED_OUT_MAX = 4096
+
+
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
+    """A port free now and not picked before by this process: the ports are bound later
+    by the processes started, so two picks of one cluster must differ (the kernel may
+    offer a port again once its probe socket is closed: zk_lite and a broker's Kafka
+    listener once got the same one, and that broker exited at start-up)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            break
+    if len(_HANDED_OUT) >= HANDED_OUT_MAX:
+        _HANDED_OUT.clear()
+    _HANDED_OUT.add(port)
+    return port
 
 
 def _reachable(hosts: str, timeout_s: float) -> bool:
