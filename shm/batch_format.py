@@ -34,11 +34,13 @@ ATTR_CODEC_MASK = 0x07  # Kafka's compression codec: a hint, the body is never c
 CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = range(5)
 CODEC_MAX = CODEC_ZSTD
 ATTR_LOG_APPEND_TIME = 0x08  # Kafka's timestamp type bit
+ATTR_TRANSACTIONAL = 0x10  # Kafka's: the batch belongs to a transaction (KIP-98)
+ATTR_CONTROL = 0x20  # Kafka's: a control batch (one marker record: ``shm.control``)
 ATTR_KEY_NULLS = 0x100
 ATTR_VALUE_NULLS = 0x200
 ATTR_HEADERS = 0x400
-ATTR_KNOWN = ATTR_CODEC_MASK | ATTR_LOG_APPEND_TIME | ATTR_KEY_NULLS | ATTR_VALUE_NULLS | \
-    ATTR_HEADERS
+ATTR_KNOWN = ATTR_CODEC_MASK | ATTR_LOG_APPEND_TIME | ATTR_TRANSACTIONAL | ATTR_CONTROL | \
+    ATTR_KEY_NULLS | ATTR_VALUE_NULLS | ATTR_HEADERS
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -46,6 +48,23 @@ NO_SEQUENCE = -1
 
 assert HEADER_BYTES == 61
 assert HEADER_BYTES + 4 + 8 <= BATCH_BYTES_MAX
+
+
+def transaction_problem(transactional: bool, control: bool, producer_id: int,
+                        producer_epoch: int, base_sequence: int, record_count: int
+                        ) -> str | None:
+    """What breaks the transactional/control rules (``shm.batch``'s docstring); None if none."""
+    if control and not transactional:
+        return "a control batch without the transactional bit"
+    if producer_id < 0 or producer_epoch < 0:
+        return (f"a transactional batch needs a producer id and epoch (has "
+                f"{producer_id}, {producer_epoch})")
+    if control and (base_sequence != NO_SEQUENCE or record_count != 1):
+        return (f"a control batch has base_sequence -1 and one record (has "
+                f"{base_sequence}, {record_count} records)")
+    if not control and base_sequence < 0:
+        return f"a transactional data batch needs a base_sequence (has {base_sequence})"
+    return None
 
 
 class CorruptRecordError(Exception):
@@ -88,6 +107,29 @@ class BatchHeader:
     def next_offset(self) -> int:
         return self.base_offset + self.last_offset_delta + 1
 
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+
+_HEADER_FIELDS = tuple(BatchHeader.__dataclass_fields__)
+assert len(_HEADER_FIELDS) == len(HEADER.unpack(bytes(HEADER_BYTES)))
+
+
+def header_from(values) -> BatchHeader:
+    """The BatchHeader of ``HEADER``'s unpacked ``values``, the same object as
+    ``BatchHeader(*values)`` (equality, hash and repr read the fields) without the
+    frozen dataclass's ``__init__``, which sets each of the 13 fields through
+    ``object.__setattr__``: more than half of a header read, and every batch appended
+    or parsed has one."""
+    header = object.__new__(BatchHeader)
+    header.__dict__.update(zip(_HEADER_FIELDS, values))
+    return header
+
 
 @dataclass(frozen=True)
 class RecordBatch:
@@ -121,6 +163,14 @@ class RecordBatch:
     @property
     def log_append_time(self) -> bool:
         return bool(self.header.attributes & ATTR_LOG_APPEND_TIME)
+
+    @property
+    def transactional(self) -> bool:
+        return self.header.transactional
+
+    @property
+    def control(self) -> bool:
+        return self.header.control
 
     @property
     def timestamps(self) -> np.ndarray:

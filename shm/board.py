@@ -23,7 +23,9 @@ Rules and invariants:
   before the write; a copy whose CRC does not match is treated like a torn copy. A row
   whose sequence stays odd (the writer was killed mid-write) or whose CRC never matches
   raises ``BoardReadError`` after the retries; it is never returned.
-- ``log_start_offset <= high_watermark <= log_end_offset`` on every published row, the
+- ``log_start_offset <= high_watermark <= log_end_offset`` on every published row (and
+  ``log_start_offset <= last_stable_offset <= high_watermark`` when a leader publishes
+  its LSO: read_committed readers stop there, ``ReplicaState.stable_offset``), the
   ISR and follower lists have at most ``REPLICAS_MAX`` distinct broker ids, topic names
   are Kafka's (``[A-Za-z0-9._-]``, at most ``TOPIC_BYTES_MAX`` bytes). All limits live in
   the block below.
@@ -60,7 +62,7 @@ assert TOPIC_BYTES_MAX <= 255
 assert READ_SPINS < READ_ATTEMPTS_MAX
 
 MAGIC = 0x444B424D               # b"MBKD" little-endian: minikafka board
-VERSION = 2  # 2: a leader's row holds its followers' LEOs (follower_leo)
+VERSION = 3  # 2: a leader's row holds its followers' LEOs (follower_leo); 3: its LSO
 CACHE_LINE_BYTES = 64
 
 
@@ -116,6 +118,7 @@ _ROW_FIELDS = np.dtype([
     ("log_end_offset", "<i8"),
     ("high_watermark", "<i8"),
     ("log_start_offset", "<i8"),
+    ("last_stable_offset", "<i8"),   # -1: not published (no transactions: the HW)
     ("isr", "<i4", (REPLICAS_MAX,)),
     ("follower_ids", "<i4", (REPLICAS_MAX,)),
     ("last_caught_up_ms", "<i8", (REPLICAS_MAX,)),
@@ -149,6 +152,9 @@ class ReplicaState:
     log_end_offset: int = 0
     high_watermark: int = 0
     log_start_offset: int = 0
+    # The leader's LSO (shm.txn_state: min(first unstable offset, HW)); None: not
+    # published. read_committed readers stop at ``stable_offset``.
+    last_stable_offset: int | None = None
     isr: tuple[int, ...] = ()
     # Leader's view: (follower broker id, last time it caught up to the LEO, ms) pairs.
     last_caught_up_ms: tuple[tuple[int, int], ...] = ()
@@ -168,6 +174,12 @@ class ReplicaState:
             raise ValueError(
                 f"{self.topic}-{self.partition}: need 0 <= log_start_offset ({self.log_start_offset})"
                 f" <= high_watermark ({self.high_watermark}) <= log_end_offset ({self.log_end_offset})")
+        if self.last_stable_offset is not None and \
+                not self.log_start_offset <= self.last_stable_offset <= self.high_watermark:
+            raise ValueError(
+                f"{self.topic}-{self.partition}: need log_start_offset ({self.log_start_offset})"
+                f" <= last_stable_offset ({self.last_stable_offset}) <= high_watermark "
+                f"({self.high_watermark})")
         isr = tuple(int(b) for b in self.isr)
         if len(isr) > REPLICAS_MAX or len(set(isr)) != len(isr):
             raise ValueError(f"isr {isr} must be at most {REPLICAS_MAX} distinct broker ids")
@@ -185,6 +197,12 @@ class ReplicaState:
         if not {b for b, _ in leos} <= set(ids) or len({b for b, _ in leos}) != len(leos):
             raise ValueError("follower_leo must name followers of last_caught_up_ms, once each")
         object.__setattr__(self, "follower_leo", leos)
+
+    @property
+    def stable_offset(self) -> int:
+        """Where a read_committed reader stops: the LSO if published, else the HW."""
+        return self.high_watermark if self.last_stable_offset is None else \
+            self.last_stable_offset
 
     def follower_log_end_offset(self, broker_id: int) -> int | None:
         for b, offset in self.follower_leo:
@@ -210,6 +228,8 @@ def _encode(state: ReplicaState, out: np.ndarray) -> None:
     row["log_end_offset"] = state.log_end_offset
     row["high_watermark"] = state.high_watermark
     row["log_start_offset"] = state.log_start_offset
+    row["last_stable_offset"] = -1 if state.last_stable_offset is None else \
+        state.last_stable_offset
     row["isr_count"] = len(state.isr)
     row["isr"][:len(state.isr)] = state.isr
     row["follower_count"] = len(state.last_caught_up_ms)
@@ -235,6 +255,8 @@ def _decode(row: np.void) -> ReplicaState:
         log_end_offset=int(row["log_end_offset"]),
         high_watermark=int(row["high_watermark"]),
         log_start_offset=int(row["log_start_offset"]),
+        last_stable_offset=None if int(row["last_stable_offset"]) < 0 else
+        int(row["last_stable_offset"]),
         isr=tuple(int(b) for b in row["isr"][:isr_count]),
         last_caught_up_ms=tuple(
             (int(b), int(ms)) for b, ms in zip(row["follower_ids"][:follower_count],
@@ -328,10 +350,16 @@ class ReplicaStateBoard:
     # ---- writer API ------------------------------------------------------------------
 
     def publish(self, topic: str, partition: int, **fields) -> ReplicaState:
-        """Set fields of a partition replica's row (others keep their last value)."""
+        """Set fields of a partition replica's row (others keep their last value; a
+        last stable offset not republished with a new HW or log start is dropped, not
+        kept stale: readers then stop at the HW)."""
         self._check_writer()
         key = (topic, int(partition))
         old = self._states.get(key)
+        if old is not None and old.last_stable_offset is not None and \
+                "last_stable_offset" not in fields and \
+                ("high_watermark" in fields or "log_start_offset" in fields):
+            fields["last_stable_offset"] = None
         state = (dataclasses.replace(old, **fields) if old is not None
                  else ReplicaState(topic, int(partition), **fields))
         slot = self._slots.get(key)

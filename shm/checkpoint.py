@@ -201,6 +201,10 @@ class LeaderEpochCache:
         breaks monotonicity removes the conflicting entries at the end first (Kafka
         does this when a follower's epochs diverged from the new leader's).
         """
+        entries = self._entries
+        if entries and entries[-1].epoch == epoch and start_offset >= entries[-1].start_offset \
+                and start_offset >= 0:
+            return False   # the common case (every append in the latest epoch): no entry made
         changed = self._assign(EpochEntry(epoch, start_offset))
         if changed:
             self._check()

@@ -66,7 +66,8 @@ class LocalRead:
 
     ``batches``: zero-copy views, one per batch, in offset order. ``next_offset``: where
     the next read starts. ``high_watermark`` / ``log_start_offset`` / ``leader_epoch``:
-    the board's values the read was validated against.
+    the board's values the read was validated against. ``places``: where each batch
+    lies (a reader in another process, such as the JVM segment reader, maps them itself).
     """
 
     batches: list[memoryview]
@@ -74,6 +75,7 @@ class LocalRead:
     high_watermark: int
     log_start_offset: int
     leader_epoch: int
+    places: tuple = ()   # per batch: (segment file path, byte position, size, inode)
 
     @property
     def size_bytes(self) -> int:
@@ -107,12 +109,23 @@ class _Segment:
             raise _Moved(f"{self.path} is gone") from None
 
     def still_current(self) -> bool:
-        """Is the file at ``path`` still the one mapped (or nothing mapped yet)?"""
+        """Is the file at ``path`` still the one mapped (or nothing mapped yet)?
+
+        A mapped file found shorter than its mapping was trimmed (a roll seals a
+        preallocated segment at its data's end): the mapping is not read past the
+        file's end from now on (a page wholly past it raises SIGBUS), so the walk
+        sees the segment's end there."""
         try:
-            inode = os.stat(self.path).st_ino
+            stat = os.stat(self.path)
         except FileNotFoundError:
             return False
-        return self.map is None or inode == self.inode
+        if self.map is None:
+            return True
+        if stat.st_ino != self.inode:
+            return False
+        if stat.st_size < self.size_bytes:
+            self.size_bytes = stat.st_size
+        return True
 
     def ensure(self, end: int) -> None:
         """Map at least ``end`` bytes; _Moved if the file is gone, replaced or shorter."""
@@ -171,6 +184,7 @@ class LocalReader:
         self._index = _OffsetIndexes(cluster_id, broker_id, topic, self.partition)
         self._reads = 0
         self._seen = (None, None)  # (leader epoch, log start) of the last read
+        self._places: list[tuple[str, int, int, int]] = []  # the last _gather's (LocalRead)
 
     # ---- public API --------------------------------------------------------------------
 
@@ -214,7 +228,8 @@ class LocalReader:
                                and after.high_watermark >= next_offset
                                and after.log_start_offset <= start_offset):
                 return LocalRead(batches, next_offset, before.high_watermark,
-                                 before.log_start_offset, before.leader_epoch)
+                                 before.log_start_offset, before.leader_epoch,
+                                 tuple(self._places))
             problem = f"the board changed during the read ({before} -> {after})"
             self.retries += 1
         if isinstance(problem, CorruptRecordError):
@@ -246,6 +261,7 @@ class LocalReader:
                 log_start: int = 0):
         """Batches from ``start_offset`` up to the HW; _Moved if the log moved under us."""
         batches: list[memoryview] = []
+        places: list[tuple[str, int, int, int]] = []
         gathered_bytes = 0
         offset = start_offset
         segment = None
@@ -279,12 +295,14 @@ class LocalReader:
             if batches and gathered_bytes + size > max_bytes:
                 break
             batches.append(segment.view[position:position + size])
+            places.append((segment.path, position, size, segment.inode))
             gathered_bytes += size
             position += size
             offset = next_offset
         for segment in used:
             if not segment.still_current():
                 raise _Moved(f"{segment.path} was replaced during the read")
+        self._places = places
         return batches, offset
 
     def _batch_at(self, segment: _Segment, position: int, offset: int) -> tuple[int, int, int]:

@@ -160,6 +160,12 @@ class SharedArray:
             array = array[:want].reshape(shape)
         return cls(name, array, buf)
 
+    @property
+    def buffer(self) -> mmap.mmap:
+        """The mapping itself (for ``struct`` reads and writes of a few words, cheaper
+        than numpy's per-element access; no view is kept)."""
+        return self._map
+
     def close(self) -> None:
         self.array = np.empty(0, dtype=self.array.dtype)
         try:

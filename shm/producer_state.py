@@ -112,6 +112,14 @@ class ProducerStates:
             return      # an old epoch's batch replayed from the log: nothing to learn
         entry.batches.append(BatchSpan(first_seq, last_seq, first_offset, last_offset))
 
+    def end_transaction(self, pid: int, epoch: int) -> None:
+        """A COMMIT/ABORT marker of ``pid`` at ``epoch`` (Kafka's appendEndTxnMarker
+        updates the producer's epoch): a newer epoch replaces the producer's batches, so
+        the old epoch is fenced and the new one starts at sequence 0."""
+        entry = self.entries.get(pid)
+        if entry is None or epoch > entry.epoch:
+            self.entries[pid] = ProducerEntry(epoch)
+
     def clear(self) -> None:
         self.entries.clear()
 

@@ -229,7 +229,7 @@ class Segment:
             index.unlink()  # the name is free at once (a new segment may take it)
         faults.point("segment-delete:shm-unlinked")
         stem = os.path.join(self.directory, f"{self.base_offset:020d}")
-        for path in (stem + ".index", stem + ".timeindex"):
+        for path in (stem + ".index", stem + ".timeindex", stem + ".txnindex"):
             try:
                 held.append(os.open(path, os.O_RDONLY))
                 os.unlink(path)

@@ -9,6 +9,9 @@ Offers ``Log`` (open with ``Log.open``) and what its methods return or raise:
     loader.py              Kafka's LogLoader: recovery when a log is opened
     retention.py           deleting the oldest segments by time or size (log start offset)
     producer_snapshots.py  the idempotent producers' snapshot files
+    transactions.py        building/keeping the producers' and transactions' state
+                           (``shm.txn_state``: ongoing txns, LSO, aborted list)
+    txn_index.py           Kafka's ``.txnindex`` files (aborted transactions per segment)
 
     cleaner.py             log compaction (Kafka's LogCleaner): plan, build (any
                            thread), with cleaner_core.py (what is kept, pure),
@@ -28,7 +31,10 @@ On-disk layout (``data_dir`` is one of the broker's ``log.dirs``):
         00000000000000000000.index      offset index (written on roll and clean close)
         00000000000000000000.timeindex  time index (same)
         00000000000000004711.log        next segment, named by its base offset
-        00000000000000004711.snapshot   idempotent producers as of that offset (at a roll)
+        00000000000000004711.snapshot   idempotent producers as of that offset (at a roll),
+                                        with their ongoing transactions' first offsets
+        00000000000000004711.txnindex   Kafka's aborted-transaction index of the segment
+                                        (only if it holds an ABORT marker)
         leader-epoch-checkpoint         epoch -> start offset
         truncation-intent               only while a truncation is under way
         *.log.deleted                   a segment being deleted (not part of the log)
@@ -96,6 +102,11 @@ Rules and invariants:
   recovery removes ``.deleted`` and orphan index files. A roll creates the new segment only after sealing the old one, so any crash
   leaves either the old active segment or an empty new one after it.
   ``shm.faults`` names every intermediate step; the crash tests die at each.
+- Transactions (KIP-98): transactional data batches and COMMIT/ABORT markers
+  (``shm.control``) are appended as any batch; the Log keeps each producer's ongoing
+  transaction, the LSO (``last_stable_offset()`` = min(first unstable offset, HW)) and
+  the aborted transactions (``aborted_transactions(start, end)``, from memory, kept in
+  the ``.txnindex`` files); rebuilt after recovery and truncation (``transactions``).
 - Indexes: ``reattach_indexes=True`` (default) reattaches shared memory left by the
   previous incarnation, or loads the ``.index`` files, validating entries against the
   segments; anything invalid is rebuilt. ``reattach_indexes=False`` rebuilds all.

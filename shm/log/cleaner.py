@@ -19,6 +19,11 @@ Rules:
 - The last record of an idempotent producer's last batch is kept even when superseded
   (Kafka keeps that batch, emptied; our batches cannot be empty), so the producer's
   sequence survives when its state is rebuilt from the log.
+- Transactions (``cleaner_core.TxnPass``): nothing at or above the last stable offset
+  is cleaned (Kafka's firstUncleanableDirtyOffset); aborted transactions' data is
+  discarded; markers stay until their transaction's data is gone and their delete
+  horizon has passed; the cleaned segments' ``.txnindex`` keep the entries of the
+  ABORT markers kept with data.
 - A group whose cleaned output would exceed ``segment_bytes`` (runs of single records
   cost a header each) is left as it was in this clean (``CleanStats.groups_skipped``).
 """
@@ -86,6 +91,7 @@ class _Output:
     size: int
     index: tuple          # (offset keys, positions, time keys, time values) as lists
     kept: bool = True     # False: nothing kept and not the first group: no new segment
+    aborted: list = field(default_factory=list)   # its .txnindex entries
 
 
 def state(log) -> CleanerState:
@@ -108,7 +114,7 @@ def plan(log, now_ms: int) -> "CleanPlan | None":
                                        NO_TIMESTAMP))
     first_dirty = core.first_dirty_offset(state(log).first_dirty, log.log_start_offset,
                                           log.log_end_offset)
-    chosen = core.choose_range(facts, first_dirty, log.high_watermark, now_ms,
+    chosen = core.choose_range(facts, first_dirty, log.last_stable_offset(), now_ms,
                                min_compaction_lag_ms=config.min_compaction_lag_ms,
                                max_compaction_lag_ms=config.max_compaction_lag_ms,
                                dirty_bytes_max=DIRTY_BYTES_PER_CLEAN_MAX)
@@ -119,7 +125,13 @@ def plan(log, now_ms: int) -> "CleanPlan | None":
     groups = core.group_by_size([s.size for s in sources], config.segment_bytes)
     producers = {pid: entry.batches[-1].last_offset
                  for pid, entry in log.producer_states().entries.items() if entry.batches}
-    return CleanPlan(log, sources, groups, chosen, state(log).horizons, now_ms, producers)
+    txns = log.transaction_state()
+    keep_markers = {offset for pid, offset in txns.last_markers.items()
+                    if offset > producers.get(pid, -1)}
+    txn_pass = core.TxnPass(txns.aborted_overlapping(log.log_start_offset, chosen.end),
+                            keep_markers)
+    return CleanPlan(log, sources, groups, chosen, state(log).horizons, now_ms, producers,
+                     txn_pass)
 
 
 class CleanPlan:
@@ -127,7 +139,8 @@ class CleanPlan:
 
     def __init__(self, log, sources: list[_Source], groups: list[tuple[int, int]],
                  chosen: core.Range, horizons: core.Horizons, now_ms: int,
-                 producers: dict[int, int] | None = None) -> None:
+                 producers: dict[int, int] | None = None,
+                 txn_pass: core.TxnPass | None = None) -> None:
         self.directory = log.directory
         self.generation = log._segments_changed
         self.sources = sources
@@ -139,6 +152,8 @@ class CleanPlan:
         # kept (Kafka keeps the batch, emptied), so their sequences survive a rebuild
         # of the producer state from the log.
         self.producers = producers or {}
+        # Transactions (cleaner_core.TxnPass): aborted data goes, markers by its rules.
+        self.txn_pass = txn_pass or core.TxnPass([], set())
         self.segment_bytes = log.config.segment_bytes
         self.delete_retention_ms = log.config.delete_retention_ms
         self.index_interval_bytes = log.config.index_interval_bytes
@@ -240,7 +255,11 @@ class CleanPlan:
         for source, view in zip(self.sources, views):
             if source.end <= self.first_dirty:
                 continue
-            _, _, offsets, keys, _ = self._columns(view, source.size, throttle)
+            _, headers, offsets, keys, _ = self._columns(view, source.size, throttle)
+            mappable = ~(self.txn_pass.aborted_records(headers) |
+                         self.txn_pass.control_records(headers))
+            if not mappable.all():
+                keys, offsets = keys.filter(pa.array(mappable)), offsets[mappable]
             chunks.append((keys, offsets))
         return core.KeyMap.build(chunks, self.first_dirty, self.end)
 
@@ -260,6 +279,7 @@ class CleanPlan:
                          throttle)
         output = _Output(base, end, first, stop, path, fd, 0, ())
         stats.groups += 1
+        saved = self.txn_pass.save()
         try:
             for i in range(first, stop):
                 source, view = self.sources[i], views[i]
@@ -267,10 +287,12 @@ class CleanPlan:
                 positions, headers, offsets, keys, tombstones = \
                     self._columns(view, source.size, throttle)
                 stats.records_read += len(offsets)
-                keep = core.keep_mask(offsets, keys, tombstones, self.horizons.of(offsets),
-                                      key_map, now_ms)
+                horizons = self.horizons.of(offsets)
+                keep = core.keep_mask(offsets, keys, tombstones, horizons, key_map, now_ms)
+                keep &= ~self.txn_pass.aborted_records(headers)
                 if self.producers:
                     core.keep_producer_tails(keep, headers, self.producers)
+                output.aborted += self.txn_pass.decide(headers, keep, horizons, now_ms)
                 stats.records_kept += int(keep.sum())
                 at = 0
                 for position, header in zip(positions, headers):
@@ -287,6 +309,7 @@ class CleanPlan:
         if writer.size > self.segment_bytes:
             stats.groups_skipped += 1
             output.discard()
+            self._left_as_it_was(first, stop, views, saved)
             return None
         os.fsync(fd)
         output.size = writer.size
@@ -304,6 +327,16 @@ class CleanPlan:
             output.discard()
             output.fd = -1
         return output
+
+
+    def _left_as_it_was(self, first: int, stop: int, views, saved) -> None:
+        """A skipped group keeps every record: the transactions' pass sees it so."""
+        self.txn_pass.restore(saved)
+        for i in range(first, stop):
+            _, headers, offsets, _, _ = self._columns(views[i], self.sources[i].size,
+                                                      lambda n: None)
+            self.txn_pass.decide(headers, np.ones(len(offsets), bool),
+                                 np.full(len(offsets), core.NO_HORIZON, np.int64), 0)
 
 
 def _fsync_dir(path: str) -> None:

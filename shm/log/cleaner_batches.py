@@ -6,8 +6,9 @@ of consecutive kept records. Each run's batch keeps every record's offset and wh
 batch said of it:
 - base offset = the original base + the run's first index; base sequence likewise
   (wrapping at 2**31 - 1 to 0, as Kafka's sequences), when the batch has one;
-- producer id and epoch, partition leader epoch, the codec hint and the timestamp type
-  (LogAppendTime) are kept; the headers column is cut to the run;
+- producer id and epoch, partition leader epoch, the codec hint, the timestamp type
+  (LogAppendTime) and the transactional bit are kept (a control batch has one record:
+  it is kept whole or dropped); the headers column is cut to the run;
 - CreateTime: the base timestamp is the run's smallest and the deltas are recomputed,
   so every record keeps its timestamp; LogAppendTime: the batch's max timestamp (every
   record's timestamp) is kept, the deltas are carried over;
@@ -86,5 +87,5 @@ def kept_batches(buf, position: int, keep: np.ndarray) -> list[bytes]:
             partition_leader_epoch=header.partition_leader_epoch,
             producer_id=header.producer_id, producer_epoch=header.producer_epoch,
             base_sequence=sequence, codec_hint=header.attributes & codec.ATTR_CODEC_MASK,
-            log_append_time=log_append_time)))
+            log_append_time=log_append_time, transactional=header.transactional)))
     return out

@@ -245,3 +245,84 @@ class Horizons:
         if i < len(self.steps):
             steps.append((offset, self.steps[i][1]))
         return Horizons([s for s in steps if s[0] > 0])
+
+
+class TxnPass:
+    """Transactions in one clean (Kafka's CleanedTransactionMetadata and the rules of
+    its ``cleanInto``; the clean walks its batches in offset order from the log start):
+
+    - the records of an aborted transaction (a transactional data batch of producer P
+      inside [first offset, marker] of an aborted transaction of P) are discarded and
+      never enter the key map;
+    - a COMMIT/ABORT marker is discardable when no record of its transaction survives
+      this clean (Kafka's: no batch of it was seen in the pass); it is dropped once
+      discardable AND its delete horizon has passed (the tombstones' horizons, set by
+      the first clean of its offset: delete.retention.ms), except a producer's newest
+      marker (``keep_markers``: it carries the epoch that fences the producer, Kafka's
+      "last record of an active producer");
+    - an ABORT marker kept because data of its transaction survived keeps its
+      ``.txnindex`` entry (returned by ``decide``); one without surviving data does not
+      need one (Kafka's cleaned index likewise).
+    """
+
+    def __init__(self, aborted, keep_markers: set[int]) -> None:
+        self._spans: dict[int, tuple[list[int], list[int]]] = {}
+        for entry in sorted(aborted, key=lambda e: e.last_offset):
+            firsts, lasts = self._spans.setdefault(entry.producer_id, ([], []))
+            firsts.append(entry.first_offset)
+            lasts.append(entry.last_offset)
+        self._entries = {(e.producer_id, e.last_offset): e for e in aborted}
+        self.keep_markers = keep_markers
+        self.kept_data: set[int] = set()   # producers with a record kept since their marker
+        self.dropped_marker_max = -1       # the last marker this clean drops (-1: none)
+
+    def aborted_records(self, headers) -> np.ndarray:
+        """Per record of ``headers``' batches: is it data of an aborted transaction?"""
+        out = np.zeros(sum(h.record_count for h in headers), bool)
+        at = 0
+        for h in headers:
+            if h.transactional and not h.control and h.producer_id in self._spans:
+                firsts, lasts = self._spans[h.producer_id]
+                i = bisect.bisect_left(lasts, h.base_offset)
+                if i < len(lasts) and firsts[i] <= h.base_offset:
+                    out[at:at + h.record_count] = True
+            at += h.record_count
+        return out
+
+    def control_records(self, headers) -> np.ndarray:
+        out = np.zeros(sum(h.record_count for h in headers), bool)
+        at = 0
+        for h in headers:
+            if h.control:
+                out[at] = True
+            at += h.record_count
+        return out
+
+    def decide(self, headers, keep: np.ndarray, horizons: np.ndarray, now_ms: int) -> list:
+        """Set the markers' fate in ``keep`` (in place; data records' as decided),
+        and note the producers whose data survives; returns the aborted entries of
+        the ABORT markers kept with surviving data. Call in offset order."""
+        entries = []
+        at = 0
+        for h in headers:
+            pid = h.producer_id
+            if h.control:
+                had_data = pid in self.kept_data
+                self.kept_data.discard(pid)
+                passed = horizons[at] != NO_HORIZON and now_ms >= horizons[at]
+                keep[at] = had_data or not passed or h.base_offset in self.keep_markers
+                if not keep[at]:
+                    self.dropped_marker_max = max(self.dropped_marker_max, h.base_offset)
+                entry = self._entries.get((pid, h.base_offset))
+                if had_data and entry is not None:
+                    entries.append(entry)
+            elif h.transactional and keep[at:at + h.record_count].any():
+                self.kept_data.add(pid)
+            at += h.record_count
+        return entries
+
+    def save(self) -> tuple[set[int], int]:
+        return set(self.kept_data), self.dropped_marker_max
+
+    def restore(self, saved: tuple[set[int], int]) -> None:
+        self.kept_data, self.dropped_marker_max = set(saved[0]), saved[1]

@@ -46,6 +46,7 @@ from shm.checkpoint import VERSION, CheckpointError, _int, _read_lines, fsync_di
     write_atomically
 from shm.index import KIND_OFFSET, KIND_TIME, index_name
 from shm.log.cleaner_core import Horizons
+from shm.log.producer_snapshots import delete_snapshots
 from shm.names import unlink
 from shm.segment import DELETED_SUFFIX
 
@@ -185,11 +186,14 @@ def finish_swap(log) -> None:
                 if os.path.exists(path + ".log"):
                     os.rename(path + ".log", path + ".log" + DELETED_SUFFIX)
             unlink_index_objects(log, old)
-            for suffix in (".index", ".timeindex", ".log" + DELETED_SUFFIX):
+            for suffix in (".index", ".timeindex", ".txnindex", ".log" + DELETED_SUFFIX):
                 _remove(path + suffix)
         if kept and os.path.exists(swap):
             os.rename(swap, path_of_log(directory, base))
     fsync_dir(directory)
+    # The groups' .txnindex files went with their other indexes: without snapshots the
+    # next build of the transactions walks the whole log and writes them again.
+    delete_snapshots(directory, lambda offset: True)
     remove_swap_intent(directory)
     for name in os.listdir(directory):   # a .cleaned of a group not in the intent
         if name.endswith(_LEFTOVERS):

@@ -18,7 +18,8 @@ import os
 from shm import faults
 from shm.checkpoint import fsync_dir
 from shm.index import KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name
-from shm.log import cleaner
+from shm.log import cleaner, txn_index
+from shm.log.producer_snapshots import delete_snapshots
 from shm.log.cleaner_files import (INDEX_CLEANED_SUFFIXES, SWAP_SUFFIX, remove_swap_intent,
                                    stem, write_swap_intent)
 from shm.segment import Segment
@@ -46,6 +47,10 @@ def swap(log, cleaned) -> bool:
     state = cleaner.state(log)
     if not outputs:  # every group was skipped: nothing changes but the checkpoint
         return False
+    if plan.txn_pass.dropped_marker_max >= 0:
+        # A snapshot at or below a dropped marker may hold its transaction as ongoing:
+        # a build from it would never see the transaction end. Derived: safe to drop.
+        delete_snapshots(directory, lambda o: o <= plan.txn_pass.dropped_marker_max)
     write_swap_intent(directory, [(o.base, o.end, int(o.kept)) for o in outputs])
     faults.point("clean:intent-written")
     for output in outputs:
@@ -74,6 +79,10 @@ def swap(log, cleaned) -> bool:
         old.delete(closes.append)   # also frees the shared-memory index names of the group's base
         faults.point("clean:old-deleted")
     log._release(closes)   # the files' close (which frees their blocks) in the background
+    for output in outputs:     # the old first segment's .txnindex went with it
+        if output.kept and output.aborted:
+            txn_index.rewrite(directory, output.base, output.aborted)
+            txn_index.fsync(directory, output.base)
     new_segments = {o.base: _install(log, o) for o in outputs if o.kept}
     fsync_dir(directory)  # every step durable before the intent can go
     faults.point("clean:log-durable")
@@ -90,6 +99,7 @@ def swap(log, cleaned) -> bool:
     log.segments = segments
     log._bases = [s.base_offset for s in segments]
     log._segments_changed += 1
+    log._producers = log._txns = None   # rebuilt (snapshot, .txnindex files) when needed
     state.first_dirty = max(plan.end, state.first_dirty or 0)
     state.horizons = state.horizons.after_clean(plan.end, cleaned.now_ms,
                                                 plan.delete_retention_ms)

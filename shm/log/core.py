@@ -41,13 +41,13 @@ from shm.config import SEGMENTS_PER_LOG_MAX, LogConfig
 from shm.errors import (InvalidRecordError, LogClosedError, LogError, OffsetOutOfRangeError,
                         RecordTooLargeError, UnexpectedAppendOffsetError)
 from shm.index import KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name
-from shm.log import cleaner, cleaner_swap, loader, retention
+from shm.log import cleaner, cleaner_swap, loader, retention, transactions
 from shm.log.loader import TRUNCATE_FULLY, TRUNCATE_TO, RecoveryReport
-from shm.log.producer_snapshots import (delete_snapshots, read_snapshot, snapshot_offsets,
-                                        write_snapshot)
+from shm.log.producer_snapshots import delete_snapshots, write_snapshot
 from shm.names import check_cluster_id
-from shm.producer_state import ProducerStates, last_sequence
+from shm.producer_state import ProducerStates
 from shm.segment import Segment
+from shm.txn_state import TxnState
 
 logger = logging.getLogger("shm.log")
 
@@ -156,6 +156,9 @@ class Log:
         # the first time it is needed, then kept up to date by every append; dropped by
         # a truncation (rebuilt again on the next need). None: not built.
         self._producers: ProducerStates | None = None
+        # Its transactions (shm.txn_state), built and dropped with it (``transactions``).
+        self._txns: TxnState | None = None
+        self._txn_indexes_unsynced: set[int] = set()   # .txnindex files written since
         # Log compaction (``cleaner``): its checkpoint, loaded on first use, and a
         # counter of changes to sealed segments (truncation, retention, swaps) that a
         # clean plan built meanwhile must not be swapped over.
@@ -306,11 +309,15 @@ class Log:
             position += header.size_bytes
         if not batches:
             raise CorruptRecordError("no record batch in an append")
+        transactions.check_markers(view, batches)
         return batches
 
     def _append(self, view: memoryview, batches, now_ms: int | None) -> AppendInfo:
         now_ms = wall_clock_ms() if now_ms is None else now_ms
         self._poll_roll_flush(wait=False)
+        if self._producers is None and \
+                any(h.attributes & batch.ATTR_TRANSACTIONAL for _, h in batches):
+            transactions.build(self)  # an ABORT's index entry needs its first offset
         records = 0
         for position, header in batches:
             segment = self.active_segment
@@ -324,7 +331,8 @@ class Log:
             segment.append(view[position:position + header.size_bytes], header)
             records += header.record_count
             if self._producers is not None and header.producer_id >= 0:
-                self._learn_producer(header)
+                transactions.learn(self, view, position, header,
+                                   index_base=segment.base_offset)
         first = batches[0][1].base_offset
         info = AppendInfo(first, self.log_end_offset - 1, records, len(batches))
         assert info.last_offset - info.first_offset + 1 >= records  # holes: follower
@@ -343,34 +351,37 @@ class Log:
         without a usable snapshot, from every batch header of the log."""
         self._ensure_open()
         if self._producers is None:
-            states, start = None, self.log_start_offset
-            for offset in reversed(snapshot_offsets(self.directory)):
-                if self.log_start_offset <= offset <= self.log_end_offset:
-                    states = read_snapshot(self.directory, offset)
-                    if states is not None:
-                        start = offset
-                        break
-            self._producers = states or ProducerStates()
-            for segment in self.segments:
-                if segment.next_offset <= start:
-                    continue
-                end = segment.size_bytes
-                view = segment.view(0, end)
-                position = segment.position_of(start) if segment.base_offset < start else 0
-                while position is not None and position < end:
-                    header = batch.read_header(view, position)
-                    if header.producer_id >= 0 and header.base_offset >= start:
-                        self._learn_producer(header)
-                    position += header.size_bytes
+            transactions.build(self)
         return self._producers
 
-    def _learn_producer(self, header: batch.BatchHeader) -> None:
-        if header.base_sequence < 0 or header.producer_epoch < 0:
-            return
-        self._producers.update(
-            header.producer_id, header.producer_epoch, header.base_sequence,
-            last_sequence(header.base_sequence, header.record_count), header.base_offset,
-            header.next_offset - 1)
+    def transaction_state(self) -> TxnState:
+        """This partition's transactions (``shm.txn_state``), built as the producers'."""
+        self._ensure_open()
+        if self._txns is None:
+            transactions.build(self)
+        return self._txns
+
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an ongoing transaction, or of a completed one
+        whose marker is not yet below the HW (Kafka's), at least the log start (as
+        Kafka's, after retention or DeleteRecords passed it); None if none."""
+        first = self.transaction_state().first_unstable_offset(self.high_watermark)
+        return None if first is None else max(first, self.log_start_offset)
+
+    def last_stable_offset(self) -> int:
+        """min(first unstable offset, HW): read_committed reads stop here."""
+        first = self.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """[(producer_id, first_offset)] of the aborted transactions overlapping
+        ``[start, end)`` (Kafka's collectAbortedTxns), in marker order."""
+        return [(t.producer_id, t.first_offset)
+                for t in self.transaction_state().aborted_overlapping(start, end)]
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer_id -> first offset of its open transaction."""
+        return dict(self.transaction_state().ongoing)
 
     # ================================================================ read
 
@@ -458,8 +469,9 @@ class Log:
         self._add_segment(self._new_segment(base, now_ms))
         faults.point("roll:segment-created")
         if self._producers is not None and len(self._producers):
+            transactions.sync_indexes(self)  # durable before a snapshot covers them
             write_snapshot(self.directory, self.log_end_offset, self._producers,
-                           self.log_start_offset)
+                           self.log_start_offset, self._txns)
         fsync_dir(self.directory)
         faults.point("roll:directory-synced")
         # As Kafka: the sealed segments are fsynced in the background and the recovery
@@ -646,7 +658,7 @@ class Log:
 
     def _start_at(self, offset: int) -> None:
         """The checkpoints of an empty log restarted at ``offset`` (its only segment)."""
-        self._producers = None
+        self._producers = self._txns = None
         delete_snapshots(self.directory, lambda o: True)
         self.deleted_below = offset
         assert self.log_start_offset == self.log_end_offset == offset
@@ -660,8 +672,9 @@ class Log:
 
     def _after_truncation(self) -> None:
         self._roll_flush = None  # its offset may now name different data: forget it
-        self._producers = None   # rebuilt from what is left when next needed
+        self._producers = self._txns = None   # rebuilt from what is left when needed
         delete_snapshots(self.directory, lambda o: o > self.log_end_offset)
+        transactions.trim_active_index(self)
         if self.deleted_below > self.log_end_offset:
             # The cut (whole batches) went below a DeleteRecords' log start, as Kafka's
             # truncateTo: the log start follows the end down.
@@ -689,6 +702,8 @@ class Log:
         victims = retention.segments_past_retention(self, now_ms)
         if victims:
             retention.delete_first_segments(self, victims)
+            if self._txns is not None:
+                self._txns.forget_aborted_below(self.log_start_offset)
         return victims
 
     def increment_log_start_offset(self, offset: int) -> bool:
@@ -712,7 +727,7 @@ class Log:
             whole += 1
         if whole:
             retention.delete_first_segments(self, whole)
-        self._producers = None      # rebuilt from what is left when next needed
+        self._producers = self._txns = None   # rebuilt from what is left when needed
         delete_snapshots(self.directory, lambda o: o < self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         if self.recovery_point < self.log_start_offset:

@@ -29,7 +29,7 @@ from shm.config import BATCH_BYTES_MAX, SEGMENTS_PER_LOG_MAX
 from shm.errors import LogError
 from shm.index import (KIND_OFFSET, KIND_TIME, IndexCorruptError, OffsetIndex, TimeIndex,
                        index_name)
-from shm.log import cleaner_files
+from shm.log import cleaner_files, transactions
 from shm.log.producer_snapshots import delete_snapshots
 from shm.names import cluster_objects, unlink
 from shm.segment import DELETED_SUFFIX, Segment, segment_file_name
@@ -37,7 +37,7 @@ from shm.segment import DELETED_SUFFIX, Segment, segment_file_name
 logger = logging.getLogger("shm.log")
 
 _INDEX_SUFFIX = re.compile(r"^(\d+)-(idx|tidx)$")
-_INDEX_FILE = re.compile(r"^(\d{20})\.(index|timeindex)$")
+_INDEX_FILE = re.compile(r"^(\d{20})\.(index|timeindex|txnindex)$")
 # The operations a truncation-intent names (``Log.truncate_to`` and
 # ``Log.truncate_fully_and_start_at`` write them; ``load`` finishes them).
 TRUNCATE_TO = "truncate_to"
@@ -127,6 +127,7 @@ def load(log, reattach_indexes: bool, now_ms: int) -> None:
         log._intent.remove()
     log.recovery.log_end_offset = log.log_end_offset
     delete_snapshots(log.directory, lambda o: o > log.log_end_offset or o < log.log_start_offset)
+    transactions.trim_active_index(log)   # a cut tail's aborts (the rest: at the build)
     log.check()
 
 
@@ -164,7 +165,8 @@ def _delete_segment_files(log, base: int) -> None:
         os.rename(stem + ".log", stem + ".log" + DELETED_SUFFIX)
     except FileNotFoundError:
         pass
-    for path in (stem + ".index", stem + ".timeindex", stem + ".log" + DELETED_SUFFIX):
+    for path in (stem + ".index", stem + ".timeindex", stem + ".txnindex",
+                 stem + ".log" + DELETED_SUFFIX):
         try:
             os.unlink(path)
         except FileNotFoundError:

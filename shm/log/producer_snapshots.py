@@ -1,6 +1,8 @@
 """The idempotent producers' snapshot files of one partition directory, as Kafka's
 ProducerStateManager keeps them: ``<offset>.snapshot`` (20 digits) is the state of every
-producer as of ``offset``, i.e. after every batch below it.
+producer as of ``offset``, i.e. after every batch below it, with each producer's ongoing
+transaction's first offset and last coordinator epoch (``shm.txn_state``; the aborted
+transactions are in the segments' ``.txnindex`` files, ``shm.log.txn_index``).
 
 Rules:
 - A snapshot is written at each roll (``Log.roll``), as a CRC line and a JSON payload.
@@ -18,6 +20,7 @@ import os
 from crc32c import crc32c
 
 from shm.producer_state import ProducerStates
+from shm.txn_state import TxnState
 
 logger = logging.getLogger("shm.log")
 
@@ -43,11 +46,13 @@ def snapshot_offsets(directory: str) -> list[int]:
 
 
 def write_snapshot(directory: str, offset: int, producers: ProducerStates,
-                   log_start_offset: int) -> None:
+                   log_start_offset: int, txns: TxnState | None = None) -> None:
     """The producers' state as of ``offset`` (every batch below it), with its CRC.
     Not fsynced: it is derived from the log, and a lost or torn one is rebuilt."""
-    payload = json.dumps({"offset": offset, "producers": producers.to_json()},
-                         separators=(",", ":")).encode()
+    data = {"offset": offset, "producers": producers.to_json()}
+    if txns is not None:
+        data["transactions"] = txns.to_json()
+    payload = json.dumps(data, separators=(",", ":")).encode()
     path = snapshot_path(directory, offset)
     with open(path + ".tmp", "wb") as f:
         f.write(b"%08x\n" % crc32c(payload) + payload)
@@ -58,7 +63,9 @@ def write_snapshot(directory: str, offset: int, producers: ProducerStates,
         _unlink_if_present(snapshot_path(directory, old))
 
 
-def read_snapshot(directory: str, offset: int) -> ProducerStates | None:
+def read_snapshot(directory: str, offset: int) -> tuple[ProducerStates, TxnState] | None:
+    """The producers' and transactions' state of a snapshot (the transactions' without
+    aborted entries); None (and the file deleted) if it is torn or not one."""
     path = snapshot_path(directory, offset)
     try:
         with open(path, "rb") as f:
@@ -69,7 +76,8 @@ def read_snapshot(directory: str, offset: int) -> ProducerStates | None:
         snapshot = json.loads(payload)
         if snapshot["offset"] != offset:
             raise ValueError(f"it says offset {snapshot['offset']}")
-        return ProducerStates.from_json(snapshot["producers"])
+        return (ProducerStates.from_json(snapshot["producers"]),
+                TxnState.from_json(snapshot.get("transactions")))
     except (OSError, ValueError, KeyError, TypeError) as e:
         logger.warning("ignoring producer-state snapshot %s: %s", path, e)
         _unlink_if_present(path)

@@ -12,6 +12,7 @@ import sys
 
 from shm import faults
 from shm.batch import build_batch
+from shm.control import build_marker
 from shm.config import LogConfig
 from shm.log import Log
 
@@ -30,11 +31,23 @@ def open_log(data_dir: str, cluster_id: str) -> Log:
 
 def fill(log: Log) -> None:
     """The same log every time: keys reused, a few tombstones, some batches wholly
-    superseded and some split."""
+    superseded and some split; transactions of three producers, aborted and committed,
+    one left open (so the clean stops at the LSO)."""
+    sequences = {}
     for i in range(160):
         keys = [b"k%d" % ((i * 3 + j) % 11) for j in range(3)]
         values = [None if (i + j) % 13 == 0 else b"v%d-%d" % (i, j) for j in range(3)]
         log.append_as_leader(build_batch(values, keys=keys, timestamps_ms=1000 + i), 1)
+        pid = 1 + (i // 8) % 3
+        if i >= 96 and i % 8 in (0, 2):
+            seq = sequences.get(pid, 0)
+            sequences[pid] = seq + 2
+            log.append_as_leader(build_batch(
+                [b"t%d" % i, b"u%d" % i], keys=[b"k%d" % (i % 11), b"t%d" % (i % 5)],
+                timestamps_ms=1000 + i, producer_id=pid, producer_epoch=0, base_sequence=seq,
+                transactional=True), 1)
+        if i >= 96 and i % 8 == 4 and i < 150:
+            log.append_as_leader(build_marker(pid, 0, (i // 8) % 2 == 1, 0, 1000 + i), 1)
     log.update_high_watermark(log.log_end_offset)
     log.flush()
 

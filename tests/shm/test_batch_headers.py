@@ -72,8 +72,8 @@ def reseal(buf: bytearray) -> None:
     batch.CRC.pack_into(buf, batch.CRC_POSITION, batch.crc_of(buf, 0, batch.read_header(buf)))
 
 
-@pytest.mark.parametrize("attributes", [0x05, 0x06, 0x07, 0x10, 0x20, 0x40, 0x800])
-def test_unknown_codec_transactional_control_and_unknown_bits_are_corrupt(attributes):
+@pytest.mark.parametrize("attributes", [0x05, 0x06, 0x07, 0x40, 0x80, 0x800, 0x1000])
+def test_unknown_codec_and_unknown_bits_are_corrupt(attributes):
     buf = batch.build_batch([b"x"], None, 1)
     struct.pack_into("<h", buf, 21, attributes)
     batch.CRC.pack_into(buf, batch.CRC_POSITION, batch.crc32c(bytes(buf[21:])))

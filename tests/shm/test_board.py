@@ -33,6 +33,7 @@ def fields_of(n, i):
         log_end_offset=2 * n + i,
         high_watermark=n + i,
         log_start_offset=n // 2,
+        last_stable_offset=n + i - n % 2,
         isr=tuple(range(n % 4 + 1)),
         last_caught_up_ms={b: n * 1000 + b for b in range(1, n % 3 + 2)},
         follower_leo={b: 2 * n + b for b in range(1, n % 3 + 2)},
@@ -186,6 +187,25 @@ def test_publish_merges_fields_and_remove_frees_the_slot_for_reuse(cluster_id):
         assert [s.topic for s in reader.snapshot()] == ["b", "c"]
 
 
+def test_a_leaders_last_stable_offset_is_published_or_the_hw_stands_for_it(cluster_id):
+    with ReplicaStateBoard.create(cluster_id, 0, capacity=2) as board, \
+            BoardReader.open(cluster_id, 0) as reader:
+        board.publish("a", 0, log_end_offset=10, high_watermark=8)
+        got = reader.get("a", 0)
+        assert got.last_stable_offset is None and got.stable_offset == 8
+        board.publish("a", 0, last_stable_offset=5)
+        got = reader.get("a", 0)
+        assert (got.last_stable_offset, got.stable_offset, got.high_watermark) == (5, 5, 8)
+        with pytest.raises(ValueError, match="last_stable_offset"):
+            board.publish("a", 0, last_stable_offset=9)     # above the HW
+        with pytest.raises(ValueError, match="last_stable_offset"):
+            board.publish("a", 0, log_start_offset=6, last_stable_offset=5)
+        assert reader.get("a", 0).last_stable_offset == 5   # nothing written
+        board.publish("a", 0, high_watermark=3, log_start_offset=1)   # without it: dropped
+        got = reader.get("a", 0)
+        assert got.last_stable_offset is None and got.stable_offset == 3
+
+
 def test_limits_are_enforced_before_anything_is_written(cluster_id):
     with ReplicaStateBoard.create(cluster_id, 0, capacity=4) as board, \
             BoardReader.open(cluster_id, 0) as reader:
@@ -201,6 +221,8 @@ def test_limits_are_enforced_before_anything_is_written(cluster_id):
             board.publish("bad/topic", 0)
         with pytest.raises(ValueError, match="follower_leo"):
             board.publish("t", 0, last_caught_up_ms={1: 5}, follower_leo={2: 7})
+        with pytest.raises(ValueError, match="last_stable_offset"):
+            board.publish("t", 0, log_end_offset=5, high_watermark=3, last_stable_offset=4)
         assert reader.snapshot() == []
         board.publish("x" * TOPIC_BYTES_MAX, 0, isr=tuple(range(REPLICAS_MAX)))
         assert reader.get("x" * TOPIC_BYTES_MAX, 0).isr == tuple(range(REPLICAS_MAX))

@@ -46,7 +46,9 @@ def reopen_records(data_dir: str, cluster_id: str):
         leftovers = [n for n in os.listdir(log.directory)
                      if n.endswith((".cleaned", ".swap", ".deleted")) or n == "cleaner-swap"]
         assert not leftovers, leftovers
-        return records(log), log.recovery, len(log.segments)
+        transactions = (log.ongoing_transactions(),
+                        log.aborted_transactions(log.log_start_offset, log.log_end_offset))
+        return (records(log), transactions), log.recovery, len(log.segments)
     finally:
         log.delete()
 
@@ -57,7 +59,8 @@ def test_crash_at_every_step_of_a_swap_recovers_the_old_or_the_new_segments_whol
     old_log = open_log(str(tmp_path / "old"), cluster_id)
     try:
         fill(old_log)
-        old = records(old_log)
+        old = (records(old_log), (old_log.ongoing_transactions(), old_log.aborted_transactions(
+            old_log.log_start_offset, old_log.log_end_offset)))
         old_segments = len(old_log.segments)
     finally:
         old_log.delete()
@@ -67,7 +70,10 @@ def test_crash_at_every_step_of_a_swap_recovers_the_old_or_the_new_segments_whol
     assert set(faults.CLEAN_POINTS) <= set(counts), \
         f"the swap never passes {sorted(set(faults.CLEAN_POINTS) - set(counts))}"
     new, _, new_segments = reopen_records(str(tmp_path / "dry"), cluster_id)
-    assert len(new) < len(old) and new_segments < old_segments  # the clean did something
+    assert len(new[0]) < len(old[0]) and new_segments < old_segments  # the clean did something
+    assert new[1][0] == old[1][0] and new[1][0]     # the open transaction stays open
+    # Aborted data went but a producer's last record (and so its abort's entry).
+    assert 0 < len(new[1][1]) < len(old[1][1])
     cases = 0
     for point in sorted(counts):  # the swap's points and the segment deletions' in it
         for hit in sorted({1, counts[point]}):
@@ -91,7 +97,8 @@ def test_a_crash_before_the_swap_leaves_the_old_segments_and_no_cleaned_files(
     data_dir = str(tmp_path / "d")
     log = open_log(data_dir, cluster_id)
     fill(log)
-    old = records(log)
+    old = (records(log), (log.ongoing_transactions(),
+                          log.aborted_transactions(log.log_start_offset, log.log_end_offset)))
     cleaned = log.cleanable(5_000).build(now_ms=5_000)
     assert any(n.endswith(".cleaned") for n in os.listdir(log.directory))
     log.abandon()

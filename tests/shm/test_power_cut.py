@@ -90,3 +90,42 @@ def test_the_cut_itself_takes_what_was_not_synced(tmp_path, monkeypatch):
         os.fsync(f.fileno())
     assert power.cut() == {"old": 3}
     assert (tmp_path / "old").read_bytes() == b"old"
+
+
+def test_a_power_cut_keeps_the_transactions_of_the_flushed_records(
+        tmp_path, cluster_id, monkeypatch):
+    from shm import control
+    power = PowerCut(str(tmp_path), monkeypatch)
+    log = open_log(tmp_path, cluster_id)
+    sequences = {}
+
+    def data(pid):
+        seq = sequences.get(pid, 0)
+        sequences[pid] = seq + 1
+        log.append_as_leader(batch_codec.build_batch(
+            [b"t" * 200], producer_id=pid, producer_epoch=0, base_sequence=seq,
+            transactional=True), 1)
+
+    try:
+        data(9)                                      # pid 9: open across everything
+        for i in range(40):                          # rolls (snapshots), aborts, commits
+            data(1)
+            log.append_as_leader(control.build_marker(1, 0, i % 3 == 0, 0, 1), 1)
+        assert len(log.segments) >= 3
+        log.flush()
+        flushed = log.log_end_offset
+        aborted = log.aborted_transactions(0, flushed)
+        assert len(aborted) == 26
+        data(2)                                      # never synced: the cut takes them
+        log.append_as_leader(control.build_marker(2, 0, False, 0, 1), 1)
+    finally:
+        log.abandon()
+    power.cut()
+    cleanup_cluster(cluster_id)
+    log = open_log(tmp_path, cluster_id)
+    try:
+        assert log.log_end_offset == flushed
+        assert log.aborted_transactions(0, flushed + 10) == aborted
+        assert log.ongoing_transactions() == {9: 0}
+    finally:
+        log.delete()
