@@ -34,6 +34,7 @@ import collections
 import errno
 import logging
 import socket
+import time
 
 from node.broker.failures import LogLimiter
 from node.broker.loop import EventLoop
@@ -45,9 +46,13 @@ from node.kafka.translate import CLOSE_CONNECTION, TRANSLATIONS, NativeCall, top
 from node.kafka.translate.api_versions import api_versions_response
 from node.kafka.translate.context import KafkaContext
 from node.wire import protocol
-from node.wire.errors import ErrorCode
+from node.wire.errors import ErrorCode, name_of
 
 logger = logging.getLogger("node.broker.server")
+# Kafka's request log (log4j's kafka.request.logger at DEBUG): a line per answered request
+# with its time and top-level error, and per request a closed connection left unanswered.
+# Off unless that logger is enabled (a broker's MINIKAFKA_LOG_LEVELS, node.broker.server).
+request_logger = logging.getLogger("kafka.request.logger")
 
 # ------------------------------------------------------------------ limits
 CONNECTIONS_MAX = 10_000
@@ -90,7 +95,8 @@ class Exchange:
     """One Kafka request on one connection, until its answer is queued: the peer the
     native handler answers (``answer``)."""
 
-    __slots__ = ("connection", "header", "request", "translation", "state", "done", "data")
+    __slots__ = ("connection", "header", "request", "translation", "state", "done", "data",
+                 "received_ns")
 
     def __init__(self, connection: "KafkaConnection", header: RequestHeader, request) -> None:
         self.connection = connection
@@ -100,6 +106,14 @@ class Exchange:
         self.state = None
         self.done = False
         self.data: list | None = None        # the encoded answer's buffers; None = none
+        self.received_ns = time.monotonic_ns()
+
+    def describe(self) -> str:
+        """For the request log: what, from whom, for how long."""
+        h = self.header
+        return (f"{_name(h)} v{h.api_version} (correlation id {h.correlation_id}, client id "
+                f"{h.client_id!r}) from {self.connection.peer}, "
+                f"{(time.monotonic_ns() - self.received_ns) / 1e6:.1f} ms")
 
     def answer(self, body: dict, frames=()) -> None:
         """The native handler's answer: translated, encoded, queued in order."""
@@ -132,6 +146,10 @@ class Exchange:
         assert not self.done, "a request is answered once"
         self.done = True
         conn = self.connection
+        if request_logger.isEnabledFor(logging.DEBUG):
+            code = getattr(response, "error_code", 0)
+            request_logger.debug("Completed request: %s%s", self.describe(),
+                                 f", error {name_of(code)}" if code else "")
         if conn.closed:
             return
         if response is CLOSE_CONNECTION:
@@ -244,6 +262,9 @@ class KafkaListener:
         for exchange in conn.exchanges:
             if not exchange.done:   # its parked fetch has nobody to answer
                 self.apis.purgatory.forget_peer(exchange)
+                if request_logger.isEnabledFor(logging.DEBUG):
+                    request_logger.debug("Unanswered at the connection's close: %s",
+                                         exchange.describe())
         conn.exchanges.clear()
         conn.output.clear()
         conn.output_bytes = 0

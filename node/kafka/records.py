@@ -8,10 +8,13 @@ body); the Kafka listener converts at the edge:
   and base sequence; base offset and leader epoch as sent (the leader stamps both);
   timestamps (CreateTime; LogAppendTime when ``log_append_time_ms`` is given or the batch
   says so: then every record has that one time, as Kafka's readers see it); keys, values
-  (null and empty apart); record headers (byte for byte); the compression codec as a hint.
+  (null and empty apart); record headers (byte for byte); the compression codec as a hint;
+  the transactional bit (KIP-98; a client's control batch is refused).
 - ``log_to_kafka(data)``: our batches as read from the log -> Kafka v2 batches with the
   same offsets, leader epochs, producer fields, timestamps, keys, values and headers,
-  compressed with ``compression`` or else each batch's own hint.
+  compressed with ``compression`` or else each batch's own hint; the transactional and
+  control bits kept (a marker, ``shm.control``, is Kafka's control batch: its one
+  record's key and value are Kafka's control record key and value, byte for byte).
 
 Kafka's v2 batch (all big-endian; ``DefaultRecordBatch`` in Apache Kafka's clients):
 
@@ -26,8 +29,7 @@ Attributes: bits 0-2 codec (``node.kafka.compression``), 0x08 LogAppendTime,
 Checks, with Kafka's error codes (``RecordError.code``):
 - CORRUPT_MESSAGE: a batch shorter than its header or than its batch_length says, a
   wrong CRC, a magic that is no magic at all, records that do not decompress.
-- UNSUPPORTED_FOR_MESSAGE_FORMAT: magic 0 or 1 (our log is v2 only); transactional
-  batches (not supported until transactions are, issue 28).
+- UNSUPPORTED_FOR_MESSAGE_FORMAT: magic 0 or 1 (our log is v2 only).
 - UNSUPPORTED_COMPRESSION_TYPE: codec bits 5-7.
 - INVALID_RECORD (as Kafka's LogValidator and DefaultRecord): no batch at all, a record
   count of 0 or one that disagrees with last_offset_delta or with the records present,
@@ -130,7 +132,7 @@ def _kafka_batch_to_log(data: bytes, position: int, log_append_time_ms: int | No
                           f"{crc:#010x}, computed {actual:#010x}")
     codec = attributes & ATTR_CODEC_MASK
     _check_batch_header(attributes, codec, count, last_offset_delta, producer_id,
-                        base_sequence)
+                        base_sequence, producer_epoch)
     raw = data[position + KAFKA_HEADER_BYTES:end]
     if codec != compression.CODEC_NONE:
         try:
@@ -150,7 +152,8 @@ def _kafka_batch_to_log(data: bytes, position: int, log_append_time_ms: int | No
     converted = _encode_log_batch(
         columns, log_append, base_offset=max(base_offset, 0),
         partition_leader_epoch=leader_epoch, producer_id=producer_id,
-        producer_epoch=producer_epoch, base_sequence=base_sequence, codec_hint=codec)
+        producer_epoch=producer_epoch, base_sequence=base_sequence, codec_hint=codec,
+        transactional=bool(attributes & ATTR_TRANSACTIONAL))
     if len(converted) > max_bytes:
         raise RecordError(ErrorCode.MESSAGE_TOO_LARGE,
                           f"record batch at byte {position} is {len(converted)} bytes in "
@@ -159,16 +162,17 @@ def _kafka_batch_to_log(data: bytes, position: int, log_append_time_ms: int | No
 
 
 def _check_batch_header(attributes: int, codec: int, count: int, last_offset_delta: int,
-                        producer_id: int, base_sequence: int) -> None:
+                        producer_id: int, base_sequence: int, producer_epoch: int = 0) -> None:
     if codec > compression.CODEC_ZSTD:
         raise RecordError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                           f"unknown compression codec {codec}")
     if attributes & ATTR_CONTROL:
         raise RecordError(ErrorCode.INVALID_RECORD,
                           "clients are not allowed to write control records")
-    if attributes & ATTR_TRANSACTIONAL:
-        raise RecordError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                          "transactional record batches are not supported (yet)")
+    if attributes & ATTR_TRANSACTIONAL and min(producer_id, producer_epoch, base_sequence) < 0:
+        raise RecordError(ErrorCode.INVALID_RECORD,
+                          f"a transactional record batch needs a producer id, epoch and "
+                          f"sequence (got {producer_id}, {producer_epoch}, {base_sequence})")
     if count <= 0:
         raise RecordError(ErrorCode.INVALID_RECORD, f"invalid record count {count}")
     if last_offset_delta != count - 1:
@@ -287,7 +291,8 @@ def _codec_named(name: str | None) -> int | None:
 
 def _log_batch_to_kafka(c: log_batch.Columns, codec: int | None):
     h = c.header
-    attributes = h.attributes & (log_batch.ATTR_CODEC_MASK | log_batch.ATTR_LOG_APPEND_TIME)
+    attributes = h.attributes & (log_batch.ATTR_CODEC_MASK | log_batch.ATTR_LOG_APPEND_TIME |
+                                 ATTR_TRANSACTIONAL | ATTR_CONTROL)
     if codec is not None:
         attributes = (attributes & ~ATTR_CODEC_MASK) | codec
     if h.record_count <= SCALAR_RECORDS_MAX:

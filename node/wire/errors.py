@@ -90,6 +90,17 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
+    # Transactions (issue 28: node.core.txn, node.broker.txn).
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    OPERATION_NOT_ATTEMPTED = 55
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+    TRANSACTION_ABORTABLE = 120
 
 
 # Per code: (retriable, message), as Kafka's Errors enum.
@@ -217,6 +228,37 @@ _INFO.update({
                                           'after receiving its updated member epoch via the '
                                           'ConsumerGroupHeartbeat API.'),
     ErrorCode.INVALID_REGULAR_EXPRESSION: (False, 'The regular expression is not valid.'),
+})
+# Transactions' (Kafka's Errors enum).
+_INFO.update({
+    ErrorCode.INVALID_TXN_STATE: (False, 'The producer attempted a transactional operation in '
+                                         'an invalid state.'),
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: (False, 'The producer attempted to use a producer id '
+                                                   'which is not currently assigned to its '
+                                                   'transactional id.'),
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: (False, 'The transaction timeout is larger than the '
+                                                   'maximum value allowed by the broker (as '
+                                                   'configured by transaction.max.timeout.ms).'),
+    ErrorCode.CONCURRENT_TRANSACTIONS: (True, 'The producer attempted to update a transaction '
+                                              'while another concurrent operation on the same '
+                                              'transaction was ongoing.'),
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: (False, 'Indicates that the transaction '
+                                                      'coordinator sending a WriteTxnMarker is '
+                                                      'no longer the current coordinator for a '
+                                                      'given producer.'),
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (False, 'Transactional Id authorization '
+                                                             'failed.'),
+    ErrorCode.OPERATION_NOT_ATTEMPTED: (False, 'The broker did not attempt to execute this '
+                                               'operation. This may happen for batched RPCs '
+                                               'where some operations in the batch failed, '
+                                               'causing the broker to respond without trying '
+                                               'the rest.'),
+    ErrorCode.PRODUCER_FENCED: (False, 'There is a newer producer with the same transactionalId '
+                                       'which fences the current one.'),
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: (False, 'The transactionalId could not be found.'),
+    ErrorCode.TRANSACTION_ABORTABLE: (False, 'The server encountered an error with the '
+                                             'transaction. The client can abort the transaction '
+                                             'to continue using this transactional ID.'),
 })
 assert set(_INFO) == set(ErrorCode) - {ErrorCode.NONE}
 

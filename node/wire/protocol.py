@@ -28,6 +28,9 @@ order to keep the hot paths cheap). Names are Kafka's. ``error`` is an int code 
 PRODUCE (0)
   req  {"acks": -1|0|1, "timeout_ms": int, "partitions": [[topic, partition], ...]}
        + one batch frame per partition entry
+       optional "transactional_id": str (Kafka's; KIP-890: the leader asks this id's
+       transaction coordinator before a producer's first transactional batch on a
+       partition, node.broker.apis.txn_rules)
   resp {"partitions": [[topic, partition, error, base_offset, log_start_offset,
                         error_message|None], ...]}
        acks=0: the broker sends no response at all - unless the request has
@@ -38,14 +41,19 @@ FETCH (1)
         "max_wait_ms": int, "min_bytes": int, "max_bytes": int,
         "partitions": [[topic, partition, fetch_offset, current_leader_epoch (-1 = no
                         check), partition_max_bytes], ...]}
+       optional "isolation_level": 0 (read_uncommitted) | 1 (read_committed: below the
+       last stable offset, with the aborted transactions of what was read)
   resp {"partitions": [[topic, partition, error, high_watermark, log_start_offset,
-                        log_end_offset], ...]} + one batch frame per entry (b"" if none)
+                        log_end_offset, last_stable_offset, aborted], ...]}
+       + one batch frame per entry (b"" if none); aborted = [[producer_id,
+       first_offset], ...] (read_committed only, else [])
        Consumers get batches below the HW only; followers get batches up to the LEO.
        ``log_end_offset`` is the leader's LEO (a follower that fetched past it after a
        leader change uses it to truncate; Kafka asks with ListOffsets instead).
 LIST_OFFSETS (2)
   req  {"replica_id": int, "partitions": [[topic, partition, timestamp_ms
                                            (, current_leader_epoch)], ...]}
+       optional "isolation_level": 1 = read_committed (latest = the last stable offset)
        timestamp -1 = latest (HW for consumers), -2 = earliest (log start), -3 = the
        record with the largest timestamp (KIP-734), >= 0: the first record whose
        timestamp is at or after it (time index)
@@ -123,11 +131,29 @@ INIT_PRODUCER_ID (22)         any broker (idempotent producers)
   req  {"producer_id": -1 | id, "producer_epoch": -1 | epoch}
   resp {"error": int, "producer_id": int, "producer_epoch": int}
        -1: a new id (epoch 0); an id and epoch: the same id, the next epoch
+       With "transactional_id": str (not None) the request is the transaction
+       coordinator's (the leader of the id's __transaction_state partition, found with
+       FIND_COORDINATOR key_type 1): body and answer are Kafka's InitProducerId fields
+       ("transaction_timeout_ms", "producer_id", "producer_epoch"; "error_code", ...).
+TRANSACTION COORDINATOR (node.broker.txn): ADD_PARTITIONS_TO_TXN (24, v4+'s batched
+  "transactions" with "verify_only", which partition leaders send), ADD_OFFSETS_TO_TXN
+  (25), END_TXN (26), DESCRIBE_TRANSACTIONS (65), LIST_TRANSACTIONS (66): bodies are
+  Kafka's request/response fields as dicts at the newest version (optional
+  "kafka_version" for an older one's rules), as the group APIs'; NOT_COORDINATOR /
+  COORDINATOR_LOAD_IN_PROGRESS from a broker not (yet) serving the id's partition.
 OFFSET_FOR_LEADER_EPOCH (23)  follower -> leader (KIP-101/279)
   req  {"replica_id": int, "partitions": [[topic, partition, current_leader_epoch,
                                            leader_epoch], ...]}
   resp {"partitions": [[topic, partition, error, leader_epoch, end_offset], ...]}
        end_offset -1 (UNDEFINED_EPOCH_OFFSET) when the leader knows no such epoch
+WRITE_TXN_MARKERS (27)        coordinator's broker -> partition leader (transactions)
+  req/resp: Kafka's WriteTxnMarkersRequest/Response fields as dicts
+       (node.broker.apis.txn_markers); answered per partition once the marker is
+       committed (acks=all)
+TXN_OFFSET_COMMIT (28)        the group's coordinator (transactions; a group API)
+  req/resp: Kafka's TxnOffsetCommitRequest/Response fields as dicts, as the other group
+       APIs (node.broker.groups); the offsets are written as the producer's
+       transactional records and stay pending until its marker (node.core.groups)
 DESCRIBE_CONFIGS (32)
   req  {"topics": [name, ...], "brokers": [id, ...] (optional),
         "include_sources": bool (optional), "keys": {name or str(id): [key, ...]}
@@ -227,6 +253,11 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
@@ -237,6 +268,8 @@ class ApiKey(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     # Ours: KIP-966's GetReplicaLogInfo (unclean recovery asks each replica for its
@@ -248,7 +281,9 @@ API_VERSION = 0
 # Kafka's internal topic of the group coordinator (node.broker.groups): Metadata marks
 # it internal, clients may not produce to it nor delete it.
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+# The transaction coordinator's (node.broker.txn), internal likewise.
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 # Special values with Kafka's names.
 CONSUMER_REPLICA_ID = -1
 LATEST_TIMESTAMP = -1

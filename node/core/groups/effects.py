@@ -5,6 +5,10 @@ The shell appends ``Result.records`` to the shard's ``__consumer_offsets`` parti
 (at once when there are none). If the append fails, it answers the replies with the error
 and rebuilds the shard from the log: the cores change their state as they emit records
 and have no rollback.
+
+A Result with ``producer`` (TxnOffsetCommit's) holds one producer's transactional offset
+commits: the shell writes them as transactional batches with that producer id and epoch
+(Kafka's), so a load sees them as pending until the producer's marker.
 """
 
 from dataclasses import dataclass, field
@@ -37,6 +41,7 @@ STALE_MEMBER_EPOCH = int(ErrorCode.STALE_MEMBER_EPOCH)
 FENCED_MEMBER_EPOCH = int(ErrorCode.FENCED_MEMBER_EPOCH)
 UNRELEASED_INSTANCE_ID = int(ErrorCode.UNRELEASED_INSTANCE_ID)
 UNSUPPORTED_ASSIGNOR = int(ErrorCode.UNSUPPORTED_ASSIGNOR)
+UNSTABLE_OFFSET_COMMIT = int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class Effects:
     """Records and replies gathered during one call into the cores."""
     records: list[Rec] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
+    producer: tuple[int, int] | None = None     # (id, epoch): the records are transactional
 
     def reply(self, token, body: dict) -> None:
         self.replies.append(Reply(token, body))
@@ -59,3 +65,4 @@ class Effects:
 class Result:
     records: list[tuple[bytes, bytes | None]]   # (key, value); None = tombstone
     replies: list[Reply]
+    producer: tuple[int, int] | None = None     # (id, epoch): write them transactional

@@ -15,6 +15,14 @@ A group id is one kind. ConsumerGroupHeartbeat on an Empty classic group deletes
 maybeDeleteEmptyClassicGroup; on a non-empty one it gets GROUP_ID_NOT_FOUND ("Group X is not
 a consumer group"). JoinGroup on a non-empty consumer group gets INCONSISTENT_GROUP_PROTOCOL
 (Kafka 4 without online migration); an empty consumer group is deleted and becomes classic.
+
+Transactions (``txn_offsets``, Kafka's OffsetMetadataManager): TxnOffsetCommit writes its
+offsets as one producer's transactional records (``Result.producer``) and keeps them
+pending; the producer's COMMIT marker on this partition makes them the committed ones
+(``transaction_completed`` live, ``replay_marker`` at load), an ABORT drops them.
+OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition with a
+pending offset (KIP-447). ``next_order`` numbers the offset commits in log order (the
+record offsets at load) so a later plain commit wins over an earlier transaction's.
 """
 
 import uuid
@@ -29,8 +37,9 @@ from . import records
 from .classic import ClassicGroups, State
 from .config import GroupConfig
 from .effects import Effects, Reply, Result
-from .offsets import INVALID_OFFSET, Offsets
+from .offsets import INVALID_OFFSET, Offsets, committed_of
 from .records import Rec, RecordError
+from .txn_offsets import TXN_OFFSET_COMMIT, PendingOffsets, ShardTransactions
 
 from .consumer import ConsumerGroups
 
@@ -44,7 +53,7 @@ OFFSET_FETCH_MEMBER_FROM_VERSION = 9
 OFFSET_COMMIT_GROUP_NOT_FOUND_FROM_VERSION = 9
 
 
-class GroupShard:
+class GroupShard(ShardTransactions):
     def __init__(self, partition: int, config: GroupConfig,
                  new_id: Callable[[], str] | None = None):
         self.partition = partition
@@ -58,23 +67,45 @@ class GroupShard:
         self.next_expiry_ms: int | None = None
         self.known_topics: set[str] = set()
         self.skipped_records = 0           # unknown record types (Kafka's loader skips them)
+        self.pending = PendingOffsets()    # transactions' offsets until their marker
+        self.next_order = 0                # the next offset commit's place in the log
 
     # ---- loading -------------------------------------------------------------------------
 
-    def replay(self, offset: int, key: bytes, value: bytes | None) -> None:
-        """One record of the partition, in log order. RecordError if it is malformed."""
+    def replay(self, offset: int, key: bytes, value: bytes | None,
+               producer_id: int = -1) -> None:
+        """One record of the partition, in log order (``producer_id``: of its batch when
+        that is transactional). RecordError if it is malformed."""
         assert not self.is_loaded
+        self.next_order = max(self.next_order, offset + 1)
         try:
             rec = records.decode(key, value)
         except records.UnknownRecordType:
             self.skipped_records += 1
             return
-        self._replay(rec)
+        if producer_id >= 0 and rec.key_version in (0, 1) and rec.value is not None:
+            k = rec.key
+            self._pend(producer_id, k["group"], k["topic"], k["partition"],
+                       committed_of(rec, offset))
+            return
+        self._replay(rec, offset)
 
-    def _replay(self, rec: Rec) -> None:
+    def replay_marker(self, offset: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker of the partition, in log order."""
+        assert not self.is_loaded
+        self.next_order = max(self.next_order, offset + 1)
+        self._end_transaction(producer_id, commit)
+
+    def _order(self) -> int:
+        self.next_order += 1
+        return self.next_order - 1
+
+    def _replay(self, rec: Rec, offset: int = -1) -> None:
         if rec.key_version in (0, 1):
-            self.offsets.replay(rec)
+            self.offsets.replay(rec, offset)
             gid = rec.key["group"]
+            if rec.value is None:
+                self.pending.discard(gid, rec.key["topic"], rec.key["partition"])
             if (rec.value is not None and self.classic.get(gid) is None
                     and not self.consumer.has(gid)):
                 self.classic.create(gid)           # a simple group, as Kafka's replay
@@ -139,6 +170,8 @@ class GroupShard:
             fx.reply(token, self.classic.leave(now_ms, body, fx))
         elif api_key == OFFSET_COMMIT:
             fx.reply(token, self._commit(now_ms, version, body, fx))
+        elif api_key == TXN_OFFSET_COMMIT:
+            fx.reply(token, self._txn_commit(now_ms, version, body, fx))
         elif api_key == OFFSET_FETCH:
             fx.reply(token, self._fetch(version, body))
         elif api_key == OFFSET_DELETE:
@@ -236,12 +269,14 @@ class GroupShard:
                 if not code:
                     fx.records.append(self.offsets.commit(
                         gid, topic["name"], p["partition_index"], p["committed_offset"],
-                        p.get("committed_leader_epoch", -1), metadata, now, expire))
+                        p.get("committed_leader_epoch", -1), metadata, now, expire,
+                        self._order()))
                 parts.append({"partition_index": p["partition_index"], "error_code": code})
             reply["topics"].append({"name": topic["name"], "partitions": parts})
         return reply
 
-    def _fetch_group(self, version, gid, topics, member_id, member_epoch) -> dict:
+    def _fetch_group(self, version, gid, topics, member_id, member_epoch,
+                     require_stable: bool = False) -> dict:
         out = {"group_id": gid, "topics": [], "error_code": E.NONE}
         if (self.consumer.has(gid) and version >= OFFSET_FETCH_MEMBER_FROM_VERSION
                 and (member_id is not None or member_epoch >= 0)):
@@ -261,6 +296,12 @@ class GroupShard:
             parts = []
             for index in topic.get("partition_indexes", []):
                 c = committed.get((topic["name"], index))
+                if require_stable and self.pending.has(gid, topic["name"], index):
+                    parts.append({"partition_index": index,       # KIP-447
+                                  "committed_offset": INVALID_OFFSET,
+                                  "committed_leader_epoch": -1, "metadata": "",
+                                  "error_code": E.UNSTABLE_OFFSET_COMMIT})
+                    continue
                 parts.append({"partition_index": index,
                               "committed_offset": INVALID_OFFSET if c is None else c.offset,
                               "committed_leader_epoch": -1 if c is None else c.leader_epoch,
@@ -272,12 +313,14 @@ class GroupShard:
     def _fetch(self, version, body) -> dict:
         reply = _body(m.OffsetFetchResponse)
         groups = body.get("groups") or []
+        stable = bool(body.get("require_stable"))
         for g in groups:
             reply["groups"].append(self._fetch_group(version, g["group_id"], g.get("topics"),
                                                      g.get("member_id"),
-                                                     g.get("member_epoch", -1)))
+                                                     g.get("member_epoch", -1), stable))
         if not groups and body.get("group_id"):      # the v0-v7 form, one group
-            one = self._fetch_group(version, body["group_id"], body.get("topics"), None, -1)
+            one = self._fetch_group(version, body["group_id"], body.get("topics"), None, -1,
+                                    stable)
             reply["topics"] = one["topics"]
             reply["error_code"] = one["error_code"]
             reply["groups"] = [one]
@@ -304,7 +347,7 @@ class GroupShard:
             for p in topic.get("partitions", []):
                 code = E.GROUP_SUBSCRIBED_TO_TOPIC if held else E.NONE
                 if not held:
-                    rec = self.offsets.delete(gid, name, p["partition_index"])
+                    rec = self._delete_offset(gid, name, p["partition_index"])
                     if rec is not None:
                         fx.records.append(rec)
                 parts.append({"partition_index": p["partition_index"], "error_code": code})
@@ -345,14 +388,14 @@ class GroupShard:
             out = self.consumer.delete(gid)
             error = out.body.get("error_code", E.NONE)
             if not error:
-                fx.records += self.offsets.delete_all(gid) + out.records
+                fx.records += self._delete_all_offsets(gid) + out.records
             return error
         group = self.classic.get(gid)
         if group is None or group.state is State.DEAD:
             return E.GROUP_ID_NOT_FOUND
         if group.state is not State.EMPTY:
             return E.NON_EMPTY_GROUP
-        fx.records += self.offsets.delete_all(gid)
+        fx.records += self._delete_all_offsets(gid)
         fx.records.append(records.group_tombstone(gid))
         del self.classic.groups[gid]
         return E.NONE
@@ -383,8 +426,9 @@ class GroupShard:
             if self.consumer.has(gid):
                 expired, none_left = self.offsets.expire(
                     gid, now, retention, lambda c: c.commit_timestamp_ms,
-                    self.consumer.subscribed_topics(gid))
+                    self.consumer.subscribed_topics(gid), self.pending.partitions(gid))
                 fx.records += expired
+                none_left = none_left and not self.pending.has_open_transaction(gid)
                 if none_left and self.consumer.is_empty(gid):
                     fx.records += self.consumer.delete(gid).records
                 continue
@@ -399,8 +443,10 @@ class GroupShard:
                 base, keep = (lambda c: c.commit_timestamp_ms), group.subscribed_topics
             else:
                 continue
-            expired, none_left = self.offsets.expire(gid, now, retention, base, keep)
+            expired, none_left = self.offsets.expire(gid, now, retention, base, keep,
+                                                     self.pending.partitions(gid))
             fx.records += expired
+            none_left = none_left and not self.pending.has_open_transaction(gid)
             if (none_left and group is not None and group.state is State.EMPTY
                     and not group.pending_join):
                 fx.records.append(records.group_tombstone(gid))
@@ -416,16 +462,19 @@ class GroupShard:
         gone = self.known_topics - topics.keys() if topics else set()
         if topics:
             self.known_topics = set(topics)
-        for gid in self.offsets.group_ids():
-            for topic, partition in list(self.offsets.of_group(gid)):
+        for gid in set(self.offsets.group_ids()) | set(self.pending.open_by_group):
+            for topic, partition in sorted(set(self.offsets.of_group(gid)) |
+                                           self.pending.partitions(gid)):
                 if topic in gone:
-                    fx.records.append(self.offsets.delete(gid, topic, partition))
+                    rec = self._delete_offset(gid, topic, partition)
+                    if rec is not None:
+                        fx.records.append(rec)
         fx.records += self.consumer.metadata_changed(topics)
         return self._result(fx)
 
     @staticmethod
     def _result(fx: Effects) -> Result:
-        return Result([records.encode(rec) for rec in fx.records], fx.replies)
+        return Result([records.encode(rec) for rec in fx.records], fx.replies, fx.producer)
 
 
 def _body(cls, **fields) -> dict:
@@ -437,6 +486,7 @@ def _body(cls, **fields) -> dict:
 _REQUESTS = {JOIN: m.JoinGroupRequest, SYNC: m.SyncGroupRequest,
              HEARTBEAT: m.HeartbeatRequest, LEAVE: m.LeaveGroupRequest,
              OFFSET_COMMIT: m.OffsetCommitRequest, OFFSET_FETCH: m.OffsetFetchRequest,
+             TXN_OFFSET_COMMIT: m.TxnOffsetCommitRequest,
              OFFSET_DELETE: m.OffsetDeleteRequest, LIST: m.ListGroupsRequest,
              DESCRIBE: m.DescribeGroupsRequest, DELETE: m.DeleteGroupsRequest,
              CONSUMER_HEARTBEAT: m.ConsumerGroupHeartbeatRequest,
@@ -461,7 +511,9 @@ def normalize(api_key: int, version: int, body) -> dict:
 
 _RESPONSES = {JOIN: m.JoinGroupResponse, SYNC: m.SyncGroupResponse,
               HEARTBEAT: m.HeartbeatResponse, LEAVE: m.LeaveGroupResponse,
-              OFFSET_COMMIT: m.OffsetCommitResponse, OFFSET_FETCH: m.OffsetFetchResponse,
+              OFFSET_COMMIT: m.OffsetCommitResponse,
+              TXN_OFFSET_COMMIT: m.TxnOffsetCommitResponse,
+              OFFSET_FETCH: m.OffsetFetchResponse,
               OFFSET_DELETE: m.OffsetDeleteResponse, LIST: m.ListGroupsResponse,
               DESCRIBE: m.DescribeGroupsResponse, DELETE: m.DeleteGroupsResponse,
               CONSUMER_HEARTBEAT: m.ConsumerGroupHeartbeatResponse,
@@ -475,7 +527,7 @@ def error_response(api_key: int, body: dict, error: int) -> dict:
     out = records.defaults_of(_RESPONSES[api_key])
     if "error_code" in out:
         out["error_code"] = error
-    if api_key in (OFFSET_COMMIT, OFFSET_DELETE):
+    if api_key in (OFFSET_COMMIT, OFFSET_DELETE, TXN_OFFSET_COMMIT):
         out["topics"] = [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": error}
             for p in t.get("partitions", [])]} for t in body.get("topics", [])]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 SCHEMA_DIR = pathlib.Path(__file__).with_name("schema")
 RECORD_SCHEMA_DIR = SCHEMA_DIR / "coordinator"  # the "data" specs of __consumer_offsets
+TXN_RECORD_SCHEMA_DIR = SCHEMA_DIR / "transaction"  # ... and of __transaction_state
 
 PRIMITIVES = ("bool", "int8", "int16", "uint16", "int32", "int64", "float64",
               "string", "bytes", "records", "uuid")
@@ -209,7 +210,8 @@ def load_all(directory: pathlib.Path = SCHEMA_DIR) -> list[MessageSpec]:
 
 
 def load_records(directory: pathlib.Path = RECORD_SCHEMA_DIR) -> list[MessageSpec]:
-    """The ``__consumer_offsets`` record specs: keys (each one version: the record's key
+    """The ``__consumer_offsets`` (or, given TXN_RECORD_SCHEMA_DIR, ``__transaction_state``)
+    record specs: keys (each one version: the record's key
     version, which says what the record is) and their values, by key version, key first."""
     specs = [load(p) for p in sorted(directory.glob("*.json"))]
     assert specs and all(s.kind == "data" for s in specs)

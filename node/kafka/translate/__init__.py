@@ -50,3 +50,5 @@ from node.kafka.translate import admin_configs  # noqa: E402,F401
 from node.kafka.translate import admin_cluster  # noqa: E402,F401
 from node.kafka.translate import admin_logs  # noqa: E402,F401
 from node.kafka.translate import groups  # noqa: E402,F401
+from node.kafka.translate import txn  # noqa: E402,F401
+from node.kafka.translate import txn_markers  # noqa: E402,F401

@@ -9,8 +9,9 @@
 - Our batches become Kafka v2 batches (``node.kafka.records.log_to_kafka``), compressed
   as the topic's (else the broker's) ``compression.type`` says (``producer``: as the
   producer sent them).
-- The last stable offset is the HW (no transactions yet), so READ_COMMITTED reads what
-  READ_UNCOMMITTED does, with an empty aborted-transactions list.
+- READ_COMMITTED (KIP-98) reads below the last stable offset and gets the aborted
+  transactions overlapping what it read (the native handler's); every partition carries
+  the last stable offset. Control batches pass as Kafka's control batches.
 - v12+: a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries the
   current leader and epoch this broker knows (KIP-951's CurrentLeader).
 - v13 names topics by id (KIP-516): an id this broker does not know is UNKNOWN_TOPIC_ID.
@@ -58,12 +59,12 @@ class Fetch(TranslationBase):
         return NativeCall(protocol.ApiKey.FETCH, {
             "replica_id": protocol.CONSUMER_REPLICA_ID, "max_wait_ms": request.max_wait_ms,
             "min_bytes": request.min_bytes, "max_bytes": request.max_bytes,
-            "partitions": entries}, state=plan)
+            "isolation_level": request.isolation_level, "partitions": entries}, state=plan)
 
     def response(self, ctx, header, request, body, frames, state=()):
         results = body["partitions"]
         version = header.api_version
-        aborted = [] if request.isolation_level == READ_COMMITTED else None
+        committed = request.isolation_level == READ_COMMITTED
         responses = []
         for topic, name, parts in state:
             out = []
@@ -73,7 +74,12 @@ class Fetch(TranslationBase):
                         partition_index=partition, error_code=ErrorCode.UNKNOWN_TOPIC_ID,
                         high_watermark=-1, records=b""))
                     continue
-                _, _, error, high_watermark, log_start, _ = results[native]
+                entry = results[native]
+                _, _, error, high_watermark, log_start, _ = entry[:6]
+                stable = entry[6] if len(entry) > 6 else high_watermark
+                aborted = [FetchResponse.AbortedTransaction(producer_id=pid, first_offset=first)
+                           for pid, first in (entry[7] if len(entry) > 7 else ())] \
+                    if committed else None
                 records = b""
                 if len(frames[native]):
                     try:
@@ -90,7 +96,7 @@ class Fetch(TranslationBase):
                                                                 leader_epoch=known.leader_epoch)
                 out.append(FetchResponse.PartitionData(
                     partition_index=partition, error_code=error, high_watermark=high_watermark,
-                    last_stable_offset=high_watermark if not error else -1,
+                    last_stable_offset=stable if not error else -1,
                     log_start_offset=log_start, current_leader=leader,
                     aborted_transactions=aborted, preferred_read_replica=-1, records=records))
             responses.append(FetchResponse.FetchableTopicResponse(

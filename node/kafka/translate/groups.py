@@ -1,6 +1,7 @@
 """The group coordinator's APIs on Kafka's wire: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
-DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch, ListGroups,
+DescribeGroups, DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat and
+ConsumerGroupDescribe.
 
 The native handlers (``node.broker.groups.handlers``) take Kafka's messages as dicts
 at the newest version, so one translation serves them all: the decoded request becomes
@@ -176,6 +177,7 @@ _CLASSES = {
     ApiKey.HEARTBEAT: GroupTranslation,
     ApiKey.LEAVE_GROUP: GroupTranslation,
     ApiKey.OFFSET_COMMIT: OffsetCommit,
+    ApiKey.TXN_OFFSET_COMMIT: OffsetCommit,     # the same answer's shape
     ApiKey.OFFSET_FETCH: OffsetFetch,
     ApiKey.LIST_GROUPS: GroupTranslation,
     ApiKey.DESCRIBE_GROUPS: DescribeGroups,

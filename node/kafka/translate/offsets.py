@@ -1,22 +1,18 @@
-"""ListOffsets (v1-7), OffsetForLeaderEpoch (v0-4) and InitProducerId (v0-4) through
-their native handlers (``node.broker.apis.offsets``, ``...admin.producer_ids``).
+"""ListOffsets (v1-7) and OffsetForLeaderEpoch (v0-4) through their native handlers
+(``node.broker.apis.offsets``). InitProducerId is ``node.kafka.translate.txn``'s.
 
-- ListOffsets: earliest (-2), latest (-1: the HW, which is also the last stable offset
-  here, so both isolation levels get it), max timestamp (-3, KIP-734, v7+) and by time;
+- ListOffsets: earliest (-2), latest (-1: the HW, or the last stable offset for
+  isolation_level READ_COMMITTED), max timestamp (-3, KIP-734, v7+) and by time;
   the current leader epoch is checked (KIP-320) and the leader epoch answered (v4+).
   Every request is a consumer's (replica id -1), whatever id it names.
 - OffsetForLeaderEpoch: the leader's end offset of an epoch, what a consumer asks after
   a leader change to learn whether it must truncate (KIP-320).
-- InitProducerId: an idempotent producer's id and epoch (KIP-98, KIP-360's bump).
-  Transactions are not offered yet: a transactional id gets COORDINATOR_NOT_AVAILABLE.
 """
 from __future__ import annotations
 
-from node.kafka.protocol.messages import (InitProducerIdResponse, ListOffsetsResponse,
-                                          OffsetForLeaderEpochResponse)
+from node.kafka.protocol.messages import ListOffsetsResponse, OffsetForLeaderEpochResponse
 from node.kafka.translate.registry import NativeCall, TranslationBase, register
 from node.wire import protocol
-from node.wire.errors import ErrorCode
 
 MAX_TIMESTAMP_FROM_VERSION = 7
 LEADER_EPOCH_FROM_VERSION = 4
@@ -38,7 +34,8 @@ class ListOffsets(TranslationBase):
         entries = [[topic.name, part.partition_index, part.timestamp, part.current_leader_epoch]
                    for topic in request.topics for part in topic.partitions]
         return NativeCall(protocol.ApiKey.LIST_OFFSETS,
-                          {"replica_id": protocol.CONSUMER_REPLICA_ID, "partitions": entries})
+                          {"replica_id": protocol.CONSUMER_REPLICA_ID, "partitions": entries,
+                           "isolation_level": request.isolation_level})
 
     def response(self, ctx, header, request, body, frames):
         with_epoch = header.api_version >= LEADER_EPOCH_FROM_VERSION
@@ -88,27 +85,5 @@ class OffsetForLeaderEpoch(TranslationBase):
                     for part in topic.partitions]) for topic in request.topics])
 
 
-class InitProducerId(TranslationBase):
-    api_key = 22
-    versions = (0, 4)
-
-    def request(self, ctx, header, request):
-        if request.transactional_id is not None:
-            return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                          producer_id=-1, producer_epoch=-1)
-        return NativeCall(protocol.ApiKey.INIT_PRODUCER_ID,
-                          {"producer_id": request.producer_id,
-                           "producer_epoch": request.producer_epoch})
-
-    def response(self, ctx, header, request, body, frames):
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=body["error"],
-                                      producer_id=body.get("producer_id", -1),
-                                      producer_epoch=body.get("producer_epoch", -1))
-
-    def error(self, ctx, header, request, code, message):
-        return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
-
-
 register(ListOffsets())
 register(OffsetForLeaderEpoch())
-register(InitProducerId())

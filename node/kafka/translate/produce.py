@@ -5,7 +5,9 @@ Each partition's Kafka record batches (v2) become our log's batches
 values and headers kept) and go to the native handler as that partition's frame, so
 acks 0/1/all, min.insync.replicas (NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND),
 the idempotent producer's checks (OUT_OF_ORDER_SEQUENCE_NUMBER, a duplicate answered with
-its original offsets) and NOT_LEADER_OR_FOLLOWER are the native handler's.
+its original offsets), transactional batches (KIP-98: INVALID_TXN_STATE; KIP-890's
+verification with the request's transactional id) and NOT_LEADER_OR_FOLLOWER are the
+native handler's.
 
 Batches that do not convert (a bad CRC, magic 0/1, a codec we cannot read) cost only
 their partition: its ``RecordError`` code, and nothing of it reaches the log; the other
@@ -69,6 +71,8 @@ class Produce(TranslationBase):
         if not entries:
             return self.response(ctx, header, request, {"partitions": []}, [], state=plan)
         body = {"acks": acks, "timeout_ms": request.timeout_ms, "partitions": entries}
+        if request.transactional_id:
+            body["transactional_id"] = request.transactional_id   # KIP-890's verification
         if acks == 0:
             body["answer_acks_0"] = True     # to learn whether to close the connection
         return NativeCall(protocol.ApiKey.PRODUCE, body, frames, state=plan)

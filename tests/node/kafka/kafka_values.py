@@ -8,13 +8,15 @@ the fields the version lacks at their defaults.
 import random
 import uuid
 
-from node.kafka.protocol import coordinator_records, messages, schema
+from node.kafka.protocol import coordinator_records, messages, schema, txn_records
 
 SPECS = schema.load_all()
-RECORD_SPECS = schema.load_records()  # __consumer_offsets keys and values ("data" specs)
+RECORD_SPECS = (schema.load_records()  # __consumer_offsets keys and values ("data" specs)
+                + schema.load_records(schema.TXN_RECORD_SCHEMA_DIR))   # __transaction_state
 CLASSES = {**{cls.__name__: cls for cls in messages.REQUESTS.values()},
            **{cls.__name__: cls for cls in messages.RESPONSES.values()},
-           **{cls.__name__: cls for cls in coordinator_records.ENCODERS}}
+           **{cls.__name__: cls for cls in coordinator_records.ENCODERS},
+           **{cls.__name__: cls for cls in txn_records.ENCODERS}}
 CASES = [(spec, version) for spec in SPECS for version in spec.versions]
 RECORD_CASES = [(spec, version) for spec in RECORD_SPECS for version in spec.versions]
 TEXT = "az_-.Zé€😀"

@@ -35,6 +35,7 @@ def test_list_metadata_names_every_broker_and_partition(kafka_cluster):
         assert sorted(r["id"] for r in p["isrs"]) == sorted(native.isr)
 
 
+@needs("confluent-kafka")
 def test_produce_with_keys_and_headers_then_consume_to_the_end(kafka_cluster):
     create_topic(kafka_cluster, "kcat-io", partitions=2)
     b = kafka_bootstrap(kafka_cluster)
@@ -53,6 +54,7 @@ def test_produce_with_keys_and_headers_then_consume_to_the_end(kafka_cluster):
     assert kcat("-b", b, "-C", "-t", "kcat-io", "-p", "0", "-o", "beginning", "-e") == ""
 
 
+@needs("confluent-kafka")
 def test_consumes_what_librdkafka_wrote_from_an_offset(kafka_cluster):
     create_topic(kafka_cluster, "kcat-from-rd")
     b = kafka_bootstrap(kafka_cluster)

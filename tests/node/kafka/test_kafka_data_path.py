@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+
+pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (pip install -e '.[kafka-clients]')")
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, OffsetSpec  # noqa: E402
 
 from node.kafka.protocol.messages import FetchRequest, MetadataRequest
 from node.kafka.records import kafka_to_log  # noqa: F401  (the converter under test)

@@ -4,6 +4,7 @@ answers on one connection."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -12,16 +13,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+
+pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (pip install -e '.[kafka-clients]')")
+from confluent_kafka import KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient
 
 from node.kafka.protocol import encode_request, RequestHeader
+from node.broker.server import set_log_levels
 from node.kafka.protocol.messages import (ApiVersionsRequest, ApiVersionsResponse,
-                                          EndTxnRequest, FetchRequest, MetadataRequest,
-                                          SaslHandshakeRequest)
+                                          FetchRequest, JoinGroupRequest, ListOffsetsRequest,
+                                          MetadataRequest, SaslHandshakeRequest)
 from node.kafka.translate import advertised
 from node.wire import zkdata
 from node.wire.errors import ErrorCode
+from node.waiting import poll_until
+from tests.node.kafka.clients import create_topic, running_cluster
 from tests.node.kafka.kafka_wire import KafkaWire
 
 pytestmark = pytest.mark.process
@@ -30,7 +36,8 @@ REPO = Path(__file__).resolve().parents[3]
 # What this broker serves, API by API (key: (min, max)); a change here is a change of
 # what clients are told, on purpose.
 EXPECTED_APIS = {0: (3, 11), 1: (4, 13), 2: (1, 7), 3: (0, 12), 17: (0, 1), 18: (0, 4),
-                 22: (0, 4), 23: (0, 4), 36: (0, 2)}
+                 22: (0, 5), 23: (0, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 36: (0, 2),
+                 65: (0, 0), 66: (0, 1)}
 
 
 def first_kafka(cluster) -> str:
@@ -126,10 +133,14 @@ def test_cluster_status_shows_each_brokers_kafka_address(kafka_cluster):
 
 def test_unsupported_api_or_version_is_answered_as_kafka(kafka_cluster):
     with KafkaWire(first_kafka(kafka_cluster)) as wire:
-        # A transaction API (not served yet) parses: its error response.
-        end = wire.request(EndTxnRequest(transactional_id="t", producer_id=1,
-                                         producer_epoch=0, committed=True), 3)
-        assert end.error_code == ErrorCode.UNSUPPORTED_VERSION
+        # A version not served (ListOffsets v0, Kafka's old offsets list) parses: its
+        # error response, per partition.
+        old = wire.request(ListOffsetsRequest(replica_id=-1, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name="t", partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1,
+                                                        max_num_offsets=1)])]), 0)
+        assert [p.error_code for t in old.topics for p in t.partitions] == [
+            ErrorCode.UNSUPPORTED_VERSION]
         # Fetch v15 parses but is not served: every partition says so.
         fetch = wire.request(FetchRequest(max_wait_ms=0, topics=[FetchRequest.FetchTopic(
             topic_id=uuid.uuid4(), partitions=[FetchRequest.FetchPartition(partition=0)])]), 15)
@@ -276,3 +287,39 @@ def test_connections_dropped_mid_frame_leave_the_broker_serving(kafka_cluster):
         with KafkaWire(address) as fresh:
             assert fresh.request(MetadataRequest(topics=None), 1).brokers
     assert kafka_cluster.processes["0"].pid() is not None
+
+
+def test_the_request_log_names_each_request_its_time_and_error(tmp_path, cluster_id,
+                                                               monkeypatch):
+    """MINIKAFKA_LOG_LEVELS=kafka.request.logger=DEBUG turns on Kafka's request log: a line
+    per answered request (API, version, correlation id, client id, peer, time, top-level
+    error) and one per request a closed connection left unanswered."""
+    monkeypatch.setenv("MINIKAFKA_LOG_LEVELS", "kafka.request.logger=DEBUG")
+    with running_cluster(tmp_path / "c", cluster_id, brokers=1) as c:
+        create_topic(c, "logged", replication_factor=1)
+        with KafkaWire(c.kafka_bootstrap_servers) as wire:
+            wire.request(MetadataRequest(topics=None), 12)
+            wire.request(JoinGroupRequest(group_id="", session_timeout_ms=10_000,
+                                          protocol_type="consumer"), 5)
+            wire.send(FetchRequest(max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20,
+                                   topics=[FetchRequest.FetchTopic(
+                                       topic="logged", partitions=[FetchRequest.FetchPartition(
+                                           partition=0, fetch_offset=0,
+                                           partition_max_bytes=1 << 20)])]), 11)
+        log = c.dir / "broker-0.log"
+        poll_until(lambda: "Unanswered at the connection's close: Fetch v11" in
+                   log.read_text(errors="replace"), 15, "the unanswered fetch logged")
+        text = log.read_text(errors="replace")
+    assert re.search(r"Completed request: Metadata v12 \(correlation id \d+, client id "
+                     r"'[^']*'\) from 127\.0\.0\.1:\d+, [\d.]+ ms\n", text), text[-3000:]
+    # (INVALID_GROUP_ID; NOT_COORDINATOR while __consumer_offsets, made on demand, loads)
+    assert re.search(r"Completed request: JoinGroup v5 \(correlation id \d+, .*ms, error "
+                     r"(INVALID_GROUP_ID|NOT_COORDINATOR|COORDINATOR_LOAD_IN_PROGRESS)\n",
+                     text), text[-3000:]
+
+
+
+@pytest.mark.parametrize("text", ["kafka.request.logger", "=DEBUG", "a=LOUD", "a=DEBUG,b"])
+def test_a_bad_log_levels_value_is_refused_with_its_item(text):
+    with pytest.raises(ValueError, match="is not name=LEVEL"):
+        set_log_levels(text)

@@ -12,7 +12,7 @@ from node.kafka import record_columns
 from node.kafka.records import (SCALAR_RECORDS_MAX as SCALAR_MAX, RecordError,
                                 kafka_to_log, log_to_kafka)
 from node.wire.errors import ErrorCode
-from shm import batch
+from shm import batch, control
 from tests.node.kafka import kafka_v2
 
 T0 = 1_700_000_000_000
@@ -297,8 +297,12 @@ def test_kafkas_batch_checks_are_invalid_record(change):
 def test_control_transactional_and_unknown_codec_bits():
     rows = [(0, None, b"a", [])]
     expect_error(ErrorCode.INVALID_RECORD, kafka_v2.batch(rows, attributes=0x20))
-    expect_error(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                 kafka_v2.batch(rows, attributes=0x10, producer_id=1, base_sequence=0))
+    expect_error(ErrorCode.INVALID_RECORD, kafka_v2.batch(rows, attributes=0x30, producer_id=1,
+                                                          producer_epoch=0))
+    for pid, epoch, seq in ((-1, 0, 0), (1, -1, 0), (1, 0, -1)):     # KIP-98's fields
+        expect_error(ErrorCode.INVALID_RECORD,
+                     kafka_v2.batch(rows, attributes=0x10, producer_id=pid,
+                                    producer_epoch=epoch, base_sequence=seq))
     for codec in (5, 6, 7):
         expect_error(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                      resealed(kafka_v2.batch(rows), 21, ">h", codec))
@@ -405,3 +409,38 @@ def test_timestamps_out_of_the_64_bit_range_are_invalid_record(records):
     rows = [(0, None, b"v", []), (2**62, None, b"w", [])] + [(0, None, b"x", [])] * records
     expect_error(ErrorCode.INVALID_RECORD,
                  kafka_v2.batch(rows, first_timestamp=2**62, max_timestamp=0))
+
+
+@pytest.mark.parametrize("codec", [0, 1])
+def test_a_transactional_batch_keeps_its_bit_both_ways(codec):
+    rows = [(0, b"k", b"a", []), (1, None, b"b", [])]
+    data = kafka_v2.batch(rows, attributes=0x10 | codec, producer_id=9, producer_epoch=2,
+                          base_sequence=4)
+    log = kafka_to_log(data)
+    header = batch.read_header(log)
+    assert header.attributes & batch.ATTR_TRANSACTIONAL and \
+        not header.attributes & batch.ATTR_CONTROL
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (9, 2, 4)
+    back = log_to_kafka(log)[0]
+    attributes = struct.unpack_from(">h", back, 21)[0]
+    assert attributes & 0x30 == 0x10 and attributes & 7 == codec
+    assert bytes(kafka_to_log(bytes(back))) == bytes(log)
+
+
+def test_a_marker_is_kafkas_control_batch():
+    marker = control.build_marker(12, 3, True, 7, T0)
+    batch.stamp(marker, 40, 2)
+    kafka = bytes(log_to_kafka(marker)[0])
+    (base_offset, _, leader_epoch, magic, _, attributes, delta, _, _, pid, epoch, seq,
+     count) = struct.unpack_from(">qiibIhiqqqhii", kafka)
+    assert (base_offset, leader_epoch, magic, delta, pid, epoch, seq, count) == \
+        (40, 2, 2, 0, 12, 3, -1, 1)
+    assert attributes & 0x30 == 0x30
+    # Kafka's control record: key = version 0, type 1 (COMMIT); value = version 0, epoch 7.
+    columns = record_columns.decode_scalar(kafka[61:], 1, 0)
+    lengths = (columns.key_lengths[0], columns.value_lengths[0])
+    assert lengths == (4, 6)
+    assert bytes(columns.key_data) == struct.pack(">hh", 0, 1)
+    assert bytes(columns.value_data) == struct.pack(">hi", 0, 7)
+    # A client may not send it back (Kafka's LogValidator).
+    expect_error(ErrorCode.INVALID_RECORD, kafka)

@@ -18,9 +18,11 @@ def test_advertised_versions_are_within_the_schemas():
         assert schema_lo <= lo <= hi <= schema_hi, (key, lo, hi)
 
 
-def test_transaction_apis_are_not_advertised_yet():
-    # AddPartitionsToTxn, EndTxn (next issues)
-    assert not {24, 26} & set(TRANSLATIONS)
+def test_the_transaction_coordinators_apis_are_advertised_in_every_codec_version():
+    # InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions,
+    # ListTransactions (issue 28)
+    for key in (22, 24, 25, 26, 65, 66):
+        assert TRANSLATIONS[key].versions == VALID_VERSIONS[key], key
 
 
 def test_the_group_apis_are_advertised():
