@@ -187,6 +187,16 @@ def _truncation_mode(key: str, text: str) -> str:
     return value
 
 
+REPLICA_TRANSPORTS = ("fetch", "shm")
+
+
+def _replica_transport(key: str, text: str) -> str:
+    value = text.strip()
+    if value not in REPLICA_TRANSPORTS:
+        raise ConfigError(f"{key}: expected one of {', '.join(REPLICA_TRANSPORTS)}, got {text!r}")
+    return value
+
+
 def _optional_bool(key: str, text: str) -> bool | None:
     return None if not text.strip() else _bool(key, text)
 
@@ -366,6 +376,13 @@ _KEYS: tuple[_Key, ...] = (
     _Key("replica.fetch.min.bytes", _POSITIVE, "1"),
     _Key("replica.fetch.response.max.bytes", _POSITIVE, "10485760"),
     _Key("replica.fetch.backoff.ms", _NON_NEGATIVE, "1000"),
+    # Ours (issue 29): how a follower on the leader's host replicates. fetch = Fetch
+    # requests over the local link or TCP; shm = straight from the leader's segment files,
+    # LEOs through a shared slot, wake-ups through FIFO doorbells
+    # (node.broker.shm_replication), with Fetch as the fallback (a leader elsewhere, a
+    # leader without a slot, a read that fails). A --netns cluster is pinned to fetch
+    # (node.cluster: a partition fault would not cut shared memory).
+    _Key("replica.transport", _replica_transport, "shm"),
     _Key("replica.high.watermark.checkpoint.interval.ms", _LONG_POSITIVE, "5000"),
     _Key("request.timeout.ms", _POSITIVE, "30000"),
     _Key("auto.leader.rebalance.enable", _bool, "true"),
@@ -398,6 +415,22 @@ _KEYS: tuple[_Key, ...] = (
     _Key("group.consumer.max.session.timeout.ms", _POSITIVE, "60000"),
     _Key("group.consumer.assignors", _text, "uniform,range"),
     _Key("group.consumer.max.size", _POSITIVE, "1000"),
+    # ---- __transaction_state (node.broker.txn; Kafka's keys). Kafka's defaults except
+    # 3 partitions (Kafka 50) and 8 MiB segments (Kafka 100 MiB); the replication factor
+    # is min(this, live brokers); min.isr is the topic's min.insync.replicas.
+    _Key("transaction.state.log.num.partitions", _int_in(1, 1000), "3"),
+    _Key("transaction.state.log.replication.factor", _int_in(1, 16), "3"),
+    _Key("transaction.state.log.min.isr", _POSITIVE, "2"),
+    _Key("transaction.state.log.segment.bytes", _int_in(14, INT_MAX), str(8 * 1024 * 1024)),
+    _Key("transaction.state.log.load.buffer.size", _POSITIVE, "5242880"),
+    # The transaction coordinator's (node.core.txn.config.TxnConfig), Kafka's defaults.
+    # transaction.version is Kafka's feature as a broker key: 2 = KIP-890 (an epoch bump
+    # per transaction), 0/1 = without (the kafka-txn chaos profile).
+    _Key("transaction.max.timeout.ms", _POSITIVE, "900000"),
+    _Key("transactional.id.expiration.ms", _POSITIVE, "604800000"),
+    _Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _POSITIVE, "10000"),
+    _Key("transaction.remove.expired.transaction.cleanup.interval.ms", _POSITIVE, "3600000"),
+    _Key("transaction.version", _int_in(0, 2), "2"),
     _Key("broker.rack", _rack, ""),
     _Key("log.retention.check.interval.ms", _LONG_POSITIVE, "300000"),
     # Ours (HDFS's block scanner): bytes of sealed segments whose CRCs a background
@@ -412,6 +445,9 @@ _KEYS: tuple[_Key, ...] = (
     # replica can lead (every replica heard, or the timeout passed); None never does.
     _Key("unclean.recovery.strategy", _unclean_recovery_strategy, "balanced"),
     _Key("unclean.recovery.timeout.ms", _LONG_POSITIVE, "300000"),
+    # Transactions (issue 28), the partition leader's side: KIP-890 part 1, a leader asks
+    # the transaction coordinator before the first transactional batch of a transaction.
+    _Key("transaction.partition.verification.enable", _bool, "true"),
     _Key("cluster.id", _cluster_id, ""),
 ) + _CLEANER_KEYS
 _BY_NAME = {k.name: k for k in _KEYS}
@@ -479,6 +515,7 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_min_bytes: int = 1
     replica_fetch_response_max_bytes: int = 10485760
+    replica_transport: str = "shm"
     replica_fetch_backoff_ms: int = 1000
     replica_high_watermark_checkpoint_interval_ms: int = 5000
     request_timeout_ms: int = 30000
@@ -509,6 +546,17 @@ class BrokerConfig:
     group_consumer_max_session_timeout_ms: int = 60000
     group_consumer_assignors: str = "uniform,range"
     group_consumer_max_size: int = 1000
+    # ---- __transaction_state (see _KEYS)
+    transaction_state_log_num_partitions: int = 3
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 8 * 1024 * 1024
+    transaction_state_log_load_buffer_size: int = 5242880
+    transaction_max_timeout_ms: int = 900000
+    transactional_id_expiration_ms: int = 604800000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    transaction_version: int = 2
     broker_rack: str | None = None
     log_retention_check_interval_ms: int = 300000
     log_scrub_bytes_per_second: int = 1048576
@@ -516,6 +564,7 @@ class BrokerConfig:
     eligible_leader_replicas_enable: bool | None = None
     unclean_recovery_strategy: str = "balanced"
     unclean_recovery_timeout_ms: int = 300000
+    transaction_partition_verification_enable: bool = True
     cluster_id: str | None = None
     # log compaction (issue 26): the cleaner's keys
     log_cleaner_enable: bool = True

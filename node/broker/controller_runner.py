@@ -59,6 +59,7 @@ EPOCH_BUMP_ATTEMPTS_MAX = 10
 EVENTS_PER_RUN_MAX = 100_000          # effects loop guard: a core bug must not spin forever
 TREE_NODES_MAX = 100_000              # recursive delete bound
 READ_PIPELINE_MAX = 1_000             # coordinator reads in flight at once on failover
+WATCH_READ_RETRY_MS = 500             # a watch handler whose read failed runs again then
 
 _ERROR_NAMES = {BadVersionError: "BadVersion", NoNodeError: "NoNode",
                 NodeExistsError: "NodeExists", NotEmptyError: "NotEmpty"}
@@ -90,6 +91,8 @@ class ControllerRunner:
         self._request_ids = itertools.count(1)
         self._running = False
         self._queue: deque = deque()
+        self._unread: dict = {}            # watch key -> (term, handler) whose read failed
+        self._unread_at_ms = 0
 
     # ---------------------------------------------------------------- public
 
@@ -117,6 +120,8 @@ class ControllerRunner:
             return
         if self._want_election and not self.active:
             self._elect()
+        if self.active:
+            self._read_again(now_ms)
         if self.active:
             self._run(controller.Tick(now_ms))
 
@@ -257,6 +262,7 @@ class ControllerRunner:
         self._core = None
         self._term += 1
         self._queue.clear()
+        self._unread.clear()
         for reply in self._replies.values():
             reply({"error": ErrorCode.NOT_CONTROLLER, "remaining_partitions": []})
         self._replies.clear()
@@ -292,16 +298,35 @@ class ControllerRunner:
         def on_event(event) -> None:
             if event.type == EventType.NONE:
                 return        # a connection-state notice, not a change: nothing to read
-            self._post(lambda: self._if_term(term, handler))
+            self._post(lambda: self._if_term(term, handler, key))
         self._watchers[key] = (term, on_event)
         return on_event
 
-    def _if_term(self, term: int, handler: Callable[[], None]) -> None:
+    def _if_term(self, term: int, handler: Callable[[], None], key=None) -> None:
         if term == self._term and self.active and not self._stopped:
             try:
                 handler()
             except KazooException as e:
-                log.warning("coordinator read failed in the controller (%s)", e)
+                if key is None:
+                    log.warning("coordinator read failed in the controller (%s)", e)
+                    return
+                # The handler re-reads and re-arms its watch: dropped, the watch would be
+                # gone for the rest of the term (every topic created after it unseen).
+                log.warning("coordinator read failed in the controller (%s); reading "
+                            "again in %d ms", e, WATCH_READ_RETRY_MS)
+                self._read_later(key, handler, term)
+
+    def _read_later(self, key, handler: Callable[[], None], term: int | None = None) -> None:
+        self._unread[key] = (self._term if term is None else term, handler)
+        self._unread_at_ms = self._now_ms() + WATCH_READ_RETRY_MS
+
+    def _read_again(self, now_ms: int) -> None:
+        """The watch handlers whose reads failed, once more (each under its term)."""
+        if not self._unread or now_ms < self._unread_at_ms:
+            return
+        unread, self._unread = self._unread, {}
+        for key, (term, handler) in unread.items():
+            self._if_term(term, handler, key)
 
     def _controller_watch(self, event) -> None:
         if event.type == EventType.NONE:
@@ -315,7 +340,9 @@ class ControllerRunner:
             stat = self.zk.exists(zkdata.CONTROLLER, watch=self._controller_watch)
             owner = zkdata.decode_controller(self.zk.get(zkdata.CONTROLLER)[0]) if stat else None
         except (KazooException, zkdata.ZkDataError):
-            self._want_election = True
+            self._want_election = True      # an inactive runner elects on its tick ...
+            if self.active:                 # ... an active one reads (and re-arms) again
+                self._read_later("controller", lambda: self._on_controller_changed(None))
             return
         if self.active and owner != self.broker_id:
             self._resign(f"/controller is now {owner}")
@@ -361,8 +388,22 @@ class ControllerRunner:
         except zkdata.ZkDataError as e:
             log.error("ignoring topic %s: %s", name, e)
             return None
+        except KazooException:
+            self._unseen_topic(name)
+            raise
+        try:
+            config = self._read_topic_config(name)
+        except KazooException:
+            self._unseen_topic(name)
+            raise
         return controller.TopicSnapshot(name, {p: tuple(r) for p, r in assignment.items()},
-                               stat.version, self._read_topic_config(name), topic_id)
+                               stat.version, config, topic_id)
+
+    def _unseen_topic(self, name: str) -> None:
+        """A topic whose read failed: the topics' handler reads it again, as a topic
+        it has not seen (whichever handler read it)."""
+        self._watched_topics.discard(name)
+        self._read_later("topics", self._on_topics_changed)
 
     def _read_topic_config(self, name: str) -> dict[str, str]:
         path = zkdata.topic_config_path(name)

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from node.broker.replica_manager import Partition, ReplicaManager
 
 logger = logging.getLogger("node.broker.server")
+# A Fetch answer's partition entry (node.wire.protocol): topic, partition, error, HW, log
+# start, LEO, last stable offset, aborted transactions.
+FETCH_ENTRY_FIELDS = 8
 @dataclass
 class _Session:
     leader: int
@@ -55,6 +58,9 @@ class ReplicaFetcherManager:
         self.sessions: dict[int, _Session] = {}
         # leader id -> partition keys this broker follows from it
         self.following: dict[int, set[tuple[str, int]]] = {}
+        # replica.transport=shm: node.broker.shm_replication.ShmReplication, set by the
+        # broker; the partitions it serves are not fetched.
+        self.shm = None
 
     # ---- membership ----------------------------------------------------------------------
 
@@ -64,6 +70,8 @@ class ReplicaFetcherManager:
         of after the leader's long poll (and a restarted leader that lost the request
         does not stall its followers until the request times out)."""
         self.unfollow(key)
+        if self.shm is not None:
+            self.shm.follow(key, leader)
         if leader >= 0:
             self.following.setdefault(leader, set()).add(key)
             session = self.sessions.get(leader)
@@ -72,6 +80,8 @@ class ReplicaFetcherManager:
                 session.correlation_id = None
 
     def unfollow(self, key: tuple[str, int]) -> None:
+        if self.shm is not None:
+            self.shm.unfollow(key)
         for leader, keys in list(self.following.items()):
             if key in keys:
                 keys.discard(key)
@@ -114,9 +124,10 @@ class ReplicaFetcherManager:
         entries, sent = [], {}
         partitions = self.replicas.partitions
         fetch_max_bytes = self.config.replica_fetch_max_bytes
+        serving = self.shm.serving if self.shm is not None else ()
         for key in keys:
             part = partitions.get(key)
-            if part is None or now < part.fetch_backoff_until_ms:
+            if part is None or now < part.fetch_backoff_until_ms or key in serving:
                 continue
             state = part.core.fetch_state(part.view)
             if state is None or state.leader != leader:
@@ -159,7 +170,8 @@ class ReplicaFetcherManager:
         if "trace" in response.body:
             trace = _trace_marks(response.body["trace"], time.monotonic_ns())
         try:
-            entries = protocol.entries(response.body, "partitions", 6)
+            # (a consumer's fields: ..., log_end_offset, last_stable_offset, aborted)
+            entries = protocol.entries(response.body, "partitions", FETCH_ENTRY_FIELDS)
         except protocol.ProtocolError as e:
             logger.warning("malformed fetch response from broker %d: %s", session.leader, e)
             session.backoff_until_ms = now + self.config.replica_fetch_backoff_ms
@@ -192,7 +204,8 @@ class ReplicaFetcherManager:
         the response, and whether the response was clean (no error, no failed append:
         the fetch offsets are final, so the next fetch may go out at once)."""
         appended, clean = [], True
-        for i, (topic, partition, error, hw, log_start, leo) in enumerate(entries):
+        for i, entry in enumerate(entries):
+            topic, partition, error, hw, log_start, leo = entry[:6]   # (LSO, aborted: unused)
             key = (topic, partition)
             expected = session.sent.get(key)
             part = self.replicas.partitions.get(key)

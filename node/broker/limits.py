@@ -48,6 +48,12 @@ SCRUB_BATCHES_PER_RUN_MAX = 20
 # Waiting for a previous session's /brokers/ids/N to expire, in session timeouts.
 OLD_REGISTRATION_WAIT_SESSIONS = 3
 OLD_REGISTRATION_POLL_S = 0.1
+# A registration in a new session that failed (the coordinator slow to answer) is tried
+# again this often while the session is connected (no reconnect may come to ask).
+REREGISTER_RETRY_MS = 1000
+# An ISR change notification the coordinator refused or lost is created again after this
+# long (node.broker.replica_manager.send_isr_changes).
+ISR_NOTIFY_RETRY_MS = 500
 ZK_START_TIMEOUT_S = 30.0
 # A start-up step the coordinator did not answer is tried again after this long, until
 # zookeeper.connection.timeout.ms has passed.

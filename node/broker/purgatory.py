@@ -62,6 +62,7 @@ class ParkedFetch:
     min_bytes: int
     max_bytes: int
     entries: list           # [topic, partition, offset, leader_epoch, partition_max_bytes]
+    isolation_level: int = 0    # 1: read_committed (below the LSO; node.broker.apis.fetch)
     timer: int | None = None
     done: bool = False
 

@@ -142,8 +142,14 @@ class ReplicaManager:
         # The scrubber's place: (partition, segment base offset, position).
         self._scrub_cursor: tuple[tuple[str, int], int, int] | None = None
         self._unsent_log_dir_events: list[list[tuple[str, int]]] = []
+        # Partitions whose ISR write the controller is still to be told of
+        # (send_isr_changes), and when a notification was last attempted.
+        self._unannounced_isr_changes: set[tuple[str, int]] = set()
+        self._isr_notified_ms = 0
         self._storage_errors = LogLimiter(60.0)      # once a minute per partition
         self.fetchers = None             # node.broker.fetcher.ReplicaFetcherManager, set by the broker
+        # node.broker.shm_replication.ShmReplication (replica.transport=shm), set by the broker
+        self.shm = None
         self.cleaner = None              # node.broker.log_cleaner.LogCleaner, set by the broker
         self.cluster_id: str | None = None
         self.board: board.ReplicaStateBoard | None = None
@@ -204,6 +210,7 @@ class ReplicaManager:
                                log_end_offset=log.log_end_offset,
                                high_watermark=log.high_watermark,
                                log_start_offset=log.log_start_offset,
+                               last_stable_offset=_last_stable_offset(log),
                                isr=core.isr[:board.REPLICAS_MAX], last_caught_up_ms=caught_up,
                                follower_leo=leos)
         except (board.BoardError, ValueError) as e:
@@ -328,11 +335,13 @@ class ReplicaManager:
                                                 isr=isr, replicas=replicas,
                                                 zk_version=zk_version, now_ms=now,
                                                 log=part.view, elr=entry.elr)
-            self.fetchers.follow(part.key, leader)
+            self.fetchers.follow(part.key, leader)   # (the shm slot retires: before truncating)
             part.fetch_backoff_until_ms = 0
             logger.info("%s-%d: follower of %d in epoch %d", topic, partition, leader,
                         leader_epoch)
         self.apply_effects(part, effects)
+        if leader == self.broker_id and self.shm is not None:
+            self.shm.lead(part)
         return NONE
 
     def stop_replica(self, topic: str, partition: int, leader_epoch, delete: bool) -> int:
@@ -347,6 +356,8 @@ class ReplicaManager:
         if 0 <= leader_epoch < part.core.leader_epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
         self.fetchers.unfollow(part.key)
+        if self.shm is not None:
+            self.shm.unlead(part.key)
         self.apply_effects(part, part.core.stop(now_ms()))
         logger.info("%s-%d: replica stopped%s", topic, partition,
                     " and deleted" if delete else "")
@@ -476,6 +487,8 @@ class ReplicaManager:
         for key in keys:
             part = self.partitions[key]
             self.fetchers.unfollow(key)
+            if self.shm is not None:
+                self.shm.unlead(key)
             self.apply_effects(part, part.core.stop(now))
         self._unsent_log_dir_events.append(keys)
         self.send_log_dir_events()
@@ -627,23 +640,56 @@ class ReplicaManager:
         self.apply_effects(part, effects)
 
     def _notify_isr_change(self, part: Partition) -> None:
+        self._unannounced_isr_changes.add(part.key)
+        self.send_isr_changes()
+
+    def send_isr_changes(self) -> None:
+        """One ``/isr_change_notification`` node naming every partition whose written ISR
+        the controller has not been told of. A create that fails (refused at once or
+        failed later: the session lost) is tried again from the tick, at most every
+        ISR_NOTIFY_RETRY_MS: a lost notification would leave the controller, and every
+        broker's metadata, with the old ISR until the partition's next change."""
+        if not self._unannounced_isr_changes:
+            return
+        keys = sorted(self._unannounced_isr_changes)
+        self._unannounced_isr_changes.clear()
+        self._isr_notified_ms = now_ms()
         try:
-            self.zk.create_async(zkdata.ISR_CHANGE_PREFIX,
-                                 zkdata.encode_partition_list([part.key]), sequence=True)
+            result = self.zk.create_async(zkdata.ISR_CHANGE_PREFIX,
+                                          zkdata.encode_partition_list(keys), sequence=True)
         except COORDINATOR_ERRORS as e:
-            logger.warning("cannot create an ISR change notification: %s", e)
+            self._isr_changes_unsent(keys, e)
+            return
+        result.rawlink(lambda r: self.loop.post(lambda: self._isr_changes_sent(keys, r)))
+
+    def _isr_changes_sent(self, keys: list[tuple[str, int]], result) -> None:
+        try:
+            result.get()        # ready: the completion is posted after it is set
+        except COORDINATOR_ERRORS as e:
+            self._isr_changes_unsent(keys, e)
+
+    def _isr_changes_unsent(self, keys: list[tuple[str, int]], error) -> None:
+        logger.warning("cannot create an ISR change notification yet (%s); tried again "
+                       "within %d ms", str(error) or type(error).__name__,
+                       limits.ISR_NOTIFY_RETRY_MS)
+        self._unannounced_isr_changes.update(keys)
 
     # ================================================================ periodic duties
 
     def tick(self, now: int) -> None:
         if self._unsent_log_dir_events and self.zk.available:
             self.send_log_dir_events()
+        if self._unannounced_isr_changes and self.zk.available and \
+                now - self._isr_notified_ms >= limits.ISR_NOTIFY_RETRY_MS:
+            self.send_isr_changes()
         if self.lost:
             self._clear_recovered_lost()
         for part in list(self.partitions.values()):
             effects = part.core.tick(now, part.view)
             if effects:
                 self.apply_effects(part, effects)
+        if self.shm is not None:
+            self.shm.tick(now)
 
     def _clear_recovered_lost(self) -> None:
         """Drop the markers of lost replicas that are back (``lost_replica_is_back``,
@@ -720,3 +766,12 @@ class ReplicaManager:
         if self.board is not None:
             self.board.close(unlink=True)
             self.board = None
+
+
+def _last_stable_offset(log) -> int | None:
+    """The log's LSO for the board; None (not published) when its transactions cannot
+    be read (the request paths meet and report that failure)."""
+    try:
+        return log.last_stable_offset()
+    except STORAGE_ERRORS:
+        return None

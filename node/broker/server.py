@@ -136,6 +136,11 @@ class Broker:
                               send_response=send_response,
                               broker_epoch=lambda: self.broker_epoch,
                               controller=lambda: self.controller)
+        # The coordinators' requests to other brokers (transaction markers).
+        self.coordinator_outbound = Outbound(self.loop, f"broker-{self.broker_id}-coordinator",
+                                             config.request_timeout_ms, local=True)
+        self.apis.outbound = self.coordinator_outbound
+        self.apis.send_to_broker = self.send_to_broker    # KIP-890's verification
         if config.listener(KAFKA_LISTENER) is not None:
             self.kafka = KafkaListener(self.loop, config, self.apis, lambda: self.cluster_id)
         self._shutting_down = False
@@ -143,6 +148,11 @@ class Broker:
         self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
         self._registered_session: int | None = None   # the session that registered us
+        # A re-registration that failed on a coordinator error is tried again at
+        # _reregister_at_ms while the session is connected: no reconnect may come.
+        self._reregister_failed = False
+        self._reregister_at_ms = 0
+        self.failing_reregistrations = int(os.environ.get(FAIL_REREGISTRATIONS_ENV) or 0)
         self._startup_deadline = 0.0
         # Partitions whose committed data this broker lost, durable until it is back in
         # an ISR (node.broker.lost_replicas); never led meanwhile.
@@ -181,6 +191,8 @@ class Broker:
         if self.kafka is not None:
             self.kafka.bind()
         self.replicas.open_board(self.cluster_id, limits.BOARD_CAPACITY)
+        if config.replica_transport == "shm":
+            self._start_shm_replication()
         self.clean_shutdown = take_clean_shutdown_marker(config.log_dirs)
         if not self.clean_shutdown:
             logger.warning("the previous run of broker %d did not shut down cleanly",
@@ -367,14 +379,20 @@ class Broker:
             self._session_lost = True
             return
         if self._session_lost and not self._shutting_down:
-            self._session_lost = False
+            self._session_lost = self._reregister_failed = False
             logger.warning("new coordinator session: registering again")
             try:
+                if self.failing_reregistrations > 0:     # tests only
+                    self.failing_reregistrations -= 1
+                    raise coordinator.CoordinatorUnavailable(
+                        f"{FAIL_REREGISTRATIONS_ENV}: this attempt fails")
                 self._read_cluster_id(registering_again=True)
                 self._register()
-            except COORDINATOR_ERRORS as e:  # retried on the next reconnect
-                logger.error("re-registration failed: %s", e)
-                self._session_lost = True
+            except COORDINATOR_ERRORS as e:  # tried again by the tick (or a reconnect)
+                logger.error("re-registration failed (trying again in %d ms): %s",
+                             limits.REREGISTER_RETRY_MS, e)
+                self._session_lost = self._reregister_failed = True
+                self._reregister_at_ms = now_ms() + limits.REREGISTER_RETRY_MS
             except (InconsistentClusterIdError, ConfigError) as e:
                 logger.error("not registering again: %s", e)
                 self._session_lost = True
@@ -419,9 +437,13 @@ class Broker:
         memory objects; the files stay for recovery."""
         self._end_session_bounded()
         if self.cluster_id is not None:
-            head = f"/mk-{self.cluster_id}-b{self.broker_id}-"
+            # ours: the b<id>- objects, the replication slots of what we led and our
+            # doorbell (replica.transport=shm)
+            heads = (f"/mk-{self.cluster_id}-b{self.broker_id}-",
+                     f"/mk-{self.cluster_id}-repl-{self.broker_id}-")
+            bell = f"/mk-{self.cluster_id}-bell-{self.broker_id}"
             for name in cluster_objects(self.cluster_id):
-                if name.startswith(head):
+                if name.startswith(heads) or name == bell:
                     unlink(name)
 
     def _end_session(self) -> None:
@@ -447,8 +469,13 @@ class Broker:
         now = now_ms()
         self.replicas.tick(now)
         self.apis.groups.sync()      # leaderships lost outside a LeaderAndIsr (a failed dir)
+        self.apis.txn.sync()
         self.fetch_outbound.expire(now)
+        self.coordinator_outbound.expire(now)
         self.controller_outbound.expire(now)
+        if self._reregister_failed and now >= self._reregister_at_ms and \
+                self.zk.client.state == KazooState.CONNECTED:
+            self._zk_session_changed(lost=False)
         if self.controller is not None:
             self.controller.tick(now)
 
@@ -512,6 +539,29 @@ class Broker:
                                       {"broker_id": self.broker_id,
                                        "broker_epoch": self.broker_epoch}, answered)
 
+    def _start_shm_replication(self) -> None:
+        """replica.transport=shm (node.broker.shm_replication): followers on this host
+        copy from the leaders' segments; a leader's appends ring its followers."""
+        from node.broker.shm_replication import ShmReplication
+        self._unlink_own_slots()        # left by a SIGKILLed incarnation
+        shm = ShmReplication(self.replicas, self.cluster_id)
+        shm.apis = self.apis            # traced writes (bench.perf.latency --breakdown)
+        self.replicas.shm = self.fetchers.shm = shm
+        purgatory = self.apis.purgatory
+        wake = purgatory.wake
+
+        def wake_and_ring(key, *, leo_moved: bool) -> None:
+            if leo_moved:
+                shm.leo_moved(key)      # the followers first: they copy meanwhile
+            wake(key, leo_moved=leo_moved)
+        purgatory.wake = wake_and_ring
+
+    def _unlink_own_slots(self) -> None:
+        head = f"/mk-{self.cluster_id}-repl-{self.broker_id}-"
+        for name in cluster_objects(self.cluster_id):
+            if name.startswith(head):
+                unlink(name)
+
     def _close(self) -> None:
         if self.controller is not None:
             try:
@@ -519,7 +569,12 @@ class Broker:
             except COORDINATOR_ERRORS as e:
                 logger.error("stopping the controller failed: %s", e)
         self.fetchers.close()
+        if self.replicas.shm is not None:
+            self.replicas.shm.close()
+            self.replicas.shm = self.fetchers.shm = None
+            self._unlink_own_slots()
         self.fetch_outbound.close()
+        self.coordinator_outbound.close()
         self.controller_outbound.close()
         if self.kafka is not None:
             self.kafka.close()
@@ -550,6 +605,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 FAULT_POINT_ENV = "MINIKAFKA_BROKER_FAULT_POINT"
+# Tests only: this many re-registrations in a new coordinator session fail as if the
+# coordinator had not answered.
+FAIL_REREGISTRATIONS_ENV = "MINIKAFKA_BROKER_FAIL_REREGISTRATIONS"
+
+
+# Loggers' levels, as log4j's logger lines: "name=LEVEL,...", e.g.
+# MINIKAFKA_LOG_LEVELS=kafka.request.logger=DEBUG for Kafka's request log.
+LOG_LEVELS_ENV = "MINIKAFKA_LOG_LEVELS"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def set_log_levels(text: str) -> None:
+    """Set each named logger's level from ``name=LEVEL,...``; ValueError names a bad one."""
+    wanted = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, level = (x.strip() for x in item.partition("="))
+        if not sep or not name or level.upper() not in LOG_LEVELS:
+            raise ValueError(f"{item!r} is not name=LEVEL (LEVEL one of "
+                             f"{', '.join(LOG_LEVELS)})")
+        wanted.append((name, level.upper()))
+    for name, level in wanted:
+        logging.getLogger(name).setLevel(level)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -565,6 +642,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
         format=f"%(asctime)s broker {config.broker_id} %(levelname)s %(message)s")
+    try:
+        set_log_levels(os.environ.get(LOG_LEVELS_ENV, ""))
+    except ValueError as e:
+        print(f"error: {LOG_LEVELS_ENV}: {e}", file=sys.stderr, flush=True)
+        return 2
     fault_point = os.environ.get(FAULT_POINT_ENV)
     if fault_point:  # tests only: make a storage invariant fail at this point
         faults.break_invariant_at(fault_point)

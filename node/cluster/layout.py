@@ -135,6 +135,10 @@ class Layout:
         }
         props.update(self.spec.get("config", {}))
         props.update(self.spec.get("broker_config", {}).get(str(broker_id), {}))
+        if self.spec.get("netns"):
+            # every process in its own network namespace, but one /dev/shm: a follower
+            # copying through shared memory would replicate across a cut link
+            props["replica.transport"] = "fetch"
         path = self.broker_dir(broker_id) / "server.properties"
         path.parent.mkdir(parents=True, exist_ok=True)
         (self.broker_dir(broker_id) / "logs").mkdir(exist_ok=True)

@@ -139,6 +139,12 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
             if zookeeper is not None:
                 raise ClusterError("--netns runs its own zk_lite in a namespace; "
                                    "it cannot be combined with --zookeeper")
+            asked = {config.get("replica.transport")} | \
+                {c.get("replica.transport") for c in broker_config.values()}
+            if "shm" in asked:
+                raise ClusterError("replica.transport=shm does not go with --netns (the "
+                                   "namespaces share /dev/shm: a cut link would not cut "
+                                   "replication); --netns clusters replicate by Fetch")
         if not 0 <= brokers <= BROKERS_MAX:
             raise ClusterError(f"--brokers must be 0..{BROKERS_MAX}, got {brokers}")
         cluster_id = cluster_id or new_cluster_id()
@@ -229,15 +235,21 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
         """Until broker ``broker_id`` is registered and its Metadata answer names a
         controller and every broker of ``peers`` (itself by default): the controller
         has told it about the cluster (UpdateMetadata). A broker or our zk_lite that
-        exits meanwhile is a ClusterError at once; a timeout says what was seen last
+        exits meanwhile is a ClusterError at once, and so is a peer of ours that is
+        not running (it will never register); a timeout says what was seen last
         (``_readiness``) with the broker's log tail."""
         process = self.processes[str(broker_id)]
         zk = self.processes.get("zk")
         expected = set(peers or [broker_id])
+        ours = [self.processes[str(p)] for p in sorted(expected - {broker_id})
+                if str(p) in self.processes]
         seen: dict[str, object] = {}
 
         def ready() -> bool:
             self._check_started(process)
+            for peer in ours:
+                self._check_started(peer, f"while broker {broker_id} waits to learn "
+                                          "of it")
             if zk is not None:
                 self._check_started(zk, "while waiting for broker "
                                         f"{broker_id}: the brokers cannot register")
@@ -291,9 +303,15 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
             if process.pid() is None:
                 process.start()
         if ready_timeout_s is not None:
+            # first every broker on its own (registered: its ports are bound), each
+            # started again where a port was taken; only then each learns of all the
+            # others (waiting for that first missed a peer that had exited: CI, once)
             deadline = time.monotonic() + ready_timeout_s
             for broker_id in self.broker_ids:
                 self._wait_ready_rebinding(broker_id, deadline)
+            for broker_id in self.broker_ids:
+                self.wait_broker_ready(broker_id, max(1.0, deadline - time.monotonic()),
+                                       peers=self.broker_ids)
 
     def _start_zk_rebinding(self, ready_timeout_s: float | None) -> None:
         """Start our zk_lite (unless running) and wait until it is ready; like a broker,
@@ -333,8 +351,7 @@ class Cluster(Layout, Namespaces, Faults, Inspection):
         process = self.processes[str(broker_id)]
         for attempt in range(PORT_RETRIES + 1):
             try:
-                self.wait_broker_ready(broker_id, max(1.0, deadline - time.monotonic()),
-                                       peers=self.broker_ids)
+                self.wait_broker_ready(broker_id, max(1.0, deadline - time.monotonic()))
                 return
             except ClusterError:
                 if attempt == PORT_RETRIES or process.pid() is not None or \

@@ -49,6 +49,7 @@ class PartitionView:
     hw: int | None
     leader_leo: int | None
     views: list[ReplicaView] = field(default_factory=list)
+    lso: int | None = None       # the leader's last stable offset (transactions, KIP-98)
 
     @property
     def name(self) -> str:
@@ -161,6 +162,7 @@ def snapshot(cluster, topics: list[str] | None = None) -> Snapshot:
                 lead_row = None   # not (yet) leading this epoch: nothing to draw from
             if lead_row is not None:
                 view.hw, view.leader_leo = lead_row.high_watermark, lead_row.log_end_offset
+                view.lso = lead_row.last_stable_offset     # None: not published
             for b in replicas:
                 own = rows.get(b, {}).get((topic, p))
                 r = ReplicaView(b, None, "none", b in isr,

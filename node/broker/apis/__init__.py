@@ -3,6 +3,9 @@
 
     kafka_apis   KafkaApis: decoding, the table, ApiVersions, errors a handler raises
     produce      Produce, and the idempotent producer's duplicate check
+    txn_rules    transactional batches at the leader: Kafka's checks, KIP-890's plan and
+                 guards (pure); txn_verify: asking the transaction coordinator (KIP-890)
+    txn_markers  WriteTxnMarkers (the coordinator's COMMIT/ABORT markers, appended acks=all)
     fetch        Fetch (consumers and followers; long polls parked in the purgatory)
     offsets      ListOffsets, OffsetForLeaderEpoch
     metadata     Metadata, DescribeCluster

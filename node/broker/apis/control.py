@@ -77,6 +77,7 @@ def handle_leader_and_isr(apis, identity, request: protocol.Request) -> None:
             apis.purgatory.release((e.topic, e.partition))
         out.append([e.topic, e.partition, error])
     apis.groups.sync()      # the group coordinator loads or unloads its partitions
+    apis.txn.sync()         # so does the transaction coordinator
     apis.send_response(identity, request.correlation_id, request.api_key,
                        {"error": NONE, "partitions": out})
 
@@ -109,6 +110,7 @@ def handle_update_metadata(apis, identity, request: protocol.Request) -> None:
     apis.metadata.update(body["controller_id"], brokers, entries, topic_ids)
     apis.admin_waits.check()
     apis.groups.metadata_updated()
+    apis.txn.metadata_updated()
     apis.send_response(identity, request.correlation_id, request.api_key, {"error": NONE})
 
 
@@ -128,6 +130,7 @@ def handle_stop_replica(apis, identity, request: protocol.Request) -> None:
         apis.purgatory.release((e.topic, e.partition))
         out.append([e.topic, e.partition, error])
     apis.groups.sync()
+    apis.txn.sync()
     apis.send_response(identity, request.correlation_id, request.api_key,
                        {"error": NONE, "partitions": out})
 

@@ -20,25 +20,31 @@ from __future__ import annotations
 
 from functools import partial
 import logging
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from node.broker.apis import (control, delete_records, fetch, log_dirs, metadata, offsets,
-                              produce)
+                              produce, txn_markers)
+from node.broker.apis.txn_rules import VerificationGuards
 from node.broker.apis.admin import ADMIN_API_KEYS, handle_admin_request
 from node.broker.apis.admin_waits import AdminWaits
 from node.broker.apis.common import api_name
 from node.broker.coordinator import GuardedZk
 from node.broker.failures import EXPECTED_ERRORS
 from node.broker.groups.handlers import GROUP_HANDLERS
-from node.broker.groups.runtime import Append, GroupRuntime
+from node.broker.groups.runtime import GroupRuntime
 from node.broker.loop import EventLoop
 from node.broker.metadata_cache import MetadataCache
 from node.broker.purgatory import FetchPurgatory
-from node.broker.replica_manager import ReplicaManager
+from node.broker.shard_runtime import Append
+from node.broker.txn.handlers import TXN_HANDLERS
+from node.broker.txn.runtime import TxnRuntime
 from node.config import BrokerConfig
 from node.wire import errors
 from node.wire import protocol
 from node.wire.errors import ErrorCode
+
+if TYPE_CHECKING:     # the replica manager imports the handlers (no import cycle)
+    from node.broker.replica_manager import ReplicaManager
 
 logger = logging.getLogger("node.broker.server")
 
@@ -72,11 +78,16 @@ HANDLERS: dict[int, Handler] = {
     protocol.ApiKey.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
     protocol.ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle_describe_log_dirs,
     protocol.ApiKey.DELETE_RECORDS: delete_records.handle_delete_records,
+    protocol.ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
 }
 assert not set(HANDLERS) & set(ADMIN_API_KEYS)
 HANDLERS.update((key, _handle_admin) for key in ADMIN_API_KEYS)
 assert not set(HANDLERS) & set(GROUP_HANDLERS)
 HANDLERS.update(GROUP_HANDLERS)       # the group coordinator (node.broker.groups)
+# The transaction coordinator (node.broker.txn); its InitProducerId replaces the admin
+# one (which it still calls for a request without a transactional id).
+assert not set(HANDLERS) & set(TXN_HANDLERS) - {protocol.ApiKey.INIT_PRODUCER_ID}
+HANDLERS.update(TXN_HANDLERS)
 
 
 class KafkaApis:
@@ -86,6 +97,7 @@ class KafkaApis:
                  controller: Callable[[], object]) -> None:
         self.config = config
         self.zk = zk
+        self.loop = loop
         self.replicas = replicas
         self.metadata = metadata
         self.send_response = send_response   # (peer, correlation id, api key, body, frames)
@@ -100,16 +112,29 @@ class KafkaApis:
                                       lambda *args: self.send_response(*args))
         # The group coordinator: one shard per __consumer_offsets partition led here.
         self.groups = GroupRuntime(self)
+        # The transaction coordinator: one shard per __transaction_state partition led here.
+        self.txn = TxnRuntime(self)
+        # Requests to other brokers (the transaction markers): the broker's Outbound,
+        # set once it is built; None in a KafkaApis without a broker.
+        self.outbound = None
         self.pending_produces = 0            # acks=all partition appends waiting
         # Traced acks=all writes waiting for their followers: partition key ->
         # (last offset, the request's trace). Empty unless a client asked for a trace.
         self.traces: dict[tuple[str, int], tuple[int, dict]] = {}
         self.trace_replica = -1  # the follower whose fetch is being applied
+        # KIP-890 part 1: the transaction verifications in flight (node.broker.apis.txn_rules)
+        # and how to reach the transaction coordinator's broker (set by the server:
+        # (endpoint, api key, body, on_response(Response | None))).
+        self.txn_guards = VerificationGuards()
+        self.send_to_broker: Callable[..., None] | None = None
 
     def on_produce_complete(self, part, effect) -> None:
-        """An acks=all append completed: a Produce's, or a group coordinator's."""
+        """An acks=all append completed: a Produce's, a coordinator's, or a transaction
+        marker's."""
         if isinstance(effect.request_id, Append):
-            self.groups.on_append_complete(effect.request_id, effect)
+            effect.request_id.runtime.on_append_complete(effect.request_id, effect)
+        elif isinstance(effect.request_id, txn_markers.MarkerAppend):
+            txn_markers.on_marker_complete(self, part, effect)
         else:
             produce.on_produce_complete(self, part, effect)
 

@@ -8,14 +8,18 @@ from node.core.replication import Role
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 
+READ_COMMITTED = 1      # Kafka's isolation level (the body's optional "isolation_level")
+
 
 def handle_list_offsets(apis, identity, request: protocol.Request) -> None:
     replica_id = protocol.field(request.body, "replica_id", int)
+    committed = protocol.field(request.body, "isolation_level", int, optional=True,
+                               default=0) == READ_COMMITTED
     out = []
     for entry in _list_offsets_entries(request.body):
         topic, partition, timestamp = entry[:3]
         answer = _list_offset(apis, replica_id, topic, partition, timestamp,
-                              entry[3] if len(entry) > 3 else -1)
+                              entry[3] if len(entry) > 3 else -1, committed)
         # An entry with a current leader epoch (KIP-320) is answered with the epoch.
         out.append([topic, partition, *(answer if len(entry) > 3 else answer[:3])])
     apis.send_response(identity, request.correlation_id, request.api_key, {"partitions": out})
@@ -35,8 +39,9 @@ def _list_offsets_entries(body: dict) -> list:
 
 
 def _list_offset(apis, replica_id: int, topic: str, partition: int, timestamp: int,
-                 current_epoch: int) -> tuple[int, int, int, int]:
-    """(error, timestamp, offset, leader epoch) for one partition."""
+                 current_epoch: int, committed: bool = False) -> tuple[int, int, int, int]:
+    """(error, timestamp, offset, leader epoch) for one partition. A read_committed
+    consumer sees up to the last stable offset (Kafka's), others up to the HW."""
     part = apis.replicas.partitions.get((topic, partition))
     if part is None:
         return not_hosted_error(apis.metadata, topic, partition), -1, -1, -1
@@ -46,7 +51,8 @@ def _list_offset(apis, replica_id: int, topic: str, partition: int, timestamp: i
     if error:
         return error, -1, -1, -1
     log = part.log
-    limit = log.log_end_offset if replica_id >= 0 else log.high_watermark
+    limit = log.log_end_offset if replica_id >= 0 else \
+        log.last_stable_offset() if committed else log.high_watermark
     if timestamp == protocol.LATEST_TIMESTAMP:
         return NONE, -1, limit, part.view.latest_epoch()
     if timestamp == protocol.EARLIEST_TIMESTAMP:

@@ -3,8 +3,9 @@ runtime): the I/O shell around the pure shards of ``node.core.groups``.
 
     offsets_topic  ``__consumer_offsets``: its creation on first use, internal-topic
                    rules, which partition holds a group
-    runtime        GroupRuntime: one shard per partition led here; loading, unloading,
-                   acks=all appends, replies after commit, timers, metadata changes
+    runtime        GroupRuntime: one shard per partition led here (the shared
+                   node.broker.shard_runtime: loading, unloading, acks=all appends,
+                   replies after commit, timers), metadata changes
     handlers       the native handlers: FindCoordinator and every group API (multi-group
                    requests split per shard and merged)
     bodies         the request/response dicts (Kafka's fields): error answers, merges

@@ -19,6 +19,7 @@ SINGLE_GROUP_FIELD = {
     ApiKey.HEARTBEAT: "group_id", ApiKey.LEAVE_GROUP: "group_id",
     ApiKey.OFFSET_COMMIT: "group_id", ApiKey.OFFSET_DELETE: "group_id",
     ApiKey.CONSUMER_GROUP_HEARTBEAT: "group_id",
+    ApiKey.TXN_OFFSET_COMMIT: "group_id",
 }
 # The APIs naming several groups: (request list field, whose items are the group id or
 # a dict with "group_id"; response list field of per-group results).
@@ -107,7 +108,7 @@ def error_body(api_key: int, body: dict, code: int, message: str | None = None) 
         if "error_code" in out:
             out["error_code"] = code
         return out
-    if api_key == ApiKey.OFFSET_COMMIT:
+    if api_key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT):
         out["topics"] = [{"name": t.get("name", ""), "partitions": [
             {"partition_index": p.get("partition_index", 0), "error_code": code}
             for p in t.get("partitions") or ()]} for t in body.get("topics") or ()]

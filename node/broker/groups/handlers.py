@@ -5,13 +5,22 @@ version this broker knows; a Kafka-wire request carries its client's version in
 ``kafka_version`` (``KAFKA_VERSION``; absent: the newest), which the shard's
 version-dependent rules see.
 
-- FindCoordinator: GROUP keys only (TRANSACTION answers COORDINATOR_NOT_AVAILABLE: this
-  broker has no transaction coordinator yet; other types INVALID_REQUEST). Creates
-  ``__consumer_offsets`` on first use and answers COORDINATOR_NOT_AVAILABLE until the
-  metadata shows it (as Kafka); then the leader of the group's partition, with the
+- FindCoordinator: GROUP keys (``__consumer_offsets``) and TRANSACTION keys
+  (``__transaction_state``, ``node.broker.txn``); other types INVALID_REQUEST. Creates
+  the coordinator's topic on first use and answers COORDINATOR_NOT_AVAILABLE until the
+  metadata shows it (as Kafka); then the leader of the key's partition, with the
   native listener's host and port (the Kafka translation puts its own listener's).
 - A request naming one group goes to the shard of its partition; NOT_COORDINATOR if
   this broker does not lead it, COORDINATOR_LOAD_IN_PROGRESS while it loads.
+- TxnOffsetCommit, with ``transaction.partition.verification.enable`` (KIP-890 part 1,
+  as Kafka 3.6+ verifies it): the transaction coordinator is asked first whether the
+  group's ``__consumer_offsets`` partition is in the producer's transaction
+  (AddPartitionsToTxn verify_only, ``node.broker.apis.txn_verify``), under the same
+  guard a Produce takes (a marker landing meanwhile voids it). Not in it: the
+  coordinator's TRANSACTION_ABORTABLE (INVALID_TXN_STATE before v4) or INVALID_TXN_STATE
+  (a zombie's late commit is refused instead of joining a later transaction of the same
+  producer id); fenced: INVALID_PRODUCER_EPOCH; the coordinator
+  unreachable or busy: COORDINATOR_LOAD_IN_PROGRESS (every client retries it).
 - DescribeGroups, DeleteGroups, OffsetFetch (groups) and ConsumerGroupDescribe are
   split per partition and the answers merged in the request's order; ListGroups asks
   every partition this broker leads.
@@ -19,12 +28,11 @@ version-dependent rules see.
 from __future__ import annotations
 
 from node.broker.groups import bodies
-from node.broker.groups.offsets_topic import OFFSETS_TOPIC
 from node.kafka.dicts import check
 from node.kafka.protocol import request_class
 from node.wire import protocol
 from node.wire.errors import ErrorCode
-from node.wire.protocol import ApiKey
+from node.wire.protocol import OFFSETS_TOPIC, ApiKey
 
 KAFKA_VERSION = "kafka_version"
 KEY_TYPE_GROUP = 0
@@ -80,37 +88,43 @@ def handle_find_coordinator(apis, identity, request: protocol.Request) -> None:
         raise protocol.ProtocolError("coordinator_keys must be a list of strings")
     if len(keys) > COORDINATOR_KEYS_MAX:
         raise protocol.ProtocolError(f"more than {COORDINATOR_KEYS_MAX} coordinator keys")
-    runtime = apis.groups
-    if key_type == KEY_TYPE_GROUP and not runtime.creator.exists():
+    runtime = _runtime(apis, key_type)
+    if runtime is not None and not runtime.creator.exists():
         runtime.creator.ensure()
     out = [_coordinator(apis, key_type, key) for key in keys]
     apis.send_response(identity, request.correlation_id, request.api_key,
                        {"throttle_time_ms": 0, "coordinators": out})
 
 
+def _runtime(apis, key_type: int):
+    """The coordinator serving ``key_type``'s keys (None: an unknown type)."""
+    if key_type == KEY_TYPE_GROUP:
+        return apis.groups
+    if key_type == KEY_TYPE_TRANSACTION:
+        return apis.txn
+    return None
+
+
 def _coordinator(apis, key_type: int, key: str) -> dict:
     entry = {"key": key, "node_id": -1, "host": "", "port": -1,
              "error_code": ErrorCode.NONE, "error_message": None}
-    if key_type == KEY_TYPE_TRANSACTION:
-        entry.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                     error_message="this cluster has no transaction coordinator")
-        return entry
-    if key_type != KEY_TYPE_GROUP:
+    runtime = _runtime(apis, key_type)
+    if runtime is None:
         entry.update(error_code=ErrorCode.INVALID_REQUEST,
                      error_message=f"unknown coordinator key type {key_type}")
         return entry
-    runtime = apis.groups
+    topic = runtime.topic
     if not runtime.creator.exists():
         entry.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                     error_message=f"{OFFSETS_TOPIC} is being created")
+                     error_message=f"{topic} is being created")
         return entry
     partition = runtime.partition_of(key)
-    meta = apis.metadata.partition(OFFSETS_TOPIC, partition)
+    meta = apis.metadata.partition(topic, partition)
     leader = -1 if meta is None else meta.leader
     address = apis.metadata.brokers.get(leader)
     if address is None:
         entry.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                     error_message=f"{OFFSETS_TOPIC}-{partition} has no leader")
+                     error_message=f"{topic}-{partition} has no leader")
         return entry
     entry.update(node_id=leader, host=address[0], port=address[1])
     return entry
@@ -124,9 +138,56 @@ def handle_group_request(apis, identity, request: protocol.Request) -> None:
     if not isinstance(group_id, str):
         raise protocol.ProtocolError("group_id must be a string")
     runtime = apis.groups
-    runtime.call(runtime.partition_of(group_id), request.api_key, version, body,
-                 _answerer(apis, identity, request), client_id=request.client_id,
-                 client_host=_client_host(identity))
+    partition = runtime.partition_of(group_id)
+    answer = _answerer(apis, identity, request)
+
+    def call() -> None:
+        runtime.call(partition, request.api_key, version, body, answer,
+                     client_id=request.client_id, client_host=_client_host(identity))
+    if request.api_key == ApiKey.TXN_OFFSET_COMMIT and \
+            getattr(apis.config, "transaction_partition_verification_enable", False) and \
+            runtime.state_of(partition) == ErrorCode.NONE:
+        _verify_txn_offset_commit(apis, version, body, partition, call, answer)
+        return
+    call()
+
+
+TXN_OFFSET_COMMIT_ABORTABLE_FROM = 4    # Kafka's: TRANSACTION_ABORTABLE from v4 (KIP-890)
+# Verification failures the client is told to retry (the coordinator was not reached,
+# was loading or was completing the previous transaction).
+_VERIFY_RETRIABLE = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+                               ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                               ErrorCode.CONCURRENT_TRANSACTIONS,
+                               ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+
+
+def _verify_txn_offset_commit(apis, version: int, body: dict, partition: int, call,
+                              answer) -> None:
+    """KIP-890 part 1 for TxnOffsetCommit (rules in the module docstring)."""
+    from node.broker.apis import txn_verify   # here: node.broker.apis imports this module
+    tid, pid, epoch = body["transactional_id"], body["producer_id"], body["producer_epoch"]
+    if not isinstance(tid, str) or not isinstance(pid, int) or pid < 0 or \
+            not isinstance(epoch, int) or epoch < 0:
+        call()                                   # the shard refuses it (INVALID_REQUEST)
+        return
+    key = (OFFSETS_TOPIC, partition)
+    guard = apis.txn_guards.start(key, pid)
+
+    def verified(outcome: dict) -> None:
+        code = outcome.get(key, ErrorCode.INVALID_TXN_STATE)
+        if not code and not apis.txn_guards.holds(key, pid, guard):
+            code = ErrorCode.INVALID_TXN_STATE   # its transaction ended meanwhile
+        apis.txn_guards.clear(key, pid)
+        if code:
+            if code in _VERIFY_RETRIABLE:
+                code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            elif code == ErrorCode.TRANSACTION_ABORTABLE and \
+                    version < TXN_OFFSET_COMMIT_ABORTABLE_FROM:
+                code = ErrorCode.INVALID_TXN_STATE
+            answer(bodies.error_body(ApiKey.TXN_OFFSET_COMMIT, body, code))
+            return
+        call()
+    txn_verify.verify(apis, tid, (pid, epoch), [key], verified)
 
 
 # ------------------------------------------------------------------ several groups

@@ -27,6 +27,7 @@ from tests.waiting import poll_until
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT_S = 30.0
+PORT_RETRIES = 3      # a start whose port another process took meanwhile: a new port
 STOP_TIMEOUT_S = 15.0
 REQUEST_TIMEOUT_MS = 10_000
 
@@ -68,18 +69,32 @@ class BrokerProcess:
         /brokers/ids/N, not a previous incarnation's that has yet to expire)."""
         old = zk.exists(zkdata.broker_path(self.broker_id)) if zk is not None else None
         self._old_owner = old.ephemeralOwner if old is not None else None
-        write_properties(str(self.config_path), self.props)
-        log = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "node.broker", "--config", str(self.config_path)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), env=env,
-            start_new_session=True)
-        log.close()
-        if zk is not None:
-            wait_for(lambda: self._registered(zk), f"broker {self.broker_id} registration",
-                     START_TIMEOUT_S)
-        return self
+        for attempt in range(PORT_RETRIES + 1):
+            said = len(self.log())
+            write_properties(str(self.config_path), self.props)
+            log = open(self.log_path, "ab")
+            env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "node.broker", "--config", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), env=env,
+                start_new_session=True)
+            log.close()
+            if zk is None:
+                return self
+            try:
+                wait_for(lambda: self._registered(zk), f"broker {self.broker_id} registration",
+                         START_TIMEOUT_S)
+                return self
+            except RuntimeError:
+                # The port was picked free, then bound by the broker: another test can
+                # take it in between, also on a restart (CI, once): a new port
+                ours = self.props["listeners"] == f"PLAINTEXT://127.0.0.1:{self.port}"
+                if attempt == PORT_RETRIES or not ours or \
+                        "Address already in use" not in self.log()[said:]:
+                    raise
+                self.port = zkservers.free_port()
+                self.props["listeners"] = f"PLAINTEXT://127.0.0.1:{self.port}"
+        raise AssertionError("unreachable")
 
     def _registered(self, zk: KazooClient) -> bool:
         if self.process.poll() is not None:
@@ -160,6 +175,10 @@ class Cluster:
         return broker
 
     def channel(self, broker_id: int) -> Channel:
+        channel = self.channels.get(broker_id)
+        if channel is not None and channel.endpoint != self.brokers[broker_id].endpoint:
+            channel.close()                   # restarted on another port
+            del self.channels[broker_id]
         if broker_id not in self.channels:
             self.channels[broker_id] = Channel(self.brokers[broker_id].endpoint,
                                                client_id=f"test-{broker_id}")

@@ -265,21 +265,39 @@ def test_topic_config_overrides_min_insync_replicas(cluster):
     assert cluster.produce(0, "strict", 0, [b"x"], acks=1)[2] == 0
 
 
-def test_a_broker_paused_past_its_session_registers_again(single):
+def _pause_past_session_and_wait_registered_again(cluster, broker) -> None:
+    """SIGSTOP broker 0 until its coordinator session expired, SIGCONT, and wait until
+    it is registered in a new session."""
     import signal
     from node.wire import zkdata
-    broker = single.brokers[0]
-    owner = single.zk.exists(zkdata.broker_path(0)).ephemeralOwner
+    owner = cluster.zk.exists(zkdata.broker_path(0)).ephemeralOwner
     broker.signal(signal.SIGSTOP)
     try:
-        wait_for(lambda: single.zk.exists(zkdata.broker_path(0)) is None,
+        wait_for(lambda: cluster.zk.exists(zkdata.broker_path(0)) is None,
                  "the paused broker's session expired", timeout_s=20)
     finally:
         broker.signal(signal.SIGCONT)
-    stat = wait_for(lambda: single.zk.exists(zkdata.broker_path(0)), "registered again", 20)
+    stat = wait_for(lambda: cluster.zk.exists(zkdata.broker_path(0)), "registered again", 20)
     assert stat.ephemeralOwner != owner
+
+
+def test_a_broker_paused_past_its_session_registers_again(single):
+    broker = single.brokers[0]
+    _pause_past_session_and_wait_registered_again(single, broker)
     assert "registering again" in broker.log()
     assert single.produce(0, TOPIC, 0, [b"after"])[2] == 0
+
+
+def test_a_re_registration_that_failed_is_tried_again_while_connected(cluster, monkeypatch):
+    """The coordinator does not answer the first re-registration in the new session
+    (here: on purpose, twice): no reconnect comes to ask again, so the broker's tick
+    does, until it is registered."""
+    from node.broker.server import FAIL_REREGISTRATIONS_ENV
+    monkeypatch.setenv(FAIL_REREGISTRATIONS_ENV, "2")
+    broker = cluster.add_broker(0)
+    monkeypatch.delenv(FAIL_REREGISTRATIONS_ENV)
+    _pause_past_session_and_wait_registered_again(cluster, broker)
+    assert broker.log().count("re-registration failed (trying again in") == 2, broker.log()
 
 
 def test_stop_replica_with_delete_removes_a_log_this_incarnation_never_opened(single):

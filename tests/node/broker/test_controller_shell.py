@@ -361,3 +361,62 @@ def test_an_isr_shrink_while_the_controller_starts_is_not_lost(nodes, make_clien
                    for _, body in a.requests(ApiKey.UPDATE_METADATA))
     wait_for(published, pumps(a), what="UpdateMetadata with the shrunken ISR")
     assert shrunk
+
+
+def test_a_watch_whose_read_failed_is_read_again_and_no_topic_goes_unseen(nodes, make_client):
+    """A coordinator call that timed out makes the shell refuse calls for a while
+    (GuardedZk's suspect window). A watch that fires then cannot re-read nor re-arm:
+    dropped, every topic created afterwards went unseen for the rest of the term (CI:
+    CreateTopics answered REQUEST_TIMED_OUT, the topic never got a leader). The handler
+    runs again until its read succeeds; a topic whose own read failed is read again."""
+    from node.broker.coordinator import CoordinatorUnavailable
+    a = nodes(0)
+    a.runner.start()
+    wait_for(lambda: a.runner.active, pumps(a))
+    admin = make_client()
+    guarded = a.runner.zk
+    refused = guarded.refused
+    guarded._suspect_until = float("inf")            # every call refused at once
+    create_topic(admin, "late", {0: [0]})
+    wait_for(lambda: guarded.refused > refused, pumps(a), what="the watch's read refused")
+    assert read_state(admin, "late", 0) is None
+    guarded._suspect_until = 0.0
+    assert wait_for(lambda: read_state(admin, "late", 0), pumps(a), what="late led").leader == 0
+    # The children watch is armed again: a topic created now is seen too.
+    create_topic(admin, "later", {0: [0]})
+    wait_for(lambda: read_state(admin, "later", 0), pumps(a), what="later led")
+
+    # Only the new topic's own read fails (once): it is read again as an unseen topic.
+    real_get, failed = guarded.get, []
+
+    def get(path, watch=None):
+        if path == zkdata.topic_path("last") and not failed:
+            failed.append(path)
+            raise CoordinatorUnavailable("test: the topic's read fails once")
+        return real_get(path, watch=watch)
+    guarded.get = get
+    create_topic(admin, "last", {0: [0]})
+    wait_for(lambda: read_state(admin, "last", 0), pumps(a), what="last led")
+    assert failed
+
+
+def test_an_active_controller_whose_controller_watch_read_failed_reads_it_again(
+        nodes, make_client):
+    """/controller is deleted (an operator moving the controller) while the active
+    controller's calls are refused: its handler reads again once they pass, sees the
+    znode gone, and a new election bumps the epoch (before, the watch was gone and the
+    controller never noticed)."""
+    a = nodes(0)
+    a.runner.start()
+    wait_for(lambda: a.runner.active, pumps(a))
+    epoch = a.runner.epoch
+    admin = make_client()
+    guarded = a.runner.zk
+    refused = guarded.refused
+    guarded._suspect_until = float("inf")
+    admin.delete(zkdata.CONTROLLER)
+    wait_for(lambda: guarded.refused > refused, pumps(a), what="the watch's read refused")
+    guarded._suspect_until = 0.0
+    wait_for(lambda: a.runner.active and a.runner.epoch == epoch + 1, pumps(a),
+             what="a new election after the read")
+    assert zkdata.decode_controller(admin.get(zkdata.CONTROLLER)[0]) == 0

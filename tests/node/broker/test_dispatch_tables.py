@@ -9,6 +9,7 @@ from node.broker.apis import HANDLERS
 from node.broker.apis import control, fetch, offsets, produce
 from node.broker.loop import EventLoop
 from node.broker.replica_manager import ReplicaManager
+from node.broker.txn.handlers import TXN_HANDLERS
 from node.core.replication import CompleteProduce, SetHighWatermark
 from node.wire import protocol
 
@@ -20,7 +21,11 @@ def test_every_api_key_has_one_handler_in_one_table():
     assert HANDLERS[protocol.ApiKey.FETCH] is fetch.handle_fetch
     assert HANDLERS[protocol.ApiKey.LIST_OFFSETS] is offsets.handle_list_offsets
     assert HANDLERS[protocol.ApiKey.LEADER_AND_ISR] is control.handle_leader_and_isr
-    assert len({HANDLERS[k] for k in ADMIN_API_KEYS}) == 1
+    # InitProducerId is the transaction coordinator's (the admin path without a
+    # transactional id).
+    assert len({HANDLERS[k] for k in ADMIN_API_KEYS - {protocol.ApiKey.INIT_PRODUCER_ID}}) == 1
+    assert HANDLERS[protocol.ApiKey.INIT_PRODUCER_ID] is TXN_HANDLERS[
+        protocol.ApiKey.INIT_PRODUCER_ID]
 
 
 class _Log:

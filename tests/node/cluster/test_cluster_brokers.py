@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -75,14 +76,16 @@ def test_cli_up_status_down_with_brokers(tmp_path, cluster_id):
     assert cluster_objects(cluster_id) == []
 
 
+@pytest.mark.parametrize("victim", [0, 1])
 def test_a_broker_whose_port_was_taken_starts_again_with_new_ports(tmp_path, cluster_id,
-                                                                   monkeypatch):
+                                                                   monkeypatch, victim):
     """The supervisor picks free ports and the broker binds them later: a port taken in
     between (another test, another program) used to fail ``up``. The broker gets new
-    ports and starts again."""
+    ports and starts again. Broker 1 is the case CI met: ``up`` waited for broker 0 to
+    learn of broker 1, which had exited, and timed out instead of starting it again."""
     import socket
 
-    from node.cluster import supervisor
+    from node.cluster import ClusterError, supervisor
 
     taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     taken.bind(("127.0.0.1", 0))
@@ -91,16 +94,25 @@ def test_a_broker_whose_port_was_taken_starts_again_with_new_ports(tmp_path, clu
     picks = []
     real = supervisor._free_port
 
-    def pick() -> int:                  # the first pick is the native port of broker 0
-        picks.append(port if not picks else real())
+    def pick() -> int:          # the native ports first, broker by broker
+        picks.append(port if len(picks) == victim else real())
         return picks[-1]
 
     monkeypatch.setattr(supervisor, "_free_port", pick)
     try:
-        with Cluster.up(tmp_path / "c", brokers=1, cluster_id=cluster_id) as cluster:
-            assert cluster.broker_ports[0] != port
-            assert "Address already in use" in cluster.processes["0"].log_path.read_text()
-            assert cluster.broker_metadata(0) is not None
+        with Cluster.up(tmp_path / "c", brokers=2, cluster_id=cluster_id,
+                        ready_timeout_s=30) as cluster:
+            assert port in picks
+            assert cluster.broker_ports[victim] != port
+            log = cluster.processes[str(victim)].log_path.read_text()
+            assert "Address already in use" in log
+            assert sorted(cluster.broker_metadata(0)[0]) == [0, 1]
+            cluster.kill(1, "KILL")        # a peer that is gone ends a wait at once
+            started = time.monotonic()
+            with pytest.raises(ClusterError, match="broker 1 is not running .while "
+                                                   "broker 0 waits to learn of it"):
+                cluster.wait_broker_ready(0, 30, peers=[0, 1])
+            assert time.monotonic() - started < 10
     finally:
         taken.close()
 

@@ -55,3 +55,14 @@ def test_an_offline_partition_an_expansion_a_truncation_and_links():
     assert ("truncation", "t-0: broker 2 truncates 11 record(s) (LEO 1001 -> 990)") in got
     assert ("network", "link b0 - zk cut") in got
     assert ("network", "link b0 - zk healed") in kinds(events(after, picture()))
+
+
+def test_top_shows_the_lso_when_a_transaction_holds_it_below_the_hw():
+    from bench.teach.top import render
+    snap = picture()
+    assert "LSO" not in render(snap, [])                 # not published
+    snap.partitions[0].lso = 1001                        # = HW: nothing open
+    assert "LSO" not in render(snap, [])
+    snap.partitions[0].lso = 990
+    line = next(x for x in render(snap, []).splitlines() if x.startswith("t-0"))
+    assert "HW 1001" in line and "LSO 990" in line

@@ -1,5 +1,8 @@
 """InitProducerId (idempotent producers, KIP-98 without transactions): a new producer id
-from this broker process's block, or the next epoch of a given id. Blocks of
+from this broker process's block, or the next epoch of a given id. With a
+``transactional_id`` the request goes to the transaction coordinator instead
+(``node.broker.txn.handlers``), which takes its ids from the same block
+(``allocate_producer_id``). Blocks of
 ``PRODUCER_ID_BLOCK_SIZE`` ids are reserved in ``/latest_producer_id_block`` with
 conditional writes (Kafka's znode and JSON), so no two brokers hand out one id.
 """
@@ -27,11 +30,18 @@ def init_producer_id(body: dict, zk: GuardedZk, config) -> dict:
         raise ProtocolError("producer_id and producer_epoch must be ints")
     if pid >= 0 and 0 <= epoch < PRODUCER_EPOCH_MAX:
         return {"error": ErrorCode.NONE, "producer_id": pid, "producer_epoch": epoch + 1}
+    return {"error": ErrorCode.NONE, "producer_id": allocate_producer_id(zk, config),
+            "producer_epoch": 0}
+
+
+def allocate_producer_id(zk: GuardedZk, config) -> int:
+    """A new producer id from this broker process's block (a new block when it is used
+    up): idempotent producers' and the transaction coordinator's."""
     if _producer_ids["next"] > _producer_ids["end"]:
         _reserve_producer_ids(zk, config.broker_id)
     pid = _producer_ids["next"]
     _producer_ids["next"] += 1
-    return {"error": ErrorCode.NONE, "producer_id": pid, "producer_epoch": 0}
+    return pid
 
 
 def _reserve_producer_ids(zk: GuardedZk, broker_id: int) -> None:
