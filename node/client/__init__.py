@@ -16,11 +16,16 @@ from node.client.metadata import (ClusterMetadata, MetadataFetcher, PartitionMet
 from node.client.network import Completion, Network
 from node.client.producer import Producer
 from node.client.types import (METADATA_STALE_CODES, BatchMetadata, BrokerMetadata,
-                               ConsumerRecord, KafkaError, KafkaTimeoutError,
-                               RecordMetadata, TopicPartition, error)
+                               CommitFailedError, ConsumerGroupMetadata, ConsumerRecord,
+                               IllegalStateError, InvalidTxnStateError, KafkaError,
+                               KafkaTimeoutError, OffsetAndMetadata, ProducerFencedError,
+                               RecordMetadata, TopicPartition, TransactionAbortableError,
+                               TransactionAbortedError, error)
 
 __all__ = ["Producer", "Consumer", "LogTruncationException", "Admin", "TopicPartition", "RecordMetadata",
            "BatchMetadata", "ConsumerRecord", "PartitionMetadata", "BrokerMetadata",
            "ClusterMetadata", "KafkaTimeoutError", "KafkaError", "Network", "Completion",
            "MetadataFetcher", "METADATA_STALE_CODES", "error", "parse_bootstrap",
-           "parse_metadata"]
+           "parse_metadata", "ConsumerGroupMetadata", "OffsetAndMetadata",
+           "ProducerFencedError", "InvalidTxnStateError", "TransactionAbortableError",
+           "TransactionAbortedError", "CommitFailedError", "IllegalStateError"]

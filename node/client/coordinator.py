@@ -12,8 +12,8 @@ Rules:
   answer's host and port when metadata does not know it yet).
 - NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection or a timeout: forget
   the coordinator, find it again and retry after ``retry_backoff_ms``;
-  COORDINATOR_LOAD_IN_PROGRESS: retry the same coordinator after the backoff. Until
-  the caller's deadline; then the last error is raised.
+  COORDINATOR_LOAD_IN_PROGRESS and UNSTABLE_OFFSET_COMMIT: retry the same coordinator
+  after the backoff. Until the caller's deadline; then the last error is raised.
 """
 from __future__ import annotations
 
@@ -25,13 +25,17 @@ from node.wire import errors
 from node.wire.errors import ErrorCode, KafkaError
 from node.wire.protocol import ApiKey
 
-COORDINATOR_KEY_GROUP = 0       # FindCoordinator key_type: a group (1 = a transaction)
+COORDINATOR_KEY_GROUP = 0       # FindCoordinator key_type: a group
+COORDINATOR_KEY_TRANSACTION = 1  # ... and a transactional id
 
 REDISCOVER = frozenset({int(ErrorCode.NOT_COORDINATOR),
                         int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                         int(ErrorCode.REQUEST_TIMED_OUT),
                         int(ErrorCode.NETWORK_EXCEPTION)})
-RETRIABLE = REDISCOVER | {int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)}
+# UNSTABLE_OFFSET_COMMIT (KIP-447): an OffsetFetch with require_stable of a partition with
+# a pending transactional offset; asked again until the transaction ends (Kafka's consumer).
+RETRIABLE = REDISCOVER | {int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                          int(ErrorCode.UNSTABLE_OFFSET_COMMIT)}
 
 
 class GroupRequestError(KafkaError):
@@ -67,7 +71,8 @@ class Coordinators:
     """The coordinators of groups, found and cached (one client thread: ``net``'s)."""
 
     def __init__(self, net: Network, meta: MetadataFetcher, *, request_timeout_ms: int,
-                 retry_backoff_ms: int = 100):
+                 retry_backoff_ms: int = 100, key_type: int = COORDINATOR_KEY_GROUP):
+        self.key_type = key_type      # FindCoordinator's: 0 groups, 1 transactional ids
         self.net = net
         self.meta = meta
         self.request_timeout_ms = request_timeout_ms
@@ -101,7 +106,7 @@ class Coordinators:
         timeout_ms = max(1, int((deadline_s - time.monotonic()) * 1000))
         _, response = self.net.request_first(
             self.meta.endpoints(), ApiKey.FIND_COORDINATOR,
-            {"key_type": COORDINATOR_KEY_GROUP, "coordinator_keys": [group_id]},
+            {"key_type": self.key_type, "coordinator_keys": [group_id]},
             timeout_ms=min(timeout_ms, self.request_timeout_ms))
         body = check_refused(response.body, "FindCoordinator")
         entry = (body.get("coordinators") or [body])[0]    # v4+ list, or the v0-3 fields

@@ -31,3 +31,42 @@ class KafkaTimeoutError(TimeoutError):
 def error(code: int, message: str | None = None) -> errors.KafkaError:
     """The exception instance for a broker error code."""
     return errors.error_for(code)(message)
+
+
+# Transactions (``node.client.producer.transactions``), kafka-python's / Kafka's names.
+# What ``send_offsets_to_transaction`` is told of the consumer's group (the consumer's
+# ``group_metadata()``): a group id alone (generation -1, member "") is not checked.
+ConsumerGroupMetadata = namedtuple(
+    "ConsumerGroupMetadata", "group_id generation_id member_id group_instance_id",
+    defaults=(-1, "", None))
+OffsetAndMetadata = namedtuple("OffsetAndMetadata", "offset metadata leader_epoch",
+                               defaults=("", -1))
+
+
+# The transaction errors of the coordinator's codes, by Kafka's exception names.
+ProducerFencedError = errors.error_for(ErrorCode.PRODUCER_FENCED)
+InvalidTxnStateError = errors.error_for(ErrorCode.INVALID_TXN_STATE)
+TransactionAbortableError = errors.error_for(ErrorCode.TRANSACTION_ABORTABLE)
+InvalidProducerEpochError = errors.error_for(ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+class IllegalStateError(RuntimeError):
+    """A transactional call made in a state that does not allow it (Kafka's
+    IllegalStateException; kafka-python's IllegalStateError)."""
+
+
+class TransactionAbortedError(errors.KafkaError):
+    """A batch failed because its transaction was aborted before it was sent (Kafka's
+    TransactionAbortedException)."""
+
+    name = "TRANSACTION_ABORTED"
+    retriable = False
+    default_message = "Failing batch since transaction was aborted"
+
+
+class CommitFailedError(errors.KafkaError):
+    """TxnOffsetCommit refused for the group's metadata (UNKNOWN_MEMBER_ID,
+    ILLEGAL_GENERATION): Kafka's CommitFailedException, abortable."""
+
+    name = "COMMIT_FAILED"
+    retriable = False

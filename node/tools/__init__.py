@@ -8,6 +8,7 @@
 - ``mirror-maker`` (kafka-mirror-maker.sh): ``node.tools.mirror_maker``
 - ``get-offsets`` (kafka-get-offsets.sh, GetOffsetShell): ``node.tools.get_offsets``
 - ``configs`` (kafka-configs.sh, topics and brokers): ``node.tools.configs``
+- ``transactions`` (kafka-transactions.sh: list, describe): ``node.tools.transactions``
 - ``schemas``: the Avro schema registry in the coordinator: ``node.tools.schemas``
 - ``cluster add-broker`` / ``cluster remove-broker``: ``node.cluster.scale``
 - what they share (one-line errors, flags, admin connection, progress): ``node.tools.common``
@@ -38,6 +39,8 @@ TOOLS = {
                     "offsets by time, earliest or latest (kafka-get-offsets)"),
     "configs": ("node.tools.configs", "add_arguments",
                 "describe and alter topic and broker configs (kafka-configs)"),
+    "transactions": ("node.tools.transactions", "add_arguments",
+                     "list and describe transactions (kafka-transactions)"),
     "schemas": ("node.tools.schemas", "add_arguments",
                 "list, show and register Avro schemas in the registry"),
 }

@@ -27,13 +27,15 @@ from node.client.consumer.subscription import SubscriptionState, _PartitionState
 from node.client.consumer.validation import PositionValidation
 from node.client.metadata import MetadataFetcher, parse_bootstrap
 from node.client.network import Network
-from node.client.types import ConsumerRecord, KafkaTimeoutError, TopicPartition
+from node.client.types import (ConsumerGroupMetadata, ConsumerRecord, KafkaTimeoutError,
+                               TopicPartition)
 
 _client_ids = itertools.count(1)
 # "consumer": the brokers' group coordinator, KIP-848 (Kafka 4's name and default);
 # "classic": the same coordinator, JoinGroup/SyncGroup (node.client.classic_group);
 # "zookeeper": the Kafka paper's groups, registries in ZooKeeper (node.client.group).
 GROUP_PROTOCOLS = ("consumer", "classic", "zookeeper")
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")   # Kafka's isolation.level
 
 
 class DeserializationError(ValueError):
@@ -63,7 +65,8 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
                  rebalance_backoff_ms: int = 250, group_protocol: str = "consumer",
                  group_remote_assignor: str | None = None,
                  max_poll_interval_ms: int = 300_000, heartbeat_interval_ms: int = 3000,
-                 group_instance_id: str | None = None):
+                 group_instance_id: str | None = None,
+                 isolation_level: str = "read_uncommitted"):
         if group_id is not None:
             from node.client.group import check_group_id
             check_group_id(group_id)
@@ -77,6 +80,11 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
             raise ValueError("group_instance_id (static membership) is a non-empty id, "
                              "for the brokers' groups")
         self.group_instance_id = group_instance_id
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be read_uncommitted or read_committed, "
+                             f"got {isolation_level!r}")
+        self.isolation_level = isolation_level
+        self.read_committed = isolation_level == "read_committed"
         if heartbeat_interval_ms < 1:
             raise ValueError("heartbeat_interval_ms must be positive")
         # Classic groups (Kafka's heartbeat.interval.ms; a third of the session at most).
@@ -137,6 +145,18 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
                 time.sleep(self.retry_backoff_s)
         return state.position
 
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What ``Producer.send_offsets_to_transaction`` checks the group with (Kafka's
+        ConsumerGroupMetadata): the group id, the generation (the member epoch in a
+        KIP-848 group), the member id and the group instance id."""
+        if self.group_id is None:
+            raise RuntimeError("group_metadata() of a consumer without a group_id")
+        group = self._group
+        if group is None or self.group_protocol == "zookeeper":
+            return ConsumerGroupMetadata(self.group_id)    # not the brokers': not checked
+        return ConsumerGroupMetadata(self.group_id, group._epoch(), group.member_id or "",
+                                     self.group_instance_id)
+
     def highwater(self, tp) -> int:
         """The last high watermark a fetch of ``tp`` reported (-1 before any)."""
         return self._state(tp).high_watermark
@@ -172,10 +192,14 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
                         records = records[:room]
                         state.buffered.appendleft(FetchedBatch(
                             fetched.topic, fetched.partition, fetched.batch,
-                            fetched.skip + room))
+                            fetched.skip + room, fetched.through))
                         state.buffered_bytes += fetched.batch.size_bytes
                     out += records
-                    state.consumed(fetched.batch, records[-1].offset + 1)
+                    consumed_to = records[-1].offset + 1
+                    if fetched.through > consumed_to and \
+                            fetched.skip + len(records) == fetched.batch.record_count:
+                        consumed_to = fetched.through   # past skipped batches after it
+                    state.consumed(fetched.batch, consumed_to)
         self._send_fetches()
         if out and (self.key_deserializer or self.value_deserializer):
             out = self._deserialized(out)
@@ -213,7 +237,7 @@ class Consumer(GroupMembership, PositionValidation, Fetcher, OffsetFetcher,
                     raise state.corrupt
                 while state.buffered:
                     fetched = state.buffered.popleft()
-                    state.consumed(fetched.batch, fetched.next_offset)
+                    state.consumed(fetched.batch, max(fetched.next_offset, fetched.through))
                     out.append(fetched)
                 state.buffered_bytes = 0
         self._send_fetches()

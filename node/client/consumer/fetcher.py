@@ -15,6 +15,14 @@ Rules:
   fetch at an offset inside one gets the next batch, which starts later; an empty answer
   below the HW means the rest up to it is a hole (``hole_until``). A corrupt batch is raised once every batch
   before it is delivered.
+- Transactions (Kafka's CompletedFetch): control batches (COMMIT/ABORT markers) are
+  never returned, whatever the isolation level. At read_committed the Fetch asks for
+  isolation_level 1 (the leader answers up to the last stable offset, with the aborted
+  transactions of the range: [producer id, first offset]); walking the batches in
+  order, an aborted transaction whose first offset is at or before a batch's last
+  offset makes its producer "aborted", its transactional batches are dropped, and its
+  ABORT marker ends that. The position moves past what is dropped (``through``), so a
+  reader's position never stops on a marker or an aborted batch.
 """
 from __future__ import annotations
 
@@ -31,8 +39,9 @@ from node.wire import errors
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 from shm import record_headers
-from shm.batch import (HEADER_BYTES, LENGTH_OVERHEAD_BYTES, CorruptRecordError,
-                       RecordBatch, parse_batch, read_header)
+from shm.batch import (ATTR_CONTROL, ATTR_TRANSACTIONAL, HEADER_BYTES,
+                       LENGTH_OVERHEAD_BYTES, CorruptRecordError, RecordBatch, parse_batch,
+                       read_header)
 
 log = logging.getLogger("minikafka.consumer")
 
@@ -51,6 +60,9 @@ class FetchedBatch:
     partition: int
     batch: RecordBatch
     skip: int  # records before the consumer's position
+    # The position once its last record is consumed, when batches dropped after it
+    # (control, aborted) move it further than the batch's end; -1: the batch's end.
+    through: int = -1
 
     @property
     def record_count(self) -> int:
@@ -156,6 +168,8 @@ class Fetcher:
                     "max_wait_ms": self.fetch_max_wait_ms,
                     "min_bytes": self.fetch_min_bytes, "max_bytes": self.fetch_max_bytes,
                     "partitions": entries}
+            if self.read_committed:
+                body["isolation_level"] = 1
             asked = {tp: (state.fetch_offset, state.leader) for tp, state, _ in items}
             try:
                 self.net.send(endpoint, protocol.ApiKey.FETCH, body, context=(endpoint, asked),
@@ -181,8 +195,11 @@ class Fetcher:
         frames = c.response.frames
         for i, entry in enumerate(entries):
             try:
-                topic, partition, code, high_watermark, _log_start, _leo = entry
-            except (TypeError, ValueError):
+                topic, partition, code, high_watermark, _log_start, _leo = entry[:6]
+                # txbroker's fields after them: the LSO and the aborted transactions
+                last_stable = entry[6] if len(entry) > 6 else -1
+                aborted = entry[7] if len(entry) > 7 else None
+            except (TypeError, ValueError, IndexError):
                 continue
             tp = TopicPartition(topic, partition)
             state = self._states.get(tp)
@@ -194,8 +211,9 @@ class Fetcher:
                 self._on_partition_error(state, code)
                 continue
             state.high_watermark = high_watermark
+            state.last_stable_offset = last_stable
             frame = frames[i] if i < len(frames) else b""
-            self._buffer(state, frame)
+            self._buffer(state, frame, aborted if self.read_committed else None)
 
     def _on_partition_error(self, state: _PartitionState, code: int) -> None:
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -219,13 +237,16 @@ class Fetcher:
         if metadata:
             self._metadata_wanted = True
 
-    def _buffer(self, state: _PartitionState, frame) -> None:
+    def _buffer(self, state: _PartitionState, frame, aborted=None) -> None:
         buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         position = 0
         end = len(buf)
         offset = state.fetch_offset
-        state.hole_until = state.high_watermark if end == 0 and \
-            state.high_watermark > offset else -1
+        # read_committed: the answer stops at the LSO, so an empty one below it is a hole
+        bound = state.high_watermark if not self.read_committed or \
+            state.last_stable_offset < 0 else state.last_stable_offset
+        state.hole_until = bound if end == 0 and bound > offset else -1
+        filter_ = AbortedFilter(aborted) if aborted else None
         delivered = False           # a whole batch at or after the fetch offset
         while position < end:
             try:
@@ -246,16 +267,34 @@ class Fetcher:
                     self._corrupt(state, offset, str(e))
                     break
                 skip = max(0, offset - header.base_offset)
-                state.buffered.append(FetchedBatch(state.tp.topic, state.tp.partition,
-                                                   batch, skip))
-                state.buffered_bytes += size
                 offset = header.next_offset
                 delivered = True
+                if header.attributes & ATTR_CONTROL:
+                    if filter_ is not None:
+                        filter_.control(header)
+                    self._skipped(state, offset)
+                elif filter_ is not None and filter_.drops(header):
+                    self._skipped(state, offset)
+                else:
+                    state.buffered.append(FetchedBatch(state.tp.topic, state.tp.partition,
+                                                       batch, skip))
+                    state.buffered_bytes += size
             position += size
         if end and not delivered and state.corrupt is None:
             self._corrupt(state, offset, f"the {end}-byte region the leader sent holds "
                                          f"no whole batch at or after the fetch offset")
         state.fetch_offset = offset
+
+    @staticmethod
+    def _skipped(state: _PartitionState, next_offset: int) -> None:
+        """A batch not returned (control, aborted) ends at ``next_offset``: the position
+        moves there once what is buffered before it is consumed."""
+        if state.buffered:
+            last = state.buffered[-1]
+            state.buffered[-1] = FetchedBatch(last.topic, last.partition, last.batch,
+                                              last.skip, next_offset)
+        else:
+            state.position = next_offset
 
     def _corrupt(self, state: _PartitionState, offset: int, why: str) -> None:
         tp = state.tp
@@ -263,6 +302,34 @@ class Fetcher:
         state.corrupt = error(ErrorCode.CORRUPT_MESSAGE,
                               f"{tp.topic}-{tp.partition} at offset {offset}: {why}; seek "
                               f"past it to go on")
+
+
+class AbortedFilter:
+    """Kafka's read_committed filter over one fetch answer's batches, in offset order:
+    ``aborted`` is the answer's [[producer id, first offset], ...]."""
+
+    def __init__(self, aborted):
+        # by first offset (Kafka's priority queue)
+        self.pending = sorted(((int(first), int(pid)) for pid, first in aborted), reverse=True)
+        self.producers: set[int] = set()
+
+    def _up_to(self, last_offset: int) -> None:
+        while self.pending and self.pending[-1][0] <= last_offset:
+            self.producers.add(self.pending.pop()[1])
+
+    def drops(self, header) -> bool:
+        """Whether a data batch belongs to an aborted transaction."""
+        if header.producer_id < 0:
+            return False
+        self._up_to(header.next_offset - 1)
+        return bool(header.attributes & ATTR_TRANSACTIONAL) and \
+            header.producer_id in self.producers
+
+    def control(self, header) -> None:
+        """A control batch: its producer's ABORT marker ends its aborted transaction (a
+        COMMIT marker cannot follow an aborted one of the same producer)."""
+        self._up_to(header.next_offset - 1)
+        self.producers.discard(header.producer_id)
 
 
 def _truncated(buf, position: int) -> bool:

@@ -5,6 +5,10 @@ for ``auto_offset_reset`` and ``seek_to_*`` and for ``beginning_offsets``,
 Rules:
 - One ListOffsets per leader broker. A partition without a leader, a lost connection or
   a stale-metadata error asks for a metadata refresh.
+- ``beginning_offsets``, ``end_offsets`` and ``offsets_for_times`` ask again on a
+  retriable error (a leader that moved, none yet, a lost connection), with fresh
+  metadata and ``retry_backoff_ms`` between, until their timeout (Kafka's
+  ``Fetcher.fetchOffsetsByTimes``); other errors are raised at once.
 - A reset lands only on a partition still assigned and still waiting for that reset.
 """
 from __future__ import annotations
@@ -25,10 +29,12 @@ class OffsetFetcher:
     """Offsets by timestamp (rules above; state: ``api.Consumer``)."""
 
     def beginning_offsets(self, tps, timeout_ms: int | None = None) -> dict:
-        return self._list_offsets([_tp(t) for t in tps], protocol.EARLIEST_TIMESTAMP, timeout_ms)
+        return self._list_offsets_retrying([_tp(t) for t in tps], protocol.EARLIEST_TIMESTAMP,
+                                           timeout_ms)
 
     def end_offsets(self, tps, timeout_ms: int | None = None) -> dict:
-        return self._list_offsets([_tp(t) for t in tps], protocol.LATEST_TIMESTAMP, timeout_ms)
+        return self._list_offsets_retrying([_tp(t) for t in tps], protocol.LATEST_TIMESTAMP,
+                                           timeout_ms)
 
     def offsets_for_times(self, timestamps: dict, timeout_ms: int | None = None) -> dict:
         """{tp: OffsetAndTimestamp(offset, timestamp) or None}: for each partition the
@@ -41,11 +47,33 @@ class OffsetFetcher:
                 raise ValueError(f"timestamps must be non-negative ms, got {ms!r} for {tp}")
             by_time[ms].append(_tp(tp))
         for ms, tps in by_time.items():
-            found = self._list_offsets(tps, ms, timeout_ms, with_timestamps=True)
+            found = self._list_offsets_retrying(tps, ms, timeout_ms, with_timestamps=True)
             for tp, entry in found.items():
                 out[tp] = None if entry is None or entry[1] < 0 else \
                     OffsetAndTimestamp(entry[1], entry[0])
         return out
+
+    def _list_offsets_retrying(self, tps: list[TopicPartition], timestamp: int,
+                               timeout_ms: int | None, with_timestamps: bool = False) -> dict:
+        """``_list_offsets``, asked again on a retriable error until ``timeout_ms``
+        (default ``request_timeout_ms``) has passed (rules above)."""
+        total_ms = timeout_ms or self.request_timeout_ms
+        deadline = time.monotonic() + total_ms / 1000
+        while True:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            try:
+                return self._list_offsets(tps, timestamp,
+                                          max(1, min(remaining_ms, self.request_timeout_ms)),
+                                          with_timestamps=with_timestamps)
+            except errors.KafkaError as e:
+                if not e.retriable or time.monotonic() + self.retry_backoff_s >= deadline:
+                    raise
+            try:
+                self.meta.refresh(sorted({tp.topic for tp in tps}),
+                                  timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
+            except errors.KafkaError:
+                pass                    # asked again below, until the deadline
+            time.sleep(self.retry_backoff_s)
 
     # ------------------------------------------------------------- resets
     def _resolve_resets(self, deadline: float) -> None:
@@ -96,6 +124,8 @@ class OffsetFetcher:
         for endpoint, group in by_leader.items():
             body = {"replica_id": protocol.CONSUMER_REPLICA_ID,
                     "partitions": [[tp.topic, tp.partition, timestamp] for tp in group]}
+            if self.read_committed:
+                body["isolation_level"] = 1     # latest = the last stable offset
             try:
                 response = self.net.request(endpoint, protocol.ApiKey.LIST_OFFSETS, body,
                                             timeout_ms=timeout_ms or self.request_timeout_ms)

@@ -32,7 +32,7 @@ class _PartitionState:
     __slots__ = ("tp", "position", "fetch_offset", "reset", "buffered", "buffered_bytes",
                  "paused_until_s", "paused_epoch", "high_watermark", "corrupt",
                  "position_epoch", "leader", "validating", "validation", "validation_retry_s",
-                 "truncation", "hole_until")
+                 "truncation", "hole_until", "last_stable_offset")
 
     def __init__(self, tp: TopicPartition, reset: str):
         self.tp = tp
@@ -53,6 +53,7 @@ class _PartitionState:
         self.paused_until_s = 0.0
         self.paused_epoch = -1  # leader epoch when a leadership error paused it
         self.high_watermark = -1
+        self.last_stable_offset = -1   # the last fetch's LSO (-1: none told)
         # A corrupt batch at fetch_offset: raised once the position reaches it.
         self.corrupt: errors.KafkaError | None = None
         # The HW of a fetch answer that had no batch at or after fetch_offset although

@@ -6,6 +6,11 @@ Offers ``Producer`` (kafka-python-like) and the futures it returns,
     api.py          the Producer: configs, send / send_many / send_batch, flush, close
     accumulator.py  RecordAccumulator: per-partition open batches, and their encoding
     sender.py       Sender: the I/O thread's turns (queues, requests, retries, idempotence)
+    transactions.py TransactionManager: a transactional producer's state and coordinator
+                    requests (``transactional_id=``; kafka-python's init_transactions,
+                    begin_transaction, send_offsets_to_transaction, commit_transaction,
+                    abort_transaction)
+    txn_requests.py its requests (Kafka's TxnRequestHandlers), states and TxnResult
     futures.py      ProduceRequestResult and the futures of records and batches
 
 The one record-batch encoder is ``shm.batch`` (``build_batch``, and its struct fast

@@ -25,12 +25,15 @@ from node.client.producer.accumulator import (RECORD_OVERHEAD_BYTES, ProducerBat
 from node.client.producer.futures import (FutureBatchMetadata, FutureRecordMetadata,
                                           ProduceRequestResult)
 from node.client.producer.sender import Sender
-from node.client.types import KafkaTimeoutError
+from node.client.producer.transactions import TransactionManager
+from node.client.types import (ConsumerGroupMetadata, KafkaTimeoutError, OffsetAndMetadata,
+                               TopicPartition)
 from shm.batch import build_batch, read_header
 
 log = logging.getLogger("minikafka.producer")
 
 IDEMPOTENT_IN_FLIGHT_MAX = 5
+TRANSACTION_TIMEOUT_MS = 60_000    # Kafka's transaction.timeout.ms default
 REQUEST_TIMEOUT_SLACK_MS = 2000  # the broker answers REQUEST_TIMED_OUT before we give up
 METADATA_MAX_AGE_MS = 300_000
 _client_ids = itertools.count(1)
@@ -98,7 +101,9 @@ class Producer:
                  metadata_backoff_ms: int | None = None,
                  client_id: str | None = None, partitioner_seed: int | None = None,
                  key_serializer=None, value_serializer=None,
-                 enable_idempotence: bool | None = None):
+                 enable_idempotence: bool | None = None,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS):
         self.key_serializer = key_serializer
         self.value_serializer = value_serializer
         self.acks = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}.get(acks)
@@ -107,6 +112,11 @@ class Producer:
         if batch_size < 1 or linger_ms < 0 or retries < 0 or request_timeout_ms < 1 or \
                 max_in_flight_requests_per_connection < 1 or max_request_size < 1024:
             raise ValueError("producer configs out of range")
+        if transactional_id is not None:
+            if enable_idempotence is False:
+                raise ValueError("Cannot set a transactional.id without also enabling "
+                                 "idempotence.")
+            enable_idempotence = True       # Kafka: a transactional producer is idempotent
         if enable_idempotence:
             if self.acks != -1:
                 raise ValueError("Must set acks to all in order to use the idempotent "
@@ -157,6 +167,9 @@ class Producer:
         os.set_blocking(self._wake_w, False)
         self._sleeping = False
         self._wake_sent = False
+        # Transactions (``transactions``): None without a transactional id.
+        self._txn = None if transactional_id is None else TransactionManager(
+            transactional_id, transaction_timeout_ms, self.retry_backoff_s, self._wake)
         self._thread = threading.Thread(target=self._run, name=f"{self.client_id}-io",
                                         daemon=True)
         self._thread.start()
@@ -196,6 +209,8 @@ class Producer:
                     if topic in self._sticky_started:
                         partition = self._sticky.on_new_batch(topic, count, available)
                     self._sticky_started.add(topic)
+            if self._txn is not None:
+                self._txn.add_partition((topic, partition))
             self._topics.add(topic)
             result, index, wake = self._accumulator.append((topic, partition), value, key,
                                                            timestamp_ms, headers)
@@ -287,6 +302,9 @@ class Producer:
 
     def _enqueue_batches(self, topic: str, batches: list[ProducerBatch], records: int) -> None:
         with self._lock:
+            if self._txn is not None:
+                for tp in dict.fromkeys(b.tp for b in batches):
+                    self._txn.add_partition(tp)
             self._topics.add(topic)
             self._accumulator.enqueue(batches, records)
         self._wake()
@@ -304,6 +322,67 @@ class Producer:
                                            self._io_error is not None, timeout):
                     raise KafkaTimeoutError(f"flush did not finish in {timeout} s "
                                             f"({accumulator.incomplete} records incomplete)")
+        finally:
+            with self._lock:
+                accumulator.flushing -= 1
+
+    # ------------------------------------------------------------- transactions
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise RuntimeError("Transactional method invoked on a non-transactional "
+                               "producer (no transactional_id).")
+        if self._closed:
+            raise RuntimeError("transactional call on a closed producer")
+        return self._txn
+
+    def init_transactions(self, timeout_s: float | None = None) -> None:
+        """Get this transactional id's producer id and epoch from its coordinator
+        (fencing older producers with the same id, and ending their open transaction).
+        Waits up to ``timeout_s`` (default ``max_block_ms``); after a timeout, call it
+        again."""
+        self._transactions().init_transactions(self._block_s(timeout_s))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: what ``send`` sends from now on belongs to it."""
+        self._transactions().begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: dict, group, timeout_s: float | None = None
+                                    ) -> None:
+        """Commit a consumer group's ``offsets`` {TopicPartition: offset, or
+        OffsetAndMetadata / (offset, metadata)} as part of the transaction (visible when
+        it commits). ``group``: the group id, or the consumer's ``group_metadata()``
+        (its generation and member id are then checked by the group coordinator)."""
+        txn = self._transactions()
+        if isinstance(group, str):
+            group = ConsumerGroupMetadata(group)
+        elif not isinstance(group, ConsumerGroupMetadata):
+            raise TypeError(f"group must be a group id or ConsumerGroupMetadata, got "
+                            f"{type(group).__name__}")
+        if not group.group_id:
+            raise ValueError("send_offsets_to_transaction needs a group id")
+        txn.send_offsets(offsets_and_metadata(offsets), group, self._block_s(timeout_s))
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Flush, then commit the transaction (its records and offsets become visible to
+        read_committed readers). A failed batch fails the commit: abort then."""
+        self._transactions().commit(self._block_s(timeout_s), self._flush_until)
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Abort the transaction: unsent records fail (TransactionAbortedError), sent ones
+        are marked aborted; read_committed readers never see them."""
+        self._transactions().abort(self._block_s(timeout_s))
+
+    def _block_s(self, timeout_s: float | None) -> float:
+        return self.max_block_s if timeout_s is None else timeout_s
+
+    def _flush_until(self, result, timeout_s: float | None) -> None:
+        """Drain everything at once (as a flush) while waiting for ``result``."""
+        accumulator = self._accumulator
+        with self._lock:
+            accumulator.flushing += 1
+        try:
+            self._wake()
+            result.wait(timeout_s)
         finally:
             with self._lock:
                 accumulator.flushing -= 1
@@ -392,3 +471,26 @@ class Producer:
             io.fail_everything(e)
         finally:
             net.close()
+
+
+def offsets_and_metadata(offsets: dict) -> dict:
+    """{(topic, partition): OffsetAndMetadata} of ``send_offsets_to_transaction``'s
+    offsets: each an int, an OffsetAndMetadata, an (offset, metadata) pair or an object
+    with ``offset`` (and ``metadata``, ``leader_epoch``) as kafka-python's."""
+    out = {}
+    for tp, value in offsets.items():
+        topic, partition = tp
+        if isinstance(value, int) and not isinstance(value, bool):
+            om = OffsetAndMetadata(value)
+        elif isinstance(value, tuple) and not hasattr(value, "offset"):
+            om = OffsetAndMetadata(*value)
+        elif hasattr(value, "offset"):
+            om = OffsetAndMetadata(value.offset, getattr(value, "metadata", "") or "",
+                                   getattr(value, "leader_epoch", -1)
+                                   if getattr(value, "leader_epoch", None) is not None else -1)
+        else:
+            raise TypeError(f"offset of {topic}-{partition}: {value!r:.80}")
+        if not isinstance(om.offset, int) or om.offset < 0:
+            raise ValueError(f"offset of {topic}-{partition} must be >= 0, got {om.offset!r}")
+        out[TopicPartition(str(topic), int(partition))] = om
+    return out

@@ -18,6 +18,12 @@ Rules:
   with them and its partition's next sequence when first sent, and a retry resends
   exactly the batches first sent together. A sequence gap takes a new epoch (KIP-360).
 - Every batch completes exactly once (asserted in ``finish``).
+- Transactions (``transactions.TransactionManager``, when the producer has a
+  transactional id): its coordinator requests go out from this thread (``step`` each
+  turn, their answers through ``complete``); the id and epoch are the manager's (no
+  InitProducerId of our own); a partition's batches wait until the manager added it to
+  the transaction, and are stamped transactional; a batch that fails for good puts the
+  transaction in an error state instead of asking for a new epoch.
 """
 from __future__ import annotations
 
@@ -69,6 +75,12 @@ class Sender:
         self.init_in_flight = False
         self.init_next_s = 0.0
         self.group = 0                  # numbers the requests batches are first sent in
+        self.txn = getattr(producer, "_txn", None)    # the TransactionManager, or None
+        # Kafka's leastLoadedNode: when a request to an endpoint last failed (a dead or
+        # unreachable broker is skipped for ``retry_backoff_ms``), and a turn counter
+        # that rotates the choice among equals.
+        self.failed_s: dict[str, float] = {}
+        self.rotation = 0
 
     # -- one turn of the loop
     def turn(self) -> None:
@@ -78,6 +90,8 @@ class Sender:
         self.expire(now)
         self.check_suspects(now)
         self.maybe_request_metadata(now)
+        if self.txn is not None:
+            self.txn.step(now, self)
         self.send_ready(now)
         timeout_ms = self.poll_timeout_ms(time.monotonic())
         p._sleeping = True
@@ -132,6 +146,10 @@ class Sender:
         if self.produce_in_flight:
             oldest_s = min(sent_s for _, _, _, sent_s in self.produce_in_flight.values())
             wake_s = min(wake_s, max(oldest_s + PRODUCE_SUSPECT_MS / 1000, self.suspect_next_s))
+        if self.txn is not None:
+            txn_s = self.txn.next_wake_s()
+            if txn_s is not None:
+                wake_s = min(wake_s, max(txn_s, now + 0.001))
         return max(0.0, (wake_s - now) * 1000)
 
     # -- metadata
@@ -210,14 +228,20 @@ class Sender:
         and no new epoch is wanted. Asks a broker for them otherwise (a new epoch only
         once the requests in flight are answered)."""
         p = self.p
+        if self.txn is not None:
+            producer = self.txn.producer()
+            if producer is None:
+                return False
+            if producer != (self.producer_id, self.producer_epoch):
+                self.producer_id, self.producer_epoch = producer
+                self.next_sequence.clear()      # a new id or epoch: every partition from 0
+            return True
         if not p.idempotent or (self.producer_id >= 0 and not self.epoch_bump_wanted):
             return True
         if self.init_in_flight or now < self.init_next_s or \
                 (self.epoch_bump_wanted and self.produce_in_flight):
             return False
-        md = p._metadata
-        endpoints = [e for e in (md.endpoint(b) for b in sorted(md.brokers)) if e]
-        endpoint = (endpoints or p.bootstrap)[0]
+        endpoint = self.any_endpoint()
         body = {"producer_id": self.producer_id if self.epoch_bump_wanted else -1,
                 "producer_epoch": self.producer_epoch if self.epoch_bump_wanted else -1}
         try:
@@ -225,6 +249,7 @@ class Sender:
                           timeout_ms=p.request_timeout_ms)
             self.init_in_flight = True
         except errors.KafkaError:
+            self.failed_s[endpoint] = now
             self.init_next_s = now + p.retry_backoff_s
         return False
 
@@ -257,7 +282,7 @@ class Sender:
         if not batch.owned:
             batch.data = bytearray(batch.data)
             batch.owned = True
-        stamp_producer(batch.data, pid, epoch, sequence)
+        stamp_producer(batch.data, pid, epoch, sequence, transactional=self.txn is not None)
         batch.producer = (pid, epoch, sequence, group)
         self.next_sequence[batch.tp] = (sequence + batch.record_count) % SEQUENCE_WRAP
 
@@ -271,6 +296,8 @@ class Sender:
         for tp, queue in self.queues.items():
             if not queue or tp in self.muted or queue[0].ready_s > now:
                 continue
+            if self.txn is not None and not self.txn.may_send(tp):
+                continue        # not added to the transaction yet
             endpoint = md.leader_endpoint(*tp)
             if endpoint is None:
                 p._metadata_wanted = True
@@ -322,6 +349,8 @@ class Sender:
         if not sent:
             return
         body = {"acks": p.acks, "timeout_ms": p.request_timeout_ms, "partitions": entries}
+        if self.txn is not None:        # KIP-890: the leader verifies with this id's coordinator
+            body["transactional_id"] = self.txn.transactional_id
         context = ("produce", sent)
         try:
             cid = self.net.send(endpoint, protocol.ApiKey.PRODUCE, body, frames, context=context,
@@ -374,12 +403,19 @@ class Sender:
     # -- completions
     def complete(self, completion) -> None:
         kind = completion.context[0]
+        if completion.response is None and kind in ("init", "txn"):
+            self.failed_s[completion.endpoint] = time.monotonic()
+            self.p._metadata_wanted = True      # a broker may be gone: look again
         if kind == "metadata":
             self.on_metadata(completion)
         elif kind == "init":
             self.on_init(completion)
         elif kind == "produce":
             self.on_produce(completion)
+        elif kind == "txn":
+            self.txn.on_completion(completion.context[1],
+                                   None if completion.response is None
+                                   else completion.response.body, completion.error_code)
         self.notify()
 
     def on_produce(self, completion) -> None:
@@ -422,8 +458,8 @@ class Sender:
         if code in METADATA_STALE_CODES:
             p._metadata_wanted = True
         retriable = getattr(e, "retriable", False)
-        if p.idempotent and code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                     ErrorCode.UNKNOWN_PRODUCER_ID):
+        if p.idempotent and self.txn is None and \
+                code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
             # Not appended: the leader lost track of our sequence (a batch before it
             # failed, or its state went with truncated data). A new epoch, then again.
             self.epoch_bump_wanted = True
@@ -447,7 +483,9 @@ class Sender:
 
     def fail(self, batch: ProducerBatch, e: BaseException) -> None:
         batch.result.attempts = batch.attempts + (batch.last_error is not None)
-        if self.p.idempotent and batch.producer is not None:
+        if self.txn is not None:
+            self.txn.batch_failed(e)        # the transaction can only be aborted now
+        elif self.p.idempotent and batch.producer is not None:
             self.epoch_bump_wanted = True   # its sequence is a gap now: start an epoch
         self.fail_result(batch.result, batch.record_count, e)
 
@@ -490,6 +528,59 @@ class Sender:
                         self.fail(batch, e)
         self.net.in_flight.clear()
         self.produce_in_flight.clear()
+        if self.txn is not None:
+            self.txn.close(e)
         self.notify()
         with p._metadata_changed:
             p._metadata_changed.notify_all()
+
+    # -- what the TransactionManager asks of this thread (``transactions.step``)
+    def endpoint_of(self, node_id: int) -> str | None:
+        return self.p._metadata.endpoint(node_id)
+
+    def any_endpoint(self) -> str:
+        """A broker for a request any broker answers (FindCoordinator, InitProducerId):
+        Kafka's leastLoadedNode, one whose last request did not fail within
+        ``retry_backoff_ms`` (a SIGKILLed broker stays in the metadata until it is
+        refreshed: always taking the first one looped on it), the fewest in flight,
+        the choice rotating among equals."""
+        md = self.p._metadata
+        endpoints = [e for e in (md.endpoint(b) for b in sorted(md.brokers)) if e] or \
+            list(self.p.bootstrap)
+        assert endpoints, "no broker known, not even a bootstrap server"
+        self.rotation += 1
+        start = self.rotation % len(endpoints)
+        endpoints = endpoints[start:] + endpoints[:start]
+        recent = time.monotonic() - self.p.retry_backoff_s
+        return min(endpoints, key=lambda e: (self.failed_s.get(e, -1.0) > recent,
+                                             self.net.in_flight_count(e)))
+
+    def has_incomplete(self) -> bool:
+        """Records sent and not completed (buffered, queued or in flight)."""
+        return self.accumulator.incomplete > 0
+
+    def abort_undrained(self, e: BaseException) -> None:
+        """Fail every batch not in flight (the transaction is being aborted)."""
+        batches = list(self.accumulator.take_all())
+        for queue in self.queues.values():
+            batches += queue
+            queue.clear()
+        for item in batches:
+            if isinstance(item, OpenBatch):
+                self.fail_result(item.result, len(item.values), e)
+                continue
+            if item.producer is not None:
+                # a retry: the leader may or may not have it, so its partition's
+                # sequence is unknown: a new epoch before the next transaction
+                self.txn.epoch_bump_required = True
+            item.result.attempts = item.attempts + (item.last_error is not None)
+            self.fail_result(item.result, item.record_count, e)
+        self.notify()
+
+    def send(self, endpoint: str, api_key: int, body: dict, context) -> None:
+        try:
+            self.net.send(endpoint, api_key, body, context=context,
+                          timeout_ms=self.p.request_timeout_ms)
+        except errors.KafkaError:
+            self.failed_s[endpoint] = time.monotonic()
+            raise

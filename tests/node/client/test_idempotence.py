@@ -19,7 +19,11 @@ from tests.waiting import poll_until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-CONFIG = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
+# The session outlives a follower paused until the ISR shrinks (replica.lag.time.max.ms,
+# about 3 s; longer under load): a session that expired as the follower woke made it
+# register again while the next test created its topic (CI: RF 3 "larger than available
+# brokers: 2"). A SIGKILLed leader is replaced after the 10 s instead.
+CONFIG = {"zookeeper.session.timeout.ms": "10000", "replica.lag.time.max.ms": "3000",
           "replica.fetch.wait.max.ms": "50", "auto.leader.rebalance.enable": "false"}
 
 
@@ -128,6 +132,8 @@ def test_retries_after_lost_answers_write_every_record_once(cluster, idempotent)
     finally:
         cluster.start(follower)         # SIGCONT
         producer.close()
+    for b in range(3):                  # whole again before the next test
+        cluster.wait_broker_ready(b, 60, peers=[0, 1, 2])
     values = _values(cluster, topic)
     counts = collections.Counter(values)
     assert set(counts) == {b"v%d" % i for i in range(20)}
