@@ -1,22 +1,36 @@
 """How fast Spark reads a topic through ``format("minikafka")``, against Parquet.
 
-    python -m bench.analysis.spark_source [--records 10000000] [--partitions 6] [--master local[2]] [--values random|constant]
+    python -m bench.analysis.spark_source [--records 10000000] [--partitions 6] [--master local[2]] [--values random|constant] [--rounds 5] [--max-partitions N]
 
 Starts zk_lite and one broker (the supervisor), fills a topic of ``--partitions``
 partitions with ``--records`` records of 100 bytes (the producer's bulk path, 256 KiB
 batches), writes the same records once as Parquet (untimed), then times one full
-aggregation, ``SELECT partition, sum(length(value)) GROUP BY partition``, three ways in
+aggregation, ``SELECT partition, sum(length(value)) GROUP BY partition``, several ways in
 one Spark session: the source in local mode (``dir``: LocalReader, zero-copy), the
-source over Fetch, and Parquet. Each is run ``--repeat`` times and the best is kept (the
-first read also warms Spark's Python workers). Prints one line per way and one JSON
-line with records/s and the ratios to Parquet.
+source over Fetch, and Parquet. Each way is read once untimed (Spark's Python workers
+and JIT warm up), then ``--rounds`` rounds read the ways one after the other, so
+a shared machine's load falls on all of them alike; the figures are each way's median,
+and its ratio to Parquet is the median of the rounds' ratios. The source reads with
+``maxPartitions`` = ``--max-partitions`` (default: the cores of ``local[N]``; 0: one
+task per topic partition). Prints one line per way and one JSON line.
+
+A fifth way, ``jvm``, is ``node.spark.read_segments``: the same local snapshot read by
+the JVM segment reader (``node/spark/java``: columnar batches over the mapped segment
+files, no Python worker); skipped with a note if its jar cannot be built (no javac).
+
+A fourth way, ``ceiling``, is the most any Python data source can do here: a source
+whose tasks (as many as the minikafka source's) yield one prepared Arrow batch of the
+same columns and 100-byte values over and over, with no reading and no building, so its
+time is Spark's alone (the Python worker's hand-over, Arrow to rows, the query).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +38,63 @@ from pathlib import Path
 
 RECORD_BYTES = 100
 BATCH_BYTES = 262_144
+
+
+CEILING_ROWS = 65_536       # rows of the ceiling source's one prepared batch
+
+
+def _ceiling_classes():
+    """The ceiling source's classes (defined on first use: pyspark is imported late)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, options) -> None:
+            self.records = int(options["records"])
+            self.tasks = int(options["tasks"])
+
+        def partitions(self):
+            share = -(-self.records // self.tasks)
+            return [InputPartition(min(share, self.records - i * share))
+                    for i in range(self.tasks) if self.records > i * share]
+
+        def read(self, partition):
+            batch = ceiling_batch(CEILING_ROWS)
+            left = partition.value
+            while left > 0:
+                n = min(left, CEILING_ROWS)
+                yield batch.slice(0, n)
+                left -= n
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "minikafka-bench-ceiling"
+
+        def schema(self):
+            from node.spark.source import SCHEMA
+            return SCHEMA
+
+        def reader(self, schema):
+            return CeilingReader(self.options)
+
+    return CeilingSource
+
+
+def ceiling_batch(rows: int):
+    """An Arrow batch of the source's columns: null keys, random 100-byte values."""
+    import numpy as np
+    import pyarrow as pa
+    values = np.random.default_rng(0).integers(0, 256, rows * RECORD_BYTES, dtype=np.uint8)
+    ends = np.arange(0, (rows + 1) * RECORD_BYTES, RECORD_BYTES, dtype=np.int32)
+    return pa.RecordBatch.from_arrays([
+        pa.nulls(rows, pa.binary()),
+        pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(ends),
+                                                  pa.py_buffer(values)]),
+        pa.array(["bench"] * rows), pa.array([0] * rows, pa.int32()),
+        pa.array(np.arange(rows, dtype=np.int64)),
+        pa.array(np.arange(rows, dtype=np.int64), pa.timestamp("us", tz="UTC")),
+        pa.array([0] * rows, pa.int32()),
+    ], names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
 
 
 def fill(bootstrap: str, topic: str, records: int, partitions: int,
@@ -51,17 +122,47 @@ def fill(bootstrap: str, topic: str, records: int, partitions: int,
         producer.close()
 
 
-def timed(spark, df, repeat: int) -> tuple[float, int]:
+def timed(spark, df, repeat: int = 1) -> tuple[float, int, int]:
+    """(best seconds of ``repeat`` runs of the query, records it counted, value bytes
+    it summed)."""
     from pyspark.sql import functions as F
-    best, total = None, 0
+    best, total, size = None, 0, 0
     for _ in range(repeat):
         started = time.perf_counter()
         rows = df.groupBy("partition").agg(F.sum(F.length("value")).alias("bytes"),
                                            F.count(F.lit(1)).alias("records")).collect()
         elapsed = time.perf_counter() - started
         total = sum(r["records"] for r in rows)
+        size = sum(r["bytes"] or 0 for r in rows)
         best = elapsed if best is None else min(best, elapsed)
-    return best, total
+    return best, total, size
+
+
+def summary(seconds: dict[str, list[float]], records: int) -> dict:
+    """Each way's median seconds and records/s; beside Parquet, the median of the
+    rounds' ratios (Parquet's seconds / the way's, round by round). Pure."""
+    out = {}
+    for name, times in seconds.items():
+        median = statistics.median(times)
+        out[name] = {"seconds": round(median, 3), "records_per_s": round(records / median),
+                     "rounds": [round(t, 3) for t in times]}
+    for name, times in seconds.items():
+        if name != "parquet":
+            out[name]["of_parquet"] = round(statistics.median(
+                p / t for p, t in zip(seconds["parquet"], times)), 3)
+    return out
+
+
+def local_cores(master: str) -> int:
+    """N of ``local[N]`` (``local``: 1, ``local[*]``: this host's cores); 0 otherwise."""
+    if master == "local":
+        return 1
+    found = re.fullmatch(r"local\[(\d+|\*)\]", master)
+    if not found:
+        return 0
+    if found.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(found.group(1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,12 +171,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="timed rounds of the ways (default 5)")
+    parser.add_argument("--max-partitions", type=int, default=None,
+                        help="the source's maxPartitions (default: the cores of local[N]; "
+                             "0: one task per topic partition)")
     parser.add_argument("--values", choices=("random", "constant"), default="random",
                         help="record values: random bytes (default) or 100 x 'x'")
     args = parser.parse_args(argv)
-    if min(args.records, args.partitions, args.repeat) < 1:
-        parser.error("--records, --partitions and --repeat must be positive")
+    if min(args.records, args.partitions, args.rounds) < 1:
+        parser.error("--records, --partitions and --rounds must be positive")
+    max_partitions = local_cores(args.master) if args.max_partitions is None \
+        else args.max_partitions
+    if max_partitions < 0:
+        parser.error("--max-partitions must be 0 or more")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from node.client import Admin
@@ -94,37 +203,61 @@ def main(argv: list[str] | None = None) -> int:
         fill(cluster.bootstrap_servers, "bench", args.records, args.partitions, args.values)
         print(f"filled: {args.records:,} records in {time.perf_counter() - started:.1f} s",
               file=sys.stderr)
-        spark = (SparkSession.builder.master(args.master).appName("bench-spark-source")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.memory", "4g")
-                 .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+        builder = (SparkSession.builder.master(args.master).appName("bench-spark-source")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.memory", "4g")
+                   .config("spark.sql.shuffle.partitions", "4"))
+        from node.spark import jar
+        try:
+            builder = jar.configure(builder)
+            with_jvm = True
+        except jar.JarUnavailable as e:
+            print(f"jvm: skipped ({e})", file=sys.stderr)
+            with_jvm = False
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
+        grouping = {"maxPartitions": str(max_partitions)} if max_partitions else {}
         local = (spark.read.format("minikafka").option("dir", str(cluster.dir))
-                 .option("subscribe", "bench").load())
+                 .option("subscribe", "bench").options(**grouping).load())
         fetch = (spark.read.format("minikafka")
                  .option("bootstrap.servers", cluster.bootstrap_servers)
-                 .option("subscribe", "bench").load())
+                 .option("subscribe", "bench").options(**grouping).load())
         parquet_dir = str(work / "parquet")
         local.write.parquet(parquet_dir)
         parquet = spark.read.parquet(parquet_dir)
-        figures = {}
-        for name, df in (("local", local), ("fetch", fetch), ("parquet", parquet)):
-            seconds, records = timed(spark, df, args.repeat)
-            if records != args.records:
-                raise RuntimeError(f"{name}: read {records} records, wrote {args.records}")
-            figures[name] = {"seconds": round(seconds, 3),
-                             "records_per_s": round(records / seconds)}
-            print(f"{name:>8}: {records:,} records in {seconds:.2f} s = "
-                  f"{records / seconds:,.0f} records/s", flush=True)
-        for name in ("local", "fetch"):
-            figures[name]["of_parquet"] = round(
-                figures[name]["records_per_s"] / figures["parquet"]["records_per_s"], 3)
+        spark.dataSource.register(_ceiling_classes())
+        ceiling = (spark.read.format("minikafka-bench-ceiling")
+                   .option("records", str(args.records))
+                   .option("tasks", str(max_partitions or args.partitions)).load())
+        ways = (("local", local), ("fetch", fetch), ("ceiling", ceiling),
+                ("parquet", parquet))
+        if with_jvm:
+            from node.spark import read_segments
+            ways = (("jvm", read_segments(spark, dir=str(cluster.dir), subscribe="bench",
+                                          **grouping)),) + ways
+        seconds: dict[str, list[float]] = {name: [] for name, _ in ways}
+        for round_ in range(args.rounds + 1):
+            for name, df in ways:
+                elapsed, records, size = timed(spark, df)
+                if records != args.records or size != args.records * RECORD_BYTES:
+                    raise RuntimeError(f"{name}: read {records} records of {size} bytes, "
+                                       f"wrote {args.records} of {RECORD_BYTES} bytes")
+                if round_:          # round 0 warms up
+                    seconds[name].append(elapsed)
+        figures = summary(seconds, args.records)
+        for name, _ in ways:
+            f = figures[name]
+            ratio = f" ({f['of_parquet']:.0%} of Parquet)" if "of_parquet" in f else ""
+            print(f"{name:>8}: {args.records:,} records in {f['seconds']:.2f} s = "
+                  f"{f['records_per_s']:,} records/s{ratio}", flush=True)
         print(json.dumps({"records": args.records, "partitions": args.partitions,
-                          "master": args.master, "values": args.values, **figures}), flush=True)
+                          "master": args.master, "values": args.values,
+                          "max_partitions": max_partitions, "rounds": args.rounds,
+                          **figures}), flush=True)
         return 0
     finally:
         if spark is not None:

@@ -1,8 +1,14 @@
 """minikafka topics in Spark: ``register(spark)`` makes ``format("minikafka")`` known
-(see ``node.spark.source``)."""
+(see ``node.spark.source``); ``read_segments`` reads a local cluster's topics with the
+JVM segment reader (``node.spark.segments``, ``node.spark.jar``)."""
 from __future__ import annotations
 
 
 def register(spark) -> None:
     from node.spark.source import MinikafkaDataSource
     spark.dataSource.register(MinikafkaDataSource)
+
+
+def read_segments(spark, dir: str, subscribe: str, **options):
+    from node.spark.segments import read_segments as read
+    return read(spark, dir, subscribe, **options)

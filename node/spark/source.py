@@ -24,11 +24,15 @@ Options (names as spark-sql-kafka's where it has them):
   sees an uncommitted record;
 - ``minPartitions``: split large topic partitions into offset ranges until there are at
   least this many input partitions (default: one per topic partition);
+- ``maxPartitions``: at most this many input partitions (Spark tasks): a task then
+  reads several ranges one after the other (batch reads; e.g. the executors' cores:
+  each task costs Spark a Python worker hand-over, and fewer, longer tasks read faster);
 - ``dir``: local mode. The supervisor's cluster directory (``minikafka cluster up
   --dir``): each input partition reads its leader's segment files on this host through
   ``shm.local_reader.LocalReader`` (zero-copy, below the HW) instead of Fetch, and the
   Arrow arrays of the batches' columnar bodies become the DataFrame's columns without
-  re-encoding.
+  re-encoding (transaction markers give no rows). ``node.spark.read_segments`` reads
+  the same snapshot with the JVM alone (``node.spark.segments``): no Python workers.
 
 - ``valueFormat``: ``binary`` (default) or ``avro``: ``value`` becomes a struct
   column of the Avro record (``df.select("value.*")``), decoded with the schema
@@ -53,10 +57,13 @@ send fails the task.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     DataSourceWriter, InputPartition, WriterCommitMessage)
+
+from node.spark.plan import group, split
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
@@ -65,7 +72,8 @@ REQUEST_TIMEOUT_MS = 30_000
 FETCH_BYTES = 8 * 1024 * 1024
 POLL_MS = 500
 STALL_S = 30.0          # a read that gets nothing for this long fails its task
-SPLITS_MAX = 10_000
+BOARD_LAG_MAX_S = 2.0   # a local read waits this long for the board to show the range's end
+BOARD_POLL_S = 0.005
 
 
 class SourceError(ValueError):
@@ -271,28 +279,11 @@ def _resolve(spec, tp, earliest: dict, latest: dict, name: str) -> int:
     return offset
 
 
-def split(ranges: list[tuple[str, int, int, int]], min_partitions: int | None
-          ) -> list[tuple[str, int, int, int]]:
-    """Halve the largest range until there are at least ``min_partitions`` (or every
-    range is one record); empty ranges are dropped. Pure."""
-    import heapq
-    out = [r for r in ranges if r[3] > r[2]]
-    if not min_partitions or len(out) >= min_partitions:
-        return out
-    heap = [(-(end - start), i, (topic, partition, start, end))
-            for i, (topic, partition, start, end) in enumerate(out)]
-    heapq.heapify(heap)
-    counter = len(heap)
-    while len(heap) < min(min_partitions, SPLITS_MAX):
-        size, _, (topic, partition, start, end) = heap[0]
-        if -size < 2:
-            break
-        heapq.heappop(heap)
-        middle = start + (end - start) // 2
-        for piece in ((topic, partition, start, middle), (topic, partition, middle, end)):
-            heapq.heappush(heap, (-(piece[3] - piece[2]), counter, piece))
-            counter += 1
-    return sorted(item for _, _, item in heap)
+@dataclass
+class Group(InputPartition):
+    """One Spark task's input: several offset ranges, read one after the other."""
+
+    ranges: list
 
 
 # ------------------------------------------------------------------ reading a range
@@ -421,8 +412,20 @@ def _read_local(part: Range):
 
 
 def _local_batches(part: Range):
-    from node.perf.consumer import cluster_layout
     from shm.batch import parse_batch
+    for view, _place, _header in walk_local(part, FETCH_BYTES):
+        batch = parse_batch(view, verify_crc=False)
+        if not batch.control:   # a transaction marker is no record (as Fetch)
+            yield batch
+
+
+def walk_local(part: Range, max_bytes: int):
+    """Every batch of ``part``'s range in its leader's segment files on this host
+    (``LocalReader``, below the HW), in order, as ``(view, place, header)``: place is
+    (segment file, byte position, size, inode). Local mode and ``read_segments``'s plan
+    both walk this way."""
+    from node.perf.consumer import cluster_layout
+    from shm.batch import read_header
     from shm.local_reader import LocalReader
     cluster_id, log_dirs, _ = cluster_layout(part.cluster_dir)
     if part.leader not in log_dirs:
@@ -432,17 +435,28 @@ def _local_batches(part: Range):
                          part.partition)
     try:
         position = part.start
+        board_deadline = None
         while position < part.end:
-            read = reader.read(position, FETCH_BYTES)
+            read = reader.read(position, max_bytes)
             if not read.batches and read.high_watermark >= part.end:
                 return          # the rest of the range was compacted away
+            if not read.batches and read.high_watermark <= position:
+                # The broker's board is published a moment after its answers (a timer
+                # of node.broker.limits.BOARD_PUBLISH_DELAY_MS, late under load): the
+                # range's end, from ListOffsets, may not be on it yet.
+                now = time.monotonic()
+                board_deadline = board_deadline or now + BOARD_LAG_MAX_S
+                if now < board_deadline:
+                    time.sleep(BOARD_POLL_S)
+                    continue
             if not read.batches:
                 raise SourceError(f"{part.topic}-{part.partition}: the local log ends at "
                                   f"{position}, before {part.end} (did the leader move?)")
-            for view in read.batches:
-                batch = parse_batch(view, verify_crc=False)
-                yield batch
-                position = batch.header.next_offset
+            board_deadline = None
+            for view, place in zip(read.batches, read.places):
+                header = read_header(view)
+                yield view, place, header
+                position = header.next_offset
                 if position >= part.end:
                     return
     finally:
@@ -483,6 +497,10 @@ class BatchReader(DataSourceReader):
         if self.ending == "earliest":
             raise SourceError('endingOffsets cannot be "earliest"')
         self.min_partitions = _int_option(opts, "minPartitions", None)
+        self.groups = _int_option(opts, "maxPartitions", None)
+        if self.groups and self.min_partitions and self.groups < self.min_partitions:
+            raise SourceError(f"option maxPartitions ({self.groups}) is below "
+                              f"minPartitions ({self.min_partitions})")
         self.registry, self.reader_schema = _avro(opts, self.topics, self.directory)
         self.plan = self._plan()
 
@@ -500,11 +518,16 @@ class BatchReader(DataSourceReader):
 
     def partitions(self):
         # Spark wants at least one partition; an empty range reads nothing.
-        return self.plan or [Range(self.topics[0], 0, 0, 0, self.bootstrap)]
+        if not self.plan:
+            return [Range(self.topics[0], 0, 0, 0, self.bootstrap)]
+        if not self.groups:
+            return self.plan
+        return [Group(g) for g in group(self.plan, self.groups)]
 
-    def read(self, partition: Range):
-        if partition.end > partition.start:
-            yield from read_range(partition)
+    def read(self, partition):
+        for part in getattr(partition, "ranges", [partition]):
+            if part.end > part.start:
+                yield from read_range(part)
 
 
 class StreamReader(DataSourceStreamReader):

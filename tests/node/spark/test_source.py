@@ -1,12 +1,12 @@
 """format("minikafka"): a real cluster read by a real Spark, over Fetch and locally."""
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
 
 from node.spark import source
+from tests.node.spark.sessions import local_session, own_cluster
 
 # ------------------------------------------------------------------ pure parts
 
@@ -24,6 +24,19 @@ def test_split_reaches_min_partitions_without_gaps_or_overlaps():
     assert len(source.split([("t", 0, 0, 3)], 10)) == 3        # no range below one record
 
 
+def test_group_deals_ranges_into_at_most_n_tasks_of_about_equal_records():
+    ranges = [source.Range("t", p, 0, size, "h:1")
+              for p, size in enumerate([900, 100, 500, 500, 300, 700])]
+    groups = source.group(ranges, 2)
+    assert len(groups) == 2
+    assert sorted(r.partition for g in groups for r in g) == list(range(6))
+    sizes = sorted(sum(r.end - r.start for r in g) for g in groups)
+    assert sizes == [1500, 1500]
+    assert all(g == sorted(g, key=lambda r: r.partition) for g in groups)
+    assert source.group(ranges, None) == [[r] for r in ranges]
+    assert source.group(ranges[:1], 4) == [ranges[:1]]
+
+
 @pytest.mark.parametrize("text, expected", [
     ("earliest", "earliest"), ("latest", "latest"),
     ('{"t": {"0": 5, "1": -2}}', {"t": {0: 5, 1: -2}}),
@@ -39,6 +52,10 @@ def test_offset_options(text, expected):
      "startingOffsets"),
     ({"bootstrap.servers": "h:1", "subscribe": "t", "minPartitions": "zero"},
      "minPartitions"),
+    ({"bootstrap.servers": "h:1", "subscribe": "t", "maxPartitions": "0"},
+     "maxPartitions"),
+    ({"bootstrap.servers": "h:1", "subscribe": "t", "maxPartitions": "2",
+      "minPartitions": "4"}, "maxPartitions .2. is below minPartitions"),
 ])
 def test_wrong_options_are_one_clear_message(options, words):
     with pytest.raises(source.SourceError, match=words):
@@ -49,37 +66,14 @@ def test_wrong_options_are_one_clear_message(options, words):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from node.cluster import Cluster
-    from shm.names import cleanup_cluster
-    from tests.conftest import new_cluster_id
-    cid = new_cluster_id()
-    c = Cluster.up(tmp_path_factory.mktemp("spark") / "cluster", 2, cluster_id=cid)
-    try:
+    with own_cluster(tmp_path_factory.mktemp("spark") / "cluster", 2) as c:
         yield c
-    finally:
-        c.down(grace_s=10)
-        cleanup_cluster(cid)
 
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-    session = (SparkSession.builder.master("local[2]").appName("minikafka-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    from node.spark import register
-    register(session)
-    try:
+    with local_session("minikafka-tests") as session:
         yield session
-    finally:
-        session.stop()
 
 
 def _produce(cluster, topic: str, n: int, partitions: int = 3, start: int = 0) -> dict:
@@ -102,6 +96,13 @@ def _produce(cluster, topic: str, n: int, partitions: int = 3, start: int = 0) -
         producer.close()
 
 
+def _reader(cluster, spark, mode: str, topic: str):
+    """A batch reader of ``topic``: over Fetch, or local (the segment files)."""
+    reader = spark.read.format("minikafka").option("subscribe", topic)
+    return reader.option("dir", str(cluster.dir)) if mode == "local" else \
+        reader.option("bootstrap.servers", cluster.bootstrap_servers)
+
+
 def _rows(df) -> dict:
     return {(r.partition, r.offset): (r.key, r.value) for r in df.collect()}
 
@@ -113,10 +114,7 @@ def _rows(df) -> dict:
 def test_what_the_producer_wrote_is_read_back_exactly(cluster, spark, mode):
     topic = f"round-{mode}"
     written = _produce(cluster, topic, 2500)
-    reader = spark.read.format("minikafka").option("subscribe", topic)
-    reader = reader.option("dir", str(cluster.dir)) if mode == "local" else \
-        reader.option("bootstrap.servers", cluster.bootstrap_servers)
-    df = reader.option("minPartitions", "6").load()
+    df = _reader(cluster, spark, mode, topic).option("minPartitions", "6").load()
     assert df.rdd.getNumPartitions() >= 6
     assert [f.name for f in df.schema.fields] == ["key", "value", "topic", "partition",
                                                   "offset", "timestamp", "timestampType"]
@@ -125,6 +123,20 @@ def test_what_the_producer_wrote_is_read_back_exactly(cluster, spark, mode):
     assert {r.topic for r in df.select("topic").distinct().collect()} == {topic}
     total = df.groupBy("partition").agg({"value": "count"}).collect()
     assert sum(r[1] for r in total) == 2500
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fetch", "local"])
+def test_max_partitions_reads_several_ranges_per_task_exactly(cluster, spark, mode):
+    topic = f"grouped-{mode}"
+    written = _produce(cluster, topic, 1200)
+    df = _reader(cluster, spark, mode, topic).option("maxPartitions", "2").load()  # 3 partitions, 2 tasks
+    assert df.rdd.getNumPartitions() == 2
+    assert _rows(df) == written
+    per_task = df.rdd.glom().map(len).collect()
+    assert len(per_task) == 2 and min(per_task) > 0 and sum(per_task) == 1200
 
 
 @pytest.mark.spark
@@ -354,3 +366,41 @@ def test_avro_option_errors_are_one_clear_message(cluster, spark):
     with pytest.raises(Exception, match="not an Avro value"):
         (spark.read.format("minikafka").options(**base).option("valueFormat", "avro")
          .option("schema.registry", cluster.zookeeper).load().collect())
+
+
+def test_a_local_read_waits_for_the_board_to_show_the_ranges_end(monkeypatch):
+    """The range's end comes from ListOffsets, the local reader's from the broker's
+    board, published BOARD_PUBLISH_DELAY_MS later (CI: "the local log ends at 32,
+    before 33" right after a transaction marker). The walk waits for the board, and
+    still fails, naming the gap, when the board never gets there."""
+    import shm.local_reader
+    import node.perf.consumer
+    from shm.batch import build_batch
+    from shm.local_reader import LocalRead
+    batch = build_batch([b"marker"], base_offset=32)
+    boards = []
+
+    class Reader:
+        """The board shows HW 32 for the first reads, then 33 (or never)."""
+        def __init__(self, *args):
+            self.reads = 0
+
+        def read(self, position, max_bytes):
+            self.reads += 1
+            hw = 33 if boards[0] is not None and self.reads > boards[0] else 32
+            if position >= hw:
+                return LocalRead([], position, hw, 0, 0)
+            return LocalRead([memoryview(bytes(batch))], 33, hw, 0, 0,
+                             (("segment", 0, len(batch), 1),))
+
+        def close(self):
+            pass
+    monkeypatch.setattr(shm.local_reader, "LocalReader", Reader)
+    monkeypatch.setattr(node.perf.consumer, "cluster_layout", lambda d: ("c", {0: "/x"}, ""))
+    monkeypatch.setattr(source, "BOARD_LAG_MAX_S", 0.2)
+    part = source.Range("txn", 0, 32, 33, "h:1", cluster_dir="/d", leader=0)
+    boards.append(3)                 # the board catches up after 3 reads
+    assert [h.base_offset for _, _, h in source.walk_local(part, 1024)] == [32]
+    boards[0] = None                 # it never does
+    with pytest.raises(source.SourceError, match="the local log ends at 32, before 33"):
+        list(source.walk_local(part, 1024))
