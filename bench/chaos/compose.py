@@ -69,6 +69,8 @@ def _target(rng: random.Random, fault: str, targets) -> str:
         return rng.choice(targets)
     if fault.startswith("coordinator"):
         return "zk"
+    if fault == "late-write":
+        return "random"         # a partition of the topic, drawn when it is sent
     return "controller"
 
 

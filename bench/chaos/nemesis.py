@@ -22,6 +22,10 @@ Faults (each is healed when its duration ends):
 - ``power-failure``: SIGKILL the targets at the same moment, then cut each one's
   segment files back to its recovery point (what had been flushed; the rest was in
   the page cache), start them again when the fault ends;
+- ``late-write`` (the ``txn`` workload): a write of an aborted transaction delivered
+  again after its abort marker, with its producer's id, epoch and next sequence
+  (``bench.chaos.late_write.inject``: KIP-890's gap); tried until one lands or is
+  refused, within the fault's duration; nothing to heal;
 - ``partition`` (a ``--netns`` cluster only): cut links of the mesh, heal them. Its
   target: ``isolate:X`` (X from everyone), ``X|Y`` (every X from every Y), ``halves``
   (the servers split in two at random) or ``bridge`` (two halves and one node that
@@ -51,7 +55,7 @@ import time
 from dataclasses import asdict, dataclass
 
 FAULTS = ("kill", "pause", "restart", "controller", "coordinator", "coordinator-pause",
-          "slow", "power-failure", "partition", "controller-move")
+          "slow", "power-failure", "partition", "controller-move", "late-write")
 BROKER_FAULTS = ("kill", "pause", "restart", "slow", "power-failure")
 TARGETS = ("random", "leader", "followers", "controller")
 # What a drawn partition cuts: the seed's scenarios 1-8, and Jepsen's shapes.
@@ -108,6 +112,8 @@ def plan(seed: int, faults: list[str], duration_s: float,
             target = rng.choice(PARTITION_TARGETS)
         elif fault in BROKER_FAULTS:
             target = rng.choice(targets)
+        elif fault == "late-write":
+            target = "random"
         else:
             target = "zk" if fault.startswith("coordinator") else "controller"
         out.append(Planned(at, length, fault, target))
@@ -247,6 +253,8 @@ class Nemesis:
                 return self._apply_power_failure(planned)
         if planned.fault == "controller-move":
             return self._apply_controller_move(planned)
+        if planned.fault == "late-write":
+            return self._apply_late_write(planned)
         try:
             targets = self._resolve(planned)
         except Exception as e:  # the coordinator may be away: skip this fault
@@ -307,6 +315,26 @@ class Nemesis:
             return None
         applied = Applied(planned.fault, "controller", time.monotonic_ns(),
                           detail=f"deposed {deposed}")
+        with self._lock:
+            self.applied.append(applied)
+            self.active.append(applied)
+        return applied
+
+    def _apply_late_write(self, planned: Planned) -> Applied:
+        from bench.chaos.late_write import inject
+        from node.client import Admin
+        applied = Applied(planned.fault, self.topic, time.monotonic_ns())
+        try:
+            with Admin(self.cluster.bootstrap_servers) as admin:
+                partitions = [m.partition for m in admin.describe_topics([self.topic])[
+                    self.topic]]
+                applied.target, applied.detail = inject(
+                    admin, self.topic, partitions, self.rng,
+                    time.monotonic() + planned.duration_ms / 1000, self._stop,
+                    time.monotonic)
+        except Exception as e:  # the cluster in another fault's grip: say so
+            applied.error = str(e)
+            log.warning("nemesis: late-write: %s", e)
         with self._lock:
             self.applied.append(applied)
             self.active.append(applied)
@@ -403,7 +431,7 @@ class Nemesis:
             with self._lock:
                 self.active.remove(applied)
             return
-        if applied.fault == "controller-move":
+        if applied.fault in ("controller-move", "late-write"):
             self._healed(applied)
             return
         with self._acting:

@@ -47,7 +47,23 @@ PROFILES = {
     "hw-truncation": {"acks": "all", "idempotence": "on", "min.insync.replicas": "2",
                       "broker": {"unclean.leader.election.enable": "false",
                                  "replication.truncation.mode": "high-watermark"}},
+    # Kafka's transactions without their defences (issue 28): no KIP-890 part 1 (the
+    # partition leader appends a transactional write without asking the coordinator
+    # whether the partition was added) and no part 2 (no epoch bump per transaction).
+    # Every other profile keeps the brokers' defaults: both on.
+    "kafka-txn": {"acks": "all", "idempotence": "on", "min.insync.replicas": "2",
+                  "broker": {"unclean.leader.election.enable": "false",
+                             "replication.truncation.mode": "leader-epoch",
+                             "transaction.partition.verification.enable": "false",
+                             "transaction.version": "0"}},
 }
+TXN_DEFENCES = ("transaction.partition.verification.enable", "transaction.version")
+WORKLOADS = ("plain", "txn")
+REPLICA_TRANSPORTS = ("fetch", "shm")
+REPLICA_TRANSPORT_HELP = ("the brokers' replica.transport: shm (the default: followers "
+                          "copy from the leader's segments through shared memory) or "
+                          "fetch (Fetch requests over sockets; the only one, and the "
+                          "default, with --netns)")
 BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "4000",
                    "replica.fetch.wait.max.ms": "100",
                    # A group's first JoinGroup is answered at once (Kafka's default waits
@@ -56,7 +72,7 @@ BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max
                    "group.initial.rebalance.delay.ms": "0"}
 
 
-def cluster_config(profile: str) -> dict[str, str]:
+def cluster_config(profile: str, replica_transport: str = "shm") -> dict[str, str]:
     """The brokers' settings of a run under ``profile``.
 
     The profile's ``min.insync.replicas`` is the brokers' default too, not only the chaos
@@ -66,7 +82,8 @@ def cluster_config(profile: str) -> dict[str, str]:
     offset goes down (sweep confluent-kafka seed 3, commit_backwards), which the profile
     promises not to happen to the records themselves either."""
     p = PROFILES[profile]
-    return {**BROKER_SETTINGS, **p["broker"], "min.insync.replicas": p["min.insync.replicas"]}
+    return {**BROKER_SETTINGS, **p["broker"], "min.insync.replicas": p["min.insync.replicas"],
+            "replica.transport": replica_transport}
 
 
 COMPOSE_HELP = ("the seed draws rounds of one or two overlapping faults (Jepsen's "
@@ -167,6 +184,8 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                      help="every process in its own network namespace (root): enables the "
                           "partition fault")
     run.add_argument("--profile", default="safe", choices=sorted(PROFILES))
+    run.add_argument("--replica-transport", choices=REPLICA_TRANSPORTS, default=None,
+                     help=REPLICA_TRANSPORT_HELP)
     run.add_argument("--faults", default=DEFAULT_FAULTS)
     run.add_argument("--duration", type=float, default=30.0, help="seconds of workload")
     run.add_argument("--seed", type=int, default=0)
@@ -175,7 +194,17 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--producers", type=int, default=2)
     run.add_argument("--consumers", type=int, default=None,
                      help=f"default 1 ({GROUP_CONSUMERS} with --group)")
-    run.add_argument("--rate", type=float, default=200.0, help="sends/s per producer")
+    run.add_argument("--rate", type=float, default=None,
+                     help="sends/s per producer (default 200); with --workload txn, "
+                          "transactions/s per process (default 10)")
+    run.add_argument("--workload", choices=WORKLOADS, default="plain",
+                     help="txn: transactional read-process-write processes and "
+                          "read_committed readers (bench.chaos.txn_run; --client native "
+                          "or confluent-kafka)")
+    run.add_argument("--txn-writes", type=int, default=3,
+                     help="--workload txn: values per transaction, to distinct partitions")
+    run.add_argument("--txn-abort", type=float, default=0.2,
+                     help="--workload txn: the probability a transaction aborts")
     run.add_argument("--schedule", default=None, type=absolute_path,
                      help="a schedule.json to run instead")
     run.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
@@ -189,11 +218,17 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                        help="a directory for the runs (RUN/seed-N)")
     sweep.add_argument("--seeds", default="1-50", help="e.g. 1-50 or 3,7,9")
     sweep.add_argument("--profile", default="safe", choices=sorted(PROFILES))
+    sweep.add_argument("--replica-transport", choices=REPLICA_TRANSPORTS, default=None,
+                       help=REPLICA_TRANSPORT_HELP)
     sweep.add_argument("--faults", default=SWEEP_FAULTS)
     sweep.add_argument("--duration", type=float, default=60.0)
     sweep.add_argument("--netns", action="store_true")
     sweep.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
-    sweep.add_argument("--rate", type=float, default=200.0)
+    sweep.add_argument("--rate", type=float, default=None,
+                       help="as chaos run's (default 200 sends/s, or 10 transactions/s)")
+    sweep.add_argument("--workload", choices=WORKLOADS, default="plain")
+    sweep.add_argument("--txn-writes", type=int, default=None)
+    sweep.add_argument("--txn-abort", type=float, default=None)
     sweep.add_argument("--keep", action="store_true",
                        help="keep every run's files (default: only the invalid runs')")
     _client_flags(sweep)
@@ -205,8 +240,20 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def check_run_args(args) -> None:
-    """The flag checks of ``chaos run`` (before anything starts)."""
+    """The flag checks of ``chaos run`` (before anything starts); fills in ``--rate``'s
+    default (per workload)."""
     consumers = consumers_of(args)
+    workload = getattr(args, "workload", "plain")
+    if args.rate is None:
+        args.rate = 10.0 if workload == "txn" else 200.0
+    if workload == "txn":
+        if args.client not in ("native", "confluent-kafka"):
+            raise UsageError("--workload txn runs the native client or confluent-kafka")
+        if args.group or getattr(args, "value_format", "plain") != "plain":
+            raise UsageError("--workload txn has its own group (chaos-txn) and plain "
+                             "values: no --group, no --value-format")
+        if args.txn_writes < 1 or not 0 <= args.txn_abort <= 1:
+            raise UsageError("--txn-writes must be positive, --txn-abort in [0, 1]")
     if args.brokers < 1 or args.duration <= 0 or args.rate <= 0 or \
             args.producers < 1 or consumers < 0 or args.partitions < 1:
         raise UsageError("--brokers, --duration, --rate and --producers must be positive")

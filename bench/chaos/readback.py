@@ -37,7 +37,62 @@ def read_log(bootstrap: str, topic: str, partitions: list[int]
             for tp in tps:      # a compacted log may end in a hole below its HW
                 if consumer.hole_until(tp) >= ends[tp[1]]:
                     positions[tp[1]] = max(positions[tp[1]], ends[tp[1]])
+                # ... or in a transaction marker (a control batch: no record returned,
+                # the consumer's position moves past it).
+                positions[tp[1]] = max(positions[tp[1]], consumer.position(tp))
         return final, ends
+    finally:
+        consumer.close()
+
+
+COMMITTED_QUIET_S = 5.0     # a read_committed final read with no progress this long ends
+LSO_SETTLE_S = 30.0         # for open transactions to end (the workers' timeout is 10 s)
+
+
+def read_committed_log(bootstrap: str, topic: str, partitions: list[int],
+                       high_watermarks: dict[int, int] | None = None,
+                       settle_s: float = LSO_SETTLE_S
+                       ) -> tuple[dict[int, list[tuple[int, bytes]]], dict[int, int]]:
+    """Every record of ``topic``'s ``partitions`` a read_committed consumer gets from the
+    log start (the transactional run's committed read-back), and the last stable offsets
+    it read to. First it waits up to ``settle_s`` for the LSOs (ListOffsets at
+    read_committed) to reach ``high_watermarks``: a transaction a killed worker left
+    open ends when the coordinator's timeout aborts it. The read ends at the LSOs, or
+    after ``COMMITTED_QUIET_S`` without progress: a transaction left open for good
+    (Kafka's hanging transaction) holds the LSO, and what lies past it is not
+    readable (the checker then finds the writes behind it lost)."""
+    from node.client import Consumer
+    consumer = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                        isolation_level="read_committed")
+    try:
+        tps = [(topic, p) for p in partitions]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+
+        def stable() -> dict[int, int]:
+            return {tp[1] if isinstance(tp, tuple) else tp.partition: o
+                    for tp, o in consumer.end_offsets(tps, timeout_ms=30_000).items()}
+        ends = stable()
+        deadline = time.monotonic() + settle_s
+        while high_watermarks and time.monotonic() < deadline and \
+                any(ends[p] < high_watermarks.get(p, 0) for p in ends):
+            time.sleep(0.5)
+            ends = stable()
+        view: dict[int, list] = {p: [] for p in partitions}
+        positions = {p: 0 for p in partitions}
+        quiet_since = time.monotonic()
+        while any(positions[p] < ends[p] for p in positions):
+            if time.monotonic() - quiet_since > COMMITTED_QUIET_S:
+                break
+            before = dict(positions)
+            for r in consumer.poll(timeout_ms=500):
+                if r.offset < ends[r.partition]:
+                    view[r.partition].append((r.offset, r.value))
+            for tp in tps:
+                positions[tp[1]] = consumer.position(tp)
+            if positions != before:
+                quiet_since = time.monotonic()
+        return view, ends
     finally:
         consumer.close()
 

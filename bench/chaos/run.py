@@ -1,7 +1,8 @@
 """``minikafka chaos run|check|replay|sweep``: a chaos run a user can start, and its verdict.
 
     minikafka chaos run --dir RUN [--brokers 3] [--netns] \\
-        [--profile safe|acks1|unclean|hw-truncation] \\
+        [--profile safe|acks1|unclean|hw-truncation|kafka-txn] \\
+        [--workload plain|txn [--txn-writes 3] [--txn-abort 0.2]] \\
         [--faults kill,pause,restart,controller,controller-move,coordinator,slow,\\
                   power-failure,partition] \\
         [--duration 30] [--seed S] [--compose] \\
@@ -31,6 +32,12 @@ Profiles (``bench.chaos.options``: what each sets on the brokers and the clients
 - ``hw-truncation``: as ``safe`` but with ``replication.truncation.mode=high-watermark``
   (Kafka before KIP-101): a follower that restarts cuts its log to its HW, and a second
   failure then loses acknowledged writes.
+
+``--workload txn`` (``bench.chaos.txn_run``): ``--producers`` transactional
+read-process-write processes and ``--consumers`` read_committed readers (native client),
+checked by ``bench.chaos.txn_checker`` (aborted, intermediate and torn reads, lost
+writes, duplicates, G0/G1c cycles); ``--profile kafka-txn`` turns Kafka's transaction
+defences (KIP-890) off on the brokers, every other profile keeps them on.
 
 ``--group``: the consumers subscribe as members of the group ``chaos-group``; an observer
 thread (``bench.chaos.observer``) records the group's committed offsets as the brokers
@@ -114,6 +121,12 @@ def load_run(run: Path) -> tuple[list[Op], dict, list[Fault], dict]:
 
 
 def judge(run: Path) -> int:
+    meta_path = run / "run.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("workload") == "txn":
+            from bench.chaos.txn_run import judge_txn
+            return judge_txn(run, meta)
     history, final, faults, meta = load_run(run)
     group = bool(meta.get("group"))
     verdict = check(history, final, faults, duplicates_fail=bool(meta.get("idempotent")),
@@ -212,17 +225,20 @@ def _write_client_events(path: Path, workers: dict) -> None:
 
 
 def _progress(workers: dict, observer, nemesis_, started: float, duration: float,
-              last: dict) -> str:
+              last: dict, acks: str = "acks") -> str:
+    """One progress line; ``acks`` names what the producers' count is (``committed``
+    transactions in a transactional run)."""
+    label = acks
     producers = [w for name, w in workers.items() if name.startswith("p")]
-    acks = sum(w.acked for w in producers)
+    count = sum(w.acked for w in producers)
     errors = sum(w.failed + w.unknown for w in producers)
     read = sum(w.read for name, w in workers.items() if name.startswith("c"))
-    rate = acks - last.get("acks", 0)
-    last["acks"] = acks
+    rate = count - last.get("acks", 0)
+    last["acks"] = count
     active = ", ".join(f"{a.fault} {a.target}" + (f" ({a.detail})" if a.detail else "")
                        for a in list(nemesis_.active)) or "-"
     group = f", committed seen {len(observer.ops)}" if observer is not None else ""
-    return (f"[{time.monotonic() - started:5.1f}/{duration:.0f} s] acks {acks} ({rate}/s), "
+    return (f"[{time.monotonic() - started:5.1f}/{duration:.0f} s] {label} {count} ({rate}/s), "
             f"errors {errors}, read {read}{group}, faults: {active}")
 
 
@@ -240,6 +256,12 @@ def run_chaos(args) -> int:
     if any(p.fault == "partition" for p in schedule) and not getattr(args, "netns", False):
         raise UsageError("the partition fault needs --netns (each process in its own "
                          "network namespace)")
+    transport = getattr(args, "replica_transport", None) or \
+        ("fetch" if getattr(args, "netns", False) else "shm")
+    if transport == "shm" and getattr(args, "netns", False):
+        raise UsageError("--replica-transport shm needs the brokers on one host without "
+                         "network namespaces (a partition would not cut shared memory); "
+                         "--netns clusters replicate by Fetch")
     if getattr(args, "netns", False):
         from node.cluster.netns import NetnsError, require_root
         try:
@@ -257,10 +279,14 @@ def run_chaos(args) -> int:
             "idempotence": getattr(args, "idempotence", None),
             "partitions": args.partitions, "compose": bool(getattr(args, "compose", False)),
             "client": {"name": args.client}, "group": GROUP if args.group else None,
-            "group_protocol": args.group_protocol}
+            "group_protocol": args.group_protocol,
+            "workload": getattr(args, "workload", "plain"), "replica_transport": transport}
+    txn = meta["workload"] == "txn"
+    if txn:
+        meta.update(txn_writes=args.txn_writes, txn_abort=args.txn_abort)
     try:
         cluster = Cluster.up(run / "cluster", args.brokers,
-                             config=cluster_config(args.profile),
+                             config=cluster_config(args.profile, transport),
                              netns=getattr(args, "netns", False))
     except (ClusterError, TimeoutError) as e:     # e.g. a broker not ready in time
         raise ToolError(f"the cluster did not start: {e}") from None
@@ -276,7 +302,11 @@ def run_chaos(args) -> int:
         finally:
             admin.close()
         running_nemesis = nemesis.Nemesis(cluster, schedule, TOPIC, args.seed)
-        _start_workers(cluster, run, args, consumers, workers)
+        if txn:
+            from bench.chaos import txn_run
+            txn_run.start_workers(cluster, run, args, consumers, workers, TOPIC)
+        else:
+            _start_workers(cluster, run, args, consumers, workers)
         _wait_started(workers, run)
         if args.group:
             from bench.chaos.observer import Observer
@@ -290,8 +320,8 @@ def run_chaos(args) -> int:
         hung: dict = {}
         while any(w.returncode is None for w in workers.values()):
             time.sleep(PROGRESS_EVERY_S)
-            print(_progress(workers, observer, running_nemesis, started, args.duration, last),
-                  flush=True)
+            print(_progress(workers, observer, running_nemesis, started, args.duration, last,
+                            "committed" if txn else "acks"), flush=True)
             if time.monotonic() - started > args.duration + WORKER_GRACE_S:
                 # A client hung in its close is a finding too: stop it, check the rest.
                 for name, w in workers.items():
@@ -317,11 +347,16 @@ def run_chaos(args) -> int:
         for name, w in workers.items():
             w.wait(WORKER_STOP_S)     # its last events read
             write_history(run / "history" / f"{name}.parquet", w.history())
+        if txn:
+            txn_run.write_histories(run, workers)
         # A client that gave up (a fatal error) is a finding, not the end of the run:
         # what it recorded until then is checked like the rest.
+        # Its log's last line says why it exited (a client's last error event need not:
+        # a kafkajs worker ended by its stop's backstop had logged a retried JoinGroup).
         meta["worker_failures"] = {
             name: hung.get(name) or
-            f"exit {w.returncode}: {w.last_error or _log_tail(run / f'{name}.log')}"
+            f"exit {w.returncode}: {_log_tail(run / f'{name}.log')}" +
+            (f"; its last client error: {w.last_error}" if w.last_error else "")
             for name, w in workers.items() if w.returncode or name in hung}
         for name, why in meta["worker_failures"].items():
             if name not in hung:
@@ -338,8 +373,13 @@ def run_chaos(args) -> int:
             status = ", ".join(f"{s.name} {s.state}" for s in cluster.status())
             raise ToolError(f"the cluster did not heal in {HEAL_TIMEOUT_S:.0f} s: "
                             f"partitions {states}; processes: {status}") from None
-        final, ends = read_log(cluster.bootstrap_servers, TOPIC, list(range(args.partitions)))
-        write_final(run / "final.parquet", final)
+        if txn:
+            ends = txn_run.final_read(run, cluster.bootstrap_servers, TOPIC,
+                                      list(range(args.partitions)), meta)
+        else:
+            final, ends = read_log(cluster.bootstrap_servers, TOPIC,
+                                   list(range(args.partitions)))
+            write_final(run / "final.parquet", final)
         (run / "faults.json").write_text(json.dumps(
             [{"fault": a.fault, "target": a.target, "start_ns": a.start_ns,
               "end_ns": a.end_ns, "error": a.error, "detail": a.detail,
@@ -382,6 +422,10 @@ def replay(args) -> int:
                               group=bool(meta.get("group")),
                               group_protocol=meta.get("group_protocol"),
                               idempotence=meta.get("idempotence"),
+                              workload=meta.get("workload", "plain"),
+                              replica_transport=meta.get("replica_transport", "fetch"),
+                              txn_writes=meta.get("txn_writes", 3),
+                              txn_abort=meta.get("txn_abort", 0.2),
                               schedule=str(run / "schedule.json"))
     return run_chaos(copy)
 

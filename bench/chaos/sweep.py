@@ -1,7 +1,9 @@
 """``minikafka chaos sweep``: ``chaos run`` once per seed, each in its own process,
 then one summary over them all (``RUN/sweep.json``, ``RUN/summary.json`` and a table
 that starts with the client line). The same flags as ``chaos run`` for the client and
-the group (``--client``, ``--group``, ``--group-protocol``)."""
+the group (``--client``, ``--group``, ``--group-protocol``); ``--workload txn`` sweeps
+the transactional workload (``bench.chaos.txn_run``'s summary: transactions committed,
+aborted and unknown, and each anomaly, over the runs)."""
 from __future__ import annotations
 
 import json
@@ -25,6 +27,18 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
+def _workload_flags(args) -> list[str]:
+    """``--rate`` when given and, for ``--workload txn``, its flags."""
+    out = [] if args.rate is None else ["--rate", str(args.rate)]
+    if getattr(args, "workload", "plain") == "txn":
+        out += ["--workload", "txn"]
+        for flag, value in (("--txn-writes", args.txn_writes),
+                            ("--txn-abort", args.txn_abort)):
+            if value is not None:
+                out += [flag, str(value)]
+    return out
+
+
 def sweep(args) -> int:
     """``chaos sweep``: ``chaos run`` once per seed (each in its own process), then one
     summary over them all (``RUN/sweep.json`` and a table). Exit 1 if any run was
@@ -33,6 +47,7 @@ def sweep(args) -> int:
     check_client(args.client, args.group, args.group_protocol)
     root = Path(args.dir)
     root.mkdir(parents=True, exist_ok=True)
+    txn = getattr(args, "workload", "plain") == "txn"
     rows = []
     for seed in _seeds(args.seeds):
         run = root / f"seed-{seed}"
@@ -40,7 +55,10 @@ def sweep(args) -> int:
             shutil.rmtree(run)
         command = [sys.executable, "-m", "bench.cli", "chaos", "run", "--dir", str(run),
                    "--profile", args.profile, "--faults", args.faults, "--seed", str(seed),
-                   "--duration", str(args.duration), "--rate", str(args.rate)] + \
+                   "--duration", str(args.duration)] + \
+            (["--replica-transport", args.replica_transport]
+             if getattr(args, "replica_transport", None) else []) + \
+            _workload_flags(args) + \
             (["--netns"] if args.netns else []) + (["--compose"] if args.compose else []) + \
             ["--client", args.client] + (["--group"] if args.group else []) + \
             (["--group-protocol", args.group_protocol] if args.group_protocol else []) + \
@@ -57,15 +75,26 @@ def sweep(args) -> int:
             row["verdict"] = None
         rows.append(row)
         v = row["verdict"]
-        print(f"seed {seed}: exit {code} in {row['wall_s']} s" + (
+        if txn:
+            from bench.chaos.txn_run import sweep_line
+            print(f"seed {seed}: exit {code} in {row['wall_s']} s" + sweep_line(v), flush=True)
+        else:
+            print(f"seed {seed}: exit {code} in {row['wall_s']} s" + (
             f", {v['acknowledged']} acknowledged, lost {v['lost']}, duplicate "
             f"{v['duplicate']}, divergent {v['divergent']}"
             + "".join(f", {name} {v[name]}" for name in ANOMALIES[-3:] if v.get(name))
             + f", overlapping fault windows {len(v.get('overlaps', []))}" if v else ""),
-            flush=True)
+                flush=True)
         if code == 0 and not args.keep and v is not None:
             shutil.rmtree(run / "cluster", ignore_errors=True)
         (root / "sweep.json").write_text(json.dumps(rows, indent=1, default=str))
+    if txn:
+        from bench.chaos.txn_run import print_txn_summary, summarize_txn
+        summary = summarize_txn(rows)
+        (root / "summary.json").write_text(json.dumps(summary, indent=1))
+        print_txn_summary(args.profile, summary)
+        return 0 if not (summary["invalid"] or summary["failed_runs"] or
+                         summary["worker_failures"]) else 1
     summary = summarize(rows)
     summary["compose"] = bool(args.compose)
     summary["group"] = bool(args.group)

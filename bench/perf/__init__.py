@@ -1,7 +1,7 @@
 """Measuring tools: benchmarks of the storage, the coordinator, the cluster and its
 latency hop by hop, the sweeps over workload files (``workloads/``, package data), the
-peers minikafka is compared to (Redis Streams, NATS JetStream), the raw ZeroMQ limit
-(``zmq_limits``), node.client against the Kafka clients (``kafka_clients``, run as
+peers minikafka is compared to (Redis Streams, NATS JetStream), the machine's floor
+(``limits``: memory copy, wake-ups, sockets) and the raw ZeroMQ limit (``zmq_limits``), node.client against the Kafka clients (``kafka_clients``, run as
 ``python -m bench.kafka_clients``) and ``zkservers``, which starts zk_lite or a real ZooKeeper for these
 benchmarks and for the tests. Each module runs with ``python -m bench.perf.NAME``;
 ``minikafka bench sweep`` runs ``sweep``.

@@ -26,6 +26,7 @@ import time
 import uuid
 
 import numpy as np
+from bench.perf import overrides as override
 
 RECORD_BYTES = 100
 PARTITIONS = 6
@@ -79,7 +80,9 @@ def main(argv=None) -> int:
     parser.add_argument("--records-per-call", type=int, default=60_000)
     parser.add_argument("--in-flight", type=int, default=24)
     parser.add_argument("--latency-records", type=int, default=3000)
+    override.add_argument(parser)
     args = parser.parse_args(argv)
+    overrides = override.parse(parser, args.override)
 
     from node.client.admin import Admin
     from node.cluster import Cluster
@@ -87,7 +90,8 @@ def main(argv=None) -> int:
 
     cluster_id = "bench" + uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="mk-bench-") as tmp:
-        cluster = Cluster.up(os.path.join(tmp, "cluster"), 3, cluster_id=cluster_id)
+        cluster = Cluster.up(os.path.join(tmp, "cluster"), 3, cluster_id=cluster_id,
+                             config=overrides)
         try:
             admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
             admin.create_topic("rf1", PARTITIONS, 1)

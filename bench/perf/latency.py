@@ -27,7 +27,11 @@ append, each follower's fetch answered, follower receive and append, its next fe
 sent and received, HW advance, answer; ``time.monotonic_ns``, CLOCK_MONOTONIC, is one
 clock for every process of a host). It prints the median and p99 of every hop in
 microseconds, along the follower whose fetch advanced the HW (the critical path),
-and the same as one JSON line.
+and the same as one JSON line. With ``--floor`` as well, this machine's floor is measured
+first, in the same run (``bench.perf.limits``: paced round trips at ``--rate`` of a Unix
+socket, as the local links, and of POSIX semaphores), printed under the table and added
+to the JSON line as ``floor_us``: a hop between two processes cannot take less than
+half a round trip.
 
 Everything is stopped and the cluster's shared memory removed on exit.
 """
@@ -58,6 +62,7 @@ from node.net import RequestChannel
 from node.paths import child_env
 from shm.batch import build_batch
 from shm.names import cleanup_cluster
+from bench.perf import overrides as override
 
 BROKERS = 3
 START_TIMEOUT_S = 60.0
@@ -317,6 +322,23 @@ def run_breakdown(count: int, rate: int, warmup: int,
         cluster.close()
 
 
+FLOOR_ROUNDS = 3
+FLOOR_TRIPS = 300
+
+
+def measure_floor(rate: int) -> dict[str, float]:
+    """Medians over FLOOR_ROUNDS of paced round trips (µs) of a Unix socket carrying a
+    record-sized message and of two semaphores; one-way hops are half of each."""
+    from bench.perf import limits
+    unix = statistics.median(statistics.median(limits.unix_round(FLOOR_TRIPS, rate,
+                                                                 RECORD_BYTES))
+                             for _ in range(FLOOR_ROUNDS))
+    semaphore = statistics.median(statistics.median(limits.semaphore_round(FLOOR_TRIPS, rate))
+                                  for _ in range(FLOOR_ROUNDS))
+    return {"unix_round_trip": round(unix, 1), "unix_hop": round(unix / 2, 1),
+            "semaphore_round_trip": round(semaphore, 1), "semaphore_hop": round(semaphore / 2, 1)}
+
+
 def print_breakdown(result: dict) -> None:
     table = result["breakdown_us"]
     width = max(len(name) for name in table)
@@ -328,6 +350,12 @@ def print_breakdown(result: dict) -> None:
         if name == "total":
             print("-" * (width + 22))
         print(f"{name:<{width}}  {stats['p50']:>9.1f}  {stats['p99']:>9.1f}")
+    floor = result.get("floor_us")
+    if floor:
+        print(f"floor, same run ({result['rate']}/s paced round trips): one-way hop over a Unix "
+              f"socket {floor['unix_hop']:.1f} us (round trip {floor['unix_round_trip']:.1f}), "
+              f"over semaphores {floor['semaphore_hop']:.1f} us "
+              f"(round trip {floor['semaphore_round_trip']:.1f})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,21 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1000, help="timed requests per run")
     parser.add_argument("--rate", type=int, default=1000, help="requests per second")
     parser.add_argument("--warmup", type=int, default=200, help="untimed requests first")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="a broker property (repeatable)")
+    override.add_argument(parser)
     parser.add_argument("--breakdown", action="store_true",
                         help="follow traced acks=all writes hop by hop instead")
+    parser.add_argument("--floor", action="store_true",
+                        help="with --breakdown: measure this machine's floor first, same run")
     parser.add_argument("--results", default=None, metavar="DIR",
                         help="record the run in the results store DIR (node.perf.results)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.requests < 1 or args.rate < 1 or args.warmup < 0:
         parser.error("--runs, --requests and --rate must be positive")
-    overrides = {}
-    for item in args.override:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"--override {item!r}: expected KEY=VALUE")
-        overrides[key.strip()] = value
+    overrides = override.parse(parser, args.override)
     recording = None
     if args.results:
         try:
@@ -359,8 +383,13 @@ def main(argv: list[str] | None = None) -> int:
         except ToolError as e:
             parser.exit(2, f"{parser.prog}: {e}\n")
     samples: list | None = [] if recording is not None else None
+    if args.floor and not args.breakdown:
+        parser.error("--floor goes with --breakdown")
     if args.breakdown:
+        floor = measure_floor(args.rate) if args.floor else None   # before any broker runs
         result = run_breakdown(args.requests, args.rate, args.warmup, overrides, samples)
+        if floor is not None:
+            result["floor_us"] = floor
         print_breakdown(result)
     else:
         result = run(args.runs, args.requests, args.rate, args.warmup, overrides, samples)

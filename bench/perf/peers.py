@@ -46,6 +46,7 @@ from bench.perf.latency import RECORD_BYTES, LatencyCluster, percentiles, time_r
 from node.waiting import poll_until
 from node.wire import protocol
 from shm.batch import build_batch
+from bench.perf import overrides as override
 
 PEERS = ("minikafka", "redis", "nats")
 START_TIMEOUT_S = 30.0
@@ -87,7 +88,7 @@ def _latency(samples: list[float]) -> dict:
 
 def run_minikafka(args) -> dict:
     from node.client import Producer
-    cluster = LatencyCluster().start()
+    cluster = LatencyCluster(args.overrides).start()
     try:
         leader = cluster.create_topic("rf3", 3, {"min.insync.replicas": "2"})
         bootstrap = ",".join(f"127.0.0.1:{port}" for port in cluster.ports.values())
@@ -334,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-records", type=int, default=100_000)
     parser.add_argument("--peers", default=",".join(PEERS),
                         help=f"comma-separated, of {', '.join(PEERS)}")
+    override.add_argument(parser, "a minikafka broker property")
     args = parser.parse_args(argv)
+    args.overrides = override.parse(parser, args.override)
     chosen = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = [p for p in chosen if p not in RUNNERS]
     if unknown or not chosen:

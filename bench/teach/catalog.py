@@ -17,14 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from bench.teach import txn_scenarios
 from bench.teach.stage import Stage
+from bench.teach.steps import Step
 from node.client import Producer
-
-
-@dataclass
-class Step:
-    title: str
-    text: str
 
 
 @dataclass
@@ -659,6 +655,16 @@ CATALOG: list[Scenario] = [
              "seed 003 (the controller); Kafka's controlled shutdown",
              "a new controller with a higher epoch; leadership moves before the broker "
              "stops; nothing lost", controller_failover),
+    Scenario("txn-zombie", "A zombie producer fenced by a new instance of its "
+             "transactional.id", "KIP-98 (zombie fencing); issue 28",
+             "the new instance fences the old; the zombie's open transaction is aborted and "
+             "its commit fails with ProducerFencedError; read_committed sees committed "
+             "data only", txn_scenarios.txn_zombie),
+    Scenario("txn-late-write", "A transactional write that arrives after its transaction "
+             "ended, without and with KIP-890", "KIP-890; Jepsen, Bufstream 0.1.0",
+             "without KIP-890 the late write hangs the LSO, then is read as committed "
+             "(aborted read) and the next write is lost; with KIP-890 it is refused",
+             txn_scenarios.txn_late_write),
 ]
 
 

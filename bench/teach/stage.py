@@ -25,6 +25,7 @@ BASE_SETTINGS = {"zookeeper.session.timeout.ms": "3000", "replica.lag.time.max.m
                  "controlled.shutdown.retry.backoff.ms": "200"}
 BAR_WIDTH = 32
 WAIT_S = 60.0
+SETTLE_S = 5.0      # the longest a read waits for the high watermark to reach the log end
 
 
 class ScenarioError(Exception):
@@ -229,15 +230,43 @@ class Stage:
 
     # ------------------------------------------------------------- reading
     def read(self, topic: str, partition: int = 0) -> dict[int, bytes]:
-        """offset -> value of everything below the high watermark, from the leader."""
+        """offset -> value of everything below the high watermark, from the leader,
+        once the high watermark has reached the leader's log end (``settle``)."""
         from bench.chaos.run import read_log
         from node.tools.common import ToolError
+        self.settle(topic, partition)
         try:
             final, _ = read_log(self.cluster.bootstrap_servers, topic, [partition])
         except ToolError as e:
             raise ScenarioError(f"reading {topic}-{partition}: {e}") from None
         self.reads[(topic, partition)] = (time.monotonic_ns(), dict(final[partition]))
         return dict(final[partition])
+
+    def settle(self, topic: str, partition: int = 0, timeout_s: float = SETTLE_S) -> bool:
+        """Wait until ``topic-partition``'s leader has a high watermark at its log end:
+        the last writes it acknowledged alone (acks=1) are on the followers. Read at
+        once, they sit above the high watermark a moment longer and would be counted
+        lost when they are not. Bounded: a follower that is away but still in the ISR
+        keeps the high watermark down, and the read then shows what is committed.
+        Returns whether it settled."""
+        from kazoo.exceptions import KazooException
+
+        from node.cluster import ClusterError
+        from node.cluster.view import snapshot
+
+        def settled() -> bool:
+            try:
+                p = snapshot(self.cluster, [topic]).partition(topic, partition)
+            except (ClusterError, KazooException):   # the coordinator away a moment
+                return False
+            return p is not None and p.leader >= 0 and p.hw is not None and \
+                p.leader_leo is not None and p.hw >= p.leader_leo
+        try:
+            self.cluster.wait_for(settled, timeout_s, "the high watermark at the log end",
+                                  interval_s=0.05)
+        except TimeoutError:
+            return False
+        return True
 
     def verdict(self, topic: str, partition: int = 0, writers=None) -> Verdict:
         """The chaos checker over this topic's writers and a read of the partition now."""
@@ -298,6 +327,9 @@ class Stage:
             if p.hw is not None:
                 lines.append(f"    committed: offsets below {p.hw} (█); on the leader "
                              f"but not yet committed: {(p.leader_leo or 0) - p.hw} (░)")
+                if p.lso is not None and p.lso < p.hw:
+                    lines.append(f"    last stable offset {p.lso}: an open transaction; "
+                                 f"read_committed consumers stop there")
         return "\n".join(lines)
 
     # ------------------------------------------------------------- the end

@@ -52,7 +52,9 @@ def render(snap: Snapshot, timeline: list[dict], width_bar: int = BAR) -> str:
     for p in snap.partitions:
         leader = "offline" if p.leader < 0 else str(p.leader)
         lines.append(f"{p.name:<20} leader {leader:<8} epoch {p.leader_epoch:<4} ISR {p.isr}"
-                     f"   HW {'-' if p.hw is None else p.hw}")
+                     f"   HW {'-' if p.hw is None else p.hw}"
+                     # the LSO when a transaction holds it below the HW (KIP-98)
+                     + ("" if p.lso is None or p.lso == p.hw else f"   LSO {p.lso}"))
         top = max([r.leo or 0 for r in p.views] + [1])
         for r in p.views:
             if r.leo is None:

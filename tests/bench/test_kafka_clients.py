@@ -27,10 +27,15 @@ def test_every_installed_client_is_measured_and_its_runs_are_stored(tmp_path, ca
     store = tmp_path / "results"
     assert bench.main(["--records", str(RECORDS), "--writes", str(WRITES), "--dir",
                        str(tmp_path / "bench"), "--results", str(store),
-                       "--cluster-id", cluster_id]) == 0
+                       "--cluster-id", cluster_id,
+                       "--override", "replica.transport=fetch"]) == 0
     printed = capsys.readouterr().out
+    assert printed.splitlines()[0].endswith(", replica.transport=fetch"), printed[:300]
     expected = {"minikafka"} | {c for c, m in MODULES.items() if importlib.util.find_spec(m)}
-    assert "skipping" not in printed, printed
+    # an installed client is measured, a missing one skipped with one line saying so
+    skipped = {line.split()[1].rstrip(":") for line in printed.splitlines()
+               if line.startswith("skipping ")}
+    assert skipped == set(MODULES) - expected, printed
     table = printed.split("CPU per record")[0]     # the first table: the figures
     rows = {line.split()[0]: line.split()[1:] for line in table.splitlines()
             if line.split() and line.split()[0] in expected and not line.startswith(" ")}
@@ -70,6 +75,13 @@ def test_an_unknown_client_is_one_line_and_exit_1(capsys):
     assert bench.main(["--clients", "minikafka,nope"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [err] and "unknown nope" in err
+
+
+def test_a_malformed_override_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--override", "replica.transport"])
+    assert exit_.value.code == 2
+    assert "--override 'replica.transport': expected KEY=VALUE" in capsys.readouterr().err
 
 
 def test_kafka_clients_without_a_kafka_listener_are_skipped_with_one_line_each(capsys):

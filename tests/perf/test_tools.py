@@ -114,7 +114,8 @@ def test_producer_perf_test_prints_kafka_lines_and_one_sample_row_per_record(clu
     match = total_line(result.stdout)
     assert int(match.group(1)) == 3000
     p50, p95, p99, p999 = (float(match.group(i)) for i in (6, 7, 8, 9))
-    assert 0 < p50 <= p95 <= p99 <= p999 <= float(match.group(5)) + 0.005  # max: 2 decimals
+    # max is printed with 2 decimals, the percentiles with 3: 2.5549 prints as 2.55 and 2.555
+    assert 0 < p50 <= p95 <= p99 <= p999 <= float(match.group(5)) + 0.0051
 
     rows = sample_rows(samples)
     assert rows["record"] == list(range(3000))

@@ -32,6 +32,9 @@ The world, as the shells see it:
   older one (ErrorCode.STALE_CONTROLLER_EPOCH).
 - Replication traffic (fetch, OffsetForLeaderEpoch, produce) is datagrams: delayed,
   reordered, dropped with ``drop_probability``, lost when an end is cut off.
+- With ``replica_transport="shm"`` followers replicate through the leader's slot
+  instead (``tests.sim.shm_model``: slots per incarnation, left behind by a crash,
+  doorbells, copies from the leader's log), Fetch being the fallback.
 
 Checked (DESIGN.md "Invariants", plus the controller's):
 - NoCommittedRecordLost: every acknowledged acks=all record is, after the faults heal,
@@ -64,6 +67,7 @@ from node.core.replication import (AssignEpoch, CompleteProduce, ReplicaCore, Re
                               TruncateFully, TruncationMode, WriteIsr, lost_replica_is_back)
 from tests.sim.coordinator import SimCoordinator
 from tests.sim.memlog import MemLog
+from tests.sim.shm_model import ShmTransport
 
 TOPIC = "t"
 NONE = 0
@@ -109,6 +113,10 @@ class SimConfig:
     eligible_leader_replicas: bool = False    # KIP-966 ELR + strict min ISR + recovery
     unclean_recovery_timeout_ms: int = 2_000
     unclean_recovery: bool = True         # KIP-966's Balanced strategy (else None)
+    # replica.transport: "fetch", or "shm" (tests.sim.shm_model), with the fix for a
+    # leader restarted into its old epoch switchable.
+    replica_transport: str = "fetch"
+    shm_check_slot_name_at_report: bool = True
 
 
 @dataclass
@@ -124,6 +132,15 @@ class Replica:
     parked_fetches: list = field(default_factory=list)
     last_leader_hw: dict = field(default_factory=dict)   # epoch -> HW as leader
     partition_controller_epoch: int = 0   # of the LeaderAndIsr the core applied
+    # The shm transport (tests.sim.shm_model): the slot followed, whether it serves the
+    # partition (Fetch skips it then), Fetch-only until, the last report; as leader, the
+    # reports acted on.
+    shm_slot: object = None
+    shm_serving: bool = False
+    shm_retry_ms: int = 0
+    shm_last_report_ms: int = 0
+    shm_reported_leo: int = -1
+    shm_seen: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -173,7 +190,7 @@ class Channel:
     closed: bool = False
 
 
-class Sim:
+class Sim(ShmTransport):
     def __init__(self, seed: int, config: SimConfig | None = None) -> None:
         self.seed = seed
         self.config = config or SimConfig()
@@ -190,6 +207,7 @@ class Sim:
         self.assignment = {p: tuple((p + j) % c.brokers for j in range(c.brokers))
                            for p in self.partitions}
         self.zk = SimCoordinator()
+        self.slots: dict = {}          # (leader, partition) -> its SimSlot (shm transport)
         self.brokers = {b: self._new_broker(b, {p: MemLog() for p in self.partitions})
                         for b in self.replicas}
         self._next_partition = 0
@@ -736,6 +754,8 @@ class Sim:
         r.core.check_invariants(log)
         if r.parked_fetches:
             self._maybe_complete_parked(broker, r)
+        if self._shm() and r.core.role is Role.LEADER:
+            self._shm_publish(broker, r)
         if r.fetch_in_flight is None:
             self._maybe_fetch(broker, r)
 
@@ -754,6 +774,8 @@ class Sim:
     def _maybe_fetch(self, broker: Broker, r: Replica) -> None:
         if not broker.up or broker.paused or r.fetch_in_flight is not None:
             return
+        if self._shm() and r.shm_serving:
+            return                      # the shm path serves it (tests.sim.shm_model)
         state = r.core.fetch_state(r.log)
         if state is None:
             return
@@ -860,6 +882,8 @@ class Sim:
         elif api_key == ApiKey.STOP_REPLICA:
             for t, p, _ in body["partitions"]:
                 r = broker.parts[p]
+                if self._shm():
+                    self._shm_follow(broker, r)
                 self._perform(broker, r, r.core.stop(self.now))
                 results.append([t, p, NONE])
         self._controller_answer(broker, src, term, tag, {"error": NONE, "partitions": results})
@@ -895,6 +919,8 @@ class Sim:
                        f"(LEO {log.log_end_offset})")
             del broker.marked[partition]
         r.partition_controller_epoch = controller_epoch
+        if self._shm() and leader != broker.broker_id:
+            self._shm_follow(broker, r)      # before the follower's truncation
         if leader == broker.broker_id:
             effects = core.become_leader(leader_epoch=epoch, isr=isr, replicas=replicas,
                                          zk_version=version, now_ms=self.now, log=log, elr=elr)
@@ -907,6 +933,8 @@ class Sim:
         self._note(f"b{broker.broker_id} LeaderAndIsr t-{partition} leader={leader} "
                    f"epoch={epoch} isr={list(isr)} LEO={log.log_end_offset} HW={log.hw}")
         self._perform(broker, r, effects)
+        if self._shm() and leader == broker.broker_id:
+            self._shm_lead(broker, r)
         return NONE
 
     def _leader_fetch(self, broker: Broker, r: Replica, src: int, message: tuple,
@@ -916,6 +944,7 @@ class Sim:
         error = core.check_fetch_epoch(epoch) or (0 if core.role is Role.LEADER else ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if not error and not log.log_start_offset <= fetch_offset <= log.log_end_offset:
             error = ErrorCode.OFFSET_OUT_OF_RANGE
+        self.stats["fetches"] = self.stats.get("fetches", 0) + 1
         if error:
             self.send(broker.broker_id, src, ("FetchResp", p, rid, error, [], fetch_offset,
                                               log.hw, log.log_start_offset,
@@ -979,6 +1008,8 @@ class Sim:
                         self._perform(broker, r, effects)
                     if checkpoint:
                         r.checkpointed_hw = r.log.hw
+                if self._shm():
+                    self._shm_wake(broker)
                 if broker.marked and broker.registered:
                     self._clear_recovered_marks(broker)
                 if not broker.isolated:

@@ -52,6 +52,7 @@
 // acks=all requests outlive --request-timeout-ms while the leader waits for the ISR.
 'use strict'
 const assert = require('assert')
+const { startWatchdog } = require('./loop_watchdog')
 
 const EXIT_USAGE = 2
 const TEXT_MAX = 300                // characters of an error or log text kept in an event
@@ -60,6 +61,7 @@ const CLIENT_EVENT_KEYS_MAX = 200   // distinct client-event texts tracked
 const POLL_BACKOFF_MS = 200         // standalone consumer: pause after a failed fetch
 const DISCONNECT_TIMEOUT_MS = 5000  // at the end: how long disconnect() may take
 const HARD_EXIT_GRACE_MS = 5000     // beyond the flush and two disconnects: exit anyway
+const LOOP_STALL_MS = 10000         // the event loop still this long: loop_watchdog ends it
 const STANDALONE_DISCONNECT_MS = 1000  // ... for the standalone consumer (nothing to flush;
                                        // its disconnect waits out a fetch's maxWaitTime)
 const MAX_SAFE_NS = BigInt(Number.MAX_SAFE_INTEGER)
@@ -352,6 +354,29 @@ function watchJoin (Broker, seen) {
   }
 }
 
+// kafkajs 2.2.4's FetchManager restarts its fetchers after a KafkaJSFetcherRebalanceError
+// (the brokers leading the assigned partitions changed: a leader killed or back) without
+// asking whether stop() came meanwhile; stop() has already stopped the old set, so the new
+// one runs on. Its fetch() answers [] at once, with no I/O, once the runner has stopped,
+// and the fetcher loops on it in the microtask queue: no timer, signal or stdout write
+// runs again (seen: a group member silent after disconnect() during a leader's return,
+// SIGKILLed 30 s after its duration; loop_watchdog named the frame). Patched here, not in
+// kafkajs: a stopped runner's fetch() waits a little before answering [], so such an
+// orphan idles instead of starving the process until the worker exits.
+const STOPPED_RUNNER_FETCH_WAIT_MS = 100
+
+function idleStoppedRunner () {
+  const Runner = require('kafkajs/src/consumer/runner')
+  const original = Runner.prototype.fetch
+  Runner.prototype.fetch = async function (nodeId) {
+    if (!this.running) {
+      await sleep(STOPPED_RUNNER_FETCH_WAIT_MS)
+      return []
+    }
+    return original.call(this, nodeId)
+  }
+}
+
 // ------------------------------------------------------------------ producer
 
 async function produce (o, em, state, kafka, Broker) {
@@ -504,6 +529,14 @@ async function consumeStandalone (o, em, state, kafka) {
 
 // ------------------------------------------------------------------ group consumer
 
+// Whether the stop came before `promise` settled; a rejection before the stop is thrown.
+// A promise still pending at the stop is left to settle alone (the race handles its
+// rejection, so none goes unhandled).
+async function stoppedFirst (promise, state) {
+  const stopped = Symbol('stopped')
+  return (await Promise.race([promise, state.stopped.then(() => stopped)])) === stopped
+}
+
 // What a GROUP_JOIN (kafkajs: a JoinGroup + SyncGroup round done) changes, given the
 // partitions owned before and the new assignment: those no longer assigned are revoked,
 // and *every* assigned partition is a new ownership, a kept one too: kafkajs builds a new
@@ -522,6 +555,7 @@ function joinChanges (owned, assignment) {
 async function consumeGroup (o, em, state, kafka, Broker) {
   const seen = { generation: -1 }
   watchJoin(Broker, seen)
+  idleStoppedRunner()
   const consumer = kafka.consumer({ groupId: o.group, ...o.client_config })
   const owned = new Set()
   const ownership = (type, partitions, extra = {}) => {
@@ -551,18 +585,23 @@ async function consumeGroup (o, em, state, kafka, Broker) {
       `crash (${e.payload.restart ? 'kafkajs restarts the consumer' : 'no restart'}): ${errorText(e.payload.error)}`)
     ownership('revoke', Array.from(owned), { error: 'lost' })  // the crash left the group
   })
+  // Each step ends at the stop: run() settles only once the group's join is done, and a
+  // member that does not rejoin holds that up to its rebalance timeout (60 s). Seen: the
+  // other member, its fetch loop waiting on a killed broker, sent no heartbeat (kafkajs
+  // sends them from that loop), so it never heard of the rebalance; this worker, still
+  // joining at its duration, waited until the stop's backstop ended it with exit 1.
   while (!state.stopping) {
     try {
-      await consumer.connect()
-      await consumer.subscribe({ topics: [o.topic], fromBeginning: true })
-      await consumer.run({
+      if (await stoppedFirst(consumer.connect(), state)) break
+      if (await stoppedFirst(consumer.subscribe({ topics: [o.topic], fromBeginning: true }), state)) break
+      await stoppedFirst(consumer.run({
         ...o.run,
         eachBatch: async ({ batch }) => {
           const invoked = nowNs()
           const reads = batch.messages.map(m => [batch.partition, Number(m.offset), b64(m.value)])
           if (reads.length && !em.ended) { em.op('invoke', 'poll', {}, invoked); em.op('ok', 'poll', { reads }) }
         }
-      })
+      }), state)
       break
     } catch (e) {
       em.client('error', `start: ${e.name}`, `start: ${errorText(e)}`)
@@ -587,6 +626,7 @@ async function main () {
   }
   const Broker = require('kafkajs/src/broker')
   const em = new Emitter(o.name)
+  startWatchdog({ name: `kafkajs_worker ${o.name}`, stallMs: LOOP_STALL_MS })
   const state = stopper(o)
   em.start(o.role, settingsOf(o))
   const kafka = new kafkajs.Kafka({ clientId: `minikafka-chaos-${o.name}`, brokers: o.brokers,
@@ -605,4 +645,5 @@ if (require.main === module) {
   })
 }
 
-module.exports = { parseFlags, settingsOf, refusedBeforeAppend, failedSendType, watchProduce, joinChanges }
+module.exports = { parseFlags, settingsOf, refusedBeforeAppend, failedSendType, watchProduce, joinChanges,
+  idleStoppedRunner }

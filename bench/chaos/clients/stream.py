@@ -1,5 +1,7 @@
 """``WorkerStream``: one running worker (``python -m bench.chaos.clients``, or any command
-writing the same events) whose stdout events become ``bench.chaos.checker.Op`` s."""
+writing the same events) whose stdout events become ``bench.chaos.checker.Op`` s; the
+``txn`` events of ``bench.chaos.txn_worker`` are kept as they came (``txn_events``) and
+counted (committed as acknowledged, aborted as failed, unknown)."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,6 +46,7 @@ class WorkerStream:
         self.client_info: dict | None = None       # the start event
         self.client_events: list[dict] = []
         self.end_info: dict | None = None          # the end event
+        self.txn_events: list[dict] = []           # bench.chaos.txn_worker's txn events
         self.bad_lines = 0
         try:
             self.proc = subprocess.Popen(
@@ -87,6 +90,17 @@ class WorkerStream:
                 self.read += len(op.reads)
             if op.type in ("fail", "info") and op.error:
                 self.last_error = op.error
+        elif kind == "txn":
+            self.txn_events.append(event)
+            kind_ = event.get("type")       # invoke, then ok / fail / info
+            if event.get("writes"):         # not a reader's poll
+                self.acked += kind_ == "ok"
+                self.failed += kind_ == "fail"
+                self.unknown += kind_ == "info"
+            if kind_ != "invoke":
+                self.read += len(event.get("reads") or ())
+            if event.get("error"):
+                self.last_error = event["error"]
         elif kind == "start":
             self.client_info = event
         elif kind == "client":

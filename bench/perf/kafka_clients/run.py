@@ -2,7 +2,7 @@
 
     python -m bench.kafka_clients [--records 200000] [--writes 1000] [--runs 1]
         [--clients minikafka,confluent-kafka,kafka-python,aiokafka] [--dir DIR]
-        [--results DIR] [--profile]
+        [--results DIR] [--profile] [--override KEY=VALUE ...]
 
 One cluster (zk_lite and 3 brokers, under ``--dir``), one topic per client for its
 producer runs and one to read (``--partitions`` partitions, replication factor 3,
@@ -26,6 +26,9 @@ with the per-record samples (``produce``), every consumer phase one with its sec
 (``consume``), tagged with the client: ``minikafka analyze`` draws a
 throughput-latency curve per client and setting.
 
+``--override KEY=VALUE`` sets a broker property of the cluster (repeatable), e.g.
+``replica.transport=shm`` to measure the clients over shared-memory replication.
+
 ``--profile`` runs each broker under cProfile (``MINIKAFKA_BROKER_PROFILE``) and prints
 where the brokers' time went once they stopped.
 
@@ -44,6 +47,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from bench.perf import overrides as override
 from bench.perf.kafka_clients import native, report
 from bench.perf.kafka_clients.librdkafka import NAME as LIBRDKAFKA
 from bench.perf.kafka_clients.librdkafka import ConfluentKafka
@@ -237,11 +241,13 @@ def run(args) -> int:
                         f"logs are there): remove it (after minikafka cluster down --dir "
                         f"{base / 'cluster'} if it still runs), or give another --dir")
     cluster = Cluster.up(base / "cluster", BROKERS,
-                         cluster_id=args.cluster_id or "kb" + uuid.uuid4().hex[:10])
+                         cluster_id=args.cluster_id or "kb" + uuid.uuid4().hex[:10],
+                         config=args.overrides)
     try:
         kafka = cluster.kafka_bootstrap_servers or None
+        settings = "".join(f", {k}={v}" for k, v in sorted(args.overrides.items()))
         print(f"cluster: {BROKERS} brokers, native {cluster.bootstrap_servers}, kafka "
-              f"{kafka or '(no Kafka listener)'}", flush=True)
+              f"{kafka or '(no Kafka listener)'}{settings}", flush=True)
         clients = usable_clients(names, kafka)
         if not clients:
             raise ToolError("no client to measure")
@@ -286,11 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster-id", default=None, help="the cluster's id (default: new)")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile every broker; print where their time went")
+    override.add_argument(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.overrides = override.parse(parser, args.override)
     try:
         return run(args)
     except (ToolError, MeasureError) as e:

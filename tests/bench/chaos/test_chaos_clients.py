@@ -26,7 +26,7 @@ def chaos(*args, timeout=180, env=None):
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def _group_run(tmp_path, client: str) -> None:
+def _group_run(tmp_path, client: str, *extra: str) -> None:
     why = missing(client)
     if why:
         pytest.skip(why)
@@ -35,7 +35,7 @@ def _group_run(tmp_path, client: str) -> None:
     run = tmp_path / client
     result = chaos("run", "--dir", str(run), "--client", client, "--group",
                    "--duration", "8", "--schedule", str(schedule), "--producers", "1",
-                   "--consumers", "2", "--rate", "100")
+                   "--consumers", "2", "--rate", "100", *extra)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert result.stdout.splitlines()[-1] == "VALID"
     verdict_lines = result.stdout[result.stdout.index("\nclient ") + 1:].splitlines()
@@ -68,7 +68,11 @@ def test_a_confluent_kafka_group_run_under_a_leader_kill_is_valid(tmp_path):
 
 
 def test_a_kafkajs_group_run_under_a_leader_kill_is_valid(tmp_path):
-    _group_run(tmp_path, "kafkajs")
+    # kafkajs' own default: its idempotent producer (experimental) rewinds a partition's
+    # sequence after a failed Produce and re-partitions the retry, so after a leader kill
+    # it acknowledges a value the broker answered as a duplicate of another (lost 1 in 3
+    # of 12 runs with it on; the README's client table says so).
+    _group_run(tmp_path, "kafkajs", "--idempotence", "off")
 
 
 @pytest.mark.parametrize("args, env, words", [

@@ -47,6 +47,9 @@ def test_a_netns_cluster_cuts_and_heals_real_links_and_leaves_nothing(tmp_path, 
         assert cluster.zookeeper.startswith(f"198.18.{subnet}.1:")
         assert cluster.broker_address(1).startswith(f"198.18.{subnet}.11:")
         assert len(netns.leftovers(cluster_id)) == 3
+        # one /dev/shm for every namespace: the brokers replicate by Fetch
+        assert "replica.transport=fetch" in \
+            (cluster.broker_dir(1) / "server.properties").read_text().splitlines()
         # The broker's own listener, from the other broker's namespace and from zk's.
         assert _connect_from(cluster, "b0", cluster.broker_address(1)) == "ok"
         assert _connect_from(cluster, "zk", cluster.broker_address(1)) == "ok"
@@ -67,6 +70,18 @@ def test_a_netns_cluster_cuts_and_heals_real_links_and_leaves_nothing(tmp_path, 
     assert netns.leftovers(cluster_id) == []
     assert _routes_of(subnet) == "" and not cluster_objects(cluster_id)
     assert not (tmp_path / "c" / "netns.json").exists()
+
+
+@needs_root
+def test_a_netns_cluster_refuses_the_shm_transport(tmp_path, cluster_id):
+    for config, per_broker in (({"replica.transport": "shm"}, None),
+                               (None, {1: {"replica.transport": "shm"}})):
+        with pytest.raises(ClusterError, match="replica.transport=shm does not go with "
+                                               "--netns"):
+            Cluster.up(tmp_path / "c", 2, cluster_id=cluster_id, netns=True,
+                       config=config, broker_config=per_broker)
+        assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+    assert netns.leftovers(cluster_id) == []
 
 
 @needs_root

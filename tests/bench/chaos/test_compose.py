@@ -44,6 +44,8 @@ def test_a_composed_schedule_is_replayable_and_heals_inside_its_rounds(seed, fau
             assert p.target in nemesis.TARGETS
         elif p.fault.startswith("coordinator"):
             assert p.target == "zk"
+        elif p.fault == "late-write":
+            assert p.target == "random"
         else:
             assert p.target == "controller"
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from node.tools.groups_broker import BrokerGroups
 from node.waiting import poll_until
 from tests.node.kafka.clients import create_topic, missing, node_env, running_cluster
 
@@ -142,6 +145,34 @@ def test_a_group_consumer_reports_its_assignment_and_commits(cluster, produced, 
     last_ops = [e for e in worker.events if e["event"] == "op"]
     assert last_ops[-1]["f"] == "revoke" and last_ops[-1]["partitions"] == list(range(PARTITIONS))
     assert worker.events[-1]["event"] == "end"
+
+
+def test_a_group_member_still_joining_at_its_stop_exits_at_once(cluster, produced, tmp_path):
+    """A member whose JoinGroup waits (another member, SIGSTOPped, does not rejoin: the
+    join waits for it up to its rebalance timeout) stops at its stop, exit 0; it used to
+    wait in kafkajs' run() until the stop's backstop ended it with exit 1, 25 s later."""
+    args = ["--role", "consumer", "--group", "js-stuck", "--bootstrap",
+            cluster.kafka_bootstrap_servers, "--topic", TOPIC, "--set", "maxWaitTimeInMs=500"]
+    first = Worker(*args, "--name", "s0", log=tmp_path / "s0.log")
+    second = None
+    try:
+        poll_until(lambda: first.ops("assign"), READ_TIMEOUT_S, "the first member's assignment")
+        first.proc.send_signal(signal.SIGSTOP)
+        second = Worker(*args, "--name", "s1", log=tmp_path / "s1.log")
+        with BrokerGroups(cluster.bootstrap_servers) as groups:
+            poll_until(lambda: groups.describe("js-stuck").state == "PreparingRebalance",
+                       READ_TIMEOUT_S, "the second member's JoinGroup to wait")
+        started = time.monotonic()
+        code = second.finish()
+        took = time.monotonic() - started
+        assert code == 0, (tmp_path / "s1.log").read_text()[-2000:]
+        assert took < 12, f"the stop took {took:.1f} s"
+        assert not second.ops("assign") and second.events[-1]["event"] == "end"
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+        first.finish()
+        if second is not None and second.proc.poll() is None:
+            second.finish()
 
 
 def test_refused_on_every_attempt_is_fail_and_unanswered_at_the_deadline_is_info(cluster):

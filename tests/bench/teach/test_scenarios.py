@@ -13,6 +13,12 @@ from node.cluster import netns
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 NO_NETNS = netns.available()
+# What a scenario's run must also say (beyond matching its prediction).
+WORDS = {"txn-zombie": ("ProducerFencedError", "last stable offset 3: an open transaction",
+                        "read_committed reads a-1, a-2, b-1, b-2"),
+         "txn-late-write": ("refused with INVALID_PRODUCER_EPOCH", "(aborted read)",
+                            "a read_committed consumer stops at offset 2",
+                            "last stable offset 2: an open transaction")}
 
 
 def scenario(*args, timeout=300, stdin=None):
@@ -34,6 +40,8 @@ def test_the_scenario_meets_its_prediction(name, tmp_path):
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
     assert "outcome matches the prediction" in out and "NOT as predicted" not in out
     assert out.count("\nstep ") >= 2 and "leader epoch" in out and "ISR" in out
+    for words in WORDS.get(name, ()):
+        assert words in out, (words, out[-3000:])
     if entry.netns:
         import json
         ids = [json.loads(p.read_text())["cluster_id"]

@@ -1,0 +1,111 @@
+"""bench.perf.limits: its flags, statistics and table (pure), and one tiny real run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.perf import limits
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--trips", "0"], ["--rate", "0"],
+                                  ["--message-bytes", "0"], ["--seconds", "0"],
+                                  ["--only", "memcpy,bogus"], ["--only", ","]])
+def test_bad_flags_are_a_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        limits.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_only_keeps_the_canonical_order_and_paced_trips_zero_drops_the_paced_mode():
+    args = limits.parse_args(["--only", "unix,memcpy", "--paced-trips", "0"])
+    assert args.only == ["memcpy", "unix"]
+    assert limits.plan(args) == [("memcpy", None), ("unix", "back-to-back")]
+    args = limits.parse_args(["--only", "semaphore"])
+    assert limits.plan(args) == [("semaphore", "back-to-back"), ("semaphore", "paced")]
+
+
+def test_percentile_is_the_nearest_rank():
+    samples = list(range(100, 0, -1))   # 1..100, unsorted
+    assert limits.percentile(samples, 0.99) == 99
+    assert limits.percentile(samples, 0.5) == 50
+    assert limits.percentile(samples, 1.0) == 100
+    assert limits.percentile([7.0], 0.99) == 7.0
+
+
+def test_a_figure_is_the_median_of_its_rounds_with_their_spread():
+    rounds = [limits.trip_round([10.0, 11.0, 30.0]), limits.trip_round([20.0, 21.0, 22.0]),
+              limits.trip_round([5.0, 6.0, 7.0])]
+    line = limits.summarize("unix", "paced", rounds, {"trips": 3, "rate": 1000})
+    assert (line["median"], line["min"], line["max"], line["p99"]) == (11.0, 6.0, 21.0, 22.0)
+    assert line["unit"] == "us" and line["rounds"] == 3 and line["rate"] == 1000
+    rate = limits.summarize("memcpy", None, [3.0, 1.0, 2.0], {"bytes": 10})
+    assert "mode" not in rate and "p99" not in rate
+    assert (rate["median"], rate["min"], rate["max"], rate["unit"]) == (2.0, 1.0, 3.0, "GB/s")
+
+
+def test_an_acks_all_write_floor_is_two_paced_round_trips_and_the_table_shows_every_line():
+    lines = [limits.summarize("semaphore", "paced", [limits.trip_round([10.0, 12.0])],
+                              {"trips": 2, "rate": 1000}),
+             limits.summarize("semaphore", "back-to-back", [limits.trip_round([5.0])],
+                              {"trips": 1}),
+             limits.summarize("zmq_push", None, [2386.0], {"frame_bytes": 262144})]
+    (floor,) = limits.floors(lines)
+    assert floor["floor"] == "acks_all_write_semaphore"
+    assert (floor["median"], floor["p99"], floor["hops"]) == (22.0, 24.0, 4)
+    text = limits.table(lines + [floor]).splitlines()
+    assert text[0].split()[:3] == ["figure", "mode", "median"]
+    assert len(text) == 2 + len(lines) + 1
+    assert "1000/s" in text[2] and "11.0" in text[2] and "12.0" in text[2]
+    assert "2,386.0" in text[4] and "MB/s" in text[4]
+    assert text[5].startswith("acks_all_write_semaphore") and "22.0" in text[5]
+
+
+def _semaphores() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("sem.minikafka-limits")}
+
+
+@pytest.mark.process
+def test_a_tiny_real_run_measures_every_figure_and_leaves_nothing_behind():
+    before = _semaphores()
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.perf.limits", "--rounds", "1", "--trips", "20",
+         "--paced-trips", "5", "--rate", "5000", "--copy-bytes", str(1 << 20),
+         "--frame-bytes", str(1 << 16), "--seconds", "0.05"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    figures = [(r["figure"], r.get("mode")) for r in records if "figure" in r]
+    expected = [(figure, mode) for figure in limits.FIGURES
+                for mode in ((None,) if figure in limits.RATE_FIGURES
+                             else ("back-to-back", "paced"))]
+    assert figures == expected
+    for record in records:
+        assert record["median"] > 0
+        if "figure" in record:
+            assert record["min"] <= record["median"] <= record["max"]
+            assert record["rounds"] == 1
+    assert sorted(r["floor"] for r in records if "floor" in r) == sorted(
+        f"acks_all_write_{figure}" for figure in limits.TRIP_FIGURES)
+    assert "memory copy, large buffers" in result.stdout      # the table follows
+    assert _semaphores() <= before
+
+
+def test_the_breakdown_prints_the_floor_measured_in_the_same_run(capsys):
+    from bench.perf import latency
+    result = {"breakdown_us": {"client send -> leader receive": {"p50": 80.0, "p99": 140.0},
+                               "total": {"p50": 600.0, "p99": 900.0}},
+              "rate": 1000, "traced": 10, "incomplete": 0,
+              "floor_us": {"unix_round_trip": 28.2, "unix_hop": 14.1,
+                           "semaphore_round_trip": 13.0, "semaphore_hop": 6.5}}
+    latency.print_breakdown(result)
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("floor, same run (1000/s")
+    assert "Unix socket 14.1 us (round trip 28.2)" in last and "semaphores 6.5 us" in last
+    with pytest.raises(SystemExit) as exit_info:
+        latency.main(["--floor"])
+    assert exit_info.value.code == 2
