@@ -39,6 +39,11 @@ LAYERS: dict[str, set[str]] = {
     "node.core.groups": _BASE | {"node.kafka.protocol", "node.kafka.protocol.codec",
                                  "node.kafka.protocol.messages",
                                  "node.kafka.protocol.coordinator_records"},
+    # The transaction coordinator's core: __transaction_state in Kafka's TransactionLog
+    # schemas (node.kafka.protocol.txn_records), the group cores' record helpers and hashing.
+    "node.core.txn": _BASE | {"node.core.groups", "node.kafka.protocol",
+                              "node.kafka.protocol.codec", "node.kafka.protocol.messages",
+                              "node.kafka.protocol.txn_records"},
     "node.net": _BASE,
     "node.local_link": _BASE | {"node.net"},
     "node.config": set(),
@@ -48,7 +53,8 @@ LAYERS: dict[str, set[str]] = {
     # The broker starts its Kafka listener (one module of node.kafka); its group
     # coordinator's bodies are Kafka's messages as dicts (node.kafka.protocol's classes
     # through node.kafka.dicts).
-    "node.broker": _BASE | {"node.core", "node.core.groups", "node.net", "node.local_link",
+    "node.broker": _BASE | {"node.core", "node.core.groups", "node.core.txn", "node.net",
+                            "node.local_link",
                             "node.config", "node.kafka.listener", "node.kafka.protocol",
                             "node.kafka.dicts"},
     "node.kafka": _BASE,   # Kafka's wire protocol (issue 25): records, codecs
@@ -99,13 +105,15 @@ BENCH_LAYERS: dict[str, set[str]] = {
     "bench.kafka_clients": {"bench.perf"},  # `python -m bench.kafka_clients`'s entry
     "bench.compaction": {"bench.perf"},     # `python -m bench.compaction`'s entry
     "bench.kafka_groups": {"bench.perf"},   # `python -m bench.kafka_groups`'s entry
+    "bench.limits": {"bench.perf"},         # `python -m bench.limits`'s entry
     "bench": set(),         # bench/__init__.py
 }
 # The pure cores: their behaviour is a function of their inputs, so the simulator and
 # the tests can replay them from a seed.
 PURE_CORES = {"zk_lite.jute", "zk_lite.errors", "zk_lite.tree", "zk_lite.watches",
               "zk_lite.core", "zk_lite.requests", "zk_lite.session", "zk_lite.txn",
-              "shm.batch", "shm.config", "shm.errors", "shm.producer_state"}
+              "shm.batch", "shm.config", "shm.errors", "shm.producer_state", "shm.control",
+              "shm.txn_state"}
 # Modules a pure core must not import: I/O, clocks, processes, the network.
 CORE_FORBIDDEN = {"zmq", "kazoo", "socket", "time", "os", "subprocess", "threading",
                   "select", "signal", "shm", "zk_lite", "posix_ipc", "mmap"}
@@ -481,7 +489,8 @@ def test_the_checker_sees_a_second_header_packing():
 
 
 @pytest.mark.parametrize("name", ["shm.log.loader", "shm.log.retention",
-                                  "shm.log.producer_snapshots"])
+                                  "shm.log.producer_snapshots", "shm.log.transactions",
+                                  "shm.log.txn_index"])
 def test_the_logs_parts_do_not_import_its_core(name):
     """The loader and retention are functions of a Log: the core imports them, never
     the reverse (the cycle test would see it; this names the rule)."""
