@@ -73,6 +73,10 @@ def test_double_barrier_lets_nobody_in_before_all_arrive(zk, spawn_worker):
     workers = []
     for i in range(PROCESSES):
         workers.append(spawn_worker("double_barrier", path="/dbarrier", members=PROCESSES, id=f"w{i}"))
+    for worker in workers:
+        assert "entered" in worker.next_message(WORKER_TIMEOUT_S)
+    for worker in workers:
+        worker.release()        # leave (see zkworker.role_double_barrier: kazoo's race)
     results = [w.result(WORKER_TIMEOUT_S) for w in workers]
     last_arrival = max(r["arrived"] for r in results)
     assert all(r["entered"] >= last_arrival for r in results)
