@@ -139,8 +139,8 @@ def consume_confluent(bootstrap: str, topic: str, partition: int, count: int,
 def produce_kafka_python(bootstrap: str, topic: str, records: list[Rec], partition: int = 0,
                          **config) -> list[int]:
     from kafka import KafkaProducer
-    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", linger_ms=5,
-                             request_timeout_ms=30_000, **config)
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all",
+                             request_timeout_ms=30_000, **{"linger_ms": 5, **config})
     try:
         futures = [producer.send(topic, value=r.value, key=r.key, partition=partition,
                                  timestamp_ms=r.timestamp, headers=list(r.headers))

@@ -61,14 +61,16 @@ def record_batch(values: list[bytes], *, key: bytes | None = None, timestamp_ms:
     return bytes(batch)
 
 
-def batch_attributes(records) -> list[int]:
-    """The attributes of each batch in ``records`` (a Fetch answer's; bits 0-2: codec)."""
+def batch_shapes(records) -> list[tuple[int, int]]:
+    """(attributes, record count) of each whole batch in ``records`` (a Fetch answer's;
+    attribute bits 0-2: the codec)."""
     data, pos, out = bytes(records or b""), 0, []
     while len(data) - pos >= BATCH_HEADER.size:
         length, = struct.unpack_from(">i", data, pos + 8)
         if pos + LENGTH_FROM + length > len(data):
             break   # a partial batch at the end of a fetch
-        out.append(struct.unpack_from(">h", data, pos + CRC_FROM)[0])
+        fields = BATCH_HEADER.unpack_from(data, pos)
+        out.append((fields[5], fields[12]))    # attributes, recordCount
         pos += LENGTH_FROM + length
     return out
 
