@@ -38,6 +38,7 @@ from kazoo.exceptions import NoNodeError
 
 from node.broker.apis.admin.configs import DYNAMIC_BROKER_KEYS
 from node.broker.failures import COORDINATOR_ERRORS
+from node.broker.loop import now_ms
 from node.config import ConfigError, topic_log_config, topic_setting
 from node.wire import zkdata
 from node.wire.zkdata import ZkDataError
@@ -175,7 +176,8 @@ class TopicConfigs:
         for part in parts:
             kept = {f: getattr(part.log.config, f) for f in SIZED_AT_OPEN}
             part.log.config = dataclasses.replace(log_config, **kept)
-            part.core.config = dataclasses.replace(part.core.config,
-                                                   min_insync_replicas=min_isr)
             part.compression_type = compression
+            # Writes waiting for the HW are answered, or let through, under the new value.
+            self.replicas.apply_effects(part, part.core.set_min_insync_replicas(
+                min_isr, now_ms=now_ms(), log=part.view))
         logger.info("topic %s: configs now %s", topic, overrides or "the broker's")

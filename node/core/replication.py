@@ -71,7 +71,7 @@ in-memory log):
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as dataclass_replace
 from typing import Protocol
 
 from node.wire.errors import ErrorCode
@@ -443,6 +443,21 @@ class ReplicaCore:
             if self.config.eligible_leader_replicas else ()
         self._isr_write_in_flight = True
         return [WriteIsr(self.leader_epoch, isr, self.zk_version, self.pending_elr)]
+
+    def set_min_insync_replicas(self, min_insync_replicas: int, *, now_ms: int,
+                                log: LogView) -> list[Effect]:
+        """A topic config change of min.insync.replicas, on a running replica. Under the
+        strict min ISR a raise above |ISR| holds the HW: the acks=all writes waiting for
+        it are answered NOT_ENOUGH_REPLICAS_AFTER_APPEND now (as an ISR shrink answers
+        them), not at their timeout; a lowered one may let a held HW move."""
+        assert min_insync_replicas >= 1, min_insync_replicas
+        self.config = dataclass_replace(self.config, min_insync_replicas=min_insync_replicas)
+        if self.role is not Role.LEADER:
+            return []
+        if self.config.eligible_leader_replicas and \
+                len(self.isr) < min_insync_replicas and self.pending:
+            return self._fail_pending(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        return self._maybe_increment_hw(now_ms, log)
 
     def on_isr_written(self, ok: bool, *, isr=None, leader_epoch: int | None = None,
                        zk_version: int | None = None, now_ms: int, log: LogView

@@ -223,3 +223,33 @@ def test_leader_answers_offset_for_leader_epoch_from_its_epoch_cache():
     assert core.answer_offset_for_leader_epoch(3, 1, log) == (0, 1, 2)
     assert core.answer_offset_for_leader_epoch(3, 3, log) == (0, 3, 3)
     assert core.answer_offset_for_leader_epoch(2, 1, log)[0] == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def strict_leader(min_isr=1):
+    """A leader under KIP-966's strict min ISR (as the broker runs it)."""
+    core = ReplicaCore("t", 0, 0, ReplicationConfig(LAG_MS, min_isr, TruncationMode.LEADER_EPOCH,
+                                                    eligible_leader_replicas=True))
+    log = MemLog()
+    assert apply(log, core.become_leader(leader_epoch=1, isr=(0, 1, 2), replicas=(0, 1, 2),
+                                         zk_version=0, now_ms=0, log=log)) == []
+    return core, log
+
+
+def test_a_min_insync_raise_answers_the_waiting_acks_all_writes_at_once():
+    """min.insync.replicas raised above |ISR| by a topic config change while an acks=all
+    write waits: under the strict min ISR the HW will not reach it, so it is answered
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND now, not at its timeout (a CI run under load: the
+    write reached the leader before the new config)."""
+    core, log = strict_leader()
+    assert produce(core, log, ["a"], -1, request_id="p") == (0, [])
+    out = apply(log, core.set_min_insync_replicas(4, now_ms=1, log=log))
+    assert out == [CompleteProduce("p", ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0)]
+    assert core.check_produce(-1) == ErrorCode.NOT_ENOUGH_REPLICAS
+    # Caught-up followers do not move the HW while the ISR is below the new minimum...
+    apply(log, core.on_follower_fetch(1, 1, 2, log))
+    apply(log, core.on_follower_fetch(2, 1, 2, log))
+    assert log.hw == 0
+    # ...and lowering it again lets the held HW move at once.
+    assert apply(log, core.set_min_insync_replicas(2, now_ms=3, log=log)) == []
+    assert log.hw == 1
+    assert core.check_produce(-1) == 0

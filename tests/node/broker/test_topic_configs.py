@@ -11,7 +11,7 @@ import node.broker.server  # noqa: F401  (the broker package first: its imports 
 from node.broker import topic_configs
 from node.broker.topic_configs import TopicConfigs
 from node.config import BrokerConfig, topic_log_config
-from node.core.replication import ReplicationConfig
+from node.core.replication import ReplicaCore, ReplicationConfig
 from node.wire import zkdata
 
 
@@ -64,10 +64,13 @@ def make(min_isr: str):
     zk = StandInZk({path: {"min.insync.replicas": min_isr}})
     part = SimpleNamespace(
         log=SimpleNamespace(config=topic_log_config(config, {})),
-        core=SimpleNamespace(config=ReplicationConfig(min_insync_replicas=int(min_isr))),
-        compression_type="producer")
+        # A real core, not leading: a config change sets its min ISR and asks nothing.
+        core=ReplicaCore("t", 0, 0, ReplicationConfig(min_insync_replicas=int(min_isr))),
+        view=None, compression_type="producer")
+    applied: list = []
     replicas = SimpleNamespace(zk=zk, loop=StandInLoop(), config=config, broker_id=0,
-                               partitions={("t", 0): part})
+                               partitions={("t", 0): part},
+                               apply_effects=lambda _part, effects: applied.extend(effects))
     configs = TopicConfigs(replicas)
     assert configs.overrides("t") == {"min.insync.replicas": min_isr}
     return configs, zk, replicas.loop, part, path
