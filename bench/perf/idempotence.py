@@ -3,6 +3,7 @@ throughput with ``enable.idempotence`` true and false, measured alternately in o
 
     python -m bench.perf.idempotence [--records 2000000] [--record-size 100] [--rounds 11]
                                 [--warmup-rounds 1] [--batch-size 262144] [--dir DIR]
+                                [--warm-memory BYTES]
 
 Three brokers, a topic of 6 partitions (replication factor 3, min.insync.replicas 2);
 each round runs ``producer-perf-test`` once with idempotence off and once on (order
@@ -29,6 +30,12 @@ Run CPU-bound, throughput is cores / CPU per record, so the same paired statisti
 records per CPU-second (``cpu``) estimate the same cost without the time spent waiting
 for a core (the neighbours still disturb caches and clocks: on the shared VM this
 narrowed the IQR of the ratios from 0.63-1.14 to 0.78-1.04, not to nothing).
+
+``--warm-memory BYTES`` writes and removes a file of that size in the cluster's directory
+before every run (``bench.perf.cluster``'s docstring says why: on a VM whose host takes
+back freed memory, a run whose logs grow into memory the guest has not used lately is
+bound by the host's faults, ~0.35-2 GB/s, not by the brokers); each run's line then
+ends with the warm-up's GB/s.
 
 The last line is the summary as JSON (``cpu``: the same keys over records per CPU-second)::
 
@@ -185,6 +192,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup-rounds", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=262_144)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--warm-memory", type=int, default=0, metavar="BYTES",
+                        help="write and remove a file of BYTES before every run (0: not)")
     args = parser.parse_args(argv)
     if not 1 <= args.rounds <= ROUNDS_MAX:
         parser.error(f"--rounds must be 1..{ROUNDS_MAX}, got {args.rounds}")
@@ -192,6 +201,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--warmup-rounds must be 0..{ROUNDS_MAX}, got {args.warmup_rounds}")
     if args.records < 1 or args.record_size < 1 or args.batch_size < 1:
         parser.error("--records, --record-size and --batch-size must be positive")
+    from bench.perf.cluster import WARM_MEMORY_BYTES_MAX
+    if not 0 <= args.warm_memory <= WARM_MEMORY_BYTES_MAX:
+        parser.error(f"--warm-memory must be in [0, {WARM_MEMORY_BYTES_MAX}], "
+                     f"got {args.warm_memory}")
     return args
 
 
@@ -199,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from node.client import Admin
     from node.cluster import Cluster
+    from bench.perf.cluster import warm_memory
     directory = Path(args.dir or tempfile.mkdtemp(prefix="bench-idempotence-"))
     cluster = Cluster.up(directory / "cluster", 3,
                          config={"log.retention.check.interval.ms": str(RETENTION_CHECK_MS)})
@@ -224,14 +238,18 @@ def main(argv: list[str] | None = None) -> int:
         per_cpu_s = {False: [], True: []}       # records per CPU-second, every process
         for round_ in range(-args.warmup_rounds, args.rounds):
             for idempotent in ((False, True) if round_ % 2 == 0 else (True, False)):
+                warmed = warm_memory(str(directory), args.warm_memory)
                 rate, line, cpu_s = measured(args.records, idempotent)
                 cpu_s = max(cpu_s - fixed_cpu_s[idempotent], 1e-3)
                 if round_ >= 0:
                     rates[idempotent].append(rate)
                     per_cpu_s[idempotent].append(args.records / cpu_s)
                 name = f"round {round_ + 1}" if round_ >= 0 else "warm-up"
+                warm_note = (f" [warm-up {warmed['warm_memory']['gb_per_s']} GB/s]"
+                             if warmed else "")
                 print(f"{name} idempotence {'on ' if idempotent else 'off'}: {line} "
-                      f"[{1e6 * cpu_s / args.records:.2f} CPU us/record]", flush=True)
+                      f"[{1e6 * cpu_s / args.records:.2f} CPU us/record]{warm_note}",
+                      flush=True)
         summary = summarize(rates[False], rates[True], args.records)
         summary["cpu"] = summarize(per_cpu_s[False], per_cpu_s[True], args.records)
         print(summary_line(summary, args.record_size), flush=True)

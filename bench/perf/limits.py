@@ -3,8 +3,8 @@ between two Python processes, measured.
 
     python -m bench.perf.limits [--rounds 5] [--trips 2000] [--paced-trips 300]
                                 [--rate 1000] [--message-bytes 100]
-                                [--copy-bytes 67108864] [--frame-bytes 262144]
-                                [--seconds 1] [--only FIGURE,...]
+                                [--copy-bytes 67108864] [--growth-bytes 1073741824]
+                                [--frame-bytes 262144] [--seconds 1] [--only FIGURE,...]
 
 Every figure a benchmark of minikafka reports has a limit below it that no code can
 beat here; this module measures them, so a figure can be read as "x% of the floor":
@@ -19,6 +19,16 @@ beat here; this module measures them, so a figure can be read as "x% of the floo
                         backs guest memory only once it is touched (and takes back what
                         the guest frees), a round that needs memory the guest has not
                         used lately pays the host's faults: the rounds' min shows it
+    page_cache_growth   the same with --growth-bytes, into memory the guest has not used
+                        lately: after each round the file is removed and as much anonymous
+                        memory is touched and held until the last round, so the next
+                        round cannot reuse what this one freed. A log that keeps growing
+                        (every broker's, in a benchmark that writes GBs) is bound by this,
+                        not by page_cache: on this project's VM the host takes back the
+                        memory the guest frees within about 10 seconds, and memory it
+                        must back again comes at ~0.35-0.5 GB/s against ~5 GB/s for
+                        memory it still backs (``bench.perf.cluster --warm-memory``
+                        measures a cluster both ways)
     semaphore           one round trip through two POSIX named semaphores (posix-ipc):
                         this process posts, the other, blocked in sem_wait, wakes and posts
                         back (µs)
@@ -85,19 +95,23 @@ SECONDS_MAX = 600.0
 WARMUP_TRIPS = 50            # round trips before timing, in every round
 COPY_SECONDS_MIN = 0.2       # a memcpy round copies at least this long
 PWRITE_BYTES = 1024 * 1024   # page_cache's pieces
+GROWTH_BYTES_MIN = PWRITE_BYTES
 ROUND_TIMEOUT_S = 120.0      # a round that takes longer has lost its child: an error
 START_TIMEOUT_S = 30.0
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024   # as node.local_link's
 
 TRIP_FIGURES = ("semaphore", "eventfd", "unix", "ring", "zmq_ipc", "zmq_tcp")
-RATE_FIGURES = ("memcpy", "memcpy_frame", "page_cache", "unix_stream", "zmq_push")
-FIGURES = RATE_FIGURES[:3] + TRIP_FIGURES + RATE_FIGURES[3:]
+RATE_FIGURES = ("memcpy", "memcpy_frame", "page_cache", "page_cache_growth", "unix_stream",
+                "zmq_push")
+FIGURES = RATE_FIGURES[:4] + TRIP_FIGURES + RATE_FIGURES[4:]
 UNITS = {"memcpy": "GB/s", "memcpy_frame": "GB/s", "page_cache": "GB/s",
+         "page_cache_growth": "GB/s",
          "unix_stream": "MB/s", "zmq_push": "MB/s"}
 DESCRIPTIONS = {
     "memcpy": "memory copy, large buffers (numpy)",
     "memcpy_frame": "memory copy, one frame (cache)",
     "page_cache": "pwrite into a new file's page cache",
+    "page_cache_growth": "page cache growth into memory not used lately",
     "semaphore": "POSIX semaphore round trip",
     "eventfd": "eventfd round trip",
     "unix": "abstract Unix socket round trip",
@@ -122,6 +136,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=int, default=1000, help="paced round trips per second")
     parser.add_argument("--message-bytes", type=int, default=100)
     parser.add_argument("--copy-bytes", type=int, default=64 * MB_BYTES)
+    parser.add_argument("--growth-bytes", type=int, default=1024 * MB_BYTES,
+                        help="bytes each round of page_cache_growth writes (and then holds)")
     parser.add_argument("--frame-bytes", type=int, default=256 * 1024)
     parser.add_argument("--seconds", type=float, default=1.0,
                         help="seconds of each one-way throughput round")
@@ -134,6 +150,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
               ("--rate", args.rate, 1, RATE_MAX),
               ("--message-bytes", args.message_bytes, 1, MESSAGE_BYTES_MAX),
               ("--copy-bytes", args.copy_bytes, 1, COPY_BYTES_MAX),
+              ("--growth-bytes", args.growth_bytes, GROWTH_BYTES_MIN, COPY_BYTES_MAX),
               ("--frame-bytes", args.frame_bytes, 1, FRAME_BYTES_MAX),
               ("--seconds", args.seconds, 1e-3, SECONDS_MAX))
     for flag, value, low, high in checks:
@@ -279,13 +296,18 @@ def copy_rate(size_bytes: int) -> float:
     return size_bytes / (statistics.median(copies_ns) / 1e9) / GB
 
 
-def page_cache_rate(size_bytes: int) -> float:
+def page_cache_rate(size_bytes: int, held: list | None = None, *,
+                    directory: str | None = None) -> float:
     """GB/s of writing ``size_bytes`` with pwrite() in PWRITE_BYTES pieces into a new
-    file preallocated with ftruncate (a segment's way), under the temporary directory."""
+    file preallocated with ftruncate (a segment's way), under ``directory`` (default: the
+    temporary directory), removed after.
+    With ``held`` (page_cache_growth), the memory the removed file freed is taken again
+    at once (``size_bytes`` of anonymous memory, touched) and appended to ``held``, so a
+    later round cannot grow into it: the caller drops them after its last round."""
     import tempfile
     piece = os.urandom(min(size_bytes, PWRITE_BYTES))
-    with tempfile.TemporaryDirectory(prefix="minikafka-limits-") as directory:
-        fd = os.open(os.path.join(directory, "segment"), os.O_RDWR | os.O_CREAT | os.O_EXCL,
+    with tempfile.TemporaryDirectory(prefix="minikafka-limits-", dir=directory) as scratch:
+        fd = os.open(os.path.join(scratch, "segment"), os.O_RDWR | os.O_CREAT | os.O_EXCL,
                      0o600)
         try:
             os.ftruncate(fd, size_bytes)
@@ -295,6 +317,9 @@ def page_cache_rate(size_bytes: int) -> float:
             elapsed_ns = max(time.perf_counter_ns() - start_ns, 1)
         finally:
             os.close(fd)
+    if held is not None:
+        import numpy as np
+        held.append(np.ones(size_bytes, np.uint8))    # touched: backed, and ours
     return size_bytes / (elapsed_ns / 1e9) / GB
 
 
@@ -513,14 +538,17 @@ def zmq_round(transport: str, trips: int, rate: int | None, size: int) -> list[f
             context.term()
 
 
-def measure_round(figure: str, args, rate: int | None):
-    """One round of ``figure``: a rate (GB/s or MB/s) or a list of trip times (µs)."""
+def measure_round(figure: str, args, rate: int | None, held: list | None = None):
+    """One round of ``figure``: a rate (GB/s or MB/s) or a list of trip times (µs).
+    ``held``: the memory page_cache_growth keeps until the last round."""
     if figure == "memcpy":
         return copy_rate(args.copy_bytes)
     if figure == "memcpy_frame":
         return copy_rate(args.frame_bytes)
     if figure == "page_cache":
         return page_cache_rate(args.copy_bytes)
+    if figure == "page_cache_growth":
+        return page_cache_rate(args.growth_bytes, held)
     if figure == "unix_stream":
         return unix_stream_round(args.frame_bytes, args.seconds)
     if figure == "zmq_push":
@@ -555,6 +583,8 @@ def plan(args) -> list[tuple[str, str | None]]:
 def params(figure: str, mode: str | None, args) -> dict:
     if figure in ("memcpy", "page_cache"):
         return {"bytes": args.copy_bytes}
+    if figure == "page_cache_growth":
+        return {"bytes": args.growth_bytes}
     if figure in RATE_FIGURES:
         return {"frame_bytes": args.frame_bytes}
     if mode == "paced":
@@ -569,12 +599,17 @@ def params(figure: str, mode: str | None, args) -> dict:
 def run(args) -> list[dict]:
     steps = plan(args)
     rounds: dict[tuple, list] = {step: [] for step in steps}
-    for _ in range(args.rounds):
-        for figure, mode in steps:
-            with deadline(ROUND_TIMEOUT_S + args.seconds):
-                result = measure_round(figure, args, args.rate if mode == "paced" else None)
-            rounds[(figure, mode)].append(trip_round(result) if isinstance(result, list)
-                                          else result)
+    held: list = []     # page_cache_growth's memory, dropped after the last round
+    try:
+        for _ in range(args.rounds):
+            for figure, mode in steps:
+                with deadline(ROUND_TIMEOUT_S + args.seconds):
+                    result = measure_round(figure, args, args.rate if mode == "paced" else None,
+                                           held)
+                rounds[(figure, mode)].append(trip_round(result) if isinstance(result, list)
+                                              else result)
+    finally:
+        held.clear()
     return [summarize(figure, mode, rounds[(figure, mode)], params(figure, mode, args))
             for figure, mode in steps]
 

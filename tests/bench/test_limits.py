@@ -13,6 +13,7 @@ from bench.perf import limits
 
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--trips", "0"], ["--rate", "0"],
                                   ["--message-bytes", "0"], ["--seconds", "0"],
+                                  ["--growth-bytes", "1000"],
                                   ["--only", "memcpy,bogus"], ["--only", ","]])
 def test_bad_flags_are_a_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -65,6 +66,31 @@ def test_an_acks_all_write_floor_is_two_paced_round_trips_and_the_table_shows_ev
     assert text[5].startswith("acks_all_write_semaphore") and "22.0" in text[5]
 
 
+def test_page_cache_growth_holds_what_each_round_freed_until_the_last_round(tmp_path,
+                                                                          monkeypatch):
+    """Each round's memory is taken again and kept (so the next round cannot grow
+    into it), under the directory given, which is left empty; run() drops it all."""
+    held: list = []
+    for _ in range(2):
+        rate = limits.page_cache_rate(3 << 20, held, directory=str(tmp_path))
+        assert rate > 0
+    assert [len(block) for block in held] == [3 << 20, 3 << 20]
+    assert list(tmp_path.iterdir()) == []
+    seen: list = []
+
+    def measure(figure, args, rate, held_by_run=None):
+        held_by_run.append(bytearray(8))
+        seen.append(held_by_run)
+        return 1.0
+    monkeypatch.setattr(limits, "measure_round", measure)
+    args = limits.parse_args(["--only", "page_cache_growth", "--rounds", "3",
+                              "--growth-bytes", str(1 << 20)])
+    (line,) = limits.run(args)
+    assert line["figure"] == "page_cache_growth" and line["bytes"] == 1 << 20
+    assert line["rounds"] == 3 and line["unit"] == "GB/s"
+    assert len(seen) == 3 and seen[0] is seen[2] and seen[0] == []   # one list, emptied
+
+
 def _semaphores() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("sem.minikafka-limits")}
 
@@ -75,6 +101,7 @@ def test_a_tiny_real_run_measures_every_figure_and_leaves_nothing_behind():
     result = subprocess.run(
         [sys.executable, "-m", "bench.perf.limits", "--rounds", "1", "--trips", "20",
          "--paced-trips", "5", "--rate", "5000", "--copy-bytes", str(1 << 20),
+         "--growth-bytes", str(1 << 20),
          "--frame-bytes", str(1 << 16), "--seconds", "0.05"],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

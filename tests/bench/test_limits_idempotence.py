@@ -55,7 +55,7 @@ def test_the_summary_uses_the_paired_ratios():
 
 
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--warmup-rounds", "-1"],
-                                  ["--records", "0"]])
+                                  ["--records", "0"], ["--warm-memory", "-1"]])
 def test_bad_flags_are_a_usage_error(argv):
     with pytest.raises(SystemExit) as exit_info:
         idempotence.parse_args(argv)

@@ -1,0 +1,24 @@
+"""bench.perf.cluster: its flags, and the memory warm-up that sets a throughput run's
+floor on a VM whose host takes back freed memory (the cluster runs are benchmarks, not
+tests: nothing here starts a broker)."""
+from __future__ import annotations
+
+import pytest
+
+from bench.perf import cluster
+
+
+@pytest.mark.parametrize("value", ["-1", str(cluster.WARM_MEMORY_BYTES_MAX + 1)])
+def test_a_warm_memory_out_of_range_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cluster.main(["--warm-memory", value])
+    assert exit_info.value.code == 2
+    assert "--warm-memory must be in" in capsys.readouterr().err
+
+
+def test_the_warm_up_writes_and_removes_its_file_and_reports_it(tmp_path):
+    assert cluster.warm_memory(str(tmp_path), 0) == {}
+    warmed = cluster.warm_memory(str(tmp_path), 2 << 20)["warm_memory"]
+    assert warmed["bytes"] == 2 << 20
+    assert warmed["seconds"] >= 0 and warmed["gb_per_s"] > 0
+    assert list(tmp_path.iterdir()) == []
