@@ -384,6 +384,9 @@ _KEYS: tuple[_Key, ...] = (
     # (node.cluster: a partition fault would not cut shared memory).
     _Key("replica.transport", _replica_transport, "shm"),
     _Key("replica.high.watermark.checkpoint.interval.ms", _LONG_POSITIVE, "5000"),
+    # Kafka's: how often the recovery points that roll flushes moved are written (one
+    # write per log dir); a roll does not write it (node.broker.replica_manager).
+    _Key("log.flush.offset.checkpoint.interval.ms", _POSITIVE, "60000"),
     _Key("request.timeout.ms", _POSITIVE, "30000"),
     _Key("auto.leader.rebalance.enable", _bool, "true"),
     _Key("leader.imbalance.check.interval.seconds", _LONG_POSITIVE, "300"),
@@ -518,6 +521,7 @@ class BrokerConfig:
     replica_transport: str = "shm"
     replica_fetch_backoff_ms: int = 1000
     replica_high_watermark_checkpoint_interval_ms: int = 5000
+    log_flush_offset_checkpoint_interval_ms: int = 60000
     request_timeout_ms: int = 30000
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300

@@ -182,6 +182,7 @@ class LeaderEpochCache:
         self.path = path
         self._log_end_offset = log_end_offset
         self._entries: list[EpochEntry] = []
+        self.dirty = False        # entries not yet written (truncate_from_start)
         for epoch, start in _read_lines(path, 2):
             self._assign(EpochEntry(_int(path, epoch), _int(path, start)))
         self._check()
@@ -260,14 +261,18 @@ class LeaderEpochCache:
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at ``start_offset``: drop older entries, keeping the epoch
-        that covers ``start_offset`` with its start moved up to it."""
+        that covers ``start_offset`` with its start moved up to it. Written later
+        (``flush_if_dirty``, or any flush), as Kafka's truncateFromStartAsyncFlush
+        (KAFKA-15046: a synchronous write stalled the request path behind a busy disk):
+        a file that still holds the older entries is safe, since loading a log truncates
+        its cache from its log start again."""
         removed = [e for e in self._entries if e.start_offset <= start_offset]
         if not removed:
             return
         kept = [e for e in self._entries if e.start_offset > start_offset]
         self._entries = [EpochEntry(removed[-1].epoch, start_offset)] + kept
         self._check()
-        self.flush()
+        self.dirty = True
 
     def clear(self) -> None:
         self._entries = []
@@ -277,6 +282,13 @@ class LeaderEpochCache:
         lines = [str(VERSION), str(len(self._entries))]
         lines += [f"{e.epoch} {e.start_offset}" for e in self._entries]
         write_atomically(self.path, "\n".join(lines) + "\n")
+        self.dirty = False
+
+    def flush_if_dirty(self) -> None:
+        """Write what ``truncate_from_start`` left in memory only (the broker's periodic
+        checkpoints, and a log's close)."""
+        if self.dirty:
+            self.flush()
 
     def _check(self) -> None:
         for a, b in zip(self._entries, self._entries[1:]):

@@ -207,9 +207,14 @@ class SparseIndex:
     # ------------------------------------------------------------ files
 
     def persist(self, path: str) -> None:
+        write_index_file(*self.file_args(path))
+
+    def file_args(self, path: str) -> tuple:
+        """``write_index_file``'s arguments for this index, its entries copied (another
+        thread may write them while this one goes on)."""
         count = self.count
-        write_index_file(path, self.kind, self.base_offset, self.entries_max,
-                         self._keys[:count], self._values[:count])
+        return (path, self.kind, self.base_offset, self.entries_max,
+                self._keys[:count].copy(), self._values[:count].copy())
 
     @classmethod
     def read_file(cls, path: str, base_offset: int) -> tuple[np.ndarray, np.ndarray]:

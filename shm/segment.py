@@ -41,7 +41,7 @@ from shm import batch
 from shm import faults
 from shm.batch import CorruptRecordError
 from shm.config import PREALLOCATE_CHUNK_BYTES
-from shm.index import OffsetIndex, TimeIndex
+from shm.index import OffsetIndex, TimeIndex, write_index_file
 
 ZERO_PREFIX = bytes(batch.LENGTH_OVERHEAD_BYTES)
 _ZERO_CHUNK = bytes(1 << 20)
@@ -159,12 +159,20 @@ class Segment:
         self.map_readonly()
 
     def persist_indexes(self) -> None:
+        for args in self.take_index_files():
+            write_index_file(*args)
+
+    def take_index_files(self) -> list[tuple]:
+        """What ``persist_indexes`` writes (``write_index_file``'s arguments, entries
+        copied), for the caller to write, maybe on another thread: from now on the
+        indexes count as persisted (a roll's flush writes them before the recovery
+        point passes this segment; until then recovery rebuilds them)."""
         if not self.indexes_dirty:
-            return
+            return []
         self.indexes_dirty = False
         stem = os.path.join(self.directory, f"{self.base_offset:020d}")
-        self.offset_index.persist(stem + ".index")
-        self.time_index.persist(stem + ".timeindex")
+        return [self.offset_index.file_args(stem + ".index"),
+                self.time_index.file_args(stem + ".timeindex")]
 
     def dup_fd(self) -> int:
         """A descriptor of the file for a background fsync (the caller closes it)."""

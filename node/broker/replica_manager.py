@@ -63,7 +63,8 @@ from node.core.replication import (AssignEpoch, CompleteProduce, Effect, Increme
 from shm import batch
 from shm import board
 from shm.batch import CorruptRecordError
-from shm.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from shm.checkpoint import (RECOVERY_POINT_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+                            OffsetCheckpointFile)
 from shm.log import Log
 
 logger = logging.getLogger("node.broker.server")
@@ -709,24 +710,50 @@ class ReplicaManager:
         """Every replica.high.watermark.checkpoint.interval.ms: one write (and fsync) of
         each log dir's replication-offset-checkpoint for all its changed partitions, as
         Kafka, instead of one per partition."""
+        def checkpointed(part: Partition, hw: int) -> None:
+            part.checkpointed_high_watermark = hw
+        self._checkpoint(REPLICATION_OFFSET_CHECKPOINT, "HW",
+                         lambda part: part.log.high_watermark,
+                         lambda part: part.checkpointed_high_watermark, checkpointed)
+
+    def checkpoint_recovery_points(self) -> None:
+        """Every log.flush.offset.checkpoint.interval.ms: the recovery points that roll
+        flushes moved since, one write of each log dir's recovery-point-offset-checkpoint,
+        as Kafka's checkpointLogRecoveryOffsets (a roll's flush moves the recovery point
+        in memory only: writing the file there stalled every partition of the broker,
+        40-200 ms behind a busy disk). A checkpoint that lags is safe: recovery scans
+        from it. Truncations and flushes still write theirs at once."""
+        def checkpointed(part: Partition, offset: int) -> None:
+            part.log.checkpointed_recovery_point = offset
+        self._checkpoint(RECOVERY_POINT_OFFSET_CHECKPOINT, "recovery point",
+                         lambda part: part.log.recovery_point,
+                         lambda part: part.log.checkpointed_recovery_point, checkpointed)
+        # and the leader-epoch caches that retention or DeleteRecords cut from the start
+        # (written later, as Kafka's truncateFromStartAsyncFlush)
+        self._each_log("leader-epoch checkpoint",
+                       lambda part: part.log.leader_epoch_cache.flush_if_dirty())
+
+    def _checkpoint(self, file_name: str, what: str, value: Callable[[Partition], int],
+                    written: Callable[[Partition], int | None],
+                    checkpointed: Callable[[Partition, int], None]) -> None:
         changed: dict[str, dict[tuple[str, int], int]] = {}
         for part in self.partitions.values():
-            hw = part.log.high_watermark
-            if hw != part.checkpointed_high_watermark and not self.is_offline(part):
-                changed.setdefault(part.log.data_dir, {})[part.key] = hw
+            offset = value(part)
+            if offset != written(part) and not self.is_offline(part):
+                changed.setdefault(part.log.data_dir, {})[part.key] = offset
         for data_dir, updates in changed.items():
-            file = OffsetCheckpointFile(os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT))
+            file = OffsetCheckpointFile(os.path.join(data_dir, file_name))
             try:
                 offsets = file.read()
                 offsets.update(updates)
                 file.write(offsets)
             except STORAGE_ERRORS as e:  # a failing disk must not stop the broker
-                logger.error("%s: HW checkpoint failed: %s", data_dir, e)
+                logger.error("%s: %s checkpoint failed: %s", data_dir, what, e)
                 if isinstance(e, OSError):
-                    self.dir_failed(data_dir, e, REPLICATION_OFFSET_CHECKPOINT)
+                    self.dir_failed(data_dir, e, file_name)
                 continue
-            for key, hw in updates.items():
-                self.partitions[key].checkpointed_high_watermark = hw
+            for key, offset in updates.items():
+                checkpointed(self.partitions[key], offset)
 
     def retention(self) -> None:
         """Kafka's retention thread: logs whose cleanup.policy has "delete" (a compact-only

@@ -204,6 +204,8 @@ class Broker:
         self.loop.every(limits.TICK_INTERVAL_MS, self._tick)
         self.loop.every(config.replica_high_watermark_checkpoint_interval_ms,
                         self.replicas.checkpoint_high_watermarks)
+        self.loop.every(config.log_flush_offset_checkpoint_interval_ms,
+                        self.replicas.checkpoint_recovery_points)
         self.loop.every(config.log_retention_check_interval_ms, self.replicas.retention)
         if config.log_scrub_bytes_per_second > 0:
             budget = max(1, config.log_scrub_bytes_per_second * limits.SCRUB_INTERVAL_MS // 1000)

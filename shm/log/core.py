@@ -40,7 +40,8 @@ from shm.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_C
 from shm.config import SEGMENTS_PER_LOG_MAX, LogConfig
 from shm.errors import (InvalidRecordError, LogClosedError, LogError, OffsetOutOfRangeError,
                         RecordTooLargeError, UnexpectedAppendOffsetError)
-from shm.index import KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name
+from shm.index import (KIND_OFFSET, KIND_TIME, OffsetIndex, TimeIndex, index_name,
+                       write_index_file)
 from shm.log import cleaner, cleaner_swap, loader, retention, transactions
 from shm.log.loader import TRUNCATE_FULLY, TRUNCATE_TO, RecoveryReport
 from shm.log.producer_snapshots import delete_snapshots, write_snapshot
@@ -105,11 +106,20 @@ def _run_all(closes) -> None:
         raise errors[0]
 
 
-def _fsync_and_close(descriptors: list[int]) -> None:
-    # Duplicated descriptors: the log may close or delete the segment meanwhile.
+def _flush_roll(descriptors: list[int], index_files: list[tuple], directory: str) -> None:
+    """A roll's durable steps, on the flusher thread: the sealed segment's index files,
+    the fsyncs of the sealed segments (duplicated descriptors: the log may close or
+    delete a segment meanwhile, though it waits for this before it truncates or deletes
+    one) and of the directory, which names the new segment. The recovery point passes
+    the sealed segments only once all of it is done."""
     try:
+        for args in index_files:
+            write_index_file(*args)
+        faults.point("roll:indexes-persisted")
         for fd in descriptors:
             os.fsync(fd)
+        fsync_dir(directory)
+        faults.point("roll:directory-synced")
     finally:
         for fd in descriptors:
             os.close(fd)
@@ -151,6 +161,8 @@ class Log:
         self._closed = False
         self._lock_fd = -1
         self._roll_flush: _RollFlush | None = None
+        # What the recovery-point checkpoint file holds for this log (None: not known).
+        self.checkpointed_recovery_point: int | None = None
         self._releases: deque[Future] = deque()  # deleted segments' closes under way
         # Idempotent producers' state (shm.producer_state): built from the batch headers
         # the first time it is needed, then kept up to date by every append; dropped by
@@ -462,8 +474,7 @@ class Log:
         self._poll_roll_flush(wait=True)  # at most one in flight
         segment.seal()
         faults.point("roll:sealed")
-        segment.persist_indexes()
-        faults.point("roll:indexes-persisted")
+        index_files = segment.take_index_files()   # written by the flusher thread
         base = self.log_end_offset if next_offset is None else max(next_offset,
                                                                    self.log_end_offset)
         self._add_segment(self._new_segment(base, now_ms))
@@ -472,17 +483,20 @@ class Log:
             transactions.sync_indexes(self)  # durable before a snapshot covers them
             write_snapshot(self.directory, self.log_end_offset, self._producers,
                            self.log_start_offset, self._txns)
-        fsync_dir(self.directory)
-        faults.point("roll:directory-synced")
-        # As Kafka: the sealed segments are fsynced in the background and the recovery
-        # point moves to the new segment once that is done (seen by the next append,
-        # flush or flush_if_due), so a roll does not stall appends behind an fsync.
+        # As Kafka: the sealed segments' index files and fsyncs, and the directory's, run
+        # in the background ("flush-log", scheduled by the roll) and the recovery point
+        # moves to the new segment once they are done (seen by the next append, flush
+        # or flush_if_due), so a roll does not stall appends behind a disk (a loaded
+        # disk made each of them a 40-260 ms stall of the broker's loop). Until then a
+        # crash recovers the sealed segments by scanning them and rebuilding their
+        # indexes, as for any segment above the recovery point.
         first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         pending = [(s, s.size_bytes) for s in self.segments[first:-1]
                    if s.flushed_bytes < s.size_bytes]
         descriptors = [s.dup_fd() for s, _ in pending]
-        self._roll_flush = _RollFlush(_flusher().submit(_fsync_and_close, descriptors),
-                                      self.active_segment.base_offset, pending)
+        self._roll_flush = _RollFlush(
+            _flusher().submit(_flush_roll, descriptors, index_files, self.directory),
+            self.active_segment.base_offset, pending)
 
     def _release(self, closes) -> None:
         """``Segment.delete``'s last steps (``closes``: closing the unlinked files, which
@@ -503,6 +517,17 @@ class Log:
         except OSError as e:  # the names are gone already: only a descriptor leaked
             logger.warning("%s: closing a deleted segment: %s", self.directory, e)
 
+    def _finish_roll_flush(self) -> None:
+        """Before segments are cut, deleted or replaced: wait for a roll's background
+        flush (it writes index files of the segments it covers) and forget its recovery
+        point (the offsets it names may soon mean other data)."""
+        roll_flush, self._roll_flush = self._roll_flush, None
+        if roll_flush is not None:
+            try:
+                roll_flush.future.result()
+            except OSError as e:   # what it would have made durable is going anyway
+                logger.warning("%s: a roll's background flush failed: %s", self.directory, e)
+
     def _poll_roll_flush(self, *, wait: bool) -> None:
         """Apply a finished background roll flush (or wait for it)."""
         roll_flush = self._roll_flush
@@ -513,8 +538,10 @@ class Log:
         for segment, size_bytes in roll_flush.segments:
             segment.flushed_bytes = max(segment.flushed_bytes, size_bytes)
         if self.recovery_point < roll_flush.offset <= self.log_end_offset:
+            # In memory: the broker writes the checkpoint file every
+            # log.flush.offset.checkpoint.interval.ms (checkpoint_recovery_point), as
+            # Kafka; one that lags is safe (recovery scans from it).
             self.recovery_point = roll_flush.offset
-            self._write_recovery_point()
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
         indexes = []
@@ -559,6 +586,16 @@ class Log:
 
     def _write_recovery_point(self) -> None:
         self._recovery_file.update(self.topic, self.partition, self.recovery_point)
+        self.checkpointed_recovery_point = self.recovery_point
+
+    def checkpoint_recovery_point(self) -> None:
+        """Write the recovery point if a roll's flush moved it since it was last written
+        (the broker does it for all its logs at once: ReplicaManager.checkpoint_recovery_points),
+        and the leader-epoch cache if a log start move left it unwritten."""
+        self._ensure_open()
+        if self.recovery_point != self.checkpointed_recovery_point:
+            self._write_recovery_point()
+        self.leader_epoch_cache.flush_if_dirty()
 
     # ================================================================ high watermark
 
@@ -587,6 +624,7 @@ class Log:
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
+        self._finish_roll_flush()
         self._intent.write(TRUNCATE_TO, offset)
         faults.point("truncate_to:intent-written")
         self._truncate_to(offset)
@@ -635,7 +673,7 @@ class Log:
             raise ValueError(f"truncate_fully_and_start_at({offset})")
         self._intent.write(TRUNCATE_FULLY, offset)
         faults.point("truncate_fully:intent-written")
-        self._roll_flush = None
+        self._finish_roll_flush()
         self._segments_changed += 1
         for segment in reversed(self.segments):
             segment.mark_deleted()
@@ -752,6 +790,7 @@ class Log:
         if self._closed:
             cleaned.abort()
             return False
+        self._poll_roll_flush(wait=True)   # it may write index files of what is swapped
         return cleaner_swap.swap(self, cleaned)
 
     # ================================================================ close / delete
@@ -770,6 +809,7 @@ class Log:
         self.recovery_point = self.log_end_offset
         self._write_recovery_point()
         self.checkpoint_high_watermark()
+        self.leader_epoch_cache.flush_if_dirty()
         for segment in self.segments:
             segment.close(unlink_indexes=True)
         self._wait_for_releases()
@@ -777,7 +817,10 @@ class Log:
         self._unlock()
 
     def abandon(self) -> None:
-        """Drop this object as a SIGKILL would (tests): no trim, no persist, no unlink."""
+        """Drop this object as a SIGKILL would (tests): no trim, no persist, no unlink.
+        A roll's background flush is let finish (a SIGKILL may come after it as well as
+        before), so that it writes nothing into the files once they are someone else's."""
+        self._finish_roll_flush()
         for segment in self.segments:
             segment.abandon()
         self._closed = True
@@ -785,6 +828,7 @@ class Log:
 
     def delete(self) -> None:
         """Remove the partition directory, its shared memory and its checkpoint entries."""
+        self._finish_roll_flush()
         for segment in self.segments:
             segment.close(unlink_indexes=True)
         self._wait_for_releases()

@@ -42,6 +42,7 @@ def segments_past_retention(log, now_ms: int) -> int:
 def delete_first_segments(log, count: int) -> None:
     """Crash-safe: the new log start offset is durable before any file goes (Kafka's
     log-start-offset-checkpoint), and recovery deletes every segment below it."""
+    log._poll_roll_flush(wait=True)   # it may write index files of the victims
     victims = log.segments[:count]
     # Never below a DeleteRecords' log start offset already made durable.
     log._log_start_file.update(log.topic, log.partition,

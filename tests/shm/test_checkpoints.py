@@ -87,6 +87,13 @@ def test_truncate_from_end_and_start(tmp_path):
     assert c.entries == [EpochEntry(2, 12)]
     c.truncate_from_start(5)
     assert c.entries == [EpochEntry(2, 12)]
+    # A cut from the start is written later (Kafka's truncateFromStartAsyncFlush): the
+    # file still holds what the last flush wrote until flush_if_dirty.
+    reopened, _ = cache(tmp_path)
+    assert reopened.entries == [EpochEntry(1, 0), EpochEntry(2, 10)]
+    assert c.dirty
+    c.flush_if_dirty()
+    assert not c.dirty
     reopened, _ = cache(tmp_path)
     assert reopened.entries == [EpochEntry(2, 12)]
 

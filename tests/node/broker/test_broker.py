@@ -327,6 +327,34 @@ def test_high_watermarks_are_checkpointed_periodically(tmp_path, cluster_id):
         cluster.close()
 
 
+def test_recovery_points_moved_by_roll_flushes_are_checkpointed_periodically(tmp_path,
+                                                                           cluster_id):
+    """A roll's background flush moves the recovery point in memory; the broker writes
+    the log dir's recovery-point-offset-checkpoint every
+    log.flush.offset.checkpoint.interval.ms (Kafka's checkpointLogRecoveryOffsets),
+    one write for all its partitions."""
+    from shm.checkpoint import RECOVERY_POINT_OFFSET_CHECKPOINT, OffsetCheckpointFile
+    cluster = Cluster(tmp_path, cluster_id)
+    try:
+        broker = cluster.add_broker(0, log_flush_offset_checkpoint_interval_ms=200,
+                                    log_segment_bytes=4096)
+        cluster.create_topic(TOPIC, {0: [0], 1: [0]})
+        for partition in (0, 1):
+            for _ in range(4):                  # 4 batches of 2 KiB: rolls at 4 KiB
+                cluster.produce(0, TOPIC, partition, [b"v" * 2000])
+        path = broker.dir / "logs" / RECOVERY_POINT_OFFSET_CHECKPOINT
+
+        def checkpointed():
+            if not path.exists():
+                return None
+            points = OffsetCheckpointFile(str(path)).read()
+            return [points.get((TOPIC, p), 0) for p in (0, 1)]
+        wait_for(lambda: (checkpointed() or [0])[0] >= 2 and checkpointed()[1] >= 2,
+                 "both partitions' recovery points past their rolled segments", 10)
+    finally:
+        cluster.close()
+
+
 def test_fuzzed_requests_never_stop_the_broker(single):
     """Seeded random bodies for every API (wrong types, wrong arities, odd values): each
     gets an answer or is dropped, and the broker keeps serving."""
