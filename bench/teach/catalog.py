@@ -506,8 +506,23 @@ def partition_scenario(number: int) -> Callable[[Play], Iterator[Step]]:
         play.expect(v.lost == 0, f"nothing acknowledged was lost (lost {v.lost} of "
                                  f"{v.acknowledged}; refused {v.refused}, unknown {v.unknown})")
         play.expect(not divergent, f"the replicas' files agree below the HW "
-                                   f"({len(divergent)} divergent offsets)")
+                                   f"({len(divergent)} divergent offsets"
+                                   f"{_divergent_examples(divergent)})")
     return body
+
+
+def _divergent_examples(divergent: list, shown: int = 3) -> str:
+    """The first divergent offsets with each replica's value there (or "missing"): what
+    a failed LogMatching check needs to be traced (a CI run once found 5 and said no
+    more)."""
+    if not divergent:
+        return ""
+    parts = []
+    for _, offset, held in divergent[:shown]:
+        values = ", ".join(f"broker {b}: " + ("missing" if v is None else repr(v[:24]))
+                           for b, v in sorted(held.items()))
+        parts.append(f"offset {offset} ({values})")
+    return "; first: " + "; ".join(parts)
 
 
 def _links(s: Stage, target: str, L: int, F1: int, controller: int) -> list[str]:

@@ -73,6 +73,16 @@ def test_acks1_with_confluent_kafka_loses_what_it_acknowledged_and_says_so(tmp_p
     assert f"acknowledged writes lost: {found.group(2)} of" in out, out[-3000:]
 
 
+def test_a_divergence_names_its_first_offsets_and_what_each_replica_holds():
+    from bench.teach.catalog import _divergent_examples
+    assert _divergent_examples([]) == ""
+    text = _divergent_examples([(0, 65, {0: b"w-65", 2: None}), (0, 66, {0: b"a", 2: b"b"}),
+                                (0, 67, {0: b"c", 2: None}), (0, 68, {0: b"d", 2: None})])
+    assert text == ("; first: offset 65 (broker 0: b'w-65', broker 2: missing); "
+                    "offset 66 (broker 0: b'a', broker 2: b'b'); "
+                    "offset 67 (broker 0: b'c', broker 2: missing)")
+
+
 def test_the_list_names_every_scenario_and_its_prediction():
     done = scenario("list", timeout=60)
     assert done.returncode == 0
