@@ -206,12 +206,9 @@ class SparseIndex:
 
     # ------------------------------------------------------------ files
 
-    def persist(self, path: str) -> None:
-        write_index_file(*self.file_args(path))
-
     def file_args(self, path: str) -> tuple:
-        """``write_index_file``'s arguments for this index, its entries copied (another
-        thread may write them while this one goes on)."""
+        """``write_index_file``'s arguments for this index (its file at ``path``), its
+        entries copied: a roll's flusher thread writes them while this one goes on."""
         count = self.count
         return (path, self.kind, self.base_offset, self.entries_max,
                 self._keys[:count].copy(), self._values[:count].copy())

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from shm.index import (KIND_OFFSET, KIND_TIME, S_COUNT, IndexCorruptError, OffsetIndex,
-                       TimeIndex, index_name)
+                       TimeIndex, index_name, write_index_file)
 from shm.names import cluster_objects
 
 
@@ -32,7 +32,7 @@ def test_lookup_is_the_floor_entry_and_readers_see_the_published_count(cluster_i
             index.append(0, 5)  # keys must strictly increase
         reader.close()
         index.append(10, 400)
-        index.persist(str(tmp_path / "x.index"))
+        write_index_file(*index.file_args(str(tmp_path / "x.index")))
         keys, values = OffsetIndex.read_file(str(tmp_path / "x.index"), 100)
         assert keys.tolist() == [0, 10] and values.tolist() == [0, 400]
         with pytest.raises(IndexCorruptError):
