@@ -145,6 +145,49 @@ def test_retries_after_lost_answers_write_every_record_once(cluster, idempotent)
                                                     "did not provoke a lost answer"
 
 
+def test_a_retried_frame_of_more_batches_than_the_leader_remembers_is_written_once(
+        cluster, monkeypatch):
+    """The leader remembers a producer's last five batches (Kafka's NumBatchesToRetain).
+    A producer whose id came late (CI: its InitProducerId went to the paused follower and
+    timed out) had 20 one-record batches queued for one partition; sent as one frame and
+    retried after a lost answer, the leader saw its first batch as older than the five it
+    knows and refused the frame OUT_OF_ORDER_SEQUENCE_NUMBER, and the new epoch that
+    followed wrote all 20 again (CI: every record twice or three times). A frame holds at
+    most five batches of a partition now."""
+    topic, leader = _topic(cluster, 3, min_isr=1)
+    with Admin(cluster.bootstrap_servers) as admin:
+        replicas = admin.describe_topics([topic])[topic][0].replicas
+    follower = next(r for r in replicas if r != leader)
+    held = threading.Event()
+    held.set()
+    real_ready = Sender.producer_id_ready
+    senders = []
+
+    def producer_id_ready(self, now):       # the id comes late: nothing is sent before
+        senders.append(self) if not senders else None
+        return False if held.is_set() else real_ready(self, now)
+    monkeypatch.setattr(Sender, "producer_id_ready", producer_id_ready)
+    producer = Producer(cluster.bootstrap_servers, acks="all", request_timeout_ms=1000,
+                        retry_backoff_ms=50, batch_size=1)     # one record per batch
+    cluster.kill(follower, "STOP")
+    try:
+        futures = [producer.send(topic, b"w%d" % i, partition=0) for i in range(20)]
+        poll_until(lambda: senders and sum(len(q) for q in senders[0].queues.values()) == 20,
+                   10, "20 batches queued")
+        held.clear()
+        producer.flush(timeout=60)
+        offsets = [f.get(10).offset for f in futures]
+    finally:
+        held.clear()
+        cluster.start(follower)         # SIGCONT
+        producer.close()
+    for b in range(3):
+        cluster.wait_broker_ready(b, 60, peers=[0, 1, 2])
+    counts = collections.Counter(_values(cluster, topic))
+    assert counts == {b"w%d" % i: 1 for i in range(20)}, counts
+    assert offsets == list(range(20))
+
+
 def test_a_leader_killed_mid_stream_duplicates_nothing(cluster, monkeypatch):
     """acks=all, RF 3, min.insync 2: the leader is SIGKILLed while a producer sends;
     batches in flight are retried at the new leader, which knows their sequences from
