@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from node import ports
 from node.paths import child_env
 
 ZOOKEEPER_HOME = Path("/usr/share/zookeeper")
@@ -58,10 +59,9 @@ def missing_reason(kind: str) -> str | None:
 
 
 def free_port() -> int:
-    """A loopback port that was free a moment ago (bind to 0, release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port that was free a moment ago, outside the kernel's ephemeral range
+    (``node.ports``: a server restarted on it finds it free)."""
+    return ports.free_port()
 
 
 def four_letter(host: str, port: int, word: bytes, timeout_s: float = four_letter_timeout_s) -> bytes:

@@ -30,6 +30,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from node import ports
 from node.cluster.process import ClusterError, Process
 from node.config import ConfigError, parse_key_values
 
@@ -41,25 +42,13 @@ ZK_CONNECT_TIMEOUT_S = 5.0
 BROKERS_MAX = 64
 
 
-_HANDED_OUT: set[int] = set()   # ports this process picked: never handed out twice
-HANDED_OUT_MAX = 4096
-
-
 def _free_port() -> int:
-    """A port free now and not picked before by this process: the ports are bound later
-    by the processes started, so two picks of one cluster must differ (the kernel may
-    offer a port again once its probe socket is closed: zk_lite and a broker's Kafka
-    listener once got the same one, and that broker exited at start-up)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-        if port not in _HANDED_OUT:
-            break
-    if len(_HANDED_OUT) >= HANDED_OUT_MAX:
-        _HANDED_OUT.clear()
-    _HANDED_OUT.add(port)
-    return port
+    """A port free now and not picked before by this process, outside the kernel's
+    ephemeral range (``node.ports``): the ports are bound later by the processes
+    started, and again when one is restarted, so two picks of one cluster must differ
+    (zk_lite and a broker's Kafka listener once got the same one, and that broker exited
+    at start-up), and no outgoing connection may take one while its process is down."""
+    return ports.free_port(HOST)
 
 
 def _reachable(hosts: str, timeout_s: float) -> bool:
