@@ -1,7 +1,9 @@
 """The JVM segment reader (``node.spark.segments``, ``node/spark/java``; issue 29): the
 same rows as the Python source's local mode on a real cluster (several partitions and
 segments, null keys, a compacted log with holes, transactions with markers), one
-clear error for a file that is gone or cut, and the jar's build from a clean cache."""
+clear error for a file that is gone or cut, and the jar's build from a clean cache.
+The same reader over batches fetched into a spool (``node.spark.fetched``): the same
+rows again, a range fetched in many small answers, a released spool's clear error."""
 from __future__ import annotations
 
 import json
@@ -83,6 +85,15 @@ def _jvm(spark, cluster, topic: str, **options):
         return read_segments(spark, dir=str(cluster.dir), subscribe=topic, **options)
 
 
+def _fetched(spark, cluster, topic: str, **options):
+    from node.spark import read_fetched
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # no fallback to the Python source here
+        return read_fetched(spark, bootstrap=cluster.bootstrap_servers, subscribe=topic,
+                            **options)
+
+
 @pytest.fixture(scope="module")
 def plain(cluster):
     """3 partitions of small segments; every 7th record has a null key."""
@@ -115,11 +126,14 @@ def test_the_same_rows_as_the_python_source(cluster, spark, plain):
     jvm = _jvm(spark, cluster, plain)
     assert jvm.schema == _python(spark, cluster, plain).schema
     assert _all_rows(jvm) == expected
+    assert _all_rows(_fetched(spark, cluster, plain)) == expected
     # Ranges, split and grouped tasks, and a pruned aggregation.
     ranged = {"startingOffsets": json.dumps({plain: {"0": 17}}),
               "endingOffsets": json.dumps({plain: {"1": 301}}), "minPartitions": 7}
     assert _all_rows(_jvm(spark, cluster, plain, **ranged)) == \
-        _all_rows(_python(spark, cluster, plain, **ranged))
+        _all_rows(_python(spark, cluster, plain, **ranged)) == \
+        _all_rows(_fetched(spark, cluster, plain, **ranged))
+    assert _all_rows(_fetched(spark, cluster, plain, maxPartitions=2)) == expected
     grouped = _jvm(spark, cluster, plain, maxPartitions=2)
     assert grouped.rdd.getNumPartitions() == 2 and _all_rows(grouped) == expected
     from pyspark.sql import functions as F
@@ -154,10 +168,12 @@ def test_a_compacted_log_with_holes(cluster, spark):
     offsets = [r[4] for r in expected]
     assert offsets[-1] - offsets[0] + 1 > len(offsets)          # holes between offsets
     assert _all_rows(_jvm(spark, cluster, topic)) == expected
+    assert _all_rows(_fetched(spark, cluster, topic)) == expected
     middle = offsets[len(offsets) // 2] + 1                      # a start in a hole
     ranged = {"startingOffsets": json.dumps({topic: {"0": middle}})}
     assert _all_rows(_jvm(spark, cluster, topic, **ranged)) == \
-        _all_rows(_python(spark, cluster, topic, **ranged))
+        _all_rows(_python(spark, cluster, topic, **ranged)) == \
+        _all_rows(_fetched(spark, cluster, topic, **ranged))
 
 
 @pytest.mark.spark
@@ -187,6 +203,40 @@ def test_transactions_markers_give_no_rows(cluster, spark):
     # The markers are in the log: offsets skip them.
     assert max(r[4] for r in expected) >= 30
     assert _all_rows(_jvm(spark, cluster, topic)) == expected
+    assert _all_rows(_fetched(spark, cluster, topic)) == expected
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+def test_fetched_in_small_answers_then_released(cluster, spark, plain, tmp_path,
+                                               monkeypatch):
+    """Answers of 700 bytes end inside a batch (the cut batch is fetched again) and the
+    spool holds each range's batches once; a released spool fails the read with the
+    reader's message; a wrong option or spoolDir is one clear error."""
+    from node.spark import fetched, release_spools
+    from node.spark.source import SourceError
+    expected = _all_rows(_python(spark, cluster, plain))
+    monkeypatch.setattr(fetched, "PARTITION_FETCH_BYTES", 700)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    df = _fetched(spark, cluster, plain, spoolDir=str(spool))
+    assert _all_rows(df) == expected
+    (directory,) = list(spool.iterdir())
+    files = sorted(directory.iterdir())
+    assert len(files) == 3            # one file per range, each the range's batches once
+    from node.spark.segments import plan_range
+    from node.spark.source import BatchReader
+    local = [piece for part in BatchReader({"dir": str(cluster.dir), "subscribe": plain}).plan
+             for piece in plan_range(part)]
+    assert sum(f.stat().st_size for f in files) == sum(p["end"] - p["start"] for p in local)
+    assert release_spools() >= 1 and not directory.exists()
+    with pytest.raises(Exception, match="the file is gone"):
+        df.collect()
+    with pytest.raises(SourceError, match="unknown options"):
+        _fetched(spark, cluster, plain, dir=str(cluster.dir))
+    with pytest.raises(SourceError, match="spoolDir"):
+        _fetched(spark, cluster, plain, spoolDir=str(tmp_path / "missing"))
 
 
 def _read_plan(spark, pieces):
@@ -231,4 +281,9 @@ def test_without_javac_the_python_source_reads_instead(cluster, spark, plain, tm
     with pytest.warns(RuntimeWarning, match="no javac"):
         df = read_segments(spark, dir=str(cluster.dir), subscribe=plain)
     assert "minikafka" in df._jdf.queryExecution().toString()   # the Python source
+    assert len(df.collect()) == 3000
+    from node.spark import read_fetched
+    with pytest.warns(RuntimeWarning, match="no javac"):
+        df = read_fetched(spark, bootstrap=cluster.bootstrap_servers, subscribe=plain)
+    assert "minikafka" in df._jdf.queryExecution().toString()   # its Fetch mode
     assert len(df.collect()) == 3000
