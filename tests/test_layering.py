@@ -30,7 +30,7 @@ PACKAGES = ("node", "shm", "zk_lite", "bench")
 # What each part of node may import from node (its own part always).
 _BASE = {"node.wire"}
 _CLIENT_SIDE = _BASE | {"node.core", "node.net", "node.local_link", "node.config",
-                        "node.client", "node.waiting", "node.paths"}
+                        "node.client", "node.waiting", "node.paths", "node.ports"}
 LAYERS: dict[str, set[str]] = {
     "node.wire": set(),
     "node.core": _BASE,
@@ -50,6 +50,7 @@ LAYERS: dict[str, set[str]] = {
     "node.waiting": set(),
     "node.http_guard": set(),   # any HTTP surface may use it; it uses nothing of node
     "node.paths": set(),
+    "node.ports": set(),        # picking loopback ports for servers; uses nothing of node
     # The broker starts its Kafka listener (one module of node.kafka); its group
     # coordinator's bodies are Kafka's messages as dicts (node.kafka.protocol's classes
     # through node.kafka.dicts).
