@@ -134,13 +134,16 @@ class _Spooled:
         self.offset = part.start
         self.pieces: list[dict] = []
         self.progress_s = time.monotonic()
+        self.empty = False          # the last answer had nothing for this range
 
     @property
     def done(self) -> bool:
         return self.offset >= self.part.end
 
-    def take(self, frame, high_watermark: int) -> None:
-        """Append the whole batches of a fetched region below the range's end."""
+    def take(self, frame, high_watermark: int, first: bool) -> None:
+        """Append the whole batches of a fetched region below the range's end. An empty
+        region below the HW is a hole to the HW (compacted away) only for the answer's
+        first partition: a later one may be empty because the answer's bytes ran out."""
         from shm.batch import CorruptRecordError, read_header
         view = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         view = view.cast("B") if view.format != "B" else view
@@ -163,9 +166,11 @@ class _Spooled:
             next_offset = header.next_offset
             position += header.size_bytes
         if base < 0:
-            if len(view) == 0 and high_watermark >= part.end:
+            self.empty = True
+            if len(view) == 0 and high_watermark >= part.end and first:
                 self.offset = part.end          # the rest was compacted away
             return
+        self.empty = False
         self._write(view[:position], base, next_offset)
         self.offset = next_offset
         self.progress_s = time.monotonic()
@@ -218,7 +223,7 @@ def fetch_ranges(ranges, bootstrap: str, directory: str) -> dict[int, list[dict]
             if not left:
                 break
             by_leader: dict[str, list] = {}
-            for s in left:
+            for s in sorted(left, key=lambda s: not s.empty):   # the empty ones first
                 pm = md.partition(s.part.topic, s.part.partition)
                 endpoint = md.endpoint(pm.leader) if pm is not None and pm.leader >= 0 \
                     else None
@@ -274,7 +279,7 @@ def _take_response(items, response) -> bool:
                               f"{errors.name_of(code)}")
         frame = response.frames[i] if i < len(response.frames) else b""
         before = s.offset
-        s.take(frame, high_watermark)
+        s.take(frame, high_watermark, first=i == 0)
         if s.offset == before and not s.done:
             _stalled(s, f"no records past offset {s.offset} (high watermark "
                         f"{high_watermark})")

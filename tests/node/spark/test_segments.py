@@ -211,13 +211,16 @@ def test_transactions_markers_give_no_rows(cluster, spark):
 @pytest.mark.slow
 def test_fetched_in_small_answers_then_released(cluster, spark, plain, tmp_path,
                                                monkeypatch):
-    """Answers of 700 bytes end inside a batch (the cut batch is fetched again) and the
-    spool holds each range's batches once; a released spool fails the read with the
-    reader's message; a wrong option or spoolDir is one clear error."""
+    """Answers of 700 bytes end inside a batch (the cut batch is fetched again) and give
+    nothing to the partitions after the first (the answer's bytes ran out: no hole, as
+    the bench's first run took them, losing a partition's tail); the spool holds each
+    range's batches once; a released spool fails the read with the reader's message; a
+    wrong option or spoolDir is one clear error."""
     from node.spark import fetched, release_spools
     from node.spark.source import SourceError
     expected = _all_rows(_python(spark, cluster, plain))
     monkeypatch.setattr(fetched, "PARTITION_FETCH_BYTES", 700)
+    monkeypatch.setattr(fetched, "FETCH_BYTES", 700)
     spool = tmp_path / "spool"
     spool.mkdir()
     df = _fetched(spark, cluster, plain, spoolDir=str(spool))
