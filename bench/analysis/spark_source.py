@@ -17,6 +17,10 @@ task per topic partition). Prints one line per way and one JSON line.
 A fifth way, ``jvm``, is ``node.spark.read_segments``: the same local snapshot read by
 the JVM segment reader (``node/spark/java``: columnar batches over the mapped segment
 files, no Python worker); skipped with a note if its jar cannot be built (no javac).
+A sixth, ``jvm-fetch``, is ``node.spark.read_fetched``: the driver fetches the snapshot
+over Fetch into a spool (under the bench's directory) and the same JVM reader reads it;
+its time includes the fetch (the DataFrame is made anew each round, its spool released
+after).
 
 A fourth way, ``ceiling``, is the most any Python data source can do here: a source
 whose tasks (as many as the minikafka source's) yield one prepared Arrow batch of the
@@ -122,15 +126,22 @@ def fill(bootstrap: str, topic: str, records: int, partitions: int,
         producer.close()
 
 
-def timed(spark, df, repeat: int = 1) -> tuple[float, int, int]:
+def timed(spark, df, repeat: int = 1, made: list | None = None) -> tuple[float, int, int]:
     """(best seconds of ``repeat`` runs of the query, records it counted, value bytes
-    it summed)."""
+    it summed). ``df`` may be a function that makes the DataFrame: its time counts, and
+    is appended to ``made`` too."""
     from pyspark.sql import functions as F
     best, total, size = None, 0, 0
     for _ in range(repeat):
         started = time.perf_counter()
-        rows = df.groupBy("partition").agg(F.sum(F.length("value")).alias("bytes"),
-                                           F.count(F.lit(1)).alias("records")).collect()
+        if callable(df):
+            frame = df()
+            if made is not None:
+                made.append(time.perf_counter() - started)
+        else:
+            frame = df
+        rows = frame.groupBy("partition").agg(F.sum(F.length("value")).alias("bytes"),
+                                              F.count(F.lit(1)).alias("records")).collect()
         elapsed = time.perf_counter() - started
         total = sum(r["records"] for r in rows)
         size = sum(r["bytes"] or 0 for r in rows)
@@ -178,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                              "0: one task per topic partition)")
     parser.add_argument("--values", choices=("random", "constant"), default="random",
                         help="record values: random bytes (default) or 100 x 'x'")
+    parser.add_argument("--spool-dir", default=None,
+                        help="where jvm-fetch's spools go (default: the bench's own "
+                             "temporary directory)")
     args = parser.parse_args(argv)
     if min(args.records, args.partitions, args.rounds) < 1:
         parser.error("--records, --partitions and --rounds must be positive")
@@ -236,22 +250,33 @@ def main(argv: list[str] | None = None) -> int:
         ways = (("local", local), ("fetch", fetch), ("ceiling", ceiling),
                 ("parquet", parquet))
         if with_jvm:
-            from node.spark import read_segments
+            from node.spark import read_fetched, read_segments
             ways = (("jvm", read_segments(spark, dir=str(cluster.dir), subscribe="bench",
-                                          **grouping)),) + ways
+                                          **grouping)),
+                    ("jvm-fetch", lambda: read_fetched(
+                        spark, bootstrap=cluster.bootstrap_servers, subscribe="bench",
+                        spoolDir=args.spool_dir or str(work), **grouping))) + ways
         seconds: dict[str, list[float]] = {name: [] for name, _ in ways}
+        made: dict[str, list[float]] = {name: [] for name, df in ways if callable(df)}
         for round_ in range(args.rounds + 1):
             for name, df in ways:
-                elapsed, records, size = timed(spark, df)
+                elapsed, records, size = timed(spark, df, made=made.get(name))
+                if callable(df):
+                    from node.spark import release_spools
+                    release_spools()
                 if records != args.records or size != args.records * RECORD_BYTES:
                     raise RuntimeError(f"{name}: read {records} records of {size} bytes, "
                                        f"wrote {args.records} of {RECORD_BYTES} bytes")
                 if round_:          # round 0 warms up
                     seconds[name].append(elapsed)
         figures = summary(seconds, args.records)
+        for name, times in made.items():        # the fetch, without round 0's
+            figures[name]["made_seconds"] = round(statistics.median(times[1:]), 3)
         for name, _ in ways:
             f = figures[name]
             ratio = f" ({f['of_parquet']:.0%} of Parquet)" if "of_parquet" in f else ""
+            if "made_seconds" in f:
+                ratio += f", {f['made_seconds']:.2f} s of it making the DataFrame"
             print(f"{name:>8}: {args.records:,} records in {f['seconds']:.2f} s = "
                   f"{f['records_per_s']:,} records/s{ratio}", flush=True)
         print(json.dumps({"records": args.records, "partitions": args.partitions,

@@ -45,8 +45,9 @@ import warnings
 from node.spark.source import REQUEST_TIMEOUT_MS, STALL_S, BatchReader, SourceError
 
 OPTIONS = ("startingOffsets", "endingOffsets", "minPartitions", "maxPartitions", "spoolDir")
-PARTITION_FETCH_BYTES = 16 * 1024 * 1024     # per partition per Fetch
-FETCH_BYTES = 64 * 1024 * 1024               # per Fetch
+PARTITION_FETCH_BYTES = 4 * 1024 * 1024     # per partition per Fetch
+FETCH_BYTES = 8 * 1024 * 1024               # per Fetch
+FETCH_THREADS = 2                            # threads fetching (the ranges shared out)
 FETCH_WAIT_MS = 100                          # an answer with nothing waits this long
 PIECE_BYTES_MAX = 1024 * 1024 * 1024         # the JVM reader maps a piece as one buffer
 RETRY_BACKOFF_S = 0.1
@@ -207,18 +208,46 @@ def _cut_short(view, position: int) -> bool:
     return size > available
 
 
-def fetch_ranges(ranges, bootstrap: str, directory: str) -> dict[int, list[dict]]:
-    """{id(range): its pieces}: every range fetched from its leader into a spool file,
-    one Fetch per leader at a time for all of its unfinished ranges."""
-    from node.client import Admin
-    from node.wire import errors, protocol
-    admin = Admin(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+def fetch_ranges(ranges, bootstrap: str, directory: str,
+                 threads: int | None = None) -> dict[int, list[dict]]:
+    """{id(range): its pieces}: every range fetched from its leader into a spool file.
+    The ranges are shared among ``threads`` (default FETCH_THREADS) threads, each with
+    its own connections: one Fetch per leader at a time for its unfinished ranges (the
+    receiving and the writing release the GIL, so two threads keep two cores busy)."""
     spooled = [_Spooled(r, os.path.join(directory, f"{i:05d}-{r.topic}-{r.partition}.log"))
                for i, r in enumerate(ranges)]
     try:
-        md = admin.meta.refresh(sorted({r.topic for r in ranges}), merge=False) \
-            if ranges else None
-        while True:
+        n = max(1, min(threads or FETCH_THREADS, len(spooled)))
+        groups = [spooled[i::n] for i in range(n)]
+        failures: list[BaseException] = []
+        workers = [threading.Thread(target=_fetch_group, args=(g, bootstrap, failures),
+                                    name=f"read_fetched-{i}", daemon=True)
+                   for i, g in enumerate(groups[1:], 1)]
+        for w in workers:
+            w.start()
+        _fetch_group(groups[0] if groups else [], bootstrap, failures)
+        for w in workers:
+            w.join()
+        if failures:
+            raise failures[0]
+    finally:
+        for s in spooled:
+            s.close()
+    return {id(s.part): s.pieces for s in spooled}
+
+
+def _fetch_group(spooled: list, bootstrap: str, failures: list) -> None:
+    """Fetch these ranges to their ends; a failure is appended to ``failures`` (the
+    other threads stop at their next round)."""
+    from node.client import Admin
+    from node.wire import errors, protocol
+    if not spooled:
+        return
+    topics = sorted({s.part.topic for s in spooled})
+    admin = Admin(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        md = admin.meta.refresh(topics, merge=False)
+        while not failures:
             left = [s for s in spooled if not s.done]
             if not left:
                 break
@@ -229,7 +258,7 @@ def fetch_ranges(ranges, bootstrap: str, directory: str) -> dict[int, list[dict]
                     else None
                 if endpoint is None:
                     _stalled(s, "has no leader")
-                    md = _refreshed(admin, md, ranges)
+                    md = _refreshed(admin, md, topics)
                     continue
                 by_leader.setdefault(endpoint, []).append((s, pm.leader_epoch))
             stale = False
@@ -249,12 +278,11 @@ def fetch_ranges(ranges, bootstrap: str, directory: str) -> dict[int, list[dict]
                 stale |= _take_response(items, response)
             if stale:
                 time.sleep(RETRY_BACKOFF_S)
-                md = _refreshed(admin, md, ranges)
+                md = _refreshed(admin, md, topics)
+    except BaseException as e:      # noqa: BLE001 - raised by fetch_ranges
+        failures.append(e)
     finally:
-        for s in spooled:
-            s.close()
         admin.close()
-    return {id(s.part): s.pieces for s in spooled}
 
 
 def _take_response(items, response) -> bool:
@@ -292,8 +320,8 @@ def _stalled(s: _Spooled, why: str) -> None:
                           f"(wanted offsets up to {s.part.end})")
 
 
-def _refreshed(admin, md, ranges):
+def _refreshed(admin, md, topics: list[str]):
     try:
-        return admin.meta.refresh(sorted({r.topic for r in ranges}), merge=False)
+        return admin.meta.refresh(topics, merge=False)
     except Exception:       # noqa: BLE001 - the next round asks again; _stalled bounds it
         return md
