@@ -149,6 +149,7 @@ class _Spooled:
         view = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         view = view.cast("B") if view.format != "B" else view
         part, position, base, next_offset = self.part, 0, -1, self.offset
+        received = len(view)
         while position < len(view) and next_offset < part.end:
             try:
                 header = read_header(view, position)
@@ -168,7 +169,7 @@ class _Spooled:
             position += header.size_bytes
         if base < 0:
             self.empty = True
-            if len(view) == 0 and high_watermark >= part.end and first:
+            if received == 0 and high_watermark >= part.end and first:
                 self.offset = part.end          # the rest was compacted away
             return
         self.empty = False
