@@ -15,13 +15,15 @@ for a cluster on this host by mapping the leaders' segment files; a cluster else
 (another host, another network namespace) is read over Fetch.
 
 How: the driver resolves the snapshot as the source does (Metadata and ListOffsets:
-``[start, end)`` below the HW per partition), then fetches each range from its leader
-(native Fetch: the log's bytes as they are, whole batches) and appends the batches of
-the range, unchanged, to a spool file of its own. Those files have the segment files'
-format, so the plan is ``read_segments``'s (pieces: file, inode, byte range of whole
-batches, first base offset, next offset, the range's offsets) and the same JVM reader
-(``node/spark/java``) reads them: columnar batches over the mapped bytes, only the
-columns the query names. Fetching walks the batch headers (no record is decoded).
+``[start, end)`` below the HW per partition), makes a spool file per range, and starts
+fetching on threads of its own (``Fetch``): each range from its leader (native Fetch:
+the log's bytes as they are, whole batches), appended unchanged to its file. Those files
+have the segment files' format, so the JVM segment reader (``node/spark/java``) reads
+them, and Spark need not wait for the fetch: each range is a *growing* piece, whose
+file the reader maps as it grows and walks batch by batch, waiting for bytes, until the
+range's end or the file's done mark (``F.done``; ``F.failed`` holds why a fetch
+stopped, and fails the task with it). The fetch and the reading overlap. Fetching walks
+the batch headers; no record is decoded in Python.
 
 The spool: one directory per call (``spoolDir``: where; default the temporary directory),
 holding about the bytes read. The DataFrame reads it whenever an action runs, so it
@@ -49,11 +51,11 @@ PARTITION_FETCH_BYTES = 4 * 1024 * 1024     # per partition per Fetch
 FETCH_BYTES = 8 * 1024 * 1024               # per Fetch
 FETCH_THREADS = 2                            # threads fetching (the ranges shared out)
 FETCH_WAIT_MS = 100                          # an answer with nothing waits this long
-PIECE_BYTES_MAX = 1024 * 1024 * 1024         # the JVM reader maps a piece as one buffer
+RELEASE_WAIT_S = 5.0                         # release_spools waits this long per thread
 RETRY_BACKOFF_S = 0.1
 SPOOL_PREFIX = "minikafka-spool-"
 
-_spools: list[str] = []
+_spools: list = []          # the Fetch of every read_fetched call not yet released
 _spools_lock = threading.Lock()
 
 
@@ -74,33 +76,30 @@ def read_fetched(spark, bootstrap: str, subscribe: str, **options):
     except jar.JarUnavailable as e:
         return _fallback(spark, opts, str(e))
     reader = BatchReader(opts)
-    directory = _new_spool(spool_dir)
-    tasks = fetch_plan(reader.partitions(), bootstrap, directory)
+    if spool_dir is not None and not os.path.isdir(spool_dir):
+        raise SourceError(f"option spoolDir: {spool_dir!r} is not a directory")
+    fetch = Fetch(reader.partitions(), bootstrap, tempfile.mkdtemp(prefix=SPOOL_PREFIX,
+                                                                   dir=spool_dir))
+    with _spools_lock:
+        _spools.append(fetch)
+    fetch.start()
     try:
-        return load_plan(spark, [pieces for pieces in tasks if pieces])
+        return load_plan(spark, [pieces for pieces in fetch.plan if pieces])
     except jar.JarUnavailable as e:
         return _fallback(spark, opts, str(e))
 
 
 def release_spools() -> int:
-    """Remove every spool ``read_fetched`` made in this process; returns how many."""
+    """Stop the fetches ``read_fetched`` started in this process and remove their
+    spools; returns how many."""
     with _spools_lock:
-        spools, _spools[:] = list(_spools), []
-    for directory in spools:
-        shutil.rmtree(directory, ignore_errors=True)
-    return len(spools)
+        fetches, _spools[:] = list(_spools), []
+    for fetch in fetches:
+        fetch.release()
+    return len(fetches)
 
 
 atexit.register(release_spools)
-
-
-def _new_spool(parent: str | None) -> str:
-    if parent is not None and not os.path.isdir(parent):
-        raise SourceError(f"option spoolDir: {parent!r} is not a directory")
-    directory = tempfile.mkdtemp(prefix=SPOOL_PREFIX, dir=parent)
-    with _spools_lock:
-        _spools.append(directory)
-    return directory
 
 
 def _fallback(spark, opts: dict, why: str):
@@ -114,13 +113,64 @@ def _fallback(spark, opts: dict, why: str):
 
 # ------------------------------------------------------------------ fetching
 
-def fetch_plan(partitions, bootstrap: str, directory: str) -> list[list[dict]]:
-    """The pieces of every task (``BatchReader.partitions()``: ranges, or groups of
-    ranges), fetching each range into a spool file under ``directory``."""
-    ranges = [part for task in partitions for part in getattr(task, "ranges", [task])]
-    fetched = fetch_ranges([r for r in ranges if r.end > r.start], bootstrap, directory)
-    return [[piece for part in getattr(task, "ranges", [task])
-             for piece in fetched.get(id(part), [])] for task in partitions]
+class Fetch:
+    """The fetch of one ``read_fetched`` call: a spool file per non-empty range under
+    ``directory``, and the plan (per task, one growing piece per range: the JVM reader
+    reads each file's batches as they arrive, until the range's end or the file's done
+    mark). ``start`` runs the fetch on FETCH_THREADS daemon threads, so Spark reads
+    while the rest arrives; ``wait`` joins them (and raises what failed); ``release``
+    stops them and removes the spool.
+
+    Marks beside a spool file ``F``: ``F.done`` once the range is whole (written after
+    its last byte: a reader that sees it and then the file's size has all of it), or
+    ``F.failed`` holding why the fetch stopped (the reader fails the task with it)."""
+
+    def __init__(self, partitions, bootstrap: str, directory: str) -> None:
+        self.bootstrap = bootstrap
+        self.directory = directory
+        tasks = [[r for r in getattr(task, "ranges", [task]) if r.end > r.start]
+                 for task in partitions]
+        self.spooled = [_Spooled(r, os.path.join(directory, f"{i:05d}-{r.topic}-"
+                                                            f"{r.partition}.log"))
+                        for i, r in enumerate(r for ranges in tasks for r in ranges)]
+        by_range = {id(s.part): s for s in self.spooled}
+        self.plan = [[by_range[id(r)].piece() for r in ranges] for ranges in tasks]
+        self.stop = threading.Event()
+        self.failures: list[BaseException] = []
+        self.threads: list[threading.Thread] = []
+
+    def start(self, threads: int | None = None) -> None:
+        n = max(1, min(threads or FETCH_THREADS, len(self.spooled)))
+        groups = [self.spooled[i::n] for i in range(n)]
+        self.threads = [threading.Thread(target=self._run, args=(g,), daemon=True,
+                                         name=f"read_fetched-{i}")
+                        for i, g in enumerate(groups) if g]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, group: list) -> None:
+        try:
+            _fetch_group(group, self.bootstrap, self.stop)
+        except BaseException as e:      # noqa: BLE001 - told to the readers and to wait()
+            self.failures.append(e)
+            self.stop.set()
+        finally:
+            for s in group:
+                if s.fd >= 0:           # not marked yet
+                    s.finish(None if s.done else str(self.failures[0]) if self.failures
+                             else "the fetch was stopped (release_spools)")
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        for t in self.threads:
+            t.join(timeout_s)
+        if self.failures:
+            raise self.failures[0]
+
+    def release(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(RELEASE_WAIT_S)
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class _Spooled:
@@ -133,13 +183,30 @@ class _Spooled:
         self.inode = os.fstat(self.fd).st_ino
         self.size = 0
         self.offset = part.start
-        self.pieces: list[dict] = []
         self.progress_s = time.monotonic()
         self.empty = False          # the last answer had nothing for this range
 
     @property
     def done(self) -> bool:
         return self.offset >= self.part.end
+
+    def piece(self) -> dict:
+        """The JVM reader's piece of this file: read as it grows."""
+        part = self.part
+        return {"topic": part.topic, "partition": part.partition, "path": self.path,
+                "ino": self.inode, "start": 0, "end": -1, "base": -1, "next": part.end,
+                "from": part.start, "until": part.end, "growing": True}
+
+    def finish(self, failure: str | None) -> None:
+        """Close the file and leave its mark: done, or why the fetch failed."""
+        self.close()
+        mark = self.path + (".failed" if failure is not None else ".done")
+        try:
+            with open(mark + ".tmp", "w") as f:
+                f.write(failure or "")
+            os.rename(mark + ".tmp", mark)
+        except OSError:
+            pass            # the spool was removed meanwhile (released)
 
     def take(self, frame, high_watermark: int, first: bool) -> None:
         """Append the whole batches of a fetched region below the range's end. An empty
@@ -173,25 +240,15 @@ class _Spooled:
                 self.offset = part.end          # the rest was compacted away
             return
         self.empty = False
-        self._write(view[:position], base, next_offset)
+        self._write(view[:position])
         self.offset = next_offset
         self.progress_s = time.monotonic()
 
-    def _write(self, data, base: int, next_offset: int) -> None:
+    def _write(self, data) -> None:
         written = 0
         while written < len(data):
             written += os.write(self.fd, data[written:])
-        part, start = self.part, self.size
         self.size += len(data)
-        last = self.pieces[-1] if self.pieces else None
-        if last is not None and last["end"] == start and \
-                self.size - last["start"] <= PIECE_BYTES_MAX:
-            last["end"], last["next"] = self.size, next_offset
-            return
-        self.pieces.append({"topic": part.topic, "partition": part.partition,
-                            "path": self.path, "ino": self.inode, "start": start,
-                            "end": self.size, "base": base, "next": next_offset,
-                            "from": part.start, "until": part.end})
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -209,37 +266,9 @@ def _cut_short(view, position: int) -> bool:
     return size > available
 
 
-def fetch_ranges(ranges, bootstrap: str, directory: str,
-                 threads: int | None = None) -> dict[int, list[dict]]:
-    """{id(range): its pieces}: every range fetched from its leader into a spool file.
-    The ranges are shared among ``threads`` (default FETCH_THREADS) threads, each with
-    its own connections: one Fetch per leader at a time for its unfinished ranges (the
-    receiving and the writing release the GIL, so two threads keep two cores busy)."""
-    spooled = [_Spooled(r, os.path.join(directory, f"{i:05d}-{r.topic}-{r.partition}.log"))
-               for i, r in enumerate(ranges)]
-    try:
-        n = max(1, min(threads or FETCH_THREADS, len(spooled)))
-        groups = [spooled[i::n] for i in range(n)]
-        failures: list[BaseException] = []
-        workers = [threading.Thread(target=_fetch_group, args=(g, bootstrap, failures),
-                                    name=f"read_fetched-{i}", daemon=True)
-                   for i, g in enumerate(groups[1:], 1)]
-        for w in workers:
-            w.start()
-        _fetch_group(groups[0] if groups else [], bootstrap, failures)
-        for w in workers:
-            w.join()
-        if failures:
-            raise failures[0]
-    finally:
-        for s in spooled:
-            s.close()
-    return {id(s.part): s.pieces for s in spooled}
-
-
-def _fetch_group(spooled: list, bootstrap: str, failures: list) -> None:
-    """Fetch these ranges to their ends; a failure is appended to ``failures`` (the
-    other threads stop at their next round)."""
+def _fetch_group(spooled: list, bootstrap: str, stop: threading.Event) -> None:
+    """Fetch these ranges to their ends (or until ``stop`` is set): one Fetch per leader
+    at a time for their unfinished ranges, each range's file marked done as it ends."""
     from node.client import Admin
     from node.wire import errors, protocol
     if not spooled:
@@ -248,7 +277,10 @@ def _fetch_group(spooled: list, bootstrap: str, failures: list) -> None:
     admin = Admin(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
     try:
         md = admin.meta.refresh(topics, merge=False)
-        while not failures:
+        while not stop.is_set():
+            for s in spooled:
+                if s.done and s.fd >= 0:
+                    s.finish(None)
             left = [s for s in spooled if not s.done]
             if not left:
                 break
@@ -280,8 +312,6 @@ def _fetch_group(spooled: list, bootstrap: str, failures: list) -> None:
             if stale:
                 time.sleep(RETRY_BACKOFF_S)
                 md = _refreshed(admin, md, topics)
-    except BaseException as e:      # noqa: BLE001 - raised by fetch_ranges
-        failures.append(e)
     finally:
         admin.close()
 

@@ -226,8 +226,9 @@ def test_fetched_in_small_answers_then_released(cluster, spark, plain, tmp_path,
     df = _fetched(spark, cluster, plain, spoolDir=str(spool))
     assert _all_rows(df) == expected
     (directory,) = list(spool.iterdir())
-    files = sorted(directory.iterdir())
+    files = sorted(directory.glob("*.log"))
     assert len(files) == 3            # one file per range, each the range's batches once
+    assert sorted(p.name for p in directory.glob("*.done")) == [f.name + ".done" for f in files]
     from node.spark.segments import plan_range
     from node.spark.source import BatchReader
     local = [piece for part in BatchReader({"dir": str(cluster.dir), "subscribe": plain}).plan
@@ -271,6 +272,115 @@ def test_a_file_gone_or_cut_fails_with_one_clear_message(cluster, spark, plain, 
     with open(copy, "r+b") as f:
         f.truncate(good["end"] // 2)
     assert "the file has only" in failure([good])
+
+
+@pytest.mark.spark
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_growing_piece_is_read_as_its_file_grows_and_its_marks_end_it(
+        cluster, spark, plain, tmp_path):
+    """read_fetched's pieces: the reader maps a spool file as the fetch appends to it
+    (here a thread copies a segment's batches in 1000-byte writes), waits for bytes
+    until the range's end or the done mark, and fails with the failed mark's words or
+    when a done file ends inside a batch."""
+    import threading
+    import time
+    from node.spark.segments import plan_range
+    from node.spark.source import BatchReader
+    reader = BatchReader({"dir": str(cluster.dir), "subscribe": plain})
+    pieces = plan_range(reader.plan[0])[:4]      # 4 segments' batches, back to back
+    data = b""
+    for piece in pieces:
+        with open(piece["path"], "rb") as f:
+            f.seek(piece["start"])
+            data += f.read(piece["end"] - piece["start"])
+    first, until = pieces[0]["base"], pieces[-1]["next"]
+    expected = _all_rows(_read_plan(spark, [{**p, "from": first, "until": until}
+                                            for p in pieces]))
+    assert len(expected) > 200
+
+    def growing(path):
+        return {**pieces[0], "path": str(path), "ino": os.stat(path).st_ino, "start": 0,
+                "end": -1, "base": -1, "next": until, "from": first, "until": until,
+                "growing": True}
+
+    spool = tmp_path / "grown.log"
+    spool.write_bytes(b"")
+    written = []
+
+    def write() -> None:
+        # Half, then the rest once the reader has the file open: it reads while the
+        # file grows (it keeps it open until the range ends).
+        with open(spool, "ab") as f:
+            for at in range(0, len(data), 200):
+                if at >= len(data) // 2 and not opened:
+                    opened.append(poll_until(lambda: _opened_elsewhere(spool), 30,
+                                             "the reader opening the spool file"))
+                f.write(data[at:at + 200])
+                f.flush()
+                written.append(time.monotonic())
+                time.sleep(0.005)
+        (tmp_path / "grown.log.done").write_bytes(b"")
+    opened: list = []
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        rows = _all_rows(_read_plan(spark, [growing(spool)]))
+    finally:
+        writer.join(30)
+    assert rows == expected and len(written) > 5 and opened
+    # The done mark ends a range whose rest is not there (compacted away, as a Fetch
+    # that got nothing up to the HW): what was written is read.
+    half = tmp_path / "half.log"
+    starts = _batch_starts(data)
+    assert len(starts) >= 2
+    cut = starts[-1]                # the last batch is not there
+    half.write_bytes(data[:cut])
+    (tmp_path / "half.log.done").write_bytes(b"")
+    short = _all_rows(_read_plan(spark, [growing(half)]))
+    assert short == expected[:len(short)] and 0 < len(short) < len(expected)
+
+    def failure(path) -> str:
+        with pytest.raises(Exception) as caught:
+            _read_plan(spark, [growing(path)]).collect()
+        return str(caught.value)
+    failed = tmp_path / "failed.log"
+    failed.write_bytes(data[:cut])
+    (tmp_path / "failed.log.failed").write_text("broker 7 is gone")
+    assert "the fetch failed: broker 7 is gone" in failure(failed)
+    inside = tmp_path / "inside.log"
+    inside.write_bytes(data[:cut + 10])
+    (tmp_path / "inside.log.done").write_bytes(b"")
+    assert "the spool ends inside a batch" in failure(inside)
+
+
+def _opened_elsewhere(path) -> bool:
+    """Whether another process (the Spark JVM) has ``path`` open."""
+    target = os.path.realpath(path)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def _batch_starts(data: bytes) -> list[int]:
+    """The byte positions of the batches of back-to-back batches ``data``."""
+    from shm.batch import read_header
+    starts, position = [], 0
+    while position < len(data):
+        starts.append(position)
+        position += read_header(memoryview(data), position).size_bytes
+    return starts
 
 
 @pytest.mark.spark

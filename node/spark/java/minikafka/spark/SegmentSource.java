@@ -101,9 +101,17 @@ public final class SegmentSource implements TableProvider {
         final String topic, path;
         final int partition;
         final long ino, start, end, base, next, from, until;
+        /** A spool file still being written (read_fetched): its bytes from 0 are read as
+         *  they arrive, until offset until or the writer's done mark (end, base -1). */
+        final boolean growing;
 
         Piece(String topic, int partition, String path, long ino, long start, long end,
               long base, long next, long from, long until) {
+            this(topic, partition, path, ino, start, end, base, next, from, until, false);
+        }
+
+        Piece(String topic, int partition, String path, long ino, long start, long end,
+              long base, long next, long from, long until, boolean growing) {
             this.topic = topic;
             this.partition = partition;
             this.path = path;
@@ -114,7 +122,9 @@ public final class SegmentSource implements TableProvider {
             this.next = next;
             this.from = from;
             this.until = until;
-            if (start < 0 || end <= start || end - start > Integer.MAX_VALUE || next <= base || until <= from) {
+            this.growing = growing;
+            if (growing ? start != 0 || until <= from
+                    : start < 0 || end <= start || end - start > Integer.MAX_VALUE || next <= base || until <= from) {
                 throw new IllegalArgumentException("a piece out of shape: " + this);
             }
         }
@@ -122,7 +132,8 @@ public final class SegmentSource implements TableProvider {
         static Piece of(JsonNode n) {
             return new Piece(n.get("topic").asText(), n.get("partition").asInt(), n.get("path").asText(),
                 n.get("ino").asLong(), n.get("start").asLong(), n.get("end").asLong(), n.get("base").asLong(),
-                n.get("next").asLong(), n.get("from").asLong(), n.get("until").asLong());
+                n.get("next").asLong(), n.get("from").asLong(), n.get("until").asLong(),
+                n.has("growing") && n.get("growing").asBoolean());
         }
 
         @Override public String toString() {
@@ -230,20 +241,103 @@ public final class SegmentSource implements TableProvider {
 
         @Override public boolean next() throws IOException {
             while (true) {
-                if (buf == null || pos >= buf.limit()) {
+                if (piece != null && piece.growing) {
+                    if (walked >= piece.until || !wholeBatchMapped() && !grow()) {
+                        closeChannel();
+                        buf = null;
+                        piece = null;
+                        continue;
+                    }
+                } else if (buf == null || pos >= buf.limit()) {
                     if (buf != null && walked != piece.next) {
                         throw failed(piece, "the batches end at offset " + walked);
                     }
                     if (++pieceIndex >= pieces.length) return false;
                     open(pieces[pieceIndex]);
+                    if (piece.growing) continue;
                 }
                 if (readBatch()) return true;
+            }
+        }
+
+        // A growing piece: the mapping covers file bytes [mapped, mapped + buf.limit()).
+        private FileChannel channel;
+        private long mapped;
+        static final long GROW_WAIT_MS = 120_000, GROW_POLL_NS = 200_000;
+
+        /** Whether the batch at pos lies whole in the mapping. */
+        private boolean wholeBatchMapped() {
+            if (pos + LENGTH_OVERHEAD > buf.limit()) return false;
+            return pos + buf.getInt(pos + 8) + (long) LENGTH_OVERHEAD <= buf.limit();
+        }
+
+        /** Map what the writer added after pos, waiting for it; false once the writer
+         *  marked the file done and no byte is left (the range's rest was compacted away). */
+        private boolean grow() throws IOException {
+            Piece p = piece;
+            long from = mapped + pos;
+            long deadline = System.nanoTime() + GROW_WAIT_MS * 1_000_000L;
+            Path failedMark = Paths.get(p.path + ".failed"), doneMark = Paths.get(p.path + ".done");
+            while (true) {
+                boolean done = Files.exists(doneMark);     // before the size: then the size is final
+                long size = channel.size();
+                long need = from + LENGTH_OVERHEAD;
+                if (size >= need) {
+                    ByteBuffer head = channel.map(FileChannel.MapMode.READ_ONLY, from, LENGTH_OVERHEAD)
+                        .order(ByteOrder.LITTLE_ENDIAN);
+                    need = from + head.getInt(8) + (long) LENGTH_OVERHEAD;
+                }
+                if (size >= need) {
+                    if (size - from > Integer.MAX_VALUE) size = from + Integer.MAX_VALUE;
+                    buf = channel.map(FileChannel.MapMode.READ_ONLY, from, size - from)
+                        .order(ByteOrder.LITTLE_ENDIAN);
+                    mapped = from;
+                    pos = 0;
+                    return true;
+                }
+                if (Files.exists(failedMark)) {
+                    throw failed(p, "the fetch failed: " + new String(Files.readAllBytes(failedMark),
+                        java.nio.charset.StandardCharsets.UTF_8));
+                }
+                if (done) {
+                    if (size != from) throw failed(p, "the spool ends inside a batch at byte " + from);
+                    return false;
+                }
+                if (System.nanoTime() > deadline) {
+                    throw failed(p, "no bytes after byte " + from + " for " + GROW_WAIT_MS / 1000 + " s");
+                }
+                java.util.concurrent.locks.LockSupport.parkNanos(GROW_POLL_NS);
+            }
+        }
+
+        private void closeChannel() throws IOException {
+            if (channel != null) {
+                channel.close();
+                channel = null;
             }
         }
 
         private void open(Piece p) throws IOException {
             piece = p;
             Path path = Paths.get(p.path);
+            if (p.growing) {
+                try {
+                    channel = FileChannel.open(path, StandardOpenOption.READ);
+                } catch (NoSuchFileException e) {
+                    throw failed(p, "the file is gone");
+                }
+                long ino = ((Number) Files.getAttribute(path, "unix:ino")).longValue();
+                if (ino != p.ino) throw failed(p, "the file was replaced (inode " + ino + ")");
+                buf = ByteBuffer.allocate(0).order(ByteOrder.LITTLE_ENDIAN);
+                mapped = 0;
+                pos = 0;
+                walked = -1;
+                ColumnVector[] vectors = new ColumnVector[columns.length];
+                for (int i = 0; i < columns.length; i++) vectors[i] = vector(columns[i], p);
+                batch = new ColumnarBatch(vectors);
+                return;
+            }
+            mapped = 0;
             try (FileChannel channel = FileChannel.open(path, StandardOpenOption.READ)) {
                 long ino = ((Number) Files.getAttribute(path, "unix:ino")).longValue();
                 if (ino != p.ino) throw failed(p, "the file was replaced (inode " + ino + ")");
@@ -288,13 +382,13 @@ public final class SegmentSource implements TableProvider {
             long size = buf.getInt(at + 8) + (long) LENGTH_OVERHEAD;
             byte magic = buf.get(at + 16);
             if (magic != MAGIC) {
-                throw failed(p, "no batch at byte " + (p.start + at) + " (magic " + magic + ")");
+                throw failed(p, "no batch at byte " + (p.start + mapped + at) + " (magic " + magic + ")");
             }
             if (size < HEADER_BYTES || at + size > buf.limit()) {
                 throw failed(p, "the batch at byte " + (p.start + at) + " of " + size
                     + " bytes runs past the piece");
             }
-            if (walked < 0 ? base != p.base : base < walked) {
+            if (p.growing ? walked >= 0 && base < walked : walked < 0 ? base != p.base : base < walked) {
                 throw failed(p, "the batch at byte " + (p.start + at) + " has base offset "
                     + base + ", expected " + (walked < 0 ? "" : "at least ") + (walked < 0 ? p.base : walked));
             }
@@ -335,6 +429,9 @@ public final class SegmentSource implements TableProvider {
 
         @Override public ColumnarBatch get() { return batch; }
 
-        @Override public void close() { buf = null; }
+        @Override public void close() throws IOException {
+            buf = null;
+            closeChannel();
+        }
     }
 }
