@@ -352,6 +352,19 @@ def test_a_growing_piece_is_read_as_its_file_grows_and_its_marks_end_it(
     inside.write_bytes(data[:cut + 10])
     (tmp_path / "inside.log.done").write_bytes(b"")
     assert "the spool ends inside a batch" in failure(inside)
+    # Released while a read waits for bytes (no mark yet): the file is gone.
+    waiting = tmp_path / "waiting.log"
+    waiting.write_bytes(data[:cut])
+    remover = threading.Thread(target=lambda: (
+        poll_until(lambda: _opened_elsewhere(waiting), 30, "the reader opening the file"),
+        waiting.unlink()))
+    remover.start()
+    try:
+        started = time.monotonic()
+        assert "the file is gone" in failure(waiting)
+        assert time.monotonic() - started < 30
+    finally:
+        remover.join(30)
 
 
 def _opened_elsewhere(path) -> bool:

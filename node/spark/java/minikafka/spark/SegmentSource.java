@@ -303,6 +303,7 @@ public final class SegmentSource implements TableProvider {
                     if (size != from) throw failed(p, "the spool ends inside a batch at byte " + from);
                     return false;
                 }
+                if (!Files.exists(Paths.get(p.path))) throw failed(p, "the file is gone");
                 if (System.nanoTime() > deadline) {
                     throw failed(p, "no bytes after byte " + from + " for " + GROW_WAIT_MS / 1000 + " s");
                 }
