@@ -42,7 +42,6 @@ import shutil
 import tempfile
 import threading
 import time
-import warnings
 
 from node.spark.source import REQUEST_TIMEOUT_MS, STALL_S, BatchReader, SourceError
 
@@ -103,12 +102,8 @@ atexit.register(release_spools)
 
 
 def _fallback(spark, opts: dict, why: str):
-    warnings.warn(f"read_fetched: the JVM segment reader is unavailable ({why}); "
-                  f"reading with the Python source's Fetch mode", RuntimeWarning,
-                  stacklevel=3)
-    from node.spark.source import MinikafkaDataSource
-    spark.dataSource.register(MinikafkaDataSource)
-    return spark.read.format("minikafka").options(**opts).load()
+    from node.spark.segments import _fallback as fallback
+    return fallback(spark, opts, why, "read_fetched", "Fetch mode", stacklevel=5)
 
 
 # ------------------------------------------------------------------ fetching
@@ -118,7 +113,7 @@ class Fetch:
     ``directory``, and the plan (per task, one growing piece per range: the JVM reader
     reads each file's batches as they arrive, until the range's end or the file's done
     mark). ``start`` runs the fetch on FETCH_THREADS daemon threads, so Spark reads
-    while the rest arrives; ``wait`` joins them (and raises what failed); ``release``
+    while the rest arrives (a failure reaches the readers as failed marks); ``release``
     stops them and removes the spool.
 
     Marks beside a spool file ``F``: ``F.done`` once the range is whole (written after
@@ -151,7 +146,7 @@ class Fetch:
     def _run(self, group: list) -> None:
         try:
             _fetch_group(group, self.bootstrap, self.stop)
-        except BaseException as e:      # noqa: BLE001 - told to the readers and to wait()
+        except BaseException as e:      # noqa: BLE001 - told to the readers (failed marks)
             self.failures.append(e)
             self.stop.set()
         finally:
@@ -159,12 +154,6 @@ class Fetch:
                 if s.fd >= 0:           # not marked yet
                     s.finish(None if s.done else str(self.failures[0]) if self.failures
                              else "the fetch was stopped (release_spools)")
-
-    def wait(self, timeout_s: float | None = None) -> None:
-        for t in self.threads:
-            t.join(timeout_s)
-        if self.failures:
-            raise self.failures[0]
 
     def release(self) -> None:
         self.stop.set()

@@ -79,10 +79,12 @@ def load_plan(spark, tasks: list[list[dict]]):
     raise AssertionError("not reached")
 
 
-def _fallback(spark, opts: dict, why: str):
-    warnings.warn(f"read_segments: the JVM segment reader is unavailable ({why}); "
-                  f"reading with the Python source's local mode", RuntimeWarning,
-                  stacklevel=3)
+def _fallback(spark, opts: dict, why: str, caller: str = "read_segments",
+              mode: str = "local mode", stacklevel: int = 4):
+    """The Python source's DataFrame with ``opts``, after a warning that says why."""
+    warnings.warn(f"{caller}: the JVM segment reader is unavailable ({why}); "
+                  f"reading with the Python source's {mode}", RuntimeWarning,
+                  stacklevel=stacklevel)     # the caller of node.spark.read_segments
     from node.spark.source import MinikafkaDataSource
     spark.dataSource.register(MinikafkaDataSource)
     return spark.read.format("minikafka").options(**opts).load()

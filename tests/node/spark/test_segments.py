@@ -237,6 +237,12 @@ def test_fetched_in_small_answers_then_released(cluster, spark, plain, tmp_path,
     assert release_spools() >= 1 and not directory.exists()
     with pytest.raises(Exception, match="the file is gone"):
         df.collect()
+    # A fetch that fails leaves failed marks: the action fails with its words.
+    def broken(items, response):
+        raise SourceError("an answer this test refused")
+    monkeypatch.setattr(fetched, "_take_response", broken)
+    with pytest.raises(Exception, match="the fetch failed: an answer this test refused"):
+        _fetched(spark, cluster, plain).collect()
     with pytest.raises(SourceError, match="unknown options"):
         _fetched(spark, cluster, plain, dir=str(cluster.dir))
     with pytest.raises(SourceError, match="spoolDir"):

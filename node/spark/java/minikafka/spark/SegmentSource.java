@@ -333,9 +333,7 @@ public final class SegmentSource implements TableProvider {
                 mapped = 0;
                 pos = 0;
                 walked = -1;
-                ColumnVector[] vectors = new ColumnVector[columns.length];
-                for (int i = 0; i < columns.length; i++) vectors[i] = vector(columns[i], p);
-                batch = new ColumnarBatch(vectors);
+                batch = columnarBatch(p);
                 return;
             }
             mapped = 0;
@@ -351,9 +349,14 @@ public final class SegmentSource implements TableProvider {
             }
             pos = 0;
             walked = -1;
+            batch = columnarBatch(p);
+        }
+
+        /** The batch of a piece: the query's columns, pointed at each record batch. */
+        private ColumnarBatch columnarBatch(Piece p) {
             ColumnVector[] vectors = new ColumnVector[columns.length];
             for (int i = 0; i < columns.length; i++) vectors[i] = vector(columns[i], p);
-            batch = new ColumnarBatch(vectors);
+            return new ColumnarBatch(vectors);
         }
 
         private ColumnVector vector(String column, Piece p) {
