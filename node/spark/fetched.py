@@ -170,7 +170,6 @@ class _Spooled:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self.inode = os.fstat(self.fd).st_ino
-        self.size = 0
         self.offset = part.start
         self.progress_s = time.monotonic()
         self.empty = False          # the last answer had nothing for this range
@@ -201,6 +200,7 @@ class _Spooled:
         """Append the whole batches of a fetched region below the range's end. An empty
         region below the HW is a hole to the HW (compacted away) only for the answer's
         first partition: a later one may be empty because the answer's bytes ran out."""
+        from node.client.consumer.fetcher import cut_short
         from shm.batch import CorruptRecordError, read_header
         view = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         view = view.cast("B") if view.format != "B" else view
@@ -210,7 +210,7 @@ class _Spooled:
             try:
                 header = read_header(view, position)
             except CorruptRecordError as e:
-                if position and _cut_short(view, position):
+                if position and cut_short(view, position):
                     break           # the region's last batch, cut by the byte limit
                 raise SourceError(f"{part.topic}-{part.partition}: the leader sent no "
                                   f"whole batch at offset {next_offset}: {e}") from None
@@ -237,22 +237,11 @@ class _Spooled:
         written = 0
         while written < len(data):
             written += os.write(self.fd, data[written:])
-        self.size += len(data)
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-def _cut_short(view, position: int) -> bool:
-    """True if the bytes from ``position`` are the start of a batch cut by the end."""
-    from shm import batch
-    available = len(view) - position
-    if available < batch.PREFIX.size:
-        return True
-    size = batch.PREFIX.unpack_from(view, position)[1] + batch.LENGTH_OVERHEAD_BYTES
-    return size > available
 
 
 def _fetch_group(spooled: list, bootstrap: str, stop: threading.Event) -> None:

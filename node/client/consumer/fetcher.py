@@ -255,7 +255,7 @@ class Fetcher:
                 # The broker sends whole batches, at least one from the fetch offset on.
                 # A cut batch after whole ones is the end of the region (fetched again);
                 # anything else at the fetch offset is corruption in the leader's log.
-                if delivered and _truncated(buf, position):
+                if delivered and cut_short(buf, position):
                     break
                 self._corrupt(state, offset, str(e))
                 break
@@ -332,7 +332,7 @@ class AbortedFilter:
         self.producers.discard(header.producer_id)
 
 
-def _truncated(buf, position: int) -> bool:
+def cut_short(buf, position: int) -> bool:
     """True if the batch at ``position`` is cut short by the end of ``buf`` (and its
     length is otherwise plausible), as opposed to malformed."""
     available = len(buf) - position
