@@ -25,6 +25,13 @@ its logs grow into memory the host still backs, as on a machine whose memory is 
 own; the line then carries ``warm_memory``: the bytes, the seconds it took and its
 GB/s (a low rate says the memory was cold). Compare a run with and without it in one
 sitting.
+
+Each throughput line also says how fast the machine's page cache grew during the run
+(``page_cache_grew_mb_per_s``: the change of ``Cached`` in ``/proc/meminfo`` over the
+run's seconds; every replica's appends land there, so acks=all with replication factor
+3 grows it by three times its own MB/s). Set it beside ``bench.perf.limits``'
+``page_cache_growth`` of the same sitting: when the two are close, the run measured
+this machine's memory, not the brokers.
 """
 from __future__ import annotations
 
@@ -45,12 +52,29 @@ PARTITIONS = 6
 WARM_MEMORY_BYTES_MAX = 16 * 1024 ** 3
 
 
+MEMINFO = "/proc/meminfo"
+
+
+def cached_bytes(meminfo: str = MEMINFO) -> int | None:
+    """The page cache's size (``Cached:`` of /proc/meminfo), or None where there is none."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name == "Cached":
+                    return int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _throughput(producer, topic: str, seconds: float, records_per_call: int,
                 in_flight_max: int) -> dict:
     values = np.frombuffer(os.urandom(RECORD_BYTES * records_per_call), dtype=np.uint8
                            ).reshape(records_per_call, RECORD_BYTES)
     pending: list = []
     sent = 0
+    cached_before = cached_bytes()
     started = time.perf_counter()
     deadline = started + seconds
     while time.perf_counter() < deadline:
@@ -61,9 +85,14 @@ def _throughput(producer, topic: str, seconds: float, records_per_call: int,
     for f in pending:
         f.get(timeout=60)
     elapsed = time.perf_counter() - started
-    return {"records": sent, "seconds": round(elapsed, 2),
-            "records_per_s": round(sent / elapsed),
-            "mb_per_s": round(sent * RECORD_BYTES / elapsed / 1e6, 1)}
+    cached_after = cached_bytes()
+    result = {"records": sent, "seconds": round(elapsed, 2),
+              "records_per_s": round(sent / elapsed),
+              "mb_per_s": round(sent * RECORD_BYTES / elapsed / 1e6, 1)}
+    if cached_before is not None and cached_after is not None:
+        result["page_cache_grew_mb_per_s"] = round(
+            (cached_after - cached_before) / elapsed / 1e6, 1)
+    return result
 
 
 def warm_memory(directory: str, size_bytes: int) -> dict:

@@ -22,3 +22,17 @@ def test_the_warm_up_writes_and_removes_its_file_and_reports_it(tmp_path):
     assert warmed["bytes"] == 2 << 20
     assert warmed["seconds"] >= 0 and warmed["gb_per_s"] > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_page_cache_size_is_read_from_meminfo(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nBuffers:          1000 kB\n"
+                       "Cached:          2500000 kB\nSwapCached:          0 kB\n")
+    assert cluster.cached_bytes(str(meminfo)) == 2500000 * 1024
+    meminfo.write_text("MemTotal:       24000000 kB\n")
+    assert cluster.cached_bytes(str(meminfo)) is None
+    assert cluster.cached_bytes(str(tmp_path / "absent")) is None
+
+
+def test_this_machines_page_cache_size_is_read():
+    assert cluster.cached_bytes() > 0
