@@ -92,6 +92,22 @@ DEFAULT_FAULTS = "kill,pause,restart,controller,coordinator"
 SWEEP_FAULTS = "kill,pause,restart,controller,coordinator,coordinator-pause,slow,power-failure"
 
 
+SEGMENT_BYTES_MIN = 64 * 1024   # a producer's batch (16 KiB by default) fits many times
+SEGMENT_BYTES_HELP = ("the chaos topic's segment.bytes (default: the brokers' 1 GiB, so a "
+                      "run never rolls): small segments roll every few seconds, so the "
+                      "faults land on rolls, their background flushes and the recovery "
+                      f"of sealed segments too; at least {SEGMENT_BYTES_MIN}")
+
+
+def topic_config(min_insync_replicas: str, segment_bytes: int | None) -> dict[str, str]:
+    """The chaos topic's config: the profile's min.insync.replicas, and segment.bytes
+    when ``--segment-bytes`` asks for it."""
+    config = {"min.insync.replicas": min_insync_replicas}
+    if segment_bytes is not None:
+        config["segment.bytes"] = str(segment_bytes)
+    return config
+
+
 class UsageError(ToolError):
     """Bad flags or a bad schedule file: exit 2."""
 
@@ -208,6 +224,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     run.add_argument("--schedule", default=None, type=absolute_path,
                      help="a schedule.json to run instead")
     run.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
+    run.add_argument("--segment-bytes", type=int, default=None, help=SEGMENT_BYTES_HELP)
     run.add_argument("--value-format", choices=("plain", "avro"), default="plain",
                      help="avro (--client native only): the producers write typed values "
                           "(bench.chaos.worker's CHAOS_VALUE_SCHEMA) registered in the "
@@ -224,6 +241,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sweep.add_argument("--duration", type=float, default=60.0)
     sweep.add_argument("--netns", action="store_true")
     sweep.add_argument("--compose", action="store_true", help=COMPOSE_HELP)
+    sweep.add_argument("--segment-bytes", type=int, default=None, help=SEGMENT_BYTES_HELP)
     sweep.add_argument("--rate", type=float, default=None,
                        help="as chaos run's (default 200 sends/s, or 10 transactions/s)")
     sweep.add_argument("--workload", choices=WORKLOADS, default="plain")
@@ -237,6 +255,12 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     again = sub.add_parser("replay", help="run a recorded run's schedule again")
     again.add_argument("run", type=absolute_path)
     return parser
+
+
+def check_segment_bytes(segment_bytes: int | None) -> None:
+    if segment_bytes is not None and segment_bytes < SEGMENT_BYTES_MIN:
+        raise UsageError(f"--segment-bytes must be at least {SEGMENT_BYTES_MIN}, "
+                         f"got {segment_bytes}")
 
 
 def check_run_args(args) -> None:
@@ -257,6 +281,7 @@ def check_run_args(args) -> None:
     if args.brokers < 1 or args.duration <= 0 or args.rate <= 0 or \
             args.producers < 1 or consumers < 0 or args.partitions < 1:
         raise UsageError("--brokers, --duration, --rate and --producers must be positive")
+    check_segment_bytes(getattr(args, "segment_bytes", None))
     if args.compose and args.schedule:
         raise UsageError("--compose draws a schedule from --seed; --schedule gives one: "
                          "not both")

@@ -76,7 +76,8 @@ from bench.chaos.checker import Fault, Op, check
 from bench.chaos.history import read_history, write_history
 from bench.chaos.options import (BROKER_SETTINGS, GROUP, PARTITIONS, PROFILES, TOPIC,
                                  UsageError, build_parser, check_run_args, cluster_config,
-                                 consumers_of, idempotence, worker_options)
+                                 consumers_of, idempotence, topic_config,
+                                 worker_options)
 from bench.chaos.readback import read_log, read_replica, write_final, write_replicas
 from bench.chaos.verdict import fault_overlaps, print_verdict
 from node.tools.common import ToolError
@@ -278,6 +279,7 @@ def run_chaos(args) -> int:
             "idempotent": idempotence(args.profile, getattr(args, "idempotence", None)) == "on",
             "idempotence": getattr(args, "idempotence", None),
             "partitions": args.partitions, "compose": bool(getattr(args, "compose", False)),
+            "segment_bytes": getattr(args, "segment_bytes", None),
             "client": {"name": args.client}, "group": GROUP if args.group else None,
             "group_protocol": args.group_protocol,
             "workload": getattr(args, "workload", "plain"), "replica_transport": transport}
@@ -298,7 +300,8 @@ def run_chaos(args) -> int:
         admin = Admin(bootstrap_servers=cluster.bootstrap_servers)
         try:
             admin.create_topic(TOPIC, args.partitions, min(3, args.brokers),
-                               config={"min.insync.replicas": profile["min.insync.replicas"]})
+                               config=topic_config(profile["min.insync.replicas"],
+                                                   meta["segment_bytes"]))
         finally:
             admin.close()
         running_nemesis = nemesis.Nemesis(cluster, schedule, TOPIC, args.seed)
@@ -418,6 +421,7 @@ def replay(args) -> int:
                               value_format=meta.get("value_format", "plain"),
                               partitions=meta.get("partitions", PARTITIONS),
                               compose=meta.get("compose", False),
+                              segment_bytes=meta.get("segment_bytes"),
                               client=(meta.get("client") or {}).get("name", "native"),
                               group=bool(meta.get("group")),
                               group_protocol=meta.get("group_protocol"),

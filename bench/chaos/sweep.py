@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.chaos.options import UsageError, check_client, ms
+from bench.chaos.options import UsageError, check_client, check_segment_bytes, ms
 from bench.chaos.verdict import ANOMALIES, client_line
 
 
@@ -45,6 +45,7 @@ def sweep(args) -> int:
     invalid or failed."""
     import shutil
     check_client(args.client, args.group, args.group_protocol)
+    check_segment_bytes(getattr(args, "segment_bytes", None))
     root = Path(args.dir)
     root.mkdir(parents=True, exist_ok=True)
     txn = getattr(args, "workload", "plain") == "txn"
@@ -60,6 +61,8 @@ def sweep(args) -> int:
              if getattr(args, "replica_transport", None) else []) + \
             _workload_flags(args) + \
             (["--netns"] if args.netns else []) + (["--compose"] if args.compose else []) + \
+            (["--segment-bytes", str(args.segment_bytes)]
+             if getattr(args, "segment_bytes", None) is not None else []) + \
             ["--client", args.client] + (["--group"] if args.group else []) + \
             (["--group-protocol", args.group_protocol] if args.group_protocol else []) + \
             (["--idempotence", args.idempotence] if args.idempotence else [])

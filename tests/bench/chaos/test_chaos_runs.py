@@ -91,6 +91,29 @@ def test_a_slow_follower_and_a_power_failure_of_the_leader_lose_nothing_under_sa
     assert not cluster_objects(_cluster_id(run))
 
 
+def test_a_power_failure_and_a_kill_of_leaders_whose_segments_roll_lose_nothing(tmp_path):
+    """--segment-bytes 65536: every replica's log rolls every second or so, so the power
+    cut and the kill land on rolls, their background flushes and the recovery of sealed
+    segments; under safe every acknowledged write is still there."""
+    schedule = tmp_path / "plan.json"
+    schedule.write_text(json.dumps([
+        {"at_ms": 4000, "duration_ms": 3000, "fault": "power-failure", "target": "leader"},
+        {"at_ms": 9500, "duration_ms": 2000, "fault": "kill", "target": "leader"}]))
+    run = tmp_path / "rolling"
+    result = chaos("run", "--dir", str(run), "--duration", "15", "--schedule", str(schedule),
+                   "--rate", "300", "--partitions", "1", "--segment-bytes", "65536")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["valid"] and verdict["divergent"] == 0 and verdict["acknowledged"] > 2000
+    assert json.loads((run / "run.json").read_text())["segment_bytes"] == 65536
+    faults = [f["fault"] for f in json.loads((run / "faults.json").read_text())]
+    assert faults == ["power-failure", "kill"]
+    segments = {d.parent.parent.name: len(list(d.glob("*.log")))
+                for d in (run / "cluster").glob("broker-*/logs/chaos-0")}
+    assert len(segments) == 3 and min(segments.values()) >= 3, segments
+    assert not cluster_objects(_cluster_id(run))
+
+
 def test_a_replay_runs_the_same_faults_in_the_same_order(tmp_path):
     run = tmp_path / "first"
     first = chaos("run", "--dir", str(run), "--duration", "14", "--seed", "8",
@@ -135,6 +158,9 @@ def test_a_composed_run_shrinks_the_isr_to_the_leader_then_kills_it(tmp_path):
     (("run", "--dir", "{tmp}/x", "--duration", "0"), "must be positive"),
     (("check", "{tmp}"), "not a chaos run"),
     (("run", "--dir", "{tmp}/x", "--compose", "--schedule", "{tmp}/p.json"), "not both"),
+    (("run", "--dir", "{tmp}/x", "--segment-bytes", "4096"), "--segment-bytes must be at least"),
+    (("sweep", "--dir", "{tmp}/x", "--seeds", "1", "--segment-bytes", "4096"),
+     "--segment-bytes must be at least"),
 ])
 def test_a_bad_use_is_one_line_and_exit_2(tmp_path, args, words):
     result = chaos(*[a.format(tmp=tmp_path) for a in args], timeout=60)
