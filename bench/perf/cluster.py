@@ -29,7 +29,8 @@ sitting.
 Each throughput line also says how fast the machine's page cache grew during the run
 (``page_cache_grew_mb_per_s``: the change of ``Cached`` in ``/proc/meminfo`` over the
 run's seconds; every replica's appends land there, so acks=all with replication factor
-3 grows it by three times its own MB/s). Set it beside ``bench.perf.limits``'
+3 grows it by three times its own MB/s and more: 3.4 times with the batches' and indexes'
+overhead, 2026-11-27). Set it beside ``bench.perf.limits``'
 ``page_cache_growth`` of the same sitting: when the two are close, the run measured
 this machine's memory, not the brokers.
 """

@@ -41,15 +41,23 @@ def test_composed_faults_lose_only_after_every_clean_leader_lost_its_data():
     (two power cuts in turn took every copy); the rest keep every write and every
     invariant."""
     recovered = clean = 0
+    lossy = []
     for seed in range(30):
         sim = composed(seed)
         if sim.stats["unclean_recoveries"]:
             recovered += 1
+            if sim.lost():
+                lossy.append(seed)
             continue
         sim.check_no_committed_record_lost()
         assert not sim.violations, (seed, sim.violations)
         clean += 1
-    assert clean >= 25, (clean, recovered)
+    # A broker back from an unclean shutdown leaves the ISRs where another member is
+    # live (KIP-966): seed 13 no longer loses 287 records that way, and seeds 12 and 22
+    # go through an unclean recovery instead (losing nothing). Before it: 25 clean, 3
+    # lossy.
+    assert clean >= 24, (clean, recovered)
+    assert len(lossy) <= 2, lossy
 
 
 def test_a_restarted_broker_refuses_requests_meant_for_its_previous_incarnation():

@@ -21,6 +21,12 @@ Rules (Kafka ZK mode, DESIGN.md "Replication"; the elections are in ``elections`
   (``node.core.replication.next_elr``); when no ISR member can lead, a live ELR member
   is elected (ISR = {it}). A replica that lost data, or whose broker comes back from
   an unclean shutdown, leaves the ELR.
+- Unclean shutdown (KIP-966, KAFKA-18106; with ``eligible_leader_replicas``, as KRaft does
+  it only with ELR): a broker whose registration says its last run did not end cleanly may have lost what its page cache held, acknowledged records
+  included, and cannot tell (its HW checkpoint may predate them). Where it is in an ISR
+  with another live member, it is not told that it leads, leaves the ISR and is not
+  elected (``unclean_isr``) until a leader takes it back in. Where it is the only ISR
+  member alive, nothing changes: no replica is known to hold more.
 """
 from __future__ import annotations
 
@@ -48,6 +54,10 @@ class Failover:
         unclean = {b.broker_id for b in ev.brokers if not b.clean_shutdown}
         self.elr_barred = {(b, tp) for tp, st in ev.states.items() for b in st.elr
                            if b in unclean}
+        # Before anyone is told anything: the reconcile below moves their leaderships.
+        if self.config.eligible_leader_replicas:
+            self.unclean_isr = {(b, tp) for tp, st in ev.states.items() for b in st.isr
+                                if b in unclean}
         for topic in ev.topics:
             self.assignments[topic.name] = {p: tuple(r) for p, r in topic.assignment.items()}
             self.topic_versions[topic.name] = topic.zk_version
@@ -117,8 +127,12 @@ class Failover:
                     recovery.answers.pop(b, None)
                 self._log_lost(now[b])
                 self.elr_barred = {(x, tp) for x, tp in self.elr_barred if x != b}
+                self.unclean_isr = {(x, tp) for x, tp in self.unclean_isr if x != b}
                 if not now[b].clean_shutdown:
                     self.elr_barred |= {(b, tp) for tp, st in self.states.items() if b in st.elr}
+                    if self.config.eligible_leader_replicas:
+                        self.unclean_isr |= {(b, tp) for tp, st in self.states.items()
+                                             if b in st.isr}
             self._on_brokers_startup(set(born))
             self._leave_elrs_after_unclean_shutdown(born)
         for b, info in now.items():   # a re-registration with new endpoints, same epoch
@@ -223,7 +237,12 @@ class Failover:
         on_born = [tp for tp in self._all_partitions() if set(self._replicas(tp)) & born]
         self._send_update_metadata(on_born, to=others)
         live_parts = [tp for tp in on_born if tp[0] not in self.deleting and tp in self.states]
-        self._leader_and_isr_to_replicas(live_parts, only=born)
+        # Not a leadership the broker may have lost data of (unclean shutdown): the
+        # reconcile below moves it first.
+        suspect = {tp for tp in live_parts if self.states[tp].leader in born
+                   and self.states[tp].leader in self._offline_on(tp)}
+        self._leader_and_isr_to_replicas([tp for tp in live_parts if tp not in suspect],
+                                         only=born)
         for topic in sorted(self.deleting):
             for b in sorted(born & self._topic_replica_brokers(topic)):
                 self.deleting[topic].add(b)
@@ -234,6 +253,10 @@ class Failover:
                    if tp in self.states and (self.states[tp].leader == NO_LEADER
                                              or self.states[tp].leader not in self.brokers)]
         self._write_states(self._decide_reconcile, offline, "broker startup")
+        unclean = sorted({tp for b, tp in self.unclean_isr if b in born
+                          and tp in self.states and tp[0] not in self.deleting
+                          and b in self._offline_on(tp)})
+        self._write_states(self._decide_reconcile, unclean, "unclean shutdown")
         for tp in sorted(self.reassigning):
             self._maybe_complete_reassignment(tp)
 

@@ -135,6 +135,7 @@ class Topics:
                     self.recovered.add((b, tp))
                 self.refused.discard((b, tp))
                 self.elr_barred.discard((b, tp))
+                self.unclean_isr.discard((b, tp))
         if changed:
             self._send_update_metadata(changed)
         for tp in changed:

@@ -18,6 +18,14 @@ def chaos(*args, timeout=240):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _scheduled(tmp_path, run, plan: list, *flags):
+    """A 15 s run of one partition under the faults of ``plan`` (a schedule.json)."""
+    schedule = tmp_path / "plan.json"
+    schedule.write_text(json.dumps(plan))
+    return chaos("run", "--dir", str(run), "--duration", "15", "--schedule", str(schedule),
+                 "--partitions", "1", *flags)
+
+
 def _cluster_id(run):
     return json.loads((run / "cluster" / "cluster.json").read_text())["cluster_id"]
 
@@ -74,13 +82,11 @@ def test_an_unclean_election_loses_what_only_the_isr_had(tmp_path):
 def test_a_slow_follower_and_a_power_failure_of_the_leader_lose_nothing_under_safe(tmp_path):
     """A follower slowed to bursts of 100 ms a second, then the leader's power cut (its
     unflushed segment bytes gone): the other replicas had every acknowledged write."""
-    schedule = tmp_path / "plan.json"
-    schedule.write_text(json.dumps([
-        {"at_ms": 1500, "duration_ms": 5000, "fault": "slow", "target": "followers"},
-        {"at_ms": 8000, "duration_ms": 3000, "fault": "power-failure", "target": "leader"}]))
     run = tmp_path / "safe"
-    result = chaos("run", "--dir", str(run), "--duration", "15", "--schedule", str(schedule),
-                   "--rate", "200", "--partitions", "1")
+    result = _scheduled(tmp_path, run, [
+        {"at_ms": 1500, "duration_ms": 5000, "fault": "slow", "target": "followers"},
+        {"at_ms": 8000, "duration_ms": 3000, "fault": "power-failure", "target": "leader"}],
+        "--rate", "200")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     verdict = json.loads((run / "verdict.json").read_text())
     assert verdict["valid"] and verdict["divergent"] == 0 and verdict["acknowledged"] > 500
@@ -95,13 +101,11 @@ def test_a_power_failure_and_a_kill_of_leaders_whose_segments_roll_lose_nothing(
     """--segment-bytes 65536: every replica's log rolls every second or so, so the power
     cut and the kill land on rolls, their background flushes and the recovery of sealed
     segments; under safe every acknowledged write is still there."""
-    schedule = tmp_path / "plan.json"
-    schedule.write_text(json.dumps([
-        {"at_ms": 4000, "duration_ms": 3000, "fault": "power-failure", "target": "leader"},
-        {"at_ms": 9500, "duration_ms": 2000, "fault": "kill", "target": "leader"}]))
     run = tmp_path / "rolling"
-    result = chaos("run", "--dir", str(run), "--duration", "15", "--schedule", str(schedule),
-                   "--rate", "300", "--partitions", "1", "--segment-bytes", "65536")
+    result = _scheduled(tmp_path, run, [
+        {"at_ms": 4000, "duration_ms": 3000, "fault": "power-failure", "target": "leader"},
+        {"at_ms": 9500, "duration_ms": 2000, "fault": "kill", "target": "leader"}],
+        "--rate", "300", "--segment-bytes", "65536")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     verdict = json.loads((run / "verdict.json").read_text())
     assert verdict["valid"] and verdict["divergent"] == 0 and verdict["acknowledged"] > 2000

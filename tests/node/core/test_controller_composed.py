@@ -158,3 +158,63 @@ def test_a_lost_replica_is_back_only_as_a_caught_up_follower_in_the_isr():
     assert lost_replica_is_back(core, 0, (0, 1), 5, 5)
     assert not lost_replica_is_back(core, 0, (0, 1), 4, 5)        # its HW not back yet
     assert not lost_replica_is_back(core, 0, (0,), 10, 5)         # not in the ISR
+
+
+def _unclean(i: int, epoch: int) -> controller.Broker:
+    return controller.Broker(i, "127.0.0.1", 9000 + i, None, epoch, frozenset(),
+                             clean_shutdown=False)
+
+
+def _failover(h: Harness, brokers) -> Harness:
+    """A new controller (broker 2, controller epoch 2) takes over ``h``'s coordinator."""
+    h2 = Harness(ELR, broker_id=2, epoch=2)
+    h2.zk = h.zk
+    h2.start(brokers)
+    return h2
+
+
+def test_a_leader_back_from_an_unclean_shutdown_is_not_told_it_leads_at_failover():
+    """Chaos sweep seed 12 (--segment-bytes 65536): broker 0's controlled shutdown made
+    1 the leader (ISR [1, 2]); 1, the controller too, lost power at once and came back
+    with an empty log before its session expired. The next controller found it leading:
+    told so, it led epoch 1 with nothing, and 2 truncated to it (453 acknowledged
+    records lost). Now 2, which has them, leads, and 1 is out of the ISR until it has
+    caught up."""
+    h = start(ELR)
+    h.isr_changed("t", 0, [1, 2], leader=1)
+    h2 = _failover(h, [_unclean(1, 701), B2])
+    state = h2.zk.state("t", 0)
+    assert state.leader == 2 and state.isr == (2,) and 1 not in state.elr, state
+    assert all(e[2] != 1 for e in h2.leader_and_isr_entries(1)), "1 was told it leads"
+    h2.isr_changed("t", 0, [2, 1])              # 2 takes it back in: caught up
+    assert ("t", 0) not in {tp for _, tp in h2.core.unclean_isr}
+    h2.brokers_changed([_unclean(1, 701)])      # 2 dies: 1 may lead now
+    assert h2.zk.state("t", 0).leader == 1
+
+
+def test_a_follower_back_from_an_unclean_shutdown_leaves_the_isr_at_failover():
+    h = start(ELR)
+    h2 = _failover(h, [B0, _unclean(1, 701), B2])
+    state = h2.zk.state("t", 0)
+    assert state.leader == 0 and state.isr == (0, 2), state
+
+
+def test_the_only_isr_member_alive_still_leads_after_an_unclean_shutdown():
+    """No live replica is known to hold more: as before, it leads."""
+    h = start(ELR)
+    h.isr_changed("t", 0, [1, 2], leader=1)
+    h2 = _failover(h, [B0, _unclean(1, 701)])
+    state = h2.zk.state("t", 0)
+    assert state.leader == 1 and 1 in state.isr, state
+
+
+def test_a_broker_registering_uncleanly_in_a_live_controllers_term_leaves_the_isrs():
+    """The controller sees the new registration only (its old one was never seen
+    failing, e.g. it registered while this controller was being elected)."""
+    h = start(ELR, brokers=(B0, B2))
+    h.isr_changed("t", 0, [0, 1, 2])             # as the state says before 1 shows up
+    h.clear()
+    h.brokers_changed([B0, _unclean(1, 701), B2])
+    state = h.zk.state("t", 0)
+    assert 1 not in state.isr and state.leader == 0, state
+    assert "unclean shutdown" in h.log_text()
