@@ -22,11 +22,12 @@ Rules (Kafka ZK mode, DESIGN.md "Replication"; the elections are in ``elections`
   is elected (ISR = {it}). A replica that lost data, or whose broker comes back from
   an unclean shutdown, leaves the ELR.
 - Unclean shutdown (KIP-966, KAFKA-18106; with ``eligible_leader_replicas``, as KRaft does
-  it only with ELR): a broker whose registration says its last run did not end cleanly may have lost what its page cache held, acknowledged records
-  included, and cannot tell (its HW checkpoint may predate them). Where it is in an ISR
-  with another live member, it is not told that it leads, leaves the ISR and is not
-  elected (``unclean_isr``) until a leader takes it back in. Where it is the only ISR
-  member alive, nothing changes: no replica is known to hold more.
+  it only with ELR): a broker whose registration says its last run did not end cleanly
+  may have lost what its page cache held, acknowledged records included, and cannot
+  tell (its HW checkpoint may predate them). Where it is in an ISR with another live
+  member, it is not told that it leads, leaves the ISR and is not elected
+  (``unclean_isr``) until a leader takes it back in. Where it is the only ISR member
+  alive, nothing changes: no replica is known to hold more.
 """
 from __future__ import annotations
 
