@@ -76,7 +76,7 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
         # partition's ISR, so it may have lost acknowledged records (a power failure);
         # while another ISR member is live it neither leads nor stays in that ISR, until
         # a leader takes it back in (KIP-966's unclean shutdown handling, KAFKA-18106).
-        self.unclean_isr: set[tuple[int, TopicPartition]] = set()
+        self.unclean_isr: dict[TopicPartition, set[int]] = {}
         self.recovering: dict[TopicPartition, _Recovery] = {}
         self.recovery_epochs: dict[TopicPartition, int] = {}   # leader epoch it elected
         self.now_ms = 0
@@ -155,12 +155,11 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
                 out.add(b)
         if self.refused:
             out |= {b for b, x in self.refused if x == tp}
-        if self.unclean_isr:
-            suspects = {b for b, x in self.unclean_isr if x == tp}
+        suspects = self.unclean_isr.get(tp) if self.unclean_isr else None
+        if suspects:
             state = self.states.get(tp)
-            if suspects and state is not None and any(
-                    r not in suspects and r not in out and r in self.brokers
-                    for r in state.isr):
+            if state is not None and any(r not in suspects and r not in out and
+                                         r in self.brokers for r in state.isr):
                 out |= suspects
         return out
 

@@ -57,8 +57,8 @@ class Failover:
                            if b in unclean}
         # Before anyone is told anything: the reconcile below moves their leaderships.
         if self.config.eligible_leader_replicas:
-            self.unclean_isr = {(b, tp) for tp, st in ev.states.items() for b in st.isr
-                                if b in unclean}
+            for tp, st in ev.states.items():
+                self._suspect_unclean(tp, unclean & set(st.isr))
         for topic in ev.topics:
             self.assignments[topic.name] = {p: tuple(r) for p, r in topic.assignment.items()}
             self.topic_versions[topic.name] = topic.zk_version
@@ -128,16 +128,28 @@ class Failover:
                     recovery.answers.pop(b, None)
                 self._log_lost(now[b])
                 self.elr_barred = {(x, tp) for x, tp in self.elr_barred if x != b}
-                self.unclean_isr = {(x, tp) for x, tp in self.unclean_isr if x != b}
+                self._clear_unclean(b)
                 if not now[b].clean_shutdown:
                     self.elr_barred |= {(b, tp) for tp, st in self.states.items() if b in st.elr}
                     if self.config.eligible_leader_replicas:
-                        self.unclean_isr |= {(b, tp) for tp, st in self.states.items()
-                                             if b in st.isr}
+                        for tp, st in self.states.items():
+                            if b in st.isr:
+                                self._suspect_unclean(tp, {b})
             self._on_brokers_startup(set(born))
             self._leave_elrs_after_unclean_shutdown(born)
         for b, info in now.items():   # a re-registration with new endpoints, same epoch
             self.brokers[b] = info
+
+    def _suspect_unclean(self, tp: TopicPartition, brokers: set[int]) -> None:
+        """``brokers``, back from an unclean shutdown, are in ``tp``'s ISR (rules above)."""
+        if brokers:
+            self.unclean_isr.setdefault(tp, set()).update(brokers)
+
+    def _clear_unclean(self, broker_id: int) -> None:
+        for tp in [tp for tp, suspects in self.unclean_isr.items() if broker_id in suspects]:
+            self.unclean_isr[tp].discard(broker_id)
+            if not self.unclean_isr[tp]:
+                del self.unclean_isr[tp]
 
     def _on_replicas_offline(self, ev: ReplicasOffline) -> None:
         """Kafka's onReplicasBecomeOffline: leaders elsewhere, the replicas out of the
@@ -254,9 +266,9 @@ class Failover:
                    if tp in self.states and (self.states[tp].leader == NO_LEADER
                                              or self.states[tp].leader not in self.brokers)]
         self._write_states(self._decide_reconcile, offline, "broker startup")
-        unclean = sorted({tp for b, tp in self.unclean_isr if b in born
-                          and tp in self.states and tp[0] not in self.deleting
-                          and b in self._offline_on(tp)})
+        unclean = sorted(tp for tp, suspects in self.unclean_isr.items() if suspects & born
+                         and tp in self.states and tp[0] not in self.deleting
+                         and suspects & self._offline_on(tp))
         self._write_states(self._decide_reconcile, unclean, "unclean shutdown")
         for tp in sorted(self.reassigning):
             self._maybe_complete_reassignment(tp)

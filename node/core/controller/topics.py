@@ -135,7 +135,11 @@ class Topics:
                     self.recovered.add((b, tp))
                 self.refused.discard((b, tp))
                 self.elr_barred.discard((b, tp))
-                self.unclean_isr.discard((b, tp))
+                suspects = self.unclean_isr.get(tp)
+                if suspects is not None:
+                    suspects.discard(b)
+                    if not suspects:
+                        del self.unclean_isr[tp]
         if changed:
             self._send_update_metadata(changed)
         for tp in changed:

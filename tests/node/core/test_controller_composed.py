@@ -187,7 +187,7 @@ def test_a_leader_back_from_an_unclean_shutdown_is_not_told_it_leads_at_failover
     assert state.leader == 2 and state.isr == (2,) and 1 not in state.elr, state
     assert all(e[2] != 1 for e in h2.leader_and_isr_entries(1)), "1 was told it leads"
     h2.isr_changed("t", 0, [2, 1])              # 2 takes it back in: caught up
-    assert ("t", 0) not in {tp for _, tp in h2.core.unclean_isr}
+    assert ("t", 0) not in h2.core.unclean_isr
     h2.brokers_changed([_unclean(1, 701)])      # 2 dies: 1 may lead now
     assert h2.zk.state("t", 0).leader == 1
 
