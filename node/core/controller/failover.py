@@ -145,11 +145,17 @@ class Failover:
         if brokers:
             self.unclean_isr.setdefault(tp, set()).update(brokers)
 
+    def _unsuspect(self, tp: TopicPartition, broker_id: int) -> None:
+        """``broker_id`` is trusted in ``tp``'s ISR again (a leader took it back in)."""
+        suspects = self.unclean_isr.get(tp)
+        if suspects is not None:
+            suspects.discard(broker_id)
+            if not suspects:
+                del self.unclean_isr[tp]
+
     def _clear_unclean(self, broker_id: int) -> None:
         for tp in [tp for tp, suspects in self.unclean_isr.items() if broker_id in suspects]:
-            self.unclean_isr[tp].discard(broker_id)
-            if not self.unclean_isr[tp]:
-                del self.unclean_isr[tp]
+            self._unsuspect(tp, broker_id)
 
     def _on_replicas_offline(self, ev: ReplicasOffline) -> None:
         """Kafka's onReplicasBecomeOffline: leaders elsewhere, the replicas out of the

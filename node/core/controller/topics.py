@@ -135,11 +135,7 @@ class Topics:
                     self.recovered.add((b, tp))
                 self.refused.discard((b, tp))
                 self.elr_barred.discard((b, tp))
-                suspects = self.unclean_isr.get(tp)
-                if suspects is not None:
-                    suspects.discard(b)
-                    if not suspects:
-                        del self.unclean_isr[tp]
+                self._unsuspect(tp, b)
         if changed:
             self._send_update_metadata(changed)
         for tp in changed:
