@@ -1,16 +1,29 @@
 """Idempotent producers' state per partition (KIP-98 without transactions), as Kafka's
-ProducerStateManager keeps it: for each producer id, its epoch and its last five
-batches' sequence ranges and offsets. Pure: the log (``shm.log``) feeds it every batch
-it appends, as leader or follower, and rebuilds it from its batches after recovery or a
-truncation, so every replica — a new leader too — knows it.
+ProducerStateManager keeps it: for each producer id, its epoch and where its last
+batches' sequences went. Pure: the log (``shm.log``) feeds it every batch it appends,
+as leader or follower, and rebuilds it from its batches after recovery or a truncation,
+so every replica — a new leader too — knows it.
+
+Kafka keeps a producer's last five batches (NumBatchesToRetain), enough for a client
+that has at most five requests, of one batch per partition each, in flight. Our
+producer sends a partition's queued batches as one frame instead (``node.client``), so
+what it may retry is one frame of any number of batches. The state therefore keeps the
+last ``RUNS_KEPT`` *runs*: batches of the producer appended back to back, at
+consecutive offsets with consecutive sequences, merged into one span whose offsets
+follow its sequences one for one. A frame is appended whole at consecutive offsets, so
+it lies within one run; each batch or frame starts at most one new run, so the last five
+of either are always recognised (a Kafka client's five batches too), and the check is
+O(RUNS_KEPT) whatever the frame's length. The runs depend only on the log, so every
+replica builds the same ones.
 
 The leader asks ``check`` before appending a batch of producer ``pid``:
 
 - ``APPEND``: the batch continues the producer's sequence (its first sequence is the last
   one seen plus one, or 0 for a producer or epoch not seen before);
-- ``DUPLICATE``: the batch is one of the last five (the same first and last sequence):
-  it was appended before, its reply was lost and the producer retried; answer with the
-  original offsets instead of appending it again;
+- ``DUPLICATE``: the batch's sequences lie within one of the last runs: it was appended
+  before, its reply was lost and the producer retried; answer with the original offsets
+  instead of appending it again (Kafka matches a batch's first and last sequence
+  exactly; a batch within a run is the same sequences, written at the same offsets);
 - ``OUT_OF_ORDER``: a gap, or a sequence not seen, not 0 for a new producer/epoch
   (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER); ``UNKNOWN_PRODUCER``: a producer this
   partition has no state of, with a sequence other than 0 (its state was lost with
@@ -26,8 +39,9 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-BATCHES_KEPT = 5                  # Kafka's ProducerStateEntry.NumBatchesToRetain
+RUNS_KEPT = 5          # Kafka's ProducerStateEntry.NumBatchesToRetain, counted in runs
 SEQUENCE_MAX = 2**31 - 1          # sequences wrap from here to 0, as Kafka's
+SEQUENCES = SEQUENCE_MAX + 1
 NO_PRODUCER_ID = -1
 
 
@@ -44,20 +58,63 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class BatchSpan:
+    """Sequences ``first_seq..last_seq`` (wrapping past SEQUENCE_MAX) written at offsets
+    ``first_offset..last_offset``: one batch, or a run of them appended back to back,
+    whose offsets then follow its sequences one for one."""
     first_seq: int
     last_seq: int
     first_offset: int
     last_offset: int
 
+    @property
+    def linear(self) -> bool:
+        """Each sequence at its own offset (a batch that compaction thinned is not)."""
+        return self.last_offset - self.first_offset == _distance(self.first_seq, self.last_seq)
+
+    def within(self, first_seq: int, last_seq: int) -> "BatchSpan | None":
+        """Where sequences ``first_seq..last_seq`` were written, if this run holds them
+        all; else None. A batch that is not ``linear`` holds only itself."""
+        if not self.linear:
+            return self if (first_seq, last_seq) == (self.first_seq, self.last_seq) else None
+        start = _distance(self.first_seq, first_seq)
+        end = _distance(self.first_seq, last_seq)
+        if not start <= end <= self.last_offset - self.first_offset:
+            return None
+        return BatchSpan(first_seq, last_seq, self.first_offset + start, self.first_offset + end)
+
+
+def _distance(from_seq: int, to_seq: int) -> int:
+    """How many sequences ``to_seq`` comes after ``from_seq`` (wrapping)."""
+    return (to_seq - from_seq) % SEQUENCES
+
 
 @dataclass
 class ProducerEntry:
     epoch: int
-    batches: deque = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    runs: deque = field(default_factory=lambda: deque(maxlen=RUNS_KEPT))
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else -1
+        return self.runs[-1].last_seq if self.runs else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.runs[-1].last_offset if self.runs else -1
+
+    def add(self, span: BatchSpan) -> None:
+        """A batch appended after the others: it extends the last run when it follows it
+        at the next offset with the next sequence (both linear, and the run shorter than
+        the sequence space), else it starts a new run."""
+        runs = self.runs
+        if runs:
+            last = runs[-1]
+            if span.first_offset == last.last_offset + 1 and \
+                    span.first_seq == _next(last.last_seq) and last.linear and span.linear and \
+                    span.last_offset - last.first_offset < SEQUENCE_MAX:
+                runs[-1] = BatchSpan(last.first_seq, span.last_seq, last.first_offset,
+                                     span.last_offset)
+                return
+        runs.append(span)
 
 
 def last_sequence(first_seq: int, record_count: int) -> int:
@@ -91,18 +148,19 @@ class ProducerStates:
             return Verdict.FENCED, None
         if epoch > entry.epoch:
             return (Verdict.APPEND, None) if first_seq == 0 else (Verdict.OUT_OF_ORDER, None)
-        for span in entry.batches:
-            if span.first_seq == first_seq and span.last_seq == last_seq:
-                return Verdict.DUPLICATE, span
         if first_seq == _next(entry.last_seq):
-            return Verdict.APPEND, None
+            return Verdict.APPEND, None     # (no run reaches round the sequence space)
+        for run in entry.runs:
+            span = run.within(first_seq, last_seq)
+            if span is not None:
+                return Verdict.DUPLICATE, span
         return Verdict.OUT_OF_ORDER, None
 
     def update(self, pid: int, epoch: int, first_seq: int, last_seq: int,
                first_offset: int, last_offset: int) -> None:
         """A batch of ``pid`` was appended at ``[first_offset, last_offset]`` (as leader
         after APPEND, or as follower, or while rebuilding). A newer epoch replaces the
-        producer's batches."""
+        producer's runs."""
         if pid < 0:
             return
         entry = self.entries.get(pid)
@@ -110,11 +168,11 @@ class ProducerStates:
             entry = self.entries[pid] = ProducerEntry(epoch)
         elif epoch < entry.epoch:
             return      # an old epoch's batch replayed from the log: nothing to learn
-        entry.batches.append(BatchSpan(first_seq, last_seq, first_offset, last_offset))
+        entry.add(BatchSpan(first_seq, last_seq, first_offset, last_offset))
 
     def end_transaction(self, pid: int, epoch: int) -> None:
         """A COMMIT/ABORT marker of ``pid`` at ``epoch`` (Kafka's appendEndTxnMarker
-        updates the producer's epoch): a newer epoch replaces the producer's batches, so
+        updates the producer's epoch): a newer epoch replaces the producer's runs, so
         the old epoch is fenced and the new one starts at sequence 0."""
         entry = self.entries.get(pid)
         if entry is None or epoch > entry.epoch:
@@ -123,10 +181,11 @@ class ProducerStates:
     def clear(self) -> None:
         self.entries.clear()
 
-    # The snapshot files' contents (``shm.log`` writes them next to the segments).
+    # The snapshot files' contents (``shm.log`` writes them next to the segments): each
+    # producer's runs (a snapshot of single batches, as before runs, reads the same).
     def to_json(self) -> list:
         return [[pid, e.epoch, [[b.first_seq, b.last_seq, b.first_offset, b.last_offset]
-                                for b in e.batches]] for pid, e in sorted(self.entries.items())]
+                                for b in e.runs]] for pid, e in sorted(self.entries.items())]
 
     @classmethod
     def from_json(cls, data) -> "ProducerStates":
@@ -136,8 +195,8 @@ class ProducerStates:
             for pid, epoch, spans in data:
                 entry = states.entries[int(pid)] = ProducerEntry(int(epoch))
                 for first_seq, last_seq, first_offset, last_offset in spans:
-                    entry.batches.append(BatchSpan(int(first_seq), int(last_seq),
-                                                   int(first_offset), int(last_offset)))
+                    entry.add(BatchSpan(int(first_seq), int(last_seq),
+                                        int(first_offset), int(last_offset)))
         except (TypeError, ValueError) as e:
             raise ValueError(f"not a producer-state snapshot: {e}") from None
         return states
@@ -147,7 +206,8 @@ def check_frame(states: ProducerStates, headers) -> tuple[Verdict, int, int] | N
     """For a frame's batch headers (``shm.batch.BatchHeader``): None when no batch has
     a producer id (nothing to check); (APPEND, -1, -1) when the first batch continues its
     producer's sequence and the others continue it; (DUPLICATE, first offset, last
-    offset) when every batch was appended before; else the verdict that refuses it."""
+    offset) when the frame's sequences were all appended before (within one run: a
+    frame is appended whole); else the verdict that refuses it."""
     idempotent = [h for h in headers if h.producer_id >= 0 and h.base_sequence >= 0]
     if not idempotent:
         return None
@@ -155,23 +215,13 @@ def check_frame(states: ProducerStates, headers) -> tuple[Verdict, int, int] | N
             len({(h.producer_id, h.producer_epoch) for h in headers}) != 1:
         return Verdict.MIXED, -1, -1
     first = headers[0]
+    expected = last_sequence(first.base_sequence, first.record_count)
+    for h in headers[1:]:
+        if h.base_sequence != _next(expected):
+            return Verdict.OUT_OF_ORDER, -1, -1     # a gap inside the frame
+        expected = last_sequence(h.base_sequence, h.record_count)
     verdict, span = states.check(first.producer_id, first.producer_epoch,
-                                 first.base_sequence,
-                                 last_sequence(first.base_sequence, first.record_count))
-    if verdict is Verdict.APPEND:
-        expected = last_sequence(first.base_sequence, first.record_count)
-        for h in headers[1:]:
-            if h.base_sequence != _next(expected):
-                return Verdict.OUT_OF_ORDER, -1, -1
-            expected = last_sequence(h.base_sequence, h.record_count)
-        return Verdict.APPEND, -1, -1
+                                 first.base_sequence, expected)
     if verdict is Verdict.DUPLICATE:
-        spans = [span]
-        for h in headers[1:]:
-            v, s = states.check(h.producer_id, h.producer_epoch, h.base_sequence,
-                                last_sequence(h.base_sequence, h.record_count))
-            if v is not Verdict.DUPLICATE:
-                return Verdict.OUT_OF_ORDER, -1, -1
-            spans.append(s)
-        return Verdict.DUPLICATE, spans[0].first_offset, spans[-1].last_offset
+        return Verdict.DUPLICATE, span.first_offset, span.last_offset
     return verdict, -1, -1

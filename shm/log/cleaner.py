@@ -123,8 +123,8 @@ def plan(log, now_ms: int) -> "CleanPlan | None":
     sources = [_Source(s, f.base_offset, f.end, s.size_bytes, s.dup_fd())
                for s, f in zip(segments[:chosen.count], facts)]
     groups = core.group_by_size([s.size for s in sources], config.segment_bytes)
-    producers = {pid: entry.batches[-1].last_offset
-                 for pid, entry in log.producer_states().entries.items() if entry.batches}
+    producers = {pid: entry.last_offset
+                 for pid, entry in log.producer_states().entries.items() if entry.runs}
     txns = log.transaction_state()
     keep_markers = {offset for pid, offset in txns.last_markers.items()
                     if offset > producers.get(pid, -1)}

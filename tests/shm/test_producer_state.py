@@ -1,8 +1,12 @@
 """Idempotent producers' state (shm.producer_state) and the log keeping it."""
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from shm import batch
-from shm.producer_state import SEQUENCE_MAX, ProducerStates, Verdict, last_sequence
+from shm.producer_state import (RUNS_KEPT, SEQUENCE_MAX, BatchSpan, ProducerStates, Verdict,
+                                _distance, last_sequence)
 
 
 def test_sequences_duplicates_gaps_and_epochs():
@@ -15,7 +19,14 @@ def test_sequences_duplicates_gaps_and_epochs():
     verdict, span = s.check(7, 0, 0, 4)
     assert verdict is Verdict.DUPLICATE and (span.first_offset, span.last_offset) == (100, 104)
     assert s.check(7, 0, 11, 12)[0] is Verdict.OUT_OF_ORDER      # a gap
-    assert s.check(7, 0, 2, 6)[0] is Verdict.OUT_OF_ORDER        # overlaps, not a batch
+    assert s.check(7, 0, 8, 11)[0] is Verdict.OUT_OF_ORDER       # beyond what was written
+    # The two batches went back to back (one run): their sequences 2-6 went to 102-106.
+    verdict, span = s.check(7, 0, 2, 6)
+    assert verdict is Verdict.DUPLICATE and (span.first_offset, span.last_offset) == (102, 106)
+    s.update(8, 0, 0, 0, 110, 110)                              # another producer's batch
+    s.update(7, 0, 10, 12, 111, 113)                            # a new run of producer 7
+    assert s.check(7, 0, 9, 10)[0] is Verdict.OUT_OF_ORDER      # across two runs
+    assert s.check(7, 0, 10, 11)[1] == BatchSpan(10, 11, 111, 112)
     # A newer epoch starts again at 0; an older one is fenced.
     assert s.check(7, 1, 0, 0) == (Verdict.APPEND, None)
     assert s.check(7, 1, 10, 10)[0] is Verdict.OUT_OF_ORDER
@@ -24,15 +35,92 @@ def test_sequences_duplicates_gaps_and_epochs():
     assert s.check(7, 1, 0, 0)[0] is Verdict.DUPLICATE
 
 
-def test_only_the_last_five_batches_are_remembered_and_sequences_wrap():
+def test_only_the_last_five_runs_are_remembered_and_sequences_wrap():
     s = ProducerStates()
-    for i in range(7):
-        s.update(1, 0, i, i, i, i)
+    for i in range(7):                   # offsets apart: every batch is a run of its own
+        s.update(1, 0, i, i, 2 * i, 2 * i)
+    assert len(s.entries[1].runs) == RUNS_KEPT == 5
     assert s.check(1, 0, 1, 1)[0] is Verdict.OUT_OF_ORDER     # forgotten: not a duplicate
     assert s.check(1, 0, 2, 2)[0] is Verdict.DUPLICATE
+    for i in range(7, 1007):             # back to back: one run, however many batches
+        s.update(1, 0, i, i, 2 * 6 + i - 6, 2 * 6 + i - 6)
+    assert len(s.entries[1].runs) == 5
+    assert s.check(1, 0, 2, 2)[0] is Verdict.DUPLICATE
+    assert s.check(1, 0, 6, 1006)[1] == BatchSpan(6, 1006, 12, 1012)
     assert last_sequence(SEQUENCE_MAX, 3) == 1
     s.update(2, 0, SEQUENCE_MAX - 1, SEQUENCE_MAX, 0, 1)
     assert s.check(2, 0, 0, 3) == (Verdict.APPEND, None)
+    s.update(2, 0, 0, 3, 2, 5)           # the run wraps past SEQUENCE_MAX
+    assert s.entries[2].runs[-1] == BatchSpan(SEQUENCE_MAX - 1, 3, 0, 5)
+    assert s.check(2, 0, SEQUENCE_MAX, 1)[1] == BatchSpan(SEQUENCE_MAX, 1, 1, 3)
+    assert s.check(2, 0, 2, SEQUENCE_MAX)[0] is Verdict.OUT_OF_ORDER
+
+
+def test_a_batch_whose_offsets_do_not_follow_its_sequences_is_a_run_of_its_own():
+    """A batch compaction thinned (fewer records than offsets) is matched whole, as
+    Kafka matches every batch, and starts and ends a run."""
+    s = ProducerStates()
+    s.update(1, 0, 0, 4, 0, 4)
+    s.update(1, 0, 5, 7, 5, 9)                  # 3 sequences over 5 offsets
+    s.update(1, 0, 8, 8, 10, 10)
+    assert [(r.first_seq, r.last_seq) for r in s.entries[1].runs] == [(0, 4), (5, 7), (8, 8)]
+    assert s.check(1, 0, 5, 7)[1] == BatchSpan(5, 7, 5, 9)
+    assert s.check(1, 0, 5, 6)[0] is Verdict.OUT_OF_ORDER
+    assert s.check(1, 0, 4, 5)[0] is Verdict.OUT_OF_ORDER
+
+
+def test_old_snapshots_of_single_batches_load_as_runs():
+    """A snapshot written before runs lists every batch; loading merges them."""
+    s = ProducerStates.from_json([[3, 1, [[0, 1, 10, 11], [2, 4, 12, 14], [5, 5, 20, 20]]]])
+    assert s.to_json() == [[3, 1, [[0, 4, 10, 14], [5, 5, 20, 20]]]]
+    assert s.check(3, 1, 2, 4)[1] == BatchSpan(2, 4, 12, 14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 30), st.integers(1, 4)),
+                min_size=1, max_size=60),
+       st.integers(0, SEQUENCE_MAX), st.data())
+def test_any_of_a_producers_last_five_frames_retried_is_answered_with_its_offsets(
+        frames, start_seq, data):
+    """Three producers write frames (1-4 batches of 1-30 records, back to back) in any
+    interleaving, producer 0 from any sequence (wrapping): each of a producer's last five
+    frames, retried, is a DUPLICATE with the offsets it went to; its next frame is an
+    APPEND; and a frame that straddles what was written is refused."""
+    from shm.producer_state import check_frame
+    s = ProducerStates()
+    next_seq = {0: start_seq, 1: 0, 2: 0}
+    offset = 0
+    sent: dict[int, list] = {0: [], 1: [], 2: []}       # pid -> [(headers, first, last)]
+    s.update(0, 0, _back(start_seq), _back(start_seq), 0, 0) if start_seq else None
+    offset = 1
+    for pid, records, batches in frames:
+        headers = []
+        for _ in range(batches):
+            n = records
+            headers.append(batch.parse_batch(_batch(pid, 0, next_seq[pid], n)).header)
+            next_seq[pid] = (next_seq[pid] + n) % (SEQUENCE_MAX + 1)
+        assert check_frame(s, headers)[0] is Verdict.APPEND
+        first = offset
+        for h in headers:
+            s.update(pid, 0, h.base_sequence, last_sequence(h.base_sequence, h.record_count),
+                     offset, offset + h.record_count - 1)
+            offset += h.record_count
+        sent[pid].append((headers, first, offset - 1))
+    for pid, frames_of in sent.items():
+        for headers, first, last in frames_of[-5:]:
+            assert check_frame(s, headers) == (Verdict.DUPLICATE, first, last)
+        if frames_of:
+            nxt = batch.parse_batch(_batch(pid, 0, next_seq[pid], 1)).header
+            assert check_frame(s, [nxt])[0] is Verdict.APPEND
+            headers, _, _ = data.draw(st.sampled_from(frames_of[-5:]))
+            over = batch.parse_batch(_batch(pid, 0, headers[-1].base_sequence,
+                                            _distance(headers[-1].base_sequence,
+                                                      next_seq[pid]) + 1)).header
+            assert check_frame(s, headers[:-1] + [over])[0] is Verdict.OUT_OF_ORDER
+
+
+def _back(seq: int) -> int:
+    return (seq - 1) % (SEQUENCE_MAX + 1)
 
 
 def _batch(pid, epoch, seq, n, *, base_offset=0):

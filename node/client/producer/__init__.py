@@ -56,10 +56,10 @@ a broker (InitProducerId) before its first send, and stamps each batch, when it 
 first sent, with them and the partition's next sequence number (``stamp_producer``;
 retries keep them). One request in flight per partition (the muting above), so
 sequences reach the leader in order; a retry resends exactly the batches first sent
-together, at most five of a partition (the leader remembers a producer's last five
-batches, as Kafka's, and could not recognise a longer retried frame), and the leader
-answers a retry of appended batches with their original offsets instead of writing
-them twice. After a batch fails for good, or the leader reports a sequence gap
+together (one frame), and the leader answers a retry of appended batches with their
+original offsets instead of writing them twice: it remembers a producer's last five
+runs of batches appended back to back (``shm.producer_state``), so a frame of any
+length is recognised. After a batch fails for good, or the leader reports a sequence gap
 or an unknown producer, the producer waits for its requests in flight, takes the next
 epoch and numbers the unsent batches from 0 again (KIP-360).
 

@@ -16,8 +16,8 @@ Rules:
   leader does not answer (after PRODUCE_SUSPECT_MS).
 - Idempotence: the producer id and epoch come from InitProducerId; a batch is stamped
   with them and its partition's next sequence when first sent, and a retry resends
-  exactly the batches first sent together, at most ``IDEMPOTENT_BATCHES_MAX`` of a
-  partition (what the leader remembers). A sequence gap takes a new epoch (KIP-360).
+  exactly the batches first sent together (the leader recognises a frame of any length:
+  ``shm.producer_state``'s runs). A sequence gap takes a new epoch (KIP-360).
 - Every batch completes exactly once (asserted in ``finish``).
 - Transactions (``transactions.TransactionManager``, when the producer has a
   transactional id): its coordinator requests go out from this thread (``step`` each
@@ -44,17 +44,10 @@ from node.wire import errors
 from node.wire import protocol
 from node.wire.errors import ErrorCode
 from shm.batch import stamp_producer
-from shm.producer_state import BATCHES_KEPT
 
 log = logging.getLogger("minikafka.producer")
 
 SEQUENCE_WRAP = 2**31
-# An idempotent producer's frame holds at most this many batches of a partition (and,
-# one frame in flight per partition, so many are unacknowledged): the leader remembers
-# a producer's last five batches (Kafka's NumBatchesToRetain), and a retried frame it
-# cannot recognise whole is refused OUT_OF_ORDER_SEQUENCE_NUMBER, whose new epoch writes
-# it again. Kafka's producer keeps the same bound with max.in.flight.requests <= 5.
-IDEMPOTENT_BATCHES_MAX = BATCHES_KEPT
 IDLE_POLL_MS = 1000
 # A Produce unanswered this long makes the producer check whether its leader moved.
 PRODUCE_SUSPECT_MS = 1000
@@ -337,8 +330,7 @@ class Sender:
                 while queue and queue[0].ready_s <= now and \
                         (total + len(queue[0].data) <= p.max_request_size or
                          not batches and not total) and \
-                        not (p.idempotent and (self.stamped_now(queue[0]) or
-                                               len(batches) >= IDEMPOTENT_BATCHES_MAX)):
+                        not (p.idempotent and self.stamped_now(queue[0])):
                     batch = queue.popleft()
                     total += len(batch.data)
                     batches.append(batch)

@@ -147,13 +147,14 @@ def test_retries_after_lost_answers_write_every_record_once(cluster, idempotent)
 
 def test_a_retried_frame_of_more_batches_than_the_leader_remembers_is_written_once(
         cluster, monkeypatch):
-    """The leader remembers a producer's last five batches (Kafka's NumBatchesToRetain).
-    A producer whose id came late (CI: its InitProducerId went to the paused follower and
+    """Kafka's leader remembers a producer's last five batches (NumBatchesToRetain). A
+    producer whose id came late (CI: its InitProducerId went to the paused follower and
     timed out) had 20 one-record batches queued for one partition; sent as one frame and
-    retried after a lost answer, the leader saw its first batch as older than the five it
-    knows and refused the frame OUT_OF_ORDER_SEQUENCE_NUMBER, and the new epoch that
-    followed wrote all 20 again (CI: every record twice or three times). A frame holds at
-    most five batches of a partition now."""
+    retried after a lost answer, a leader that knew five batches saw the first as older
+    and refused the frame OUT_OF_ORDER_SEQUENCE_NUMBER, and the new epoch that followed
+    wrote all 20 again (CI: every record twice or three times). The leader remembers
+    runs of batches appended back to back now, so the retried frame of 20 is one run it
+    knows, and answered with its offsets."""
     topic, leader = _topic(cluster, 3, min_isr=1)
     with Admin(cluster.bootstrap_servers) as admin:
         replicas = admin.describe_topics([topic])[topic][0].replicas
