@@ -86,7 +86,7 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
                 producer_epoch: int = NO_PRODUCER_EPOCH,
                 base_sequence: int = NO_SEQUENCE, headers=None, codec_hint: int = CODEC_NONE,
                 log_append_time: bool = False, transactional: bool = False,
-                control: bool = False) -> bytearray:
+                control: bool = False, crc: bool = True) -> bytearray:
     """Encode one batch; returns a writable bytearray (so the leader can ``stamp`` it).
 
     ``values`` / ``keys``: a list of bytes-or-None, a pyarrow Binary/LargeBinary array,
@@ -99,6 +99,9 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
     ``log_append_time``: Kafka's LogAppendTime; every timestamp must then be the same.
     ``transactional`` / ``control``: Kafka's bits, under the rules above (ValueError
     otherwise); a control batch is built by ``shm.control.build_marker``.
+    ``crc=False`` leaves the CRC 0, for a caller that ``stamp_producer``s the batch
+    before it leaves (the idempotent producer: the CRC covers what it stamps, and
+    Kafka's producer too computes it once, when it closes the batch at drain).
     """
     value_col = _column(values, "values")
     n = value_col.count
@@ -130,7 +133,8 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
         base_timestamp=base_timestamp, base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, codec_hint=codec_hint,
-        log_append_time=log_append_time, transactional=transactional, control=control)
+        log_append_time=log_append_time, transactional=transactional, control=control,
+        crc=crc)
 
 
 def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value_data, *,
@@ -139,7 +143,8 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
                    partition_leader_epoch: int = -1, producer_id: int = NO_PRODUCER_ID,
                    producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
                    codec_hint: int = CODEC_NONE, log_append_time: bool = False,
-                   transactional: bool = False, control: bool = False) -> bytearray:
+                   transactional: bool = False, control: bool = False,
+                   crc: bool = True) -> bytearray:
     """Encode one batch from its columns, already laid out: the one body writer
     (``build_batch`` and the Kafka listener's converter use it). ``timestamp_deltas``:
     n non-negative ints; offsets: n + 1 ints from 0, ending at their data's length;
@@ -188,7 +193,7 @@ def encode_columns(timestamp_deltas, key_offsets, key_data, value_offsets, value
     assert position == total_bytes
     assert min_delta >= 0, "timestamp deltas are >= 0"
     _pack_header(buf, base_offset, partition_leader_epoch, attributes, n, base_timestamp,
-                 base_timestamp + max_delta, producer_id, producer_epoch, base_sequence)
+                 base_timestamp + max_delta, producer_id, producer_epoch, base_sequence, crc)
     return buf
 
 
@@ -202,13 +207,16 @@ def _packed_int32s(values: list) -> bytes:
 
 def _pack_header(buf: bytearray, base_offset: int, partition_leader_epoch: int,
                  attributes: int, n: int, base_timestamp: int, max_timestamp: int,
-                 producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+                 producer_id: int, producer_epoch: int, base_sequence: int,
+                 crc: bool = True) -> None:
     """Write the header of the one batch filling ``buf`` (its body already in place),
-    then its CRC: the one header packing of both encoders."""
+    then its CRC (unless ``crc`` is False: left 0, see ``build_batch``): the one header
+    packing of both encoders."""
     HEADER.pack_into(buf, 0, base_offset, len(buf) - LENGTH_OVERHEAD_BYTES,
                      partition_leader_epoch, MAGIC, 0, attributes, n - 1, base_timestamp,
                      max_timestamp, producer_id, producer_epoch, base_sequence, n)
-    CRC.pack_into(buf, CRC_POSITION, crc32c(memoryview(buf)[CRC_START:]))
+    if crc:
+        CRC.pack_into(buf, CRC_POSITION, crc32c(memoryview(buf)[CRC_START:]))
 
 
 # Up to this many records, ``encode_small_batch`` packs with struct: numpy's and
@@ -218,12 +226,12 @@ SMALL_ENCODE_RECORDS_MAX = 256
 
 
 def encode_small_batch(values: list, keys: list | None, timestamps,
-                       headers: list | None = None) -> bytearray | None:
+                       headers: list | None = None, *, crc: bool = True) -> bytearray | None:
     """``build_batch``'s fast path for a few records, byte for byte the same batch,
     without numpy or pyarrow (the producer's path for what ``send`` buffers). ``values``
     and ``keys``: lists of bytes; ``timestamps``: an int or a list of n ints;
-    ``headers``: None or per record its headers (as ``build_batch``'s). Returns
-    None when the input needs the general encoder (null values, mixed null keys, too
+    ``headers``: None or per record its headers (as ``build_batch``'s); ``crc`` as
+    ``build_batch``'s. Returns None when the input needs the general encoder (null values, mixed null keys, too
     many records, a too wide time span or size): then call ``build_batch``."""
     n = len(values)
     if not 1 <= n <= SMALL_ENCODE_RECORDS_MAX or None in values:
@@ -265,7 +273,7 @@ def encode_small_batch(values: list, keys: list | None, timestamps,
     buf = bytearray(total)
     buf[HEADER_BYTES:] = body
     _pack_header(buf, 0, -1, attributes, n, base_timestamp, max_timestamp, NO_PRODUCER_ID,
-                 NO_PRODUCER_EPOCH, NO_SEQUENCE)
+                 NO_PRODUCER_EPOCH, NO_SEQUENCE, crc)
     return buf
 
 

@@ -50,6 +50,21 @@ def test_stamp_keeps_crc_valid():
     assert parsed.offsets.tolist() == [123456, 123457, 123458, 123459]
 
 
+def test_a_batch_built_without_its_crc_is_corrupt_until_the_producer_stamps_it():
+    """The idempotent producer builds with crc=False and computes the CRC once, when it
+    stamps its id, epoch and sequence; the result is the batch built with them."""
+    values = [b"a", b"bb", b""]
+    for encoded in (batch.build_batch(values, None, 1_700_000_000_000, crc=False),
+                    batch.encode_small_batch(values, None, 1_700_000_000_000, crc=False)):
+        assert batch.read_header(encoded).crc == 0
+        with pytest.raises(CorruptRecordError):
+            batch.parse_batch(encoded)
+        batch.stamp_producer(encoded, 7, 1, 40)
+        assert encoded == batch.build_batch(values, None, 1_700_000_000_000, producer_id=7,
+                                            producer_epoch=1, base_sequence=40)
+        assert batch.parse_batch(encoded).header.base_sequence == 40
+
+
 def test_every_cut_raises_corrupt_record_error():
     buf = bytes(sample())
     for cut in range(len(buf)):

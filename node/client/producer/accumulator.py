@@ -73,17 +73,18 @@ class ProducerBatch:
         self.sent_epoch = -1  # the leader epoch (from metadata) of its last attempt
 
 
-def encode(buf: OpenBatch) -> ProducerBatch:
-    """Encode an open buffer into one record batch (in the I/O thread)."""
+def encode(buf: OpenBatch, *, crc: bool = True) -> ProducerBatch:
+    """Encode an open buffer into one record batch (in the I/O thread); ``crc=False``
+    for a batch stamped before it is sent (``shm.batch.build_batch``)."""
     now_ms = int(time.time() * 1000)
     timestamps = now_ms
     if buf.has_timestamps:
         timestamps = [now_ms if t is None else t for t in buf.timestamps]
         buf.result.timestamps = timestamps
     keys = buf.keys if buf.has_keys else None
-    data = encode_small_batch(buf.values, keys, timestamps, buf.headers)  # the fast path
+    data = encode_small_batch(buf.values, keys, timestamps, buf.headers, crc=crc)  # fast path
     if data is None:
-        data = build_batch(buf.values, keys, timestamps, headers=buf.headers)
+        data = build_batch(buf.values, keys, timestamps, headers=buf.headers, crc=crc)
     buf.result.record_count = len(buf.values)
     buf.result.timestamp = now_ms if not buf.has_timestamps else min(timestamps)
     return ProducerBatch(buf.tp, data, len(buf.values), buf.result, buf.created_s)

@@ -258,7 +258,8 @@ class Producer:
                 ts = ts[begin:begin + per_batch]
             tp = (topic, targets[i % len(targets)])
             result = ProduceRequestResult(*tp)
-            data = build_batch(chunk_values, chunk_keys, ts)
+            data = build_batch(chunk_values, chunk_keys, ts,
+                               crc=not self.idempotent)    # stamped when first sent
             count_i = len(chunk_values)
             result.record_count = count_i
             result.timestamp = int.from_bytes(data[27:35], "little", signed=True)

@@ -114,7 +114,7 @@ class Sender:
         for item in self.accumulator.drain(now):
             if isinstance(item, OpenBatch):
                 try:
-                    item = encode(item)
+                    item = encode(item, crc=not self.p.idempotent)  # stamped at send
                 except (ValueError, TypeError, pa.ArrowException) as e:
                     self.fail_result(item.result, len(item.values), e)
                     continue
