@@ -231,8 +231,9 @@ def encode_small_batch(values: list, keys: list | None, timestamps,
     without numpy or pyarrow (the producer's path for what ``send`` buffers). ``values``
     and ``keys``: lists of bytes; ``timestamps``: an int or a list of n ints;
     ``headers``: None or per record its headers (as ``build_batch``'s); ``crc`` as
-    ``build_batch``'s. Returns None when the input needs the general encoder (null values, mixed null keys, too
-    many records, a too wide time span or size): then call ``build_batch``."""
+    ``build_batch``'s. Returns None when the input needs the general encoder (null
+    values, mixed null keys, too many records, a too wide time span or size): then call
+    ``build_batch``."""
     n = len(values)
     if not 1 <= n <= SMALL_ENCODE_RECORDS_MAX or None in values:
         return None
