@@ -272,21 +272,29 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
     def _write_states_attempt(self, decide, tps, reason, batch: _Batch, attempt: int,
                               recipients, new, force) -> None:
         writes: list[tuple[TopicPartition, PartitionState]] = []
+        unwritten: list[TopicPartition] = []
         for tp in tps:
             if tp[0] not in self.assignments or tp not in self.states:
                 continue
             decision = decide(tp)
-            if decision is None:
-                continue
             old = self.states[tp]
+            if decision is None:
+                unwritten.append(tp)
+                continue
             leader, isr = decision[0], tuple(decision[1])
             elr = tuple(decision[2]) if len(decision) > 2 else self._elr_after(tp, old, isr)
             if leader == old.leader and isr == old.isr and elr == old.elr and not force:
+                unwritten.append(tp)
                 continue
             state = PartitionState(leader, old.leader_epoch + 1, isr, self.epoch,
                                    old.zk_version, elr)
             self._check_transition(tp, old, state)
             writes.append((tp, state))
+        if attempt > 1 and unwritten:
+            # Read back after a conflict (a leader's ISR write, whose notification will
+            # carry the version held now and be skipped): nothing to write, but the
+            # brokers must hear of the state as it is.
+            self._send_update_metadata(unwritten)
         if not writes:
             return
         batch.outstanding += 1

@@ -2,6 +2,8 @@
 (tests/node/controller_harness.py performs its effects exactly as the shell does)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from node.core import controller
@@ -307,6 +309,26 @@ def test_version_conflict_rereads_the_state_and_decides_again():
     writes = [op for ops in h.zk_ops for op in ops.ops if isinstance(op, controller.ZkSetData)]
     assert [w.version for w in writes] == [0, 1]          # conditional, then re-decided
     assert state(h) == zkdata.PartitionState(2, 1, (2,), 1, 2)
+
+
+def test_a_state_read_back_after_a_conflict_that_needs_no_write_is_still_announced():
+    """CI (test_unclean_election_brings_an_offline_partition_back): the leader shrank its
+    ISR to [0] in the coordinator as the controller handled the follower's death; the
+    controller's write met the new version, it read the state back and found nothing
+    left to write, and the leader's ISR notification then carried the version it
+    already held: nobody sent UpdateMetadata, and every broker kept answering ISR [0, 1]."""
+    h = Harness()
+    h.add_topic("t", {0: [0, 1]})
+    h.start([B0, B1])
+    shrunk = zkdata.PartitionState(0, 0, (0,), 1)
+    version = h.zk.put(zkdata.partition_state_path("t", 0),
+                       zkdata.encode_partition_state(shrunk))
+    h.clear()
+    h.brokers_changed([B0])
+    h.run(controller.IsrChanged({("t", 0): replace(shrunk, zk_version=version)}))
+    assert state(h) == zkdata.PartitionState(0, 0, (0,), 1, 1)   # nothing else written
+    entries = [e for r in h.requests(ApiKey.UPDATE_METADATA, 0) for e in r.body["partitions"]]
+    assert entries and entries[-1][:6] == ["t", 0, 0, 0, [0], 1]
 
 
 def test_every_state_write_is_conditional_on_the_version_held():
