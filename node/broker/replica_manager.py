@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from typing import Callable
 
 from kazoo.exceptions import BadVersionError
@@ -141,7 +142,9 @@ class ReplicaManager:
         self.offline_partitions: dict[tuple[str, int], str] = {}   # a damaged log -> why
         self._corrupt_logged: set[tuple[str, int]] = set()
         # The scrubber's place: (partition, segment base offset, position).
-        self._scrub_cursor: tuple[tuple[str, int], int, int] | None = None
+        # (partition, segment base offset, position, the segment): a position is a batch
+        # boundary of that Segment object only (a clean swaps in a new one, same base).
+        self._scrub_cursor: tuple[tuple[str, int], int, int, weakref.ref] | None = None
         self._unsent_log_dir_events: list[list[tuple[str, int]]] = []
         # Partitions whose ISR write the controller is still to be told of
         # (send_isr_changes), and when a notification was last attempted.
@@ -535,17 +538,17 @@ class ReplicaManager:
                     checked += header.size_bytes
                     batches += 1
             except CorruptRecordError as e:
-                self._scrub_cursor = (part.key, segment.base_offset, size)
+                self._scrub_cursor = (part.key, segment.base_offset, size, weakref.ref(segment))
                 self.replica_corrupt(part, f"{segment.path}: {e} (found by the scrubber)")
                 continue
-            self._scrub_cursor = (part.key, segment.base_offset, position)
+            self._scrub_cursor = (part.key, segment.base_offset, position, weakref.ref(segment))
 
     def _scrub_target(self):
         """(partition, sealed segment, position) to verify next, or None."""
         keys = sorted(k for k, p in self.partitions.items() if not self.is_offline(p))
         if not keys:
             return None
-        key, base, position = self._scrub_cursor or (keys[0], -1, 0)
+        key, base, position, scrubbed = self._scrub_cursor or (keys[0], -1, 0, None)
         start = next((i for i, k in enumerate(keys) if k >= key), 0)
         if keys[start] != key:
             base, position = -1, 0
@@ -554,6 +557,8 @@ class ReplicaManager:
             sealed = [seg for seg in part.log.segments if not seg.active]
             if step == 0:
                 current = next((seg for seg in sealed if seg.base_offset == base), None)
+                if current is not None and scrubbed is not None and current is not scrubbed():
+                    return part, current, 0     # cleaned since (a new file): from its start
                 if current is not None and position < current.size_bytes:
                     return part, current, position
                 later = next((seg for seg in sealed if seg.base_offset > base), None)
