@@ -141,9 +141,9 @@ class ReplicaManager:
         self.offline_dirs: dict[str, str] = {}        # log dir -> why it went offline
         self.offline_partitions: dict[tuple[str, int], str] = {}   # a damaged log -> why
         self._corrupt_logged: set[tuple[str, int]] = set()
-        # The scrubber's place: (partition, segment base offset, position).
-        # (partition, segment base offset, position, the segment): a position is a batch
-        # boundary of that Segment object only (a clean swaps in a new one, same base).
+        # The scrubber's place: (partition, segment base offset, position, the segment): a
+        # position is a batch boundary of that Segment object only (a clean swaps in a new
+        # one under the same base offset).
         self._scrub_cursor: tuple[tuple[str, int], int, int, weakref.ref] | None = None
         self._unsent_log_dir_events: list[list[tuple[str, int]]] = []
         # Partitions whose ISR write the controller is still to be told of
