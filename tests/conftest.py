@@ -47,6 +47,21 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the item (``item.rep_call``...), so a fixture's
+    teardown can tell that its test failed (and, say, show the brokers' logs)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "rep_" + report.when, report)
+
+
+def has_failed(request) -> bool:
+    """For a fixture's teardown: whether the test's setup or call failed."""
+    return any(getattr(getattr(request.node, "rep_" + when, None), "failed", False)
+               for when in ("setup", "call"))
+
+
 @pytest.fixture
 def cluster_id() -> str:
     """A cluster id unique to this test; fails the test if its shm objects outlive it."""

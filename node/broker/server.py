@@ -148,11 +148,14 @@ class Broker:
         self._halt = False               # every log dir failed: stop without closing logs
         self._session_lost = False
         self._registered_session: int | None = None   # the session that registered us
-        # A re-registration that failed on a coordinator error is tried again at
-        # _reregister_at_ms while the session is connected: no reconnect may come.
-        self._reregister_failed = False
+        # The tick registers again whenever the connected session is not the one that
+        # registered us (level-triggered: a failed attempt, or a session change whose
+        # events went astray, is mended without waiting for a reconnect), at most once
+        # per REREGISTER_RETRY_MS; not in a session whose coordinator refused us.
         self._reregister_at_ms = 0
+        self._refused_session: int | None = None
         self.failing_reregistrations = int(os.environ.get(FAIL_REREGISTRATIONS_ENV) or 0)
+        self.dropping_session_lost = int(os.environ.get(DROP_SESSION_LOST_ENV) or 0)
         self._startup_deadline = 0.0
         # Partitions whose committed data this broker lost, durable until it is back in
         # an ISR (node.broker.lost_replicas); never led meanwhile.
@@ -348,7 +351,8 @@ class Broker:
                     _, stat = self.zk.get(path)
                 except NoNodeError:
                     continue
-                if stat.ephemeralOwner == self.zk.client_id[0]:
+                client_id = self.zk.client_id
+                if client_id is not None and stat.ephemeralOwner == client_id[0]:
                     self.broker_epoch = stat.czxid
                     self._registered_session = stat.ephemeralOwner
                     return
@@ -370,6 +374,9 @@ class Broker:
             logger.warning("cannot update the registration: %s", e)
 
     def _on_zk_state(self, state) -> None:  # kazoo thread
+        if state == KazooState.LOST and self.dropping_session_lost > 0:   # tests only
+            self.dropping_session_lost -= 1
+            return
         if state == KazooState.LOST:
             self.loop.post(lambda: self._zk_session_changed(lost=True))
         elif state == KazooState.CONNECTED:
@@ -381,23 +388,41 @@ class Broker:
             self._session_lost = True
             return
         if self._session_lost and not self._shutting_down:
-            self._session_lost = self._reregister_failed = False
-            logger.warning("new coordinator session: registering again")
-            try:
-                if self.failing_reregistrations > 0:     # tests only
-                    self.failing_reregistrations -= 1
-                    raise coordinator.CoordinatorUnavailable(
-                        f"{FAIL_REREGISTRATIONS_ENV}: this attempt fails")
-                self._read_cluster_id(registering_again=True)
-                self._register()
-            except COORDINATOR_ERRORS as e:  # tried again by the tick (or a reconnect)
-                logger.error("re-registration failed (trying again in %d ms): %s",
-                             limits.REREGISTER_RETRY_MS, e)
-                self._session_lost = self._reregister_failed = True
-                self._reregister_at_ms = now_ms() + limits.REREGISTER_RETRY_MS
-            except (InconsistentClusterIdError, ConfigError) as e:
-                logger.error("not registering again: %s", e)
-                self._session_lost = True
+            self._register_again()
+
+    def _register_again(self) -> None:
+        """Register in the current session (a new one: the old registration went with
+        the old session)."""
+        self._session_lost = False
+        if self._registered_in_this_session():
+            return                      # the tick got here first
+        logger.warning("new coordinator session: registering again")
+        self._reregister_at_ms = now_ms() + limits.REREGISTER_RETRY_MS
+        try:
+            if self.failing_reregistrations > 0:     # tests only
+                self.failing_reregistrations -= 1
+                raise coordinator.CoordinatorUnavailable(
+                    f"{FAIL_REREGISTRATIONS_ENV}: this attempt fails")
+            self._read_cluster_id(registering_again=True)
+            self._register()
+        except COORDINATOR_ERRORS as e:  # tried again by the tick (or a reconnect)
+            logger.error("re-registration failed (trying again in %d ms): %s",
+                         limits.REREGISTER_RETRY_MS, e)
+            self._session_lost = True
+        except (InconsistentClusterIdError, ConfigError) as e:
+            logger.error("not registering again: %s", e)
+            client_id = self.zk.client_id
+            self._refused_session = client_id[0] if client_id is not None else None
+            self._session_lost = True
+
+    def _registration_stale(self) -> bool:
+        """Connected in a session that did not register us and did not refuse us."""
+        if self._shutting_down or self._registered_session is None or \
+                self.zk.client.state != KazooState.CONNECTED:
+            return False
+        client_id = self.zk.client_id
+        return client_id is not None and \
+            client_id[0] not in (self._registered_session, self._refused_session)
 
     def _registered_in_this_session(self) -> bool:
         """Whether /brokers/ids/N was made by the current coordinator session: the
@@ -475,9 +500,8 @@ class Broker:
         self.fetch_outbound.expire(now)
         self.coordinator_outbound.expire(now)
         self.controller_outbound.expire(now)
-        if self._reregister_failed and now >= self._reregister_at_ms and \
-                self.zk.client.state == KazooState.CONNECTED:
-            self._zk_session_changed(lost=False)
+        if now >= self._reregister_at_ms and self._registration_stale():
+            self._register_again()
         if self.controller is not None:
             self.controller.tick(now)
 
@@ -610,6 +634,8 @@ FAULT_POINT_ENV = "MINIKAFKA_BROKER_FAULT_POINT"
 # Tests only: this many re-registrations in a new coordinator session fail as if the
 # coordinator had not answered.
 FAIL_REREGISTRATIONS_ENV = "MINIKAFKA_BROKER_FAIL_REREGISTRATIONS"
+# Tests only: this many of kazoo's LOST events never reach the loop (an event gone astray).
+DROP_SESSION_LOST_ENV = "MINIKAFKA_BROKER_DROP_SESSION_LOST"
 
 
 # Loggers' levels, as log4j's logger lines: "name=LEVEL,...", e.g.

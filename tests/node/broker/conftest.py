@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import has_failed
 from tests.node.broker.harness import Cluster
 
 
 @pytest.fixture
-def cluster(tmp_path, cluster_id):
+def cluster(request, tmp_path, cluster_id):
     c = Cluster(tmp_path, cluster_id)
     try:
         yield c
     finally:
+        if has_failed(request):
+            c.print_logs()
         c.close()

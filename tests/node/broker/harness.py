@@ -30,6 +30,7 @@ START_TIMEOUT_S = 30.0
 PORT_RETRIES = 3      # a start whose port another process took meanwhile: a new port
 STOP_TIMEOUT_S = 15.0
 REQUEST_TIMEOUT_MS = 10_000
+LOG_TAIL_LINES = 80  # of each broker's log, printed when a test failed
 
 
 def wait_for(predicate, what: str, timeout_s: float = 20.0, interval_s: float = 0.02):
@@ -296,6 +297,13 @@ class Cluster:
                     replica_id: int = -1) -> list:
         body = {"replica_id": replica_id, "partitions": [[topic, partition, timestamp]]}
         return self.request(broker_id, protocol.ApiKey.LIST_OFFSETS, body).body["partitions"][0]
+
+    def print_logs(self, lines: int = LOG_TAIL_LINES) -> None:
+        """Each broker's log tail, for a failed test's report."""
+        for broker_id, broker in sorted(self.brokers.items()):
+            tail = broker.log().splitlines()[-lines:]
+            print(f"---- broker {broker_id}: the last {len(tail)} lines of its log ----")
+            print("\n".join(tail))
 
     def close(self) -> None:
         """Stop every broker cleanly (SIGTERM; SIGKILL after a timeout), then zk_lite.

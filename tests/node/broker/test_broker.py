@@ -300,6 +300,19 @@ def test_a_re_registration_that_failed_is_tried_again_while_connected(cluster, m
     assert broker.log().count("re-registration failed (trying again in") == 2, broker.log()
 
 
+def test_a_session_lost_unseen_is_noticed_by_the_tick(cluster, monkeypatch):
+    """kazoo's LOST event does not reach the loop (here: dropped on purpose), so the
+    CONNECTED of the new session finds nothing lost: the tick sees that the connected
+    session is not the one that registered the broker, and registers it again."""
+    from node.broker.server import DROP_SESSION_LOST_ENV
+    monkeypatch.setenv(DROP_SESSION_LOST_ENV, "1")
+    broker = cluster.add_broker(0)
+    monkeypatch.delenv(DROP_SESSION_LOST_ENV)
+    _pause_past_session_and_wait_registered_again(cluster, broker)
+    assert "coordinator session lost" not in broker.log()
+    assert broker.log().count("registering again") == 1, broker.log()
+
+
 def test_stop_replica_with_delete_removes_a_log_this_incarnation_never_opened(single):
     single.produce(0, TOPIC, 1, [b"a"])
     assert single.brokers[0].stop() == 0
