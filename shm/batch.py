@@ -567,15 +567,19 @@ def _check_small_layout(buf, position: int, header: BatchHeader) -> None:
 
 
 def check_batch(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
-                verify_crc: bool = True) -> BatchHeader:
-    """Full validation of the batch at ``position`` without building arrays."""
+                verify_crc: bool = True, structure: bool = True) -> BatchHeader:
+    """Full validation of the batch at ``position`` without building arrays; with
+    ``structure=False`` the header and the CRC only (a follower's check, as Kafka's
+    ``appendAsFollower``: the leader checked the body's structure, and the CRC says the
+    body is what it checked)."""
     header = read_header(buf, position, max_bytes=max_bytes)
     if verify_crc:
         _verify_crc(buf, position, header)
-    if header.record_count <= SMALL_BATCH_RECORDS:
-        _check_small_layout(buf, position, header)
-    else:
-        _layout(buf, position, header)
+    if structure:
+        if header.record_count <= SMALL_BATCH_RECORDS:
+            _check_small_layout(buf, position, header)
+        else:
+            _layout(buf, position, header)
     return header
 
 

@@ -287,7 +287,7 @@ class Log:
         Kafka's follower append (it refuses only offsets below the LEO)."""
         self._ensure_open()
         view = memoryview(records).cast("B")
-        batches = self._check_records(view)
+        batches = self._check_records(view, structure=False)
         expected = self.log_end_offset
         for position, header in batches:
             if header.base_offset < expected:
@@ -301,7 +301,10 @@ class Log:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         return self._append(view, batches, now_ms)
 
-    def _check_records(self, view: memoryview) -> list[tuple[int, batch.BatchHeader]]:
+    def _check_records(self, view: memoryview, *, structure: bool = True
+                       ) -> list[tuple[int, batch.BatchHeader]]:
+        """The batches of an append, each checked (``batch.check_batch``; ``structure``
+        False: headers and CRCs only, for a follower's append)."""
         limit = self.config.message_max_bytes
         batches, position = [], 0
         while position < len(view):
@@ -316,7 +319,7 @@ class Log:
                     raise RecordTooLargeError(
                         f"batch of {size} bytes exceeds log.segment.bytes="
                         f"{self.config.segment_bytes}")
-            header = batch.check_batch(view, position, max_bytes=limit)
+            header = batch.check_batch(view, position, max_bytes=limit, structure=structure)
             batches.append((position, header))
             position += header.size_bytes
         if not batches:

@@ -114,6 +114,22 @@ def test_bad_offsets_with_a_valid_crc_are_corrupt_not_a_crash():
         batch.parse_batch(buf)
 
 
+def test_a_followers_check_reads_the_header_and_the_crc_but_not_the_body():
+    """``structure=False`` (a follower's append, as Kafka's): the leader checked the
+    body, and the CRC says this is that body; a CRC that fails is still refused."""
+    buf = batch.build_batch([b"ab", b"cd"])
+    value_offsets_at = batch.HEADER_BYTES + 4 * 2 + 4 * 3
+    struct.pack_into("<i", buf, value_offsets_at + 4, 5)  # not monotonic, CRC re-stamped
+    batch.CRC.pack_into(buf, batch.CRC_POSITION, batch.crc_of(buf, 0, batch.read_header(buf)))
+    with pytest.raises(CorruptRecordError, match="monotonic"):
+        batch.check_batch(buf)
+    assert batch.check_batch(buf, structure=False).record_count == 2
+    buf[-1] ^= 0x01                                       # the CRC no longer matches
+    for structure in (True, False):
+        with pytest.raises(CorruptRecordError, match="fails its CRC"):
+            batch.check_batch(buf, structure=structure)
+
+
 def test_build_from_arrow_and_numpy_matches_build_from_lists():
     values = [b"a" * 10, b"b" * 10, b"c" * 10]
     from_list = batch.build_batch(values, timestamps_ms=5)
