@@ -495,16 +495,8 @@ def _layout(buf, position: int, header: BatchHeader, *, check: bool = True) -> C
     key_bytes, value_bytes = int(key_offsets[-1]), int(value_offsets[-1])
     header_bytes = _header_bytes_at(view, 0, header, fixed, key_bytes, value_bytes)
     _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
-    for name, offs in (("key", key_offsets), ("value", value_offsets)) if check else ():
-        if offs[0] != 0 or (n and bool((offs[1:] < offs[:-1]).any())):
-            raise CorruptRecordError(
-                f"batch at position {position}: {name} offsets are not monotonic from 0",
-                position)
-    if check and n and (int(deltas.min()) < 0 or
-                        header.base_timestamp + int(deltas.max()) != header.max_timestamp):
-        raise CorruptRecordError(
-            f"batch at position {position}: timestamp deltas do not match "
-            f"max_timestamp {header.max_timestamp}", position)
+    if check:
+        _check_columns(buf, position, header)
     key_data = view[p:p + key_bytes]
     p += key_bytes
     value_data = view[p:p + value_bytes]
@@ -518,14 +510,58 @@ def _layout(buf, position: int, header: BatchHeader, *, check: bool = True) -> C
         p += bitmap_bytes
     if header.attributes & ATTR_HEADERS:
         header_offsets = np.frombuffer(view, dtype="<i4", count=n + 1, offset=p)
-        if check:
-            _check_header_entries(buf, position, header, p, header_offsets.tolist())
         p += 4 * (n + 1)
         header_data = view[p:p + header_bytes]
         p += header_bytes
     assert p == header.size_bytes
     return Columns(header, deltas, key_offsets, key_data, value_offsets, value_data,
                    key_validity, value_validity, header_offsets, header_data)
+
+
+_INT32 = struct.Struct("<i")
+
+
+def _check_layout(buf, position: int, header: BatchHeader) -> None:
+    """``_layout``'s checks without building its views (check_batch: a leader's append)."""
+    n = header.record_count
+    fixed = _fixed_bytes(header)
+    if fixed > header.size_bytes:
+        raise CorruptRecordError(
+            f"batch at position {position}: {n} records need at least {fixed} bytes, "
+            f"batch has {header.size_bytes}", position)
+    at = position + HEADER_BYTES + 4 * n                 # the key offsets, then the values'
+    key_bytes = _INT32.unpack_from(buf, at + 4 * n)[0]
+    value_bytes = _INT32.unpack_from(buf, at + 8 * n + 4)[0]
+    header_bytes = _header_bytes_at(buf, position, header, fixed, key_bytes, value_bytes)
+    _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
+    _check_columns(buf, position, header)
+
+
+def _check_columns(buf, position: int, header: BatchHeader) -> None:
+    """Key and value offsets never decreasing from 0, timestamp deltas matching the
+    header, the headers column well formed: once the sections are known to fit. The
+    deltas and both offset columns are adjacent: one array, a few numpy calls."""
+    n = header.record_count
+    columns = np.frombuffer(buf, dtype="<i4", count=3 * n + 2, offset=position + HEADER_BYTES)
+    offsets = columns[n:].reshape(2, n + 1)
+    if offsets[0, 0] != 0 or offsets[1, 0] != 0 or \
+            (n and bool((offsets[:, 1:] < offsets[:, :-1]).any())):
+        name = "key" if offsets[0, 0] != 0 or \
+            (n and bool((offsets[0, 1:] < offsets[0, :-1]).any())) else "value"
+        raise CorruptRecordError(
+            f"batch at position {position}: {name} offsets are not monotonic from 0",
+            position)
+    if n:
+        deltas = columns[:n]
+        if int(np.minimum.reduce(deltas)) < 0 or \
+                header.base_timestamp + int(np.maximum.reduce(deltas)) != header.max_timestamp:
+            raise CorruptRecordError(
+                f"batch at position {position}: timestamp deltas do not match "
+                f"max_timestamp {header.max_timestamp}", position)
+    if header.attributes & ATTR_HEADERS:
+        offsets_at = _fixed_bytes(header) - 4 * (n + 1) + int(offsets[0, n]) + int(offsets[1, n])
+        _check_header_entries(buf, position, header, offsets_at,
+                              struct.unpack_from(f"<{n + 1}i", buf, position + offsets_at))
 
 
 # Up to this many records, check_batch checks the layout with struct instead of numpy
@@ -579,7 +615,7 @@ def check_batch(buf, position: int = 0, *, max_bytes: int = BATCH_BYTES_MAX,
         if header.record_count <= SMALL_BATCH_RECORDS:
             _check_small_layout(buf, position, header)
         else:
-            _layout(buf, position, header)
+            _check_layout(buf, position, header)
     return header
 
 
