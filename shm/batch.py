@@ -434,6 +434,16 @@ def _fixed_bytes(header: BatchHeader) -> int:
     return HEADER_BYTES + 4 * n + 8 * (n + 1) + bitmaps * ((n + 7) // 8) + headers
 
 
+def _checked_fixed_bytes(position: int, header: BatchHeader) -> int:
+    """``_fixed_bytes``, refused if the batch is smaller."""
+    fixed = _fixed_bytes(header)
+    if fixed > header.size_bytes:
+        raise CorruptRecordError(
+            f"batch at position {position}: {header.record_count} records need at least "
+            f"{fixed} bytes, batch has {header.size_bytes}", position)
+    return fixed
+
+
 def _check_sizes(position: int, header: BatchHeader, fixed: int, key_bytes: int,
                  value_bytes: int, header_bytes: int) -> None:
     if key_bytes < 0 or value_bytes < 0 or header_bytes < 0 or \
@@ -480,11 +490,7 @@ def _layout(buf, position: int, header: BatchHeader, *, check: bool = True) -> C
     n = header.record_count
     view = memoryview(buf)[position:position + header.size_bytes]
     bitmap_bytes = (n + 7) // 8
-    fixed = _fixed_bytes(header)
-    if fixed > header.size_bytes:
-        raise CorruptRecordError(
-            f"batch at position {position}: {n} records need at least {fixed} bytes, "
-            f"batch has {header.size_bytes}", position)
+    fixed = _checked_fixed_bytes(position, header)
     p = HEADER_BYTES
     deltas = np.frombuffer(view, dtype="<i4", count=n, offset=p)
     p += 4 * n
@@ -524,11 +530,7 @@ _INT32 = struct.Struct("<i")
 def _check_layout(buf, position: int, header: BatchHeader) -> None:
     """``_layout``'s checks without building its views (check_batch: a leader's append)."""
     n = header.record_count
-    fixed = _fixed_bytes(header)
-    if fixed > header.size_bytes:
-        raise CorruptRecordError(
-            f"batch at position {position}: {n} records need at least {fixed} bytes, "
-            f"batch has {header.size_bytes}", position)
+    fixed = _checked_fixed_bytes(position, header)
     at = position + HEADER_BYTES + 4 * n                 # the key offsets, then the values'
     key_bytes = _INT32.unpack_from(buf, at + 4 * n)[0]
     value_bytes = _INT32.unpack_from(buf, at + 8 * n + 4)[0]
@@ -575,11 +577,7 @@ _SMALL_LAYOUTS = [struct.Struct(f"<{n}i{n + 1}i{n + 1}i")
 def _check_small_layout(buf, position: int, header: BatchHeader) -> None:
     """``_layout``'s checks for a batch of at most SMALL_BATCH_RECORDS records."""
     n = header.record_count
-    fixed = _fixed_bytes(header)
-    if fixed > header.size_bytes:
-        raise CorruptRecordError(
-            f"batch at position {position}: {n} records need at least {fixed} bytes, "
-            f"batch has {header.size_bytes}", position)
+    fixed = _checked_fixed_bytes(position, header)
     numbers = _SMALL_LAYOUTS[n].unpack_from(buf, position + HEADER_BYTES)
     deltas, key_offsets, value_offsets = \
         numbers[:n], numbers[n:2 * n + 1], numbers[2 * n + 1:]
