@@ -11,8 +11,12 @@ topics, and prints one JSON line per workload (records of 100 bytes, 6 partition
   p50/p99/max of the time from send() to the acknowledgement, in ms.
 
 The producer encodes records with ``Producer.send_many`` (per batch, not per record) and
-keeps up to ``--in-flight`` batches unacknowledged. The cluster is stopped and its
-shared memory removed at the end.
+keeps up to ``--in-flight-bytes`` of records unacknowledged (default 6 MiB, as Kafka's
+producer bounds what it holds by bytes, ``buffer.memory``). Until 2026-11-27 the window
+was 24 *batches*: 6 MiB with 256 KiB batches, but 384 KiB with the default 16 KiB
+batch, so each call of 60,000 records (about 375 such batches) was waited out almost
+whole before the next: the run measured a stop-and-wait loop, not the cluster. The
+cluster is stopped and its shared memory removed at the end.
 
 Every record the throughput workloads write lands in new page cache (three copies with
 replication factor 3), and on a VM whose host takes back the memory the guest frees
@@ -37,6 +41,7 @@ this machine's memory, not the brokers.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -51,6 +56,8 @@ from bench.perf import overrides as override
 RECORD_BYTES = 100
 PARTITIONS = 6
 WARM_MEMORY_BYTES_MAX = 16 * 1024 ** 3
+# Records' bytes kept unacknowledged by the throughput workloads (24 batches of 256 KiB).
+IN_FLIGHT_BYTES = 24 * 256 * 1024
 
 
 MEMINFO = "/proc/meminfo"
@@ -70,20 +77,27 @@ def cached_bytes(meminfo: str = MEMINFO) -> int | None:
 
 
 def _throughput(producer, topic: str, seconds: float, records_per_call: int,
-                in_flight_max: int) -> dict:
+                in_flight_bytes: int) -> dict:
+    """Send ``records_per_call`` records per ``send_many`` for ``seconds``; while more
+    than ``in_flight_bytes`` of records are unacknowledged, wait for the oldest batch."""
     values = np.frombuffer(os.urandom(RECORD_BYTES * records_per_call), dtype=np.uint8
                            ).reshape(records_per_call, RECORD_BYTES)
-    pending: list = []
-    sent = 0
+    pending: collections.deque = collections.deque()      # (future, its records' bytes)
+    pending_bytes = sent = 0
     cached_before = cached_bytes()
     started = time.perf_counter()
     deadline = started + seconds
     while time.perf_counter() < deadline:
-        pending += producer.send_many(topic, values)
+        futures = producer.send_many(topic, values)
+        each = RECORD_BYTES * records_per_call // len(futures)
+        pending.extend((f, each) for f in futures)
+        pending_bytes += each * len(futures)
         sent += records_per_call
-        while len(pending) > in_flight_max:
-            pending.pop(0).get(timeout=60)
-    for f in pending:
+        while pending_bytes > in_flight_bytes:
+            f, size = pending.popleft()
+            f.get(timeout=60)
+            pending_bytes -= size
+    for f, _ in pending:
         f.get(timeout=60)
     elapsed = time.perf_counter() - started
     cached_after = cached_bytes()
@@ -134,7 +148,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--batch-size", type=int, default=256 * 1024)
     parser.add_argument("--records-per-call", type=int, default=60_000)
-    parser.add_argument("--in-flight", type=int, default=24)
+    parser.add_argument("--in-flight-bytes", type=int, default=IN_FLIGHT_BYTES,
+                        help="records' bytes kept unacknowledged (default %(default)s)")
     parser.add_argument("--latency-records", type=int, default=3000)
     parser.add_argument("--warm-memory", type=int, default=0, metavar="BYTES",
                         help="write and remove a file of BYTES before each throughput "
@@ -144,6 +159,8 @@ def main(argv=None) -> int:
     if not 0 <= args.warm_memory <= WARM_MEMORY_BYTES_MAX:
         parser.error(f"--warm-memory must be in [0, {WARM_MEMORY_BYTES_MAX}], "
                      f"got {args.warm_memory}")
+    if args.in_flight_bytes < 1:
+        parser.error(f"--in-flight-bytes must be at least 1, got {args.in_flight_bytes}")
     overrides = override.parse(parser, args.override)
 
     from node.client.admin import Admin
@@ -162,10 +179,11 @@ def main(argv=None) -> int:
             for name, topic, acks in (("acks1_rf1", "rf1", 1), ("acksall_rf3", "rf3", "all")):
                 producer = Producer(bootstrap_servers=cluster.bootstrap_servers, acks=acks,
                                     batch_size=args.batch_size, linger_ms=0)
-                _throughput(producer, topic, 1.0, args.records_per_call, args.in_flight)  # warm
+                _throughput(producer, topic, 1.0, args.records_per_call,       # warm
+                            args.in_flight_bytes)
                 warmed = warm_memory(tmp, args.warm_memory)
                 result = _throughput(producer, topic, args.seconds, args.records_per_call,
-                                     args.in_flight)
+                                     args.in_flight_bytes)
                 producer.close()
                 print(json.dumps({"workload": name, **result, **warmed}), flush=True)
             producer = Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
