@@ -502,7 +502,7 @@ def _layout(buf, position: int, header: BatchHeader, *, check: bool = True) -> C
     header_bytes = _header_bytes_at(view, 0, header, fixed, key_bytes, value_bytes)
     _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
     if check:
-        _check_columns(buf, position, header)
+        _check_columns(buf, position, header, fixed)
     key_data = view[p:p + key_bytes]
     p += key_bytes
     value_data = view[p:p + value_bytes]
@@ -536,10 +536,10 @@ def _check_layout(buf, position: int, header: BatchHeader) -> None:
     value_bytes = _INT32.unpack_from(buf, at + 8 * n + 4)[0]
     header_bytes = _header_bytes_at(buf, position, header, fixed, key_bytes, value_bytes)
     _check_sizes(position, header, fixed, key_bytes, value_bytes, header_bytes)
-    _check_columns(buf, position, header)
+    _check_columns(buf, position, header, fixed)
 
 
-def _check_columns(buf, position: int, header: BatchHeader) -> None:
+def _check_columns(buf, position: int, header: BatchHeader, fixed: int) -> None:
     """Key and value offsets never decreasing from 0, timestamp deltas matching the
     header, the headers column well formed: once the sections are known to fit. The
     deltas and both offset columns are adjacent: one array, a few numpy calls."""
@@ -561,7 +561,7 @@ def _check_columns(buf, position: int, header: BatchHeader) -> None:
                 f"batch at position {position}: timestamp deltas do not match "
                 f"max_timestamp {header.max_timestamp}", position)
     if header.attributes & ATTR_HEADERS:
-        offsets_at = _fixed_bytes(header) - 4 * (n + 1) + int(offsets[0, n]) + int(offsets[1, n])
+        offsets_at = fixed - 4 * (n + 1) + int(offsets[0, n]) + int(offsets[1, n])
         _check_header_entries(buf, position, header, offsets_at,
                               struct.unpack_from(f"<{n + 1}i", buf, position + offsets_at))
 

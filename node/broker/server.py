@@ -146,7 +146,6 @@ class Broker:
         self._shutting_down = False
         self._stop = False
         self._halt = False               # every log dir failed: stop without closing logs
-        self._session_lost = False
         self._registered_session: int | None = None   # the session that registered us
         # The tick registers again whenever the connected session is not the one that
         # registered us (level-triggered: a failed attempt, or a session change whose
@@ -385,17 +384,12 @@ class Broker:
     def _zk_session_changed(self, lost: bool) -> None:
         if lost:
             logger.warning("coordinator session lost")
-            self._session_lost = True
-            return
-        if self._session_lost and not self._shutting_down:
+        elif self._registration_stale():     # a new session: at once, not at the tick
             self._register_again()
 
     def _register_again(self) -> None:
         """Register in the current session (a new one: the old registration went with
         the old session)."""
-        self._session_lost = False
-        if self._registered_in_this_session():
-            return                      # the tick got here first
         logger.warning("new coordinator session: registering again")
         self._reregister_at_ms = now_ms() + limits.REREGISTER_RETRY_MS
         try:
@@ -408,12 +402,10 @@ class Broker:
         except COORDINATOR_ERRORS as e:  # tried again by the tick (or a reconnect)
             logger.error("re-registration failed (trying again in %d ms): %s",
                          limits.REREGISTER_RETRY_MS, e)
-            self._session_lost = True
         except (InconsistentClusterIdError, ConfigError) as e:
             logger.error("not registering again: %s", e)
             client_id = self.zk.client_id
             self._refused_session = client_id[0] if client_id is not None else None
-            self._session_lost = True
 
     def _registration_stale(self) -> bool:
         """Connected in a session that did not register us and did not refuse us."""

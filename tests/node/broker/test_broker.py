@@ -300,10 +300,11 @@ def test_a_re_registration_that_failed_is_tried_again_while_connected(cluster, m
     assert broker.log().count("re-registration failed (trying again in") == 2, broker.log()
 
 
-def test_a_session_lost_unseen_is_noticed_by_the_tick(cluster, monkeypatch):
-    """kazoo's LOST event does not reach the loop (here: dropped on purpose), so the
-    CONNECTED of the new session finds nothing lost: the tick sees that the connected
-    session is not the one that registered the broker, and registers it again."""
+def test_a_session_lost_unseen_is_noticed(cluster, monkeypatch):
+    """kazoo's LOST event does not reach the loop (here: dropped on purpose): the broker
+    registers again all the same, since what it checks (at the new session's CONNECTED,
+    and at every tick) is whether the connected session is the one that registered it,
+    not which events came."""
     from node.broker.server import DROP_SESSION_LOST_ENV
     monkeypatch.setenv(DROP_SESSION_LOST_ENV, "1")
     broker = cluster.add_broker(0)
