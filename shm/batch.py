@@ -110,13 +110,19 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
     key_col = _null_column(n) if keys is None else _column(keys, "keys")
     if key_col.count != n:
         raise ValueError(f"{key_col.count} keys for {n} values")
-    timestamps = _timestamps(timestamps_ms, n)
-    base_timestamp = int(timestamps.min())
-    deltas = timestamps - base_timestamp
-    if int(deltas.max()) > 2**31 - 1:
-        raise ValueError("timestamps in one batch must span less than 2**31 ms")
-    if log_append_time and int(deltas.max()):
-        raise ValueError("a LogAppendTime batch has one timestamp for all its records")
+    if timestamps_ms is None or isinstance(timestamps_ms, (int, np.integer)):
+        # One timestamp for every record (the usual case): no array to reduce.
+        base_timestamp = int(time.time() * 1000) if timestamps_ms is None \
+            else int(timestamps_ms)
+        deltas = np.zeros(n, "<i4")
+    else:
+        timestamps = _timestamps(timestamps_ms, n)
+        base_timestamp = int(timestamps.min())
+        deltas = timestamps - base_timestamp
+        if int(deltas.max()) > 2**31 - 1:
+            raise ValueError("timestamps in one batch must span less than 2**31 ms")
+        if log_append_time and int(deltas.max()):
+            raise ValueError("a LogAppendTime batch has one timestamp for all its records")
     header_offsets = header_data = None
     if headers is not None:
         if len(headers) != n:
@@ -127,7 +133,7 @@ def build_batch(values, keys=None, timestamps_ms=None, *, base_offset: int = 0,
                                          np.int64, n + 1)
             header_data = b"".join(entries)
     return encode_columns(
-        deltas.astype("<i4"), key_col.offsets, key_col.data, value_col.offsets,
+        deltas.astype("<i4", copy=False), key_col.offsets, key_col.data, value_col.offsets,
         value_col.data, key_validity=key_col.validity, value_validity=value_col.validity,
         header_offsets=header_offsets, header_data=header_data,
         base_timestamp=base_timestamp, base_offset=base_offset,
@@ -333,10 +339,7 @@ def _arrow_column(array: pa.Array) -> _Column:
 
 
 def _timestamps(timestamps_ms, n: int) -> np.ndarray:
-    if timestamps_ms is None:
-        return np.full(n, int(time.time() * 1000), dtype=np.int64)
-    if isinstance(timestamps_ms, (int, np.integer)):
-        return np.full(n, int(timestamps_ms), dtype=np.int64)
+    """A timestamp per record (``build_batch`` handles one for all itself)."""
     array = np.asarray(timestamps_ms, dtype=np.int64)
     if array.shape != (n,):
         raise ValueError(f"{array.shape} timestamps for {n} records")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import struct
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,22 @@ def test_whole_batch_round_trips_keys_values_nulls_and_timestamps():
     assert (h.base_timestamp, h.max_timestamp) == (1000, 1003)
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (7, 1, 5)
     assert h.batch_length == len(sample()) - 12
+
+
+@pytest.mark.parametrize("n", [1, 8, 9, 160])
+def test_one_timestamp_for_every_record_builds_what_a_list_of_it_builds(n):
+    """build_batch takes one timestamp (or none: now) without an array per record:
+    the bytes are those of the same timestamp given once per record."""
+    values = [b"v%d" % i for i in range(n)]
+    assert batch.build_batch(values, timestamps_ms=1_700_000_000_123) == \
+        batch.build_batch(values, timestamps_ms=[1_700_000_000_123] * n)
+    assert batch.build_batch(values, timestamps_ms=np.int64(5)) == \
+        batch.build_batch(values, timestamps_ms=np.full(n, 5))
+    before = int(time.time() * 1000)
+    parsed = batch.parse_batch(batch.build_batch(values))
+    after = int(time.time() * 1000)
+    assert before <= parsed.header.base_timestamp == parsed.header.max_timestamp <= after
+    assert [ts for _, ts, _, _ in parsed.records()] == [parsed.header.base_timestamp] * n
 
 
 def test_header_is_kafka_v2_fields_little_endian():

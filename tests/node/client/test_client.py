@@ -116,6 +116,27 @@ def test_send_many_and_poll_batches(cluster, topic):
         assert consumer.position((topic, 1)) == 20_000
 
 
+def test_send_many_of_a_list_sizes_batches_by_the_values_bytes_and_keeps_nulls(cluster, topic):
+    """A list is converted to one Arrow array per call and each batch is a slice of it:
+    the batches hold what the list held, in order (None a null value), as many records
+    each as ``batch_size`` over the values' own bytes (not the array's offsets too)."""
+    values = [b"value-%d" % i * (1 + i % 3) for i in range(600)]
+    values[7] = None
+    per_batch = 2048 // (sum(len(v) for v in values if v is not None) // 600 + 12)
+    with Producer(cluster.bootstrap_servers, acks=1, batch_size=2048) as producer:
+        futures = producer.send_many(topic, values, partition=2)
+        metas = [f.get(timeout=30) for f in futures]
+    assert [m.record_count for m in metas] == \
+        [min(per_batch, 600 - i) for i in range(0, 600, per_batch)]
+    with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 2)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 600 and time.monotonic() < deadline:
+            got += consumer.poll(200)
+    assert [r.value for r in got] == values
+
+
 def test_consumer_seek_position_and_out_of_range_reset(cluster, topic):
     with Producer(cluster.bootstrap_servers, acks="all") as producer:
         for i in range(10):
