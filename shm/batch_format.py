@@ -131,6 +131,20 @@ def header_from(values) -> BatchHeader:
     return header
 
 
+def header_stamped(header: BatchHeader, base_offset: int,
+                   partition_leader_epoch: int) -> BatchHeader:
+    """``dataclasses.replace(header, base_offset=..., partition_leader_epoch=...)``, the
+    header of a batch a leader stamped, built as ``header_from`` builds one (a
+    ``replace`` runs the frozen ``__init__``: about a tenth of a leader's append of a
+    default 16 KiB batch)."""
+    stamped = object.__new__(BatchHeader)
+    fields = stamped.__dict__
+    fields.update(header.__dict__)
+    fields["base_offset"] = base_offset
+    fields["partition_leader_epoch"] = partition_leader_epoch
+    return stamped
+
+
 @dataclass(frozen=True)
 class RecordBatch:
     """A parsed batch. ``keys``/``values`` are pyarrow BinaryArrays viewing the buffer;

@@ -101,20 +101,23 @@ class ProducerEntry:
     def last_offset(self) -> int:
         return self.runs[-1].last_offset if self.runs else -1
 
-    def add(self, span: BatchSpan) -> None:
-        """A batch appended after the others: it extends the last run when it follows it
-        at the next offset with the next sequence (both linear, and the run shorter than
-        the sequence space), else it starts a new run."""
+    def append(self, first_seq: int, last_seq: int, first_offset: int,
+               last_offset: int) -> None:
+        """A batch appended after the others (sequences ``first_seq..last_seq`` at
+        ``first_offset..last_offset``): it extends the last run when it follows it at
+        the next offset with the next sequence (both linear, and the run shorter than
+        the sequence space), else it starts a new run. Builds one span (every replica's
+        append of an idempotent batch comes here)."""
         runs = self.runs
         if runs:
             last = runs[-1]
-            if span.first_offset == last.last_offset + 1 and \
-                    span.first_seq == _next(last.last_seq) and last.linear and span.linear and \
-                    span.last_offset - last.first_offset < SEQUENCE_MAX:
-                runs[-1] = BatchSpan(last.first_seq, span.last_seq, last.first_offset,
-                                     span.last_offset)
+            if first_offset == last.last_offset + 1 and \
+                    first_seq == _next(last.last_seq) and last.linear and \
+                    last_offset - first_offset == (last_seq - first_seq) % SEQUENCES and \
+                    last_offset - last.first_offset < SEQUENCE_MAX:
+                runs[-1] = BatchSpan(last.first_seq, last_seq, last.first_offset, last_offset)
                 return
-        runs.append(span)
+        runs.append(BatchSpan(first_seq, last_seq, first_offset, last_offset))
 
 
 def last_sequence(first_seq: int, record_count: int) -> int:
@@ -168,7 +171,7 @@ class ProducerStates:
             entry = self.entries[pid] = ProducerEntry(epoch)
         elif epoch < entry.epoch:
             return      # an old epoch's batch replayed from the log: nothing to learn
-        entry.add(BatchSpan(first_seq, last_seq, first_offset, last_offset))
+        entry.append(first_seq, last_seq, first_offset, last_offset)
 
     def end_transaction(self, pid: int, epoch: int) -> None:
         """A COMMIT/ABORT marker of ``pid`` at ``epoch`` (Kafka's appendEndTxnMarker
@@ -195,8 +198,8 @@ class ProducerStates:
             for pid, epoch, spans in data:
                 entry = states.entries[int(pid)] = ProducerEntry(int(epoch))
                 for first_seq, last_seq, first_offset, last_offset in spans:
-                    entry.add(BatchSpan(int(first_seq), int(last_seq),
-                                        int(first_offset), int(last_offset)))
+                    entry.append(int(first_seq), int(last_seq), int(first_offset),
+                                 int(last_offset))
         except (TypeError, ValueError) as e:
             raise ValueError(f"not a producer-state snapshot: {e}") from None
         return states

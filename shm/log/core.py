@@ -18,7 +18,6 @@ Rules of the core:
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import fcntl
 import logging
 import os
@@ -33,6 +32,7 @@ import numpy as np
 from shm import batch
 from shm import faults
 from shm.batch import CorruptRecordError
+from shm.batch_format import header_stamped
 from shm.checkpoint import (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
                             REPLICATION_OFFSET_CHECKPOINT, TRUNCATION_INTENT, CheckpointError,
                             LeaderEpochCache, OffsetCheckpointFile, TruncationIntent,
@@ -274,8 +274,7 @@ class Log:
         stamped = []
         for position, header in batches:
             batch.stamp(view[position:position + header.size_bytes], next_offset, leader_epoch)
-            stamped.append((position, dataclasses.replace(
-                header, base_offset=next_offset, partition_leader_epoch=leader_epoch)))
+            stamped.append((position, header_stamped(header, next_offset, leader_epoch)))
             next_offset += header.record_count
         self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
         return self._append(view, stamped, now_ms)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import struct
 import time
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from shm import batch
 from shm.batch import CorruptRecordError
+from shm.batch_format import header_stamped
 
 
 def sample() -> bytearray:
@@ -47,6 +49,15 @@ def test_one_timestamp_for_every_record_builds_what_a_list_of_it_builds(n):
     after = int(time.time() * 1000)
     assert before <= parsed.header.base_timestamp == parsed.header.max_timestamp <= after
     assert [ts for _, ts, _, _ in parsed.records()] == [parsed.header.base_timestamp] * n
+
+
+def test_a_stamped_header_is_the_header_replaced():
+    header = batch.read_header(sample())
+    stamped = header_stamped(header, 1234, 9)
+    expected = replace(header, base_offset=1234, partition_leader_epoch=9)
+    assert stamped == expected and hash(stamped) == hash(expected)
+    assert repr(stamped) == repr(expected) and stamped.next_offset == 1238
+    assert header.base_offset == 0 and header.partition_leader_epoch == -1
 
 
 def test_header_is_kafka_v2_fields_little_endian():
