@@ -335,13 +335,16 @@ class Segment:
 
     # ------------------------------------------------------------ writing
 
-    def append(self, buf, header: batch.BatchHeader) -> int:
-        """Copy one checked batch to the end; returns its position."""
+    def append_run(self, buf, batches) -> None:
+        """Copy checked batches, back to back in ``buf``, to the end in one write;
+        ``batches``: (position, header) of each, in order, the first at ``buf``'s start
+        (positions in whatever ``buf`` was cut from)."""
         assert self.active
-        assert header.base_offset >= self.next_offset, (header.base_offset, self.next_offset)
-        size = header.size_bytes
+        size = len(buf)
+        start = batches[0][0]
         position = self.size_bytes
         assert position + size <= len(self._map), "segment capacity exceeded"
+        assert batches[-1][0] + batches[-1][1].size_bytes - start == size, "whole batches"
         if position + size > self._allocated_bytes:
             self._allocate_ahead(position + size)
         # pwrite, not a store through the map: same page cache (the map sees it at
@@ -350,9 +353,13 @@ class Segment:
         written = os.pwrite(self._fd, buf, position)
         if written != size:
             raise OSError(f"short write to {self.path}: {written} of {size} bytes")
-        self.size_bytes = position + size  # publish after the copy: no torn reads
-        self._note_batch(position, header.base_offset, header.next_offset, header.max_timestamp)
-        return position
+        for at, header in batches:          # published after the copy: no torn reads
+            assert header.base_offset >= self.next_offset, \
+                (header.base_offset, self.next_offset)
+            at += position - start
+            self.size_bytes = at + header.size_bytes
+            self._note_batch(at, header.base_offset, header.next_offset,
+                             header.max_timestamp)
 
     def _allocate_ahead(self, needed: int) -> None:
         """Reserve disk blocks in PREALLOCATE_CHUNK_BYTES steps (not the whole
@@ -405,6 +412,12 @@ class Segment:
     @property
     def index_full(self) -> bool:
         return self.offset_index.full
+
+    @property
+    def index_room(self) -> int:
+        """Entries the offset index can still take (a batch adds at most one)."""
+        index = self.offset_index
+        return index.entries_max - index.count
 
     def truncate_at(self, position: int, dirty_end: int = 0) -> None:
         """Drop every batch from ``position`` (a batch boundary, or size) on; zero the

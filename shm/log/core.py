@@ -333,20 +333,36 @@ class Log:
                 any(h.attributes & batch.ATTR_TRANSACTIONAL for _, h in batches):
             transactions.build(self)  # an ABORT's index entry needs its first offset
         records = 0
-        for position, header in batches:
+        i, count = 0, len(batches)
+        while i < count:
+            position, header = batches[i]
             segment = self.active_segment
-            if segment.size_bytes > 0 and (
-                    segment.size_bytes + header.size_bytes > self.config.segment_bytes
-                    or segment.index_full
-                    or segment.time_waited_for_roll_ms(now_ms, header.max_timestamp)
-                    > self.config.roll_ms):
+            if segment.size_bytes > 0 and \
+                    (segment.index_full or self._rolls_before(segment, header, now_ms)):
                 self.roll(now_ms=now_ms, next_offset=header.base_offset)
                 segment = self.active_segment
-            segment.append(view[position:position + header.size_bytes], header)
-            records += header.record_count
-            if self._producers is not None and header.producer_id >= 0:
-                transactions.learn(self, view, position, header,
-                                   index_base=segment.base_offset)
+            # The batches that follow in the same segment go with it in one write (a
+            # pwrite costs ~2 us besides its copy: a follower copies tens of batches at
+            # a time). Each is the roll's to decide, as if appended alone: the index
+            # cannot fill within the run (at most one entry a batch, the run shorter than
+            # the room left), and a run starts alone in an empty segment, whose roll time
+            # counts from its first batch.
+            j = i + 1
+            if segment.size_bytes > 0:
+                room = segment.index_room
+                while j < count and j - i < room and \
+                        not self._rolls_before(segment, batches[j][1], now_ms,
+                                               batches[j][0] - position):
+                    j += 1
+            run = batches[i:j]
+            last_position, last = run[-1]
+            segment.append_run(view[position:last_position + last.size_bytes], run)
+            for at, appended in run:
+                records += appended.record_count
+                if self._producers is not None and appended.producer_id >= 0:
+                    transactions.learn(self, view, at, appended,
+                                       index_base=segment.base_offset)
+            i = j
         first = batches[0][1].base_offset
         info = AppendInfo(first, self.log_end_offset - 1, records, len(batches))
         assert info.last_offset - info.first_offset + 1 >= records  # holes: follower
@@ -355,6 +371,14 @@ class Log:
                 now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
             self.flush(now_ms=now_ms)
         return info
+
+    def _rolls_before(self, segment: Segment, header: batch.BatchHeader, now_ms: int,
+                      ahead_bytes: int = 0) -> bool:
+        """Whether a non-empty ``segment`` rolls before ``header``'s batch, by size or time
+        (its index's fullness is the caller's), once ``ahead_bytes`` more are in it."""
+        return segment.size_bytes + ahead_bytes + header.size_bytes > \
+            self.config.segment_bytes or \
+            segment.time_waited_for_roll_ms(now_ms, header.max_timestamp) > self.config.roll_ms
 
     # ================================================================ producers
 
