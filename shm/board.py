@@ -39,9 +39,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import crc32c
 import numpy as np
@@ -217,28 +218,51 @@ class ReplicaState:
         return None
 
 
+def _body_struct(dtype: np.dtype, start: int) -> struct.Struct:
+    """A ``struct`` of ``dtype``'s fields from offset ``start`` to its end, its gaps and
+    tail as pad bytes (packed as zeros): one ``pack_into`` writes a row's body, where a
+    numpy field assignment each cost most of a publish (~10 of ~21 µs)."""
+    codes = {"<u8": "Q", "<i8": "q", "<u4": "I", "<i4": "i", "|u1": "B", "|i1": "b"}
+    fields = sorted((offset, name, field_dtype)
+                    for name, (field_dtype, offset) in dtype.fields.items() if offset >= start)
+    layout, at = "<", start
+    for offset, name, field_dtype in fields:
+        assert offset >= at, (name, offset, at)
+        layout += "x" * (offset - at)
+        if field_dtype.kind == "S":
+            layout += f"{field_dtype.itemsize}s"
+        else:
+            base = field_dtype.base.str
+            count = field_dtype.shape[0] if field_dtype.shape else 1
+            layout += f"{count}{codes[base]}" if field_dtype.shape else codes[base]
+            assert field_dtype.itemsize == count * struct.calcsize("<" + codes[base]), name
+        at = offset + field_dtype.itemsize
+    layout += "x" * (dtype.itemsize - at)
+    packed = struct.Struct(layout)
+    assert packed.size == dtype.itemsize - start
+    return packed
+
+
+_BODY_START = ROW_DTYPE.fields["partition"][1]
+# partition, role, isr_count, follower_count, leader_epoch, leader_id, the four offsets,
+# then isr, follower_ids, last_caught_up_ms, follower_leo (REPLICAS_MAX each), topic.
+_BODY = _body_struct(ROW_DTYPE, _BODY_START)
+_UNUSED_IDS = (0,) * REPLICAS_MAX
+
+
 def _encode(state: ReplicaState, out: np.ndarray) -> None:
     """Fill the one-row array ``out`` (seq and crc excepted) from ``state``."""
-    out[...] = 0
-    row = out[0]
-    row["partition"] = state.partition
-    row["role"] = int(state.role)
-    row["leader_epoch"] = state.leader_epoch
-    row["leader_id"] = state.leader_id
-    row["log_end_offset"] = state.log_end_offset
-    row["high_watermark"] = state.high_watermark
-    row["log_start_offset"] = state.log_start_offset
-    row["last_stable_offset"] = -1 if state.last_stable_offset is None else \
-        state.last_stable_offset
-    row["isr_count"] = len(state.isr)
-    row["isr"][:len(state.isr)] = state.isr
-    row["follower_count"] = len(state.last_caught_up_ms)
+    isr, pairs = state.isr, state.last_caught_up_ms
     leos = dict(state.follower_leo)
-    for i, (b, ms) in enumerate(state.last_caught_up_ms):
-        row["follower_ids"][i] = b
-        row["last_caught_up_ms"][i] = ms
-        row["follower_leo"][i] = leos.get(b, -1)
-    row["topic"] = state.topic.encode("ascii")
+    pad = _UNUSED_IDS[:REPLICAS_MAX - len(pairs)]
+    _BODY.pack_into(
+        out.view(np.uint8), _BODY_START, state.partition, int(state.role), len(isr),
+        len(pairs), state.leader_epoch, state.leader_id, state.log_end_offset,
+        state.high_watermark, state.log_start_offset,
+        -1 if state.last_stable_offset is None else state.last_stable_offset,
+        *isr, *_UNUSED_IDS[:REPLICAS_MAX - len(isr)],
+        *(b for b, _ in pairs), *pad, *(ms for _, ms in pairs), *pad,
+        *(leos.get(b, -1) for b, _ in pairs), *pad, state.topic.encode("ascii"))
 
 
 def _decode(row: np.void) -> ReplicaState:
