@@ -113,7 +113,7 @@ class ProducerEntry:
             last = runs[-1]
             if first_offset == last.last_offset + 1 and \
                     first_seq == _next(last.last_seq) and last.linear and \
-                    last_offset - first_offset == (last_seq - first_seq) % SEQUENCES and \
+                    last_offset - first_offset == _distance(first_seq, last_seq) and \
                     last_offset - last.first_offset < SEQUENCE_MAX:
                 runs[-1] = BatchSpan(last.first_seq, last_seq, last.first_offset, last_offset)
                 return

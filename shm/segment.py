@@ -410,10 +410,6 @@ class Segment:
         return now_ms - self.created_ms
 
     @property
-    def index_full(self) -> bool:
-        return self.offset_index.full
-
-    @property
     def index_room(self) -> int:
         """Entries the offset index can still take (a batch adds at most one)."""
         index = self.offset_index

@@ -338,7 +338,7 @@ class Log:
             position, header = batches[i]
             segment = self.active_segment
             if segment.size_bytes > 0 and \
-                    (segment.index_full or self._rolls_before(segment, header, now_ms)):
+                    (segment.index_room == 0 or self._rolls_before(segment, header, now_ms)):
                 self.roll(now_ms=now_ms, next_offset=header.base_offset)
                 segment = self.active_segment
             # The batches that follow in the same segment go with it in one write (a

@@ -222,8 +222,9 @@ class Producer:
                   timestamp_ms=None) -> list[FutureBatchMetadata]:
         """Bulk send: records are encoded here, ``batch_size`` bytes per batch, without
         per-record Python work. ``values``: list of bytes (None: a null value), 2-D
-        uint8 numpy array or pyarrow binary array. Unkeyed records without ``partition`` go to the
-        available partitions round robin, one batch each. Returns a future per batch."""
+        uint8 numpy array or pyarrow binary array. Unkeyed records without
+        ``partition`` go to the available partitions round robin, one batch each.
+        Returns a future per batch."""
         if self._closed:
             raise RuntimeError("send_many() on a closed producer")
         n = len(values)
