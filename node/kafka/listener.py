@@ -198,6 +198,10 @@ class KafkaListener:
         self.connections: dict[int, KafkaConnection] = {}
         self.partial_frame_bytes = 0     # sum of the connections' incomplete frames
         self._violations = LogLimiter(VIOLATION_LOG_INTERVAL_S)
+        # Every read goes into this buffer, which the decoder copies from: a recv of
+        # RECEIVE_BYTES would allocate 256 KiB and shrink it per call (node.local_link's
+        # _receive_chunk says what that can cost).
+        self._scratch = memoryview(bytearray(RECEIVE_BYTES))
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -308,7 +312,7 @@ class KafkaListener:
     def _read(self, conn: KafkaConnection) -> None:
         for _ in range(RECEIVES_PER_WAKEUP_MAX):
             try:
-                data = conn.sock.recv(RECEIVE_BYTES)
+                data = self._scratch[:conn.sock.recv_into(self._scratch)]
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:

@@ -123,6 +123,31 @@ def test_request_response_over_a_real_socket_pair_and_end_of_stream():
         listener.close()
 
 
+def test_received_messages_outlive_the_reads_that_follow():
+    """Every read of a thread goes through one scratch buffer: what a receive returned
+    (kept by a handler: a parked produce, a request being verified) must not change when
+    the next read, on this stream or another, reuses it."""
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    streams = [local_link.LocalConnection(a) for a, _ in pairs]
+    try:
+        kept = []
+        for i in range(6):
+            frames = [bytes([i]) * 300, bytes([100 + i]) * 5000]
+            pairs[i % 2][1].sendall(b"".join(local_link.encode(frames)))
+            got = []
+            while not got:
+                got = streams[i % 2].receive()
+            assert [bytes(f) for f in got[0]] == frames
+            kept.append((frames, got[0]))
+        for frames, got in kept:
+            assert [bytes(f) for f in got] == frames
+    finally:
+        for stream in streams:
+            stream.close()
+        for _, b in pairs:
+            b.close()
+
+
 def test_a_peer_that_does_not_read_is_cut_off(monkeypatch):
     monkeypatch.setattr(local_link, "OUTPUT_BYTES_MAX", 1 << 20)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
