@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -51,6 +50,10 @@ _WORD = struct.Struct("<q")
 _LEADER_WORDS = struct.Struct("<4q")      # epoch, LEO, HW, log start
 _LEADER_STATE = struct.Struct("<5q")      # ... and pid
 _ROW_BODY = struct.Struct("<6q")          # a row's epoch, LEO and 4 stamps
+_ROWS = struct.Struct(f"<{ROWS * ROW_WORDS}q")   # every row at once (the leader's read)
+# The rows' seq words alone (``report_marks``): a row's broker word skipped, its seq
+# read, the rest of the row skipped.
+_SEQS = struct.Struct("<" + f"8xq{(ROW_WORDS - 2) * 8}x" * ROWS)
 assert _EPOCH + 1 == _LEO and _LEO + 1 == _HW and _HW + 1 == _LOG_START and \
     _LOG_START + 1 == _PID
 
@@ -70,8 +73,9 @@ class LeaderState(NamedTuple):
     pid: int
 
 
-@dataclass(frozen=True)
-class FollowerReport:
+class FollowerReport(NamedTuple):
+    """One follower's row as the leader read it. A NamedTuple: made for every row at
+    every wake-up of a leader (a frozen dataclass's __init__ costs several times more)."""
     broker_id: int
     seq: int
     leader_epoch: int
@@ -142,27 +146,44 @@ class ReplicationSlot:
         self.words[_EPOCH] = -1
 
     def reports(self) -> list[FollowerReport]:
-        """Every used row, each read consistently (seqlock)."""
+        """Every used row, each read consistently (seqlock): all rows are read at once
+        (each row's seq before its body: ``struct`` reads in order, and x86-64 does
+        not reorder loads), and a row counts if its seq was even and is unchanged when
+        read again after; a row being written is read again alone."""
         out = []
-        words = self.words
+        buffer = self._buffer
+        words = _ROWS.unpack_from(buffer, ROWS_AT * 8)
         for row in range(ROWS):
-            at = ROWS_AT + row * ROW_WORDS
+            at = row * ROW_WORDS
             if words[at] == 0:
                 continue
-            for _ in range(ROW_READ_ATTEMPTS):
-                seq = int(words[at + 1])
-                row_words = words[at:at + ROW_WORDS].tolist()
-                if seq % 2 == 0 and int(words[at + 1]) == seq:
-                    broker, _seq, epoch, leo = row_words[:4]
-                    out.append(FollowerReport(broker - 1, seq, epoch, leo,
-                                              tuple(row_words[4:])))
-                    break
+            seq = words[at + 1]
+            if seq % 2 == 0 and _WORD.unpack_from(buffer, (ROWS_AT + at + 1) * 8)[0] == seq:
+                out.append(FollowerReport(words[at] - 1, seq, words[at + 2], words[at + 3],
+                                          words[at + 4:at + ROW_WORDS]))
+                continue
+            report = self._read_row(row)
+            if report is not None:
+                out.append(report)
         return out
 
-    def report_marks(self) -> bytes:
-        """The rows' seq words: unchanged means no follower wrote since (one numpy
-        slice instead of reading every row)."""
-        return self.words[ROWS_AT + 1:ROWS_AT + ROWS * ROW_WORDS:ROW_WORDS].tobytes()
+    def _read_row(self, row: int) -> FollowerReport | None:
+        """One row read consistently, or None after ``ROW_READ_ATTEMPTS`` (its writer
+        died mid-write, or keeps writing: its next report mends it)."""
+        buffer = self._buffer
+        at = (ROWS_AT + row * ROW_WORDS) * 8
+        for _ in range(ROW_READ_ATTEMPTS):
+            seq = _WORD.unpack_from(buffer, at + 8)[0]
+            broker = _WORD.unpack_from(buffer, at)[0]
+            body = _ROW_BODY.unpack_from(buffer, at + 16)
+            if seq % 2 == 0 and _WORD.unpack_from(buffer, at + 8)[0] == seq:
+                return FollowerReport(broker - 1, seq, body[0], body[1], body[2:])
+        return None
+
+    def report_marks(self) -> tuple:
+        """The rows' seq words: unchanged means no follower wrote since (one read
+        instead of every row)."""
+        return _SEQS.unpack_from(self._buffer, ROWS_AT * 8)
 
     # ---- a follower ----------------------------------------------------------------------
 

@@ -72,6 +72,46 @@ def test_follower_reports_are_read_once_per_write_and_a_half_written_row_is_skip
         slot.report(ROWS, broker_id=9, leader_epoch=4, log_end_offset=0)
 
 
+def test_reports_and_marks_read_while_followers_write_are_never_torn(slot, cluster_id):
+    """Two follower processes rewrite their rows as fast as they can, every word of a
+    row the same number; the leader's reads see whole rows only (one of them torn:
+    some words of one write and some of another, which a read that skipped the
+    seqlock's second look returns within a few thousand reads)."""
+    import multiprocessing
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+
+    def write(row: int) -> None:
+        follower = ReplicationSlot.attach(cluster_id, 0, TOPIC, 0)
+        n = 0
+        while not stop.is_set():
+            n += 1
+            follower.report(row, broker_id=row, leader_epoch=n, log_end_offset=n,
+                            stamps=(n, n, n, n))
+        follower.close()
+
+    writers = [context.Process(target=write, args=(row,)) for row in (1, 2)]
+    for writer in writers:
+        writer.start()
+    try:
+        seen = {1: 0, 2: 0}
+        reads = 0
+        while reads < 20_000 or min(seen.values()) < 100:
+            reads += 1
+            marks = slot.report_marks()
+            assert len(marks) == ROWS and marks[0] == 0
+            for report in slot.reports():
+                assert report.seq % 2 == 0
+                assert (report.leader_epoch, *report.stamps) == (report.log_end_offset,) * 5
+                assert report.log_end_offset >= seen[report.broker_id]   # never older
+                seen[report.broker_id] = report.log_end_offset
+            assert reads < 2_000_000, f"the writers did not get going: {seen}"
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join(10)
+
+
 def test_a_restarted_leader_replaces_the_slot_and_followers_see_it(slot, cluster_id, tmp_path):
     follower = ReplicationSlot.attach(cluster_id, 0, TOPIC, 0)
     again = ReplicationSlot.create(cluster_id, 0, TOPIC, 0, str(tmp_path / "leader"))

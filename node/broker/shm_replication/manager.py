@@ -64,7 +64,7 @@ class _Led:
     slot: ReplicationSlot
     seen: dict = field(default_factory=dict)   # follower -> seq of its last report acted on
     ring: set = field(default_factory=set)     # followers that replicate through the slot
-    marks: bytes = b""                         # the rows' seqs when last read
+    marks: tuple = ()                          # the rows' seqs when last read
 
 
 @dataclass
@@ -118,7 +118,7 @@ class ShmReplication:
                 return
             led = self.led[part.key] = _Led(slot)
         led.seen.clear()
-        led.marks = b""
+        led.marks = ()
         self.publish(part)
 
     def publish(self, part: "Partition") -> None:
