@@ -324,19 +324,26 @@ def run_breakdown(count: int, rate: int, warmup: int,
 
 FLOOR_ROUNDS = 3
 FLOOR_TRIPS = 300
+FANOUT_WORK_US = 50          # what each woken process of the fan-out floor works (a copy)
 
 
 def measure_floor(rate: int) -> dict[str, float]:
     """Medians over FLOOR_ROUNDS of paced round trips (µs) of a Unix socket carrying a
-    record-sized message and of two semaphores; one-way hops are half of each."""
+    record-sized message and of two semaphores (one-way hops are half of each), and of
+    the wake-up of the later of two processes rung at once (``limits.fanout_round``:
+    the floor of a follower's wake-up, as the leader rings both)."""
     from bench.perf import limits
     unix = statistics.median(statistics.median(limits.unix_round(FLOOR_TRIPS, rate,
                                                                  RECORD_BYTES))
                              for _ in range(FLOOR_ROUNDS))
     semaphore = statistics.median(statistics.median(limits.semaphore_round(FLOOR_TRIPS, rate))
                                   for _ in range(FLOOR_ROUNDS))
+    fanout = statistics.median(statistics.median(limits.fanout_round(FLOOR_TRIPS, rate,
+                                                                     FANOUT_WORK_US))
+                               for _ in range(FLOOR_ROUNDS))
     return {"unix_round_trip": round(unix, 1), "unix_hop": round(unix / 2, 1),
-            "semaphore_round_trip": round(semaphore, 1), "semaphore_hop": round(semaphore / 2, 1)}
+            "semaphore_round_trip": round(semaphore, 1), "semaphore_hop": round(semaphore / 2, 1),
+            "fanout_wake": round(fanout, 1)}
 
 
 def print_breakdown(result: dict) -> None:
@@ -356,6 +363,9 @@ def print_breakdown(result: dict) -> None:
               f"socket {floor['unix_hop']:.1f} us (round trip {floor['unix_round_trip']:.1f}), "
               f"over semaphores {floor['semaphore_hop']:.1f} us "
               f"(round trip {floor['semaphore_round_trip']:.1f})")
+        if "fanout_wake" in floor:
+            print(f"floor of a follower's wake-up, same run: two processes rung at once "
+                  f"through pipes, the later woke after {floor['fanout_wake']:.1f} us")
 
 
 def main(argv: list[str] | None = None) -> int:

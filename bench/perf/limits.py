@@ -4,7 +4,8 @@ between two Python processes, measured.
     python -m bench.perf.limits [--rounds 5] [--trips 2000] [--paced-trips 300]
                                 [--rate 1000] [--message-bytes 100]
                                 [--copy-bytes 67108864] [--growth-bytes 1073741824]
-                                [--frame-bytes 262144] [--seconds 1] [--only FIGURE,...]
+                                [--frame-bytes 262144] [--seconds 1] [--work-us 50]
+                                [--only FIGURE,...]
 
 Every figure a benchmark of minikafka reports has a limit below it that no code can
 beat here; this module measures them, so a figure can be read as "x% of the floor":
@@ -43,6 +44,15 @@ beat here; this module measures them, so a figure can be read as "x% of the floo
                         cost in place of the local link
     zmq_ipc, zmq_tcp    the same through ZeroMQ DEALER -> ROUTER, over ipc (abstract) and
                         tcp on 127.0.0.1 (as the brokers' channels)
+    fanout              one process rings two sleeping ones at once, one byte down a pipe
+                        each (as a leader rings its two followers' doorbells after an
+                        append); each, woken, notes the time, works --work-us (as a
+                        follower's copy) and answers with that time: µs from the ring to
+                        the later one's wake-up. An acks=all write waits for both
+                        followers, so this is the floor of the breakdown's "fetch answer
+                        -> follower receive" hop; on 2 cores the two cannot both take a
+                        core at once while the ringing process runs, unlike the one woken
+                        process of a round trip
     unix_stream         MB/s (of 1024 * 1024 bytes) of --frame-bytes writes over one
                         abstract Unix socket, one way, until the reader has all of it
     zmq_push            raw ZeroMQ PUSH/PULL MB/s at --frame-bytes (``bench.perf.zmq_limits``,
@@ -103,7 +113,9 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024   # as node.local_link's
 TRIP_FIGURES = ("semaphore", "eventfd", "unix", "ring", "zmq_ipc", "zmq_tcp")
 RATE_FIGURES = ("memcpy", "memcpy_frame", "page_cache", "page_cache_growth", "unix_stream",
                 "zmq_push")
-FIGURES = RATE_FIGURES[:4] + TRIP_FIGURES + RATE_FIGURES[4:]
+WAKE_FIGURES = ("fanout",)
+FIGURES = RATE_FIGURES[:4] + TRIP_FIGURES + WAKE_FIGURES + RATE_FIGURES[4:]
+WORK_US_MAX = 100_000
 UNITS = {"memcpy": "GB/s", "memcpy_frame": "GB/s", "page_cache": "GB/s",
          "page_cache_growth": "GB/s",
          "unix_stream": "MB/s", "zmq_push": "MB/s"}
@@ -118,6 +130,7 @@ DESCRIPTIONS = {
     "ring": "shared-memory message + pipe doorbell round trip",
     "zmq_ipc": "ZeroMQ DEALER/ROUTER round trip, ipc",
     "zmq_tcp": "ZeroMQ DEALER/ROUTER round trip, tcp",
+    "fanout": "two sleepers rung at once (pipes): the later's wake-up",
     "unix_stream": "Unix socket stream, one way",
     "zmq_push": "ZeroMQ PUSH/PULL, one way",
 }
@@ -141,6 +154,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--frame-bytes", type=int, default=256 * 1024)
     parser.add_argument("--seconds", type=float, default=1.0,
                         help="seconds of each one-way throughput round")
+    parser.add_argument("--work-us", type=int, default=50,
+                        help="fanout: µs each woken process works before it answers")
     parser.add_argument("--only", default=",".join(FIGURES),
                         help=f"comma-separated figures, of {', '.join(FIGURES)}")
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")
@@ -152,7 +167,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
               ("--copy-bytes", args.copy_bytes, 1, COPY_BYTES_MAX),
               ("--growth-bytes", args.growth_bytes, GROWTH_BYTES_MIN, COPY_BYTES_MAX),
               ("--frame-bytes", args.frame_bytes, 1, FRAME_BYTES_MAX),
-              ("--seconds", args.seconds, 1e-3, SECONDS_MAX))
+              ("--seconds", args.seconds, 1e-3, SECONDS_MAX),
+              ("--work-us", args.work_us, 0, WORK_US_MAX))
     for flag, value, low, high in checks:
         if not low <= value <= high:
             parser.error(f"{flag} must be in [{low}, {high}], got {value}")
@@ -395,6 +411,17 @@ def _zmq_echo(endpoint: str, count: int, port_queue) -> None:
         context.term()
 
 
+def _fanout_echo(bell: int, answer: int, work_ns: int, count: int) -> None:
+    for _ in range(count):
+        if not os.read(bell, 1):
+            return                             # the ringer is gone
+        woke = time.monotonic_ns()             # CLOCK_MONOTONIC: one clock for the host
+        busy_until = time.perf_counter_ns() + work_ns
+        while time.perf_counter_ns() < busy_until:
+            pass
+        os.write(answer, woke.to_bytes(8, "little"))
+
+
 @contextlib.contextmanager
 def _child(context, target, args):
     child = context.Process(target=target, args=args, daemon=True)
@@ -469,6 +496,37 @@ def ring_round(trips: int, rate: int | None, size: int) -> list[float]:
         for fd in (ping_r, ping_w, pong_r, pong_w):
             os.close(fd)
         ring.close()
+
+
+def fanout_round(trips: int, rate: int | None, work_us: int) -> list[float]:
+    """µs from ringing two sleeping children (a byte down each one's pipe, back to back)
+    to the later one's wake-up, as each reports it (``time.monotonic_ns``)."""
+    pipes = [os.pipe() for _ in range(4)]      # two bells, two answer pipes
+    (bell_a_r, bell_a_w), (bell_b_r, bell_b_w), (answer_a_r, answer_a_w), \
+        (answer_b_r, answer_b_w) = pipes
+    fork = _fork()
+    count = WARMUP_TRIPS + trips
+    wakes: list[float] = []
+    try:
+        with _child(fork, _fanout_echo, (bell_a_r, answer_a_w, work_us * 1000, count)), \
+                _child(fork, _fanout_echo, (bell_b_r, answer_b_w, work_us * 1000, count)):
+            def trip():
+                rung = time.monotonic_ns()
+                os.write(bell_a_w, b"\1")
+                os.write(bell_b_w, b"\1")
+                later = 0
+                for answer in (answer_a_r, answer_b_r):
+                    data = os.read(answer, 8)     # 8 bytes written at once: read whole
+                    if len(data) != 8:
+                        raise ConnectionError("a woken process is gone")
+                    later = max(later, int.from_bytes(data, "little"))
+                wakes.append((later - rung) / 1000)
+            time_trips(trip, trips, rate)
+    finally:
+        for pair in pipes:
+            for fd in pair:
+                os.close(fd)
+    return wakes[WARMUP_TRIPS:]
 
 
 @contextlib.contextmanager
@@ -563,6 +621,8 @@ def measure_round(figure: str, args, rate: int | None, held: list | None = None)
         return unix_round(trips, rate, args.message_bytes)
     if figure == "ring":
         return ring_round(trips, rate, args.message_bytes)
+    if figure == "fanout":
+        return fanout_round(trips, rate, args.work_us)
     assert figure in ("zmq_ipc", "zmq_tcp"), figure
     return zmq_round(figure[len("zmq_"):], trips, rate, args.message_bytes)
 
@@ -593,6 +653,8 @@ def params(figure: str, mode: str | None, args) -> dict:
         extra = {"trips": args.trips}
     if figure in ("unix", "ring", "zmq_ipc", "zmq_tcp"):
         extra["message_bytes"] = args.message_bytes
+    if figure == "fanout":
+        extra["work_us"] = args.work_us
     return extra
 
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -13,7 +14,7 @@ from bench.perf import limits
 
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--trips", "0"], ["--rate", "0"],
                                   ["--message-bytes", "0"], ["--seconds", "0"],
-                                  ["--growth-bytes", "1000"],
+                                  ["--growth-bytes", "1000"], ["--work-us", "-1"],
                                   ["--only", "memcpy,bogus"], ["--only", ","]])
 def test_bad_flags_are_a_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -122,17 +123,33 @@ def test_a_tiny_real_run_measures_every_figure_and_leaves_nothing_behind():
     assert _semaphores() <= before
 
 
+@pytest.mark.process
+def test_a_fanout_round_times_the_later_of_two_wake_ups():
+    """Each trip waits for both woken processes, each of which works --work-us after it
+    woke: a trip lasts at least that long, and the later wake-up comes before the trip
+    ends (the answers carry the wake-ups' own times)."""
+    started = time.perf_counter()
+    wakes = limits.fanout_round(20, None, 2000)
+    elapsed_us = (time.perf_counter() - started) * 1e6
+    assert len(wakes) == 20
+    assert all(0 < wake < 1_000_000 for wake in wakes)
+    assert elapsed_us >= (limits.WARMUP_TRIPS + 20) * 2000
+    assert sum(wakes) < elapsed_us
+
+
 def test_the_breakdown_prints_the_floor_measured_in_the_same_run(capsys):
     from bench.perf import latency
     result = {"breakdown_us": {"client send -> leader receive": {"p50": 80.0, "p99": 140.0},
                                "total": {"p50": 600.0, "p99": 900.0}},
               "rate": 1000, "traced": 10, "incomplete": 0,
               "floor_us": {"unix_round_trip": 28.2, "unix_hop": 14.1,
-                           "semaphore_round_trip": 13.0, "semaphore_hop": 6.5}}
+                           "semaphore_round_trip": 13.0, "semaphore_hop": 6.5,
+                           "fanout_wake": 31.5}}
     latency.print_breakdown(result)
-    last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("floor, same run (1000/s")
-    assert "Unix socket 14.1 us (round trip 28.2)" in last and "semaphores 6.5 us" in last
+    floor, fanout = capsys.readouterr().out.splitlines()[-2:]
+    assert floor.startswith("floor, same run (1000/s")
+    assert "Unix socket 14.1 us (round trip 28.2)" in floor and "semaphores 6.5 us" in floor
+    assert fanout.startswith("floor of a follower's wake-up") and "after 31.5 us" in fanout
     with pytest.raises(SystemExit) as exit_info:
         latency.main(["--floor"])
     assert exit_info.value.code == 2
