@@ -122,11 +122,11 @@ class ShmTransport:
         self._shm_unlead(broker, r)
         self._shm_detach(r)
 
-    def _shm_release(self, broker, r) -> None:
+    def _shm_release(self, broker, r, wait_ms: int = FETCH_BACKOFF_MS) -> None:
         """Fetch serves the partition for a while."""
         self.stats["shm_fallbacks"] = self.stats.get("shm_fallbacks", 0) + 1
         self._shm_detach(r)
-        r.shm_retry_ms = self.now + FETCH_BACKOFF_MS
+        r.shm_retry_ms = self.now + wait_ms
         self._maybe_fetch(broker, r)
 
     def _shm_slot(self, broker, r, leader: int, epoch: int, report_due: bool):
@@ -142,8 +142,10 @@ class ShmTransport:
         if slot is None:
             slot = self.slots.get((leader, r.partition))
             if slot is None:
-                self._shm_release(broker, r)
+                r.shm_slot_retry_ms = plan.slot_retry_ms(r.shm_slot_retry_ms, FETCH_BACKOFF_MS)
+                self._shm_release(broker, r, r.shm_slot_retry_ms)
                 return None
+            r.shm_slot_retry_ms = 0
             r.shm_slot = slot
         return slot
 

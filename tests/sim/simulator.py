@@ -133,11 +133,12 @@ class Replica:
     last_leader_hw: dict = field(default_factory=dict)   # epoch -> HW as leader
     partition_controller_epoch: int = 0   # of the LeaderAndIsr the core applied
     # The shm transport (tests.sim.shm_model): the slot followed, whether it serves the
-    # partition (Fetch skips it then), Fetch-only until, the last report; as leader, the
-    # reports acted on.
+    # partition (Fetch skips it then), Fetch-only until (and the last wait for a slot the
+    # leader had not made), the last report; as leader, the reports acted on.
     shm_slot: object = None
     shm_serving: bool = False
     shm_retry_ms: int = 0
+    shm_slot_retry_ms: int = 0
     shm_last_report_ms: int = 0
     shm_reported_leo: int = -1
     shm_seen: dict = field(default_factory=dict)

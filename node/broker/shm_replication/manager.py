@@ -73,6 +73,7 @@ class _Followed:
     slot: ReplicationSlot | None = None
     reader: ReplicaSegmentReader | None = None
     retry_ms: int = 0              # after a failure: Fetch until then
+    slot_retry_ms: int = 0         # the last wait for a slot the leader had not (plan)
     last_report_ms: int = 0
     reported_leo: int = -1
     watch: tuple | None = None     # (leader pid, its /proc/PID/stat descriptor)
@@ -341,9 +342,16 @@ class ShmReplication:
                 slot = ReplicationSlot.attach(self.cluster_id, followed.leader, part.topic,
                                               part.partition)
             except SharedMemoryError:
-                # The leader replicates by Fetch only (or is elsewhere, or not ready).
-                self._release(part.key, followed, now)
+                # The leader replicates by Fetch only (or is elsewhere), or has not made
+                # its slot yet: look again soon, then less and less often.
+                if followed.slot_retry_ms == 0:
+                    logger.info("%s-%d: broker %d has no replication slot (yet): using Fetch "
+                                "until it has", part.topic, part.partition, followed.leader)
+                followed.slot_retry_ms = plan.slot_retry_ms(
+                    followed.slot_retry_ms, self.config.replica_fetch_backoff_ms)
+                self._release(part.key, followed, now, followed.slot_retry_ms)
                 return None
+            followed.slot_retry_ms = 0
             followed.slot = slot
             followed.reader = ReplicaSegmentReader(self.cluster_id, followed.leader,
                                                    slot.log_dir(), part.topic, part.partition)
@@ -381,10 +389,13 @@ class ShmReplication:
                              f"a slot has {ROWS} rows")
         return row
 
-    def _release(self, key, followed: _Followed, now: int) -> None:
-        """Fetch serves this partition until the retry time."""
+    def _release(self, key, followed: _Followed, now: int, wait_ms: int | None = None) -> None:
+        """Fetch serves this partition until the retry time (``wait_ms`` from now, by
+        default ``replica.fetch.backoff.ms``)."""
         self.serving.discard(key)
-        followed.retry_ms = now + max(self.config.replica_fetch_backoff_ms, 1)
+        if wait_ms is None:
+            wait_ms = self.config.replica_fetch_backoff_ms
+        followed.retry_ms = now + max(wait_ms, 1)
         _close_follower(followed)
 
     # ---- wake-ups --------------------------------------------------------------------------

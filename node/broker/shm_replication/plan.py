@@ -87,6 +87,20 @@ def follower_step(*, leader_epoch: int, fetch_offset: int, high_watermark: int,
     return Wait("caught up")
 
 
+SLOT_RETRY_MS_MIN = 10
+
+
+def slot_retry_ms(previous_ms: int, backoff_ms: int) -> int:
+    """How long a follower whose leader has no slot waits before it looks again
+    (``previous_ms``: what it waited last time, 0 at first). The leader may just not have
+    made it yet: a LeaderAndIsr reaches the followers a moment before the leader, and a
+    full ``replica.fetch.backoff.ms`` (1 s by default) spent on Fetch then was a whole
+    short benchmark run. So the first look again comes soon and each next one waits
+    twice as long, up to the backoff, at which a leader that replicates by Fetch only
+    (or from another host) is asked, as a fetcher retries."""
+    return max(1, min(backoff_ms, max(SLOT_RETRY_MS_MIN, 2 * previous_ms)))
+
+
 def learnt_high_watermark(step: Step, leader_high_watermark: int, high_watermark: int) -> int:
     """The HW the follower's core hears after ``step`` (a copy or a report): the leader's,
     or its own (no change) for a report that learns none."""

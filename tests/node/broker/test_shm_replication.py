@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from node.wire import protocol
+from node.wire import protocol, zkdata
 from shm.board import BoardReader
 from shm.local_reader import LocalReader
 from shm.names import SharedMemoryError, cluster_objects
@@ -85,6 +85,37 @@ def test_acks_all_is_replicated_through_the_slot_and_the_hw_follows(cluster):
     wait_for(lambda: slot_reports(cluster, 0, "a") == {1: 90, 2: 90},
              "both followers reported LEO 90 through the slot")
     same_everywhere(cluster, "a", [0, 1, 2], 90)
+
+
+def test_followers_told_before_their_leader_take_over_once_it_has_a_slot(tmp_path):
+    """A LeaderAndIsr reaches the followers before the leader (here on purpose; in a
+    cluster often by a few ms): they find no slot, and their fetchers, refused by a
+    broker that does not lead yet, back off for replica.fetch.backoff.ms (Kafka's rule;
+    60 s here). The shared path looks for the slot again soon, not after the same
+    backoff (1 s by default, which was most of a short benchmark run on Fetch): the
+    acks=all writes below need the followers, and only it can bring them in time."""
+    cluster_id = new_cluster_id()
+    c = Cluster(tmp_path, cluster_id)
+    try:
+        for i in range(3):
+            c.add_broker(i, **SETTINGS, replica_fetch_backoff_ms=60_000)
+        c.zk.create(zkdata.topic_path("late"), zkdata.encode_assignment({0: [0, 1, 2]}),
+                    makepath=True)
+        c.zk.create(zkdata.partition_state_path("late", 0), zkdata.encode_partition_state(
+            zkdata.PartitionState(0, 0, (0, 1, 2), c.controller_epoch)), makepath=True)
+        c.send_leader_and_isr("late", [0], is_new=True, to=[1, 2])
+        for b in (1, 2):
+            wait_for(lambda: "late-0: broker 0 has no replication slot" in c.brokers[b].log(),
+                     f"follower {b} looked for the slot before its leader made it")
+        c.send_leader_and_isr("late", [0], is_new=True, to=[0])
+        c.send_update_metadata()
+        for i in range(5):
+            assert c.produce(0, "late", 0, [b"late-%d" % i], acks=-1)[2] == 0
+        wait_for(lambda: slot_reports(c, 0, "late") == {1: 5, 2: 5},
+                 "both followers report through the slot", timeout_s=15)
+    finally:
+        c.close()
+    assert cluster_objects(cluster_id) == [], "shared memory left behind"
 
 
 def test_segments_roll_under_the_reader(cluster):

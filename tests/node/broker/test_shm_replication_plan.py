@@ -113,3 +113,16 @@ def test_the_leader_acts_once_per_report_of_its_epoch_and_followers():
     newer = [FollowerReport(1, 4, 5, 41)]
     assert plan.fresh_reports(newer, seen, 5, {1: None}) == newer
     assert seen == {1: 4}
+
+
+def test_a_follower_looks_for_a_missing_slot_again_soon_then_less_often():
+    # The leader's LeaderAndIsr may come a moment after the follower's: soon at first ...
+    waits = [plan.slot_retry_ms(0, 1000)]
+    while len(waits) < 10:
+        waits.append(plan.slot_retry_ms(waits[-1], 1000))
+    assert waits == [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]
+    # ... and never beyond the backoff (a Fetch-only leader is asked as a fetcher retries),
+    # nor nothing at all
+    assert plan.slot_retry_ms(0, 5) == 5
+    assert plan.slot_retry_ms(0, 0) == 1
+    assert plan.slot_retry_ms(10**9, 30_000) == 30_000
