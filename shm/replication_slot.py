@@ -51,6 +51,7 @@ _LEADER_WORDS = struct.Struct("<4q")      # epoch, LEO, HW, log start
 _LEADER_STATE = struct.Struct("<5q")      # ... and pid
 _ROW_BODY = struct.Struct("<6q")          # a row's epoch, LEO and 4 stamps
 _ROWS = struct.Struct(f"<{ROWS * ROW_WORDS}q")   # every row at once (the leader's read)
+_BROKER_SEQ = struct.Struct("<2q")        # a row's broker and seq words
 # The rows' seq words alone (``report_marks``): a row's broker word skipped, its seq
 # read, the rest of the row skipped.
 _SEQS = struct.Struct("<" + f"8xq{(ROW_WORDS - 2) * 8}x" * ROWS)
@@ -148,8 +149,10 @@ class ReplicationSlot:
     def reports(self) -> list[FollowerReport]:
         """Every used row, each read consistently (seqlock): all rows are read at once
         (each row's seq before its body: ``struct`` reads in order, and x86-64 does
-        not reorder loads), and a row counts if its seq was even and is unchanged when
-        read again after; a row being written is read again alone."""
+        not reorder loads), and a row counts if its seq was even and its broker and seq
+        words are unchanged when read again after (the broker word comes before the seq:
+        a whole write in between changes the seq); a row being written is read again
+        alone."""
         out = []
         buffer = self._buffer
         words = _ROWS.unpack_from(buffer, ROWS_AT * 8)
@@ -158,7 +161,8 @@ class ReplicationSlot:
             if words[at] == 0:
                 continue
             seq = words[at + 1]
-            if seq % 2 == 0 and _WORD.unpack_from(buffer, (ROWS_AT + at + 1) * 8)[0] == seq:
+            if seq % 2 == 0 and \
+                    _BROKER_SEQ.unpack_from(buffer, (ROWS_AT + at) * 8) == words[at:at + 2]:
                 out.append(FollowerReport(words[at] - 1, seq, words[at + 2], words[at + 3],
                                           words[at + 4:at + ROW_WORDS]))
                 continue

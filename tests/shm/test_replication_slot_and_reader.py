@@ -74,9 +74,10 @@ def test_follower_reports_are_read_once_per_write_and_a_half_written_row_is_skip
 
 def test_reports_and_marks_read_while_followers_write_are_never_torn(slot, cluster_id):
     """Two follower processes rewrite their rows as fast as they can, every word of a
-    row the same number; the leader's reads see whole rows only (one of them torn:
-    some words of one write and some of another, which a read that skipped the
-    seqlock's second look returns within a few thousand reads)."""
+    row the same number and the broker word alternating with its parity; the leader's
+    reads see whole rows only (not one torn: some words of one write and some of
+    another, which a read that skipped the seqlock's second look returns within a few
+    thousand reads)."""
     import multiprocessing
     context = multiprocessing.get_context("fork")
     stop = context.Event()
@@ -86,8 +87,8 @@ def test_reports_and_marks_read_while_followers_write_are_never_torn(slot, clust
         n = 0
         while not stop.is_set():
             n += 1
-            follower.report(row, broker_id=row, leader_epoch=n, log_end_offset=n,
-                            stamps=(n, n, n, n))
+            follower.report(row, broker_id=row + 10 * (n % 2), leader_epoch=n,
+                            log_end_offset=n, stamps=(n, n, n, n))
         follower.close()
 
     writers = [context.Process(target=write, args=(row,)) for row in (1, 2)]
@@ -103,8 +104,10 @@ def test_reports_and_marks_read_while_followers_write_are_never_torn(slot, clust
             for report in slot.reports():
                 assert report.seq % 2 == 0
                 assert (report.leader_epoch, *report.stamps) == (report.log_end_offset,) * 5
-                assert report.log_end_offset >= seen[report.broker_id]   # never older
-                seen[report.broker_id] = report.log_end_offset
+                row = report.broker_id % 10
+                assert report.broker_id == row + 10 * (report.log_end_offset % 2)
+                assert report.log_end_offset >= seen[row]   # never older
+                seen[row] = report.log_end_offset
             assert reads < 2_000_000, f"the writers did not get going: {seen}"
     finally:
         stop.set()
