@@ -2,6 +2,7 @@
 
     python -m bench.perf.peers [--records 2000] [--rate 1000] [--warmup 300]
                           [--throughput-records 100000] [--peers minikafka,redis,nats]
+                          [--runs 1]
 
 Each system runs three replicas on this host, and the same two workloads with
 100-byte records, every write acknowledged only once two replicas have it:
@@ -26,6 +27,14 @@ The systems:
 A peer whose server or Python client (the ``peers`` extra: ``pip install -e
 '.[peers]'``) is missing is skipped with one line saying so. It prints one table with
 the ratio of each figure to minikafka's ``Producer``, then the same as a JSON line.
+
+``--runs N`` starts every system afresh N times, the systems taking turns (each run
+starts one further), and the figures are the medians over the runs (the table adds
+the runs' min-max of each single-write p50; the JSON line keeps every run under
+``per_run``). One run is a lottery on this project's 2-core VM: where the kernel places
+minikafka's three broker loops is decided early in a cluster's life and moves its p50
+by ~50 µs from one cluster to the next (README, "Where the second follower's wake-up
+goes").
 Every process it starts is stopped, and its files removed, on exit.
 """
 from __future__ import annotations
@@ -35,6 +44,7 @@ import asyncio
 import json
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +61,7 @@ from bench.perf import overrides as override
 PEERS = ("minikafka", "redis", "nats")
 START_TIMEOUT_S = 30.0
 PIPELINE_RECORDS = 1000
+RUNS_MAX = 100
 PUBLISH_WINDOW = 1000
 RECORD = b"x" * RECORD_BYTES
 
@@ -298,6 +309,32 @@ COLUMNS = (("minikafka", "single", "minikafka Producer"),
            ("nats", "single", "NATS R3"))
 
 
+def median_results(runs: list[dict]) -> dict:
+    """One system's figures over runs (each ``{workload: {stat: value}}``): the median of
+    each stat over the runs that have it."""
+    out: dict = {}
+    for workload in dict.fromkeys(w for run in runs for w in run):
+        stats = dict.fromkeys(s for run in runs for s in run.get(workload, {}))
+        out[workload] = {}
+        for stat in stats:
+            values = [run[workload][stat] for run in runs if stat in run.get(workload, {})]
+            median = statistics.median(values)
+            out[workload][stat] = round(median, 3) if isinstance(median, float) else median
+    return out
+
+
+def spread(per_run: dict) -> list[str]:
+    """Each single-write p50's min-max over the runs (when there are several)."""
+    lines = []
+    for peer, single_key, label in COLUMNS:
+        values = [run[single_key]["p50"] for run in per_run.get(peer, [])
+                  if single_key in run]
+        if len(values) > 1:
+            lines.append(f"{label}: single p50 over {len(values)} runs "
+                         f"{min(values)}-{max(values)} ms")
+    return lines
+
+
 def table(results: dict) -> list[str]:
     base = results.get("minikafka", {})
     lines = []
@@ -335,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-records", type=int, default=100_000)
     parser.add_argument("--peers", default=",".join(PEERS),
                         help=f"comma-separated, of {', '.join(PEERS)}")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="fresh starts of every system, taking turns; medians reported")
     override.add_argument(parser, "a minikafka broker property")
     args = parser.parse_args(argv)
     args.overrides = override.parse(parser, args.override)
@@ -345,19 +384,30 @@ def main(argv: list[str] | None = None) -> int:
                      f"choose from {', '.join(PEERS)}")
     if min(args.records, args.rate, args.throughput_records) < 1 or args.warmup < 0:
         parser.error("--records, --rate and --throughput-records must be positive")
-    results, skipped = {}, {}
-    for peer in chosen:
-        print(f"{peer}: running ...", file=sys.stderr, flush=True)
-        try:
-            results[peer] = RUNNERS[peer](args)
-        except Skipped as e:
-            skipped[peer] = str(e)
-            print(f"{peer}: skipped: {e}", flush=True)
-    for line in table(results):
+    if not 1 <= args.runs <= RUNS_MAX:
+        parser.error(f"--runs must be in [1, {RUNS_MAX}], got {args.runs}")
+    per_run: dict[str, list[dict]] = {}
+    skipped: dict[str, str] = {}
+    for run in range(args.runs):
+        for peer in chosen[run % len(chosen):] + chosen[:run % len(chosen)]:
+            if peer in skipped:
+                continue
+            suffix = f" (run {run + 1} of {args.runs})" if args.runs > 1 else ""
+            print(f"{peer}: running{suffix} ...", file=sys.stderr, flush=True)
+            try:
+                per_run.setdefault(peer, []).append(RUNNERS[peer](args))
+            except Skipped as e:
+                skipped[peer] = str(e)
+                print(f"{peer}: skipped: {e}", flush=True)
+    results = {peer: median_results(runs) for peer, runs in per_run.items()}
+    for line in table(results) + spread(per_run):
         print(line)
-    print(json.dumps({"results": results, "skipped": skipped, "records": args.records,
-                      "rate": args.rate, "record_bytes": RECORD_BYTES,
-                      "throughput_records": args.throughput_records}), flush=True)
+    line = {"results": results, "skipped": skipped, "records": args.records,
+            "rate": args.rate, "record_bytes": RECORD_BYTES,
+            "throughput_records": args.throughput_records, "runs": args.runs}
+    if args.runs > 1:
+        line["per_run"] = per_run
+    print(json.dumps(line), flush=True)
     return 0
 
 
