@@ -33,6 +33,13 @@ socket, as the local links, and of POSIX semaphores), printed under the table an
 to the JSON line as ``floor_us``: a hop between two processes cannot take less than
 half a round trip.
 
+The breakdown also says where the followers ran: after each traced write it reads the
+CPU each follower last ran on (``/proc/PID/stat``) and groups the writes by whether the
+two ran on different CPUs or on the same one, with each group's share and p50s
+(``placement`` in the JSON line). On a 2-core machine that placement, which the kernel
+decides, moves the later follower's wake-up by ~100 µs: two followers on one CPU take
+turns (README, "Where the second follower's wake-up goes").
+
 Everything is stopped and the cluster's shared memory removed on exit.
 """
 from __future__ import annotations
@@ -258,10 +265,47 @@ def run(runs: int, count: int, rate: int, warmup: int,
 FOLLOWER_STAMPS = ("f_answered", "f_received", "f_appended", "f_sent", "f_leader")
 
 
+PROC_STAT_BYTES_MAX = 1024
+PROCESSOR_FIELD = 39       # proc(5): the CPU the task last ran on
+
+
+class LastCpus:
+    """The CPU each broker process last ran on, read from its ``/proc/PID/stat``
+    (opened once; one pread a read)."""
+
+    def __init__(self, pids: dict[int, int]) -> None:
+        self.fds = {broker: os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+                    for broker, pid in pids.items()}
+
+    def read(self) -> dict[int, int]:
+        out = {}
+        for broker, fd in self.fds.items():
+            stat = os.pread(fd, PROC_STAT_BYTES_MAX, 0)
+            # fields after "(comm)" start with field 3, the state
+            out[broker] = int(stat[stat.rfind(b")") + 2:].split()[PROCESSOR_FIELD - 3])
+        return out
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+
+
 def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int,
                     rate: int, warmup: int) -> tuple[list[dict], int]:
     """Stamps (ns) of ``count`` traced acks=all writes along the follower whose fetch
-    advanced the HW; and how many answers could not be followed that far."""
+    advanced the HW, each with ``follower_cpus`` (how many different CPUs the followers
+    last ran on, read after the answer); and how many answers could not be followed
+    that far."""
+    cpus = LastCpus({b: p.pid for b, p in enumerate(cluster.processes) if b != leader})
+    try:
+        return _traced_requests(cluster, leader, topic, count, rate, warmup, cpus)
+    finally:
+        cpus.close()
+
+
+def _traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int,
+                     rate: int, warmup: int, cpus: LastCpus) -> tuple[list[dict], int]:
     channel = cluster.channel(leader)
     record = b"x" * RECORD_BYTES
     interval_s = 1.0 / rate
@@ -290,6 +334,7 @@ def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int
                                              "answer")}
         path.update(zip(FOLLOWER_STAMPS, follower))
         path["client_receive"] = received
+        path["follower_cpus"] = len(set(cpus.read().values()))
         paths.append(path)
     return paths, incomplete
 
@@ -305,6 +350,22 @@ def breakdown_table(paths: list[dict]) -> dict[str, dict[str, float]]:
     return table
 
 
+def placement_table(paths: list[dict]) -> dict[str, dict]:
+    """The writes grouped by how many different CPUs the followers last ran on: each
+    group's count, share, and p50 (µs) of the whole write and of the critical follower's
+    wake-up."""
+    out = {}
+    for distinct in sorted({p["follower_cpus"] for p in paths}, reverse=True):
+        group = [p for p in paths if p["follower_cpus"] == distinct]
+        out[str(distinct)] = {
+            "writes": len(group), "share": round(len(group) / len(paths), 3),
+            "total_p50": round(statistics.median(
+                (p["client_receive"] - p["send"]) / 1000 for p in group), 1),
+            "follower_wake_p50": round(statistics.median(
+                (p["f_received"] - p["f_answered"]) / 1000 for p in group), 1)}
+    return out
+
+
 def run_breakdown(count: int, rate: int, warmup: int,
                   broker_overrides: dict | None = None, samples: list | None = None) -> dict:
     """The table; with ``samples``, every traced write's stamps are appended to it."""
@@ -317,7 +378,8 @@ def run_breakdown(count: int, rate: int, warmup: int,
         if samples is not None:
             samples.extend(paths)
         return {"breakdown_us": breakdown_table(paths), "traced": len(paths),
-                "incomplete": incomplete, "requests": count, "rate": rate}
+                "incomplete": incomplete, "requests": count, "rate": rate,
+                "placement": placement_table(paths)}
     finally:
         cluster.close()
 
@@ -357,6 +419,11 @@ def print_breakdown(result: dict) -> None:
         if name == "total":
             print("-" * (width + 22))
         print(f"{name:<{width}}  {stats['p50']:>9.1f}  {stats['p99']:>9.1f}")
+    for distinct, group in result.get("placement", {}).items():
+        where = "on one CPU" if distinct == "1" else f"on {distinct} different CPUs"
+        print(f"{group['writes']} writes ({group['share']:.0%}) with the followers {where} "
+              f"(each one's last CPU after the write): total p50 {group['total_p50']:.1f} us, "
+              f"follower wake-up p50 {group['follower_wake_p50']:.1f} us")
     floor = result.get("floor_us")
     if floor:
         print(f"floor, same run ({result['rate']}/s paced round trips): one-way hop over a Unix "

@@ -23,5 +23,9 @@ def test_the_breakdown_is_stored_stamp_by_stamp(tmp_path, capsys):
     for row in table.to_pylist():
         path = [row[s] for s in stamps]
         assert path == sorted(path), row
+    placement = printed["placement"]
+    assert set(placement) <= {"1", "2"}
+    assert sum(g["writes"] for g in placement.values()) == printed["traced"]
+    assert abs(sum(g["share"] for g in placement.values()) - 1) < 0.01
     [run] = list((store / "runs").iterdir())
     assert json.loads((run / "run.json").read_text())["summary"]["traced"] == table.num_rows

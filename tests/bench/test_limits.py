@@ -153,3 +153,32 @@ def test_the_breakdown_prints_the_floor_measured_in_the_same_run(capsys):
     with pytest.raises(SystemExit) as exit_info:
         latency.main(["--floor"])
     assert exit_info.value.code == 2
+
+
+def test_the_breakdown_groups_writes_by_whether_the_followers_ran_on_one_cpu(capsys):
+    from bench.perf import latency
+
+    def path(distinct: int, total_us: int, wake_us: int) -> dict:
+        return {"send": 0, "client_receive": total_us * 1000, "f_answered": 1000,
+                "f_received": 1000 + wake_us * 1000, "follower_cpus": distinct}
+    paths = [path(1, 500, 150), path(1, 520, 170), path(1, 480, 130), path(2, 400, 50)]
+    table = latency.placement_table(paths)
+    assert list(table) == ["2", "1"]
+    assert table["1"] == {"writes": 3, "share": 0.75, "total_p50": 500.0,
+                          "follower_wake_p50": 150.0}
+    assert table["2"]["writes"] == 1 and table["2"]["follower_wake_p50"] == 50.0
+    latency.print_breakdown({"breakdown_us": {"total": {"p50": 500.0, "p99": 900.0}},
+                             "rate": 1000, "traced": 4, "incomplete": 0, "placement": table})
+    out = capsys.readouterr().out
+    assert "3 writes (75%) with the followers on one CPU" in out
+    assert "1 writes (25%) with the followers on 2 different CPUs" in out
+    assert "follower wake-up p50 50.0 us" in out
+
+
+def test_a_process_last_cpu_is_read_from_proc():
+    from bench.perf import latency
+    cpus = latency.LastCpus({7: os.getpid()})
+    try:
+        assert cpus.read()[7] in os.sched_getaffinity(0)
+    finally:
+        cpus.close()
