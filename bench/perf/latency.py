@@ -290,6 +290,12 @@ class LastCpus:
             os.close(fd)
         self.fds = {}
 
+    def __enter__(self) -> "LastCpus":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int,
                     rate: int, warmup: int) -> tuple[list[dict], int]:
@@ -297,46 +303,38 @@ def traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int
     advanced the HW, each with ``follower_cpus`` (how many different CPUs the followers
     last ran on, read after the answer); and how many answers could not be followed
     that far."""
-    cpus = LastCpus({b: p.pid for b, p in enumerate(cluster.processes) if b != leader})
-    try:
-        return _traced_requests(cluster, leader, topic, count, rate, warmup, cpus)
-    finally:
-        cpus.close()
-
-
-def _traced_requests(cluster: LatencyCluster, leader: int, topic: str, count: int,
-                     rate: int, warmup: int, cpus: LastCpus) -> tuple[list[dict], int]:
-    channel = cluster.channel(leader)
-    record = b"x" * RECORD_BYTES
-    interval_s = 1.0 / rate
-    paths, incomplete = [], 0
-    next_send = time.perf_counter()
-    for i in range(warmup + count):
-        delay = next_send - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        frames = (bytearray(build_batch([record])),)
-        body = {"acks": -1, "timeout_ms": REQUEST_TIMEOUT_MS, "partitions": [[topic, 0]],
-                "trace": [time.monotonic_ns()]}
-        response = channel.request(protocol.ApiKey.PRODUCE, body, frames,
-                                    timeout_ms=REQUEST_TIMEOUT_MS)
-        received = time.monotonic_ns()
-        _check_response(protocol.ApiKey.PRODUCE, response)
-        next_send = max(next_send + interval_s, time.perf_counter())
-        if i < warmup:
-            continue
-        trace = response.body.get("trace") or {}
-        follower = (trace.get("followers") or {}).get(str(trace.get("by")))
-        if follower is None or len(follower) != len(FOLLOWER_STAMPS):
-            incomplete += 1
-            continue
-        path = {key: trace[key] for key in ("send", "receive", "append", "high_watermark",
-                                             "answer")}
-        path.update(zip(FOLLOWER_STAMPS, follower))
-        path["client_receive"] = received
-        path["follower_cpus"] = len(set(cpus.read().values()))
-        paths.append(path)
-    return paths, incomplete
+    with LastCpus({b: p.pid for b, p in enumerate(cluster.processes) if b != leader}) as cpus:
+        channel = cluster.channel(leader)
+        record = b"x" * RECORD_BYTES
+        interval_s = 1.0 / rate
+        paths, incomplete = [], 0
+        next_send = time.perf_counter()
+        for i in range(warmup + count):
+            delay = next_send - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            frames = (bytearray(build_batch([record])),)
+            body = {"acks": -1, "timeout_ms": REQUEST_TIMEOUT_MS, "partitions": [[topic, 0]],
+                    "trace": [time.monotonic_ns()]}
+            response = channel.request(protocol.ApiKey.PRODUCE, body, frames,
+                                        timeout_ms=REQUEST_TIMEOUT_MS)
+            received = time.monotonic_ns()
+            _check_response(protocol.ApiKey.PRODUCE, response)
+            next_send = max(next_send + interval_s, time.perf_counter())
+            if i < warmup:
+                continue
+            trace = response.body.get("trace") or {}
+            follower = (trace.get("followers") or {}).get(str(trace.get("by")))
+            if follower is None or len(follower) != len(FOLLOWER_STAMPS):
+                incomplete += 1
+                continue
+            path = {key: trace[key] for key in ("send", "receive", "append", "high_watermark",
+                                                 "answer")}
+            path.update(zip(FOLLOWER_STAMPS, follower))
+            path["client_receive"] = received
+            path["follower_cpus"] = len(set(cpus.read().values()))
+            paths.append(path)
+        return paths, incomplete
 
 
 def breakdown_table(paths: list[dict]) -> dict[str, dict[str, float]]:

@@ -177,8 +177,6 @@ def test_the_breakdown_groups_writes_by_whether_the_followers_ran_on_one_cpu(cap
 
 def test_a_process_last_cpu_is_read_from_proc():
     from bench.perf import latency
-    cpus = latency.LastCpus({7: os.getpid()})
-    try:
+    with latency.LastCpus({7: os.getpid()}) as cpus:
         assert cpus.read()[7] in os.sched_getaffinity(0)
-    finally:
-        cpus.close()
+    assert cpus.fds == {}        # closed on leaving
