@@ -384,6 +384,11 @@ _KEYS: tuple[_Key, ...] = (
     # (node.cluster: a partition fault would not cut shared memory).
     _Key("replica.transport", _replica_transport, "shm"),
     _Key("replica.high.watermark.checkpoint.interval.ms", _LONG_POSITIVE, "5000"),
+    # Kafka's (KIP-854): an idempotent producer's state in a partition is forgotten once
+    # this long has passed since its last batch's timestamp (none with a transaction
+    # open), checked this often (shm.producer_state.ProducerStates.expire).
+    _Key("producer.id.expiration.ms", _int_in(1, INT_MAX), "86400000"),
+    _Key("producer.id.expiration.check.interval.ms", _int_in(1, INT_MAX), "600000"),
     # Kafka's: how often the recovery points that roll flushes moved are written (one
     # write per log dir); a roll does not write it (node.broker.replica_manager).
     _Key("log.flush.offset.checkpoint.interval.ms", _POSITIVE, "60000"),
@@ -521,6 +526,8 @@ class BrokerConfig:
     replica_transport: str = "shm"
     replica_fetch_backoff_ms: int = 1000
     replica_high_watermark_checkpoint_interval_ms: int = 5000
+    producer_id_expiration_ms: int = 86400000
+    producer_id_expiration_check_interval_ms: int = 600000
     log_flush_offset_checkpoint_interval_ms: int = 60000
     request_timeout_ms: int = 30000
     auto_leader_rebalance_enable: bool = True

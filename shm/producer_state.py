@@ -32,6 +32,13 @@ The leader asks ``check`` before appending a batch of producer ``pid``:
 
 ``check_frame`` decides for one produce frame (batches appended together, one
 producer's, as a producer sends them): append it, refuse it, or answer it as a retry.
+
+A producer's state expires as Kafka's does (``expire``, run by the broker every
+``producer.id.expiration.check.interval.ms``): once ``producer.id.expiration.ms`` has
+passed since its last batch's max timestamp (or marker's), unless it has a transaction
+open. Its next batch then starts again at sequence 0 (or is UNKNOWN_PRODUCER). Each
+replica expires on its own clock, as Kafka's; a build from the log learns expired
+producers again from their batches, and the next check forgets them again.
 """
 from __future__ import annotations
 
@@ -92,6 +99,10 @@ def _distance(from_seq: int, to_seq: int) -> int:
 class ProducerEntry:
     epoch: int
     runs: deque = field(default_factory=lambda: deque(maxlen=RUNS_KEPT))
+    # The max timestamp (ms) of its last batch or marker, as Kafka's lastTimestamp;
+    # None: not known (a snapshot written before the timestamps were kept): the first
+    # expiry check starts its clock.
+    last_timestamp: int | None = None
 
     @property
     def last_seq(self) -> int:
@@ -160,10 +171,10 @@ class ProducerStates:
         return Verdict.OUT_OF_ORDER, None
 
     def update(self, pid: int, epoch: int, first_seq: int, last_seq: int,
-               first_offset: int, last_offset: int) -> None:
+               first_offset: int, last_offset: int, timestamp: int | None = None) -> None:
         """A batch of ``pid`` was appended at ``[first_offset, last_offset]`` (as leader
-        after APPEND, or as follower, or while rebuilding). A newer epoch replaces the
-        producer's runs."""
+        after APPEND, or as follower, or while rebuilding), its max timestamp
+        ``timestamp`` (ms). A newer epoch replaces the producer's runs."""
         if pid < 0:
             return
         entry = self.entries.get(pid)
@@ -172,34 +183,60 @@ class ProducerStates:
         elif epoch < entry.epoch:
             return      # an old epoch's batch replayed from the log: nothing to learn
         entry.append(first_seq, last_seq, first_offset, last_offset)
+        entry.last_timestamp = timestamp
 
-    def end_transaction(self, pid: int, epoch: int) -> None:
+    def end_transaction(self, pid: int, epoch: int, timestamp: int | None = None) -> None:
         """A COMMIT/ABORT marker of ``pid`` at ``epoch`` (Kafka's appendEndTxnMarker
-        updates the producer's epoch): a newer epoch replaces the producer's runs, so
-        the old epoch is fenced and the new one starts at sequence 0."""
+        updates the producer's epoch and last timestamp): a newer epoch replaces the
+        producer's runs, so the old epoch is fenced and the new one starts at sequence
+        0."""
         entry = self.entries.get(pid)
         if entry is None or epoch > entry.epoch:
-            self.entries[pid] = ProducerEntry(epoch)
+            entry = self.entries[pid] = ProducerEntry(epoch)
+        elif epoch < entry.epoch:
+            return
+        entry.last_timestamp = timestamp
+
+    def expire(self, now_ms: int, expiration_ms: int, open_transactions=()) -> list[int]:
+        """Forget every producer whose last timestamp is ``expiration_ms`` or more before
+        ``now_ms`` and that has no transaction open (``open_transactions``: their ids);
+        the ids forgotten. One whose timestamp is not known gets ``now_ms``."""
+        expired = []
+        for pid, entry in self.entries.items():
+            if entry.last_timestamp is None:
+                entry.last_timestamp = now_ms
+            elif now_ms - entry.last_timestamp >= expiration_ms and \
+                    pid not in open_transactions:
+                expired.append(pid)
+        for pid in expired:
+            del self.entries[pid]
+        return expired
 
     def clear(self) -> None:
         self.entries.clear()
 
     # The snapshot files' contents (``shm.log`` writes them next to the segments): each
-    # producer's runs (a snapshot of single batches, as before runs, reads the same).
+    # producer's runs (a snapshot of single batches, as before runs, reads the same) and
+    # last timestamp (null: not known; a snapshot written before it was kept has none).
     def to_json(self) -> list:
         return [[pid, e.epoch, [[b.first_seq, b.last_seq, b.first_offset, b.last_offset]
-                                for b in e.runs]] for pid, e in sorted(self.entries.items())]
+                                for b in e.runs], e.last_timestamp]
+                for pid, e in sorted(self.entries.items())]
 
     @classmethod
     def from_json(cls, data) -> "ProducerStates":
         """The inverse of ``to_json``; ValueError if ``data`` is not one."""
         states = cls()
         try:
-            for pid, epoch, spans in data:
+            for pid, epoch, spans, *rest in data:
+                if len(rest) > 1:
+                    raise ValueError(f"{len(rest) + 3} fields for producer {pid}")
                 entry = states.entries[int(pid)] = ProducerEntry(int(epoch))
                 for first_seq, last_seq, first_offset, last_offset in spans:
                     entry.append(int(first_seq), int(last_seq), int(first_offset),
                                  int(last_offset))
+                if rest and rest[0] is not None:
+                    entry.last_timestamp = int(rest[0])
         except (TypeError, ValueError) as e:
             raise ValueError(f"not a producer-state snapshot: {e}") from None
         return states

@@ -775,6 +775,20 @@ class ReplicaManager:
     def flush_due(self) -> None:
         self._each_log("flush", lambda part: part.log.flush_if_due())
 
+    def expire_producers(self) -> None:
+        """Kafka's producer-id expiration check (``producer.id.expiration.ms``): each
+        log forgets the idempotent producers idle that long (``Log.expire_producers``)."""
+        expiration_ms = self.config.producer_id_expiration_ms
+
+        def run(part: Partition) -> None:
+            expired = part.log.expire_producers(int(time.time() * 1000), expiration_ms)
+            if expired:
+                logger.info("%s-%d: forgot %d producer(s) idle for %d ms or more: %s",
+                            part.topic, part.partition, len(expired), expiration_ms,
+                            ", ".join(map(str, expired[:10])) +
+                            (", ..." if len(expired) > 10 else ""))
+        self._each_log("producer expiration", run)
+
     def _each_log(self, what: str, fn: Callable[[Partition], object]) -> None:
         for part in list(self.partitions.values()):
             if self.is_offline(part):

@@ -209,6 +209,8 @@ class Broker:
         self.loop.every(config.log_flush_offset_checkpoint_interval_ms,
                         self.replicas.checkpoint_recovery_points)
         self.loop.every(config.log_retention_check_interval_ms, self.replicas.retention)
+        self.loop.every(config.producer_id_expiration_check_interval_ms,
+                        self.replicas.expire_producers)
         if config.log_scrub_bytes_per_second > 0:
             budget = max(1, config.log_scrub_bytes_per_second * limits.SCRUB_INTERVAL_MS // 1000)
             self.loop.every(limits.SCRUB_INTERVAL_MS, lambda: self.replicas.scrub(budget))

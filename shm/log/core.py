@@ -421,6 +421,15 @@ class Log:
         """producer_id -> first offset of its open transaction."""
         return dict(self.transaction_state().ongoing)
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Kafka's removeExpiredProducers (``ProducerStates.expire``): the ids of the
+        producers forgotten. A state not built yet is left alone: it holds no memory,
+        and the build reads its producers, which the next check then judges."""
+        if self._producers is None:
+            return []
+        return self._producers.expire(now_ms, expiration_ms,
+                                      self._txns.ongoing if self._txns is not None else ())
+
     # ================================================================ read
 
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None

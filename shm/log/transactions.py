@@ -119,7 +119,8 @@ def learn(log, view, position: int, header: batch.BatchHeader, *,
     rewrites the files itself)."""
     if header.control:
         marker = control.parse_marker(view, position)
-        log._producers.end_transaction(header.producer_id, header.producer_epoch)
+        log._producers.end_transaction(header.producer_id, header.producer_epoch,
+                                       header.max_timestamp)
         done = log._txns.marker(header.producer_id, marker.commit, marker.coordinator_epoch,
                                 header.base_offset)
         if done is not None and done.aborted and index_base is not None:
@@ -132,7 +133,7 @@ def learn(log, view, position: int, header: batch.BatchHeader, *,
         log._producers.update(
             header.producer_id, header.producer_epoch, header.base_sequence,
             last_sequence(header.base_sequence, header.record_count), header.base_offset,
-            header.next_offset - 1)
+            header.next_offset - 1, header.max_timestamp)
 
 
 def sync_indexes(log) -> None:

@@ -72,8 +72,46 @@ def test_a_batch_whose_offsets_do_not_follow_its_sequences_is_a_run_of_its_own()
 def test_old_snapshots_of_single_batches_load_as_runs():
     """A snapshot written before runs lists every batch; loading merges them."""
     s = ProducerStates.from_json([[3, 1, [[0, 1, 10, 11], [2, 4, 12, 14], [5, 5, 20, 20]]]])
-    assert s.to_json() == [[3, 1, [[0, 4, 10, 14], [5, 5, 20, 20]]]]
+    assert s.to_json() == [[3, 1, [[0, 4, 10, 14], [5, 5, 20, 20]], None]]  # no timestamp
     assert s.check(3, 1, 2, 4)[1] == BatchSpan(2, 4, 12, 14)
+
+
+def test_idle_producers_expire_unless_a_transaction_is_open():
+    """Kafka's removeExpiredProducers: idle since its last batch's (or marker's) max
+    timestamp for producer.id.expiration.ms or more, and no transaction open."""
+    s = ProducerStates()
+    s.update(1, 0, 0, 1, 0, 1, timestamp=1_000)
+    s.update(2, 0, 0, 0, 2, 2, timestamp=1_000)
+    s.update(2, 0, 1, 1, 3, 3, timestamp=5_000)         # the last batch counts
+    s.update(3, 0, 0, 0, 4, 4, timestamp=1_000)         # a transaction open
+    s.update(4, 0, 0, 0, 5, 5, timestamp=1_000)
+    s.end_transaction(4, 0, timestamp=4_500)            # a marker counts too
+    assert s.expire(5_999, 5_000, open_transactions={3}) == []
+    assert s.expire(6_000, 5_000, open_transactions={3}) == [1]
+    assert sorted(s.entries) == [2, 3, 4]
+    assert s.check(1, 0, 2, 2)[0] is Verdict.UNKNOWN_PRODUCER   # forgotten: seq 0 only
+    assert s.check(1, 0, 0, 0)[0] is Verdict.APPEND
+    assert s.expire(10_000, 5_000, open_transactions={3}) == [2, 4]
+    assert s.expire(10**9, 5_000, open_transactions={3}) == []
+    assert sorted(s.entries) == [3]
+    assert s.expire(10**9, 5_000) == [3]                # its transaction ended
+
+
+def test_a_producer_whose_timestamp_is_not_known_expires_from_the_first_check():
+    s = ProducerStates.from_json([[7, 0, [[0, 0, 0, 0]]], [8, 0, [[0, 0, 1, 1]], 50]])
+    assert s.entries[7].last_timestamp is None and s.entries[8].last_timestamp == 50
+    assert s.expire(10_000, 1_000) == [8]               # 7's clock starts now
+    assert s.entries[7].last_timestamp == 10_000
+    assert s.expire(10_999, 1_000) == []
+    assert s.expire(11_000, 1_000) == [7]
+    assert ProducerStates.from_json(ProducerStates().to_json()).entries == {}
+    for bad in ([[1, 0, [], 5, 6]], [[1, 0, [], "soon"]]):
+        try:
+            ProducerStates.from_json(bad)
+        except ValueError as e:
+            assert "not a producer-state snapshot" in str(e)
+        else:
+            raise AssertionError(f"{bad} loaded")
 
 
 @settings(max_examples=300, deadline=None)
@@ -148,6 +186,47 @@ def test_the_log_keeps_the_state_and_rebuilds_it_after_reopen_and_truncation(tmp
         assert log.producer_states().check(5, 0, 3, 4) == (Verdict.APPEND, None)
         log.append_as_follower(_batch(9, 2, 0, 1, base_offset=4))   # followers learn too
         assert log.producer_states().check(9, 2, 0, 0)[0] is Verdict.DUPLICATE
+    finally:
+        log.delete()
+
+
+def test_the_log_forgets_idle_producers_and_its_snapshots_do_not_bring_them_back(
+        tmp_path, cluster_id):
+    """``Log.expire_producers`` by the batches' max timestamps (CreateTime, the
+    producer's), not the time of the append; a producer with a transaction open stays;
+    the next roll's snapshot no longer holds the forgotten ones, but a build from the
+    batch headers learns them again (as Kafka's), for the next check to forget."""
+    from tests.shm.test_log_recovery import open_log
+    day_ms = 86_400_000
+    now = 10 * day_ms
+    log = open_log(tmp_path, cluster_id)
+    try:
+        assert log.expire_producers(now, day_ms) == []          # not built: left alone
+        log.producer_states()
+        log.append_as_leader(batch.build_batch([b"old"], timestamps_ms=now - 2 * day_ms,
+                                               producer_id=5, producer_epoch=0,
+                                               base_sequence=0), 0)
+        log.append_as_leader(batch.build_batch([b"new"], timestamps_ms=now - 1_000,
+                                               producer_id=6, producer_epoch=0,
+                                               base_sequence=0), 0)
+        log.append_as_leader(batch.build_batch([b"txn"], timestamps_ms=now - 3 * day_ms,
+                                               producer_id=7, producer_epoch=0,
+                                               base_sequence=0, transactional=True), 0)
+        assert log.expire_producers(now, day_ms) == [5]
+        assert sorted(log.producer_states().entries) == [6, 7]
+        assert log.producer_states().check(5, 0, 1, 1)[0] is Verdict.UNKNOWN_PRODUCER
+        log.roll()
+        from shm.log.producer_snapshots import read_snapshot, snapshot_offsets
+        producers, _ = read_snapshot(log.directory, snapshot_offsets(log.directory)[-1])
+        assert sorted(producers.entries) == [6, 7]
+        log.close()
+        log = open_log(tmp_path, cluster_id)     # built from the snapshot: 5 stays gone
+        assert sorted(log.producer_states().entries) == [6, 7]
+        log._producers = log._txns = None
+        from shm.log.producer_snapshots import delete_snapshots
+        delete_snapshots(log.directory, lambda offset: True)
+        assert sorted(log.producer_states().entries) == [5, 6, 7]   # walked from the log
+        assert log.expire_producers(now, day_ms) == [5]
     finally:
         log.delete()
 

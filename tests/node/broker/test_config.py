@@ -35,6 +35,8 @@ def test_defaults_are_kafkas():
     assert c.replica_high_watermark_checkpoint_interval_ms == 5000
     assert c.broker_rack is None and c.cluster_id is None
     assert c.replication_truncation_mode == "leader-epoch"
+    assert c.producer_id_expiration_ms == 86_400_000                  # KIP-854's day
+    assert c.producer_id_expiration_check_interval_ms == 600_000
     assert c.log_config == LogConfig()
     assert c.message_max_bytes == LogConfig().message_max_bytes
 
@@ -85,6 +87,7 @@ def test_kafka_coarse_retention_keys_and_precedence():
     ("socket.request.max.bytes", "0", "socket.request.max.bytes: 0 is outside"),
     ("listeners", "PLAINTEXT://127.0.0.1:70000", "listeners: port 70000"),
     ("replication.truncation.mode", "epoch", "replication.truncation.mode: expected one of"),
+    ("producer.id.expiration.ms", "0", "producer.id.expiration.ms: 0 is outside"),
     ("cluster.id", "has-dash", "cluster.id:"),
     ("log.segment.bytes", "10", "log.segment.bytes=10 is outside"),
     ("log.retention.ms", "soon", "log.retention.ms: expected an integer"),

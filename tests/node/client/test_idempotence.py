@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 # register again while the next test created its topic (CI: RF 3 "larger than available
 # brokers: 2"). A SIGKILLed leader is replaced after the 10 s instead.
 CONFIG = {"zookeeper.session.timeout.ms": "10000", "replica.lag.time.max.ms": "3000",
-          "replica.fetch.wait.max.ms": "50", "auto.leader.rebalance.enable": "false"}
+          "replica.fetch.wait.max.ms": "50", "auto.leader.rebalance.enable": "false",
+          "producer.id.expiration.check.interval.ms": "200"}   # 1 day's expiration
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,44 @@ def _produce_raw(net, endpoint, topic, batch, acks=-1) -> tuple[int, int]:
 def _batch(pid, epoch, seq, n=2):
     return build_batch([b"r%d" % i for i in range(n)], producer_id=pid,
                        producer_epoch=epoch, base_sequence=seq)
+
+
+def test_an_idle_producer_is_forgotten_after_producer_id_expiration_ms(cluster):
+    """Kafka's producer-id expiration (the default day, checked every 200 ms here), by
+    the batches' timestamps: the leader forgets a producer whose last batch is two days
+    old (its next sequence is UNKNOWN_PRODUCER_ID, sequence 0 starts it again), and not
+    one writing now."""
+    topic, leader = _topic(cluster, 3, min_isr=2)
+    endpoint = f"tcp://127.0.0.1:{cluster.broker_ports[leader]}"
+    old_ms = int(time.time() * 1000) - 2 * 86_400_000
+    net = Network("raw", 10_000)
+    try:
+        ids = [net.request(endpoint, protocol.ApiKey.INIT_PRODUCER_ID,
+                           {"producer_id": -1, "producer_epoch": -1}).body for _ in range(2)]
+        (old, old_epoch), (new, new_epoch) = [(i["producer_id"], i["producer_epoch"])
+                                              for i in ids]
+
+        def old_batch(seq):
+            return build_batch([b"old-%d" % seq], timestamps_ms=old_ms, producer_id=old,
+                               producer_epoch=old_epoch, base_sequence=seq)
+        assert _produce_raw(net, endpoint, topic, _batch(new, new_epoch, 0))[0] == 0
+        assert _produce_raw(net, endpoint, topic, old_batch(0))[0] == 0
+        sent = [0]
+
+        def forgotten():
+            # each accepted batch is two days old too: the producer stays idle
+            code, _ = _produce_raw(net, endpoint, topic, old_batch(sent[0] + 1))
+            if code == 0:
+                sent[0] += 1
+                return False
+            assert code == ErrorCode.UNKNOWN_PRODUCER_ID, code
+            return True
+        poll_until(forgotten, 10, "the two-day-old producer forgotten", interval_s=0.1)
+        assert _produce_raw(net, endpoint, topic, old_batch(0))[0] == 0   # starts again
+        assert _produce_raw(net, endpoint, topic, _batch(new, new_epoch, 2))[0] == 0
+        assert len(_values(cluster, topic)) == 2 + 1 + sent[0] + 1 + 2
+    finally:
+        net.close()
 
 
 def _values(cluster, topic: str) -> list[bytes]:
