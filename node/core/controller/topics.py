@@ -135,7 +135,11 @@ class Topics:
                     self.recovered.add((b, tp))
                 self.refused.discard((b, tp))
                 self.elr_barred.discard((b, tp))
-                self._unsuspect(tp, b)
+                if b not in old.isr:
+                    # Taken (back) in by the leader: caught up. Not merely kept: a
+                    # leader's write made before the controller's removal landed still
+                    # names it, and must not make it trusted (the removal is retried).
+                    self._unsuspect(tp, b)
         if changed:
             self._send_update_metadata(changed)
         for tp in changed:

@@ -253,3 +253,24 @@ def test_a_broker_registering_uncleanly_in_a_live_controllers_term_leaves_the_is
     state = h.zk.state("t", 0)
     assert 1 not in state.isr and state.leader == 0, state
     assert "unclean shutdown" in h.log_text()
+
+
+def test_a_leaders_isr_write_racing_the_removal_does_not_make_the_unclean_broker_trusted():
+    """The controller sends its write taking 1 (back from an unclean shutdown) out of
+    the ISR, but the leader's own ISR write, which still names 1, lands first and its
+    event comes before the controller's write fails. Only a leader taking 1 *in* says
+    it caught up; one keeping it says nothing, so the controller writes the removal
+    again (before: 1 stayed in the ISR, trusted, having caught up with nothing)."""
+    h = start(ELR)
+    h.isr_changed("t", 0, [0, 1, 2])
+    effects = h.core.step(controller.BrokersChanged((B0, _unclean(1, 701), B2)))
+    writes = [e for e in effects if isinstance(e, controller.ZkOps)]
+    assert writes
+    h.isr_changed("t", 0, [0, 2, 1])             # the leader's write, and its event
+    assert h.core.unclean_isr == {("t", 0): {1}}
+    for e in writes:                             # the controller's, now a conflict
+        h.run(controller.ZkOpsDone(e.op_id, tuple(h.zk.apply(op) for op in e.ops)))
+    state = h.zk.state("t", 0)
+    assert 1 not in state.isr and state.leader == 0, state
+    h.isr_changed("t", 0, [0, 2, 1])             # taken back in: caught up
+    assert ("t", 0) not in h.core.unclean_isr
