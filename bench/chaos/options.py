@@ -108,6 +108,11 @@ def topic_config(min_insync_replicas: str, segment_bytes: int | None) -> dict[st
     return config
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, which ``chaos run`` and ``chaos sweep`` take as Ctrl-C (their clusters
+    still go down); a sweep passes it on to the run it waits for."""
+
+
 class UsageError(ToolError):
     """Bad flags or a bad schedule file: exit 2."""
 

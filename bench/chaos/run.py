@@ -75,8 +75,8 @@ from pathlib import Path
 from bench.chaos.checker import Fault, Op, check
 from bench.chaos.history import read_history, write_history
 from bench.chaos.options import (BROKER_SETTINGS, GROUP, PARTITIONS, PROFILES, TOPIC,
-                                 UsageError, build_parser, check_run_args, cluster_config,
-                                 consumers_of, idempotence, topic_config,
+                                 Terminated, UsageError, build_parser, check_run_args,
+                                 cluster_config, consumers_of, idempotence, topic_config,
                                  worker_options)
 from bench.chaos.readback import read_log, read_replica, write_final, write_replicas
 from bench.chaos.verdict import fault_overlaps, print_verdict
@@ -435,7 +435,7 @@ def replay(args) -> int:
 
 
 def _interrupted(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise Terminated(f"signal {signum}")
 
 
 def run(args) -> int:
@@ -457,3 +457,7 @@ def run(args) -> int:
     except ToolError as e:
         print(f"chaos: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:      # Ctrl-C or SIGTERM: the cluster went down
+        print(f"chaos: interrupted ({e or 'Ctrl-C'}); every process it started is "
+              f"stopped", file=sys.stderr)
+        return 130

@@ -7,13 +7,46 @@ aborted and unknown, and each anomaly, over the runs)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.chaos.options import UsageError, check_client, check_segment_bytes, ms
+from bench.chaos.options import (Terminated, UsageError, check_client,
+                                 check_segment_bytes, ms)
 from bench.chaos.verdict import ANOMALIES, client_line
+
+
+CHILD_STOP_TIMEOUT_S = 120     # an interrupted run's own stopping (workers, cluster)
+
+
+class SweepInterrupted(Exception):
+    """The sweep was stopped (SIGTERM or Ctrl-C) during a seed; its run has stopped."""
+
+
+def _run_seed(command: list[str], out) -> int:
+    """One seed's ``chaos run``, in its own process (in the sweep's process group, so
+    Ctrl-C reaches both). Stopped, the sweep lets it stop its own cluster and workers
+    (it treats SIGTERM as Ctrl-C): SIGTERM is passed on (Ctrl-C reached it already:
+    a second signal would break into its stopping), then the sweep waits for it,
+    SIGKILL only after ``CHILD_STOP_TIMEOUT_S``. Before, the sweep died at once and
+    ``subprocess.call`` SIGKILLed the run, whose brokers and coordinator, in sessions
+    of their own, were left running."""
+    child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        return child.wait()
+    except KeyboardInterrupt as e:
+        if isinstance(e, Terminated) and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+        try:
+            code = child.wait(CHILD_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = child.wait()
+            raise SweepInterrupted(f"its run did not stop within {CHILD_STOP_TIMEOUT_S} s "
+                                   f"and was killed (exit {code})") from None
+        raise SweepInterrupted(f"its run stopped (exit {code})") from None
 
 
 def _seeds(text: str) -> list[int]:
@@ -68,7 +101,14 @@ def sweep(args) -> int:
             (["--idempotence", args.idempotence] if args.idempotence else [])
         started = time.monotonic()
         with open(root / f"seed-{seed}.out", "w") as out:
-            code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                code = _run_seed(command, out)
+            except SweepInterrupted as e:
+                print(f"chaos sweep: interrupted during seed {seed}: {e}; {len(rows)} "
+                      f"seed(s) done before it (RUN/sweep.json)", file=sys.stderr,
+                      flush=True)
+                (root / "sweep.json").write_text(json.dumps(rows, indent=1, default=str))
+                return 130
         row = {"seed": seed, "exit": code, "wall_s": round(time.monotonic() - started, 1)}
         try:
             row["verdict"] = json.loads((run / "verdict.json").read_text())

@@ -3,12 +3,15 @@ writes and the checker says so; a bad use is one line and exit 2."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from shm.names import cluster_objects
+from tests.waiting import poll_until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -170,3 +173,48 @@ def test_a_bad_use_is_one_line_and_exit_2(tmp_path, args, words):
     result = chaos(*[a.format(tmp=tmp_path) for a in args], timeout=60)
     assert result.returncode == 2, result.stderr
     assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def _processes_naming(path) -> list[int]:
+    """Pids of the processes whose command line names ``path``."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(path).encode() in f.read():
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_sweep_stopped_by_sigterm_lets_its_run_stop_its_cluster(tmp_path):
+    """SIGTERM (a CI timeout, `kill`) to a sweep mid-seed: the run it waits for stops
+    its workers and its cluster, then the sweep says so and exits 130. Before, the
+    sweep died at once and SIGKILLed the run, whose coordinator and brokers (in
+    sessions of their own) kept running, with their shared memory."""
+    root = tmp_path / "sweep"
+    sweep = subprocess.Popen([sys.executable, "-m", "bench.cli", "chaos", "sweep", "--dir",
+                              str(root), "--seeds", "1-2", "--duration", "60", "--faults",
+                              "kill,pause"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    run = root / "seed-1"
+    try:
+        poll_until(lambda: sweep.poll() is not None or any(
+            p.stat().st_size for p in (run / "history").glob("*")), 90,
+            "the first seed's workload running")
+        assert sweep.poll() is None, sweep.communicate()
+        cluster_id = _cluster_id(run)
+        assert _processes_naming(run), "the run's cluster"
+        sweep.send_signal(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=150)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()
+    assert sweep.returncode == 130, out + err
+    assert "interrupted during seed 1: its run stopped" in err, err
+    assert "Traceback" not in err and "Traceback" not in (root / "seed-1.out").read_text()
+    assert _processes_naming(run) == [], "processes of the run left behind"
+    assert cluster_objects(cluster_id) == [], "shared memory left behind"
+    assert not (root / "seed-2").exists()
