@@ -72,8 +72,11 @@ BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max
                    "group.initial.rebalance.delay.ms": "0"}
 
 
-def cluster_config(profile: str, replica_transport: str = "shm") -> dict[str, str]:
-    """The brokers' settings of a run under ``profile``.
+def cluster_config(profile: str, replica_transport: str = "shm",
+                   segment_bytes: int | None = None) -> dict[str, str]:
+    """The brokers' settings of a run under ``profile`` (``segment_bytes``: the internal
+    topics', ``__consumer_offsets`` and ``__transaction_state``, as the chaos topic's:
+    ``--segment-bytes``).
 
     The profile's ``min.insync.replicas`` is the brokers' default too, not only the chaos
     topic's: ``__consumer_offsets`` (created by the brokers with no such override, as
@@ -82,8 +85,12 @@ def cluster_config(profile: str, replica_transport: str = "shm") -> dict[str, st
     offset goes down (sweep confluent-kafka seed 3, commit_backwards), which the profile
     promises not to happen to the records themselves either."""
     p = PROFILES[profile]
-    return {**BROKER_SETTINGS, **p["broker"], "min.insync.replicas": p["min.insync.replicas"],
-            "replica.transport": replica_transport}
+    out = {**BROKER_SETTINGS, **p["broker"], "min.insync.replicas": p["min.insync.replicas"],
+           "replica.transport": replica_transport}
+    if segment_bytes is not None:
+        out["offsets.topic.segment.bytes"] = str(segment_bytes)
+        out["transaction.state.log.segment.bytes"] = str(segment_bytes)
+    return out
 
 
 COMPOSE_HELP = ("the seed draws rounds of one or two overlapping faults (Jepsen's "
@@ -94,9 +101,11 @@ SWEEP_FAULTS = "kill,pause,restart,controller,coordinator,coordinator-pause,slow
 
 SEGMENT_BYTES_MIN = 64 * 1024   # a producer's batch (16 KiB by default) fits many times
 SEGMENT_BYTES_HELP = ("the chaos topic's segment.bytes (default: the brokers' 1 GiB, so a "
-                      "run never rolls): small segments roll every few seconds, so the "
-                      "faults land on rolls, their background flushes and the recovery "
-                      f"of sealed segments too; at least {SEGMENT_BYTES_MIN}")
+                      "run never rolls), and the internal topics' (__consumer_offsets, "
+                      "__transaction_state; default 8 MiB): small segments roll every few "
+                      "seconds, so the faults land on rolls, their background flushes, "
+                      "the recovery of sealed segments and the cleaner too; at least "
+                      f"{SEGMENT_BYTES_MIN}")
 
 
 def topic_config(min_insync_replicas: str, segment_bytes: int | None) -> dict[str, str]:

@@ -288,7 +288,8 @@ def run_chaos(args) -> int:
         meta.update(txn_writes=args.txn_writes, txn_abort=args.txn_abort)
     try:
         cluster = Cluster.up(run / "cluster", args.brokers,
-                             config=cluster_config(args.profile, transport),
+                             config=cluster_config(args.profile, transport,
+                                                   meta["segment_bytes"]),
                              netns=getattr(args, "netns", False))
     except (ClusterError, TimeoutError) as e:     # e.g. a broker not ready in time
         raise ToolError(f"the cluster did not start: {e}") from None

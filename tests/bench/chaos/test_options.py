@@ -30,6 +30,16 @@ def test_the_offsets_topic_gets_the_profiles_min_insync_replicas(profile):
         (PROFILES[profile]["broker"]["unclean.leader.election.enable"] == "true")
 
 
+def test_segment_bytes_reach_the_internal_topics_too():
+    props = {"broker.id": "0", "log.dirs": "/nonexistent", "zookeeper.connect": "127.0.0.1:2181"}
+    small = BrokerConfig.from_props({**props, **cluster_config("safe", "shm", 65536)})
+    assert small.offsets_topic_segment_bytes == 65536
+    assert small.transaction_state_log_segment_bytes == 65536
+    default = BrokerConfig.from_props({**props, **cluster_config("safe")})
+    assert default.offsets_topic_segment_bytes == 8 * 1024 * 1024
+    assert default.transaction_state_log_segment_bytes == 8 * 1024 * 1024
+
+
 def test_kafka_txn_turns_the_transaction_defences_off_and_only_it():
     broker = PROFILES["kafka-txn"]["broker"]
     assert broker["transaction.partition.verification.enable"] == "false"
