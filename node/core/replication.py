@@ -101,8 +101,11 @@ def lost_replica_is_back(core: "ReplicaCore", leader: int, isr, high_watermark: 
                          lost_high_watermark: int) -> bool:
     """A replica that lost committed data (its broker keeps a marker, and refuses to lead
     it) is back once it follows a leader, the partition's ISR (as the controller last
-    said) has it, and its HW reached the one it had before the loss."""
-    return (core.role is Role.FOLLOWER and leader != core.broker_id
+    said) has it, and its HW reached the one it had before the loss. Not while the
+    partition has no leader (-1): the ISR it is told then is the stale one of before the
+    loss, and a wiped checkpoint makes the HW to reach 0 (a wiped replica cleared its
+    marker so, and was then elected from that ISR with an empty log)."""
+    return (core.role is Role.FOLLOWER and leader >= 0 and leader != core.broker_id
             and core.broker_id in isr and high_watermark >= lost_high_watermark)
 
 

@@ -158,6 +158,10 @@ def test_a_lost_replica_is_back_only_as_a_caught_up_follower_in_the_isr():
     assert lost_replica_is_back(core, 0, (0, 1), 5, 5)
     assert not lost_replica_is_back(core, 0, (0, 1), 4, 5)        # its HW not back yet
     assert not lost_replica_is_back(core, 0, (0,), 10, 5)         # not in the ISR
+    orphan = ReplicaCore("t", 0, 1)                 # told the partition has no leader
+    orphan.become_follower(leader=-1, leader_epoch=1, isr=(0, 1, 2), replicas=(0, 1, 2),
+                           zk_version=0, now_ms=0, log=MemLog())
+    assert not lost_replica_is_back(orphan, -1, (0, 1, 2), 0, 0)   # the stale ISR
 
 
 def _unclean(i: int, epoch: int) -> controller.Broker:
