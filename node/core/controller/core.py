@@ -158,20 +158,10 @@ class Controller(Failover, UncleanRecovery, Topics, Rebalance, ControlledShutdow
         suspects = self.unclean_isr.get(tp) if self.unclean_isr else None
         if suspects:
             state = self.states.get(tp)
-            if state is not None and self._clean_candidates(tp, state, suspects, out):
+            if state is not None and any(r not in suspects and r not in out and
+                                         r in self.brokers for r in state.isr):
                 out |= suspects
         return out
-
-    def _clean_candidates(self, tp: TopicPartition, state, suspects: set[int],
-                          offline: set[int]) -> bool:
-        """Whether a replica other than ``suspects`` (back from an unclean shutdown in
-        ``tp``'s ISR) is known to hold every committed record and may lead: an ISR or
-        electable ELR member not ``offline`` and not a suspect, live or away (a broker
-        that is away may come back with its data: KRaft removes the unclean broker from
-        the ISR and waits for such an ELR member, or recovers uncleanly, rather than
-        elect it)."""
-        elr = self._electable_elr(tp) if state.elr else ()
-        return any(r not in suspects and r not in offline for r in (*state.isr, *elr))
 
     def _live_for(self, tp: TopicPartition) -> set[int]:
         return set(self.brokers) - self._offline_on(tp)

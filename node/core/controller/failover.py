@@ -27,11 +27,7 @@ Rules (Kafka ZK mode, DESIGN.md "Replication"; the elections are in ``elections`
   tell (its HW checkpoint may predate them). Where it is in an ISR with another live
   member, it is not told that it leads, leaves the ISR and is not elected
   (``unclean_isr``) until a leader takes it back in. Where it is the only ISR member
-  alive, it is not elected either while another ISR or electable ELR member is away (a
-  broker away may come back with its data; KRaft waits for it): the partition stays
-  offline until one comes back, or unclean recovery elects the longest log after its
-  timeout (``recovery``). Where no other replica is known to hold every committed
-  record, it leads.
+  alive, nothing changes: no replica is known to hold more.
 """
 from __future__ import annotations
 
