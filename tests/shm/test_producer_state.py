@@ -196,6 +196,7 @@ def test_the_log_forgets_idle_producers_and_its_snapshots_do_not_bring_them_back
     producer's), not the time of the append; a producer with a transaction open stays;
     the next roll's snapshot no longer holds the forgotten ones, but a build from the
     batch headers learns them again (as Kafka's), for the next check to forget."""
+    from shm.log.producer_snapshots import delete_snapshots, read_snapshot, snapshot_offsets
     from tests.shm.test_log_recovery import open_log
     day_ms = 86_400_000
     now = 10 * day_ms
@@ -216,14 +217,12 @@ def test_the_log_forgets_idle_producers_and_its_snapshots_do_not_bring_them_back
         assert sorted(log.producer_states().entries) == [6, 7]
         assert log.producer_states().check(5, 0, 1, 1)[0] is Verdict.UNKNOWN_PRODUCER
         log.roll()
-        from shm.log.producer_snapshots import read_snapshot, snapshot_offsets
         producers, _ = read_snapshot(log.directory, snapshot_offsets(log.directory)[-1])
         assert sorted(producers.entries) == [6, 7]
         log.close()
         log = open_log(tmp_path, cluster_id)     # built from the snapshot: 5 stays gone
         assert sorted(log.producer_states().entries) == [6, 7]
         log._producers = log._txns = None
-        from shm.log.producer_snapshots import delete_snapshots
         delete_snapshots(log.directory, lambda offset: True)
         assert sorted(log.producer_states().entries) == [5, 6, 7]   # walked from the log
         assert log.expire_producers(now, day_ms) == [5]
