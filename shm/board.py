@@ -14,8 +14,9 @@ Rules and invariants:
   before and after the copy, and equal to the sequence inside the copy. Otherwise it
   retries, a bounded number of times, then raises ``BoardReadError``.
 - Why a torn row cannot be returned: (1) Every store the writer makes is a call into
-  numpy's C code that completes before the next bytecode runs, and all of them go
-  through the same shared mapping, so the interpreter issues them in program order; on
+  C (``struct.pack_into``, a memoryview slice assignment) that completes before the next
+  bytecode runs, and all of them go through the same shared mapping, so the interpreter
+  issues them in program order (a native ``Q`` is one ``memcpy`` of 8 bytes: one store); on
   x86-64 (TSO) stores become visible to other cores in program order and loads are not
   reordered with other loads, which is exactly what a seqlock needs. The sequence is an
   aligned 8-byte word, which x86-64 reads and writes in one piece. (2) As a second line,
@@ -40,6 +41,7 @@ import dataclasses
 import enum
 import os
 import struct
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -249,14 +251,93 @@ _BODY_START = ROW_DTYPE.fields["partition"][1]
 _BODY = _body_struct(ROW_DTYPE, _BODY_START)
 _UNUSED_IDS = (0,) * REPLICAS_MAX
 
+# What the writer stores with ``struct`` instead of numpy field access (a numpy field
+# store or load costs microseconds in a process whose caches went cold between two
+# publishes: in a broker, a publish took ~100 us, most of it numpy and dataclasses).
+# Native ``Q``/``I``: one memcpy of the word, so the seq word is written in one store.
+assert sys.byteorder == "little"     # the dtypes above are little-endian
+_SEQ = struct.Struct("Q")
+_CRC = struct.Struct("I")
+_ROW_COUNT_AT = HEADER_DTYPE.fields["row_count"][1]
+_GENERATION_AT = HEADER_DTYPE.fields["generation"][1]
+_HEADER_BYTES = HEADER_DTYPE.itemsize
+_ROW_BYTES = ROW_DTYPE.itemsize
+# The fields that move on every write (``_moved``): the four offsets, one after the
+# other, and the followers' caught-up times and LEOs, one array after the other.
+_OFFSETS_AT = ROW_DTYPE.fields["log_end_offset"][1]
+_OFFSETS = struct.Struct("<4q")
+_PAIRS_AT = ROW_DTYPE.fields["last_caught_up_ms"][1]
+_PAIRS = struct.Struct(f"<{2 * REPLICAS_MAX}q")
+assert [ROW_DTYPE.fields[n][1] for n in ("high_watermark", "log_start_offset",
+                                         "last_stable_offset")] == \
+    [_OFFSETS_AT + 8, _OFFSETS_AT + 16, _OFFSETS_AT + 24]
+assert ROW_DTYPE.fields["follower_leo"][1] == _PAIRS_AT + 8 * REPLICAS_MAX
+_OFFSET_FIELDS = ("log_end_offset", "high_watermark", "log_start_offset", "last_stable_offset")
+_SAME_FIELDS = ("role", "leader_epoch", "leader_id")
 
-def _encode(state: ReplicaState, out: np.ndarray) -> None:
-    """Fill the one-row array ``out`` (seq and crc excepted) from ``state``."""
+
+def _moved(old: ReplicaState, fields: dict) -> ReplicaState | None:
+    """``old`` with ``fields``, where they change only what moves on every write (the
+    offsets, the followers' caught-up times and LEOs) of the same followers; None
+    otherwise (``publish`` then builds and checks the whole state). Checks what
+    ``ReplicaState.__post_init__`` checks of the fields that change; the rest is
+    ``old``'s, checked when it was made."""
+    values = dict(old.__dict__)
+    for name, value in fields.items():
+        if name in _OFFSET_FIELDS:
+            values[name] = value
+        elif name in _SAME_FIELDS:
+            if value != values[name]:
+                return None
+        elif name == "isr":
+            if tuple(value) != old.isr:
+                return None
+        elif name == "last_caught_up_ms":
+            if not isinstance(value, Mapping):
+                return None
+            pairs = tuple(sorted((int(b), int(ms)) for b, ms in value.items()))
+            if len(pairs) != len(old.last_caught_up_ms) or \
+                    any(b != was for (b, _), (was, _) in zip(pairs, old.last_caught_up_ms)):
+                return None
+            values[name] = pairs
+        elif name == "follower_leo":
+            if not isinstance(value, Mapping):
+                return None
+            values[name] = tuple(sorted((int(b), int(o)) for b, o in value.items()))
+        else:
+            return None
+    ids = {b for b, _ in values["last_caught_up_ms"]}
+    if any(b not in ids for b, _ in values["follower_leo"]):
+        return None                       # the whole check says what is wrong
+    start, hw, leo = values["log_start_offset"], values["high_watermark"], \
+        values["log_end_offset"]
+    lso = values["last_stable_offset"]
+    if not 0 <= start <= hw <= leo or (lso is not None and not start <= lso <= hw):
+        return None
+    state = object.__new__(ReplicaState)  # frozen: its fields are set as __init__ does
+    state.__dict__.update(values)
+    return state
+
+
+def _encode_moved(state: ReplicaState, row: bytearray) -> None:
+    """Write into ``row`` (the partition's row as last encoded) what ``_moved`` changes."""
+    leos = dict(state.follower_leo)
+    pairs = state.last_caught_up_ms
+    pad = _UNUSED_IDS[:REPLICAS_MAX - len(pairs)]
+    _OFFSETS.pack_into(row, _OFFSETS_AT, state.log_end_offset, state.high_watermark,
+                       state.log_start_offset,
+                       -1 if state.last_stable_offset is None else state.last_stable_offset)
+    _PAIRS.pack_into(row, _PAIRS_AT, *(ms for _, ms in pairs), *pad,
+                     *(leos.get(b, -1) for b, _ in pairs), *pad)
+
+
+def _encode(state: ReplicaState, out) -> None:
+    """Fill the row bytes ``out`` (seq and crc excepted) from ``state``."""
     isr, pairs = state.isr, state.last_caught_up_ms
     leos = dict(state.follower_leo)
     pad = _UNUSED_IDS[:REPLICAS_MAX - len(pairs)]
     _BODY.pack_into(
-        out.view(np.uint8), _BODY_START, state.partition, int(state.role), len(isr),
+        out, _BODY_START, state.partition, int(state.role), len(isr),
         len(pairs), state.leader_epoch, state.leader_id, state.log_end_offset,
         state.high_watermark, state.log_start_offset,
         -1 if state.last_stable_offset is None else state.last_stable_offset,
@@ -338,8 +419,10 @@ class ReplicaStateBoard:
         self._slots: dict[tuple[str, int], int] = {}
         self._states: dict[tuple[str, int], ReplicaState] = {}
         self._free: list[int] = []
-        self._scratch = np.zeros(1, ROW_DTYPE)
-        self._scratch_bytes = self._scratch.view(np.uint8)
+        # Each partition's row as last encoded (its seq word unused): a publish that
+        # moves only offsets rewrites those fields in it (``_moved``).
+        self._rows: dict[tuple[str, int], bytearray] = {}
+        self._mv = memoryview(mapped.shared.array).cast("B")   # the whole mapping
         self._pid = os.getpid()
 
     @classmethod
@@ -384,13 +467,20 @@ class ReplicaStateBoard:
                 "last_stable_offset" not in fields and \
                 ("high_watermark" in fields or "log_start_offset" in fields):
             fields["last_stable_offset"] = None
-        state = (dataclasses.replace(old, **fields) if old is not None
-                 else ReplicaState(topic, int(partition), **fields))
+        row = self._rows.get(key)
+        state = _moved(old, fields) if row is not None else None
+        if state is not None:
+            _encode_moved(state, row)
+        else:
+            state = (dataclasses.replace(old, **fields) if old is not None
+                     else ReplicaState(topic, int(partition), **fields))
+            row = bytearray(_ROW_BYTES)
+            _encode(state, row)
         slot = self._slots.get(key)
         if slot is None:
             slot = self._allocate(key)
-        _encode(state, self._scratch)
-        self._write(slot)
+        self._write(slot, row)
+        self._rows[key] = row
         self._states[key] = state
         self._bump_generation()
         return state
@@ -402,9 +492,10 @@ class ReplicaStateBoard:
         if slot is None:
             return False
         del self._states[key]
-        self._scratch[...] = 0
-        self._scratch[0]["role"] = _ROLE_FREE
-        self._write(slot)
+        del self._rows[key]
+        free = np.zeros(1, ROW_DTYPE)
+        free[0]["role"] = _ROLE_FREE
+        self._write(slot, bytearray(free.tobytes()))
         self._free.append(slot)
         self._free.sort(reverse=True)  # reuse the lowest slot first
         self._bump_generation()
@@ -416,6 +507,7 @@ class ReplicaStateBoard:
     def close(self, unlink: bool = True) -> None:
         if self._m is None:
             return
+        self._mv.release()
         self._m.close()
         self._m = None
         if unlink:
@@ -439,30 +531,31 @@ class ReplicaStateBoard:
         if self._free:
             slot = self._free.pop()
         else:
-            slot = int(self._m.header[0]["row_count"])
+            slot = _CRC.unpack_from(self._mv, _ROW_COUNT_AT)[0]
             if slot >= self.capacity:
                 raise BoardError(f"board {self.name} is full ({self.capacity} partition replicas)")
         self._slots[key] = slot
         return slot
 
-    def _write(self, slot: int) -> None:
-        """Seqlock write of the row encoded in ``self._scratch`` into ``slot``."""
-        m = self._m
-        seq = int(m.seq[slot])
+    def _write(self, slot: int, row: bytearray) -> None:
+        """Seqlock write of ``row`` (a whole encoded row; its seq word is not copied)
+        into ``slot``, its CRC set first."""
+        mv = self._mv
+        at = _HEADER_BYTES + slot * _ROW_BYTES
+        seq = _SEQ.unpack_from(mv, at)[0]
         assert seq % 2 == 0, f"row {slot} of {self.name} was left mid-write"
-        record = self._scratch[0]
-        record["seq"] = seq + 1
-        record["crc"] = crc32c.crc32c(self._scratch_bytes[CRC_START_BYTES:])
-        m.seq[slot] = seq + 1                                 # 1. odd: readers back off
-        m.raw[slot, SEQ_BYTES:] = self._scratch_bytes[SEQ_BYTES:]  # 2. crc and body
-        m.seq[slot] = seq + 2                                 # 3. even again: row is whole
-        if slot >= int(m.header[0]["row_count"]):
+        body = memoryview(row)
+        _CRC.pack_into(row, SEQ_BYTES, crc32c.crc32c(body[CRC_START_BYTES:]))
+        _SEQ.pack_into(mv, at, seq + 1)                       # 1. odd: readers back off
+        mv[at + SEQ_BYTES:at + _ROW_BYTES] = body[SEQ_BYTES:]  # 2. crc and body
+        _SEQ.pack_into(mv, at, seq + 2)                       # 3. even again: row is whole
+        if slot >= _CRC.unpack_from(mv, _ROW_COUNT_AT)[0]:
             # Readers scan [0, row_count); grow it only once the row is whole.
-            m.header[0]["row_count"] = slot + 1
+            _CRC.pack_into(mv, _ROW_COUNT_AT, slot + 1)
 
     def _bump_generation(self) -> None:
-        h = self._m.header[0]
-        h["generation"] = int(h["generation"]) + 1
+        mv = self._mv
+        _SEQ.pack_into(mv, _GENERATION_AT, _SEQ.unpack_from(mv, _GENERATION_AT)[0] + 1)
 
 
 def _stale_writer_pid(name: str) -> int | None:

@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from shm.board import (REPLICAS_MAX, ROW_DTYPE, TOPIC_BYTES_MAX, BoardError, BoardNotFoundError,
-                       BoardReader, BoardReadError, ReplicaState, ReplicaStateBoard, Role,
-                       _decode, _encode, board_name)
+from shm.board import (CRC_START_BYTES, HEADER_DTYPE, REPLICAS_MAX, ROW_DTYPE, TOPIC_BYTES_MAX,
+                       BoardError, BoardNotFoundError, BoardReader, BoardReadError,
+                       ReplicaState, ReplicaStateBoard, Role, _decode, _encode, board_name)
 from shm.names import SharedMemoryError, cleanup_cluster, exists
 
 pytestmark = pytest.mark.process
@@ -364,3 +364,84 @@ def test_a_row_is_packed_as_its_fields_would_be_written_and_reads_back(data):
     _encode(state, out)
     assert out.tobytes() == _encode_by_fields(state)
     assert _decode(out[0]) == state
+
+
+def _publish_reference(old: ReplicaState | None, topic: str, partition: int,
+                       fields: dict) -> ReplicaState:
+    """What a publish makes of ``old`` and ``fields``, through the dataclass alone."""
+    fields = dict(fields)
+    if old is not None and old.last_stable_offset is not None and \
+            "last_stable_offset" not in fields and \
+            ("high_watermark" in fields or "log_start_offset" in fields):
+        fields["last_stable_offset"] = None
+    return ReplicaState(**{**(old.__dict__ if old is not None else
+                              {"topic": topic, "partition": partition}), **fields})
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # a board per example
+@given(st.data())
+def test_publishing_only_moved_offsets_writes_what_a_whole_publish_writes(cluster_id, data):
+    """A publish that moves only the offsets and the followers' times and LEOs rewrites
+    those fields of the row it last wrote (``_moved``): the state, the row read back and
+    the row's bytes are the same as building and encoding the whole state; one that
+    breaks a rule is refused as the whole check refuses it, and changes nothing."""
+    offsets = st.integers(0, 2**40)
+    board = ReplicaStateBoard.create(cluster_id, 0, capacity=4)
+    reader = None
+    try:
+        keys = [("moving", 0), ("moving", 1)]
+        for _ in range(data.draw(st.integers(1, 25))):
+            topic, partition = data.draw(st.sampled_from(keys))
+            old = board.get(topic, partition)
+            followers = data.draw(st.sampled_from([(), (2,), (2, 3), (1, 2, 3)]))
+            if old is not None and data.draw(st.booleans()):
+                followers = tuple(b for b, _ in old.last_caught_up_ms)   # the usual case
+            start, hw, leo = sorted(data.draw(st.lists(offsets, min_size=3, max_size=3)))
+            fields = dict(
+                log_end_offset=leo, high_watermark=hw, log_start_offset=start,
+                last_caught_up_ms={b: data.draw(offsets) for b in followers},
+                follower_leo={b: data.draw(offsets) for b in followers
+                              if data.draw(st.booleans())})
+            if data.draw(st.booleans()):
+                fields["last_stable_offset"] = data.draw(
+                    st.one_of(st.none(), st.integers(start, hw)))
+            if old is None or data.draw(st.integers(0, 4)) == 0:   # or the shape changes
+                fields.update(role=data.draw(st.sampled_from(list(Role))),
+                              leader_epoch=data.draw(st.integers(-1, 5)),
+                              leader_id=data.draw(st.integers(-1, 3)),
+                              isr=data.draw(st.sampled_from([(), (1,), (1, 2), (3, 1, 2)])))
+            elif data.draw(st.booleans()):                   # the same shape, given again
+                fields.update(role=old.role, leader_epoch=old.leader_epoch,
+                              leader_id=old.leader_id, isr=list(old.isr))
+            broken = data.draw(st.sampled_from([None, None, None, "hw", "leo", "lso"]))
+            if broken == "hw":
+                fields["high_watermark"] = leo + 1
+            elif broken == "leo" and followers:
+                fields["follower_leo"] = {**fields["follower_leo"], 99: 5}
+            elif broken == "lso":
+                fields["last_stable_offset"] = hw + 1
+            slot_before = board._slots.get((topic, partition))
+            before = bytes(board._mv[:]) if slot_before is not None else None
+            try:
+                expected = _publish_reference(old, topic, partition, fields)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    board.publish(topic, partition, **fields)
+                assert board.get(topic, partition) == old
+                if before is not None:
+                    assert bytes(board._mv[:]) == before
+                continue
+            assert board.publish(topic, partition, **fields) == expected
+            assert board.get(topic, partition) == expected
+            if reader is None:
+                reader = BoardReader.open(cluster_id, 0)
+            assert reader.get(topic, partition) == expected
+            slot = board._slots[(topic, partition)]
+            at = HEADER_DTYPE.itemsize + ROW_DTYPE.itemsize * slot
+            row = bytes(board._mv[at:at + ROW_DTYPE.itemsize])
+            assert row[CRC_START_BYTES:] == _encode_by_fields(expected)[CRC_START_BYTES:]
+    finally:
+        if reader is not None:
+            reader.close()
+        board.close()
