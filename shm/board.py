@@ -143,6 +143,17 @@ def board_bytes(capacity: int) -> int:
     return HEADER_DTYPE.itemsize + capacity * ROW_DTYPE.itemsize
 
 
+def _offsets_error(start: int, hw: int, leo: int, lso: int | None) -> str | None:
+    """What is wrong with a row's offsets (the board's rules above), or None."""
+    if not 0 <= start <= hw <= leo:
+        return (f"need 0 <= log_start_offset ({start}) <= high_watermark ({hw}) <= "
+                f"log_end_offset ({leo})")
+    if lso is not None and not start <= lso <= hw:
+        return (f"need log_start_offset ({start}) <= last_stable_offset ({lso}) <= "
+                f"high_watermark ({hw})")
+    return None
+
+
 @dataclass(frozen=True)
 class ReplicaState:
     """One partition replica as its broker last published it."""
@@ -173,16 +184,10 @@ class ReplicaState:
         if not 0 <= self.partition < 2**31:
             raise ValueError(f"partition {self.partition} out of range")
         object.__setattr__(self, "role", Role(self.role))
-        if not 0 <= self.log_start_offset <= self.high_watermark <= self.log_end_offset:
-            raise ValueError(
-                f"{self.topic}-{self.partition}: need 0 <= log_start_offset ({self.log_start_offset})"
-                f" <= high_watermark ({self.high_watermark}) <= log_end_offset ({self.log_end_offset})")
-        if self.last_stable_offset is not None and \
-                not self.log_start_offset <= self.last_stable_offset <= self.high_watermark:
-            raise ValueError(
-                f"{self.topic}-{self.partition}: need log_start_offset ({self.log_start_offset})"
-                f" <= last_stable_offset ({self.last_stable_offset}) <= high_watermark "
-                f"({self.high_watermark})")
+        problem = _offsets_error(self.log_start_offset, self.high_watermark,
+                                 self.log_end_offset, self.last_stable_offset)
+        if problem is not None:
+            raise ValueError(f"{self.topic}-{self.partition}: {problem}")
         isr = tuple(int(b) for b in self.isr)
         if len(isr) > REPLICAS_MAX or len(set(isr)) != len(isr):
             raise ValueError(f"isr {isr} must be at most {REPLICAS_MAX} distinct broker ids")
@@ -309,11 +314,9 @@ def _moved(old: ReplicaState, fields: dict) -> ReplicaState | None:
     ids = {b for b, _ in values["last_caught_up_ms"]}
     if any(b not in ids for b, _ in values["follower_leo"]):
         return None                       # the whole check says what is wrong
-    start, hw, leo = values["log_start_offset"], values["high_watermark"], \
-        values["log_end_offset"]
-    lso = values["last_stable_offset"]
-    if not 0 <= start <= hw <= leo or (lso is not None and not start <= lso <= hw):
-        return None
+    if _offsets_error(values["log_start_offset"], values["high_watermark"],
+                      values["log_end_offset"], values["last_stable_offset"]) is not None:
+        return None                       # the whole check says what is wrong
     state = object.__new__(ReplicaState)  # frozen: its fields are set as __init__ does
     state.__dict__.update(values)
     return state
