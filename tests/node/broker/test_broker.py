@@ -310,8 +310,12 @@ def test_a_session_lost_unseen_is_noticed(cluster, monkeypatch):
     broker = cluster.add_broker(0)
     monkeypatch.delenv(DROP_SESSION_LOST_ENV)
     _pause_past_session_and_wait_registered_again(cluster, broker)
-    assert "coordinator session lost" not in broker.log()
-    assert broker.log().count("registering again") == 1, broker.log()
+    log = broker.log()
+    assert "coordinator session lost" not in log
+    # One registration in the new session; before it, only attempts that failed (a
+    # loaded machine: a coordinator call that timed out makes the next ones fail at once
+    # for a moment, and the tick tries again).
+    assert log.count("registering again") == log.count("re-registration failed") + 1, log
 
 
 def test_stop_replica_with_delete_removes_a_log_this_incarnation_never_opened(single):
