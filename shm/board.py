@@ -14,9 +14,12 @@ Rules and invariants:
   before and after the copy, and equal to the sequence inside the copy. Otherwise it
   retries, a bounded number of times, then raises ``BoardReadError``.
 - Why a torn row cannot be returned: (1) Every store the writer makes is a call into
-  C (``struct.pack_into``, a memoryview slice assignment) that completes before the next
+  C (an item or slice assignment of a memoryview) that completes before the next
   bytecode runs, and all of them go through the same shared mapping, so the interpreter
-  issues them in program order (a native ``Q`` is one ``memcpy`` of 8 bytes: one store); on
+  issues them in program order (an item of a memoryview cast to ``Q`` is one ``memcpy``
+  of 8 bytes: one store; not ``struct.pack_into``, which zeroes its bytes first, so a
+  word written with it reads 0 for a moment, and a row whose sequence reads 0 counts as
+  never written); on
   x86-64 (TSO) stores become visible to other cores in program order and loads are not
   reordered with other loads, which is exactly what a seqlock needs. The sequence is an
   aligned 8-byte word, which x86-64 reads and writes in one piece. (2) As a second line,
@@ -256,16 +259,18 @@ _BODY_START = ROW_DTYPE.fields["partition"][1]
 _BODY = _body_struct(ROW_DTYPE, _BODY_START)
 _UNUSED_IDS = (0,) * REPLICAS_MAX
 
-# What the writer stores with ``struct`` instead of numpy field access (a numpy field
-# store or load costs microseconds in a process whose caches went cold between two
-# publishes: in a broker, a publish took ~100 us, most of it numpy and dataclasses).
-# Native ``Q``/``I``: one memcpy of the word, so the seq word is written in one store.
+# The writer's words in the mapping go through memoryviews cast to ``Q``/``I`` instead
+# of numpy field access (a numpy field store or load costs microseconds in a process
+# whose caches went cold between two publishes: in a broker, a publish took ~100 us,
+# most of it numpy and dataclasses). An item assignment is one memcpy of the word: one
+# store (``struct.pack_into`` would zero the word first: see the docstring).
 assert sys.byteorder == "little"     # the dtypes above are little-endian
-_SEQ = struct.Struct("Q")
-_CRC = struct.Struct("I")
-_ROW_COUNT_AT = HEADER_DTYPE.fields["row_count"][1]
-_GENERATION_AT = HEADER_DTYPE.fields["generation"][1]
+_CRC = struct.Struct("<I")           # into the writer's own row bytes only
+_ROW_COUNT_WORD = HEADER_DTYPE.fields["row_count"][1] // 4          # in the "I" view
+_GENERATION_WORD = HEADER_DTYPE.fields["generation"][1] // 8        # in the "Q" view
 _HEADER_BYTES = HEADER_DTYPE.itemsize
+assert HEADER_DTYPE.fields["row_count"][1] % 4 == 0 and \
+    HEADER_DTYPE.fields["generation"][1] % 8 == 0
 _ROW_BYTES = ROW_DTYPE.itemsize
 # The fields that move on every write (``_moved``): the four offsets, one after the
 # other, and the followers' caught-up times and LEOs, one array after the other.
@@ -426,6 +431,8 @@ class ReplicaStateBoard:
         # moves only offsets rewrites those fields in it (``_moved``).
         self._rows: dict[tuple[str, int], bytearray] = {}
         self._mv = memoryview(mapped.shared.array).cast("B")   # the whole mapping
+        self._words = self._mv.cast("Q")                         # its 8-byte words
+        self._words32 = self._mv.cast("I")                       # its 4-byte words
         self._pid = os.getpid()
 
     @classmethod
@@ -510,6 +517,8 @@ class ReplicaStateBoard:
     def close(self, unlink: bool = True) -> None:
         if self._m is None:
             return
+        self._words.release()
+        self._words32.release()
         self._mv.release()
         self._m.close()
         self._m = None
@@ -534,7 +543,7 @@ class ReplicaStateBoard:
         if self._free:
             slot = self._free.pop()
         else:
-            slot = _CRC.unpack_from(self._mv, _ROW_COUNT_AT)[0]
+            slot = self._words32[_ROW_COUNT_WORD]
             if slot >= self.capacity:
                 raise BoardError(f"board {self.name} is full ({self.capacity} partition replicas)")
         self._slots[key] = slot
@@ -543,22 +552,22 @@ class ReplicaStateBoard:
     def _write(self, slot: int, row: bytearray) -> None:
         """Seqlock write of ``row`` (a whole encoded row; its seq word is not copied)
         into ``slot``, its CRC set first."""
-        mv = self._mv
+        words = self._words
         at = _HEADER_BYTES + slot * _ROW_BYTES
-        seq = _SEQ.unpack_from(mv, at)[0]
+        word = at // 8
+        seq = words[word]
         assert seq % 2 == 0, f"row {slot} of {self.name} was left mid-write"
         body = memoryview(row)
         _CRC.pack_into(row, SEQ_BYTES, crc32c.crc32c(body[CRC_START_BYTES:]))
-        _SEQ.pack_into(mv, at, seq + 1)                       # 1. odd: readers back off
-        mv[at + SEQ_BYTES:at + _ROW_BYTES] = body[SEQ_BYTES:]  # 2. crc and body
-        _SEQ.pack_into(mv, at, seq + 2)                       # 3. even again: row is whole
-        if slot >= _CRC.unpack_from(mv, _ROW_COUNT_AT)[0]:
+        words[word] = seq + 1                                   # 1. odd: readers back off
+        self._mv[at + SEQ_BYTES:at + _ROW_BYTES] = body[SEQ_BYTES:]  # 2. crc and body
+        words[word] = seq + 2                                   # 3. even again: row is whole
+        if slot >= self._words32[_ROW_COUNT_WORD]:
             # Readers scan [0, row_count); grow it only once the row is whole.
-            _CRC.pack_into(mv, _ROW_COUNT_AT, slot + 1)
+            self._words32[_ROW_COUNT_WORD] = slot + 1
 
     def _bump_generation(self) -> None:
-        mv = self._mv
-        _SEQ.pack_into(mv, _GENERATION_AT, _SEQ.unpack_from(mv, _GENERATION_AT)[0] + 1)
+        self._words[_GENERATION_WORD] += 1
 
 
 def _stale_writer_pid(name: str) -> int | None:
