@@ -169,9 +169,10 @@ def test_crash_at_every_step_of_truncation_retention_and_roll_recovers_before_or
                     assert report.completed_operations, (context, report)
                 elif point in ROLL_FLUSH_POINTS:
                     # On the flusher thread: any later operation may be running when it
-                    # dies; the check above holds the log to that operation's before or
-                    # after all the same.
-                    assert interrupted.split()[0] in DRIVER_OPERATIONS, \
+                    # dies, or none (it died between two of the driver's operations: CI
+                    # run 47, a loaded machine); the check above holds the log to that
+                    # operation's before or after, or to the last one's after, all the same.
+                    assert interrupted.split()[0] in DRIVER_OPERATIONS | {"nothing"}, \
                         (context, interrupted)
                 elif operation == "roll":
                     assert interrupted.split()[0] in {"roll", "append"}, (context, interrupted)
